@@ -1,1 +1,295 @@
-//! placeholder
+//! Snowflake IDs that survive clock jumps, and the seed's semantic IDs done right.
+//!
+//! A Snowflake ID packs `time | worker | sequence` into the low 63 bits of a `u64` (default:
+//! 41 bits of milliseconds since a custom epoch, 10 bits of worker id, 12 bits of sequence —
+//! Twitter's layout, 4,096 IDs per millisecond per worker). The layout is configurable and
+//! checked: the fields must fit in 63 bits, the epoch must not lie in the future.
+//!
+//! Worker ids come from a lease in the store ([`crate::store::IdStore::acquire_worker`]), never
+//! from a hash of the IP (seed 002 §2.3's `hash(IP) % 1000` collides). The time logic — waits,
+//! rollback policies, reservations, exhaustion — lives in [`Sequencer`], shared with
+//! [`semantic`].
+
+pub mod semantic;
+mod sequencer;
+
+pub use sequencer::{RollbackPolicy, Sequencer, SequencerConfig, SequencerError, SequencerStats, Step};
+
+use serde::{Deserialize, Serialize};
+
+/// Bit layout of a Snowflake ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Layout {
+    /// Bits of time units since the epoch.
+    pub time_bits: u8,
+    /// Bits of worker id.
+    pub worker_bits: u8,
+    /// Bits of sequence.
+    pub seq_bits: u8,
+    /// Wall-clock milliseconds at time unit 0.
+    pub epoch_ms: u64,
+    /// Milliseconds per time unit (Sonyflake uses 10).
+    pub unit_ms: u64,
+}
+
+impl Default for Layout {
+    /// Twitter's layout with the epoch 2020-01-01T00:00:00Z.
+    fn default() -> Self {
+        Self { time_bits: 41, worker_bits: 10, seq_bits: 12, epoch_ms: 1_577_836_800_000, unit_ms: 1 }
+    }
+}
+
+/// A layout that cannot work.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
+pub enum LayoutError {
+    /// A field has no bits (or the time field too few to be useful).
+    #[error("layout field `{field}` must have at least {min} bits, has {bits}")]
+    FieldTooNarrow {
+        /// The field.
+        field: String,
+        /// Its width.
+        bits: u8,
+        /// The minimum.
+        min: u8,
+    },
+    /// The fields do not fit in the 63 bits below the sign bit (or below the degraded flag).
+    #[error("layout bits do not add up: time {time} + worker {worker} + sequence {seq} = {total} > {limit}")]
+    TooWide {
+        /// Time bits.
+        time: u8,
+        /// Worker bits.
+        worker: u8,
+        /// Sequence bits.
+        seq: u8,
+        /// Their sum.
+        total: u16,
+        /// The bits available.
+        limit: u8,
+    },
+    /// A time unit of zero milliseconds.
+    #[error("layout unit_ms must be at least 1")]
+    ZeroUnit,
+    /// The epoch is later than the node's clock at start-up.
+    #[error("epoch {epoch_ms} ms is in the future (the clock reads {wall_ms} ms)")]
+    EpochInFuture {
+        /// The epoch.
+        epoch_ms: u64,
+        /// The clock.
+        wall_ms: u64,
+    },
+    /// The worker id does not fit the worker field.
+    #[error("worker id {worker_id} does not fit in {bits} bits")]
+    WorkerTooLarge {
+        /// The id.
+        worker_id: u32,
+        /// The field's width.
+        bits: u8,
+    },
+}
+
+/// The parts of a Snowflake ID (Leaf's `/decodeSnowflakeId`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Decoded {
+    /// Wall-clock milliseconds of the ID's time unit.
+    pub time_ms: u64,
+    /// Time units since the epoch.
+    pub ts: u64,
+    /// Worker id.
+    pub worker: u64,
+    /// Sequence.
+    pub seq: u64,
+}
+
+impl Layout {
+    /// Checks the layout against `bits_available` (63 normally, 62 under the degraded flag).
+    pub fn validate(&self, bits_available: u8) -> Result<(), LayoutError> {
+        for (field, bits, min) in [("time_bits", self.time_bits, 8), ("worker_bits", self.worker_bits, 1), ("seq_bits", self.seq_bits, 1)] {
+            if bits < min {
+                return Err(LayoutError::FieldTooNarrow { field: field.to_owned(), bits, min });
+            }
+        }
+        let total = u16::from(self.time_bits) + u16::from(self.worker_bits) + u16::from(self.seq_bits);
+        if total > u16::from(bits_available) {
+            return Err(LayoutError::TooWide {
+                time: self.time_bits,
+                worker: self.worker_bits,
+                seq: self.seq_bits,
+                total,
+                limit: bits_available,
+            });
+        }
+        if self.unit_ms == 0 {
+            return Err(LayoutError::ZeroUnit);
+        }
+        Ok(())
+    }
+
+    /// Largest time unit.
+    #[must_use]
+    pub fn ts_max(&self) -> u64 {
+        (1u64 << self.time_bits) - 1
+    }
+
+    /// Number of worker ids.
+    #[must_use]
+    pub fn worker_count(&self) -> u32 {
+        u32::try_from(1u64 << self.worker_bits).unwrap_or(u32::MAX)
+    }
+
+    /// Largest sequence.
+    #[must_use]
+    pub fn seq_max(&self) -> u64 {
+        (1u64 << self.seq_bits) - 1
+    }
+
+    /// Packs the parts (each must fit its field).
+    #[must_use]
+    pub fn compose(&self, ts: u64, worker: u64, seq: u64) -> u64 {
+        debug_assert!(ts <= self.ts_max() && worker < u64::from(self.worker_count()) && seq <= self.seq_max());
+        (ts << (self.worker_bits + self.seq_bits)) | (worker << self.seq_bits) | seq
+    }
+
+    /// Unpacks an ID (bits above the layout are ignored: a degraded flag, for instance).
+    #[must_use]
+    pub fn decode(&self, id: u64) -> Decoded {
+        let seq = id & self.seq_max();
+        let worker = (id >> self.seq_bits) & (u64::from(self.worker_count()) - 1);
+        let ts = (id >> (self.worker_bits + self.seq_bits)) & self.ts_max();
+        Decoded { time_ms: self.epoch_ms.saturating_add(ts.saturating_mul(self.unit_ms)), ts, worker, seq }
+    }
+}
+
+/// Worker behaviour beyond the layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WorkerConfig {
+    /// Bit layout.
+    pub layout: Layout,
+    /// A backward clock within this bound is waited out (Leaf: 5 ms).
+    pub rollback_ms_max: u64,
+    /// Beyond the bound.
+    pub rollback: RollbackPolicy,
+    /// Reach of each persisted time reservation (Leaf writes every 3 s).
+    pub reserve_ahead_ms: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self { layout: Layout::default(), rollback_ms_max: 5, rollback: RollbackPolicy::Refuse, reserve_ahead_ms: 3_000 }
+    }
+}
+
+/// What `next_id` decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[must_use]
+pub enum NextId {
+    /// The ID.
+    Id(u64),
+    /// Retry when the wall clock reads `wall_ms` (sequence overflow, a small rollback).
+    WaitUntil {
+        /// When to retry.
+        wall_ms: u64,
+    },
+    /// Retry once the pending time reservation has been persisted.
+    WaitReservation,
+}
+
+/// A Snowflake worker: one leased worker id issuing IDs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SnowflakeWorker {
+    layout: Layout,
+    worker_id: u32,
+    sequencer: Sequencer,
+    /// OR-ed into every ID (the degraded-mode flag of segment allocators).
+    flag: u64,
+}
+
+impl SnowflakeWorker {
+    /// A worker for a leased id. `reserved_ts` is the reservation the lease carried
+    /// ([`crate::store::WorkerLease::reserved_ts`]); `wall_ms` is the clock at start-up.
+    pub fn new(cfg: WorkerConfig, worker_id: u32, reserved_ts: u64, wall_ms: u64) -> Result<Self, LayoutError> {
+        Self::with_flag(cfg, worker_id, reserved_ts, wall_ms, 0, 63)
+    }
+
+    /// As [`Self::new`], with `flag` OR-ed into every ID and the layout limited to `bits`.
+    pub(crate) fn with_flag(
+        cfg: WorkerConfig,
+        worker_id: u32,
+        reserved_ts: u64,
+        wall_ms: u64,
+        flag: u64,
+        bits: u8,
+    ) -> Result<Self, LayoutError> {
+        let layout = cfg.layout;
+        layout.validate(bits)?;
+        if layout.epoch_ms > wall_ms {
+            return Err(LayoutError::EpochInFuture { epoch_ms: layout.epoch_ms, wall_ms });
+        }
+        if worker_id >= layout.worker_count() {
+            return Err(LayoutError::WorkerTooLarge { worker_id, bits: layout.worker_bits });
+        }
+        let sequencer = Sequencer::new(
+            SequencerConfig {
+                epoch_ms: layout.epoch_ms,
+                unit_ms: layout.unit_ms,
+                ts_max: layout.ts_max(),
+                seq_max: layout.seq_max(),
+                rollback_ms_max: cfg.rollback_ms_max,
+                rollback: cfg.rollback,
+                reserve_ahead_ms: cfg.reserve_ahead_ms,
+            },
+            reserved_ts,
+        );
+        Ok(Self { layout, worker_id, sequencer, flag })
+    }
+
+    /// The next ID for the node's wall clock `wall_ms`.
+    pub fn next_id(&mut self, wall_ms: u64) -> Result<NextId, SequencerError> {
+        Ok(match self.sequencer.next(wall_ms)? {
+            Step::Issue { ts, seq } => NextId::Id(self.flag | self.layout.compose(ts, u64::from(self.worker_id), seq)),
+            Step::WaitUntil { wall_ms } => NextId::WaitUntil { wall_ms },
+            Step::WaitReservation => NextId::WaitReservation,
+        })
+    }
+
+    /// The layout.
+    #[must_use]
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The worker id.
+    #[must_use]
+    pub fn worker_id(&self) -> u32 {
+        self.worker_id
+    }
+
+    /// The time logic (stats, reservation state).
+    #[must_use]
+    pub fn sequencer(&self) -> &Sequencer {
+        &self.sequencer
+    }
+
+    /// A time reservation to persist (`IdStore::renew_worker` with it as `reserve_ts`).
+    #[must_use]
+    pub fn poll_reservation(&mut self) -> Option<u64> {
+        self.sequencer.poll_reservation()
+    }
+
+    /// The store acknowledged a reservation.
+    pub fn handle_reserved(&mut self, ts: u64) {
+        self.sequencer.handle_reserved(ts);
+    }
+
+    /// Persisting a reservation failed.
+    pub fn handle_reservation_failed(&mut self) {
+        self.sequencer.handle_reservation_failed();
+    }
+
+    /// The worker lease is gone: stop for good.
+    pub fn handle_lease_lost(&mut self) {
+        self.sequencer.handle_lease_lost();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,329 @@
+//! The (timestamp, sequence) core shared by Snowflake and semantic IDs.
+//!
+//! It turns the node's wall clock into a strictly increasing series of `(ts, seq)` pairs and
+//! decides what to do when the clock misbehaves:
+//!
+//! - **sequence overflow** within one time unit → wait for the next unit (returned as a decision
+//!   with the wall time to retry at, never a sleep);
+//! - **clock behind** the last issued unit by at most `rollback_ms_max` (Leaf: 5 ms) → wait;
+//!   by more → refuse with [`SequencerError::ClockBehind`], or, in logical-clock mode (a
+//!   hybrid logical clock, seed 002 §2.5), keep issuing from the last unit and borrow future
+//!   units up to `borrow_ms_max` (uid-generator's cached mode, sonyflake), refusing past that;
+//! - **time-field exhaustion** (the epoch ran out; uid-generator issue #100) → refuse, never wrap;
+//! - **persisted reservations**: before issuing at a unit beyond its reservation, the sequencer
+//!   asks the driver to persist a new one (`reserve_ahead_ms` ahead, Leaf's 3 s cadence turned
+//!   into a promise). A restarted node (or a new holder of the same worker id) starts strictly
+//!   above the persisted reservation, so a backward jump across a restart cannot repeat a
+//!   timestamp — Leaf issues #104 and #216 are what happens with an after-the-fact record.
+//!
+//! Call order: `next(wall_ms)` for each ID; drain `poll_reservation()` and persist it, then
+//! `handle_reserved(ts)` (or `handle_reservation_failed()`); on a lost worker lease,
+//! `handle_lease_lost()` stops the sequencer for good.
+
+use serde::{Deserialize, Serialize};
+
+/// What to do when the wall clock is behind the last issued time unit by more than the wait
+/// window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RollbackPolicy {
+    /// Refuse (Twitter, Leaf beyond 5 ms).
+    Refuse,
+    /// Keep issuing from the last unit, borrowing future units up to `borrow_ms_max`.
+    Logical {
+        /// How far ahead of the wall clock the sequencer may run.
+        borrow_ms_max: u64,
+    },
+}
+
+/// Sequencer parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SequencerConfig {
+    /// Wall-clock milliseconds at unit 0 (the custom epoch).
+    pub epoch_ms: u64,
+    /// Length of one time unit (1 ms for Snowflake, 1000 ms for semantic IDs).
+    pub unit_ms: u64,
+    /// The largest unit the time field holds.
+    pub ts_max: u64,
+    /// The largest sequence number within one unit.
+    pub seq_max: u64,
+    /// A backward clock within this bound is waited out (Leaf: 5 ms).
+    pub rollback_ms_max: u64,
+    /// Beyond the bound.
+    pub rollback: RollbackPolicy,
+    /// How far ahead each persisted reservation reaches (Leaf writes every 3 s).
+    pub reserve_ahead_ms: u64,
+}
+
+/// The next step the caller must take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[must_use]
+pub enum Step {
+    /// Issue an ID from this pair.
+    Issue {
+        /// Time unit.
+        ts: u64,
+        /// Sequence within the unit.
+        seq: u64,
+    },
+    /// Retry when the wall clock reads at least `wall_ms` (sequence overflow or a small
+    /// rollback).
+    WaitUntil {
+        /// Wall-clock time to retry at.
+        wall_ms: u64,
+    },
+    /// Retry after the pending reservation is persisted.
+    WaitReservation,
+}
+
+/// Why no ID can be issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
+pub enum SequencerError {
+    /// The wall clock is before the epoch.
+    #[error("wall clock {wall_ms} ms is before the epoch {epoch_ms} ms")]
+    BeforeEpoch {
+        /// The reading.
+        wall_ms: u64,
+        /// The epoch.
+        epoch_ms: u64,
+    },
+    /// The clock is behind the last issued (or reserved at start-up) time by more than the
+    /// wait window.
+    #[error("clock moved backwards: {behind_ms} ms behind the last issued time (wait window {window_ms} ms)")]
+    ClockBehind {
+        /// How far behind.
+        behind_ms: u64,
+        /// The wait window.
+        window_ms: u64,
+    },
+    /// Logical-clock mode would have to run further ahead of the wall clock than allowed.
+    #[error("logical clock would run {ahead_ms} ms ahead of the wall clock (bound {bound_ms} ms)")]
+    BorrowExceeded {
+        /// How far ahead it would be.
+        ahead_ms: u64,
+        /// The bound.
+        bound_ms: u64,
+    },
+    /// The time field is used up: the epoch ran out. Never wrapped.
+    #[error("time field exhausted: unit {ts} exceeds the maximum {ts_max}")]
+    TimeExhausted {
+        /// The unit the clock reached.
+        ts: u64,
+        /// The field's maximum.
+        ts_max: u64,
+    },
+    /// The worker lease was lost; this sequencer never issues again.
+    #[error("worker lease lost: this generator is stopped")]
+    LeaseLost,
+}
+
+/// Counters for the health view and for fault coverage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SequencerStats {
+    /// Pairs issued.
+    pub issued: u64,
+    /// Waits for a small rollback.
+    pub rollback_waits: u64,
+    /// Refusals for a large rollback (or before catching up with a reservation).
+    pub rollback_refusals: u64,
+    /// Pairs issued from a logical (borrowed or held) unit while the clock was behind.
+    pub logical_issues: u64,
+    /// Waits for sequence overflow.
+    pub overflow_waits: u64,
+    /// Waits for a reservation to be persisted.
+    pub reservation_waits: u64,
+}
+
+/// The state machine.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Sequencer {
+    cfg: SequencerConfig,
+    /// The unit of the last pair issued (or the start-up floor).
+    last_ts: u64,
+    /// The sequence of the last pair issued (`seq_max` at start-up: the floor unit is full).
+    last_seq: u64,
+    /// Persisted: no pair above this unit may be issued.
+    reserved_ts: u64,
+    /// A reservation handed to the driver and not yet acknowledged.
+    reservation_in_flight: Option<u64>,
+    /// A reservation waiting to be polled.
+    reservation_wanted: Option<u64>,
+    stopped: bool,
+    stats: SequencerStats,
+}
+
+impl Sequencer {
+    /// A sequencer that must issue strictly above `floor_ts`: the reservation its worker id
+    /// carried in the store (0 for a never-used id).
+    #[must_use]
+    pub fn new(cfg: SequencerConfig, floor_ts: u64) -> Self {
+        debug_assert!(cfg.unit_ms > 0 && cfg.seq_max > 0);
+        Self {
+            cfg,
+            last_ts: floor_ts,
+            last_seq: cfg.seq_max,
+            reserved_ts: floor_ts,
+            reservation_in_flight: None,
+            reservation_wanted: None,
+            stopped: false,
+            stats: SequencerStats::default(),
+        }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &SequencerConfig {
+        &self.cfg
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> SequencerStats {
+        self.stats
+    }
+
+    /// The unit of the last pair issued.
+    #[must_use]
+    pub fn last_ts(&self) -> u64 {
+        self.last_ts
+    }
+
+    /// The persisted reservation.
+    #[must_use]
+    pub fn reserved_ts(&self) -> u64 {
+        self.reserved_ts
+    }
+
+    fn unit_of(&self, wall_ms: u64) -> Result<u64, SequencerError> {
+        if wall_ms < self.cfg.epoch_ms {
+            return Err(SequencerError::BeforeEpoch { wall_ms, epoch_ms: self.cfg.epoch_ms });
+        }
+        Ok((wall_ms - self.cfg.epoch_ms) / self.cfg.unit_ms)
+    }
+
+    fn wall_of(&self, ts: u64) -> u64 {
+        self.cfg.epoch_ms.saturating_add(ts.saturating_mul(self.cfg.unit_ms))
+    }
+
+    /// Decides the next `(ts, seq)` pair for a wall-clock reading.
+    pub fn next(&mut self, wall_ms: u64) -> Result<Step, SequencerError> {
+        if self.stopped {
+            return Err(SequencerError::LeaseLost);
+        }
+        let now_ts = self.unit_of(wall_ms)?;
+        let (ts, seq) = match self.candidate(now_ts, wall_ms)? {
+            Ok(pair) => pair,
+            Err(wait) => return Ok(wait),
+        };
+        if ts > self.cfg.ts_max {
+            return Err(SequencerError::TimeExhausted { ts, ts_max: self.cfg.ts_max });
+        }
+        // Ask for the next reservation half-way through the current one, so that steady
+        // issuing never waits for the store.
+        let ahead_units = (self.cfg.reserve_ahead_ms / self.cfg.unit_ms).max(1);
+        if ts.saturating_add(ahead_units / 2) > self.reserved_ts {
+            let target = ts.saturating_add(ahead_units).min(self.cfg.ts_max);
+            if self.reservation_in_flight.is_none_or(|pending| pending < ts) && self.reservation_wanted.is_none() {
+                self.reservation_wanted = Some(target);
+            }
+        }
+        if ts > self.reserved_ts {
+            self.stats.reservation_waits += 1;
+            return Ok(Step::WaitReservation);
+        }
+        debug_assert!(ts > self.last_ts || (ts == self.last_ts && seq > self.last_seq), "pairs must increase");
+        self.last_ts = ts;
+        self.last_seq = seq;
+        self.stats.issued += 1;
+        Ok(Step::Issue { ts, seq })
+    }
+
+    /// The pair to issue, or the wait to return, before reservation checks.
+    fn candidate(&mut self, now_ts: u64, wall_ms: u64) -> Result<Result<(u64, u64), Step>, SequencerError> {
+        if now_ts > self.last_ts {
+            return Ok(Ok((now_ts, 0)));
+        }
+        // Same unit, or the clock is behind.
+        let behind_ms = self.wall_of(self.last_ts).saturating_sub(wall_ms);
+        let next_in_last = (self.last_seq < self.cfg.seq_max).then(|| (self.last_ts, self.last_seq + 1));
+        if now_ts == self.last_ts {
+            if let Some(pair) = next_in_last {
+                return Ok(Ok(pair));
+            }
+            // Sequence overflow: wait for the next unit (or borrow it in logical mode).
+            if let RollbackPolicy::Logical { .. } = self.cfg.rollback {
+                return self.borrow(wall_ms).map(Ok);
+            }
+            self.stats.overflow_waits += 1;
+            return Ok(Err(Step::WaitUntil { wall_ms: self.wall_of(self.last_ts + 1) }));
+        }
+        if behind_ms <= self.cfg.rollback_ms_max {
+            self.stats.rollback_waits += 1;
+            let resume_ts = if next_in_last.is_some() { self.last_ts } else { self.last_ts + 1 };
+            return Ok(Err(Step::WaitUntil { wall_ms: self.wall_of(resume_ts) }));
+        }
+        match self.cfg.rollback {
+            RollbackPolicy::Refuse => {
+                self.stats.rollback_refusals += 1;
+                Err(SequencerError::ClockBehind { behind_ms, window_ms: self.cfg.rollback_ms_max })
+            }
+            RollbackPolicy::Logical { borrow_ms_max } => {
+                if let Some(pair) = next_in_last {
+                    if behind_ms > borrow_ms_max {
+                        self.stats.rollback_refusals += 1;
+                        return Err(SequencerError::BorrowExceeded { ahead_ms: behind_ms, bound_ms: borrow_ms_max });
+                    }
+                    self.stats.logical_issues += 1;
+                    return Ok(Ok(pair));
+                }
+                self.borrow(wall_ms).map(Ok)
+            }
+        }
+    }
+
+    /// Logical mode: issue at the unit after the last one, if that stays within the bound.
+    fn borrow(&mut self, wall_ms: u64) -> Result<(u64, u64), SequencerError> {
+        let RollbackPolicy::Logical { borrow_ms_max } = self.cfg.rollback else {
+            unreachable!("borrow is only called in logical mode")
+        };
+        let ts = self.last_ts + 1;
+        let ahead_ms = self.wall_of(ts).saturating_sub(wall_ms);
+        if ahead_ms > borrow_ms_max {
+            self.stats.rollback_refusals += 1;
+            return Err(SequencerError::BorrowExceeded { ahead_ms, bound_ms: borrow_ms_max });
+        }
+        self.stats.logical_issues += 1;
+        Ok((ts, 0))
+    }
+
+    /// A reservation the driver must persist (then call [`Self::handle_reserved`]).
+    #[must_use]
+    pub fn poll_reservation(&mut self) -> Option<u64> {
+        let wanted = self.reservation_wanted.take()?;
+        self.reservation_in_flight = Some(wanted);
+        Some(wanted)
+    }
+
+    /// The store acknowledged a reservation of at least `ts` (it may report a larger one).
+    pub fn handle_reserved(&mut self, ts: u64) {
+        self.reserved_ts = self.reserved_ts.max(ts);
+        if self.reservation_in_flight.is_some_and(|pending| pending <= ts) {
+            self.reservation_in_flight = None;
+        }
+    }
+
+    /// Persisting failed (store unreachable); a later `next` asks again.
+    pub fn handle_reservation_failed(&mut self) {
+        self.reservation_in_flight = None;
+    }
+
+    /// The worker lease is gone: never issue again.
+    pub fn handle_lease_lost(&mut self) {
+        self.stopped = true;
+    }
+
+    /// True once the lease was lost.
+    #[must_use]
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+}
