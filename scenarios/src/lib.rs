@@ -18,16 +18,56 @@ const SIM: &str = "the deterministic simulator (`sim`) is not built yet";
 
 /// Every scenario name the bench promises, in the order `scenario list` prints them.
 pub const CATALOG: &[CatalogEntry] = &[
-    CatalogEntry { name: "clock_skew", description: "per-node clock bumps (±288 s), strobes and drift against segment leases and Snowflake", missing: Some(SIM) },
-    CatalogEntry { name: "partition", description: "symmetric, one-way and majority/minority partitions", missing: Some(SIM) },
-    CatalogEntry { name: "swizzle", description: "swizzle-clog: clog nodes one by one, heal in random order", missing: Some(SIM) },
-    CatalogEntry { name: "crash_restart", description: "kill and restart nodes, losing unsynced writes", missing: Some(SIM) },
-    CatalogEntry { name: "pause", description: "GC-like pauses that outlive leases", missing: Some(SIM) },
-    CatalogEntry { name: "segment_race", description: "many allocators racing one tag under faults", missing: Some(SIM) },
-    CatalogEntry { name: "snowflake_rollback", description: "Snowflake workers under backward clock jumps and restarts", missing: Some(SIM) },
-    CatalogEntry { name: "token_replay", description: "one-time tokens consumed concurrently and replayed", missing: Some(SIM) },
-    CatalogEntry { name: "tcc_storm", description: "lottery draws under message loss, duplication and coordinator crashes", missing: Some(SIM) },
-    CatalogEntry { name: "chaos", description: "all faults at once", missing: Some(SIM) },
+    CatalogEntry {
+        name: "clock_skew",
+        description: "per-node clock bumps (±288 s), strobes and drift against segment leases and Snowflake",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "partition",
+        description: "symmetric, one-way and majority/minority partitions",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "swizzle",
+        description: "swizzle-clog: clog nodes one by one, heal in random order",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "crash_restart",
+        description: "kill and restart nodes, losing unsynced writes",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "pause",
+        description: "GC-like pauses that outlive leases",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "segment_race",
+        description: "many allocators racing one tag under faults",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "snowflake_rollback",
+        description: "Snowflake workers under backward clock jumps and restarts",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "token_replay",
+        description: "one-time tokens consumed concurrently and replayed",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "tcc_storm",
+        description: "lottery draws under message loss, duplication and coordinator crashes",
+        missing: Some(SIM),
+    },
+    CatalogEntry {
+        name: "chaos",
+        description: "all faults at once",
+        missing: Some(SIM),
+    },
 ];
 
 /// Looks a scenario up by name.

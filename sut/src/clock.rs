@@ -9,7 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 /// A node's reading of time, in milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct Now {
     /// Wall clock, milliseconds since the Unix epoch, as this node believes it. May jump.
     pub wall_ms: u64,
@@ -21,12 +23,18 @@ impl Now {
     /// A reading where both clocks say the same thing (tests, models).
     #[must_use]
     pub const fn both(ms: u64) -> Self {
-        Self { wall_ms: ms, mono_ms: ms }
+        Self {
+            wall_ms: ms,
+            mono_ms: ms,
+        }
     }
 
     /// The same reading with the monotonic clock advanced by `ms` and the wall clock by the same.
     #[must_use]
     pub const fn plus_ms(self, ms: u64) -> Self {
-        Self { wall_ms: self.wall_ms.saturating_add(ms), mono_ms: self.mono_ms.saturating_add(ms) }
+        Self {
+            wall_ms: self.wall_ms.saturating_add(ms),
+            mono_ms: self.mono_ms.saturating_add(ms),
+        }
     }
 }

@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "scenario", about = "Chaos and verification bench: run a named scenario")]
+#[command(
+    name = "scenario",
+    about = "Chaos and verification bench: run a named scenario"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -43,14 +46,19 @@ fn main() -> ExitCode {
     match (cli.command, cli.name) {
         (Some(Command::List), _) => {
             for entry in scenarios::CATALOG {
-                let status = entry.missing.map(|m| format!("  [not available: {m}]")).unwrap_or_default();
+                let status = entry
+                    .missing
+                    .map(|m| format!("  [not available: {m}]"))
+                    .unwrap_or_default();
                 println!("{:<20} {}{}", entry.name, entry.description, status);
             }
             ExitCode::SUCCESS
         }
         (None, Some(name)) => match scenarios::find(&name) {
             None => {
-                eprintln!("scenario: unknown scenario `{name}`; `scenario list` shows the known ones");
+                eprintln!(
+                    "scenario: unknown scenario `{name}`; `scenario list` shows the known ones"
+                );
                 ExitCode::from(NOT_AVAILABLE)
             }
             Some(entry) => match entry.missing {
@@ -63,7 +71,9 @@ fn main() -> ExitCode {
                     ExitCode::from(NOT_AVAILABLE)
                 }
                 None => {
-                    eprintln!("scenario `{name}` is catalogued as runnable but has no runner wired in");
+                    eprintln!(
+                        "scenario `{name}` is catalogued as runnable but has no runner wired in"
+                    );
                     ExitCode::from(NOT_AVAILABLE)
                 }
             },

@@ -13,7 +13,9 @@
 pub mod semantic;
 mod sequencer;
 
-pub use sequencer::{RollbackPolicy, Sequencer, SequencerConfig, SequencerError, SequencerStats, Step};
+pub use sequencer::{
+    RollbackPolicy, Sequencer, SequencerConfig, SequencerError, SequencerStats, Step,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +37,13 @@ pub struct Layout {
 impl Default for Layout {
     /// Twitter's layout with the epoch 2020-01-01T00:00:00Z.
     fn default() -> Self {
-        Self { time_bits: 41, worker_bits: 10, seq_bits: 12, epoch_ms: 1_577_836_800_000, unit_ms: 1 }
+        Self {
+            time_bits: 41,
+            worker_bits: 10,
+            seq_bits: 12,
+            epoch_ms: 1_577_836_800_000,
+            unit_ms: 1,
+        }
     }
 }
 
@@ -53,7 +61,9 @@ pub enum LayoutError {
         min: u8,
     },
     /// The fields do not fit in the 63 bits below the sign bit (or below the degraded flag).
-    #[error("layout bits do not add up: time {time} + worker {worker} + sequence {seq} = {total} > {limit}")]
+    #[error(
+        "layout bits do not add up: time {time} + worker {worker} + sequence {seq} = {total} > {limit}"
+    )]
     TooWide {
         /// Time bits.
         time: u8,
@@ -103,12 +113,21 @@ pub struct Decoded {
 impl Layout {
     /// Checks the layout against `bits_available` (63 normally, 62 under the degraded flag).
     pub fn validate(&self, bits_available: u8) -> Result<(), LayoutError> {
-        for (field, bits, min) in [("time_bits", self.time_bits, 8), ("worker_bits", self.worker_bits, 1), ("seq_bits", self.seq_bits, 1)] {
+        for (field, bits, min) in [
+            ("time_bits", self.time_bits, 8),
+            ("worker_bits", self.worker_bits, 1),
+            ("seq_bits", self.seq_bits, 1),
+        ] {
             if bits < min {
-                return Err(LayoutError::FieldTooNarrow { field: field.to_owned(), bits, min });
+                return Err(LayoutError::FieldTooNarrow {
+                    field: field.to_owned(),
+                    bits,
+                    min,
+                });
             }
         }
-        let total = u16::from(self.time_bits) + u16::from(self.worker_bits) + u16::from(self.seq_bits);
+        let total =
+            u16::from(self.time_bits) + u16::from(self.worker_bits) + u16::from(self.seq_bits);
         if total > u16::from(bits_available) {
             return Err(LayoutError::TooWide {
                 time: self.time_bits,
@@ -145,7 +164,9 @@ impl Layout {
     /// Packs the parts (each must fit its field).
     #[must_use]
     pub fn compose(&self, ts: u64, worker: u64, seq: u64) -> u64 {
-        debug_assert!(ts <= self.ts_max() && worker < u64::from(self.worker_count()) && seq <= self.seq_max());
+        debug_assert!(
+            ts <= self.ts_max() && worker < u64::from(self.worker_count()) && seq <= self.seq_max()
+        );
         (ts << (self.worker_bits + self.seq_bits)) | (worker << self.seq_bits) | seq
     }
 
@@ -155,7 +176,14 @@ impl Layout {
         let seq = id & self.seq_max();
         let worker = (id >> self.seq_bits) & (u64::from(self.worker_count()) - 1);
         let ts = (id >> (self.worker_bits + self.seq_bits)) & self.ts_max();
-        Decoded { time_ms: self.epoch_ms.saturating_add(ts.saturating_mul(self.unit_ms)), ts, worker, seq }
+        Decoded {
+            time_ms: self
+                .epoch_ms
+                .saturating_add(ts.saturating_mul(self.unit_ms)),
+            ts,
+            worker,
+            seq,
+        }
     }
 }
 
@@ -174,7 +202,12 @@ pub struct WorkerConfig {
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self { layout: Layout::default(), rollback_ms_max: 5, rollback: RollbackPolicy::Refuse, reserve_ahead_ms: 3_000 }
+        Self {
+            layout: Layout::default(),
+            rollback_ms_max: 5,
+            rollback: RollbackPolicy::Refuse,
+            reserve_ahead_ms: 3_000,
+        }
     }
 }
 
@@ -206,7 +239,12 @@ pub struct SnowflakeWorker {
 impl SnowflakeWorker {
     /// A worker for a leased id. `reserved_ts` is the reservation the lease carried
     /// ([`crate::store::WorkerLease::reserved_ts`]); `wall_ms` is the clock at start-up.
-    pub fn new(cfg: WorkerConfig, worker_id: u32, reserved_ts: u64, wall_ms: u64) -> Result<Self, LayoutError> {
+    pub fn new(
+        cfg: WorkerConfig,
+        worker_id: u32,
+        reserved_ts: u64,
+        wall_ms: u64,
+    ) -> Result<Self, LayoutError> {
         Self::with_flag(cfg, worker_id, reserved_ts, wall_ms, 0, 63)
     }
 
@@ -222,10 +260,16 @@ impl SnowflakeWorker {
         let layout = cfg.layout;
         layout.validate(bits)?;
         if layout.epoch_ms > wall_ms {
-            return Err(LayoutError::EpochInFuture { epoch_ms: layout.epoch_ms, wall_ms });
+            return Err(LayoutError::EpochInFuture {
+                epoch_ms: layout.epoch_ms,
+                wall_ms,
+            });
         }
         if worker_id >= layout.worker_count() {
-            return Err(LayoutError::WorkerTooLarge { worker_id, bits: layout.worker_bits });
+            return Err(LayoutError::WorkerTooLarge {
+                worker_id,
+                bits: layout.worker_bits,
+            });
         }
         let sequencer = Sequencer::new(
             SequencerConfig {
@@ -239,13 +283,20 @@ impl SnowflakeWorker {
             },
             reserved_ts,
         );
-        Ok(Self { layout, worker_id, sequencer, flag })
+        Ok(Self {
+            layout,
+            worker_id,
+            sequencer,
+            flag,
+        })
     }
 
     /// The next ID for the node's wall clock `wall_ms`.
     pub fn next_id(&mut self, wall_ms: u64) -> Result<NextId, SequencerError> {
         Ok(match self.sequencer.next(wall_ms)? {
-            Step::Issue { ts, seq } => NextId::Id(self.flag | self.layout.compose(ts, u64::from(self.worker_id), seq)),
+            Step::Issue { ts, seq } => {
+                NextId::Id(self.flag | self.layout.compose(ts, u64::from(self.worker_id), seq))
+            }
             Step::WaitUntil { wall_ms } => NextId::WaitUntil { wall_ms },
             Step::WaitReservation => NextId::WaitReservation,
         })
@@ -278,6 +329,11 @@ impl SnowflakeWorker {
     /// The store acknowledged a reservation.
     pub fn handle_reserved(&mut self, ts: u64) {
         self.sequencer.handle_reserved(ts);
+    }
+
+    /// Keeps the persisted reservation ahead of the clock (see [`Sequencer::reserve_ahead`]).
+    pub fn reserve_ahead(&mut self, wall_ms: u64) {
+        self.sequencer.reserve_ahead(wall_ms);
     }
 
     /// Persisting a reservation failed.

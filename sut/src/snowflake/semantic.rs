@@ -92,7 +92,11 @@ pub struct SemanticGenerator {
 impl SemanticGenerator {
     /// A generator for leased machine number `machine` whose lease carried `reserved_ts`
     /// (seconds).
-    pub fn new(cfg: &SemanticConfig, machine: u32, reserved_ts: u64) -> Result<Self, SemanticError> {
+    pub fn new(
+        cfg: &SemanticConfig,
+        machine: u32,
+        reserved_ts: u64,
+    ) -> Result<Self, SemanticError> {
         if cfg.prefix.len() != 2 || !cfg.prefix.bytes().all(|b| b.is_ascii_uppercase()) {
             return Err(SemanticError::BadPrefix(cfg.prefix.clone()));
         }
@@ -111,13 +115,20 @@ impl SemanticGenerator {
             },
             reserved_ts,
         );
-        Ok(Self { prefix: cfg.prefix.clone(), machine, sequencer })
+        Ok(Self {
+            prefix: cfg.prefix.clone(),
+            machine,
+            sequencer,
+        })
     }
 
     /// The next ID for the node's wall clock.
     pub fn next_id(&mut self, wall_ms: u64) -> Result<NextSemantic, SequencerError> {
         Ok(match self.sequencer.next(wall_ms)? {
-            Step::Issue { ts, seq } => NextSemantic::Id(format!("{}{ts:010}{:03}{seq:05}", self.prefix, self.machine)),
+            Step::Issue { ts, seq } => NextSemantic::Id(format!(
+                "{}{ts:010}{:03}{seq:05}",
+                self.prefix, self.machine
+            )),
             Step::WaitUntil { wall_ms } => NextSemantic::WaitUntil { wall_ms },
             Step::WaitReservation => NextSemantic::WaitReservation,
         })
@@ -143,7 +154,10 @@ impl SemanticGenerator {
 
 /// Splits a semantic ID into its parts.
 pub fn parse(input: &str) -> Result<SemanticParts, SemanticError> {
-    let malformed = |reason: &str| SemanticError::Malformed { input: input.chars().take(64).collect(), reason: reason.into() };
+    let malformed = |reason: &str| SemanticError::Malformed {
+        input: input.chars().take(64).collect(),
+        reason: reason.into(),
+    };
     if input.len() != ID_LEN || !input.is_ascii() {
         return Err(malformed("must be 20 ASCII characters"));
     }
@@ -154,7 +168,11 @@ pub fn parse(input: &str) -> Result<SemanticParts, SemanticError> {
     if !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(malformed("must end with 18 digits"));
     }
-    let number = |range: std::ops::Range<usize>| digits[range].parse::<u64>().map_err(|_| malformed("bad digits"));
+    let number = |range: std::ops::Range<usize>| {
+        digits[range]
+            .parse::<u64>()
+            .map_err(|_| malformed("bad digits"))
+    };
     Ok(SemanticParts {
         prefix: prefix.to_owned(),
         seconds: number(0..10)?,

@@ -88,7 +88,9 @@ pub enum SequencerError {
     },
     /// The clock is behind the last issued (or reserved at start-up) time by more than the
     /// wait window.
-    #[error("clock moved backwards: {behind_ms} ms behind the last issued time (wait window {window_ms} ms)")]
+    #[error(
+        "clock moved backwards: {behind_ms} ms behind the last issued time (wait window {window_ms} ms)"
+    )]
     ClockBehind {
         /// How far behind.
         behind_ms: u64,
@@ -195,13 +197,18 @@ impl Sequencer {
 
     fn unit_of(&self, wall_ms: u64) -> Result<u64, SequencerError> {
         if wall_ms < self.cfg.epoch_ms {
-            return Err(SequencerError::BeforeEpoch { wall_ms, epoch_ms: self.cfg.epoch_ms });
+            return Err(SequencerError::BeforeEpoch {
+                wall_ms,
+                epoch_ms: self.cfg.epoch_ms,
+            });
         }
         Ok((wall_ms - self.cfg.epoch_ms) / self.cfg.unit_ms)
     }
 
     fn wall_of(&self, ts: u64) -> u64 {
-        self.cfg.epoch_ms.saturating_add(ts.saturating_mul(self.cfg.unit_ms))
+        self.cfg
+            .epoch_ms
+            .saturating_add(ts.saturating_mul(self.cfg.unit_ms))
     }
 
     /// Decides the next `(ts, seq)` pair for a wall-clock reading.
@@ -215,14 +222,21 @@ impl Sequencer {
             Err(wait) => return Ok(wait),
         };
         if ts > self.cfg.ts_max {
-            return Err(SequencerError::TimeExhausted { ts, ts_max: self.cfg.ts_max });
+            return Err(SequencerError::TimeExhausted {
+                ts,
+                ts_max: self.cfg.ts_max,
+            });
         }
         // Ask for the next reservation half-way through the current one, so that steady
         // issuing never waits for the store.
         let ahead_units = (self.cfg.reserve_ahead_ms / self.cfg.unit_ms).max(1);
         if ts.saturating_add(ahead_units / 2) > self.reserved_ts {
             let target = ts.saturating_add(ahead_units).min(self.cfg.ts_max);
-            if self.reservation_in_flight.is_none_or(|pending| pending < ts) && self.reservation_wanted.is_none() {
+            if self
+                .reservation_in_flight
+                .is_none_or(|pending| pending < ts)
+                && self.reservation_wanted.is_none()
+            {
                 self.reservation_wanted = Some(target);
             }
         }
@@ -230,7 +244,10 @@ impl Sequencer {
             self.stats.reservation_waits += 1;
             return Ok(Step::WaitReservation);
         }
-        debug_assert!(ts > self.last_ts || (ts == self.last_ts && seq > self.last_seq), "pairs must increase");
+        debug_assert!(
+            ts > self.last_ts || (ts == self.last_ts && seq > self.last_seq),
+            "pairs must increase"
+        );
         self.last_ts = ts;
         self.last_seq = seq;
         self.stats.issued += 1;
@@ -238,13 +255,18 @@ impl Sequencer {
     }
 
     /// The pair to issue, or the wait to return, before reservation checks.
-    fn candidate(&mut self, now_ts: u64, wall_ms: u64) -> Result<Result<(u64, u64), Step>, SequencerError> {
+    fn candidate(
+        &mut self,
+        now_ts: u64,
+        wall_ms: u64,
+    ) -> Result<Result<(u64, u64), Step>, SequencerError> {
         if now_ts > self.last_ts {
             return Ok(Ok((now_ts, 0)));
         }
         // Same unit, or the clock is behind.
         let behind_ms = self.wall_of(self.last_ts).saturating_sub(wall_ms);
-        let next_in_last = (self.last_seq < self.cfg.seq_max).then(|| (self.last_ts, self.last_seq + 1));
+        let next_in_last =
+            (self.last_seq < self.cfg.seq_max).then(|| (self.last_ts, self.last_seq + 1));
         if now_ts == self.last_ts {
             if let Some(pair) = next_in_last {
                 return Ok(Ok(pair));
@@ -254,23 +276,37 @@ impl Sequencer {
                 return self.borrow(wall_ms).map(Ok);
             }
             self.stats.overflow_waits += 1;
-            return Ok(Err(Step::WaitUntil { wall_ms: self.wall_of(self.last_ts + 1) }));
+            return Ok(Err(Step::WaitUntil {
+                wall_ms: self.wall_of(self.last_ts + 1),
+            }));
         }
         if behind_ms <= self.cfg.rollback_ms_max {
             self.stats.rollback_waits += 1;
-            let resume_ts = if next_in_last.is_some() { self.last_ts } else { self.last_ts + 1 };
-            return Ok(Err(Step::WaitUntil { wall_ms: self.wall_of(resume_ts) }));
+            let resume_ts = if next_in_last.is_some() {
+                self.last_ts
+            } else {
+                self.last_ts + 1
+            };
+            return Ok(Err(Step::WaitUntil {
+                wall_ms: self.wall_of(resume_ts),
+            }));
         }
         match self.cfg.rollback {
             RollbackPolicy::Refuse => {
                 self.stats.rollback_refusals += 1;
-                Err(SequencerError::ClockBehind { behind_ms, window_ms: self.cfg.rollback_ms_max })
+                Err(SequencerError::ClockBehind {
+                    behind_ms,
+                    window_ms: self.cfg.rollback_ms_max,
+                })
             }
             RollbackPolicy::Logical { borrow_ms_max } => {
                 if let Some(pair) = next_in_last {
                     if behind_ms > borrow_ms_max {
                         self.stats.rollback_refusals += 1;
-                        return Err(SequencerError::BorrowExceeded { ahead_ms: behind_ms, bound_ms: borrow_ms_max });
+                        return Err(SequencerError::BorrowExceeded {
+                            ahead_ms: behind_ms,
+                            bound_ms: borrow_ms_max,
+                        });
                     }
                     self.stats.logical_issues += 1;
                     return Ok(Ok(pair));
@@ -289,10 +325,30 @@ impl Sequencer {
         let ahead_ms = self.wall_of(ts).saturating_sub(wall_ms);
         if ahead_ms > borrow_ms_max {
             self.stats.rollback_refusals += 1;
-            return Err(SequencerError::BorrowExceeded { ahead_ms, bound_ms: borrow_ms_max });
+            return Err(SequencerError::BorrowExceeded {
+                ahead_ms,
+                bound_ms: borrow_ms_max,
+            });
         }
         self.stats.logical_issues += 1;
         Ok((ts, 0))
+    }
+
+    /// Asks for a reservation reaching `reserve_ahead_ms` past `wall_ms` when the current one
+    /// reaches less than half that far (for generators that must be able to issue when the
+    /// store is unreachable, such as degraded mode).
+    pub fn reserve_ahead(&mut self, wall_ms: u64) {
+        let Ok(now_ts) = self.unit_of(wall_ms) else {
+            return;
+        };
+        let ahead_units = (self.cfg.reserve_ahead_ms / self.cfg.unit_ms).max(1);
+        let base = now_ts.max(self.last_ts);
+        if base.saturating_add(ahead_units / 2) > self.reserved_ts
+            && self.reservation_in_flight.is_none()
+            && self.reservation_wanted.is_none()
+        {
+            self.reservation_wanted = Some(base.saturating_add(ahead_units).min(self.cfg.ts_max));
+        }
     }
 
     /// A reservation the driver must persist (then call [`Self::handle_reserved`]).
@@ -306,7 +362,10 @@ impl Sequencer {
     /// The store acknowledged a reservation of at least `ts` (it may report a larger one).
     pub fn handle_reserved(&mut self, ts: u64) {
         self.reserved_ts = self.reserved_ts.max(ts);
-        if self.reservation_in_flight.is_some_and(|pending| pending <= ts) {
+        if self
+            .reservation_in_flight
+            .is_some_and(|pending| pending <= ts)
+        {
             self.reservation_in_flight = None;
         }
     }

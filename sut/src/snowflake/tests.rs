@@ -26,27 +26,69 @@ fn issue(w: &mut SnowflakeWorker, wall_ms: u64) -> Result<NextId, SequencerError
 
 #[test]
 fn layout_errors_are_typed() {
-    let bad = Layout { time_bits: 41, worker_bits: 12, seq_bits: 12, ..Layout::default() };
-    assert!(matches!(bad.validate(63), Err(LayoutError::TooWide { total: 65, .. })));
-    let zero = Layout { seq_bits: 0, ..Layout::default() };
-    assert!(matches!(zero.validate(63), Err(LayoutError::FieldTooNarrow { .. })));
-    let unit = Layout { unit_ms: 0, ..Layout::default() };
+    let bad = Layout {
+        time_bits: 41,
+        worker_bits: 12,
+        seq_bits: 12,
+        ..Layout::default()
+    };
+    assert!(matches!(
+        bad.validate(63),
+        Err(LayoutError::TooWide { total: 65, .. })
+    ));
+    let zero = Layout {
+        seq_bits: 0,
+        ..Layout::default()
+    };
+    assert!(matches!(
+        zero.validate(63),
+        Err(LayoutError::FieldTooNarrow { .. })
+    ));
+    let unit = Layout {
+        unit_ms: 0,
+        ..Layout::default()
+    };
     assert_eq!(unit.validate(63), Err(LayoutError::ZeroUnit));
-    let future = WorkerConfig { layout: Layout { epoch_ms: T0 + 1, ..Layout::default() }, ..WorkerConfig::default() };
-    assert!(matches!(SnowflakeWorker::new(future, 0, 0, T0), Err(LayoutError::EpochInFuture { .. })));
+    let future = WorkerConfig {
+        layout: Layout {
+            epoch_ms: T0 + 1,
+            ..Layout::default()
+        },
+        ..WorkerConfig::default()
+    };
+    assert!(matches!(
+        SnowflakeWorker::new(future, 0, 0, T0),
+        Err(LayoutError::EpochInFuture { .. })
+    ));
     assert!(matches!(
         SnowflakeWorker::new(WorkerConfig::default(), 1024, 0, T0),
-        Err(LayoutError::WorkerTooLarge { worker_id: 1024, bits: 10 })
+        Err(LayoutError::WorkerTooLarge {
+            worker_id: 1024,
+            bits: 10
+        })
     ));
     // The message says what is wrong.
-    assert!(bad.validate(63).unwrap_err().to_string().contains("41 + worker 12 + sequence 12 = 65"));
+    assert!(
+        bad.validate(63)
+            .unwrap_err()
+            .to_string()
+            .contains("41 + worker 12 + sequence 12 = 65")
+    );
 }
 
 #[test]
 fn decode_inverts_compose() {
     let layout = Layout::default();
     let id = layout.compose(123_456, 789, 4_000);
-    assert_eq!(layout.decode(id), Decoded { time_ms: EPOCH + 123_456, ts: 123_456, worker: 789, seq: 4_000 });
+    assert_eq!(
+        layout.decode(id),
+        Decoded {
+            time_ms: EPOCH + 123_456,
+            ts: 123_456,
+            worker: 789,
+            seq: 4_000
+        }
+    );
     assert!(id < 1 << 63);
 }
 
@@ -55,7 +97,9 @@ fn ids_increase_and_decode_to_the_worker() {
     let mut w = worker(WorkerConfig::default(), 0);
     let mut last = 0;
     for i in 0..10_000u64 {
-        let NextId::Id(id) = issue(&mut w, T0 + i / 7).expect("issue") else { panic!("no wait expected") };
+        let NextId::Id(id) = issue(&mut w, T0 + i / 7).expect("issue") else {
+            panic!("no wait expected")
+        };
         assert!(id > last);
         assert_eq!(w.layout().decode(id).worker, 3);
         last = id;
@@ -64,7 +108,13 @@ fn ids_increase_and_decode_to_the_worker() {
 
 #[test]
 fn sequence_overflow_waits_for_the_next_millisecond() {
-    let cfg = WorkerConfig { layout: Layout { seq_bits: 2, ..Layout::default() }, ..WorkerConfig::default() };
+    let cfg = WorkerConfig {
+        layout: Layout {
+            seq_bits: 2,
+            ..Layout::default()
+        },
+        ..WorkerConfig::default()
+    };
     let mut w = worker(cfg, 0);
     for _ in 0..4 {
         assert!(matches!(issue(&mut w, T0), Ok(NextId::Id(_))));
@@ -79,9 +129,18 @@ fn small_rollback_waits_large_rollback_refuses() {
     let mut w = worker(WorkerConfig::default(), 0);
     assert!(matches!(issue(&mut w, T0 + 100), Ok(NextId::Id(_))));
     // 5 ms back: wait until the last millisecond comes round again.
-    assert_eq!(issue(&mut w, T0 + 95), Ok(NextId::WaitUntil { wall_ms: T0 + 100 }));
+    assert_eq!(
+        issue(&mut w, T0 + 95),
+        Ok(NextId::WaitUntil { wall_ms: T0 + 100 })
+    );
     // 6 ms back: refuse.
-    assert_eq!(issue(&mut w, T0 + 94), Err(SequencerError::ClockBehind { behind_ms: 6, window_ms: 5 }));
+    assert_eq!(
+        issue(&mut w, T0 + 94),
+        Err(SequencerError::ClockBehind {
+            behind_ms: 6,
+            window_ms: 5
+        })
+    );
     // Caught up: issue again, above the last ID.
     assert!(matches!(issue(&mut w, T0 + 100), Ok(NextId::Id(_))));
 }
@@ -89,7 +148,10 @@ fn small_rollback_waits_large_rollback_refuses() {
 #[test]
 fn logical_mode_borrows_within_its_bound() {
     let cfg = WorkerConfig {
-        layout: Layout { seq_bits: 1, ..Layout::default() },
+        layout: Layout {
+            seq_bits: 1,
+            ..Layout::default()
+        },
         rollback: RollbackPolicy::Logical { borrow_ms_max: 20 },
         ..WorkerConfig::default()
     };
@@ -98,7 +160,9 @@ fn logical_mode_borrows_within_its_bound() {
     // The clock jumps 10 ms back (beyond the 5 ms wait window) and stays there: the worker
     // keeps issuing from its last millisecond, then borrows the next ones while it runs at most
     // 20 ms ahead of the wall clock, then refuses.
-    let NextId::Id(first) = issue(&mut w, T0 + 1_000).unwrap() else { panic!() };
+    let NextId::Id(first) = issue(&mut w, T0 + 1_000).unwrap() else {
+        panic!()
+    };
     ids.push(first);
     let mut refused = None;
     for _ in 0..100 {
@@ -111,7 +175,13 @@ fn logical_mode_borrows_within_its_bound() {
             }
         }
     }
-    assert_eq!(refused, Some(SequencerError::BorrowExceeded { ahead_ms: 21, bound_ms: 20 }));
+    assert_eq!(
+        refused,
+        Some(SequencerError::BorrowExceeded {
+            ahead_ms: 21,
+            bound_ms: 20
+        })
+    );
     // One more in the last millisecond, then two per borrowed millisecond 1001..=1010.
     assert_eq!(ids.len(), 1 + 1 + 2 * 10);
     assert!(ids.windows(2).all(|w| w[0] < w[1]));
@@ -121,10 +191,31 @@ fn logical_mode_borrows_within_its_bound() {
 #[test]
 fn time_field_exhaustion_is_refused_not_wrapped() {
     // uid-generator's 28-bit seconds ran out on 2024-11-20 (issue #100).
-    let layout = Layout { time_bits: 8, worker_bits: 10, seq_bits: 12, epoch_ms: EPOCH, unit_ms: 1_000 };
-    let mut w = SnowflakeWorker::new(WorkerConfig { layout, ..WorkerConfig::default() }, 1, 0, EPOCH).unwrap();
+    let layout = Layout {
+        time_bits: 8,
+        worker_bits: 10,
+        seq_bits: 12,
+        epoch_ms: EPOCH,
+        unit_ms: 1_000,
+    };
+    let mut w = SnowflakeWorker::new(
+        WorkerConfig {
+            layout,
+            ..WorkerConfig::default()
+        },
+        1,
+        0,
+        EPOCH,
+    )
+    .unwrap();
     assert!(matches!(issue(&mut w, EPOCH + 255_999), Ok(NextId::Id(_))));
-    assert_eq!(issue(&mut w, EPOCH + 256_000), Err(SequencerError::TimeExhausted { ts: 256, ts_max: 255 }));
+    assert_eq!(
+        issue(&mut w, EPOCH + 256_000),
+        Err(SequencerError::TimeExhausted {
+            ts: 256,
+            ts_max: 255
+        })
+    );
 }
 
 #[test]
@@ -132,12 +223,20 @@ fn restart_behind_the_reservation_waits_until_caught_up() {
     let mut w = worker(WorkerConfig::default(), 0);
     assert!(matches!(issue(&mut w, T0 + 10_000), Ok(NextId::Id(_))));
     let persisted = w.sequencer().reserved_ts();
-    assert!(persisted >= 10_000 + 1_000, "the reservation reaches ahead ({persisted})");
+    assert!(
+        persisted >= 10_000 + 1_000,
+        "the reservation reaches ahead ({persisted})"
+    );
     // Restart after the clock went 2 s back (Leaf #216): the new incarnation must refuse.
     let mut restarted = worker(WorkerConfig::default(), persisted);
-    assert!(matches!(issue(&mut restarted, T0 + 8_000), Err(SequencerError::ClockBehind { .. })));
+    assert!(matches!(
+        issue(&mut restarted, T0 + 8_000),
+        Err(SequencerError::ClockBehind { .. })
+    ));
     // Once the clock passes the reservation, it issues above everything before the crash.
-    let Ok(NextId::Id(id)) = issue(&mut restarted, EPOCH + persisted + 1) else { panic!() };
+    let Ok(NextId::Id(id)) = issue(&mut restarted, EPOCH + persisted + 1) else {
+        panic!()
+    };
     assert!(restarted.layout().decode(id).ts > persisted);
 }
 
@@ -204,13 +303,10 @@ proptest! {
                 }
             };
             for _ in 0..burst {
-                match w.next_id(wall) {
-                    Ok(NextId::Id(id)) => {
-                        prop_assert!(id > last, "id {} after {} at wall {}", id, last, wall);
-                        last = id;
-                        issued += 1;
-                    }
-                    Ok(_) | Err(_) => {}
+                if let Ok(NextId::Id(id)) = w.next_id(wall) {
+                    prop_assert!(id > last, "id {} after {} at wall {}", id, last, wall);
+                    last = id;
+                    issued += 1;
                 }
                 if let Some(ts) = w.poll_reservation() {
                     persisted = persisted.max(ts);
@@ -238,7 +334,9 @@ fn semantic_ids_have_the_seed_shape_and_never_wrap() {
         match generator.next_id(wall).unwrap() {
             NextSemantic::Id(id) => assert!(ids.insert(id)),
             NextSemantic::WaitReservation => {
-                let ts = generator.poll_reservation().expect("a reservation is pending");
+                let ts = generator
+                    .poll_reservation()
+                    .expect("a reservation is pending");
                 generator.handle_reserved(ts);
             }
             NextSemantic::WaitUntil { wall_ms } => {
@@ -248,20 +346,47 @@ fn semantic_ids_have_the_seed_shape_and_never_wrap() {
         }
     }
     assert_eq!(ids.len(), 100_000, "at most 100,000 per second per machine");
-    assert_eq!(waited, Some(1_717_023_457_000), "the 100,001st waits for the next second");
+    assert_eq!(
+        waited,
+        Some(1_717_023_457_000),
+        "the 100,001st waits for the next second"
+    );
     let first = ids.iter().next().unwrap();
     assert_eq!(first, "OD171702345612700000");
     let parts = semantic::parse(first).unwrap();
-    assert_eq!((parts.seconds, parts.machine, parts.seq), (1_717_023_456, 127, 0));
+    assert_eq!(
+        (parts.seconds, parts.machine, parts.seq),
+        (1_717_023_456, 127, 0)
+    );
 }
 
 #[test]
 fn semantic_bad_input_is_typed() {
-    let cfg = SemanticConfig { prefix: "od".into(), rollback_ms_max: 5, rollback: RollbackPolicy::Refuse, reserve_ahead_ms: 1 };
-    assert!(matches!(SemanticGenerator::new(&cfg, 1, 0), Err(semantic::SemanticError::BadPrefix(_))));
-    let cfg = SemanticConfig { prefix: "OD".into(), ..cfg };
-    assert!(matches!(SemanticGenerator::new(&cfg, 1000, 0), Err(semantic::SemanticError::MachineTooLarge(1000))));
-    for bad in ["", "OD1", "od171702345612700000", "OD17170234561270000x", "OD1717023456127000000"] {
+    let cfg = SemanticConfig {
+        prefix: "od".into(),
+        rollback_ms_max: 5,
+        rollback: RollbackPolicy::Refuse,
+        reserve_ahead_ms: 1,
+    };
+    assert!(matches!(
+        SemanticGenerator::new(&cfg, 1, 0),
+        Err(semantic::SemanticError::BadPrefix(_))
+    ));
+    let cfg = SemanticConfig {
+        prefix: "OD".into(),
+        ..cfg
+    };
+    assert!(matches!(
+        SemanticGenerator::new(&cfg, 1000, 0),
+        Err(semantic::SemanticError::MachineTooLarge(1000))
+    ));
+    for bad in [
+        "",
+        "OD1",
+        "od171702345612700000",
+        "OD17170234561270000x",
+        "OD1717023456127000000",
+    ] {
         assert!(semantic::parse(bad).is_err(), "{bad}");
     }
 }

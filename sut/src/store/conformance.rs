@@ -4,59 +4,134 @@
 use proptest::prelude::*;
 
 use super::{
-    AllocRequest, CounterDurability, IdStore, InstanceId, MemoryIdStore, ReleaseRequest, RenewRequest, SqliteIdStore,
-    TagSpec, WorkerRequest,
+    AllocRequest, CounterDurability, IdStore, InstanceId, MemoryIdStore, ReleaseRequest,
+    RenewRequest, SqliteIdStore, TagSpec, WorkerRequest,
 };
 
 const TAGS: [&str; 2] = ["order", "user"];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Create { tag: usize, step: u64, delta: u64, remainder: u64, first_id: u64 },
-    Read { tag: usize },
-    Allocate { client: u64, tag: usize, current_version: bool, version: u64, ids: u64, min_id: u64, claim_ids: u64 },
-    Renew { client_is_holder: bool, lease: usize, claim_extra: u64 },
-    Release { client_is_holder: bool, lease: usize, used: u64 },
+    Create {
+        tag: usize,
+        step: u64,
+        delta: u64,
+        remainder: u64,
+        first_id: u64,
+    },
+    Read {
+        tag: usize,
+    },
+    Allocate {
+        client: u64,
+        tag: usize,
+        current_version: bool,
+        version: u64,
+        ids: u64,
+        min_id: u64,
+        claim_ids: u64,
+    },
+    Renew {
+        client_is_holder: bool,
+        lease: usize,
+        claim_extra: u64,
+    },
+    Release {
+        client_is_holder: bool,
+        lease: usize,
+        used: u64,
+    },
     Reclaim,
-    Acquire { client: u64, namespace: usize, worker_count: u32 },
-    RenewWorker { client: u64, namespace: usize, worker_id: u32, reserve_ts: u64 },
-    ReleaseWorker { client: u64, namespace: usize, worker_id: u32 },
-    Incr { key: usize, n: u64 },
+    Acquire {
+        client: u64,
+        namespace: usize,
+        worker_count: u32,
+    },
+    RenewWorker {
+        client: u64,
+        namespace: usize,
+        worker_id: u32,
+        reserve_ts: u64,
+    },
+    ReleaseWorker {
+        client: u64,
+        namespace: usize,
+        worker_id: u32,
+    },
+    Incr {
+        key: usize,
+        n: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0..2usize, 0..40u64, 1..4u64, 0..4u64, 0..20u64)
-            .prop_map(|(tag, step, delta, remainder, first_id)| Op::Create { tag, step, delta, remainder, first_id }),
-        (0..2usize).prop_map(|tag| Op::Read { tag }),
-        (0..3u64, 0..2usize, proptest::bool::weighted(0.8), 0..4u64, 0..30u64, 0..200u64, 0..10u64).prop_map(
-            |(client, tag, current_version, version, ids, min_id, claim_ids)| Op::Allocate {
-                client,
+        (0..2usize, 0..40u64, 1..4u64, 0..4u64, 0..20u64).prop_map(
+            |(tag, step, delta, remainder, first_id)| Op::Create {
                 tag,
-                current_version,
-                version,
-                ids,
-                min_id,
-                claim_ids
+                step,
+                delta,
+                remainder,
+                first_id
             }
         ),
-        (proptest::bool::weighted(0.9), 0..6usize, 0..20u64)
-            .prop_map(|(client_is_holder, lease, claim_extra)| Op::Renew { client_is_holder, lease, claim_extra }),
-        (proptest::bool::weighted(0.9), 0..6usize, 0..40u64)
-            .prop_map(|(client_is_holder, lease, used)| Op::Release { client_is_holder, lease, used }),
+        (0..2usize).prop_map(|tag| Op::Read { tag }),
+        (
+            0..3u64,
+            0..2usize,
+            proptest::bool::weighted(0.8),
+            0..4u64,
+            0..30u64,
+            0..200u64,
+            0..10u64
+        )
+            .prop_map(
+                |(client, tag, current_version, version, ids, min_id, claim_ids)| Op::Allocate {
+                    client,
+                    tag,
+                    current_version,
+                    version,
+                    ids,
+                    min_id,
+                    claim_ids
+                }
+            ),
+        (proptest::bool::weighted(0.9), 0..6usize, 0..20u64).prop_map(
+            |(client_is_holder, lease, claim_extra)| Op::Renew {
+                client_is_holder,
+                lease,
+                claim_extra
+            }
+        ),
+        (proptest::bool::weighted(0.9), 0..6usize, 0..40u64).prop_map(
+            |(client_is_holder, lease, used)| Op::Release {
+                client_is_holder,
+                lease,
+                used
+            }
+        ),
         Just(Op::Reclaim),
         (0..3u64, 0..2usize, 0..4u32).prop_map(|(client, namespace, worker_count)| Op::Acquire {
             client,
             namespace,
             worker_count
         }),
-        (0..3u64, 0..2usize, 0..4u32, 0..1000u64).prop_map(|(client, namespace, worker_id, reserve_ts)| {
-            Op::RenewWorker { client, namespace, worker_id, reserve_ts }
-        }),
-        (0..3u64, 0..2usize, 0..4u32).prop_map(|(client, namespace, worker_id)| Op::ReleaseWorker {
-            client,
-            namespace,
-            worker_id
+        (0..3u64, 0..2usize, 0..4u32, 0..1000u64).prop_map(
+            |(client, namespace, worker_id, reserve_ts)| {
+                Op::RenewWorker {
+                    client,
+                    namespace,
+                    worker_id,
+                    reserve_ts,
+                }
+            }
+        ),
+        (0..3u64, 0..2usize, 0..4u32).prop_map(|(client, namespace, worker_id)| {
+            Op::ReleaseWorker {
+                client,
+                namespace,
+                worker_id,
+            }
         }),
         (0..2usize, 0..5u64).prop_map(|(key, n)| Op::Incr { key, n }),
     ]
@@ -66,14 +141,35 @@ fn op() -> impl Strategy<Value = Op> {
 fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryIdStore) -> String {
     const NAMESPACES: [&str; 2] = ["snowflake", "semantic"];
     match op {
-        Op::Create { tag, step, delta, remainder, first_id } => {
-            let spec = TagSpec { first_id: *first_id, step: *step, delta: *delta, remainder: *remainder };
+        Op::Create {
+            tag,
+            step,
+            delta,
+            remainder,
+            first_id,
+        } => {
+            let spec = TagSpec {
+                first_id: *first_id,
+                step: *step,
+                delta: *delta,
+                remainder: *remainder,
+            };
             format!("{:?}", store.create_tag(TAGS[*tag], &spec))
         }
         Op::Read { tag } => format!("{:?}", store.read_tag(TAGS[*tag])),
-        Op::Allocate { client, tag, current_version, version, ids, min_id, claim_ids } => {
+        Op::Allocate {
+            client,
+            tag,
+            current_version,
+            version,
+            ids,
+            min_id,
+            claim_ids,
+        } => {
             let expected_version = if *current_version {
-                reference.read_tag(TAGS[*tag]).map_or(*version, |row| row.version)
+                reference
+                    .read_tag(TAGS[*tag])
+                    .map_or(*version, |row| row.version)
             } else {
                 *version
             };
@@ -89,10 +185,20 @@ fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryId
             };
             format!("{:?}", store.allocate(&req))
         }
-        Op::Renew { client_is_holder, lease, claim_extra } => {
+        Op::Renew {
+            client_is_holder,
+            lease,
+            claim_extra,
+        } => {
             let leases = reference.leases().expect("memory store never fails");
-            let Some(row) = leases.get(lease % leases.len().max(1)) else { return "no lease".into() };
-            let instance = if *client_is_holder { row.instance } else { InstanceId(row.instance.0 + 1) };
+            let Some(row) = leases.get(lease % leases.len().max(1)) else {
+                return "no lease".into();
+            };
+            let instance = if *client_is_holder {
+                row.instance
+            } else {
+                InstanceId(row.instance.0 + 1)
+            };
             let req = RenewRequest {
                 tag: row.tag.clone(),
                 instance,
@@ -103,10 +209,20 @@ fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryId
             };
             format!("{:?}", store.renew(&req))
         }
-        Op::Release { client_is_holder, lease, used } => {
+        Op::Release {
+            client_is_holder,
+            lease,
+            used,
+        } => {
             let leases = reference.leases().expect("memory store never fails");
-            let Some(row) = leases.get(lease % leases.len().max(1)) else { return "no lease".into() };
-            let instance = if *client_is_holder { row.instance } else { InstanceId(row.instance.0 + 1) };
+            let Some(row) = leases.get(lease % leases.len().max(1)) else {
+                return "no lease".into();
+            };
+            let instance = if *client_is_holder {
+                row.instance
+            } else {
+                InstanceId(row.instance.0 + 1)
+            };
             let req = ReleaseRequest {
                 tag: row.tag.clone(),
                 instance,
@@ -116,7 +232,11 @@ fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryId
             format!("{:?}", store.release(&req))
         }
         Op::Reclaim => format!("{:?}", store.reclaim_expired(now_ms)),
-        Op::Acquire { client, namespace, worker_count } => {
+        Op::Acquire {
+            client,
+            namespace,
+            worker_count,
+        } => {
             let req = WorkerRequest {
                 namespace: NAMESPACES[*namespace].to_owned(),
                 worker_count: *worker_count,
@@ -126,12 +246,31 @@ fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryId
             };
             format!("{:?}", store.acquire_worker(&req))
         }
-        Op::RenewWorker { client, namespace, worker_id, reserve_ts } => format!(
+        Op::RenewWorker {
+            client,
+            namespace,
+            worker_id,
+            reserve_ts,
+        } => format!(
             "{:?}",
-            store.renew_worker(NAMESPACES[*namespace], *worker_id, InstanceId(*client), *reserve_ts, 50, now_ms)
+            store.renew_worker(
+                NAMESPACES[*namespace],
+                *worker_id,
+                InstanceId(*client),
+                *reserve_ts,
+                50,
+                now_ms
+            )
         ),
-        Op::ReleaseWorker { client, namespace, worker_id } => {
-            format!("{:?}", store.release_worker(NAMESPACES[*namespace], *worker_id, InstanceId(*client)))
+        Op::ReleaseWorker {
+            client,
+            namespace,
+            worker_id,
+        } => {
+            format!(
+                "{:?}",
+                store.release_worker(NAMESPACES[*namespace], *worker_id, InstanceId(*client))
+            )
         }
         Op::Incr { key, n } => format!("{:?}", store.incr_by(["a", "b"][*key], *n, now_ms)),
     }
@@ -174,7 +313,9 @@ fn sqlite_store_survives_reopen() {
     let path = dir.path().join("ids.db");
     let grant = {
         let mut store = SqliteIdStore::open(&path, CounterDurability::EveryWrite).expect("open");
-        store.create_tag("order", &TagSpec::simple(100)).expect("create");
+        store
+            .create_tag("order", &TagSpec::simple(100))
+            .expect("create");
         let req = AllocRequest {
             tag: "order".into(),
             expected_version: 0,
@@ -198,15 +339,23 @@ fn sqlite_store_survives_reopen() {
 fn periodic_counter_loses_the_unsynced_tail_on_crash() {
     // What `appendfsync everysec` costs: increments within the last interval are lost, so a
     // counter-engine ID generator re-issues them after a crash.
-    let mut store = MemoryIdStore::with_counter_durability(CounterDurability::Periodic { interval_ms: 1000 });
+    let mut store =
+        MemoryIdStore::with_counter_durability(CounterDurability::Periodic { interval_ms: 1000 });
     let mut issued = Vec::new();
     for t in 0..1500 {
         issued.push(store.incr_by("id", 1, t).expect("incr"));
     }
     let lost = store.crash_counters();
-    assert_eq!(lost.get("id"), Some(&499), "synced at t=1000 (value 1001); 499 increments after it are lost");
+    assert_eq!(
+        lost.get("id"),
+        Some(&499),
+        "synced at t=1000 (value 1001); 499 increments after it are lost"
+    );
     let reissued = store.incr_by("id", 1, 1600).expect("incr");
-    assert!(issued.contains(&reissued), "the crash made the engine hand out {reissued} a second time");
+    assert!(
+        issued.contains(&reissued),
+        "the crash made the engine hand out {reissued} a second time"
+    );
 
     let mut durable = MemoryIdStore::with_counter_durability(CounterDurability::EveryWrite);
     for t in 0..1500 {
@@ -220,7 +369,9 @@ fn sqlite_periodic_counter_loses_the_unsynced_tail_when_the_process_dies() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ids.db");
     let last = {
-        let mut store = SqliteIdStore::open(&path, CounterDurability::Periodic { interval_ms: 1000 }).expect("open");
+        let mut store =
+            SqliteIdStore::open(&path, CounterDurability::Periodic { interval_ms: 1000 })
+                .expect("open");
         let mut last = 0;
         for t in 0..1500 {
             last = store.incr_by("id", 1, t).expect("incr");

@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed, ReleaseRequest,
-    RenewRequest, Segment, StoreError, Tag, TagRow, TagSpec, WorkerLease, WorkerRequest, align_up, check_alloc,
-    fresh_segment, initial_claim, pool_insert, take_from_pool,
+    AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
+    ReleaseRequest, RenewRequest, Segment, StoreError, Tag, TagRow, TagSpec, WorkerLease,
+    WorkerRequest, align_up, check_alloc, fresh_segment, initial_claim, pool_insert,
+    take_from_pool,
 };
 
 /// A worker id's row.
@@ -50,7 +51,10 @@ impl MemoryIdStore {
     /// An empty store with the given counter durability.
     #[must_use]
     pub fn with_counter_durability(durability: CounterDurability) -> Self {
-        Self { durability, ..Self::default() }
+        Self {
+            durability,
+            ..Self::default()
+        }
     }
 
     /// Simulates a crash of the counter engine: every counter falls back to its last synced
@@ -90,12 +94,18 @@ impl IdStore for MemoryIdStore {
     }
 
     fn read_tag(&mut self, tag: &str) -> Result<TagRow, StoreError> {
-        self.tags.get(tag).cloned().ok_or_else(|| StoreError::UnknownTag(tag.to_owned()))
+        self.tags
+            .get(tag)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownTag(tag.to_owned()))
     }
 
     fn allocate(&mut self, req: &AllocRequest) -> Result<Grant, StoreError> {
         check_alloc(req)?;
-        let row = self.tags.get_mut(&req.tag).ok_or_else(|| StoreError::UnknownTag(req.tag.clone()))?;
+        let row = self
+            .tags
+            .get_mut(&req.tag)
+            .ok_or_else(|| StoreError::UnknownTag(req.tag.clone()))?;
         if row.version != req.expected_version {
             return Err(StoreError::VersionConflict {
                 tag: req.tag.clone(),
@@ -132,50 +142,91 @@ impl IdStore for MemoryIdStore {
             lease_expiry_ms: grant.lease_expiry_ms,
         };
         let replaced = self.leases.insert((req.tag.clone(), segment.start), lease);
-        debug_assert!(replaced.is_none(), "segment {segment:?} of `{}` granted twice", req.tag);
+        debug_assert!(
+            replaced.is_none(),
+            "segment {segment:?} of `{}` granted twice",
+            req.tag
+        );
         Ok(grant)
     }
 
     fn renew(&mut self, req: &RenewRequest) -> Result<Lease, StoreError> {
-        let lost = || StoreError::LeaseLost { tag: req.tag.clone(), segment_start: req.segment_start, instance: req.instance };
-        let lease = self.leases.get_mut(&(req.tag.clone(), req.segment_start)).ok_or_else(lost)?;
+        let lost = || StoreError::LeaseLost {
+            tag: req.tag.clone(),
+            segment_start: req.segment_start,
+            instance: req.instance,
+        };
+        let lease = self
+            .leases
+            .get_mut(&(req.tag.clone(), req.segment_start))
+            .ok_or_else(lost)?;
         if lease.instance != req.instance {
             return Err(lost());
         }
         lease.claim_end = lease.claim_end.max(req.claim_end.min(lease.segment.end));
-        lease.lease_expiry_ms = lease.lease_expiry_ms.max(req.now_ms.saturating_add(req.lease_ms));
-        Ok(Lease { claim_end: lease.claim_end, lease_expiry_ms: lease.lease_expiry_ms })
+        lease.lease_expiry_ms = lease
+            .lease_expiry_ms
+            .max(req.now_ms.saturating_add(req.lease_ms));
+        Ok(Lease {
+            claim_end: lease.claim_end,
+            lease_expiry_ms: lease.lease_expiry_ms,
+        })
     }
 
     fn release(&mut self, req: &ReleaseRequest) -> Result<(), StoreError> {
         let key = (req.tag.clone(), req.segment_start);
-        let lost = || StoreError::LeaseLost { tag: req.tag.clone(), segment_start: req.segment_start, instance: req.instance };
+        let lost = || StoreError::LeaseLost {
+            tag: req.tag.clone(),
+            segment_start: req.segment_start,
+            instance: req.instance,
+        };
         let lease = self.leases.get(&key).ok_or_else(lost)?;
         if lease.instance != req.instance {
             return Err(lost());
         }
         let segment = lease.segment;
         self.leases.remove(&key);
-        let from = segment.align_up(req.used_end.clamp(segment.start, segment.end)).min(segment.end);
+        let from = segment
+            .align_up(req.used_end.clamp(segment.start, segment.end))
+            .min(segment.end);
         if let Some(row) = self.tags.get_mut(&req.tag) {
-            pool_insert(&mut row.pool, Segment { start: from, end: segment.end, delta: segment.delta });
+            pool_insert(
+                &mut row.pool,
+                Segment {
+                    start: from,
+                    end: segment.end,
+                    delta: segment.delta,
+                },
+            );
         }
         Ok(())
     }
 
     fn reclaim_expired(&mut self, now_ms: u64) -> Result<Vec<Reclaimed>, StoreError> {
-        let expired: Vec<(Tag, u64)> =
-            self.leases.iter().filter(|(_, lease)| lease.lease_expiry_ms <= now_ms).map(|(key, _)| key.clone()).collect();
+        let expired: Vec<(Tag, u64)> = self
+            .leases
+            .iter()
+            .filter(|(_, lease)| lease.lease_expiry_ms <= now_ms)
+            .map(|(key, _)| key.clone())
+            .collect();
         let mut reclaimed = Vec::with_capacity(expired.len());
         for key in expired {
             let lease = self.leases.remove(&key).expect("key listed above");
             let segment = lease.segment;
             let from = segment.align_up(lease.claim_end).min(segment.end);
-            let tail = Segment { start: from, end: segment.end, delta: segment.delta };
+            let tail = Segment {
+                start: from,
+                end: segment.end,
+                delta: segment.delta,
+            };
             if let Some(row) = self.tags.get_mut(&lease.tag) {
                 pool_insert(&mut row.pool, tail);
             }
-            reclaimed.push(Reclaimed { tag: lease.tag, instance: lease.instance, tail });
+            reclaimed.push(Reclaimed {
+                tag: lease.tag,
+                instance: lease.instance,
+                tail,
+            });
         }
         Ok(reclaimed)
     }
@@ -186,7 +237,10 @@ impl IdStore for MemoryIdStore {
 
     fn acquire_worker(&mut self, req: &WorkerRequest) -> Result<WorkerLease, StoreError> {
         if req.worker_count == 0 {
-            return Err(StoreError::InvalidSpec { field: "worker_count".into(), reason: "must be at least 1".into() });
+            return Err(StoreError::InvalidSpec {
+                field: "worker_count".into(),
+                reason: "must be at least 1".into(),
+            });
         }
         let ns = &req.namespace;
         let mine = self
@@ -201,16 +255,26 @@ impl IdStore for MemoryIdStore {
             })
         });
         let Some(worker_id) = chosen else {
-            return Err(StoreError::NoFreeWorker { namespace: ns.clone(), worker_count: req.worker_count });
+            return Err(StoreError::NoFreeWorker {
+                namespace: ns.clone(),
+                worker_count: req.worker_count,
+            });
         };
-        let row = self.workers.entry((ns.clone(), worker_id)).or_insert(WorkerRow {
-            holder: None,
-            lease_expiry_ms: 0,
-            reserved_ts: 0,
-        });
+        let row = self
+            .workers
+            .entry((ns.clone(), worker_id))
+            .or_insert(WorkerRow {
+                holder: None,
+                lease_expiry_ms: 0,
+                reserved_ts: 0,
+            });
         row.holder = Some(req.instance);
         row.lease_expiry_ms = req.now_ms.saturating_add(req.lease_ms);
-        Ok(WorkerLease { worker_id, lease_expiry_ms: row.lease_expiry_ms, reserved_ts: row.reserved_ts })
+        Ok(WorkerLease {
+            worker_id,
+            lease_expiry_ms: row.lease_expiry_ms,
+            reserved_ts: row.reserved_ts,
+        })
     }
 
     fn renew_worker(
@@ -222,19 +286,42 @@ impl IdStore for MemoryIdStore {
         lease_ms: u64,
         now_ms: u64,
     ) -> Result<WorkerLease, StoreError> {
-        let lost = || StoreError::WorkerLeaseLost { namespace: namespace.to_owned(), worker_id, instance };
-        let row = self.workers.get_mut(&(namespace.to_owned(), worker_id)).ok_or_else(lost)?;
+        let lost = || StoreError::WorkerLeaseLost {
+            namespace: namespace.to_owned(),
+            worker_id,
+            instance,
+        };
+        let row = self
+            .workers
+            .get_mut(&(namespace.to_owned(), worker_id))
+            .ok_or_else(lost)?;
         if row.holder != Some(instance) {
             return Err(lost());
         }
         row.reserved_ts = row.reserved_ts.max(reserve_ts);
         row.lease_expiry_ms = row.lease_expiry_ms.max(now_ms.saturating_add(lease_ms));
-        Ok(WorkerLease { worker_id, lease_expiry_ms: row.lease_expiry_ms, reserved_ts: row.reserved_ts })
+        Ok(WorkerLease {
+            worker_id,
+            lease_expiry_ms: row.lease_expiry_ms,
+            reserved_ts: row.reserved_ts,
+        })
     }
 
-    fn release_worker(&mut self, namespace: &str, worker_id: u32, instance: InstanceId) -> Result<(), StoreError> {
-        let lost = || StoreError::WorkerLeaseLost { namespace: namespace.to_owned(), worker_id, instance };
-        let row = self.workers.get_mut(&(namespace.to_owned(), worker_id)).ok_or_else(lost)?;
+    fn release_worker(
+        &mut self,
+        namespace: &str,
+        worker_id: u32,
+        instance: InstanceId,
+    ) -> Result<(), StoreError> {
+        let lost = || StoreError::WorkerLeaseLost {
+            namespace: namespace.to_owned(),
+            worker_id,
+            instance,
+        };
+        let row = self
+            .workers
+            .get_mut(&(namespace.to_owned(), worker_id))
+            .ok_or_else(lost)?;
         if row.holder != Some(instance) {
             return Err(lost());
         }
@@ -244,9 +331,15 @@ impl IdStore for MemoryIdStore {
 
     fn incr_by(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
         let interval_ms = self.durability.interval_ms();
-        let counter =
-            self.counters.entry(key.to_owned()).or_insert(Counter { value: 0, durable: 0, synced_at_ms: now_ms });
-        let value = counter.value.checked_add(n).ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
+        let counter = self.counters.entry(key.to_owned()).or_insert(Counter {
+            value: 0,
+            durable: 0,
+            synced_at_ms: now_ms,
+        });
+        let value = counter
+            .value
+            .checked_add(n)
+            .ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
         counter.value = value;
         if interval_ms == 0 || now_ms.saturating_sub(counter.synced_at_ms) >= interval_ms {
             counter.durable = value;

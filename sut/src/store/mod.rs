@@ -68,7 +68,11 @@ impl Segment {
     /// Number of IDs in the run.
     #[must_use]
     pub fn len(&self) -> u64 {
-        if self.end <= self.start { 0 } else { (self.end - self.start).div_ceil(self.delta) }
+        if self.end <= self.start {
+            0
+        } else {
+            (self.end - self.start).div_ceil(self.delta)
+        }
     }
 
     /// True when the run holds no ID.
@@ -96,7 +100,11 @@ impl Segment {
 pub fn align_up(x: u64, remainder: u64, delta: u64) -> u64 {
     debug_assert!(delta > 0 && remainder < delta);
     let r = x % delta;
-    if r <= remainder { x - r + remainder } else { x - r + delta + remainder }
+    if r <= remainder {
+        x - r + remainder
+    } else {
+        x - r + delta + remainder
+    }
 }
 
 /// How a tag is created.
@@ -116,12 +124,22 @@ impl TagSpec {
     /// A single-store tag starting at 1 with the given step.
     #[must_use]
     pub fn simple(step: u64) -> Self {
-        Self { first_id: 1, step, delta: 1, remainder: 0 }
+        Self {
+            first_id: 1,
+            step,
+            delta: 1,
+            remainder: 0,
+        }
     }
 
     /// Checks the spec, naming the offending field.
     pub fn validate(&self) -> Result<(), StoreError> {
-        let invalid = |field: &str, reason: String| Err(StoreError::InvalidSpec { field: field.to_owned(), reason });
+        let invalid = |field: &str, reason: String| {
+            Err(StoreError::InvalidSpec {
+                field: field.to_owned(),
+                reason,
+            })
+        };
         if self.step == 0 {
             return invalid("step", "must be at least 1".into());
         }
@@ -129,14 +147,30 @@ impl TagSpec {
             return invalid("delta", "must be at least 1".into());
         }
         if self.remainder >= self.delta {
-            return invalid("remainder", format!("{} must be below delta {}", self.remainder, self.delta));
+            return invalid(
+                "remainder",
+                format!("{} must be below delta {}", self.remainder, self.delta),
+            );
         }
         let first = align_up(self.first_id, self.remainder, self.delta);
         if first >= SEGMENT_ID_LIMIT {
-            return invalid("first_id", format!("{} is not below the segment ID limit 2^62", self.first_id));
+            return invalid(
+                "first_id",
+                format!("{} is not below the segment ID limit 2^62", self.first_id),
+            );
         }
-        if self.step.checked_mul(self.delta).is_none_or(|span| span >= SEGMENT_ID_LIMIT) {
-            return invalid("step", format!("step {} × delta {} overflows the ID space", self.step, self.delta));
+        if self
+            .step
+            .checked_mul(self.delta)
+            .is_none_or(|span| span >= SEGMENT_ID_LIMIT)
+        {
+            return invalid(
+                "step",
+                format!(
+                    "step {} × delta {} overflows the ID space",
+                    self.step, self.delta
+                ),
+            );
         }
         Ok(())
     }
@@ -417,7 +451,12 @@ pub trait IdStore {
         now_ms: u64,
     ) -> Result<WorkerLease, StoreError>;
     /// Gives a worker id back (its reservation stays for the next holder).
-    fn release_worker(&mut self, namespace: &str, worker_id: u32, instance: InstanceId) -> Result<(), StoreError>;
+    fn release_worker(
+        &mut self,
+        namespace: &str,
+        worker_id: u32,
+        instance: InstanceId,
+    ) -> Result<(), StoreError>;
 
     /// The counter engine: adds `n` to `key` (created at 0) and returns the new value.
     fn incr_by(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError>;
@@ -437,6 +476,21 @@ pub enum StoreCall {
     Renew(RenewRequest),
     /// [`IdStore::release`].
     Release(ReleaseRequest),
+    /// [`IdStore::renew_worker`].
+    RenewWorker {
+        /// The namespace.
+        namespace: String,
+        /// The worker id.
+        worker_id: u32,
+        /// The holder.
+        instance: InstanceId,
+        /// The reservation to persist.
+        reserve_ts: u64,
+        /// Lease length.
+        lease_ms: u64,
+        /// The store's lease clock.
+        now_ms: u64,
+    },
 }
 
 /// The answer to a [`StoreCall`].
@@ -450,6 +504,8 @@ pub enum StoreReply {
     Renew(Result<Lease, StoreError>),
     /// Answer to [`StoreCall::Release`].
     Release(Result<(), StoreError>),
+    /// Answer to [`StoreCall::RenewWorker`].
+    Worker(Result<WorkerLease, StoreError>),
 }
 
 impl StoreCall {
@@ -460,6 +516,21 @@ impl StoreCall {
             Self::Allocate(req) => StoreReply::Allocate(store.allocate(req)),
             Self::Renew(req) => StoreReply::Renew(store.renew(req)),
             Self::Release(req) => StoreReply::Release(store.release(req)),
+            Self::RenewWorker {
+                namespace,
+                worker_id,
+                instance,
+                reserve_ts,
+                lease_ms,
+                now_ms,
+            } => StoreReply::Worker(store.renew_worker(
+                namespace,
+                *worker_id,
+                *instance,
+                *reserve_ts,
+                *lease_ms,
+                *now_ms,
+            )),
         }
     }
 
@@ -469,6 +540,7 @@ impl StoreCall {
         match self {
             Self::Allocate(req) => req.now_ms = now_ms,
             Self::Renew(req) => req.now_ms = now_ms,
+            Self::RenewWorker { now_ms: at, .. } => *at = now_ms,
             Self::Read { .. } | Self::Release(_) => {}
         }
     }
@@ -477,23 +549,42 @@ impl StoreCall {
 /// Shared validation of an allocation request.
 fn check_alloc(req: &AllocRequest) -> Result<(), StoreError> {
     if req.ids == 0 {
-        return Err(StoreError::InvalidSpec { field: "ids".into(), reason: "must be at least 1".into() });
+        return Err(StoreError::InvalidSpec {
+            field: "ids".into(),
+            reason: "must be at least 1".into(),
+        });
     }
     if req.claim_ids == 0 {
-        return Err(StoreError::InvalidSpec { field: "claim_ids".into(), reason: "must be at least 1".into() });
+        return Err(StoreError::InvalidSpec {
+            field: "claim_ids".into(),
+            reason: "must be at least 1".into(),
+        });
     }
     Ok(())
 }
 
 /// The segment a fresh (non-pool) allocation grants, or `Exhausted`.
 fn fresh_segment(row: &TagRow, ids: u64) -> Result<Segment, StoreError> {
-    let span = ids.checked_mul(row.delta).ok_or_else(|| StoreError::Exhausted(row.tag.clone()))?;
-    let end = row.max_id.checked_add(span).filter(|end| *end <= SEGMENT_ID_LIMIT);
+    let span = ids
+        .checked_mul(row.delta)
+        .ok_or_else(|| StoreError::Exhausted(row.tag.clone()))?;
+    let end = row
+        .max_id
+        .checked_add(span)
+        .filter(|end| *end <= SEGMENT_ID_LIMIT);
     match end {
-        Some(end) => Ok(Segment { start: row.max_id, end, delta: row.delta }),
+        Some(end) => Ok(Segment {
+            start: row.max_id,
+            end,
+            delta: row.delta,
+        }),
         None if row.max_id < SEGMENT_ID_LIMIT => {
             // A short final segment up to the limit, then Exhausted forever after.
-            Ok(Segment { start: row.max_id, end: SEGMENT_ID_LIMIT, delta: row.delta })
+            Ok(Segment {
+                start: row.max_id,
+                end: SEGMENT_ID_LIMIT,
+                delta: row.delta,
+            })
         }
         None => Err(StoreError::Exhausted(row.tag.clone())),
     }
@@ -515,14 +606,26 @@ fn take_from_pool(pool: &[Segment], min_id: u64, ids: u64) -> Option<(Segment, V
             continue;
         }
         if from > range.start {
-            rest.push(Segment { start: range.start, end: from, delta: range.delta });
+            rest.push(Segment {
+                start: range.start,
+                end: from,
+                delta: range.delta,
+            });
         }
         let wanted_end = from.saturating_add(ids.saturating_mul(range.delta));
         let end = wanted_end.min(range.end);
         if end < range.end {
-            rest.push(Segment { start: end, end: range.end, delta: range.delta });
+            rest.push(Segment {
+                start: end,
+                end: range.end,
+                delta: range.delta,
+            });
         }
-        granted = Some(Segment { start: from, end, delta: range.delta });
+        granted = Some(Segment {
+            start: from,
+            end,
+            delta: range.delta,
+        });
     }
     rest.sort_unstable();
     granted.map(|segment| (segment, rest))
@@ -530,7 +633,10 @@ fn take_from_pool(pool: &[Segment], min_id: u64, ids: u64) -> Option<(Segment, V
 
 /// The initial claim of a fresh grant.
 fn initial_claim(segment: &Segment, claim_ids: u64) -> u64 {
-    segment.start.saturating_add(claim_ids.saturating_mul(segment.delta)).min(segment.end)
+    segment
+        .start
+        .saturating_add(claim_ids.saturating_mul(segment.delta))
+        .min(segment.end)
 }
 
 /// Adds a tail to a pool, keeping it sorted and merging nothing (ranges never overlap).

@@ -15,9 +15,9 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::{
-    AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed, ReleaseRequest,
-    RenewRequest, Segment, StoreError, TagRow, TagSpec, WorkerLease, WorkerRequest, align_up, check_alloc,
-    fresh_segment, initial_claim, take_from_pool,
+    AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
+    ReleaseRequest, RenewRequest, Segment, StoreError, TagRow, TagSpec, WorkerLease, WorkerRequest,
+    align_up, check_alloc, fresh_segment, initial_claim, take_from_pool,
 };
 
 const SCHEMA: &str = "
@@ -101,11 +101,18 @@ impl SqliteIdStore {
     }
 
     fn init(conn: Connection, durability: CounterDurability) -> Result<Self, StoreError> {
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(backend)?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(backend)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(backend)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(backend)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(backend)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(backend)?;
         conn.execute_batch(SCHEMA).map_err(backend)?;
-        Ok(Self { conn, durability, live_counters: BTreeMap::new() })
+        Ok(Self {
+            conn,
+            durability,
+            live_counters: BTreeMap::new(),
+        })
     }
 
     /// Writes every counter held in memory (graceful shutdown).
@@ -118,7 +125,9 @@ impl SqliteIdStore {
     }
 
     fn begin(&mut self) -> Result<Transaction<'_>, StoreError> {
-        self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(backend)
+        self.conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)
     }
 }
 
@@ -132,28 +141,46 @@ fn write_counter(tx: &Transaction<'_>, key: &str, value: u64) -> Result<(), Stor
 }
 
 fn read_counter(tx: &Transaction<'_>, key: &str) -> Result<u64, StoreError> {
-    let value: Option<i64> =
-        tx.query_row("SELECT value FROM id_counter WHERE key = ?1", [key], |r| r.get(0)).optional().map_err(backend)?;
+    let value: Option<i64> = tx
+        .query_row("SELECT value FROM id_counter WHERE key = ?1", [key], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(backend)?;
     value.map_or(Ok(0), |v| from_sql(v, "counter"))
 }
 
 fn read_tag_tx(tx: &Transaction<'_>, tag: &str) -> Result<TagRow, StoreError> {
     let row: Option<(i64, i64, i64, i64, i64)> = tx
-        .query_row("SELECT max_id, step, delta, remainder, version FROM id_tag WHERE tag = ?1", [tag], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
+        .query_row(
+            "SELECT max_id, step, delta, remainder, version FROM id_tag WHERE tag = ?1",
+            [tag],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
         .optional()
         .map_err(backend)?;
     let Some((max_id, step, delta, remainder, version)) = row else {
         return Err(StoreError::UnknownTag(tag.to_owned()));
     };
-    let mut stmt = tx.prepare_cached("SELECT start, end, delta FROM id_pool WHERE tag = ?1 ORDER BY start").map_err(backend)?;
+    let mut stmt = tx
+        .prepare_cached("SELECT start, end, delta FROM id_pool WHERE tag = ?1 ORDER BY start")
+        .map_err(backend)?;
     let pool = stmt
-        .query_map([tag], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))
+        .query_map([tag], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
         .map_err(backend)?
         .map(|row| {
             let (start, end, delta) = row.map_err(backend)?;
-            Ok(Segment { start: from_sql(start, "pool start")?, end: from_sql(end, "pool end")?, delta: from_sql(delta, "pool delta")? })
+            Ok(Segment {
+                start: from_sql(start, "pool start")?,
+                end: from_sql(end, "pool end")?,
+                delta: from_sql(delta, "pool delta")?,
+            })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     Ok(TagRow {
@@ -171,7 +198,12 @@ fn insert_pool(tx: &Transaction<'_>, tag: &str, tail: &Segment) -> Result<(), St
     if !tail.is_empty() {
         tx.execute(
             "INSERT INTO id_pool (tag, start, end, delta) VALUES (?1, ?2, ?3, ?4)",
-            params![tag, to_sql(tail.start), to_sql(tail.end), to_sql(tail.delta)],
+            params![
+                tag,
+                to_sql(tail.start),
+                to_sql(tail.end),
+                to_sql(tail.delta)
+            ],
         )
         .map_err(backend)?;
     }
@@ -185,13 +217,21 @@ fn lease_from_sql(row: LeaseSqlRow) -> Result<LeaseRow, StoreError> {
     Ok(LeaseRow {
         tag,
         instance: InstanceId(from_sql(instance, "instance")?),
-        segment: Segment { start: from_sql(start, "seg_start")?, end: from_sql(end, "seg_end")?, delta: from_sql(delta, "delta")? },
+        segment: Segment {
+            start: from_sql(start, "seg_start")?,
+            end: from_sql(end, "seg_end")?,
+            delta: from_sql(delta, "delta")?,
+        },
         claim_end: from_sql(claim_end, "claim_end")?,
         lease_expiry_ms: from_sql(expiry, "lease_expiry_ms")?,
     })
 }
 
-fn read_lease(tx: &Transaction<'_>, tag: &str, segment_start: u64) -> Result<Option<LeaseRow>, StoreError> {
+fn read_lease(
+    tx: &Transaction<'_>,
+    tag: &str,
+    segment_start: u64,
+) -> Result<Option<LeaseRow>, StoreError> {
     tx.query_row(
         "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease WHERE tag = ?1 AND seg_start = ?2",
         params![tag, to_sql(segment_start)],
@@ -207,8 +247,10 @@ impl IdStore for SqliteIdStore {
     fn create_tag(&mut self, tag: &str, spec: &TagSpec) -> Result<TagRow, StoreError> {
         spec.validate()?;
         let tx = self.begin()?;
-        let exists: Option<i64> =
-            tx.query_row("SELECT 1 FROM id_tag WHERE tag = ?1", [tag], |r| r.get(0)).optional().map_err(backend)?;
+        let exists: Option<i64> = tx
+            .query_row("SELECT 1 FROM id_tag WHERE tag = ?1", [tag], |r| r.get(0))
+            .optional()
+            .map_err(backend)?;
         if exists.is_some() {
             return Err(StoreError::TagExists(tag.to_owned()));
         }
@@ -243,7 +285,8 @@ impl IdStore for SqliteIdStore {
         }
         let (segment, from_pool) = match take_from_pool(&row.pool, req.min_id, req.ids) {
             Some((segment, rest)) => {
-                tx.execute("DELETE FROM id_pool WHERE tag = ?1", [&req.tag]).map_err(backend)?;
+                tx.execute("DELETE FROM id_pool WHERE tag = ?1", [&req.tag])
+                    .map_err(backend)?;
                 for range in &rest {
                     insert_pool(&tx, &req.tag, range)?;
                 }
@@ -260,7 +303,10 @@ impl IdStore for SqliteIdStore {
             )
             .map_err(backend)?;
         if updated != 1 {
-            return Err(StoreError::Backend(format!("version of `{}` changed inside a write transaction", req.tag)));
+            return Err(StoreError::Backend(format!(
+                "version of `{}` changed inside a write transaction",
+                req.tag
+            )));
         }
         let grant = Grant {
             tag: req.tag.clone(),
@@ -289,35 +335,61 @@ impl IdStore for SqliteIdStore {
     }
 
     fn renew(&mut self, req: &RenewRequest) -> Result<Lease, StoreError> {
-        let lost = || StoreError::LeaseLost { tag: req.tag.clone(), segment_start: req.segment_start, instance: req.instance };
+        let lost = || StoreError::LeaseLost {
+            tag: req.tag.clone(),
+            segment_start: req.segment_start,
+            instance: req.instance,
+        };
         let tx = self.begin()?;
         let lease = read_lease(&tx, &req.tag, req.segment_start)?.ok_or_else(lost)?;
         if lease.instance != req.instance {
             return Err(lost());
         }
         let claim_end = lease.claim_end.max(req.claim_end.min(lease.segment.end));
-        let lease_expiry_ms = lease.lease_expiry_ms.max(req.now_ms.saturating_add(req.lease_ms));
+        let lease_expiry_ms = lease
+            .lease_expiry_ms
+            .max(req.now_ms.saturating_add(req.lease_ms));
         tx.execute(
             "UPDATE id_lease SET claim_end = ?1, lease_expiry_ms = ?2 WHERE tag = ?3 AND seg_start = ?4",
             params![to_sql(claim_end), to_sql(lease_expiry_ms), &req.tag, to_sql(req.segment_start)],
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        Ok(Lease { claim_end, lease_expiry_ms })
+        Ok(Lease {
+            claim_end,
+            lease_expiry_ms,
+        })
     }
 
     fn release(&mut self, req: &ReleaseRequest) -> Result<(), StoreError> {
-        let lost = || StoreError::LeaseLost { tag: req.tag.clone(), segment_start: req.segment_start, instance: req.instance };
+        let lost = || StoreError::LeaseLost {
+            tag: req.tag.clone(),
+            segment_start: req.segment_start,
+            instance: req.instance,
+        };
         let tx = self.begin()?;
         let lease = read_lease(&tx, &req.tag, req.segment_start)?.ok_or_else(lost)?;
         if lease.instance != req.instance {
             return Err(lost());
         }
         let segment = lease.segment;
-        tx.execute("DELETE FROM id_lease WHERE tag = ?1 AND seg_start = ?2", params![&req.tag, to_sql(req.segment_start)])
-            .map_err(backend)?;
-        let from = segment.align_up(req.used_end.clamp(segment.start, segment.end)).min(segment.end);
-        insert_pool(&tx, &req.tag, &Segment { start: from, end: segment.end, delta: segment.delta })?;
+        tx.execute(
+            "DELETE FROM id_lease WHERE tag = ?1 AND seg_start = ?2",
+            params![&req.tag, to_sql(req.segment_start)],
+        )
+        .map_err(backend)?;
+        let from = segment
+            .align_up(req.used_end.clamp(segment.start, segment.end))
+            .min(segment.end);
+        insert_pool(
+            &tx,
+            &req.tag,
+            &Segment {
+                start: from,
+                end: segment.end,
+                delta: segment.delta,
+            },
+        )?;
         tx.commit().map_err(backend)
     }
 
@@ -330,20 +402,41 @@ impl IdStore for SqliteIdStore {
                      WHERE lease_expiry_ms <= ?1 ORDER BY tag, seg_start",
                 )
                 .map_err(backend)?;
-            stmt.query_map([to_sql(now_ms)], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))
-                .map_err(backend)?
-                .map(|row| lease_from_sql(row.map_err(backend)?))
-                .collect::<Result<Vec<_>, StoreError>>()?
+            stmt.query_map([to_sql(now_ms)], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .map_err(backend)?
+            .map(|row| lease_from_sql(row.map_err(backend)?))
+            .collect::<Result<Vec<_>, StoreError>>()?
         };
         let mut reclaimed = Vec::with_capacity(expired.len());
         for lease in expired {
             let segment = lease.segment;
-            tx.execute("DELETE FROM id_lease WHERE tag = ?1 AND seg_start = ?2", params![&lease.tag, to_sql(segment.start)])
-                .map_err(backend)?;
+            tx.execute(
+                "DELETE FROM id_lease WHERE tag = ?1 AND seg_start = ?2",
+                params![&lease.tag, to_sql(segment.start)],
+            )
+            .map_err(backend)?;
             let from = segment.align_up(lease.claim_end).min(segment.end);
-            let tail = Segment { start: from, end: segment.end, delta: segment.delta };
+            let tail = Segment {
+                start: from,
+                end: segment.end,
+                delta: segment.delta,
+            };
             insert_pool(&tx, &lease.tag, &tail)?;
-            reclaimed.push(Reclaimed { tag: lease.tag, instance: lease.instance, tail });
+            reclaimed.push(Reclaimed {
+                tag: lease.tag,
+                instance: lease.instance,
+                tail,
+            });
         }
         tx.commit().map_err(backend)?;
         Ok(reclaimed)
@@ -356,15 +449,28 @@ impl IdStore for SqliteIdStore {
                 "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease ORDER BY tag, seg_start",
             )
             .map_err(backend)?;
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)))
-            .map_err(backend)?
-            .map(|row| lease_from_sql(row.map_err(backend)?))
-            .collect()
+        stmt.query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
+        })
+        .map_err(backend)?
+        .map(|row| lease_from_sql(row.map_err(backend)?))
+        .collect()
     }
 
     fn acquire_worker(&mut self, req: &WorkerRequest) -> Result<WorkerLease, StoreError> {
         if req.worker_count == 0 {
-            return Err(StoreError::InvalidSpec { field: "worker_count".into(), reason: "must be at least 1".into() });
+            return Err(StoreError::InvalidSpec {
+                field: "worker_count".into(),
+                reason: "must be at least 1".into(),
+            });
         }
         let tx = self.begin()?;
         let rows: BTreeMap<u32, (Option<u64>, u64, u64)> = {
@@ -374,18 +480,34 @@ impl IdStore for SqliteIdStore {
                 )
                 .map_err(backend)?;
             stmt.query_map(params![&req.namespace, i64::from(req.worker_count)], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
             })
             .map_err(backend)?
             .map(|row| {
                 let (id, holder, expiry, reserved) = row.map_err(backend)?;
-                let id = u32::try_from(id).map_err(|_| StoreError::Backend(format!("corrupt row: worker id {id}")))?;
+                let id = u32::try_from(id)
+                    .map_err(|_| StoreError::Backend(format!("corrupt row: worker id {id}")))?;
                 let holder = holder.map(|h| from_sql(h, "holder")).transpose()?;
-                Ok((id, (holder, from_sql(expiry, "lease_expiry_ms")?, from_sql(reserved, "reserved_ts")?)))
+                Ok((
+                    id,
+                    (
+                        holder,
+                        from_sql(expiry, "lease_expiry_ms")?,
+                        from_sql(reserved, "reserved_ts")?,
+                    ),
+                ))
             })
             .collect::<Result<_, StoreError>>()?
         };
-        let mine = rows.iter().find(|(_, (holder, _, _))| *holder == Some(req.instance.0)).map(|(id, _)| *id);
+        let mine = rows
+            .iter()
+            .find(|(_, (holder, _, _))| *holder == Some(req.instance.0))
+            .map(|(id, _)| *id);
         let chosen = mine.or_else(|| {
             (0..req.worker_count).find(|id| match rows.get(id) {
                 None => true,
@@ -393,7 +515,10 @@ impl IdStore for SqliteIdStore {
             })
         });
         let Some(worker_id) = chosen else {
-            return Err(StoreError::NoFreeWorker { namespace: req.namespace.clone(), worker_count: req.worker_count });
+            return Err(StoreError::NoFreeWorker {
+                namespace: req.namespace.clone(),
+                worker_count: req.worker_count,
+            });
         };
         let reserved_ts = rows.get(&worker_id).map_or(0, |(_, _, reserved)| *reserved);
         let lease_expiry_ms = req.now_ms.saturating_add(req.lease_ms);
@@ -404,7 +529,11 @@ impl IdStore for SqliteIdStore {
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        Ok(WorkerLease { worker_id, lease_expiry_ms, reserved_ts })
+        Ok(WorkerLease {
+            worker_id,
+            lease_expiry_ms,
+            reserved_ts,
+        })
     }
 
     fn renew_worker(
@@ -416,7 +545,11 @@ impl IdStore for SqliteIdStore {
         lease_ms: u64,
         now_ms: u64,
     ) -> Result<WorkerLease, StoreError> {
-        let lost = || StoreError::WorkerLeaseLost { namespace: namespace.to_owned(), worker_id, instance };
+        let lost = || StoreError::WorkerLeaseLost {
+            namespace: namespace.to_owned(),
+            worker_id,
+            instance,
+        };
         let tx = self.begin()?;
         let row: Option<(Option<i64>, i64, i64)> = tx
             .query_row(
@@ -426,22 +559,34 @@ impl IdStore for SqliteIdStore {
             )
             .optional()
             .map_err(backend)?;
-        let Some((holder, expiry, reserved)) = row else { return Err(lost()) };
+        let Some((holder, expiry, reserved)) = row else {
+            return Err(lost());
+        };
         if holder != Some(to_sql(instance.0)) {
             return Err(lost());
         }
         let reserved_ts = from_sql(reserved, "reserved_ts")?.max(reserve_ts);
-        let lease_expiry_ms = from_sql(expiry, "lease_expiry_ms")?.max(now_ms.saturating_add(lease_ms));
+        let lease_expiry_ms =
+            from_sql(expiry, "lease_expiry_ms")?.max(now_ms.saturating_add(lease_ms));
         tx.execute(
             "UPDATE id_worker SET lease_expiry_ms = ?1, reserved_ts = ?2 WHERE namespace = ?3 AND worker_id = ?4",
             params![to_sql(lease_expiry_ms), to_sql(reserved_ts), namespace, i64::from(worker_id)],
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        Ok(WorkerLease { worker_id, lease_expiry_ms, reserved_ts })
+        Ok(WorkerLease {
+            worker_id,
+            lease_expiry_ms,
+            reserved_ts,
+        })
     }
 
-    fn release_worker(&mut self, namespace: &str, worker_id: u32, instance: InstanceId) -> Result<(), StoreError> {
+    fn release_worker(
+        &mut self,
+        namespace: &str,
+        worker_id: u32,
+        instance: InstanceId,
+    ) -> Result<(), StoreError> {
         let tx = self.begin()?;
         let updated = tx
             .execute(
@@ -450,7 +595,11 @@ impl IdStore for SqliteIdStore {
             )
             .map_err(backend)?;
         if updated != 1 {
-            return Err(StoreError::WorkerLeaseLost { namespace: namespace.to_owned(), worker_id, instance });
+            return Err(StoreError::WorkerLeaseLost {
+                namespace: namespace.to_owned(),
+                worker_id,
+                instance,
+            });
         }
         tx.commit().map_err(backend)
     }
@@ -459,7 +608,9 @@ impl IdStore for SqliteIdStore {
         let interval_ms = self.durability.interval_ms();
         if interval_ms == 0 {
             let tx = self.begin()?;
-            let value = read_counter(&tx, key)?.checked_add(n).ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
+            let value = read_counter(&tx, key)?
+                .checked_add(n)
+                .ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
             write_counter(&tx, key, value)?;
             tx.commit().map_err(backend)?;
             return Ok(value);
@@ -468,10 +619,19 @@ impl IdStore for SqliteIdStore {
             let tx = self.begin()?;
             let value = read_counter(&tx, key)?;
             tx.commit().map_err(backend)?;
-            self.live_counters.insert(key.to_owned(), LiveCounter { value, synced_at_ms: now_ms });
+            self.live_counters.insert(
+                key.to_owned(),
+                LiveCounter {
+                    value,
+                    synced_at_ms: now_ms,
+                },
+            );
         }
         let counter = self.live_counters.get_mut(key).expect("inserted above");
-        let value = counter.value.checked_add(n).ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
+        let value = counter
+            .value
+            .checked_add(n)
+            .ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
         counter.value = value;
         if now_ms.saturating_sub(counter.synced_at_ms) >= interval_ms {
             counter.synced_at_ms = now_ms;

@@ -1,0 +1,531 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::store::{IdStore, MemoryIdStore, TagSpec};
+
+const TAG: &str = "order";
+
+fn cfg(instance: u64) -> AllocatorConfig {
+    AllocatorConfig {
+        lease_ms: 1_000,
+        drift_ms_max: 50,
+        renew_interval_ms: 300,
+        request_timeout_ms: 100,
+        ..AllocatorConfig::new(TAG, InstanceId(instance))
+    }
+}
+
+/// Performs every queued call at once, as a driver next to its store would.
+fn pump(alloc: &mut SegmentAllocator, store: &mut MemoryIdStore, now: Now) -> usize {
+    let mut calls = 0;
+    while let Some(req) = alloc.poll_request() {
+        calls += 1;
+        let reply = req.call.execute(store);
+        alloc.handle_reply(req.id, reply, now);
+    }
+    calls
+}
+
+/// Takes one ID, pumping the store until it is there (bounded).
+fn take(alloc: &mut SegmentAllocator, store: &mut MemoryIdStore, now: Now) -> Take {
+    for _ in 0..8 {
+        let take = alloc.next_id(now);
+        pump(alloc, store, now);
+        if take != Take::Pending {
+            return take;
+        }
+    }
+    Take::Pending
+}
+
+fn id_of(take: Take) -> u64 {
+    match take {
+        Take::Block(block) => {
+            assert_eq!(block.count, 1);
+            block.start
+        }
+        other => panic!("expected an ID, got {other:?}"),
+    }
+}
+
+fn store_with(step: u64) -> MemoryIdStore {
+    let mut store = MemoryIdStore::new();
+    store.create_tag(TAG, &TagSpec::simple(step)).unwrap();
+    store
+}
+
+#[test]
+fn double_buffer_prefetches_at_ten_percent() {
+    let mut store = store_with(100);
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let now = Now::both(0);
+    assert_eq!(id_of(take(&mut alloc, &mut store, now)), 1);
+    assert_eq!(alloc.health(now).next, None, "1% used: no prefetch yet");
+    for expected in 2..=10 {
+        assert_eq!(id_of(take(&mut alloc, &mut store, now)), expected);
+    }
+    let health = alloc.health(now);
+    assert!(
+        health.next.is_some(),
+        "10% used: the next segment is fetched: {health:?}"
+    );
+    assert_eq!(health.stats.reloads, 2);
+    // The switch to the next buffer costs no store round trip.
+    for expected in 11..=100 {
+        assert_eq!(id_of(take(&mut alloc, &mut store, now)), expected);
+    }
+    let id = alloc.next_id(now);
+    assert!(
+        matches!(id, Take::Block(IdBlock { start: 101, .. })),
+        "{id:?}"
+    );
+    assert_eq!(alloc.stats().buffer_switches, 1);
+}
+
+#[test]
+fn both_buffers_empty_says_pending_then_unavailable() {
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let mut now = Now::both(0);
+    assert_eq!(alloc.next_id(now), Take::Pending);
+    let read = alloc.poll_request().expect("a read is queued");
+    assert!(matches!(read.call, StoreCall::Read { .. }));
+    // The store never answers: after three timed-out fetches the allocator says Unavailable.
+    let mut answer = Take::Pending;
+    for _ in 0..10 {
+        now = Now::both(alloc.poll_timeout().expect("a timeout is armed"));
+        alloc.handle_timeout(now);
+        while alloc.poll_request().is_some() {}
+        answer = alloc.next_id(now);
+        if answer != Take::Pending {
+            break;
+        }
+    }
+    assert!(
+        matches!(
+            answer,
+            Take::Unavailable(Unavailable::StoreUnreachable { failures: 3, .. })
+        ),
+        "{answer:?}"
+    );
+    assert_eq!(alloc.stats().fetch_failures, 3);
+}
+
+#[test]
+fn unknown_tag_is_a_permanent_error() {
+    let mut store = MemoryIdStore::new();
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let take = take(&mut alloc, &mut store, Now::both(0));
+    assert_eq!(
+        take,
+        Take::Unavailable(Unavailable::Permanent(StoreError::UnknownTag(TAG.into())))
+    );
+}
+
+#[test]
+fn version_conflict_is_retried() {
+    let mut store = store_with(10);
+    let mut a = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let mut b = SegmentAllocator::new(cfg(2), Now::both(0)).unwrap();
+    let now = Now::both(0);
+    assert_eq!(a.next_id(now), Take::Pending);
+    assert_eq!(b.next_id(now), Take::Pending);
+    // Both read version 0.
+    let (ra, rb) = (a.poll_request().unwrap(), b.poll_request().unwrap());
+    a.handle_reply(ra.id, ra.call.execute(&mut store), now);
+    b.handle_reply(rb.id, rb.call.execute(&mut store), now);
+    // A wins the optimistic lock, B conflicts and re-reads.
+    pump(&mut a, &mut store, now);
+    pump(&mut b, &mut store, now);
+    assert_eq!(b.stats().conflicts, 1);
+    let (ia, ib) = (
+        id_of(take(&mut a, &mut store, now)),
+        id_of(take(&mut b, &mut store, now)),
+    );
+    assert_ne!(ia, ib);
+    assert_eq!((ia, ib), (1, 11));
+}
+
+#[test]
+fn claims_bound_what_a_zombie_can_issue_and_the_tail_is_reclaimed() {
+    let mut store = store_with(100);
+    let mut zombie = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let now = Now::both(0);
+    let first = id_of(take(&mut zombie, &mut store, now));
+    assert_eq!(first, 1);
+    // Partitioned from the store: keep issuing, renewals go nowhere.
+    let mut issued = vec![first];
+    let mut t = 0;
+    loop {
+        t += 10;
+        let now = Now::both(t);
+        zombie.handle_timeout(now);
+        while zombie.poll_request().is_some() {}
+        match zombie.next_id(now) {
+            Take::Block(block) => issued.extend(block.ids()),
+            Take::Pending | Take::Unavailable(_) => break,
+            Take::Degraded(_) => unreachable!(),
+        }
+    }
+    // It stopped at its claim (25% of 100 IDs), well before the lease could expire.
+    assert_eq!(issued.len(), 25);
+    assert!(t < 1_000);
+    // The store reclaims the unclaimed tail once the lease expires on its clock.
+    let reclaimed = store.reclaim_expired(1_000).unwrap();
+    assert_eq!(reclaimed.len(), 1);
+    assert_eq!(
+        reclaimed[0].tail,
+        Segment {
+            start: 26,
+            end: 101,
+            delta: 1
+        }
+    );
+    // A fresh instance is granted the tail first.
+    let mut fresh = SegmentAllocator::new(cfg(2), Now::both(1_000)).unwrap();
+    let id = id_of(take(&mut fresh, &mut store, Now::both(1_000)));
+    assert_eq!(id, 26);
+    assert_eq!(fresh.stats().pool_grants, 1);
+    assert!(!issued.contains(&id));
+    // The zombie, even with its clock far behind, cannot issue: its claim is used up and the
+    // lease deadline passed on its monotonic clock.
+    let late = zombie.next_id(Now {
+        wall_ms: 0,
+        mono_ms: 2_000,
+    });
+    assert!(!matches!(late, Take::Block(_)), "{late:?}");
+}
+
+#[test]
+fn lease_expiry_by_the_holders_own_clock_drops_the_segment() {
+    let mut store = store_with(1_000);
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    id_of(take(&mut alloc, &mut store, Now::both(0)));
+    // No renewal gets through; at 1000 - 50 ms (drift margin) the lease cannot be proven.
+    let now = Now {
+        wall_ms: 0,
+        mono_ms: 950,
+    };
+    assert!(!matches!(alloc.next_id(now), Take::Block(_)));
+    assert_eq!(alloc.stats().leases_expired, 1);
+    assert!(alloc.stats().ids_abandoned > 0);
+}
+
+#[test]
+fn degraded_mode_issues_flagged_snowflake_ids_when_the_store_is_gone() {
+    let mut store = store_with(10);
+    let lease = store
+        .acquire_worker(&crate::store::WorkerRequest {
+            namespace: DEGRADED_NAMESPACE.into(),
+            worker_count: 512,
+            instance: InstanceId(1),
+            lease_ms: 60_000,
+            now_ms: 0,
+        })
+        .unwrap();
+    let t0 = 1_700_000_000_000;
+    let worker = WorkerConfig {
+        layout: crate::snowflake::Layout {
+            time_bits: 41,
+            worker_bits: 9,
+            seq_bits: 12,
+            ..Default::default()
+        },
+        reserve_ahead_ms: 60_000,
+        ..WorkerConfig::default()
+    };
+    let config = AllocatorConfig {
+        degraded: Some(DegradedConfig {
+            worker,
+            worker_id: lease.worker_id,
+            reserved_ts: lease.reserved_ts,
+        }),
+        ..cfg(1)
+    };
+    let mut alloc = SegmentAllocator::new(
+        config,
+        Now {
+            wall_ms: t0,
+            mono_ms: 0,
+        },
+    )
+    .unwrap();
+    // While the store is reachable, the degraded reservation is kept ahead.
+    let now = Now {
+        wall_ms: t0,
+        mono_ms: 0,
+    };
+    id_of(take(&mut alloc, &mut store, now));
+    alloc.handle_timeout(now);
+    pump(&mut alloc, &mut store, now);
+    // Now the store disappears: let the segment's lease lapse and fetches fail.
+    let mut t = 0;
+    let mut degraded = Vec::new();
+    while degraded.len() < 10 && t < 20_000 {
+        t += 50;
+        let now = Now {
+            wall_ms: t0 + t,
+            mono_ms: t,
+        };
+        alloc.handle_timeout(now);
+        while alloc.poll_request().is_some() {}
+        match alloc.next_id(now) {
+            Take::Degraded(id) => degraded.push(id),
+            Take::Block(_) | Take::Pending | Take::Unavailable(_) => {}
+        }
+    }
+    assert_eq!(
+        degraded.len(),
+        10,
+        "health: {:?}",
+        alloc.health(Now {
+            wall_ms: t0 + t,
+            mono_ms: t
+        })
+    );
+    assert!(
+        degraded
+            .iter()
+            .all(|id| id & DEGRADED_FLAG != 0 && *id < 1 << 63)
+    );
+    assert!(degraded.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(alloc.stats().degraded_issued, 10);
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let bad = AllocatorConfig {
+        claim_pct: 0,
+        ..cfg(1)
+    };
+    let err = SegmentAllocator::new(bad, Now::both(0)).unwrap_err();
+    assert_eq!(err.field, "claim_pct");
+    let bad = AllocatorConfig {
+        lease_ms: 100,
+        drift_ms_max: 50,
+        ..cfg(1)
+    };
+    assert_eq!(
+        SegmentAllocator::new(bad, Now::both(0)).unwrap_err().field,
+        "lease_ms"
+    );
+    let bad = AllocatorConfig {
+        tag: String::new(),
+        ..cfg(1)
+    };
+    assert_eq!(
+        SegmentAllocator::new(bad, Now::both(0)).unwrap_err().field,
+        "tag"
+    );
+}
+
+#[test]
+fn health_reports_buffers_and_gaps() {
+    let mut store = store_with(50);
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    for _ in 0..20 {
+        id_of(take(&mut alloc, &mut store, Now::both(0)));
+    }
+    let health = alloc.health(Now::both(0));
+    let current = health.current.expect("a current buffer");
+    assert_eq!(
+        current.segment,
+        Segment {
+            start: 1,
+            end: 51,
+            delta: 1
+        }
+    );
+    assert_eq!(current.remaining_pct, 60);
+    assert_eq!(health.last_issued, Some(20));
+    assert_eq!(health.stats.largest_gap, 0);
+    assert_eq!(health.fetch, "idle");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many allocators, one store, an adversarial network.
+
+#[derive(Clone, Debug)]
+enum Action {
+    /// Allocator `i` takes up to `n` IDs.
+    Take { i: usize, n: u64 },
+    /// Deliver the in-flight message at this index (modulo the queue length).
+    Deliver { k: usize, duplicate: bool },
+    /// Lose the in-flight message at this index.
+    Drop { k: usize },
+    /// Time passes; due timeouts fire.
+    Advance { ms: u64 },
+    /// The store reclaims expired leases.
+    Reclaim,
+    /// Allocator `i` crashes and restarts as a new instance.
+    Restart { i: usize },
+}
+
+fn action(allocators: usize) -> impl Strategy<Value = Action> {
+    prop_oneof![
+        6 => (0..allocators, 1..8u64).prop_map(|(i, n)| Action::Take { i, n }),
+        6 => (any::<usize>(), proptest::bool::weighted(0.1)).prop_map(|(k, duplicate)| Action::Deliver { k, duplicate }),
+        1 => any::<usize>().prop_map(|k| Action::Drop { k }),
+        3 => (0..120u64).prop_map(|ms| Action::Advance { ms }),
+        1 => Just(Action::Reclaim),
+        1 => (0..allocators).prop_map(|i| Action::Restart { i }),
+    ]
+}
+
+fn step_policy() -> impl Strategy<Value = StepPolicy> {
+    prop_oneof![
+        (1..30u64).prop_map(|step| StepPolicy::Fixed { step }),
+        (10..200u64).prop_map(|step_max| StepPolicy::Leaf { step_max }),
+        (1..20u64, 20..100u64).prop_map(|(base, step_max)| StepPolicy::SeedLog { base, step_max }),
+    ]
+}
+
+enum Message {
+    ToStore {
+        from: InstanceId,
+        req: Request,
+    },
+    ToAllocator {
+        to: InstanceId,
+        id: u64,
+        reply: StoreReply,
+    },
+}
+
+struct Node {
+    alloc: SegmentAllocator,
+    born_ms: u64,
+    issued: Vec<u64>,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// For any interleaving of several allocators over one store — answers delayed, lost,
+    /// duplicated and reordered, random steps, leases expiring and being reclaimed, allocators
+    /// crashing and restarting — no ID is issued twice and each allocator instance's IDs increase.
+    #[test]
+    fn allocators_never_issue_an_id_twice(
+        actions in proptest::collection::vec(action(3), 1..400),
+        policies in proptest::collection::vec(step_policy(), 3),
+        tag_step in 1..40u64,
+        claim_pct in 1..=100u8,
+        prefetch_used_pct in 1..=100u8,
+    ) {
+        let mut store = MemoryIdStore::new();
+        store.create_tag(TAG, &TagSpec::simple(tag_step)).unwrap();
+        let make = |instance: u64, policy: StepPolicy, now_ms: u64| {
+            let config = AllocatorConfig { step: policy, claim_pct, prefetch_used_pct, ..cfg(instance) };
+            Node { alloc: SegmentAllocator::new(config, Now::both(0)).unwrap(), born_ms: now_ms, issued: Vec::new() }
+        };
+        let mut nodes: Vec<Node> = (0..3).map(|i| make(i as u64 + 1, policies[i], 0)).collect();
+        let mut next_instance = 4;
+        let mut network: Vec<Message> = Vec::new();
+        let mut t = 0u64;
+        let mut owner: BTreeMap<u64, InstanceId> = BTreeMap::new();
+        let now_of = |node: &Node, t: u64| Now { wall_ms: t, mono_ms: t - node.born_ms };
+        for act in actions {
+            match act {
+                Action::Take { i, n } => {
+                    let node = &mut nodes[i];
+                    let now = now_of(node, t);
+                    if let Take::Block(block) = node.alloc.take_block(now, n) {
+                        for id in block.ids() {
+                            let instance = node.alloc.config().instance;
+                            if let Some(previous) = owner.insert(id, instance) {
+                                prop_assert!(false, "ID {} issued by {} and again by {}", id, previous, instance);
+                            }
+                            if let Some(last) = node.issued.last() {
+                                prop_assert!(id > *last, "{} issued {} after {}", instance, id, last);
+                            }
+                            node.issued.push(id);
+                        }
+                    }
+                }
+                Action::Deliver { k, duplicate } if !network.is_empty() => {
+                    let k = k % network.len();
+                    let message = network.remove(k);
+                    match message {
+                        Message::ToStore { from, mut req } => {
+                            req.call.set_store_now(t);
+                            let reply = req.call.execute(&mut store);
+                            if duplicate {
+                                // The request is delivered twice (a retransmission).
+                                let again = req.call.execute(&mut store);
+                                network.push(Message::ToAllocator { to: from, id: req.id, reply: again });
+                            }
+                            network.push(Message::ToAllocator { to: from, id: req.id, reply });
+                        }
+                        Message::ToAllocator { to, id, reply } => {
+                            if let Some(node) = nodes.iter_mut().find(|n| n.alloc.config().instance == to) {
+                                let now = now_of(node, t);
+                                if duplicate {
+                                    node.alloc.handle_reply(id, reply.clone(), now);
+                                }
+                                node.alloc.handle_reply(id, reply, now);
+                            }
+                        }
+                    }
+                }
+                Action::Deliver { .. } => {}
+                Action::Drop { k } if !network.is_empty() => {
+                    let k = k % network.len();
+                    network.remove(k);
+                }
+                Action::Drop { .. } => {}
+                Action::Advance { ms } => {
+                    t += ms;
+                    for node in &mut nodes {
+                        let now = now_of(node, t);
+                        if node.alloc.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
+                            node.alloc.handle_timeout(now);
+                        }
+                    }
+                }
+                Action::Reclaim => {
+                    store.reclaim_expired(t).unwrap();
+                }
+                Action::Restart { i } => {
+                    nodes[i] = make(next_instance, policies[i], t);
+                    next_instance += 1;
+                }
+            }
+            for node in &mut nodes {
+                while let Some(req) = node.alloc.poll_request() {
+                    network.push(Message::ToStore { from: node.alloc.config().instance, req });
+                }
+            }
+            prop_assert!(network.len() < 10_000);
+        }
+    }
+}
+
+#[test]
+fn region_pools_never_collide() {
+    // Tinyid's delta/remainder: three stores (regions), store k issues only IDs ≡ k (mod 3).
+    let mut all = BTreeSet::new();
+    for remainder in 0..3 {
+        let mut store = MemoryIdStore::new();
+        store
+            .create_tag(
+                TAG,
+                &TagSpec {
+                    first_id: 1,
+                    step: 7,
+                    delta: 3,
+                    remainder,
+                },
+            )
+            .unwrap();
+        for instance in 0..2 {
+            let mut alloc = SegmentAllocator::new(cfg(instance + 1), Now::both(0)).unwrap();
+            for _ in 0..100 {
+                let id = id_of(take(&mut alloc, &mut store, Now::both(0)));
+                assert_eq!(id % 3, remainder);
+                assert!(all.insert(id), "{id} issued twice");
+            }
+        }
+    }
+    assert_eq!(all.len(), 600);
+}
