@@ -1,1 +1,421 @@
-//! placeholder
+//! The concurrent front of a segment allocator, for the real server: many threads take IDs
+//! with one atomic `fetch_add` and two plain loads, no lock on the hot path.
+//!
+//! IDs of a tag are `index · delta + remainder` (delta = 1 for a single store). The front keeps
+//! a cursor over indexes and a *window* `[start, end)` of indexes it may issue: the current
+//! block the sans-IO [`SegmentAllocator`] handed out (at most `block_ids` IDs, always within
+//! the acknowledged claim). Taking an ID is:
+//!
+//! 1. `v = cursor.fetch_add(1)`: each value goes to exactly one thread;
+//! 2. read `end` (acquire), then `start`;
+//! 3. `start <= v < end` → the ID is `v · delta + remainder`.
+//!
+//! Why this is safe without a lock: windows only move up and never overlap, and the slow path
+//! writes `start` before it publishes `end`. A thread that reads the new `end` therefore reads
+//! the new (or a later) `start`; a thread that reads an old `end` and a new `start` sees an
+//! empty window. So an accepted `v` always lies in one window that this instance was granted,
+//! and no value is accepted twice because no value is handed out twice. Values that miss
+//! (`v >= end`) send their thread to the slow path, which, under a mutex, asks the allocator for
+//! the next block (performing store calls inline), publishes it and moves the cursor up to its
+//! start. Values that fell between windows are skipped: a gap, never a duplicate.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{IdBlock, SegmentAllocator, Take, Unavailable};
+use crate::clock::Now;
+use crate::store::IdStore;
+
+/// Slow-path rounds (allocator step + store calls) before giving up with `Busy`.
+const SLOW_ROUNDS_MAX: usize = 16;
+/// Hot-path retries after refills before giving up with `Busy`.
+const HOT_RETRIES_MAX: usize = 64;
+/// The largest block.
+pub const BLOCK_IDS_MAX: u64 = 1 << 30;
+
+/// Why no ID could be taken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// The allocator cannot issue (store unreachable or a permanent error).
+    #[error("IDs unavailable: {0}")]
+    Unavailable(Unavailable),
+    /// The allocator is waiting (backoff or a claim renewal); retry shortly.
+    #[error("IDs temporarily unavailable: the allocator is waiting for its store")]
+    Busy,
+}
+
+/// The published window, alone on its cache line (it is read by every take, written rarely).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Window {
+    end: AtomicU64,
+    start: AtomicU64,
+    delta: AtomicU64,
+    remainder: AtomicU64,
+}
+
+/// Keeps the cursor alone on its cache line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded<T>(T);
+
+#[derive(Debug)]
+struct Slow<S> {
+    alloc: SegmentAllocator,
+    store: S,
+}
+
+impl<S: IdStore> Slow<S> {
+    /// Performs queued store calls inline; returns how many.
+    fn pump(&mut self, now: Now) -> usize {
+        let mut calls = 0;
+        while let Some(req) = self.alloc.poll_request() {
+            calls += 1;
+            let reply = req.call.execute(&mut self.store);
+            self.alloc.handle_reply(req.id, reply, now);
+        }
+        calls
+    }
+
+    fn tick(&mut self, now: Now) {
+        if self
+            .alloc
+            .poll_timeout()
+            .is_some_and(|due| due <= now.mono_ms)
+        {
+            self.alloc.handle_timeout(now);
+        }
+        self.pump(now);
+    }
+
+    fn take(&mut self, now: Now, max: u64) -> Result<Take, IdError> {
+        for _ in 0..SLOW_ROUNDS_MAX {
+            self.tick(now);
+            match self.alloc.take_block(now, max) {
+                take @ (Take::Block(_) | Take::Degraded(_)) => {
+                    self.pump(now);
+                    return Ok(take);
+                }
+                Take::Unavailable(why) => return Err(IdError::Unavailable(why)),
+                Take::Pending => {
+                    if self.pump(now) == 0 {
+                        return Err(IdError::Busy);
+                    }
+                }
+            }
+        }
+        Err(IdError::Busy)
+    }
+}
+
+/// A segment allocator shared by many threads.
+#[derive(Debug)]
+pub struct ConcurrentIds<S, C> {
+    cursor: Padded<AtomicU64>,
+    window: Window,
+    slow: Mutex<Slow<S>>,
+    clock: C,
+    block_ids: u64,
+}
+
+/// What one hot-path attempt found.
+enum Attempt {
+    /// Index `from`, with the window's delta and remainder.
+    Hit {
+        from: u64,
+        delta: u64,
+        remainder: u64,
+    },
+    /// Below the window: the cursor is being moved up; just retry.
+    Behind,
+    /// At or past the window's end: refill (unless someone else already did). The values
+    /// `[v, v + n)` are this thread's and may fall in the next window.
+    Past { seen_end: u64, v: u64, n: u64 },
+}
+
+impl<S: IdStore, C: Fn() -> Now> ConcurrentIds<S, C> {
+    /// Wraps an allocator and its store. `block_ids` IDs are published at a time (at most
+    /// [`BLOCK_IDS_MAX`]); `clock` is read on the slow path only.
+    pub fn new(alloc: SegmentAllocator, store: S, clock: C, block_ids: u64) -> Self {
+        Self {
+            // An empty window: the first take goes to the slow path.
+            cursor: Padded(AtomicU64::new(0)),
+            window: Window::default(),
+            slow: Mutex::new(Slow { alloc, store }),
+            clock,
+            block_ids: block_ids.clamp(1, BLOCK_IDS_MAX),
+        }
+    }
+
+    #[inline]
+    fn attempt(&self) -> Attempt {
+        let n = 1;
+        let v = self.cursor.0.fetch_add(n, Ordering::Relaxed);
+        let end = self.window.end.load(Ordering::Acquire);
+        let start = self.window.start.load(Ordering::Relaxed);
+        if v >= end {
+            return Attempt::Past {
+                seen_end: end,
+                v,
+                n,
+            };
+        }
+        if v < start {
+            return Attempt::Behind;
+        }
+        Attempt::Hit {
+            from: v,
+            delta: self.window.delta.load(Ordering::Relaxed),
+            remainder: self.window.remainder.load(Ordering::Relaxed),
+        }
+    }
+
+    /// One ID.
+    #[inline]
+    pub fn next_id(&self) -> Result<u64, IdError> {
+        for _ in 0..HOT_RETRIES_MAX {
+            match self.attempt() {
+                Attempt::Hit {
+                    from,
+                    delta,
+                    remainder,
+                } => return Ok(from * delta + remainder),
+                Attempt::Behind => {}
+                Attempt::Past { seen_end, v, n } => {
+                    if let Some(id) = self.refill(seen_end, v, n)?.first() {
+                        return Ok(*id);
+                    }
+                }
+            }
+        }
+        Err(IdError::Busy)
+    }
+
+    /// `n` IDs, increasing (possibly from several blocks).
+    ///
+    /// Batches claim their values with a compare-and-swap bounded by the window's end, so a
+    /// batch never grabs values past the window (which would leave a gap at every refill).
+    pub fn next_ids(&self, n: u64) -> Result<Vec<u64>, IdError> {
+        let mut ids = Vec::with_capacity(usize::try_from(n).unwrap_or(0).min(1 << 20));
+        let rounds_max = HOT_RETRIES_MAX.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
+        for _ in 0..rounds_max {
+            let missing = n - ids.len() as u64;
+            if missing == 0 {
+                return Ok(ids);
+            }
+            let cursor = self.cursor.0.load(Ordering::Relaxed);
+            let end = self.window.end.load(Ordering::Acquire);
+            let start = self.window.start.load(Ordering::Relaxed);
+            if cursor >= end {
+                ids.extend(self.refill(end, cursor, 0)?);
+                continue;
+            }
+            let from = cursor.max(start);
+            let to = end.min(from.saturating_add(missing));
+            if self
+                .cursor
+                .0
+                .compare_exchange(cursor, to, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                let delta = self.window.delta.load(Ordering::Relaxed);
+                let remainder = self.window.remainder.load(Ordering::Relaxed);
+                ids.extend((from..to).map(|v| v * delta + remainder));
+            }
+        }
+        if ids.len() as u64 == n {
+            Ok(ids)
+        } else {
+            Err(IdError::Busy)
+        }
+    }
+
+    /// Publishes the next block unless another thread already moved the window past
+    /// `seen_end`, then returns the IDs of this thread's values `[v, v + n)` that fall in the
+    /// window now published (so a refill at a block boundary skips nothing), or a
+    /// degraded-mode ID when that is what the allocator gave.
+    fn refill(&self, seen_end: u64, v: u64, n: u64) -> Result<Vec<u64>, IdError> {
+        let mut slow = self
+            .slow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.window.end.load(Ordering::Acquire) == seen_end {
+            match slow.take((self.clock)(), self.block_ids)? {
+                Take::Block(block) => self.publish(&block),
+                Take::Degraded(id) => return Ok(vec![id]),
+                Take::Pending | Take::Unavailable(_) => {
+                    unreachable!("Slow::take answers only blocks or errors")
+                }
+            }
+        }
+        // Under the lock the window cannot move: read it plainly.
+        let end = self.window.end.load(Ordering::Acquire);
+        let start = self.window.start.load(Ordering::Relaxed);
+        let (from, to) = (v.max(start), v.saturating_add(n).min(end));
+        let delta = self.window.delta.load(Ordering::Relaxed);
+        let remainder = self.window.remainder.load(Ordering::Relaxed);
+        Ok((from..to.max(from))
+            .map(|v| v * delta + remainder)
+            .collect())
+    }
+
+    fn publish(&self, block: &IdBlock) {
+        debug_assert!(block.count > 0 && block.count <= BLOCK_IDS_MAX);
+        let (delta, remainder) = (block.delta, block.start % block.delta);
+        let start = block.start / delta;
+        let end = start + block.count;
+        let old_end = self.window.end.load(Ordering::Relaxed);
+        debug_assert!(
+            start >= old_end,
+            "windows must move up: {start} < {old_end}"
+        );
+        // Order matters: start (and the constants) before end; see the module doc.
+        self.window.start.store(start, Ordering::Relaxed);
+        self.window.delta.store(delta, Ordering::Relaxed);
+        self.window.remainder.store(remainder, Ordering::Relaxed);
+        self.window.end.store(end, Ordering::Release);
+        self.cursor.0.fetch_max(start, Ordering::Relaxed);
+    }
+
+    /// Periodic upkeep (lease renewals, claim raises, prefetch), called by a background task.
+    pub fn tick(&self) {
+        let mut slow = self
+            .slow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slow.tick((self.clock)());
+    }
+
+    /// Runs `f` on the allocator (health pages), then performs any store calls it queued.
+    pub fn with_allocator<R>(&self, f: impl FnOnce(&mut SegmentAllocator) -> R) -> R {
+        let mut slow = self
+            .slow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let result = f(&mut slow.alloc);
+        let now = (self.clock)();
+        slow.pump(now);
+        result
+    }
+
+    /// Graceful shutdown, once no more IDs will be taken: gives the unissued IDs of both
+    /// buffers back to the pool.
+    ///
+    /// IDs of the published window are never returned (the allocator counts them as issued),
+    /// so a straggling thread still finishing that window cannot collide with the pool.
+    pub fn shutdown(&self) {
+        let mut slow = self
+            .slow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slow.alloc.shutdown();
+        let now = (self.clock)();
+        slow.pump(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::segment::AllocatorConfig;
+    use crate::store::{InstanceId, MemoryIdStore, TagSpec};
+
+    fn front(step: u64, block_ids: u64) -> ConcurrentIds<MemoryIdStore, impl Fn() -> Now> {
+        let mut store = MemoryIdStore::new();
+        store.create_tag("t", &TagSpec::simple(step)).unwrap();
+        let alloc =
+            SegmentAllocator::new(AllocatorConfig::new("t", InstanceId(1)), Now::both(0)).unwrap();
+        ConcurrentIds::new(alloc, store, || Now::both(0), block_ids)
+    }
+
+    #[test]
+    fn single_thread_ids_are_consecutive() {
+        let ids = front(100, 7);
+        let taken: Vec<u64> = (0..1_000).map(|_| ids.next_id().unwrap()).collect();
+        assert_eq!(taken, (1..=1_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn batches_increase_and_cross_blocks() {
+        let ids = front(50, 16);
+        let a = ids.next_ids(40).unwrap();
+        let b = ids.next_ids(100).unwrap();
+        assert_eq!(a, (1..=40).collect::<Vec<_>>());
+        assert_eq!(b, (41..=140).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn threads_never_share_an_id() {
+        let ids = Arc::new(front(64, 5));
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let ids = Arc::clone(&ids);
+                std::thread::spawn(move || {
+                    let mut mine = Vec::new();
+                    for i in 0..5_000 {
+                        if (i + t) % 7 == 0 {
+                            mine.extend(ids.next_ids(3).unwrap());
+                        } else {
+                            mine.push(ids.next_id().unwrap());
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut all = BTreeSet::new();
+        let mut total = 0;
+        for handle in handles {
+            let mine = handle.join().unwrap();
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "each thread sees increasing IDs"
+            );
+            total += mine.len();
+            all.extend(mine);
+        }
+        assert_eq!(all.len(), total, "no ID was handed to two threads");
+        // Racing threads may skip values between windows (a gap, never a duplicate); few.
+        let highest = all.iter().next_back().copied().unwrap();
+        assert!(
+            highest >= total as u64 && highest < total as u64 * 2,
+            "highest {highest} for {total} IDs"
+        );
+    }
+
+    #[test]
+    fn region_residues_survive_the_index_space() {
+        let mut store = MemoryIdStore::new();
+        store
+            .create_tag(
+                "t",
+                &TagSpec {
+                    first_id: 1,
+                    step: 10,
+                    delta: 4,
+                    remainder: 3,
+                },
+            )
+            .unwrap();
+        let alloc =
+            SegmentAllocator::new(AllocatorConfig::new("t", InstanceId(1)), Now::both(0)).unwrap();
+        let ids = ConcurrentIds::new(alloc, store, || Now::both(0), 3);
+        let taken: Vec<u64> = (0..30).map(|_| ids.next_id().unwrap()).collect();
+        assert_eq!(taken, (0..30).map(|k| 3 + 4 * k).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn unknown_tag_surfaces_as_unavailable() {
+        let alloc =
+            SegmentAllocator::new(AllocatorConfig::new("missing", InstanceId(1)), Now::both(0))
+                .unwrap();
+        let ids = ConcurrentIds::new(alloc, MemoryIdStore::new(), || Now::both(0), 8);
+        assert!(matches!(
+            ids.next_id(),
+            Err(IdError::Unavailable(Unavailable::Permanent(_)))
+        ));
+    }
+}

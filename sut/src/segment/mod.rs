@@ -34,7 +34,7 @@
 mod concurrent;
 mod step;
 
-// pub use concurrent::{ConcurrentIds, IdError};
+pub use concurrent::{BLOCK_IDS_MAX, ConcurrentIds, IdError};
 pub use step::{LEAF_FAST_MS, LEAF_SLOW_MS, StepPolicy};
 
 use std::collections::VecDeque;

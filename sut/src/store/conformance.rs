@@ -384,3 +384,96 @@ fn sqlite_periodic_counter_loses_the_unsynced_tail_when_the_process_dies() {
     assert_eq!(last, 1500);
     assert_eq!(after, 1002, "only the value synced at t=1000 survived");
 }
+
+#[test]
+fn bad_input_gets_typed_errors_naming_the_field() {
+    for store in [
+        &mut MemoryIdStore::new() as &mut dyn IdStore,
+        &mut SqliteIdStore::open_in_memory(CounterDurability::EveryWrite).unwrap(),
+    ] {
+        let err = store.create_tag("t", &TagSpec::simple(0)).unwrap_err();
+        assert!(
+            matches!(&err, super::StoreError::InvalidSpec { field, .. } if field == "step"),
+            "{err}"
+        );
+        let err = store
+            .create_tag(
+                "t",
+                &TagSpec {
+                    first_id: 1,
+                    step: 5,
+                    delta: 3,
+                    remainder: 3,
+                },
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, super::StoreError::InvalidSpec { field, .. } if field == "remainder"),
+            "{err}"
+        );
+        let err = store
+            .create_tag(
+                "t",
+                &TagSpec {
+                    first_id: 1 << 62,
+                    ..TagSpec::simple(5)
+                },
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, super::StoreError::InvalidSpec { field, .. } if field == "first_id"),
+            "{err}"
+        );
+        assert_eq!(
+            store.read_tag("nope").unwrap_err(),
+            super::StoreError::UnknownTag("nope".into())
+        );
+        assert_eq!(
+            store.read_tag("nope").unwrap_err().to_string(),
+            "unknown tag `nope`"
+        );
+        store.create_tag("t", &TagSpec::simple(5)).unwrap();
+        assert_eq!(
+            store.create_tag("t", &TagSpec::simple(5)).unwrap_err(),
+            super::StoreError::TagExists("t".into())
+        );
+    }
+}
+
+#[test]
+fn the_id_space_ends_with_exhausted_never_a_wrap() {
+    let mut store = MemoryIdStore::new();
+    let first_id = super::SEGMENT_ID_LIMIT - 15;
+    store
+        .create_tag(
+            "t",
+            &TagSpec {
+                first_id,
+                ..TagSpec::simple(10)
+            },
+        )
+        .unwrap();
+    let mut req = AllocRequest {
+        tag: "t".into(),
+        expected_version: 0,
+        ids: 10,
+        min_id: 0,
+        claim_ids: 10,
+        instance: InstanceId(1),
+        lease_ms: 10,
+        now_ms: 0,
+    };
+    assert_eq!(store.allocate(&req).unwrap().segment.len(), 10);
+    req.expected_version = 1;
+    let last = store.allocate(&req).unwrap();
+    assert_eq!(
+        last.segment.end,
+        super::SEGMENT_ID_LIMIT,
+        "a short final segment up to the limit"
+    );
+    req.expected_version = 2;
+    assert_eq!(
+        store.allocate(&req).unwrap_err(),
+        super::StoreError::Exhausted("t".into())
+    );
+}
