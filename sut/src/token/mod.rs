@@ -74,7 +74,23 @@ pub const ACTIVITY_ID_LEN_MAX_BYTES: usize = 64;
 /// A lottery activity (seed §3.3 `activity_id`, e.g. `A2024`). At most
 /// [`ACTIVITY_ID_LEN_MAX_BYTES`] bytes; construct with [`ActivityId::new`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct ActivityId(String);
+
+impl TryFrom<String> for ActivityId {
+    type Error = String;
+
+    fn try_from(id: String) -> Result<Self, Self::Error> {
+        Self::new(id)
+            .ok_or_else(|| format!("activity id must be 1..={ACTIVITY_ID_LEN_MAX_BYTES} bytes"))
+    }
+}
+
+impl From<ActivityId> for String {
+    fn from(id: ActivityId) -> Self {
+        id.0
+    }
+}
 
 impl ActivityId {
     /// An activity id, or `None` if it is empty or longer than [`ACTIVITY_ID_LEN_MAX_BYTES`].

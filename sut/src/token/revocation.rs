@@ -247,8 +247,10 @@ impl Revocations {
         now_ms: u64,
     ) -> Result<RevokeOutcome, TokenStoreError> {
         if self.filter.added() >= self.filter.capacity() {
-            // Over design capacity since the last rebuild: drop the expired and reload.
-            self.purge_expired(store, now_ms)?;
+            // Over design capacity since the last rebuild: reload from the exact set, which the
+            // store keeps within `revocations_max` (purging expired revocations when full).
+            // Costs O(set size), and only once per `capacity` revocations unless the set is full.
+            self.rebuild(store)?;
         }
         self.filter.insert(jti);
         store.revoke(jti, exp_ms.saturating_add(self.leeway_ms), now_ms)
@@ -357,6 +359,37 @@ mod tests {
                 "measured {measured} implausibly below {target}"
             );
         }
+    }
+
+    #[test]
+    fn seed_settings_size_the_filter_as_the_seed_says() {
+        // Seed §3.1: capacity 100 000 at 0.1% "仅需约180KB".
+        let f = RevocationFilter::new(RevocationConfig::default()).unwrap();
+        let bytes = f.bits() / 8;
+        assert!((175_000..=185_000).contains(&bytes), "{bytes} bytes");
+        assert_eq!(f.hash_count(), 10);
+    }
+
+    #[test]
+    fn rebuild_keeps_the_filter_within_capacity() {
+        let mut store = MemoryTokenStore::new(TokenStoreLimits {
+            revocations_max: 4,
+            once_tokens_max: 10,
+        });
+        let mut rev = Revocations::new(cfg(4, 1000), 0).unwrap();
+        for i in 0..40u64 {
+            // Each revocation lives 10 ms; the store purges the expired ones when full.
+            let _ = rev
+                .revoke_jti(&mut store, &format!("j{i}"), i * 10 + 10, i * 10)
+                .unwrap();
+            assert!(
+                rev.filter().added() <= 5,
+                "added {} at {i}",
+                rev.filter().added()
+            );
+        }
+        assert!(rev.stats().rebuilds >= 9);
+        assert!(rev.is_revoked(&store, "j39").unwrap());
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! [`TokenService`]: JWT issue/verify, the revocation list and one-time tokens bundled over one
 //! [`TokenStore`], the way a server node (or the simulator's token node) uses them.
 //!
-//! It adds no protocol of its own; it wires [`jwt`](super::jwt), [`Revocations`] and
-//! [`once`](super::once) together so that the Bloom filter and the exact set it fronts always
+//! It adds no protocol of its own; it wires [`jwt`], [`Revocations`] and
+//! [`once`] together so that the Bloom filter and the exact set it fronts always
 //! belong to the same store. For a driver that interleaves the store operations of concurrent
 //! consumes (the simulator, the models), use [`OnceConsume`] directly.
 
@@ -45,6 +45,9 @@ pub enum TokenServiceError {
     /// Bad Bloom settings.
     #[error(transparent)]
     Revocation(#[from] RevocationConfigError),
+    /// A setting is out of range.
+    #[error("bad token config: {0}")]
+    Config(&'static str),
     /// The store could not be read to build the filter.
     #[error(transparent)]
     Store(#[from] TokenStoreError),
@@ -53,6 +56,12 @@ pub enum TokenServiceError {
 impl<S: TokenStore> TokenService<S> {
     /// A service over `store`, whose Bloom filter is loaded from the store's revocations.
     pub fn new(cfg: TokenConfig, key: SigningKey, store: S) -> Result<Self, TokenServiceError> {
+        if cfg.once.window_ms == 0 {
+            return Err(TokenServiceError::Config("once.window_ms must be positive"));
+        }
+        if cfg.jwt.ttl_s == 0 {
+            return Err(TokenServiceError::Config("jwt.ttl_s must be positive"));
+        }
         let mut revocations = Revocations::new(cfg.revocation, cfg.jwt.leeway_ms)?;
         revocations.rebuild(&store)?;
         Ok(Self {
@@ -414,6 +423,23 @@ mod tests {
             svc.consume_once(t.token, UserId(2), now),
             Ok(Err(OnceRejection::Foreign))
         );
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_a_reason() {
+        let store = || MemoryTokenStore::new(TokenStoreLimits::default());
+        let mut c = cfg(TokenFlaws::default());
+        c.once.window_ms = 0;
+        assert_eq!(
+            TokenService::new(c, key(), store()).unwrap_err(),
+            TokenServiceError::Config("once.window_ms must be positive")
+        );
+        let mut c = cfg(TokenFlaws::default());
+        c.revocation.seed = [0; 32];
+        assert!(matches!(
+            TokenService::new(c, key(), store()),
+            Err(TokenServiceError::Revocation(_))
+        ));
     }
 
     #[test]

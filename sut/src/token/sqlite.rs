@@ -374,3 +374,99 @@ impl TokenStore for SqliteTokenStore {
         Ok(counts)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token::once::OnceGrant;
+
+    fn grant(nonce: u128) -> OnceGrant {
+        OnceGrant {
+            key: OnceKey {
+                user: UserId(u64::MAX),
+                activity: ActivityId::new("A2024").unwrap(),
+                window_start_ms: 0,
+            },
+            token: OnceToken(nonce),
+            expires_at_ms: 3_600_000,
+        }
+    }
+
+    #[test]
+    fn file_store_runs_in_wal_mode_with_full_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let s =
+            SqliteTokenStore::open(&dir.path().join("t.db"), TokenStoreLimits::default()).unwrap();
+        let mode: String = s
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        let sync: i64 = s
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        assert_eq!(sync, 2, "synchronous=FULL");
+    }
+
+    #[test]
+    fn concurrent_consumers_on_separate_connections_accept_exactly_once() {
+        // Real threads and connections racing on one file: the single conditional UPDATE must
+        // let exactly one through. (Threads appear only in this test, never in protocol code.)
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("race.db");
+        let limits = TokenStoreLimits::default();
+        let mut setup = SqliteTokenStore::open(&path, limits).unwrap();
+        for round in 0..5u128 {
+            let issued = setup
+                .issue_once(
+                    &OnceGrant {
+                        key: OnceKey {
+                            window_start_ms: round as u64 * 10,
+                            ..grant(0).key
+                        },
+                        ..grant(round + 1)
+                    },
+                    0,
+                )
+                .unwrap();
+            assert!(issued.fresh);
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+            let handles: Vec<_> = (0..6)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        let mut s = SqliteTokenStore::open(&path, limits).unwrap();
+                        barrier.wait();
+                        s.consume_once(issued.token, UserId(u64::MAX), 1).unwrap()
+                    })
+                })
+                .collect();
+            let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            assert_eq!(
+                results.iter().filter(|r| r.is_ok()).count(),
+                1,
+                "{results:?}"
+            );
+            assert!(
+                results
+                    .iter()
+                    .filter(|r| r.is_err())
+                    .all(|r| *r == Err(OnceRejection::AlreadyConsumed))
+            );
+        }
+    }
+
+    #[test]
+    fn large_user_ids_round_trip() {
+        let mut s = SqliteTokenStore::open_in_memory(TokenStoreLimits::default()).unwrap();
+        let issued = s.issue_once(&grant(9), 0).unwrap();
+        assert_eq!(
+            s.consume_once(issued.token, UserId(u64::MAX), 1)
+                .unwrap()
+                .unwrap()
+                .user,
+            UserId(u64::MAX)
+        );
+    }
+}
