@@ -43,13 +43,26 @@ impl Default for CacheConfig {
     }
 }
 
-/// A cached token and its expiry (wall ms).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// A cached token and its expiry (wall ms). `Debug` hides the token (a bearer credential) and
+/// shows only its length.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct CachedToken {
     /// The token.
     pub token: String,
     /// When it expires, wall-clock ms.
     pub exp_ms: u64,
+}
+
+impl std::fmt::Debug for CachedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedToken")
+            .field(
+                "token",
+                &format_args!("<redacted {} bytes>", self.token.len()),
+            )
+            .field("exp_ms", &self.exp_ms)
+            .finish()
+    }
 }
 
 /// What [`TokenCache::get`] tells a caller.
@@ -249,6 +262,13 @@ mod tests {
             token: name.to_owned(),
             exp_ms,
         }
+    }
+
+    #[test]
+    fn debug_hides_cached_tokens() {
+        let shown = format!("{:?}", CacheAnswer::Fresh(tok("secret-bearer-token", 5)));
+        assert!(!shown.contains("secret-bearer-token"), "{shown}");
+        assert!(shown.contains("exp_ms: 5"));
     }
 
     #[test]

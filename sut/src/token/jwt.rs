@@ -180,13 +180,26 @@ impl Claims {
     }
 }
 
-/// A freshly issued token and its claims.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// A freshly issued token and its claims. `Debug` shows the claims and the token's length, not
+/// the token: it is a bearer credential.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct IssuedJwt {
     /// The compact JWS: `header.payload.signature`.
     pub token: String,
     /// What it says.
     pub claims: Claims,
+}
+
+impl fmt::Debug for IssuedJwt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IssuedJwt")
+            .field(
+                "token",
+                &format_args!("<redacted {} bytes>", self.token.len()),
+            )
+            .field("claims", &self.claims)
+            .finish()
+    }
 }
 
 /// Failures to build a key or to issue a token (never a rejection of someone else's token).
@@ -514,6 +527,14 @@ mod tests {
         assert!(!shown.contains("0123456789abcdef"), "{shown}");
         assert!(shown.contains("<redacted>"));
         assert!(shown.contains("k1"));
+    }
+
+    #[test]
+    fn debug_of_an_issued_token_hides_the_token() {
+        let t = good();
+        let shown = format!("{t:?}");
+        assert!(!shown.contains(&t.token), "{shown}");
+        assert!(shown.contains(&t.claims.jti));
     }
 
     #[test]

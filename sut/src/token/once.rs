@@ -59,7 +59,9 @@ pub struct OnceKey {
 }
 
 /// A one-time token value: 128 random bits supplied by the caller. Displayed (and stored in
-/// SQLite) as 32 lowercase hex digits.
+/// SQLite) as 32 lowercase hex digits. Unlike a JWT it is printed in full by `Debug`: it names
+/// the token in histories and violations, and only its owner can consume it (consume checks
+/// the user), so a leaked value lets nobody else submit.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct OnceToken(pub u128);
 
