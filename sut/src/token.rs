@@ -1,1 +1,0 @@
-//! Idempotency tokens (issue "Tokens, the TCC lottery, and the real HTTP server"): not built yet.

@@ -1,0 +1,126 @@
+//! Idempotency tokens: signed JWTs with a revocation list, one-time submit tokens, a renewing
+//! token cache, and the invariant checkers that judge histories of all of them.
+//!
+//! This follows seed 002 chapter 3 ("幂等令牌机制"), with its gaps closed:
+//!
+//! - **§3.1 JWT + Bloom filter** ([`jwt`], [`revocation`]): tokens carry `jti`, `exp`, `nbf`,
+//!   `iat`, issuer, audience and subject, signed with HS256 by default. Verification rejects
+//!   `alg: none`, algorithm confusion, bad signatures, foreign keys, wrong issuer/audience,
+//!   expired and not-yet-valid tokens, malformed base64 and oversized tokens, each with its own
+//!   [`Rejection`]. Time is a parameter: `exp`/`nbf` are checked against the node's
+//!   [`Now::wall_ms`](crate::clock::Now) with an explicit leeway, never the system clock.
+//!   Revocations go through a deterministic (seeded) Bloom filter in front of an exact set kept
+//!   by a [`TokenStore`]; a Bloom negative skips the exact lookup, as in the seed's flow chart.
+//!   Unlike the seed, a revocation is remembered until the token's `exp` plus the leeway (not a
+//!   fixed 3600 s), and the set is bounded.
+//! - **§3.2 renewing cache** ([`cache`]): renews 30 s before expiry, at most one renewal in
+//!   flight per key, bounded in size. Sans-IO: the cache says "renew", the driver renews.
+//! - **§3.3 one-time submit tokens** ([`once`]): one token per (user, activity, hour window),
+//!   issued idempotently, consumed by **one** atomic store operation. The seed's own code
+//!   (`GET` then `SET`) is a check-then-act; the bench keeps it as the off-by-default flaw
+//!   [`TokenFlaws::once_check_then_delete`].
+//! - **stores** ([`store`], [`sqlite`]): the [`TokenStore`] trait at the level of domain
+//!   operations, with [`MemoryTokenStore`] (simulator, models) and [`SqliteTokenStore`] (the
+//!   real server; WAL, `synchronous=FULL`), kept identical by a conformance property test.
+//! - **invariants** ([`check`]): `tokens.single_use` and `tokens.revoked_rejected` as plain
+//!   functions over a [`TokenEvent`] history.
+//! - [`service`]: [`TokenService`], everything above bundled for a server node.
+//!
+//! State machines here never read a clock, draw no randomness (nonces are arguments) and do no
+//! I/O except through the store trait the caller hands in.
+
+pub mod cache;
+pub mod check;
+#[cfg(test)]
+mod conformance;
+pub mod jwt;
+pub mod once;
+pub mod revocation;
+pub mod service;
+pub mod sqlite;
+pub mod store;
+
+pub use cache::{CacheAnswer, CacheConfig, TokenCache};
+pub use check::{TokenEvent, TokenViolation, check_revoked_rejected, check_single_use};
+pub use jwt::{
+    Claims, IssuedJwt, JwtAlgorithm, JwtConfig, JwtError, MalformedPart, Rejection, SigningKey,
+};
+pub use once::{
+    OnceConfig, OnceConsume, OnceIssue, OnceKey, OnceOp, OnceOpResult, OnceRejection, OnceToken,
+};
+pub use revocation::{RevocationConfig, RevocationFilter, RevocationStats, Revocations};
+pub use service::{TokenConfig, TokenService};
+pub use sqlite::SqliteTokenStore;
+pub use store::{
+    MemoryTokenStore, PurgeCounts, RevokeOutcome, TokenStore, TokenStoreError, TokenStoreLimits,
+};
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A user (the JWT `sub`, the "uid" of seed §3.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct UserId(pub u64);
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Longest accepted [`ActivityId`], in bytes.
+pub const ACTIVITY_ID_LEN_MAX_BYTES: usize = 64;
+
+/// A lottery activity (seed §3.3 `activity_id`, e.g. `A2024`). At most
+/// [`ACTIVITY_ID_LEN_MAX_BYTES`] bytes; construct with [`ActivityId::new`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ActivityId(String);
+
+impl TryFrom<String> for ActivityId {
+    type Error = String;
+
+    fn try_from(id: String) -> Result<Self, Self::Error> {
+        Self::new(id)
+            .ok_or_else(|| format!("activity id must be 1..={ACTIVITY_ID_LEN_MAX_BYTES} bytes"))
+    }
+}
+
+impl From<ActivityId> for String {
+    fn from(id: ActivityId) -> Self {
+        id.0
+    }
+}
+
+impl ActivityId {
+    /// An activity id, or `None` if it is empty or longer than [`ACTIVITY_ID_LEN_MAX_BYTES`].
+    #[must_use]
+    pub fn new(id: impl Into<String>) -> Option<Self> {
+        let id = id.into();
+        (!id.is_empty() && id.len() <= ACTIVITY_ID_LEN_MAX_BYTES).then_some(Self(id))
+    }
+
+    /// The id as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ActivityId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Documented flaws of the token protocols, each off by default (DESIGN.md "Known flaws").
+/// Correct and flawed code share everything but the flaw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TokenFlaws {
+    /// Consume a one-time token as **two** store operations: check that it is present,
+    /// unconsumed, unexpired and owned by the caller, then mark it consumed unconditionally.
+    /// Two requests that both pass the check before either marks it are both accepted (double
+    /// submit). Source: seed 002 §3.3, whose flow is `GET key` then `SET key ...` as separate
+    /// Redis commands; DESIGN.md lists it as "one-time token check then delete as two steps".
+    pub once_check_then_delete: bool,
+}

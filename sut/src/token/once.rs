@@ -1,0 +1,435 @@
+//! One-time submit tokens keyed by (user, activity, hour window), seed 002 §3.3.
+//!
+//! The seed's key is `{uid}_{activity_id}_{window_start}` with `window_start = ts // 3600 *
+//! 3600`: one token per user, activity and hour. Here:
+//!
+//! - **issue** ([`issue_once`]) is idempotent: issuing again for the same key returns the same
+//!   token (with [`OnceIssue::fresh`] false and [`OnceIssue::consumed`] telling whether it was
+//!   already used), so a user gets at most one accepted submission per window. The token value
+//!   is the caller's random `u128` nonce — unguessable as long as the nonce is — never drawn
+//!   here. A token expires at the end of its window.
+//! - **consume** is **one** atomic store operation, [`TokenStore::consume_once`]: "mark consumed
+//!   if present, unconsumed, unexpired and owned by this user". A second consume, an expired,
+//!   unknown or foreign (another user's) token each get their own [`OnceRejection`].
+//! - The **flaw** [`TokenFlaws::once_check_then_delete`] splits consume into a check
+//!   ([`TokenStore::check_once`]) and an unconditional mark
+//!   ([`TokenStore::mark_once_consumed`]): two store operations a driver may interleave with
+//!   other clients' operations. [`OnceConsume`] is the step machine both paths share; a
+//!   simulator feeds it one store result at a time.
+
+use super::store::{TokenStore, TokenStoreError};
+use super::{ActivityId, TokenFlaws, UserId};
+use crate::clock::Now;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One-time token settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OnceConfig {
+    /// Window length in ms (seed: one hour). Must be positive.
+    pub window_ms: u64,
+}
+
+impl Default for OnceConfig {
+    fn default() -> Self {
+        Self {
+            window_ms: 3_600_000,
+        }
+    }
+}
+
+impl OnceConfig {
+    /// Start of the window holding `wall_ms` (seed: `timestamp // 3600 * 3600`, in ms here).
+    #[must_use]
+    pub const fn window_start_ms(&self, wall_ms: u64) -> u64 {
+        assert!(self.window_ms > 0, "window_ms must be positive");
+        wall_ms - wall_ms % self.window_ms
+    }
+}
+
+/// What a one-time token is issued for: the seed's three-dimensional key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OnceKey {
+    /// The user.
+    pub user: UserId,
+    /// The activity.
+    pub activity: ActivityId,
+    /// Start of the window, ms since the epoch.
+    pub window_start_ms: u64,
+}
+
+/// A one-time token value: 128 random bits supplied by the caller. Displayed (and stored in
+/// SQLite) as 32 lowercase hex digits. Unlike a JWT it is printed in full by `Debug`: it names
+/// the token in histories and violations, and only its owner can consume it (consume checks
+/// the user), so a leaked value lets nobody else submit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OnceToken(pub u128);
+
+impl OnceToken {
+    /// Parse the 32-hex-digit form; `None` for anything else.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| u128::from_str_radix(text, 16).ok().map(Self))
+            .flatten()
+    }
+}
+
+impl fmt::Display for OnceToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for OnceToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OnceToken({:032x})", self.0)
+    }
+}
+
+/// The result of issuing: the token for the key, fresh or already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OnceIssue {
+    /// The key's token.
+    pub token: OnceToken,
+    /// When it expires (end of its window), ms.
+    pub expires_at_ms: u64,
+    /// True if this call created it; false if it was issued before in this window.
+    pub fresh: bool,
+    /// True if it has already been consumed (the user has submitted in this window).
+    pub consumed: bool,
+}
+
+/// What [`TokenStore::issue_once`] is asked to store.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OnceGrant {
+    /// The key.
+    pub key: OnceKey,
+    /// The token to store if the key has none yet.
+    pub token: OnceToken,
+    /// Its expiry, ms.
+    pub expires_at_ms: u64,
+}
+
+/// Why a one-time token was not accepted.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    thiserror::Error,
+)]
+pub enum OnceRejection {
+    /// No such token (never issued, or purged after expiry).
+    #[error("unknown one-time token")]
+    Unknown,
+    /// The token belongs to another user. Reported before any other state, so a foreign
+    /// caller learns nothing about the token.
+    #[error("one-time token belongs to another user")]
+    Foreign,
+    /// Already consumed.
+    #[error("one-time token already used")]
+    AlreadyConsumed,
+    /// Past its window (`now_ms >= expires_at_ms`) and not consumed.
+    #[error("one-time token expired")]
+    Expired,
+}
+
+/// Decide a consume against a stored row: the one rule both stores implement.
+/// Precedence: unknown, foreign, already consumed, expired.
+#[must_use]
+pub fn judge_consume(
+    row_user: Option<UserId>,
+    consumed: bool,
+    expires_at_ms: u64,
+    user: UserId,
+    now_ms: u64,
+) -> Option<OnceRejection> {
+    match row_user {
+        None => Some(OnceRejection::Unknown),
+        Some(owner) if owner != user => Some(OnceRejection::Foreign),
+        Some(_) if consumed => Some(OnceRejection::AlreadyConsumed),
+        Some(_) if now_ms >= expires_at_ms => Some(OnceRejection::Expired),
+        Some(_) => None,
+    }
+}
+
+/// Issue (or re-read) the one-time token of `(user, activity, window of now)`. `nonce` must be
+/// fresh randomness; it becomes the token only if the key has none yet.
+pub fn issue_once<S: TokenStore + ?Sized>(
+    store: &mut S,
+    cfg: &OnceConfig,
+    user: UserId,
+    activity: ActivityId,
+    nonce: u128,
+    now: Now,
+) -> Result<OnceIssue, TokenStoreError> {
+    let window_start_ms = cfg.window_start_ms(now.wall_ms);
+    let grant = OnceGrant {
+        key: OnceKey {
+            user,
+            activity,
+            window_start_ms,
+        },
+        token: OnceToken(nonce),
+        expires_at_ms: window_start_ms.saturating_add(cfg.window_ms),
+    };
+    store.issue_once(&grant, now.wall_ms)
+}
+
+/// A store operation a consume asks its driver to perform.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OnceOp {
+    /// The correct path: [`TokenStore::consume_once`].
+    Consume {
+        /// The token.
+        token: OnceToken,
+        /// The caller.
+        user: UserId,
+        /// The node's wall clock, ms.
+        now_ms: u64,
+    },
+    /// Flaw, step 1: [`TokenStore::check_once`].
+    Check {
+        /// The token.
+        token: OnceToken,
+        /// The caller.
+        user: UserId,
+        /// The node's wall clock, ms.
+        now_ms: u64,
+    },
+    /// Flaw, step 2: [`TokenStore::mark_once_consumed`].
+    Mark {
+        /// The token.
+        token: OnceToken,
+        /// The node's wall clock, ms.
+        now_ms: u64,
+    },
+}
+
+/// The store's answer to a [`OnceOp`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum OnceOpResult {
+    /// Answer to [`OnceOp::Consume`].
+    Consumed(Result<OnceKey, OnceRejection>),
+    /// Answer to [`OnceOp::Check`].
+    Checked(Result<OnceKey, OnceRejection>),
+    /// Answer to [`OnceOp::Mark`]: whether the row existed.
+    Marked(bool),
+}
+
+/// Perform one [`OnceOp`] against a store.
+pub fn apply_once_op<S: TokenStore + ?Sized>(
+    store: &mut S,
+    op: OnceOp,
+) -> Result<OnceOpResult, TokenStoreError> {
+    Ok(match op {
+        OnceOp::Consume {
+            token,
+            user,
+            now_ms,
+        } => OnceOpResult::Consumed(store.consume_once(token, user, now_ms)?),
+        OnceOp::Check {
+            token,
+            user,
+            now_ms,
+        } => OnceOpResult::Checked(store.check_once(token, user, now_ms)?),
+        OnceOp::Mark { token, now_ms } => {
+            OnceOpResult::Marked(store.mark_once_consumed(token, now_ms)?)
+        }
+    })
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Stage {
+    /// Nothing sent yet.
+    Start,
+    /// Waiting for the answer to `op`; on the flawed path's mark, `checked` is what the check
+    /// returned.
+    Awaiting {
+        op: OnceOp,
+        checked: Option<OnceKey>,
+    },
+    /// Flaw path: the check passed, the mark is next.
+    CheckPassed(OnceKey),
+    /// Finished.
+    Done(Result<OnceKey, OnceRejection>),
+}
+
+/// One consume of a one-time token, as a step machine: [`poll_op`](Self::poll_op) gives the next
+/// store operation, [`handle_op_result`](Self::handle_op_result) takes its answer, until
+/// [`outcome`](Self::outcome) is `Some`. The correct path is one operation; with
+/// [`TokenFlaws::once_check_then_delete`] it is two, and a driver may run other clients'
+/// operations between them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OnceConsume {
+    token: OnceToken,
+    user: UserId,
+    now_ms: u64,
+    flawed: bool,
+    stage: Stage,
+    ops_issued: u32,
+}
+
+/// A store answer that does not fit the operation in flight.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unexpected store answer {got:?} while in stage {stage}")]
+pub struct UnexpectedAnswer {
+    /// The answer.
+    pub got: OnceOpResult,
+    /// Where the consume was.
+    pub stage: &'static str,
+}
+
+impl OnceConsume {
+    /// Start consuming `token` on behalf of `user` at `now`.
+    #[must_use]
+    pub const fn new(token: OnceToken, user: UserId, now: Now, flaws: TokenFlaws) -> Self {
+        Self {
+            token,
+            user,
+            now_ms: now.wall_ms,
+            flawed: flaws.once_check_then_delete,
+            stage: Stage::Start,
+            ops_issued: 0,
+        }
+    }
+
+    /// The next store operation to perform, once; `None` while one is in flight or when done.
+    #[must_use]
+    pub fn poll_op(&mut self) -> Option<OnceOp> {
+        let (token, user, now_ms) = (self.token, self.user, self.now_ms);
+        let stage = std::mem::replace(&mut self.stage, Stage::Start);
+        let (op, checked) = match stage {
+            Stage::Start if self.flawed => (
+                OnceOp::Check {
+                    token,
+                    user,
+                    now_ms,
+                },
+                None,
+            ),
+            Stage::Start => (
+                OnceOp::Consume {
+                    token,
+                    user,
+                    now_ms,
+                },
+                None,
+            ),
+            Stage::CheckPassed(key) => (OnceOp::Mark { token, now_ms }, Some(key)),
+            other @ (Stage::Awaiting { .. } | Stage::Done(_)) => {
+                self.stage = other;
+                return None;
+            }
+        };
+        self.stage = Stage::Awaiting { op, checked };
+        self.ops_issued += 1;
+        assert!(
+            self.ops_issued <= 2,
+            "a consume takes at most two store operations"
+        );
+        Some(op)
+    }
+
+    /// Feed the answer to the operation in flight. An answer that does not fit leaves the
+    /// consume unchanged and is reported.
+    pub fn handle_op_result(&mut self, result: OnceOpResult) -> Result<(), UnexpectedAnswer> {
+        let stage_name = self.stage_name();
+        let next = match (&self.stage, result) {
+            (
+                Stage::Awaiting {
+                    op: OnceOp::Consume { .. },
+                    ..
+                },
+                OnceOpResult::Consumed(r),
+            ) => Stage::Done(r),
+            (
+                Stage::Awaiting {
+                    op: OnceOp::Check { .. },
+                    ..
+                },
+                OnceOpResult::Checked(Ok(key)),
+            ) => Stage::CheckPassed(key),
+            (
+                Stage::Awaiting {
+                    op: OnceOp::Check { .. },
+                    ..
+                },
+                OnceOpResult::Checked(Err(r)),
+            ) => Stage::Done(Err(r)),
+            (
+                Stage::Awaiting {
+                    op: OnceOp::Mark { .. },
+                    checked: Some(key),
+                },
+                OnceOpResult::Marked(existed),
+            ) => {
+                // The flaw: the mark is unconditional, so "existed" is all it learns. A row
+                // purged between check and mark is the only way to lose here.
+                Stage::Done(if existed {
+                    Ok(key.clone())
+                } else {
+                    Err(OnceRejection::Unknown)
+                })
+            }
+            (_, got) => {
+                return Err(UnexpectedAnswer {
+                    got,
+                    stage: stage_name,
+                });
+            }
+        };
+        self.stage = next;
+        Ok(())
+    }
+
+    /// The result, once finished.
+    #[must_use]
+    pub const fn outcome(&self) -> Option<&Result<OnceKey, OnceRejection>> {
+        match &self.stage {
+            Stage::Done(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// How many store operations this consume has asked for (1 on the correct path).
+    #[must_use]
+    pub const fn ops_issued(&self) -> u32 {
+        self.ops_issued
+    }
+
+    const fn stage_name(&self) -> &'static str {
+        match self.stage {
+            Stage::Start => "start",
+            Stage::Awaiting { .. } => "awaiting",
+            Stage::CheckPassed(_) => "check-passed",
+            Stage::Done(_) => "done",
+        }
+    }
+
+    /// Drive this consume to completion against `store` (a direct, non-interleaved driver).
+    pub fn run<S: TokenStore + ?Sized>(
+        mut self,
+        store: &mut S,
+    ) -> Result<(Result<OnceKey, OnceRejection>, u32), TokenStoreError> {
+        // Bounded: at most two operations on any path.
+        for _ in 0..2 {
+            let Some(op) = self.poll_op() else { break };
+            let answer = apply_once_op(store, op)?;
+            self.handle_op_result(answer)
+                .map_err(|e| TokenStoreError::Backend(e.to_string()))?;
+        }
+        let outcome = self
+            .outcome()
+            .cloned()
+            .ok_or_else(|| TokenStoreError::Backend("consume did not finish".to_owned()))?;
+        Ok((outcome, self.ops_issued))
+    }
+}

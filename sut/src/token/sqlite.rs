@@ -1,0 +1,472 @@
+//! The SQLite token store (the real server's), WAL mode with `synchronous=FULL`.
+//!
+//! Each trait method is one transaction (`BEGIN IMMEDIATE` where it writes). The one-time
+//! consume is a single conditional statement,
+//!
+//! ```sql
+//! UPDATE token_once SET consumed_at_ms = :now
+//!  WHERE token = :token AND user_id = :user AND consumed_at_ms IS NULL AND expires_at_ms > :now
+//!  RETURNING user_id, activity, window_start_ms
+//! ```
+//!
+//! and acceptance is "it returned a row". Only when it returns none does a read inside the same
+//! transaction find the reason, which changes nothing.
+//!
+//! Integers: SQLite's are signed 64-bit. User ids are stored bit-for-bit (compared only for
+//! equality); times saturate at `i64::MAX` ms (year 292 million), the only place where this
+//! store could differ from [`MemoryTokenStore`](super::MemoryTokenStore).
+
+use super::ActivityId;
+use super::UserId;
+use super::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, judge_consume};
+use super::store::{
+    PurgeCounts, RevokeOutcome, Table, TokenStore, TokenStoreError, TokenStoreLimits,
+};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use std::path::Path;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS token_revoked (
+    jti           TEXT    PRIMARY KEY NOT NULL,
+    keep_until_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS token_revoked_keep_until ON token_revoked (keep_until_ms);
+CREATE TABLE IF NOT EXISTS token_once (
+    token           TEXT    PRIMARY KEY NOT NULL,
+    user_id         INTEGER NOT NULL,
+    activity        TEXT    NOT NULL,
+    window_start_ms INTEGER NOT NULL,
+    expires_at_ms   INTEGER NOT NULL,
+    consumed_at_ms  INTEGER,
+    UNIQUE (user_id, activity, window_start_ms)
+);
+CREATE INDEX IF NOT EXISTS token_once_expires_at ON token_once (expires_at_ms);
+";
+
+/// The SQLite token store.
+#[derive(Debug)]
+pub struct SqliteTokenStore {
+    conn: Connection,
+    limits: TokenStoreLimits,
+}
+
+fn backend(err: rusqlite::Error) -> TokenStoreError {
+    TokenStoreError::Backend(err.to_string())
+}
+
+fn ms_to_sql(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn ms_from_sql(v: i64, what: &str) -> Result<u64, TokenStoreError> {
+    u64::try_from(v)
+        .map_err(|_| TokenStoreError::Backend(format!("corrupt row: negative {what} {v}")))
+}
+
+const fn user_to_sql(user: UserId) -> i64 {
+    i64::from_ne_bytes(user.0.to_ne_bytes())
+}
+
+const fn user_from_sql(v: i64) -> UserId {
+    UserId(u64::from_ne_bytes(v.to_ne_bytes()))
+}
+
+fn token_from_sql(text: &str) -> Result<OnceToken, TokenStoreError> {
+    OnceToken::parse(text)
+        .ok_or_else(|| TokenStoreError::Backend("corrupt row: bad one-time token text".to_owned()))
+}
+
+fn key_from_sql(
+    user: i64,
+    activity: String,
+    window_start_ms: i64,
+) -> Result<OnceKey, TokenStoreError> {
+    Ok(OnceKey {
+        user: user_from_sql(user),
+        activity: ActivityId::new(activity)
+            .ok_or_else(|| TokenStoreError::Backend("corrupt row: bad activity id".to_owned()))?,
+        window_start_ms: ms_from_sql(window_start_ms, "window_start_ms")?,
+    })
+}
+
+fn count(tx: &Transaction<'_>, table: &str) -> Result<u64, TokenStoreError> {
+    let n: i64 = tx
+        .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+        .map_err(backend)?;
+    ms_from_sql(n, "count")
+}
+
+fn purge_revocations(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
+    let n = conn
+        .execute(
+            "DELETE FROM token_revoked WHERE keep_until_ms <= ?1",
+            params![ms_to_sql(now_ms)],
+        )
+        .map_err(backend)?;
+    Ok(n as u64)
+}
+
+fn purge_once(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
+    let n = conn
+        .execute(
+            "DELETE FROM token_once WHERE expires_at_ms <= ?1",
+            params![ms_to_sql(now_ms)],
+        )
+        .map_err(backend)?;
+    Ok(n as u64)
+}
+
+/// Read-only verdict on a consume: the same rule as the memory store.
+fn judge(
+    conn: &Connection,
+    token: OnceToken,
+    user: UserId,
+    now_ms: u64,
+) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+    let row = conn
+        .query_row(
+            "SELECT user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms FROM token_once WHERE token = ?1",
+            params![token.to_string()],
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, r.get::<_, Option<i64>>(4)?)),
+        )
+        .optional()
+        .map_err(backend)?;
+    let Some((row_user, activity, window_start_ms, expires_at_ms, consumed_at_ms)) = row else {
+        return Ok(Err(OnceRejection::Unknown));
+    };
+    let expires_at_ms = ms_from_sql(expires_at_ms, "expires_at_ms")?;
+    Ok(
+        match judge_consume(
+            Some(user_from_sql(row_user)),
+            consumed_at_ms.is_some(),
+            expires_at_ms,
+            user,
+            now_ms,
+        ) {
+            Some(rejection) => Err(rejection),
+            None => Ok(key_from_sql(row_user, activity, window_start_ms)?),
+        },
+    )
+}
+
+impl SqliteTokenStore {
+    /// Open (creating if needed) the store in the database file at `path`.
+    pub fn open(path: &Path, limits: TokenStoreLimits) -> Result<Self, TokenStoreError> {
+        Self::init(Connection::open(path).map_err(backend)?, limits)
+    }
+
+    /// A private in-memory database (tests).
+    pub fn open_in_memory(limits: TokenStoreLimits) -> Result<Self, TokenStoreError> {
+        Self::init(Connection::open_in_memory().map_err(backend)?, limits)
+    }
+
+    fn init(conn: Connection, limits: TokenStoreLimits) -> Result<Self, TokenStoreError> {
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(backend)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(backend)?;
+        conn.execute_batch(SCHEMA).map_err(backend)?;
+        Ok(Self { conn, limits })
+    }
+
+    fn begin(&mut self) -> Result<Transaction<'_>, TokenStoreError> {
+        self.conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)
+    }
+}
+
+impl TokenStore for SqliteTokenStore {
+    fn revoke(
+        &mut self,
+        jti: &str,
+        keep_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<RevokeOutcome, TokenStoreError> {
+        if keep_until_ms <= now_ms {
+            return Ok(RevokeOutcome::NotNeeded);
+        }
+        let max = self.limits.revocations_max;
+        let tx = self.begin()?;
+        let updated = tx
+            .execute(
+                "UPDATE token_revoked SET keep_until_ms = max(keep_until_ms, ?2) WHERE jti = ?1",
+                params![jti, ms_to_sql(keep_until_ms)],
+            )
+            .map_err(backend)?;
+        if updated == 1 {
+            tx.commit().map_err(backend)?;
+            return Ok(RevokeOutcome::AlreadyRevoked);
+        }
+        if count(&tx, "token_revoked")? >= max {
+            purge_revocations(&tx, now_ms)?;
+            if count(&tx, "token_revoked")? >= max {
+                // Commit the purge: the memory store keeps it too.
+                tx.commit().map_err(backend)?;
+                return Err(TokenStoreError::Full {
+                    table: Table::Revocations,
+                    max,
+                });
+            }
+        }
+        tx.execute(
+            "INSERT INTO token_revoked (jti, keep_until_ms) VALUES (?1, ?2)",
+            params![jti, ms_to_sql(keep_until_ms)],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(RevokeOutcome::Revoked)
+    }
+
+    fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
+        self.conn
+            .query_row(
+                "SELECT 1 FROM token_revoked WHERE jti = ?1",
+                params![jti],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(backend)
+    }
+
+    fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT jti FROM token_revoked ORDER BY jti")
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(backend)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+    }
+
+    fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
+        let max = self.limits.once_tokens_max;
+        let tx = self.begin()?;
+        let existing = tx
+            .query_row(
+                "SELECT token, expires_at_ms, consumed_at_ms FROM token_once WHERE user_id = ?1 AND activity = ?2 AND window_start_ms = ?3",
+                params![user_to_sql(grant.key.user), grant.key.activity.as_str(), ms_to_sql(grant.key.window_start_ms)],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<i64>>(2)?)),
+            )
+            .optional()
+            .map_err(backend)?;
+        if let Some((token, expires_at_ms, consumed_at_ms)) = existing {
+            let issue = OnceIssue {
+                token: token_from_sql(&token)?,
+                expires_at_ms: ms_from_sql(expires_at_ms, "expires_at_ms")?,
+                fresh: false,
+                consumed: consumed_at_ms.is_some(),
+            };
+            tx.commit().map_err(backend)?;
+            return Ok(issue);
+        }
+        let taken = tx
+            .query_row(
+                "SELECT 1 FROM token_once WHERE token = ?1",
+                params![grant.token.to_string()],
+                |_| Ok(()),
+            )
+            .optional()
+            .map_err(backend)?;
+        if taken.is_some() {
+            return Err(TokenStoreError::TokenCollision);
+        }
+        if count(&tx, "token_once")? >= max {
+            purge_once(&tx, now_ms)?;
+            if count(&tx, "token_once")? >= max {
+                tx.commit().map_err(backend)?;
+                return Err(TokenStoreError::Full {
+                    table: Table::OnceTokens,
+                    max,
+                });
+            }
+        }
+        tx.execute(
+            "INSERT INTO token_once (token, user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, NULL)",
+            params![
+                grant.token.to_string(),
+                user_to_sql(grant.key.user),
+                grant.key.activity.as_str(),
+                ms_to_sql(grant.key.window_start_ms),
+                ms_to_sql(grant.expires_at_ms)
+            ],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(OnceIssue {
+            token: grant.token,
+            expires_at_ms: grant.expires_at_ms,
+            fresh: true,
+            consumed: false,
+        })
+    }
+
+    fn consume_once(
+        &mut self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        let tx = self.begin()?;
+        // The one store operation that decides acceptance.
+        let accepted = tx
+            .query_row(
+                "UPDATE token_once SET consumed_at_ms = ?1 \
+                 WHERE token = ?2 AND user_id = ?3 AND consumed_at_ms IS NULL AND expires_at_ms > ?1 \
+                 RETURNING user_id, activity, window_start_ms",
+                params![ms_to_sql(now_ms), token.to_string(), user_to_sql(user)],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)),
+            )
+            .optional()
+            .map_err(backend)?;
+        let verdict = match accepted {
+            Some((u, activity, window_start_ms)) => Ok(key_from_sql(u, activity, window_start_ms)?),
+            None => {
+                let why = judge(&tx, token, user, now_ms)?;
+                // Nothing matched the UPDATE, so the read cannot accept.
+                match why {
+                    Err(rejection) => Err(rejection),
+                    Ok(_) => {
+                        return Err(TokenStoreError::Backend(
+                            "consume: UPDATE matched no row but the row is acceptable".to_owned(),
+                        ));
+                    }
+                }
+            }
+        };
+        tx.commit().map_err(backend)?;
+        Ok(verdict)
+    }
+
+    fn check_once(
+        &self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        judge(&self.conn, token, user, now_ms)
+    }
+
+    fn mark_once_consumed(
+        &mut self,
+        token: OnceToken,
+        now_ms: u64,
+    ) -> Result<bool, TokenStoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE token_once SET consumed_at_ms = ?1 WHERE token = ?2",
+                params![ms_to_sql(now_ms), token.to_string()],
+            )
+            .map_err(backend)?;
+        Ok(n == 1)
+    }
+
+    fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
+        let tx = self.begin()?;
+        let counts = PurgeCounts {
+            revocations: purge_revocations(&tx, now_ms)?,
+            once_tokens: purge_once(&tx, now_ms)?,
+        };
+        tx.commit().map_err(backend)?;
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token::once::OnceGrant;
+
+    fn grant(nonce: u128) -> OnceGrant {
+        OnceGrant {
+            key: OnceKey {
+                user: UserId(u64::MAX),
+                activity: ActivityId::new("A2024").unwrap(),
+                window_start_ms: 0,
+            },
+            token: OnceToken(nonce),
+            expires_at_ms: 3_600_000,
+        }
+    }
+
+    #[test]
+    fn file_store_runs_in_wal_mode_with_full_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let s =
+            SqliteTokenStore::open(&dir.path().join("t.db"), TokenStoreLimits::default()).unwrap();
+        let mode: String = s
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        let sync: i64 = s
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        assert_eq!(sync, 2, "synchronous=FULL");
+    }
+
+    #[test]
+    fn concurrent_consumers_on_separate_connections_accept_exactly_once() {
+        // Real threads and connections racing on one file: the single conditional UPDATE must
+        // let exactly one through. (Threads appear only in this test, never in protocol code.)
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("race.db");
+        let limits = TokenStoreLimits::default();
+        let mut setup = SqliteTokenStore::open(&path, limits).unwrap();
+        for round in 0..5u128 {
+            let issued = setup
+                .issue_once(
+                    &OnceGrant {
+                        key: OnceKey {
+                            window_start_ms: round as u64 * 10,
+                            ..grant(0).key
+                        },
+                        ..grant(round + 1)
+                    },
+                    0,
+                )
+                .unwrap();
+            assert!(issued.fresh);
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+            let handles: Vec<_> = (0..6)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        let mut s = SqliteTokenStore::open(&path, limits).unwrap();
+                        barrier.wait();
+                        s.consume_once(issued.token, UserId(u64::MAX), 1).unwrap()
+                    })
+                })
+                .collect();
+            let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            assert_eq!(
+                results.iter().filter(|r| r.is_ok()).count(),
+                1,
+                "{results:?}"
+            );
+            assert!(
+                results
+                    .iter()
+                    .filter(|r| r.is_err())
+                    .all(|r| *r == Err(OnceRejection::AlreadyConsumed))
+            );
+        }
+    }
+
+    #[test]
+    fn large_user_ids_round_trip() {
+        let mut s = SqliteTokenStore::open_in_memory(TokenStoreLimits::default()).unwrap();
+        let issued = s.issue_once(&grant(9), 0).unwrap();
+        assert_eq!(
+            s.consume_once(issued.token, UserId(u64::MAX), 1)
+                .unwrap()
+                .unwrap()
+                .user,
+            UserId(u64::MAX)
+        );
+    }
+}
