@@ -1,1 +1,0 @@
-//! The TCC lottery (issue "Tokens, the TCC lottery, and the real HTTP server"): not built yet.
