@@ -6,8 +6,8 @@
 use proptest::prelude::*;
 
 use super::super::{
-    AMOUNT_MAX, ActivityId, BranchOp, BranchView, DrawArgs, FenceMode, Flaws, LogEntry, LotteryStore, MemoryStore,
-    Participant, Phase, SqliteStore, UserId, Verdict, Xid,
+    AMOUNT_MAX, ActivityId, BranchOp, BranchView, DrawArgs, FenceMode, Flaws, LogEntry,
+    LotteryStore, MemoryStore, Participant, Phase, SqliteStore, UserId, Verdict, Xid,
 };
 
 #[derive(Clone, Debug)]
@@ -25,20 +25,37 @@ fn amount() -> impl Strategy<Value = u64> {
 }
 
 fn draw_args() -> impl Strategy<Value = DrawArgs> {
-    (0..4u64, 0..3u64, 0..2u64, amount(), any::<bool>()).prop_map(|(xid, user, activity, price_minor, won)| {
-        DrawArgs { xid: Xid(xid), user: UserId(user), activity: ActivityId(activity), price_minor, won }
-    })
+    (0..4u64, 0..3u64, 0..2u64, amount(), any::<bool>()).prop_map(
+        |(xid, user, activity, price_minor, won)| DrawArgs {
+            xid: Xid(xid),
+            user: UserId(user),
+            activity: ActivityId(activity),
+            price_minor,
+            won,
+        },
+    )
 }
 
 fn branch_op() -> impl Strategy<Value = BranchOp> {
-    let branch = prop_oneof![Just(Participant::Wallet), Just(Participant::Inventory), Just(Participant::Participation)];
+    let branch = prop_oneof![
+        Just(Participant::Wallet),
+        Just(Participant::Inventory),
+        Just(Participant::Participation)
+    ];
     let phase = prop_oneof![Just(Phase::Try), Just(Phase::Confirm), Just(Phase::Cancel)];
-    (branch, phase, draw_args()).prop_map(|(branch, phase, draw)| BranchOp { branch, phase, draw })
+    (branch, phase, draw_args()).prop_map(|(branch, phase, draw)| BranchOp {
+        branch,
+        phase,
+        draw,
+    })
 }
 
 fn flaws() -> impl Strategy<Value = Flaws> {
     let fence = prop_oneof![6 => Just(FenceMode::Atomic), 1 => Just(FenceMode::Unfenced), 1 => Just(FenceMode::CheckThenAct)];
-    (fence, prop::bool::weighted(0.2)).prop_map(|(fence, two_step_stock)| Flaws { fence, two_step_stock })
+    (fence, prop::bool::weighted(0.2)).prop_map(|(fence, two_step_stock)| Flaws {
+        fence,
+        two_step_stock,
+    })
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -60,8 +77,13 @@ type Slots = [Option<(BranchOp, BranchView)>; 2];
 /// Applies `op`, returning a comparable rendering of the result.
 fn apply(store: &mut dyn LotteryStore, slots: &mut Slots, op: &Op) -> String {
     match op {
-        Op::Open { user, balance_minor } => format!("{:?}", store.open_account(UserId(*user), *balance_minor)),
-        Op::Stock { activity, units } => format!("{:?}", store.add_stock(ActivityId(*activity), *units)),
+        Op::Open {
+            user,
+            balance_minor,
+        } => format!("{:?}", store.open_account(UserId(*user), *balance_minor)),
+        Op::Stock { activity, units } => {
+            format!("{:?}", store.add_stock(ActivityId(*activity), *units))
+        }
         Op::Exec { op, flaws } => format!("{:?}", store.execute(op, *flaws)),
         Op::Read { slot, op } => {
             let view = store.read_branch(op);

@@ -1,8 +1,8 @@
 //! Every classic TCC anomaly, through the participant message handler, on both stores.
 
 use super::super::{
-    Effect, FenceStatus, Ledger, LotteryStore, MemoryStore, Participant, Phase, Refusal, SqliteStore, UserId,
-    ActivityId, Xid, invariants,
+    ActivityId, Effect, FenceStatus, Ledger, LotteryStore, MemoryStore, Participant, Phase,
+    Refusal, SqliteStore, UserId, Xid, invariants,
 };
 use super::{draw, send};
 
@@ -42,7 +42,10 @@ fn duplicate_confirm_is_an_idempotent_no_op() {
         }
         let once = ledger(s);
         for p in d.branches() {
-            assert_eq!(send(s, p, Phase::Confirm, d).outcome, Ok(Effect::AlreadyDone));
+            assert_eq!(
+                send(s, p, Phase::Confirm, d).outcome,
+                Ok(Effect::AlreadyDone)
+            );
         }
         let l = ledger(s);
         assert_eq!(l, once, "a repeated Confirm changes nothing");
@@ -64,12 +67,23 @@ fn duplicate_cancel_is_an_idempotent_no_op() {
         }
         let once = ledger(s);
         for p in d.branches() {
-            assert_eq!(send(s, p, Phase::Cancel, d).outcome, Ok(Effect::AlreadyDone));
+            assert_eq!(
+                send(s, p, Phase::Cancel, d).outcome,
+                Ok(Effect::AlreadyDone)
+            );
         }
         let l = ledger(s);
         assert_eq!(l, once);
-        assert_eq!(l.accounts[&UserId(1)].balance_minor, 100, "unfrozen exactly once");
-        assert_eq!(l.stock[&ActivityId(1)].available, 1, "returned exactly once");
+        assert_eq!(
+            l.accounts[&UserId(1)].balance_minor,
+            100,
+            "unfrozen exactly once"
+        );
+        assert_eq!(
+            l.stock[&ActivityId(1)].available,
+            1,
+            "returned exactly once"
+        );
         invariants::settled(&l).unwrap();
     });
 }
@@ -80,7 +94,10 @@ fn empty_rollback_records_suspended_and_changes_no_business_row() {
         let d = draw(1, true);
         let before = ledger(s);
         for p in d.branches() {
-            assert_eq!(send(s, p, Phase::Cancel, d).outcome, Ok(Effect::EmptyRollback));
+            assert_eq!(
+                send(s, p, Phase::Cancel, d).outcome,
+                Ok(Effect::EmptyRollback)
+            );
         }
         let l = ledger(s);
         assert_eq!(l.accounts, before.accounts);
@@ -90,7 +107,10 @@ fn empty_rollback_records_suspended_and_changes_no_business_row() {
             assert_eq!(l.fences[&(Xid(1), p)], FenceStatus::Suspended);
         }
         // And a repeat of the empty rollback is a no-op.
-        assert_eq!(send(s, Participant::Wallet, Phase::Cancel, d).outcome, Ok(Effect::AlreadyDone));
+        assert_eq!(
+            send(s, Participant::Wallet, Phase::Cancel, d).outcome,
+            Ok(Effect::AlreadyDone)
+        );
     });
 }
 
@@ -104,11 +124,20 @@ fn hanging_try_after_empty_rollback_is_blocked() {
         }
         for p in d.branches() {
             let r = send(s, p, Phase::Try, d);
-            assert_eq!(r.outcome, Err(Refusal::TryFenced { existing: FenceStatus::Suspended }));
+            assert_eq!(
+                r.outcome,
+                Err(Refusal::TryFenced {
+                    existing: FenceStatus::Suspended
+                })
+            );
             history.push(r);
         }
         let l = ledger(s);
-        assert_eq!(l.accounts[&UserId(1)].frozen_minor, 0, "nothing frozen by the late Try");
+        assert_eq!(
+            l.accounts[&UserId(1)].frozen_minor,
+            0,
+            "nothing frozen by the late Try"
+        );
         assert_eq!(l.stock[&ActivityId(1)].reserved, 0);
         assert!(l.participations.is_empty());
         invariants::no_hanging(&history).unwrap();
@@ -120,17 +149,27 @@ fn hanging_try_after_empty_rollback_is_blocked() {
 fn try_after_rollback_and_duplicate_try_are_refused() {
     each_store(|s| {
         let d = draw(1, false);
-        assert_eq!(send(s, Participant::Wallet, Phase::Try, d).outcome, Ok(Effect::Applied));
         assert_eq!(
             send(s, Participant::Wallet, Phase::Try, d).outcome,
-            Err(Refusal::TryFenced { existing: FenceStatus::Tried }),
+            Ok(Effect::Applied)
+        );
+        assert_eq!(
+            send(s, Participant::Wallet, Phase::Try, d).outcome,
+            Err(Refusal::TryFenced {
+                existing: FenceStatus::Tried
+            }),
             "a duplicate Try does not freeze twice"
         );
         assert_eq!(ledger(s).accounts[&UserId(1)].frozen_minor, 10);
-        assert_eq!(send(s, Participant::Wallet, Phase::Cancel, d).outcome, Ok(Effect::Applied));
+        assert_eq!(
+            send(s, Participant::Wallet, Phase::Cancel, d).outcome,
+            Ok(Effect::Applied)
+        );
         assert_eq!(
             send(s, Participant::Wallet, Phase::Try, d).outcome,
-            Err(Refusal::TryFenced { existing: FenceStatus::Rollbacked })
+            Err(Refusal::TryFenced {
+                existing: FenceStatus::Rollbacked
+            })
         );
         assert_eq!(ledger(s).accounts[&UserId(1)].frozen_minor, 0);
     });
@@ -145,7 +184,9 @@ fn confirm_after_cancel_is_refused_and_cancel_after_confirm_too() {
             assert_eq!(send(s, p, Phase::Cancel, d).outcome, Ok(Effect::Applied));
             assert_eq!(
                 send(s, p, Phase::Confirm, d).outcome,
-                Err(Refusal::ConfirmAfterCancel { existing: FenceStatus::Rollbacked })
+                Err(Refusal::ConfirmAfterCancel {
+                    existing: FenceStatus::Rollbacked
+                })
             );
         }
         let l = ledger(s);
@@ -156,14 +197,19 @@ fn confirm_after_cancel_is_refused_and_cancel_after_confirm_too() {
         let _ = send(s, Participant::Wallet, Phase::Cancel, e);
         assert_eq!(
             send(s, Participant::Wallet, Phase::Confirm, e).outcome,
-            Err(Refusal::ConfirmAfterCancel { existing: FenceStatus::Suspended })
+            Err(Refusal::ConfirmAfterCancel {
+                existing: FenceStatus::Suspended
+            })
         );
         // Cancel after Confirm.
         let f = draw(3, false);
         for p in f.branches() {
             let _ = send(s, p, Phase::Try, f);
             assert_eq!(send(s, p, Phase::Confirm, f).outcome, Ok(Effect::Applied));
-            assert_eq!(send(s, p, Phase::Cancel, f).outcome, Err(Refusal::CancelAfterConfirm));
+            assert_eq!(
+                send(s, p, Phase::Cancel, f).outcome,
+                Err(Refusal::CancelAfterConfirm)
+            );
         }
         assert_eq!(ledger(s).collected_minor, 10);
     });
@@ -174,9 +220,15 @@ fn confirm_without_try_is_an_error() {
     each_store(|s| {
         let d = draw(1, true);
         for p in d.branches() {
-            assert_eq!(send(s, p, Phase::Confirm, d).outcome, Err(Refusal::ConfirmWithoutTry));
+            assert_eq!(
+                send(s, p, Phase::Confirm, d).outcome,
+                Err(Refusal::ConfirmWithoutTry)
+            );
         }
-        assert!(ledger(s).fences.is_empty(), "a refused Confirm writes no fence row");
+        assert!(
+            ledger(s).fences.is_empty(),
+            "a refused Confirm writes no fence row"
+        );
     });
 }
 
@@ -185,24 +237,39 @@ fn business_refusals_leave_no_fence_row_so_a_later_cancel_is_an_empty_rollback()
     each_store(|s| {
         // Out of stock: the only unit goes to draw 1.
         let d1 = draw(1, true);
-        assert_eq!(send(s, Participant::Inventory, Phase::Try, d1).outcome, Ok(Effect::Applied));
+        assert_eq!(
+            send(s, Participant::Inventory, Phase::Try, d1).outcome,
+            Ok(Effect::Applied)
+        );
         let mut d2 = draw(2, true);
         d2.user = UserId(2);
         assert_eq!(
             send(s, Participant::Inventory, Phase::Try, d2).outcome,
-            Err(Refusal::OutOfStock { activity: ActivityId(1) })
+            Err(Refusal::OutOfStock {
+                activity: ActivityId(1)
+            })
         );
-        assert_eq!(send(s, Participant::Inventory, Phase::Cancel, d2).outcome, Ok(Effect::EmptyRollback));
+        assert_eq!(
+            send(s, Participant::Inventory, Phase::Cancel, d2).outcome,
+            Ok(Effect::EmptyRollback)
+        );
         // Unknown account, then already participated.
         assert_eq!(
             send(s, Participant::Wallet, Phase::Try, d2).outcome,
             Err(Refusal::UnknownAccount { user: UserId(2) })
         );
-        assert_eq!(send(s, Participant::Participation, Phase::Try, d1).outcome, Ok(Effect::Applied));
+        assert_eq!(
+            send(s, Participant::Participation, Phase::Try, d1).outcome,
+            Ok(Effect::Applied)
+        );
         let d3 = draw(3, false);
         assert_eq!(
             send(s, Participant::Participation, Phase::Try, d3).outcome,
-            Err(Refusal::AlreadyParticipated { user: UserId(1), activity: ActivityId(1), holder: Xid(1) })
+            Err(Refusal::AlreadyParticipated {
+                user: UserId(1),
+                activity: ActivityId(1),
+                holder: Xid(1)
+            })
         );
         // Insufficient balance.
         let mut rich = draw(4, false);

@@ -9,12 +9,21 @@ mod driver;
 mod fence_anomalies;
 mod flaws;
 
-use super::{ActivityId, DrawArgs, LotteryStore, Participant, ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, UserId, Xid};
-use super::{Handled};
+use super::Handled;
+use super::{
+    ActivityId, DrawArgs, LotteryStore, Participant, ParticipantConfig, ParticipantMsg,
+    ParticipantReply, Phase, UserId, Xid,
+};
 
 /// A draw of user 1 in activity 1 at price 10.
 pub(super) fn draw(xid: u64, won: bool) -> DrawArgs {
-    DrawArgs { xid: Xid(xid), user: UserId(1), activity: ActivityId(1), price_minor: 10, won }
+    DrawArgs {
+        xid: Xid(xid),
+        user: UserId(1),
+        activity: ActivityId(1),
+        price_minor: 10,
+        won,
+    }
 }
 
 /// Sends one message to `p` over `store` on the correct path and returns the reply.
@@ -24,7 +33,11 @@ pub(super) fn send<S: LotteryStore + ?Sized>(
     phase: Phase,
     draw: DrawArgs,
 ) -> ParticipantReply {
-    match p.handle(store, &ParticipantConfig::default(), &ParticipantMsg { phase, draw }) {
+    match p.handle(
+        store,
+        &ParticipantConfig::default(),
+        &ParticipantMsg { phase, draw },
+    ) {
         Handled::Reply(r) => r,
         Handled::Resume(_) => panic!("the correct path is one step"),
     }
