@@ -288,11 +288,12 @@ impl Coordinator {
                 None => {
                     c.draws
                         .insert(*xid, Draw::new(record.draw, DrawStage::Trying));
-                    c.decide(*xid, Verdict::Cancel, CancelReason::Recovered);
+                    c.decide(*xid, Verdict::Cancel, Some(CancelReason::Recovered));
                 }
                 Some(verdict) => {
                     let mut draw = Draw::new(record.draw, DrawStage::Finishing(verdict));
-                    draw.cancel_reason = Some(CancelReason::Recovered);
+                    draw.cancel_reason =
+                        (verdict == Verdict::Cancel).then_some(CancelReason::Recovered);
                     c.draws.insert(*xid, draw);
                     c.send_phase(*xid, verdict.phase(), now);
                 }
@@ -416,31 +417,23 @@ impl Coordinator {
             DrawStage::Trying if reply.phase == Phase::Try => {
                 // A repeated Try that finds its own `tried` row is refused by the fence (Seata's
                 // rule), but it proves the first one landed.
-                let landed = matches!(
-                    reply.outcome,
+                match &reply.outcome {
                     Ok(_)
-                        | Err(Refusal::TryFenced {
-                            existing: FenceStatus::Tried
-                        })
-                );
-                if landed {
-                    self.mark_done(xid, from);
-                    if self.draws.get(&xid).is_some_and(Draw::all_done) {
-                        self.decide(xid, Verdict::Confirm, CancelReason::Recovered);
+                    | Err(Refusal::TryFenced {
+                        existing: FenceStatus::Tried,
+                    }) => {
+                        self.mark_done(xid, from);
+                        if self.draws.get(&xid).is_some_and(Draw::all_done) {
+                            self.decide(xid, Verdict::Confirm, None);
+                        }
                     }
-                } else {
-                    let refusal = match &reply.outcome {
-                        Err(r) => r.clone(),
-                        Ok(_) => Refusal::ConfirmWithoutTry,
-                    };
-                    self.decide(
-                        xid,
-                        Verdict::Cancel,
-                        CancelReason::TryRefused {
+                    Err(refusal) => {
+                        let reason = CancelReason::TryRefused {
                             branch: from,
-                            refusal,
-                        },
-                    );
+                            refusal: refusal.clone(),
+                        };
+                        self.decide(xid, Verdict::Cancel, Some(reason));
+                    }
                 }
             }
             // A refusal of the verdict is left to the timer: store failures are transient;
@@ -591,16 +584,19 @@ impl Coordinator {
     }
 
     /// Records the verdict (durably first: nothing is sent until the log acknowledges it).
-    fn decide(&mut self, xid: Xid, verdict: Verdict, reason: CancelReason) {
+    fn decide(&mut self, xid: Xid, verdict: Verdict, cancel_reason: Option<CancelReason>) {
         self.disarm_all(xid);
         let Some(draw) = self.draws.get_mut(&xid) else {
             return;
         };
         debug_assert_eq!(draw.stage, DrawStage::Trying, "decided only while trying");
         draw.stage = DrawStage::LoggingVerdict(verdict);
-        if verdict == Verdict::Cancel {
-            draw.cancel_reason = Some(reason);
-        }
+        debug_assert_eq!(
+            verdict == Verdict::Cancel,
+            cancel_reason.is_some(),
+            "a reason for every cancel"
+        );
+        draw.cancel_reason = cancel_reason;
         self.log_outbox
             .push_back(LogEntry::Decided { xid, verdict });
     }
@@ -633,9 +629,11 @@ impl Coordinator {
             return;
         }
         match stage {
-            DrawStage::Trying => {
-                self.decide(xid, Verdict::Cancel, CancelReason::TryTimedOut { branch })
-            }
+            DrawStage::Trying => self.decide(
+                xid,
+                Verdict::Cancel,
+                Some(CancelReason::TryTimedOut { branch }),
+            ),
             DrawStage::Finishing(verdict) => {
                 self.disarm_all(xid);
                 if let Some(draw) = self.draws.get_mut(&xid) {
