@@ -507,6 +507,11 @@ impl Coordinator {
         self.draws.get(&xid).map(|d| d.stage)
     }
 
+    /// Every draw in flight and its stage, in xid order.
+    pub fn draws(&self) -> impl Iterator<Item = (Xid, DrawStage)> + '_ {
+        self.draws.iter().map(|(x, d)| (*x, d.stage))
+    }
+
     /// Parked draws.
     pub fn parked(&self) -> impl Iterator<Item = Xid> + '_ {
         self.draws

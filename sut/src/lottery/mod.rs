@@ -58,13 +58,17 @@ mod tests;
 
 pub use coordinator::{
     CancelReason, Coordinator, CoordinatorConfig, CoordinatorError, DrawEvent, DrawOutcome,
+    DrawStage,
 };
 pub use fence::{FenceMode, FenceStatus};
-pub use invariants::LotteryViolation;
-pub use ledger::{Account, Ledger, ParticipationRow, Stock};
+pub use invariants::{LotteryViolation, Unsettled};
+pub use ledger::{Account, Ledger, MergeError, ParticipationRow, Stock};
 pub use log::{CoordLog, LogEntry, LogError, LogRecord, Verdict};
 pub use participant::{Handled, ParticipantConfig, ParticipantMsg, ParticipantReply, Resume};
-pub use rules::{AMOUNT_MAX, BranchOp, BranchOutcome, BranchView, Effect, Refusal};
+pub use rules::{
+    AMOUNT_MAX, BranchDecision, BranchOp, BranchOutcome, BranchView, BusinessRow, Effect, Quantity,
+    Refusal,
+};
 pub use sqlite::SqliteStore;
 pub use store::{LotteryStore, MemoryStore, StoreError};
 
