@@ -402,6 +402,13 @@ fn recovery_cancels_undecided_draws_and_finishes_decided_ones() {
         c.stage(Xid(2)),
         Some(DrawStage::Finishing(Verdict::Confirm))
     );
+    assert_eq!(
+        c.draws().collect::<Vec<_>>(),
+        vec![
+            (Xid(1), DrawStage::LoggingVerdict(Verdict::Cancel)),
+            (Xid(2), DrawStage::Finishing(Verdict::Confirm)),
+        ]
+    );
     let sends: Vec<_> = std::iter::from_fn(|| c.poll_send()).collect();
     assert!(
         sends
