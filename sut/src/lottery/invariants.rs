@@ -1,0 +1,379 @@
+//! The `lottery.*` invariants (DESIGN.md, "Invariants") as plain functions over a [`Ledger`]
+//! snapshot and, where the property is about order, a history of participant replies (in the
+//! order the participants produced them). Tests, the simulator, the stateright models and the
+//! load verifier all call these. Each returns the first violation found, naming the offending
+//! entity or event (its index in the history).
+//!
+//! Safety (must hold at every instant, under any fault): [`no_duplicate_participation`],
+//! [`no_over_issue`], [`conservation`], [`no_hanging`]. Liveness, checked once faults have healed
+//! and the system has gone quiet: [`settled`].
+
+use std::collections::BTreeMap;
+
+use super::coordinator::{DrawEvent, DrawOutcome};
+use super::ledger::{Ledger, Stock};
+use super::participant::ParticipantReply;
+use super::rules::Effect;
+use super::{ActivityId, Participant, Phase, UserId, Xid};
+
+/// `lottery.no_duplicate_participation`
+pub const NO_DUPLICATE_PARTICIPATION: &str = "lottery.no_duplicate_participation";
+/// `lottery.no_over_issue`
+pub const NO_OVER_ISSUE: &str = "lottery.no_over_issue";
+/// `lottery.conservation`
+pub const CONSERVATION: &str = "lottery.conservation";
+/// `lottery.no_hanging`
+pub const NO_HANGING: &str = "lottery.no_hanging";
+/// `lottery.settled`
+pub const SETTLED: &str = "lottery.settled";
+
+/// What is still open when `lottery.settled` expected everything closed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Unsettled {
+    /// The coordinator log still holds the draw.
+    OpenDraw {
+        /// The draw.
+        xid: Xid,
+    },
+    /// A fence row still says `tried` (neither confirmed nor cancelled).
+    FenceTried {
+        /// The draw.
+        xid: Xid,
+        /// The branch.
+        branch: Participant,
+    },
+    /// Money still frozen.
+    Frozen {
+        /// The user.
+        user: UserId,
+        /// How much.
+        frozen_minor: u64,
+    },
+    /// Stock still reserved.
+    Reserved {
+        /// The activity.
+        activity: ActivityId,
+        /// How many units.
+        reserved: u64,
+    },
+    /// A participation record neither confirmed nor erased.
+    PendingParticipation {
+        /// The user.
+        user: UserId,
+        /// The activity.
+        activity: ActivityId,
+        /// The draw holding it.
+        xid: Xid,
+    },
+    /// The house collected a different amount than the confirmed draws paid.
+    CollectedMismatch {
+        /// Collected by the house.
+        collected_minor: u64,
+        /// Sum of the confirmed draws' prices.
+        confirmed_minor: u128,
+    },
+    /// An activity issued a different number of prizes than it has confirmed winning draws.
+    IssuedMismatch {
+        /// The activity.
+        activity: ActivityId,
+        /// Units issued.
+        issued: u64,
+        /// Confirmed winning participation records.
+        confirmed_wins: u64,
+    },
+}
+
+/// A violated `lottery.*` invariant.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum LotteryViolation {
+    /// Two different draws of one user in one activity were confirmed.
+    #[error(
+        "{NO_DUPLICATE_PARTICIPATION}: {user:?} in {activity:?} confirmed by {first:?} and {second:?} (event {event_index})"
+    )]
+    DuplicateParticipation {
+        /// The user.
+        user: UserId,
+        /// The activity.
+        activity: ActivityId,
+        /// The first confirmed draw.
+        first: Xid,
+        /// The second one.
+        second: Xid,
+        /// Index of the second confirmation in the history.
+        event_index: usize,
+    },
+    /// More prizes issued than ever stocked.
+    #[error("{NO_OVER_ISSUE}: {activity:?} issued {issued} of {total}")]
+    OverIssue {
+        /// The activity.
+        activity: ActivityId,
+        /// Units ever stocked.
+        total: u64,
+        /// Units issued.
+        issued: u64,
+    },
+    /// Stock units created or lost: `available + reserved + issued != total`.
+    #[error("{NO_OVER_ISSUE}: {activity:?} stock does not add up: {stock:?}")]
+    StockMismatch {
+        /// The activity.
+        activity: ActivityId,
+        /// Its row.
+        stock: Stock,
+    },
+    /// Money created or lost.
+    #[error("{CONSERVATION}: balances + frozen + collected = {held_minor}, minted {minted_minor}")]
+    Conservation {
+        /// Money put in.
+        minted_minor: u64,
+        /// Money found.
+        held_minor: u128,
+    },
+    /// A Try took effect after a Cancel of the same branch had been accepted.
+    #[error(
+        "{NO_HANGING}: Try of {xid:?} on {branch:?} took effect (event {try_index}) after its Cancel (event {cancel_index})"
+    )]
+    Hanging {
+        /// The draw.
+        xid: Xid,
+        /// The branch.
+        branch: Participant,
+        /// Index of the accepted Cancel.
+        cancel_index: usize,
+        /// Index of the Try that took effect afterwards.
+        try_index: usize,
+    },
+    /// Something is still open after the system went quiet.
+    #[error("{SETTLED}: {0:?}")]
+    Unsettled(Unsettled),
+}
+
+impl LotteryViolation {
+    /// The invariant's name, e.g. `lottery.no_over_issue`.
+    #[must_use]
+    pub const fn invariant(&self) -> &'static str {
+        match self {
+            Self::DuplicateParticipation { .. } => NO_DUPLICATE_PARTICIPATION,
+            Self::OverIssue { .. } | Self::StockMismatch { .. } => NO_OVER_ISSUE,
+            Self::Conservation { .. } => CONSERVATION,
+            Self::Hanging { .. } => NO_HANGING,
+            Self::Unsettled(_) => SETTLED,
+        }
+    }
+}
+
+/// `lottery.no_duplicate_participation` over participant replies: at most one draw per
+/// (user, activity) has its participation Confirm take effect.
+///
+/// # Errors
+/// [`LotteryViolation::DuplicateParticipation`].
+pub fn no_duplicate_participation(history: &[ParticipantReply]) -> Result<(), LotteryViolation> {
+    let confirmed = history.iter().enumerate().filter(|(_, r)| {
+        r.branch == Participant::Participation
+            && r.phase == Phase::Confirm
+            && r.outcome == Ok(Effect::Applied)
+    });
+    first_duplicate(confirmed.map(|(i, r)| (i, r.draw.user, r.draw.activity, r.draw.xid)))
+}
+
+/// `lottery.no_duplicate_participation` over coordinator outcome events (what a load verifier
+/// sees): at most one `Confirmed` draw per (user, activity).
+///
+/// # Errors
+/// [`LotteryViolation::DuplicateParticipation`].
+pub fn no_duplicate_confirmed_draws(events: &[DrawEvent]) -> Result<(), LotteryViolation> {
+    let confirmed = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e.outcome, DrawOutcome::Confirmed { .. }));
+    first_duplicate(confirmed.map(|(i, e)| (i, e.draw.user, e.draw.activity, e.draw.xid)))
+}
+
+fn first_duplicate(
+    confirmed: impl Iterator<Item = (usize, UserId, ActivityId, Xid)>,
+) -> Result<(), LotteryViolation> {
+    let mut seen: BTreeMap<(UserId, ActivityId), Xid> = BTreeMap::new();
+    for (event_index, user, activity, xid) in confirmed {
+        match seen.get(&(user, activity)) {
+            Some(first) if *first != xid => {
+                return Err(LotteryViolation::DuplicateParticipation {
+                    user,
+                    activity,
+                    first: *first,
+                    second: xid,
+                    event_index,
+                });
+            }
+            Some(_) => {}
+            None => {
+                seen.insert((user, activity), xid);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `lottery.no_over_issue`: per activity, `issued <= total` and
+/// `available + reserved + issued == total` (no unit created by a lost update).
+///
+/// # Errors
+/// [`LotteryViolation::OverIssue`], [`LotteryViolation::StockMismatch`].
+pub fn no_over_issue(ledger: &Ledger) -> Result<(), LotteryViolation> {
+    for (activity, stock) in &ledger.stock {
+        if stock.issued > stock.total {
+            return Err(LotteryViolation::OverIssue {
+                activity: *activity,
+                total: stock.total,
+                issued: stock.issued,
+            });
+        }
+        let sum =
+            u128::from(stock.available) + u128::from(stock.reserved) + u128::from(stock.issued);
+        if sum != u128::from(stock.total) {
+            return Err(LotteryViolation::StockMismatch {
+                activity: *activity,
+                stock: *stock,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `lottery.conservation`: balances + frozen + collected == minted.
+///
+/// # Errors
+/// [`LotteryViolation::Conservation`].
+pub fn conservation(ledger: &Ledger) -> Result<(), LotteryViolation> {
+    let held: u128 = ledger
+        .accounts
+        .values()
+        .map(|a| u128::from(a.balance_minor) + u128::from(a.frozen_minor))
+        .sum::<u128>()
+        + u128::from(ledger.collected_minor);
+    if held == u128::from(ledger.minted_minor) {
+        Ok(())
+    } else {
+        Err(LotteryViolation::Conservation {
+            minted_minor: ledger.minted_minor,
+            held_minor: held,
+        })
+    }
+}
+
+/// `lottery.no_hanging` over participant replies: once a Cancel of a branch was accepted
+/// (applied, empty rollback or repeat), no Try of that branch takes effect.
+///
+/// # Errors
+/// [`LotteryViolation::Hanging`].
+pub fn no_hanging(history: &[ParticipantReply]) -> Result<(), LotteryViolation> {
+    let mut cancelled: BTreeMap<(Xid, Participant), usize> = BTreeMap::new();
+    for (i, r) in history.iter().enumerate() {
+        let key = (r.draw.xid, r.branch);
+        match (r.phase, &r.outcome) {
+            (Phase::Cancel, Ok(_)) => {
+                cancelled.entry(key).or_insert(i);
+            }
+            (Phase::Try, Ok(Effect::Applied)) => {
+                if let Some(cancel_index) = cancelled.get(&key) {
+                    return Err(LotteryViolation::Hanging {
+                        xid: key.0,
+                        branch: key.1,
+                        cancel_index: *cancel_index,
+                        try_index: i,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Every safety invariant at once (the ones that must hold at every instant).
+///
+/// # Errors
+/// The first violation.
+pub fn check_safety(ledger: &Ledger, history: &[ParticipantReply]) -> Result<(), LotteryViolation> {
+    conservation(ledger)?;
+    no_over_issue(ledger)?;
+    no_hanging(history)?;
+    no_duplicate_participation(history)
+}
+
+/// `lottery.settled`: once faults healed and the system went quiet, every draw ended Confirmed
+/// or Cancelled: no open coordinator record, no `tried` fence row, nothing frozen or reserved,
+/// no pending participation, and the house collected exactly the confirmed draws' prices and
+/// each activity issued exactly its confirmed wins.
+///
+/// # Errors
+/// [`LotteryViolation::Unsettled`] naming what is still open.
+pub fn settled(ledger: &Ledger) -> Result<(), LotteryViolation> {
+    let open = |u| Err(LotteryViolation::Unsettled(u));
+    if let Some(xid) = ledger.coord_log.records.keys().next() {
+        return open(Unsettled::OpenDraw { xid: *xid });
+    }
+    if let Some(((xid, branch), _)) = ledger
+        .fences
+        .iter()
+        .find(|(_, s)| **s == super::FenceStatus::Tried)
+    {
+        return open(Unsettled::FenceTried {
+            xid: *xid,
+            branch: *branch,
+        });
+    }
+    if let Some((user, a)) = ledger.accounts.iter().find(|(_, a)| a.frozen_minor != 0) {
+        return open(Unsettled::Frozen {
+            user: *user,
+            frozen_minor: a.frozen_minor,
+        });
+    }
+    if let Some((activity, s)) = ledger.stock.iter().find(|(_, s)| s.reserved != 0) {
+        return open(Unsettled::Reserved {
+            activity: *activity,
+            reserved: s.reserved,
+        });
+    }
+    if let Some(((user, activity), row)) = ledger.participations.iter().find(|(_, r)| !r.confirmed)
+    {
+        return open(Unsettled::PendingParticipation {
+            user: *user,
+            activity: *activity,
+            xid: row.xid,
+        });
+    }
+    let confirmed_minor: u128 = ledger
+        .participations
+        .values()
+        .map(|r| u128::from(r.price_minor))
+        .sum();
+    if confirmed_minor != u128::from(ledger.collected_minor) {
+        return open(Unsettled::CollectedMismatch {
+            collected_minor: ledger.collected_minor,
+            confirmed_minor,
+        });
+    }
+    let mut wins: BTreeMap<ActivityId, u64> = BTreeMap::new();
+    for ((_, activity), row) in &ledger.participations {
+        if row.won {
+            *wins.entry(*activity).or_default() += 1;
+        }
+    }
+    for (activity, stock) in &ledger.stock {
+        let confirmed_wins = wins.remove(activity).unwrap_or(0);
+        if confirmed_wins != stock.issued {
+            return open(Unsettled::IssuedMismatch {
+                activity: *activity,
+                issued: stock.issued,
+                confirmed_wins,
+            });
+        }
+    }
+    if let Some((activity, confirmed_wins)) = wins.into_iter().next() {
+        return open(Unsettled::IssuedMismatch {
+            activity,
+            issued: 0,
+            confirmed_wins,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,619 @@
+//! The participants' decision logic, in ONE place: pure functions from an operation and the rows
+//! it reads (the branch's fence row and its business row) to the reply and the rows to write.
+//!
+//! Both stores ([`crate::lottery::MemoryStore`], [`crate::lottery::SqliteStore`]) run every
+//! participant operation as: read the fence row and the business row, call [`decide`], write
+//! what it returns, in one atomic step (one transaction). The fence rules are Seata's
+//! ([`super::fence`]); the business rules are seed 002 ch. 4's "freeze first, then pay"
+//! (Try-Freeze / Confirm-Transfer / Cancel-Unfreeze) and ch. 1's indivisible "check, decrement,
+//! decide" on the stock.
+//!
+//! [`decide`] takes two views: `checked` (what the decision is based on) and `fresh` (what the
+//! write is applied to). On the correct path they are the same read. The two documented flaws
+//! that split an operation in two ([`super::FenceMode::CheckThenAct`],
+//! [`super::Flaws::two_step_stock`]) pass the view read in an earlier, separate store operation
+//! as `checked`; that is the whole difference between correct and flawed code.
+
+use serde::{Deserialize, Serialize};
+
+use super::fence::{FenceMode, FenceStatus, FenceStep, fence_step};
+use super::ledger::{Account, ParticipationRow, Stock};
+use super::store::StoreError;
+use super::{ActivityId, DrawArgs, Flaws, Participant, Phase, UserId, Xid};
+
+/// The largest amount or count any row may hold: `i64::MAX`, so that every value fits a SQLite
+/// INTEGER. Larger inputs and results are refused with a typed error, in both stores alike.
+pub const AMOUNT_MAX: u64 = i64::MAX as u64;
+
+/// One participant operation: a phase of a draw's branch on one participant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BranchOp {
+    /// Which participant (and so which branch of the draw).
+    pub branch: Participant,
+    /// Try, Confirm or Cancel.
+    pub phase: Phase,
+    /// The draw.
+    pub draw: DrawArgs,
+}
+
+/// The business row an operation reads and writes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BusinessRow {
+    /// The user's account and the house's collected total (Confirm moves frozen money there).
+    Wallet {
+        /// The user's account, if opened.
+        account: Option<Account>,
+        /// Ticket money collected by the house so far.
+        collected_minor: u64,
+    },
+    /// The activity's prize stock, if any was added.
+    Inventory {
+        /// The stock row.
+        stock: Option<Stock>,
+    },
+    /// The (user, activity) participation record, if any.
+    Participation {
+        /// The record; `None` means absent (and, as a write, delete).
+        row: Option<ParticipationRow>,
+    },
+}
+
+/// What an operation reads: its fence row and its business row.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BranchView {
+    /// The `(xid, branch)` fence row.
+    pub fence: Option<FenceStatus>,
+    /// The business row.
+    pub business: BusinessRow,
+}
+
+/// What an accepted operation did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Effect {
+    /// The business effect ran (Try reserved, Confirm made final, Cancel undid).
+    Applied,
+    /// A repeat of a Confirm or Cancel that already ran: nothing changed.
+    AlreadyDone,
+    /// A Cancel with no Try before it: nothing to undo; `suspended` was recorded.
+    EmptyRollback,
+}
+
+/// Which quantity over- or underflowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Quantity {
+    /// An account's balance.
+    Balance,
+    /// An account's frozen amount.
+    Frozen,
+    /// The house's collected total.
+    Collected,
+    /// An activity's available stock.
+    Available,
+    /// An activity's reserved stock.
+    Reserved,
+    /// An activity's issued prizes.
+    Issued,
+}
+
+/// Why a participant refused an operation. Nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
+pub enum Refusal {
+    /// Seata: Try found a fence row (duplicate key): a Cancel already ran, or this is a repeat.
+    #[error("fence: Try refused, the branch already has a fence row in state {existing:?}")]
+    TryFenced {
+        /// The row found.
+        existing: FenceStatus,
+    },
+    /// Seata: Confirm found no fence row.
+    #[error("fence: Confirm refused, no Try was recorded for this branch")]
+    ConfirmWithoutTry,
+    /// Seata: Confirm after the branch was rolled back or suspended.
+    #[error("fence: Confirm refused, the branch was already cancelled ({existing:?})")]
+    ConfirmAfterCancel {
+        /// The row found.
+        existing: FenceStatus,
+    },
+    /// Seata: Cancel after the branch was committed.
+    #[error("fence: Cancel refused, the branch was already confirmed")]
+    CancelAfterConfirm,
+    /// No such account.
+    #[error("user {user:?} has no account")]
+    UnknownAccount {
+        /// The user.
+        user: UserId,
+    },
+    /// The balance cannot pay the ticket.
+    #[error("user {user:?} has {balance_minor} but the ticket costs {price_minor}")]
+    InsufficientBalance {
+        /// The user.
+        user: UserId,
+        /// Their available balance.
+        balance_minor: u64,
+        /// The ticket price.
+        price_minor: u64,
+    },
+    /// No stock row for the activity.
+    #[error("activity {activity:?} has no prize stock")]
+    UnknownActivity {
+        /// The activity.
+        activity: ActivityId,
+    },
+    /// No unit left to reserve.
+    #[error("activity {activity:?} is out of stock")]
+    OutOfStock {
+        /// The activity.
+        activity: ActivityId,
+    },
+    /// The user already has a (pending or confirmed) draw in this activity.
+    #[error("user {user:?} already takes part in {activity:?} (draw {holder:?})")]
+    AlreadyParticipated {
+        /// The user.
+        user: UserId,
+        /// The activity.
+        activity: ActivityId,
+        /// The draw holding the participation record.
+        holder: Xid,
+    },
+    /// Confirm or Cancel of a participation record this draw does not hold.
+    #[error("draw {xid:?} holds no participation record for {user:?} in {activity:?}")]
+    NotParticipating {
+        /// The draw.
+        xid: Xid,
+        /// The user.
+        user: UserId,
+        /// The activity.
+        activity: ActivityId,
+    },
+    /// The draw has no branch on this participant (inventory for a losing draw).
+    #[error("draw has no branch on {branch:?}")]
+    NotInDraw {
+        /// The participant.
+        branch: Participant,
+    },
+    /// An amount above [`AMOUNT_MAX`].
+    #[error("amount {amount_minor} exceeds the maximum {AMOUNT_MAX}")]
+    AmountTooLarge {
+        /// The amount.
+        amount_minor: u64,
+    },
+    /// A quantity would go below zero (only reachable through a flaw or corrupt state).
+    #[error("{quantity:?} would go below zero")]
+    Underflow {
+        /// Which one.
+        quantity: Quantity,
+    },
+    /// A quantity would exceed [`AMOUNT_MAX`].
+    #[error("{quantity:?} would exceed {AMOUNT_MAX}")]
+    Overflow {
+        /// Which one.
+        quantity: Quantity,
+    },
+    /// A view handed back (e.g. in a resumed two-step operation) does not belong to this branch.
+    #[error("the view does not match the operation's participant {branch:?}")]
+    MalformedView {
+        /// The operation's participant.
+        branch: Participant,
+    },
+    /// A participant sent a message meant for another participant.
+    #[error("message for {expected:?} delivered to {actual:?}")]
+    WrongParticipant {
+        /// Where the operation belongs.
+        expected: Participant,
+        /// Who handled it.
+        actual: Participant,
+    },
+    /// The store failed (I/O, SQLite); nothing is known to have changed. Transient.
+    #[error("store unavailable: {message}")]
+    Unavailable {
+        /// The store's error message.
+        message: String,
+    },
+}
+
+/// A participant's answer to one operation.
+pub type BranchOutcome = Result<Effect, Refusal>;
+
+/// What [`decide`] returns: the reply and the rows to write (all or nothing).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BranchDecision {
+    /// The reply.
+    pub outcome: BranchOutcome,
+    /// The new fence row, if it changes (insert or update).
+    pub fence_write: Option<FenceStatus>,
+    /// The new business row, if it changes.
+    pub business_write: Option<BusinessRow>,
+}
+
+impl BranchDecision {
+    fn refuse(refusal: Refusal) -> Self {
+        Self {
+            outcome: Err(refusal),
+            fence_write: None,
+            business_write: None,
+        }
+    }
+}
+
+/// THE participant decision. `checked` is what the decision is based on, `fresh` what the write
+/// is applied to; the correct path passes the same view twice (one read in one transaction).
+///
+/// - [`FenceMode::Atomic`]: the fence rules on `fresh.fence`, then the business effect.
+/// - [`FenceMode::Unfenced`] (flaw): the business effect, always; the fence is neither read nor
+///   written.
+/// - [`FenceMode::CheckThenAct`] (flaw): the fence rules on `checked.fence` (read earlier), the
+///   result overwrites whatever row is there now.
+/// - `two_step_stock` (flaw): an inventory Try checks `checked`'s available stock and writes
+///   that value minus one (a lost update).
+#[must_use]
+pub fn decide(
+    op: &BranchOp,
+    checked: &BranchView,
+    fresh: &BranchView,
+    flaws: Flaws,
+) -> BranchDecision {
+    if op.draw.price_minor > AMOUNT_MAX {
+        return BranchDecision::refuse(Refusal::AmountTooLarge {
+            amount_minor: op.draw.price_minor,
+        });
+    }
+    if !op.draw.has_branch(op.branch) {
+        return BranchDecision::refuse(Refusal::NotInDraw { branch: op.branch });
+    }
+    if !view_matches(op.branch, &checked.business) || !view_matches(op.branch, &fresh.business) {
+        return BranchDecision::refuse(Refusal::MalformedView { branch: op.branch });
+    }
+    let fence_write = match flaws.fence {
+        FenceMode::Unfenced => None,
+        FenceMode::Atomic | FenceMode::CheckThenAct => {
+            let row = if flaws.fence == FenceMode::Atomic {
+                fresh.fence
+            } else {
+                checked.fence
+            };
+            match fence_step(op.phase, row) {
+                FenceStep::Refuse(refusal) => return BranchDecision::refuse(refusal),
+                FenceStep::NoOp { effect, write } => {
+                    return BranchDecision {
+                        outcome: Ok(effect),
+                        fence_write: write,
+                        business_write: None,
+                    };
+                }
+                FenceStep::Proceed { write } => Some(write),
+            }
+        }
+    };
+    match business(op, &checked.business, &fresh.business, flaws.two_step_stock) {
+        Ok(row) => BranchDecision {
+            outcome: Ok(Effect::Applied),
+            fence_write,
+            business_write: Some(row),
+        },
+        // The business refused: the whole transaction rolls back, the fence row included (Seata
+        // writes the fence row in the business's local transaction).
+        Err(refusal) => BranchDecision::refuse(refusal),
+    }
+}
+
+/// Setup rule: open `user`'s account with `balance_minor`, given the existing account (if
+/// any) and the money minted so far. Returns the account and the new minted total.
+///
+/// # Errors
+/// [`StoreError::AccountExists`], [`StoreError::AmountTooLarge`] (the balance or the minted
+/// total would exceed [`AMOUNT_MAX`]).
+pub fn open_account(
+    existing: Option<Account>,
+    minted_minor: u64,
+    user: UserId,
+    balance_minor: u64,
+) -> Result<(Account, u64), StoreError> {
+    if existing.is_some() {
+        return Err(StoreError::AccountExists { user });
+    }
+    let minted = minted_minor
+        .checked_add(balance_minor)
+        .filter(|m| *m <= AMOUNT_MAX)
+        .ok_or(StoreError::AmountTooLarge {
+            amount_minor: balance_minor,
+        })?;
+    Ok((
+        Account {
+            balance_minor,
+            frozen_minor: 0,
+        },
+        minted,
+    ))
+}
+
+/// Setup rule: add `units` of prize stock to `activity` (creating its row if needed).
+///
+/// # Errors
+/// [`StoreError::StockTooLarge`] when the total would exceed [`AMOUNT_MAX`].
+pub fn add_stock(
+    existing: Option<Stock>,
+    activity: ActivityId,
+    units: u64,
+) -> Result<Stock, StoreError> {
+    let mut stock = existing.unwrap_or_default();
+    let too_large = StoreError::StockTooLarge { activity };
+    stock.total = add(stock.total, units, Quantity::Available).map_err(|_| too_large.clone())?;
+    stock.available = add(stock.available, units, Quantity::Available).map_err(|_| too_large)?;
+    Ok(stock)
+}
+
+const fn view_matches(branch: Participant, row: &BusinessRow) -> bool {
+    matches!(
+        (branch, row),
+        (Participant::Wallet, BusinessRow::Wallet { .. })
+            | (Participant::Inventory, BusinessRow::Inventory { .. })
+            | (
+                Participant::Participation,
+                BusinessRow::Participation { .. }
+            )
+    )
+}
+
+fn add(value: u64, delta: u64, quantity: Quantity) -> Result<u64, Refusal> {
+    match value.checked_add(delta) {
+        Some(sum) if sum <= AMOUNT_MAX => Ok(sum),
+        _ => Err(Refusal::Overflow { quantity }),
+    }
+}
+
+fn sub(value: u64, delta: u64, quantity: Quantity) -> Result<u64, Refusal> {
+    value
+        .checked_sub(delta)
+        .ok_or(Refusal::Underflow { quantity })
+}
+
+/// The business effect of `op` on `fresh` (see [`decide`] for `checked`).
+fn business(
+    op: &BranchOp,
+    checked: &BusinessRow,
+    fresh: &BusinessRow,
+    two_step_stock: bool,
+) -> Result<BusinessRow, Refusal> {
+    let draw = &op.draw;
+    let price = draw.price_minor;
+    match fresh {
+        BusinessRow::Wallet {
+            account,
+            collected_minor,
+        } => {
+            let Some(mut account) = *account else {
+                return Err(Refusal::UnknownAccount { user: draw.user });
+            };
+            let mut collected_minor = *collected_minor;
+            match op.phase {
+                // Try-Freeze: `UPDATE .. SET balance = balance - ?, frozen = frozen + ? WHERE
+                // balance >= ?` (seed 002 §4.1).
+                Phase::Try => {
+                    if account.balance_minor < price {
+                        return Err(Refusal::InsufficientBalance {
+                            user: draw.user,
+                            balance_minor: account.balance_minor,
+                            price_minor: price,
+                        });
+                    }
+                    account.balance_minor -= price;
+                    account.frozen_minor = add(account.frozen_minor, price, Quantity::Frozen)?;
+                }
+                // Confirm-Transfer: the frozen ticket money goes to the house.
+                Phase::Confirm => {
+                    account.frozen_minor = sub(account.frozen_minor, price, Quantity::Frozen)?;
+                    collected_minor = add(collected_minor, price, Quantity::Collected)?;
+                }
+                // Cancel-Unfreeze.
+                Phase::Cancel => {
+                    account.frozen_minor = sub(account.frozen_minor, price, Quantity::Frozen)?;
+                    account.balance_minor = add(account.balance_minor, price, Quantity::Balance)?;
+                }
+            }
+            Ok(BusinessRow::Wallet {
+                account: Some(account),
+                collected_minor,
+            })
+        }
+        BusinessRow::Inventory { stock } => {
+            let Some(mut stock) = *stock else {
+                return Err(Refusal::UnknownActivity {
+                    activity: draw.activity,
+                });
+            };
+            match op.phase {
+                Phase::Try => {
+                    // Correct: check and decrement on the same read (seed 002 ch. 1). Flawed:
+                    // check what an earlier operation read and write that value minus one.
+                    let seen = if two_step_stock {
+                        match checked {
+                            BusinessRow::Inventory { stock: Some(seen) } => seen.available,
+                            _ => {
+                                return Err(Refusal::UnknownActivity {
+                                    activity: draw.activity,
+                                });
+                            }
+                        }
+                    } else {
+                        stock.available
+                    };
+                    if seen == 0 {
+                        return Err(Refusal::OutOfStock {
+                            activity: draw.activity,
+                        });
+                    }
+                    stock.available = seen - 1;
+                    stock.reserved = add(stock.reserved, 1, Quantity::Reserved)?;
+                }
+                Phase::Confirm => {
+                    stock.reserved = sub(stock.reserved, 1, Quantity::Reserved)?;
+                    stock.issued = add(stock.issued, 1, Quantity::Issued)?;
+                }
+                Phase::Cancel => {
+                    stock.reserved = sub(stock.reserved, 1, Quantity::Reserved)?;
+                    stock.available = add(stock.available, 1, Quantity::Available)?;
+                }
+            }
+            Ok(BusinessRow::Inventory { stock: Some(stock) })
+        }
+        BusinessRow::Participation { row } => {
+            let not_participating = Refusal::NotParticipating {
+                xid: draw.xid,
+                user: draw.user,
+                activity: draw.activity,
+            };
+            let row = match (op.phase, row) {
+                // `INSERT` under the unique key (user, activity) (seed 002 ch. 1: 幂等表).
+                (Phase::Try, Some(holder)) => {
+                    return Err(Refusal::AlreadyParticipated {
+                        user: draw.user,
+                        activity: draw.activity,
+                        holder: holder.xid,
+                    });
+                }
+                (Phase::Try, None) => Some(ParticipationRow {
+                    xid: draw.xid,
+                    price_minor: price,
+                    won: draw.won,
+                    confirmed: false,
+                }),
+                (Phase::Confirm, Some(held)) if held.xid == draw.xid => Some(ParticipationRow {
+                    confirmed: true,
+                    ..*held
+                }),
+                // `DELETE .. WHERE xid = ?`: a flawed (unfenced) Cancel after Confirm erases a
+                // confirmed record; the fence makes that unreachable.
+                (Phase::Cancel, Some(held)) if held.xid == draw.xid => None,
+                (Phase::Confirm | Phase::Cancel, _) => return Err(not_participating),
+            };
+            Ok(BusinessRow::Participation { row })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draw(won: bool) -> DrawArgs {
+        DrawArgs {
+            xid: Xid(7),
+            user: UserId(1),
+            activity: ActivityId(2),
+            price_minor: 10,
+            won,
+        }
+    }
+
+    fn wallet_view(fence: Option<FenceStatus>, balance: u64, frozen: u64) -> BranchView {
+        BranchView {
+            fence,
+            business: BusinessRow::Wallet {
+                account: Some(Account {
+                    balance_minor: balance,
+                    frozen_minor: frozen,
+                }),
+                collected_minor: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn try_freezes_and_records_tried() {
+        let op = BranchOp {
+            branch: Participant::Wallet,
+            phase: Phase::Try,
+            draw: draw(false),
+        };
+        let v = wallet_view(None, 100, 0);
+        let d = decide(&op, &v, &v, Flaws::NONE);
+        assert_eq!(d.outcome, Ok(Effect::Applied));
+        assert_eq!(d.fence_write, Some(FenceStatus::Tried));
+        assert_eq!(
+            d.business_write,
+            Some(BusinessRow::Wallet {
+                account: Some(Account {
+                    balance_minor: 90,
+                    frozen_minor: 10
+                }),
+                collected_minor: 0
+            })
+        );
+    }
+
+    #[test]
+    fn business_refusal_writes_nothing_not_even_the_fence() {
+        let op = BranchOp {
+            branch: Participant::Wallet,
+            phase: Phase::Try,
+            draw: draw(false),
+        };
+        let v = wallet_view(None, 5, 0);
+        let d = decide(&op, &v, &v, Flaws::NONE);
+        assert!(matches!(
+            d.outcome,
+            Err(Refusal::InsufficientBalance { .. })
+        ));
+        assert_eq!(d.fence_write, None);
+        assert_eq!(d.business_write, None);
+    }
+
+    #[test]
+    fn inventory_branch_of_a_losing_draw_is_refused() {
+        let op = BranchOp {
+            branch: Participant::Inventory,
+            phase: Phase::Try,
+            draw: draw(false),
+        };
+        let v = BranchView {
+            fence: None,
+            business: BusinessRow::Inventory { stock: None },
+        };
+        assert_eq!(
+            decide(&op, &v, &v, Flaws::NONE).outcome,
+            Err(Refusal::NotInDraw {
+                branch: Participant::Inventory
+            })
+        );
+    }
+
+    #[test]
+    fn too_large_price_and_malformed_view_are_refused() {
+        let mut big = draw(false);
+        big.price_minor = AMOUNT_MAX + 1;
+        let op = BranchOp {
+            branch: Participant::Wallet,
+            phase: Phase::Try,
+            draw: big,
+        };
+        let v = wallet_view(None, 100, 0);
+        assert!(matches!(
+            decide(&op, &v, &v, Flaws::NONE).outcome,
+            Err(Refusal::AmountTooLarge { .. })
+        ));
+        let op = BranchOp {
+            branch: Participant::Participation,
+            phase: Phase::Try,
+            draw: draw(false),
+        };
+        assert!(matches!(
+            decide(&op, &v, &v, Flaws::NONE).outcome,
+            Err(Refusal::MalformedView { .. })
+        ));
+    }
+
+    #[test]
+    fn overflow_is_refused_not_wrapped() {
+        let op = BranchOp {
+            branch: Participant::Wallet,
+            phase: Phase::Cancel,
+            draw: draw(false),
+        };
+        let v = wallet_view(Some(FenceStatus::Tried), AMOUNT_MAX, 10);
+        assert_eq!(
+            decide(&op, &v, &v, Flaws::NONE).outcome,
+            Err(Refusal::Overflow {
+                quantity: Quantity::Balance
+            })
+        );
+    }
+}

@@ -1,0 +1,439 @@
+//! Coordinator behaviour on a perfect network and under crafted losses.
+
+use super::super::{
+    ActivityId, CancelReason, CoordLog, Coordinator, CoordinatorConfig, CoordinatorError,
+    DrawEvent, DrawOutcome, LogEntry, LotteryStore, MemoryStore, Participant, ParticipantMsg,
+    Phase, Refusal, UserId, Verdict, Xid, coordinator::DrawStage, invariants,
+};
+use super::{draw, send};
+use crate::clock::Now;
+
+fn store(balance: u64, stock: u64) -> MemoryStore {
+    let mut s = MemoryStore::new();
+    s.open_account(UserId(1), balance).unwrap();
+    s.open_account(UserId(2), balance).unwrap();
+    s.add_stock(ActivityId(1), stock).unwrap();
+    s
+}
+
+/// Drives `c` over a perfect network and log until nothing moves; returns the events.
+fn pump(c: &mut Coordinator, s: &mut MemoryStore, log: &mut CoordLog, now: Now) -> Vec<DrawEvent> {
+    let mut events = Vec::new();
+    for _ in 0..1000 {
+        let mut moved = false;
+        while let Some(e) = c.poll_log_write() {
+            log.append(&e).unwrap();
+            c.handle_log_written(&e, now);
+            moved = true;
+        }
+        while let Some((p, msg)) = c.poll_send() {
+            let r = send(s, p, msg.phase, msg.draw);
+            c.handle_reply(p, &r, now);
+            moved = true;
+        }
+        while let Some(e) = c.poll_event() {
+            events.push(e);
+        }
+        if !moved {
+            return events;
+        }
+    }
+    panic!("pump did not settle");
+}
+
+fn config() -> CoordinatorConfig {
+    CoordinatorConfig {
+        inflight_max: 2,
+        reply_timeout_ms: 100,
+        backoff_ms_max: 400,
+        attempts_max: 4,
+        events_max: 16,
+    }
+}
+
+#[test]
+fn winning_and_losing_draws_confirm_and_settle() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let (mut s, mut log) = (store(100, 1), CoordLog::default());
+    let now = Now::both(0);
+    c.start_draw(draw(1, true), now).unwrap();
+    let mut d2 = draw(2, false);
+    d2.user = UserId(2);
+    c.start_draw(d2, now).unwrap();
+    let events = pump(&mut c, &mut s, &mut log, now);
+    assert_eq!(events.len(), 2);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.draw.xid == Xid(1) && e.outcome == DrawOutcome::Confirmed { won: true })
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.draw.xid == Xid(2) && e.outcome == DrawOutcome::Confirmed { won: false })
+    );
+    assert_eq!(c.inflight(), 0);
+    assert!(log.is_empty());
+    assert_eq!(c.poll_timeout(), None, "no timer left armed");
+    let l = s.ledger();
+    assert_eq!(l.collected_minor, 20);
+    assert_eq!(l.stock[&ActivityId(1)].issued, 1);
+    invariants::settled(l).unwrap();
+}
+
+#[test]
+fn no_stock_left_cancels_the_draw_and_refunds() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let (mut s, mut log) = (store(100, 0), CoordLog::default());
+    let now = Now::both(0);
+    c.start_draw(draw(1, true), now).unwrap();
+    let events = pump(&mut c, &mut s, &mut log, now);
+    assert_eq!(
+        events,
+        vec![DrawEvent {
+            draw: draw(1, true),
+            outcome: DrawOutcome::Cancelled {
+                reason: CancelReason::TryRefused {
+                    branch: Participant::Inventory,
+                    refusal: Refusal::OutOfStock {
+                        activity: ActivityId(1)
+                    }
+                }
+            }
+        }]
+    );
+    let l = s.ledger();
+    assert_eq!(l.accounts[&UserId(1)].balance_minor, 100);
+    assert_eq!(l.collected_minor, 0);
+    invariants::settled(l).unwrap();
+}
+
+#[test]
+fn second_draw_of_a_user_in_an_activity_cancels() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let (mut s, mut log) = (store(100, 5), CoordLog::default());
+    let now = Now::both(0);
+    c.start_draw(draw(1, false), now).unwrap();
+    let _ = pump(&mut c, &mut s, &mut log, now);
+    c.start_draw(draw(2, true), now).unwrap();
+    let events = pump(&mut c, &mut s, &mut log, now);
+    assert!(matches!(
+        &events[0].outcome,
+        DrawOutcome::Cancelled {
+            reason: CancelReason::TryRefused {
+                refusal: Refusal::AlreadyParticipated { .. },
+                ..
+            }
+        }
+    ));
+    let l = s.ledger();
+    assert_eq!(l.collected_minor, 10);
+    assert_eq!(l.stock[&ActivityId(1)].available, 5);
+    invariants::settled(l).unwrap();
+}
+
+#[test]
+fn input_errors_are_typed() {
+    let bad = CoordinatorConfig {
+        attempts_max: 0,
+        ..config()
+    };
+    assert!(matches!(
+        Coordinator::new(bad),
+        Err(CoordinatorError::InvalidConfig { .. })
+    ));
+    let bad = CoordinatorConfig {
+        backoff_ms_max: 10,
+        ..config()
+    };
+    assert!(matches!(
+        Coordinator::new(bad),
+        Err(CoordinatorError::InvalidConfig { .. })
+    ));
+    let mut c = Coordinator::new(config()).unwrap();
+    let now = Now::both(0);
+    c.start_draw(draw(1, false), now).unwrap();
+    assert_eq!(
+        c.start_draw(draw(1, false), now),
+        Err(CoordinatorError::DuplicateXid { xid: Xid(1) })
+    );
+    let mut big = draw(3, false);
+    big.price_minor = u64::MAX;
+    assert_eq!(
+        c.start_draw(big, now),
+        Err(CoordinatorError::AmountTooLarge {
+            amount_minor: u64::MAX
+        })
+    );
+    c.start_draw(draw(2, false), now).unwrap();
+    assert_eq!(
+        c.start_draw(draw(3, false), now),
+        Err(CoordinatorError::Busy { inflight_max: 2 })
+    );
+    assert_eq!(
+        c.handle_resume_parked(Xid(1), now),
+        Err(CoordinatorError::NotParked { xid: Xid(1) })
+    );
+}
+
+#[test]
+fn nothing_is_sent_before_begin_and_verdict_are_durable() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let mut s = store(100, 1);
+    let now = Now::both(0);
+    c.start_draw(draw(1, false), now).unwrap();
+    assert_eq!(c.poll_send(), None, "no Try before Begin is durable");
+    let begin = c.poll_log_write().unwrap();
+    assert_eq!(begin, LogEntry::Begin(draw(1, false)));
+    c.handle_log_written(&begin, now);
+    let mut replies = Vec::new();
+    while let Some((p, m)) = c.poll_send() {
+        assert_eq!(m.phase, Phase::Try);
+        replies.push((p, send(&mut s, p, m.phase, m.draw)));
+    }
+    assert_eq!(replies.len(), 2, "losing draw: wallet and participation");
+    for (p, r) in &replies {
+        c.handle_reply(*p, r, now);
+        c.handle_reply(*p, r, now); // duplicates are harmless
+    }
+    assert_eq!(
+        c.poll_send(),
+        None,
+        "no Confirm before the verdict is durable"
+    );
+    assert_eq!(
+        c.poll_timeout(),
+        None,
+        "nothing to time out while the log writes"
+    );
+    let decided = c.poll_log_write().unwrap();
+    assert_eq!(
+        decided,
+        LogEntry::Decided {
+            xid: Xid(1),
+            verdict: Verdict::Confirm
+        }
+    );
+    // A stale Begin acknowledgement changes nothing.
+    c.handle_log_written(&begin, now);
+    assert_eq!(c.poll_send(), None);
+    c.handle_log_written(&decided, now);
+    let mut sent = 0;
+    while let Some((_, m)) = c.poll_send() {
+        assert_eq!(m.phase, Phase::Confirm);
+        sent += 1;
+    }
+    assert_eq!(sent, 2);
+}
+
+#[test]
+fn stale_and_misaddressed_replies_are_ignored() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let mut s = store(100, 1);
+    let now = Now::both(0);
+    c.start_draw(draw(1, false), now).unwrap();
+    let begin = c.poll_log_write().unwrap();
+    c.handle_log_written(&begin, now);
+    let (p, m) = c.poll_send().unwrap();
+    let r = send(&mut s, p, m.phase, m.draw);
+    // From the wrong participant, for an unknown draw, a Confirm reply while trying, other args.
+    c.handle_reply(Participant::Inventory, &r, now);
+    let mut unknown = r.clone();
+    unknown.draw.xid = Xid(99);
+    c.handle_reply(p, &unknown, now);
+    let mut wrong_phase = r.clone();
+    wrong_phase.phase = Phase::Confirm;
+    c.handle_reply(p, &wrong_phase, now);
+    let mut other_args = r;
+    other_args.draw.price_minor = 11;
+    other_args.outcome = Err(Refusal::OutOfStock {
+        activity: ActivityId(1),
+    });
+    c.handle_reply(p, &other_args, now);
+    assert_eq!(c.stage(Xid(1)), Some(DrawStage::Trying));
+    assert_eq!(c.poll_log_write(), None);
+}
+
+#[test]
+fn retries_back_off_exponentially_then_a_silent_try_cancels() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let start = Now::both(1_000);
+    c.start_draw(draw(1, false), start).unwrap();
+    let begin = c.poll_log_write().unwrap();
+    c.handle_log_written(&begin, start);
+    while c.poll_send().is_some() {}
+    // Attempt k waits 100 << k ms, capped at 400: deadlines at +100, +300, +700, +1100.
+    let mut now = start;
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let deadline = c.poll_timeout().unwrap();
+        // A spurious early timeout is a no-op.
+        c.handle_timeout(Now::both(deadline - 1));
+        assert_eq!(c.poll_send(), None);
+        waits.push(deadline - now.mono_ms);
+        now = Now::both(deadline);
+        c.handle_timeout(now);
+        let mut resent = 0;
+        while let Some((_, m)) = c.poll_send() {
+            assert_eq!(m.phase, Phase::Try);
+            resent += 1;
+        }
+        assert_eq!(resent, 2);
+    }
+    let deadline = c.poll_timeout().unwrap();
+    waits.push(deadline - now.mono_ms);
+    assert_eq!(waits, vec![100, 200, 400, 400]);
+    c.handle_timeout(Now::both(deadline));
+    assert_eq!(c.poll_send(), None, "attempts exhausted: no more Try");
+    assert_eq!(
+        c.poll_log_write(),
+        Some(LogEntry::Decided {
+            xid: Xid(1),
+            verdict: Verdict::Cancel
+        })
+    );
+    assert_eq!(
+        c.stage(Xid(1)),
+        Some(DrawStage::LoggingVerdict(Verdict::Cancel))
+    );
+}
+
+#[test]
+fn undelivered_verdict_parks_and_resumes() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let (mut s, mut log) = (store(100, 1), CoordLog::default());
+    let now = Now::both(0);
+    c.start_draw(draw(1, false), now).unwrap();
+    // Deliver Begin and Tries, but drop every Confirm.
+    let e = c.poll_log_write().unwrap();
+    log.append(&e).unwrap();
+    c.handle_log_written(&e, now);
+    while let Some((p, m)) = c.poll_send() {
+        let r = send(&mut s, p, m.phase, m.draw);
+        c.handle_reply(p, &r, now);
+    }
+    let e = c.poll_log_write().unwrap();
+    log.append(&e).unwrap();
+    c.handle_log_written(&e, now);
+    let mut t = now;
+    let mut last_confirms: Vec<(Participant, ParticipantMsg)> = Vec::new();
+    for _ in 0..10 {
+        let batch: Vec<_> = std::iter::from_fn(|| c.poll_send()).collect();
+        if !batch.is_empty() {
+            last_confirms = batch;
+        }
+        let Some(deadline) = c.poll_timeout() else {
+            break;
+        };
+        t = Now::both(deadline);
+        c.handle_timeout(t);
+    }
+    assert_eq!(
+        c.poll_event(),
+        Some(DrawEvent {
+            draw: draw(1, false),
+            outcome: DrawOutcome::GaveUp {
+                verdict: Verdict::Confirm
+            }
+        })
+    );
+    assert_eq!(c.parked().collect::<Vec<_>>(), vec![Xid(1)]);
+    assert_eq!(c.inflight(), 1, "a parked draw still counts");
+    assert_eq!(c.poll_timeout(), None, "a parked draw arms no timer");
+    // A late acknowledgement of the last attempt still counts.
+    assert_eq!(
+        last_confirms.len(),
+        2,
+        "the last attempt went to both branches"
+    );
+    let (p, m) = last_confirms[0];
+    let r = send(&mut s, p, m.phase, m.draw);
+    c.handle_reply(p, &r, t);
+    // The compensation scheduler resumes it: only the unacknowledged branch is resent.
+    c.handle_resume_parked(Xid(1), t).unwrap();
+    let resent: Vec<_> = std::iter::from_fn(|| c.poll_send()).collect();
+    assert_eq!(resent.len(), 1);
+    assert_ne!(resent[0].0, p);
+    for (p, m) in resent {
+        let r = send(&mut s, p, m.phase, m.draw);
+        c.handle_reply(p, &r, t);
+    }
+    let events = pump(&mut c, &mut s, &mut log, t);
+    assert_eq!(
+        events,
+        vec![DrawEvent {
+            draw: draw(1, false),
+            outcome: DrawOutcome::Confirmed { won: false }
+        }]
+    );
+    invariants::settled(s.ledger()).unwrap();
+}
+
+#[test]
+fn recovery_cancels_undecided_draws_and_finishes_decided_ones() {
+    let (mut s, mut log) = (store(100, 2), CoordLog::default());
+    let now = Now::both(0);
+    // Draw 1: Tries landed, crash before the verdict was durable.
+    let d1 = draw(1, true);
+    log.append(&LogEntry::Begin(d1)).unwrap();
+    for p in d1.branches() {
+        let _ = send(&mut s, p, Phase::Try, d1);
+    }
+    // Draw 2: decided Confirm, one Confirm delivered, then the crash.
+    let mut d2 = draw(2, true);
+    d2.user = UserId(2);
+    log.append(&LogEntry::Begin(d2)).unwrap();
+    for p in d2.branches() {
+        let _ = send(&mut s, p, Phase::Try, d2);
+    }
+    log.append(&LogEntry::Decided {
+        xid: Xid(2),
+        verdict: Verdict::Confirm,
+    })
+    .unwrap();
+    let _ = send(&mut s, Participant::Wallet, Phase::Confirm, d2);
+
+    let mut c = Coordinator::recover(config(), &log, now).unwrap();
+    assert_eq!(
+        c.stage(Xid(1)),
+        Some(DrawStage::LoggingVerdict(Verdict::Cancel))
+    );
+    assert_eq!(
+        c.stage(Xid(2)),
+        Some(DrawStage::Finishing(Verdict::Confirm))
+    );
+    assert_eq!(
+        c.draws().collect::<Vec<_>>(),
+        vec![
+            (Xid(1), DrawStage::LoggingVerdict(Verdict::Cancel)),
+            (Xid(2), DrawStage::Finishing(Verdict::Confirm)),
+        ]
+    );
+    let sends: Vec<_> = std::iter::from_fn(|| c.poll_send()).collect();
+    assert!(
+        sends
+            .iter()
+            .all(|(_, m)| m.draw.xid == Xid(2) && m.phase == Phase::Confirm),
+        "{sends:?}"
+    );
+    assert_eq!(sends.len(), 3);
+    for (p, m) in sends {
+        let r = send(&mut s, p, m.phase, m.draw);
+        c.handle_reply(p, &r, now);
+    }
+    let mut events = pump(&mut c, &mut s, &mut log, now);
+    events.sort_by_key(|e| e.draw.xid);
+    assert_eq!(
+        events[0].outcome,
+        DrawOutcome::Cancelled {
+            reason: CancelReason::Recovered
+        }
+    );
+    assert_eq!(events[1].outcome, DrawOutcome::Confirmed { won: true });
+    assert!(log.is_empty());
+    let l = s.ledger();
+    assert_eq!(l.accounts[&UserId(1)].balance_minor, 100);
+    assert_eq!(l.accounts[&UserId(2)].balance_minor, 90);
+    assert_eq!(l.stock[&ActivityId(1)].issued, 1);
+    invariants::settled(l).unwrap();
+}
