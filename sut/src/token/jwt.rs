@@ -895,3 +895,18 @@ mod tests {
         assert!(!msg.contains(t.token.split('.').nth(1).unwrap()));
     }
 }
+
+/// The `jti` a token *claims*, read without checking anything: for logs and histories only,
+/// never for a decision. `None` when the token is not even shaped like a JWT.
+#[must_use]
+pub fn unverified_jti(token: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct JtiOnly {
+        jti: String,
+    }
+    let payload_b64 = token.split('.').nth(1)?;
+    let payload = URL_SAFE_NO_PAD.decode(payload_b64).ok()?;
+    serde_json::from_slice::<JtiOnly>(&payload)
+        .ok()
+        .map(|p| p.jti)
+}
