@@ -10,10 +10,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::ops::Sub as _;
 
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// A chart could not be drawn (plotters reported an error). Rendering shows the message in
 /// place of the chart instead of failing the whole report.
@@ -176,22 +178,123 @@ fn draw_shades<DB: DrawingBackend, X: Ranged<ValueType = f64>, Y: Ranged<ValueTy
     (y0, y1): (f64, f64),
     name: &str,
 ) -> Result<(), ChartError> {
-    // One legend entry per distinct label; every window is shaded.
-    let mut labelled = BTreeSet::new();
     for s in shades {
-        let series = chart
+        chart
             .draw_series(std::iter::once(Rectangle::new(
                 [(s.start, y0), (s.end, y1)],
                 FAULT_SHADE.mix(0.15).filled(),
             )))
             .map_err(chart_err(name))?;
-        if labelled.insert(s.label.clone()) {
-            series.label(s.label.clone()).legend(|(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 18, y + 5)], FAULT_SHADE.mix(0.3).filled())
-            });
-        }
     }
     Ok(())
+}
+
+/// What a legend entry shows next to its label.
+#[derive(Clone, Copy, Debug)]
+enum Swatch {
+    Line(RGBColor),
+    Block(RGBAColor),
+}
+
+/// Height of one legend row, in pixels.
+const LEGEND_ROW_H: i32 = 24;
+/// Estimated width of one label character at the legend font size (plotters without `ttf`
+/// cannot measure text, so the layout estimates it).
+const LEGEND_CHAR_W: i32 = 8;
+/// Left edge of the legend: aligned with the plotting area (margin + y label area).
+const LEGEND_LEFT: i32 = 82;
+
+/// Positions `(x, row)` of each legend item, wrapping at `width`.
+fn legend_layout(items: &[(String, Swatch)], width: u32) -> Vec<(i32, i32)> {
+    let mut x = LEGEND_LEFT;
+    let mut row = 0;
+    items
+        .iter()
+        .map(|(label, _)| {
+            let w = 26 + LEGEND_CHAR_W * label.chars().count() as i32 + 22;
+            if x + w > width as i32 - 12 && x > LEGEND_LEFT {
+                x = LEGEND_LEFT;
+                row += 1;
+            }
+            let at = (x, row);
+            x += w;
+            at
+        })
+        .collect()
+}
+
+/// Height of the legend strip for `items` (0 when there are none).
+fn legend_height(items: &[(String, Swatch)], width: u32) -> u32 {
+    match legend_layout(items, width).last() {
+        Some((_, rows)) => ((rows + 1) * LEGEND_ROW_H + 6) as u32,
+        None => 0,
+    }
+}
+
+/// Draws the legend as a strip under the chart, so it never hides data.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    items: &[(String, Swatch)],
+    width: u32,
+    name: &str,
+) -> Result<(), ChartError> {
+    for ((label, swatch), (x, row)) in items.iter().zip(legend_layout(items, width)) {
+        let y = row * LEGEND_ROW_H + LEGEND_ROW_H / 2;
+        match swatch {
+            Swatch::Line(c) => area.draw(&PathElement::new(
+                vec![(x, y), (x + 20, y)],
+                c.stroke_width(2),
+            )),
+            Swatch::Block(c) => {
+                area.draw(&Rectangle::new([(x, y - 6), (x + 20, y + 6)], c.filled()))
+            }
+        }
+        .map_err(chart_err(name))?;
+        area.draw(&Text::new(
+            label.clone(),
+            (x + 26, y),
+            TextStyle::from(("sans-serif", 16).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(chart_err(name))?;
+    }
+    Ok(())
+}
+
+/// Legend entries of a line chart: one per distinct shade label, then one per series.
+fn line_legend(shades: &[Shade], series: &[String]) -> Vec<(String, Swatch)> {
+    let mut seen = BTreeSet::new();
+    let mut items: Vec<(String, Swatch)> = shades
+        .iter()
+        .filter(|s| seen.insert(s.label.clone()))
+        .map(|s| (s.label.clone(), Swatch::Block(FAULT_SHADE.mix(0.3))))
+        .collect();
+    items.extend(
+        series
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.clone(), Swatch::Line(series_color(i)))),
+    );
+    items
+}
+
+/// Splits a series at missing values (`None`) into runs drawn as separate lines, so an interval
+/// without samples (the server was down) is a gap, not a drop to zero.
+fn runs(points: impl Iterator<Item = (f64, Option<f64>)>) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+    for (x, y) in points {
+        match y {
+            Some(y) if y.is_finite() && x.is_finite() => {
+                out.last_mut().map_or((), |r| r.push((x, y)))
+            }
+            _ => {
+                if out.last().is_some_and(|r| !r.is_empty()) {
+                    out.push(Vec::new());
+                }
+            }
+        }
+    }
+    out.retain(|r| !r.is_empty());
+    out
 }
 
 /// A linear f64 axis whose ticks (and grid lines) are exactly the given key points: used for
@@ -260,14 +363,15 @@ pub fn line_chart(spec: &LineChart) -> Result<String, ChartError> {
     } else {
         0.0..1.0
     };
+    // Missing values (NaN) and, on a log axis, values ≤ 0 are gaps.
     let to_y = |v: f64| match spec.y_scale {
-        Scale::Linear => v,
-        Scale::Log10 => v.max(1e-3).log10(),
+        Scale::Linear => v.is_finite().then_some(v),
+        Scale::Log10 => (v.is_finite() && v > 0.0).then(|| v.log10()),
     };
     let ys = spec
         .series
         .iter()
-        .flat_map(|s| s.points.iter().map(move |p| to_y(p.1)));
+        .flat_map(|s| s.points.iter().filter_map(move |p| to_y(p.1)));
     let (y0, y1, key_points) = match spec.y_scale {
         Scale::Linear => {
             let (lo, hi) = padded_range(ys, true);
@@ -281,9 +385,20 @@ pub fn line_chart(spec: &LineChart) -> Result<String, ChartError> {
     };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, spec.size).into_drawing_area();
+        let legend = line_legend(
+            &spec.shades,
+            &spec
+                .series
+                .iter()
+                .map(|s| s.label.clone())
+                .collect::<Vec<_>>(),
+        );
+        let legend_h = legend_height(&legend, spec.size.0);
+        let root = SVGBackend::with_string(&mut svg, (spec.size.0, spec.size.1 + legend_h))
+            .into_drawing_area();
         root.fill(&WHITE).map_err(chart_err(name))?;
-        let mut builder = ChartBuilder::on(&root);
+        let (plot_area, legend_area) = root.split_vertically(spec.size.1);
+        let mut builder = ChartBuilder::on(&plot_area);
         builder
             .caption(&spec.title, ("sans-serif", 22))
             .margin(12)
@@ -322,25 +437,13 @@ pub fn line_chart(spec: &LineChart) -> Result<String, ChartError> {
         draw_shades(&mut chart, &spec.shades, (y0, y1), name)?;
         for (i, s) in spec.series.iter().enumerate() {
             let color = series_color(i);
-            chart
-                .draw_series(LineSeries::new(
-                    s.points.iter().map(|&(x, y)| (x, to_y(y))),
-                    color.stroke_width(2),
-                ))
-                .map_err(chart_err(name))?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
+            for run in runs(s.points.iter().map(|&(x, y)| (x, to_y(y)))) {
+                chart
+                    .draw_series(LineSeries::new(run, color.stroke_width(2)))
+                    .map_err(chart_err(name))?;
+            }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font(("sans-serif", 16))
-            .draw()
-            .map_err(chart_err(name))?;
+        draw_legend(&legend_area, &legend, spec.size.0, name)?;
         root.present().map_err(chart_err(name))?;
     }
     Ok(svg)
@@ -371,8 +474,12 @@ pub fn percentile_chart(
         .iter()
         .flat_map(|(_, pts)| pts.iter().map(|p| quantile_x(p.0)))
         .fold(0.0f64, f64::max)
+        // Tolerate rounding: quantile 0.99999 is x = 5.000000000x, not worth a sixth decade.
+        .sub(1e-6)
         .ceil()
         .clamp(2.0, 6.0);
+    // Room on the right so the last tick label is not cut off.
+    let x_end = x_max + 0.2;
     let mut keys = vec![2f64.log10()];
     keys.extend((1..=x_max as i32).map(f64::from));
     let ys = series
@@ -382,15 +489,19 @@ pub fn percentile_chart(
     let (y0, y1) = (lo.floor(), hi.ceil());
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        let legend = line_legend(&[], &series.iter().map(|s| s.0.clone()).collect::<Vec<_>>());
+        let legend_h = legend_height(&legend, size.0);
+        let root =
+            SVGBackend::with_string(&mut svg, (size.0, size.1 + legend_h)).into_drawing_area();
         root.fill(&WHITE).map_err(chart_err(title))?;
-        let mut chart = ChartBuilder::on(&root)
+        let (plot_area, legend_area) = root.split_vertically(size.1);
+        let mut chart = ChartBuilder::on(&plot_area)
             .caption(title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70)
             .build_cartesian_2d(
-                KeyedAxis::new(0.0, x_max, keys),
+                KeyedAxis::new(0.0, x_end, keys),
                 KeyedAxis::new(y0, y1, log_key_points(y0, y1)),
             )
             .map_err(chart_err(title))?;
@@ -406,27 +517,16 @@ pub fn percentile_chart(
             .label_style(("sans-serif", 15))
             .draw()
             .map_err(chart_err(title))?;
-        for (i, (label, pts)) in series.iter().enumerate() {
+        for (i, (_, pts)) in series.iter().enumerate() {
             let color = series_color(i);
             let line = pts
                 .iter()
                 .map(|&(q, us)| (quantile_x(q), (us.max(1) as f64 / 1000.0).log10()));
             chart
                 .draw_series(LineSeries::new(line, color.stroke_width(2)))
-                .map_err(chart_err(title))?
-                .label(label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
+                .map_err(chart_err(title))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font(("sans-serif", 16))
-            .draw()
-            .map_err(chart_err(title))?;
+        draw_legend(&legend_area, &legend, size.0, title)?;
         root.present().map_err(chart_err(title))?;
     }
     Ok(svg)
@@ -459,7 +559,7 @@ pub fn timeline_chart(
         .map(|b| b.end_s.unwrap_or(b.start_s))
         .fold(end_s, f64::max)
         .max(1e-3);
-    let instant_w = end_s / 250.0;
+    let instant_w = end_s / 150.0;
     let kinds: Vec<&str> = bars
         .iter()
         .map(|b| b.kind.as_str())
@@ -477,9 +577,16 @@ pub fn timeline_chart(
     let lane_names: Vec<String> = lanes.to_vec();
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
+        let legend: Vec<(String, Swatch)> = kinds
+            .iter()
+            .map(|k| (k.to_string(), Swatch::Block(color_of(k).mix(0.85))))
+            .collect();
+        let legend_h = legend_height(&legend, width);
+        let root =
+            SVGBackend::with_string(&mut svg, (width, height + legend_h)).into_drawing_area();
         root.fill(&WHITE).map_err(chart_err(title))?;
-        let mut chart = ChartBuilder::on(&root)
+        let (plot_area, legend_area) = root.split_vertically(height);
+        let mut chart = ChartBuilder::on(&plot_area)
             .caption(title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(40)
@@ -551,22 +658,9 @@ pub fn timeline_chart(
                     ))
                 })
                 .collect();
-            chart
-                .draw_series(rects)
-                .map_err(chart_err(title))?
-                .label(kind.to_string())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 18, y + 5)], color.filled())
-                });
+            chart.draw_series(rects).map_err(chart_err(title))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.4))
-            .label_font(("sans-serif", 16))
-            .draw()
-            .map_err(chart_err(title))?;
+        draw_legend(&legend_area, &legend, width, title)?;
         root.present().map_err(chart_err(title))?;
     }
     Ok(svg)
@@ -638,7 +732,7 @@ pub fn sequence_chart(lines: &[String]) -> String {
             }
         }
     }
-    let col_w = 190.0;
+    let col_w = 220.0;
     let left = 30.0;
     let head_h = 44.0;
     let row_h = 30.0;
@@ -687,7 +781,7 @@ pub fn sequence_chart(lines: &[String]) -> String {
                 if from == to {
                     let _ = write!(
                         s,
-                        r##"<path d="M {x1} {y0} h 28 v 12 h -24" fill="none" stroke="#333" stroke-width="1.5"/><polygon points="{x1},{y1} {xa},{ya} {xa},{yb}" fill="#333"/><text x="{tx}" y="{ty}" font-size="12" text-anchor="start">{label}</text>"##,
+                        r##"<path d="M {x1} {y0} h 28 v 12 h -24" fill="none" stroke="#333" stroke-width="1.5"/><polygon points="{x1},{y1} {xa},{ya} {xa},{yb}" fill="#333"/><text x="{tx}" y="{ty}" font-size="12" text-anchor="start" stroke="white" stroke-width="4" paint-order="stroke">{label}</text>"##,
                         y0 = y - 6.0,
                         y1 = y + 6.0,
                         xa = x1 + 7.0,
@@ -701,7 +795,7 @@ pub fn sequence_chart(lines: &[String]) -> String {
                     let dir = if x2 > x1 { 1.0 } else { -1.0 };
                     let _ = write!(
                         s,
-                        r##"<line x1="{x1}" y1="{y}" x2="{xl}" y2="{y}" stroke="#333" stroke-width="1.5"/><polygon points="{x2},{y} {xa},{ya} {xa},{yb}" fill="#333"/><text x="{tx}" y="{ty}" font-size="12" text-anchor="middle">{label}</text>"##,
+                        r##"<line x1="{x1}" y1="{y}" x2="{xl}" y2="{y}" stroke="#333" stroke-width="1.5"/><polygon points="{x2},{y} {xa},{ya} {xa},{yb}" fill="#333"/><text x="{tx}" y="{ty}" font-size="12" text-anchor="middle" stroke="white" stroke-width="4" paint-order="stroke">{label}</text>"##,
                         xl = x2 - dir * 8.0,
                         xa = x2 - dir * 9.0,
                         ya = y - 4.5,

@@ -417,10 +417,20 @@ fn load(r: &LoadReport) -> Markup {
         .iter()
         .filter(|e| !e.over_time.is_empty())
         .map(|e| {
+            // An interval without requests (server down) has no latency: a gap, not a zero.
             let pick = |f: fn(&crate::model::IntervalStats) -> u64| {
                 e.over_time
                     .iter()
-                    .map(|i| (i.t_s, f(i) as f64 / 1000.0))
+                    .map(|i| {
+                        (
+                            i.t_s,
+                            if i.rps > 0.0 {
+                                f(i) as f64 / 1000.0
+                            } else {
+                                f64::NAN
+                            },
+                        )
+                    })
                     .collect()
             };
             let chart = charts::line_chart(&LineChart {
@@ -509,7 +519,7 @@ fn load(r: &LoadReport) -> Markup {
     html! {
         h2 { "Load: " (r.scenario) " " (badge(r.passed())) }
         table.facts {
-            tr { th { "target" } td { code { (r.target) } } }
+            tr { th { "target" } td { code { (display_target(&r.target)) } } }
             tr { th { "duration" } td { (format!("{:.0} s (+ {:.0} s warm-up, excluded)", r.duration_s, r.warmup_s)) } }
             tr { th { "mode" } td { @if let Some(rate) = r.rate { (format!("constant rate, {rate:.0} req/s (latency from intended send time)")) } @else { "closed loop" } } }
             tr { th { "users" } td { (r.users) } }
@@ -551,6 +561,15 @@ fn load(r: &LoadReport) -> Markup {
         @if let Some((cpu, rss)) = server { h3 { "Server resources" } div style="display:flex;gap:16px;flex-wrap:wrap" { (svg_or_error(cpu)) (svg_or_error(rss)) } }
         h3 { "Verification" }
         @if r.verification.is_empty() { p.muted { "no post-run verification recorded" } } @else { (invariant_table(&r.verification)) }
+    }
+}
+
+/// The target as text without its URL scheme (`http://host:port` → `host:port (http)`), so the
+/// page contains no URL at all, not even an inert one.
+fn display_target(target: &str) -> String {
+    match target.split_once("://") {
+        Some((scheme, rest)) => format!("{} ({scheme})", rest.trim_end_matches('/')),
+        None => target.to_owned(),
     }
 }
 
