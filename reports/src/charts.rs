@@ -52,8 +52,26 @@ pub fn series_color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
-/// Shading colour of fault windows.
-const FAULT_SHADE: RGBColor = RGBColor(214, 39, 40);
+/// Shading colours of windows, by distinct label in order of appearance (the first is red:
+/// a chart with one kind of fault window shades it red).
+const SHADE_COLORS: [RGBColor; 5] = [
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(140, 86, 75),
+];
+
+/// Colour of each shade: one per distinct label, in order of first appearance.
+fn shade_color(shades: &[Shade], label: &str) -> RGBColor {
+    let mut seen: Vec<&str> = Vec::new();
+    for s in shades {
+        if !seen.contains(&s.label.as_str()) {
+            seen.push(&s.label);
+        }
+    }
+    SHADE_COLORS[seen.iter().position(|l| *l == label).unwrap_or(0) % SHADE_COLORS.len()]
+}
 
 /// Y axis scale of a line chart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,7 +200,7 @@ fn draw_shades<DB: DrawingBackend, X: Ranged<ValueType = f64>, Y: Ranged<ValueTy
         chart
             .draw_series(std::iter::once(Rectangle::new(
                 [(s.start, y0), (s.end, y1)],
-                FAULT_SHADE.mix(0.15).filled(),
+                shade_color(shades, &s.label).mix(0.15).filled(),
             )))
             .map_err(chart_err(name))?;
     }
@@ -266,7 +284,12 @@ fn line_legend(shades: &[Shade], series: &[String]) -> Vec<(String, Swatch)> {
     let mut items: Vec<(String, Swatch)> = shades
         .iter()
         .filter(|s| seen.insert(s.label.clone()))
-        .map(|s| (s.label.clone(), Swatch::Block(FAULT_SHADE.mix(0.3))))
+        .map(|s| {
+            (
+                s.label.clone(),
+                Swatch::Block(shade_color(shades, &s.label).mix(0.3)),
+            )
+        })
         .collect();
     items.extend(
         series
