@@ -741,10 +741,19 @@ pub fn xml_escape(s: &str) -> String {
 /// Longest message label drawn in full; longer ones are cut (the full text is in `<title>`).
 const SEQ_LABEL_CHARS_MAX: usize = 64;
 
+/// Most counterexample steps drawn; the rest are summarized in a final note.
+pub const SEQ_STEPS_MAX: usize = 200;
+
 /// A message sequence chart: one vertical lifeline per actor (in order of first appearance),
 /// one arrow per message, numbered in order; notes span the chart.
 pub fn sequence_chart(lines: &[String]) -> String {
-    let parsed = parse_sequence(lines);
+    let mut parsed = parse_sequence(&lines[..lines.len().min(SEQ_STEPS_MAX)]);
+    if lines.len() > SEQ_STEPS_MAX {
+        parsed.push(SeqLine::Note(format!(
+            "… {} more step(s), see the text below",
+            lines.len() - SEQ_STEPS_MAX
+        )));
+    }
     let mut actors: Vec<&str> = Vec::new();
     for l in &parsed {
         if let SeqLine::Message { from, to, .. } = l {
@@ -929,6 +938,16 @@ mod tests {
         assert_eq!(svg.matches(r#"<g class="note">"#).count(), 1);
         assert!(svg.contains("Hello&lt;1&gt;"));
         assert!(svg.contains("Ack &amp; done"));
+    }
+
+    #[test]
+    fn sequence_chart_is_bounded() {
+        let lines: Vec<String> = (0..SEQ_STEPS_MAX + 50)
+            .map(|i| format!("a -> b: M{i}"))
+            .collect();
+        let svg = sequence_chart(&lines);
+        assert_eq!(svg.matches(r#"<g class="msg">"#).count(), SEQ_STEPS_MAX);
+        assert!(svg.contains("… 50 more step(s)"));
     }
 
     #[test]

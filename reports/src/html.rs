@@ -15,6 +15,9 @@ use crate::model::{
     RunResult, SimulationReport, Summary, Verdict,
 };
 
+/// Most rows of the injected-fault table (the timeline shows them all).
+const FAULT_ROWS_MAX: usize = 1000;
+
 /// Width in pixels of full-width charts (they scale down with the page via CSS).
 const CHART_W: u32 = 1200;
 
@@ -319,7 +322,7 @@ fn simulation(r: &SimulationReport) -> Markup {
                 summary { (r.faults.len()) " injected fault(s)" }
                 table {
                     tr { th { "node" } th { "kind" } th.num { "start (s)" } th.num { "end (s)" } th { "detail" } }
-                    @for f in &r.faults {
+                    @for f in r.faults.iter().take(FAULT_ROWS_MAX) {
                         tr {
                             td { (f.node) } td { (f.kind) }
                             td.num { (format!("{:.3}", ms_to_s(f.start_ms))) }
@@ -330,6 +333,7 @@ fn simulation(r: &SimulationReport) -> Markup {
                 }
             }
         }
+        @if r.faults.len() > FAULT_ROWS_MAX { p.note { "(first " (FAULT_ROWS_MAX) " faults listed; all are in summary.json)" } }
         @if let Some(o) = ops { h3 { "Operations" } (svg_or_error(o)) }
         h3 { "Fault coverage" }
         p.note { "How often each injected fault actually took effect (summed over seeds). A zero means the run did not exercise that fault." }
