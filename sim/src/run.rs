@@ -60,6 +60,8 @@ pub struct SeedOutcome {
     pub clock_samples: Vec<(String, u64, i64)>,
     /// Operations over time, 500 ms buckets.
     pub ops: Vec<OpsBucket>,
+    /// Per operation kind: `[ok, failed, indeterminate]`.
+    pub op_outcomes: BTreeMap<String, [u64; 3]>,
     /// Node names.
     pub nodes: Vec<String>,
     /// The history itself, when asked for.
@@ -151,6 +153,43 @@ fn ops_series(history: &[Event]) -> Vec<OpsBucket> {
         }
     }
     buckets.into_values().collect()
+}
+
+fn op_kind(op: &crate::history::Op) -> &'static str {
+    use crate::history::Op;
+    match op {
+        Op::SegmentId => "segment_id",
+        Op::SnowflakeId => "snowflake_id",
+        Op::JwtIssue { .. } => "jwt_issue",
+        Op::JwtVerify { .. } => "jwt_verify",
+        Op::JwtRevoke { .. } => "jwt_revoke",
+        Op::OnceIssue { .. } => "once_issue",
+        Op::OnceConsume { .. } => "once_consume",
+        Op::Draw { .. } => "draw",
+    }
+}
+
+fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
+    let mut kinds: BTreeMap<(&str, u64), &'static str> = BTreeMap::new();
+    let mut out: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    for e in history {
+        match &e.kind {
+            EventKind::Invoke { op_id, op } => {
+                kinds.insert((e.node.as_str(), *op_id), op_kind(op));
+            }
+            EventKind::Complete { op_id, outcome } => {
+                let kind = kinds.get(&(e.node.as_str(), *op_id)).copied().unwrap_or("unknown");
+                let slot = match outcome {
+                    Outcome::Ok(_) => 0,
+                    Outcome::Fail(_) => 1,
+                    Outcome::Timeout => 2,
+                };
+                out.entry(kind.to_owned()).or_default()[slot] += 1;
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 fn final_ledger(world: &World) -> Result<Ledger, String> {
@@ -272,6 +311,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         faults,
         clock_samples,
         ops: ops_series(&history),
+        op_outcomes: op_outcomes(&history),
         nodes: names,
         history: keep_history.then_some(history),
         wall_seconds: 0.0,

@@ -186,9 +186,9 @@ impl Default for Workload {
         Self {
             rate_per_s: 1_000,
             mix: Mix::default(),
-            users: 20,
-            activities: 2,
-            stock: 30,
+            users: 300,
+            activities: 3,
+            stock: 25,
             balance: 10_000,
             price: 10,
             win_pct: 40,

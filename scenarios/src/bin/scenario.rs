@@ -220,6 +220,19 @@ fn print_summary(
     );
     let lost: u64 = sweep.seeds.iter().map(|s| s.ids_lost).sum();
     println!("segment IDs lost to faults (never issued, within the bound): {lost}");
+    let mut outcomes: std::collections::BTreeMap<&str, [u64; 3]> = std::collections::BTreeMap::new();
+    for seed in &sweep.seeds {
+        for (kind, counts) in &seed.op_outcomes {
+            let slot = outcomes.entry(kind.as_str()).or_default();
+            for i in 0..3 {
+                slot[i] += counts[i];
+            }
+        }
+    }
+    println!("operations (ok / failed / no answer):");
+    for (kind, [ok, failed, timeout]) in &outcomes {
+        println!("  {kind:<40} {ok} / {failed} / {timeout}");
+    }
     println!("fault effects:");
     for (key, value) in &sweep.coverage {
         println!("  {key:<40} {value}");

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use madsim::task::spawn;
 use sut::clock::Now;
-use sut::segment::{AllocatorConfig, SegmentAllocator, StepPolicy, Take};
+use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
 use sut::snowflake::{NextId, RollbackPolicy, SequencerError, SnowflakeWorker, WorkerConfig};
 use sut::store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
 
@@ -42,6 +42,7 @@ struct State {
     parked_segment: VecDeque<Parked>,
     parked_snowflake: VecDeque<Parked>,
     timeout_ms: u64,
+    reported: AllocatorStats,
 }
 
 /// What to send after a state change.
@@ -55,6 +56,22 @@ impl State {
     fn worker_req_id(&mut self) -> u64 {
         self.next_worker_req += 1;
         (self.instance.0 << 32) | (1 << 31) | self.next_worker_req
+    }
+
+    /// Adds what the allocator did since the last report to the run's counters (the ID-gap
+    /// bound and the fault-coverage table read them).
+    fn report_stats(&mut self, ctx: &Ctx) {
+        let now = self.alloc.stats();
+        let was = std::mem::replace(&mut self.reported, now);
+        ctx.world.with(|w| {
+            w.count("segment.fetch_failures", now.fetch_failures - was.fetch_failures);
+            w.count("segment.leases_expired", now.leases_expired - was.leases_expired);
+            w.count("segment.leases_lost", now.leases_lost - was.leases_lost);
+            w.count("segment.cas_conflicts", now.conflicts - was.conflicts);
+            w.count("segment.pool_grants", now.pool_grants - was.pool_grants);
+            w.count("segment.reloads", now.reloads - was.reloads);
+            w.count("segment.ids_abandoned", now.ids_abandoned - was.ids_abandoned);
+        });
     }
 
     fn pump_allocator(&mut self, out: &mut Outbox) {
@@ -336,6 +353,7 @@ pub async fn run(ctx: Ctx) {
         parked_segment: VecDeque::new(),
         parked_snowflake: VecDeque::new(),
         timeout_ms,
+        reported: AllocatorStats::default(),
     }));
 
     let ticker = {
@@ -353,6 +371,7 @@ pub async fn run(ctx: Ctx) {
                     s.pump_allocator(&mut out);
                     s.worker_upkeep(now, &mut out);
                     s.retry_parked(&ctx, now, &mut out);
+                    s.report_stats(&ctx);
                 }
                 flush(&ctx, out).await;
             }
