@@ -58,6 +58,12 @@ pub enum Msg {
     TccReply(ParticipantReply),
 }
 
+/// Concurrent receivers per node. madsim delays every receive (and every send) by at least
+/// one simulated millisecond (its `sleep` never sleeps less), so a single receive loop caps a
+/// node at 1,000 messages per simulated second. Several receivers (and a task per send) lift
+/// that cap; the network reorders messages anyway (1–10 ms random latency).
+const RECEIVERS: usize = 32;
+
 /// A node's view of the world: its name, its endpoint, the shared state.
 #[derive(Clone)]
 pub struct Ctx {
@@ -66,6 +72,20 @@ pub struct Ctx {
     /// This node's name.
     pub name: String,
     ep: Arc<Endpoint>,
+}
+
+/// A node's incoming messages.
+#[derive(Debug)]
+pub struct Inbox {
+    rx: futures::channel::mpsc::UnboundedReceiver<(Msg, String)>,
+}
+
+impl Inbox {
+    /// The next message and the name of its sender (`None` once the node is going down).
+    pub async fn recv(&mut self) -> Option<(Msg, String)> {
+        use futures::StreamExt;
+        self.rx.next().await
+    }
 }
 
 impl std::fmt::Debug for Ctx {
@@ -77,16 +97,28 @@ impl std::fmt::Debug for Ctx {
 }
 
 impl Ctx {
-    /// Binds this node's endpoint.
-    pub async fn bind(world: World, name: &str) -> Self {
+    /// Binds this node's endpoint and starts its receivers.
+    pub async fn bind(world: World, name: &str) -> (Self, Inbox) {
         let ep = Endpoint::bind(("0.0.0.0", PORT))
             .await
             .expect("bind the node's endpoint");
-        Self {
+        let ctx = Self {
             world,
             name: name.to_owned(),
             ep: Arc::new(ep),
+        };
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        for _ in 0..RECEIVERS {
+            let (ctx, tx) = (ctx.clone(), tx.clone());
+            madsim::task::spawn(async move {
+                while let Some(item) = ctx.recv_one().await {
+                    if tx.unbounded_send(item).is_err() {
+                        return;
+                    }
+                }
+            });
         }
+        (ctx, Inbox { rx })
     }
 
     /// This node's clock.
@@ -100,8 +132,9 @@ impl Ctx {
         self.world.record(&self.name, make)
     }
 
-    /// Sends `msg` to node `to`, counting what the faults do to it.
-    pub async fn send(&self, to: &str, msg: Msg) {
+    /// Sends `msg` to node `to` (in its own task: sends never block the caller), counting
+    /// what the faults do to it.
+    pub fn send(&self, to: &str, msg: Msg) {
         let addr = {
             let mut w = self.world.lock();
             let Some(addr) = w.addrs.get(to).copied() else {
@@ -119,12 +152,16 @@ impl Ctx {
             }
             addr
         };
+        self.world.count("net.messages", 1);
+        let ep = Arc::clone(&self.ep);
         // A send error means the network is gone for this node (killed): nothing to do.
-        let _ = self.ep.send_to_raw(addr, 0, Box::new(msg)).await;
+        madsim::task::spawn(async move {
+            let _ = ep.send_to_raw(addr, 0, Box::new(msg)).await;
+        });
     }
 
-    /// Receives the next message and the name of its sender.
-    pub async fn recv(&self) -> Option<(Msg, String)> {
+    /// Receives one message and the name of its sender.
+    async fn recv_one(&self) -> Option<(Msg, String)> {
         let (payload, from) = self.ep.recv_from_raw(0).await.ok()?;
         let msg = *payload.downcast::<Msg>().ok()?;
         let name = self.name_of(from)?;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use madsim::rand::{Rng, thread_rng};
 use madsim::runtime::{Handle, Runtime};
 use serde::{Deserialize, Serialize};
-use sut::lottery::{CoordLog, Ledger, LotteryStore};
+use sut::lottery::{CoordLog, Ledger, LotteryStore, ParticipantReply};
 use sut::store::TagSpec;
 
 use crate::checkers::{FinalState, Violation, check_all, gap_bound};
@@ -178,7 +178,10 @@ fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
                 kinds.insert((e.node.as_str(), *op_id), op_kind(op));
             }
             EventKind::Complete { op_id, outcome } => {
-                let kind = kinds.get(&(e.node.as_str(), *op_id)).copied().unwrap_or("unknown");
+                let kind = kinds
+                    .get(&(e.node.as_str(), *op_id))
+                    .copied()
+                    .unwrap_or("unknown");
                 let slot = match outcome {
                     Outcome::Ok(_) => 0,
                     Outcome::Fail(_) => 1,
@@ -190,6 +193,27 @@ fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
         }
     }
     out
+}
+
+/// Replays the participants' durable logs: their replies in the order they took effect.
+fn effective_replies(world: &World) -> Vec<ParticipantReply> {
+    let logs: Vec<_> = world.with(|w| {
+        w.disks
+            .parts
+            .values()
+            .map(|wal| wal.clone().recover().0)
+            .collect()
+    });
+    let mut replies = Vec::new();
+    for records in logs {
+        let mut store = sut::lottery::MemoryStore::default();
+        replies.extend(
+            records
+                .iter()
+                .filter_map(|rec| nodes::tcc::replay(&mut store, rec)),
+        );
+    }
+    replies
 }
 
 fn final_ledger(world: &World) -> Result<Ledger, String> {
@@ -244,7 +268,10 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
             .ip(ip)
             .init(move || {
                 let (world, name) = (node_world.clone(), node_name.clone());
-                async move { nodes::main(Ctx::bind(world, &name).await).await }
+                async move {
+                    let (ctx, inbox) = Ctx::bind(world, &name).await;
+                    nodes::main(ctx, inbox).await;
+                }
             })
             .build();
         world.with(|w| w.node_ids.insert(name.clone(), node.id()));
@@ -284,6 +311,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         .sum::<u64>();
     let state = FinalState {
         ledger: ledger.clone().unwrap_or_default(),
+        replies: effective_replies(&world),
         gap_bound_ids: gap_bound(scenario.ids.step_max, stranding),
     };
     let (checked, ids_lost) = check_all(&history, &state);

@@ -50,6 +50,9 @@ struct RunArgs {
     /// Run every seed twice and compare the hashes of the full histories.
     #[arg(long)]
     check_determinism: bool,
+    /// Write the full history of the first seed to this file, one event per line.
+    #[arg(long)]
+    history: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -174,6 +177,24 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         }
     }
     print_summary(&scenario, &sweep, args, &nondeterministic);
+    if let (Some(path), Some(first)) = (&args.history, sweep.seeds.first()) {
+        let outcome = sim::run::run_seed(&scenario, first.seed, true);
+        let lines: Vec<String> = outcome
+            .history
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if let Err(err) = write_atomic(path, &(lines.join("\n") + "\n")) {
+            eprintln!("scenario: cannot write {}: {err}", path.display());
+            return ExitCode::from(USAGE);
+        }
+        eprintln!(
+            "history of seed {} written to {}",
+            first.seed,
+            path.display()
+        );
+    }
     if let Some(path) = &args.json
         && let Err(err) = write_json(path, &scenario, &sweep, &nondeterministic)
     {
@@ -220,7 +241,8 @@ fn print_summary(
     );
     let lost: u64 = sweep.seeds.iter().map(|s| s.ids_lost).sum();
     println!("segment IDs lost to faults (never issued, within the bound): {lost}");
-    let mut outcomes: std::collections::BTreeMap<&str, [u64; 3]> = std::collections::BTreeMap::new();
+    let mut outcomes: std::collections::BTreeMap<&str, [u64; 3]> =
+        std::collections::BTreeMap::new();
     for seed in &sweep.seeds {
         for (kind, counts) in &seed.op_outcomes {
             let slot = outcomes.entry(kind.as_str()).or_default();
@@ -314,7 +336,13 @@ fn write_json(
         "ids_lost": sweep.seeds.iter().map(|s| s.ids_lost).sum::<u64>(),
     });
     let text = serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?;
-    let tmp = path.with_extension("json.tmp");
+    write_atomic(path, &text)
+}
+
+/// Writes `text` to a temporary file beside `path`, then renames it over `path`.
+fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }

@@ -43,6 +43,8 @@ pub struct FinalState {
     /// The merged lottery ledger (participants' stores and the coordinator log), after the
     /// liveness phase.
     pub ledger: Ledger,
+    /// The participants' replies in the order they took effect.
+    pub replies: Vec<ParticipantReply>,
     /// The most segment IDs the run may lose (see [`gap_bound`]).
     pub gap_bound_ids: u64,
 }
@@ -182,15 +184,15 @@ pub fn tokens(history: &[Event]) -> [(&'static str, Result<(), Violation>); 2] {
     ]
 }
 
-/// The `lottery.*` invariants, by `sut::lottery::invariants`.
-pub fn lottery(history: &[Event], ledger: &Ledger) -> [(&'static str, Result<(), Violation>); 5] {
-    let (replies, reply_seqs): (Vec<ParticipantReply>, Vec<u64>) = history
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Participant(r) => Some((r.clone(), e.seq)),
-            _ => None,
-        })
-        .unzip();
+/// The `lottery.*` invariants, by `sut::lottery::invariants`. `replies` are the participants'
+/// replies in the order they took effect (the durable logs replayed; the history records them
+/// when they are acknowledged, which is a different order).
+pub fn lottery(
+    history: &[Event],
+    replies: &[ParticipantReply],
+    ledger: &Ledger,
+) -> [(&'static str, Result<(), Violation>); 5] {
+    let reply_seqs: Vec<u64> = Vec::new();
     let (draws, draw_seqs): (Vec<DrawEvent>, Vec<u64>) = history
         .iter()
         .filter_map(|e| match &e.kind {
@@ -205,7 +207,7 @@ pub fn lottery(history: &[Event], ledger: &Ledger) -> [(&'static str, Result<(),
         invariants::LotteryViolation::Hanging { try_index, .. } => seqs.get(*try_index).copied(),
         _ => None,
     };
-    let dup = invariants::no_duplicate_participation(&replies)
+    let dup = invariants::no_duplicate_participation(replies)
         .map_err(|v| {
             violation(
                 "lottery.no_duplicate_participation",
@@ -236,7 +238,7 @@ pub fn lottery(history: &[Event], ledger: &Ledger) -> [(&'static str, Result<(),
         ),
         (
             "lottery.no_hanging",
-            invariants::no_hanging(&replies)
+            invariants::no_hanging(replies)
                 .map_err(|v| violation("lottery.no_hanging", at(&reply_seqs, &v), v.to_string())),
         ),
         (
@@ -261,7 +263,7 @@ pub fn check_all(
     results.push(("ids.gap_bounded".to_owned(), gaps.map(|_| ())));
     results.extend(tokens(history).into_iter().map(|(n, r)| (n.to_owned(), r)));
     results.extend(
-        lottery(history, &state.ledger)
+        lottery(history, &state.replies, &state.ledger)
             .into_iter()
             .map(|(n, r)| (n.to_owned(), r)),
     );

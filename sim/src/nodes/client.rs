@@ -13,7 +13,7 @@ use madsim::task::spawn;
 
 use super::sleep_ms;
 use crate::history::{Answer, EventKind, Op, Outcome};
-use crate::net::{Ctx, Msg};
+use crate::net::{Ctx, Inbox, Msg};
 use crate::scenario::Workload;
 
 const REMEMBER_MAX: usize = 64;
@@ -106,7 +106,7 @@ async fn perform(ctx: Ctx, state: Arc<Mutex<State>>, target: String, op: Op, tim
         op_id,
         op: op.clone(),
     });
-    ctx.send(&target, Msg::Request { op_id, op }).await;
+    ctx.send(&target, Msg::Request { op_id, op });
     let outcome = match madsim::time::timeout(Duration::from_millis(timeout_ms), rx).await {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(_)) | Err(_) => Outcome::Timeout,
@@ -124,7 +124,7 @@ async fn perform(ctx: Ctx, state: Arc<Mutex<State>>, target: String, op: Op, tim
 }
 
 /// Runs a client node.
-pub async fn run(ctx: Ctx) {
+pub async fn run(ctx: Ctx, inbox: Inbox) {
     let (workload, clients, id_nodes) = ctx.world.with(|w| {
         (
             w.spec.scenario.workload.clone(),
@@ -134,9 +134,10 @@ pub async fn run(ctx: Ctx) {
     });
     let state = Arc::new(Mutex::new(State::default()));
     let receiver = {
-        let (ctx, state) = (ctx.clone(), Arc::clone(&state));
+        let state = Arc::clone(&state);
+        let mut inbox = inbox;
         async move {
-            while let Some((msg, _from)) = ctx.recv().await {
+            while let Some((msg, _from)) = inbox.recv().await {
                 if let Msg::Response { op_id, outcome } = msg
                     && let Some(tx) = state.lock().expect("client state").waiting.remove(&op_id)
                 {

@@ -9,7 +9,7 @@ use madsim::task::spawn;
 use sut::store::{IdStore, MemoryIdStore, StoreCall};
 
 use super::{commit, sleep_ms};
-use crate::net::{Ctx, Msg};
+use crate::net::{Ctx, Inbox, Msg};
 use crate::world::DbRec;
 
 fn mutates(call: &StoreCall) -> bool {
@@ -17,7 +17,7 @@ fn mutates(call: &StoreCall) -> bool {
 }
 
 /// Runs the database node.
-pub async fn run(ctx: Ctx) {
+pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     let (records, torn) = ctx.world.with(|w| w.disks.db.recover());
     ctx.world.count("crash.torn_records_discarded", torn);
     let mut store = MemoryIdStore::new();
@@ -64,7 +64,7 @@ pub async fn run(ctx: Ctx) {
     };
     spawn(sweeper);
 
-    while let Some((msg, from)) = ctx.recv().await {
+    while let Some((msg, from)) = inbox.recv().await {
         let Msg::Store { req, mut call } = msg else {
             continue;
         };
@@ -85,7 +85,7 @@ pub async fn run(ctx: Ctx) {
             if pos > 0 {
                 commit(&ctx.world, |d| &mut d.db, pos).await;
             }
-            ctx.send(&from, Msg::StoreReply { req, reply }).await;
+            ctx.send(&from, Msg::StoreReply { req, reply });
         });
     }
 }

@@ -14,7 +14,7 @@ use sut::store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
 
 use super::sleep_ms;
 use crate::history::{Answer, EventKind, IdSpace, Op, Outcome};
-use crate::net::{Ctx, Msg};
+use crate::net::{Ctx, Inbox, Msg};
 
 /// The tag every ID node serves.
 pub const TAG: &str = "order";
@@ -64,13 +64,22 @@ impl State {
         let now = self.alloc.stats();
         let was = std::mem::replace(&mut self.reported, now);
         ctx.world.with(|w| {
-            w.count("segment.fetch_failures", now.fetch_failures - was.fetch_failures);
-            w.count("segment.leases_expired", now.leases_expired - was.leases_expired);
+            w.count(
+                "segment.fetch_failures",
+                now.fetch_failures - was.fetch_failures,
+            );
+            w.count(
+                "segment.leases_expired",
+                now.leases_expired - was.leases_expired,
+            );
             w.count("segment.leases_lost", now.leases_lost - was.leases_lost);
             w.count("segment.cas_conflicts", now.conflicts - was.conflicts);
             w.count("segment.pool_grants", now.pool_grants - was.pool_grants);
             w.count("segment.reloads", now.reloads - was.reloads);
-            w.count("segment.ids_abandoned", now.ids_abandoned - was.ids_abandoned);
+            w.count(
+                "segment.ids_abandoned",
+                now.ids_abandoned - was.ids_abandoned,
+            );
         });
     }
 
@@ -309,14 +318,14 @@ impl State {
     }
 }
 
-async fn flush(ctx: &Ctx, out: Outbox) {
+fn flush(ctx: &Ctx, out: Outbox) {
     for (to, msg) in out {
-        ctx.send(&to, msg).await;
+        ctx.send(&to, msg);
     }
 }
 
 /// Runs an ID-service node.
-pub async fn run(ctx: Ctx) {
+pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     let (ids, timeout_ms, instance) = ctx.world.with(|w| {
         (
             w.spec.scenario.ids.clone(),
@@ -373,13 +382,13 @@ pub async fn run(ctx: Ctx) {
                     s.retry_parked(&ctx, now, &mut out);
                     s.report_stats(&ctx);
                 }
-                flush(&ctx, out).await;
+                flush(&ctx, out);
             }
         }
     };
     spawn(ticker);
 
-    while let Some((msg, from)) = ctx.recv().await {
+    while let Some((msg, from)) = inbox.recv().await {
         let now = ctx.now();
         let mut out = Vec::new();
         {
@@ -418,6 +427,6 @@ pub async fn run(ctx: Ctx) {
                 _ => {}
             }
         }
-        flush(&ctx, out).await;
+        flush(&ctx, out);
     }
 }

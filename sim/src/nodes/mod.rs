@@ -12,7 +12,7 @@ use std::time::Duration;
 use madsim::rand::Rng;
 
 use crate::disk::Wal;
-use crate::net::Ctx;
+use crate::net::{Ctx, Inbox};
 use crate::world::{Disks, World};
 
 /// Group commit: waits one simulated fsync, then makes everything appended so far durable
@@ -34,7 +34,7 @@ pub async fn sleep_ms(ms: u64) {
 }
 
 /// The role of a node, from its name.
-pub async fn main(ctx: Ctx) {
+pub async fn main(ctx: Ctx, inbox: Inbox) {
     let incarnation = ctx.world.with(|w| {
         let n = w.incarnations.entry(ctx.name.clone()).or_insert(0);
         *n += 1;
@@ -43,16 +43,16 @@ pub async fn main(ctx: Ctx) {
     ctx.record(|_| crate::history::EventKind::Boot { incarnation });
     let name = ctx.name.clone();
     if name == "db" {
-        db::run(ctx).await;
+        db::run(ctx, inbox).await;
     } else if name.starts_with("id") {
-        id::run(ctx).await;
+        id::run(ctx, inbox).await;
     } else if name == "token" {
-        token::run(ctx).await;
+        token::run(ctx, inbox).await;
     } else if name == "coord" {
-        tcc::run_coordinator(ctx).await;
+        tcc::run_coordinator(ctx, inbox).await;
     } else if name == "wallet" || name == "inventory" {
-        tcc::run_participant(ctx).await;
+        tcc::run_participant(ctx, inbox).await;
     } else if name.starts_with("client") {
-        client::run(ctx).await;
+        client::run(ctx, inbox).await;
     }
 }

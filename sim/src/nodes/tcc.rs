@@ -10,12 +10,12 @@ use madsim::task::spawn;
 use sut::lottery::wheel::{TaskSpec, TimingWheel, WheelConfig};
 use sut::lottery::{
     ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawOutcome, Handled, LogEntry,
-    LotteryStore, MemoryStore, Participant, ParticipantConfig, UserId, Xid,
+    LotteryStore, MemoryStore, Participant, ParticipantConfig, ParticipantReply, UserId, Xid,
 };
 
 use super::{commit, sleep_ms};
 use crate::history::{Answer, EventKind, Op, Outcome};
-use crate::net::{Ctx, Msg};
+use crate::net::{Ctx, Inbox, Msg};
 use crate::world::PartRec;
 
 /// The node hosting a participant.
@@ -84,7 +84,7 @@ async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
     for _ in 0..64 {
         let (entries, sends) = state.lock().expect("coordinator").drain(ctx);
         for (to, msg) in sends {
-            ctx.send(&to, msg).await;
+            ctx.send(&to, msg);
         }
         if entries.is_empty() {
             return;
@@ -106,7 +106,7 @@ async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
 }
 
 /// Runs the coordinator node.
-pub async fn run_coordinator(ctx: Ctx) {
+pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
     let (entries, torn) = ctx.world.with(|w| w.disks.coord.recover());
     ctx.world.count("crash.torn_records_discarded", torn);
     let mut log = CoordLog::default();
@@ -153,7 +153,7 @@ pub async fn run_coordinator(ctx: Ctx) {
     };
     spawn(ticker);
 
-    while let Some((msg, from)) = ctx.recv().await {
+    while let Some((msg, from)) = inbox.recv().await {
         let now = ctx.now();
         match msg {
             Msg::Request {
@@ -188,8 +188,7 @@ pub async fn run_coordinator(ctx: Ctx) {
                             op_id,
                             outcome: Outcome::Fail(err.to_string()),
                         },
-                    )
-                    .await;
+                    );
                 }
             }
             Msg::TccReply(reply) => {
@@ -206,25 +205,29 @@ pub async fn run_coordinator(ctx: Ctx) {
     }
 }
 
-fn replay(store: &mut MemoryStore, rec: &PartRec) {
+/// Applies one log record to a participant store; for a message, returns the reply it made.
+/// Recovery and the checkers both use it: replaying the durable log is exactly what took
+/// effect, in the order it took effect.
+pub fn replay(store: &mut MemoryStore, rec: &PartRec) -> Option<ParticipantReply> {
     let cfg = ParticipantConfig::default();
     match rec {
         PartRec::OpenAccount(user, balance) => {
             let _ = store.open_account(UserId(*user), *balance);
+            None
         }
         PartRec::AddStock(activity, units) => {
             let _ = store.add_stock(ActivityId(*activity), *units);
+            None
         }
-        PartRec::Msg(p, msg) => {
-            if let Handled::Resume(resume) = p.handle(store, &cfg, msg) {
-                let _ = p.handle_resume(store, &cfg, &resume);
-            }
-        }
+        PartRec::Msg(p, msg) => Some(match p.handle(store, &cfg, msg) {
+            Handled::Reply(reply) => reply,
+            Handled::Resume(resume) => p.handle_resume(store, &cfg, &resume),
+        }),
     }
 }
 
 /// Runs a participant node (`wallet` or `inventory`).
-pub async fn run_participant(ctx: Ctx) {
+pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     let name = ctx.name.clone();
     let (records, torn) = ctx
         .world
@@ -239,7 +242,7 @@ pub async fn run_participant(ctx: Ctx) {
         .with(|w| w.published.ledgers.insert(name.clone(), Arc::clone(&store)));
     let cfg = ParticipantConfig::default();
 
-    while let Some((msg, from)) = ctx.recv().await {
+    while let Some((msg, from)) = inbox.recv().await {
         let Msg::Tcc(p, msg) = msg else { continue };
         let (ctx, store, name) = (ctx.clone(), Arc::clone(&store), name.clone());
         spawn(async move {
@@ -265,7 +268,7 @@ pub async fn run_participant(ctx: Ctx) {
             )
             .await;
             ctx.record(|_| EventKind::Participant(reply.clone()));
-            ctx.send(&from, Msg::TccReply(reply)).await;
+            ctx.send(&from, Msg::TccReply(reply));
         });
     }
 }

@@ -16,7 +16,7 @@ use sut::token::{ActivityId, TokenConfig, TokenService, UserId};
 
 use super::{commit, sleep_ms};
 use crate::history::{Answer, EventKind, Op, Outcome};
-use crate::net::{Ctx, Msg};
+use crate::net::{Ctx, Inbox, Msg};
 use crate::world::TokenRec;
 
 /// One-time token window in the simulation (seed: one hour; shortened so windows turn over
@@ -59,7 +59,7 @@ fn apply(svc: &mut Service, rec: &TokenRec) {
 }
 
 /// Runs the token node.
-pub async fn run(ctx: Ctx) {
+pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     let (records, torn) = ctx.world.with(|w| w.disks.token.recover());
     ctx.world.count("crash.torn_records_discarded", torn);
     let mut svc = service();
@@ -86,14 +86,14 @@ pub async fn run(ctx: Ctx) {
     };
     spawn(purger);
 
-    while let Some((msg, from)) = ctx.recv().await {
+    while let Some((msg, from)) = inbox.recv().await {
         let Msg::Request { op_id, op } = msg else {
             continue;
         };
         let (ctx, svc) = (ctx.clone(), Arc::clone(&svc));
         spawn(async move {
             let outcome = handle(&ctx, &svc, op).await;
-            ctx.send(&from, Msg::Response { op_id, outcome }).await;
+            ctx.send(&from, Msg::Response { op_id, outcome });
         });
     }
 }
