@@ -19,7 +19,9 @@
 //! - [`history`]: the events.
 //! - [`checkers`]: the invariants of DESIGN.md as observers over the history and final state.
 //! - [`run`]: one seed, a sweep of seeds, the determinism check.
+//! - [`bench`]: speed against a bare madsim ping-pong baseline.
 
+pub mod bench;
 pub mod checkers;
 pub mod clock;
 pub mod disk;

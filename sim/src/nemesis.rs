@@ -133,10 +133,12 @@ fn kill(world: &World, node: &str) {
         w.count("crash.lost_pending_writes", loss.lost);
         w.count("crash.torn_writes", u64::from(loss.torn));
         w.count("crash.kills", 1);
-        w.killed.insert(node.to_owned());
-        if let Some(wal) = w.published.ledgers.get(node) {
-            let _ = wal;
+        if node.starts_with("id") {
+            // An ID node keeps its segment buffers and Snowflake state only in memory: the
+            // kill strands its claimed-but-unissued IDs and its worker lease.
+            w.count("crash.lost_id_buffers", 1);
         }
+        w.killed.insert(node.to_owned());
     });
     if let Some(id) = node_id(world, node) {
         Handle::current().kill(id);

@@ -256,6 +256,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         ));
         world.with(|w| {
             w.addrs.insert(name.clone(), SocketAddr::new(ip, PORT));
+            w.names.insert(ip, name.clone());
             w.clocks.insert(name.clone(), NodeClock::default());
         });
     }

@@ -71,7 +71,7 @@ impl FaultKind {
             Self::Partition | Self::Swizzle => &["net.dropped_by_partition"],
             Self::Loss => &["net.dropped_by_loss"],
             Self::Latency => &["net.delayed_by_spike"],
-            Self::Kill => &["crash.lost_pending_writes"],
+            Self::Kill => &["crash.lost_pending_writes", "crash.lost_id_buffers"],
             Self::Pause => &["pause.outlived_lease", "pause.stalled_ms"],
             Self::ClockBump | Self::ClockStrobe => &[
                 "clock.rollback_waits",

@@ -141,6 +141,8 @@ pub struct WorldState {
     pub published: Published,
     /// Node addresses.
     pub addrs: BTreeMap<String, SocketAddr>,
+    /// Node names by IP (the reverse of `addrs`).
+    pub names: BTreeMap<std::net::IpAddr, String>,
     /// madsim node ids.
     pub node_ids: BTreeMap<String, NodeId>,
     /// Incarnation counters.
@@ -180,6 +182,7 @@ impl World {
             disks: Disks::default(),
             published: Published::default(),
             addrs: BTreeMap::new(),
+            names: BTreeMap::new(),
             node_ids: BTreeMap::new(),
             incarnations: BTreeMap::new(),
             paused: BTreeMap::new(),
@@ -260,8 +263,14 @@ impl WorldState {
 
     /// Adds `n` to a coverage counter.
     pub fn count(&mut self, key: &str, n: u64) {
-        if n > 0 {
-            *self.coverage.entry(key.to_owned()).or_default() += n;
+        if n == 0 {
+            return;
+        }
+        match self.coverage.get_mut(key) {
+            Some(value) => *value += n,
+            None => {
+                self.coverage.insert(key.to_owned(), n);
+            }
         }
     }
 
