@@ -2,6 +2,8 @@
 //! `scenarios/scenarios/`, compiled into the binary so it runs from any directory), and loading
 //! a scenario by name or from a file.
 
+pub mod report;
+
 use sim::scenario::{Scenario, ScenarioError};
 
 /// The named scenario files, in the order `scenario list` prints them.

@@ -344,10 +344,7 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
             } else {
                 magnitude
             };
-            world.with(|w| {
-                w.clocks.entry(node.clone()).or_default().bump(delta);
-                w.sample_clock(&node);
-            });
+            world.with(|w| w.adjust_clock(&node, |c, _| c.bump(delta)));
             let span = begin(world, &node, kind, format!("{delta:+} ms"));
             end(world, span);
         }
@@ -366,10 +363,7 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 let flips = (duration_ms / period).max(2) & !1;
                 for i in 0..flips {
                     let d = if i % 2 == 0 { -delta } else { delta };
-                    world.with(|w| {
-                        w.clocks.entry(node.clone()).or_default().bump(d);
-                        w.sample_clock(&node);
-                    });
+                    world.with(|w| w.adjust_clock(&node, |c, _| c.bump(d)));
                     sleep_ms(period).await;
                 }
                 end(&world, span);
@@ -395,9 +389,7 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
             spawn(async move {
                 sleep_ms(duration_ms).await;
                 world.with(|w| {
-                    let now = w.sim_ms();
-                    w.clocks.entry(node.clone()).or_default().set_drift(now, 0);
-                    w.sample_clock(&node);
+                    w.adjust_clock(&node, |c, now| c.set_drift(now, 0));
                     w.count(
                         "clock.drifted_ms",
                         ppm.unsigned_abs() * duration_ms / 1_000_000,
@@ -414,10 +406,7 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 .collect();
             let Some(node) = pick(&ids) else { return };
             let back = rng.gen_range(10..5_000);
-            world.with(|w| {
-                w.clocks.entry(node.clone()).or_default().bump(-back);
-                w.sample_clock(&node);
-            });
+            world.with(|w| w.adjust_clock(&node, |c, _| c.bump(-back)));
             kill(world, &node);
             let span = begin(
                 world,
@@ -466,9 +455,9 @@ pub fn heal_all(world: &World) {
     }
     world.with(|w| {
         let now = w.sim_ms();
+        let _ = now;
         for node in clocks {
-            w.clocks.entry(node.clone()).or_default().reset(now);
-            w.sample_clock(&node);
+            w.adjust_clock(&node, |c, now| c.reset(now));
         }
         for span in &mut w.faults {
             span.end_ms.get_or_insert(now);

@@ -308,6 +308,15 @@ impl WorldState {
             .collect()
     }
 
+    /// Changes a node's clock, sampling its skew just before and just after (so the report's
+    /// clock lane shows jumps as jumps and drift as slopes).
+    pub fn adjust_clock(&mut self, node: &str, change: impl FnOnce(&mut NodeClock, u64)) {
+        self.sample_clock(node);
+        let now = self.sim_ms();
+        change(self.clocks.entry(node.to_owned()).or_default(), now);
+        self.sample_clock(node);
+    }
+
     /// Samples a node's clock skew (for the report's clock lane).
     pub fn sample_clock(&mut self, node: &str) {
         let sim_ms = self.sim_ms();

@@ -50,6 +50,9 @@ struct RunArgs {
     /// Run every seed twice and compare the hashes of the full histories.
     #[arg(long)]
     check_determinism: bool,
+    /// Write a self-contained HTML report, `summary.json` and `junit.xml` into this folder.
+    #[arg(long)]
+    report: Option<PathBuf>,
     /// Write the full history of the first seed to this file, one event per line.
     #[arg(long)]
     history: Option<PathBuf>,
@@ -251,6 +254,16 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         }
     }
     print_summary(&scenario, &sweep, args, &nondeterministic);
+    if let Some(dir) = &args.report {
+        let report = scenarios::report::simulation(&scenario, &sweep, args.duration);
+        let summary =
+            reports::model::Summary::new(format!("simulation: {}", scenario.name)).with(report);
+        if let Err(err) = write_reports(dir, &summary) {
+            eprintln!("scenario: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+        eprintln!("report written to {}", dir.join("index.html").display());
+    }
     if let (Some(path), Some(first)) = (&args.history, sweep.seeds.first()) {
         let outcome = sim::run::run_seed(&scenario, first.seed, true);
         let lines: Vec<String> = outcome
@@ -286,14 +299,13 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
 }
 
 fn replay_command(scenario: &Scenario, seed: u64, args: &RunArgs) -> String {
-    let duration = args
-        .duration
-        .map(|d| format!(" --duration {d}"))
-        .unwrap_or_default();
-    format!(
-        "cargo run --release --bin scenario -- {} --seed {seed} --seeds 1{duration}",
-        scenario.name
-    )
+    scenarios::report::replay_command(&scenario.name, seed, args.duration)
+}
+
+fn write_reports(dir: &std::path::Path, summary: &reports::model::Summary) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    reports::write::write_report(dir, summary).map_err(|e| e.to_string())?;
+    reports::write::write_junit(&dir.join("junit.xml"), summary).map_err(|e| e.to_string())
 }
 
 fn print_summary(
@@ -358,13 +370,11 @@ fn print_summary(
     for (seed, a, b) in nondeterministic {
         println!("NOT DETERMINISTIC: seed {seed} gave history hashes {a:016x} and {b:016x}");
     }
-    let mut shown = 0;
-    for (seed, v) in sweep.violations() {
+    for (shown, (seed, v)) in sweep.violations().enumerate() {
         if shown == 5 {
             println!("... and more");
             break;
         }
-        shown += 1;
         println!("VIOLATION seed {seed}: {}: {}", v.invariant, v.detail);
         if let Some(event) = v.event {
             println!("  first offending event: #{event}");

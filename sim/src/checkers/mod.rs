@@ -249,11 +249,11 @@ pub fn lottery(
     ]
 }
 
+/// One invariant's name and result.
+pub type Checked = (String, Result<(), Violation>);
+
 /// Runs every checker. Returns per invariant its result, plus the segment IDs lost.
-pub fn check_all(
-    history: &[Event],
-    state: &FinalState,
-) -> (Vec<(String, Result<(), Violation>)>, u64) {
+pub fn check_all(history: &[Event], state: &FinalState) -> (Vec<Checked>, u64) {
     let mut results = vec![
         ("ids.unique".to_owned(), ids_unique(history)),
         ("ids.monotonic".to_owned(), ids_monotonic(history)),

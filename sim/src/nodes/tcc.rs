@@ -92,7 +92,7 @@ async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
         let pos = ctx.world.with(|w| {
             entries
                 .iter()
-                .map(|e| w.disks.coord.append(e.clone()))
+                .map(|e| w.disks.coord.append(*e))
                 .last()
                 .unwrap_or(0)
         });
