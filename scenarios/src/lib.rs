@@ -32,6 +32,13 @@ pub const NAMED: &[(&str, &str)] = &[
     ("chaos", include_str!("../scenarios/chaos.toml")),
 ];
 
+/// Results the gate runs besides the named simulations (the model checks, and later the
+/// known-flaws catalog and a short load run).
+#[must_use]
+pub fn gate_extras(_jobs: usize) -> Vec<reports::RunResult> {
+    Vec::new()
+}
+
 /// Why a scenario could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

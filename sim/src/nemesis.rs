@@ -198,9 +198,11 @@ pub async fn run(world: World, stop_ms: u64) {
 
 fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
     let (servers, all, faults, lease_ms) = world.with(|w| {
+        let targets = &w.spec.scenario.faults.targets;
         let servers: Vec<String> = w
             .server_nodes()
             .into_iter()
+            .filter(|n| targets.is_empty() || targets.contains(n))
             .filter(|n| !w.killed.contains(n) && !w.paused.contains_key(n))
             .collect();
         (

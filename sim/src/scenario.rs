@@ -216,6 +216,8 @@ pub struct Faults {
     pub drift_ppm_max: i64,
     /// Largest packet loss, percent.
     pub loss_pct_max: u32,
+    /// Nodes that node-level faults (kill, pause, clock) may hit; empty: every server node.
+    pub targets: Vec<String>,
 }
 
 impl Default for Faults {
@@ -228,6 +230,7 @@ impl Default for Faults {
             bump_ms_max: 288_000,
             drift_ppm_max: 20_000,
             loss_pct_max: 30,
+            targets: Vec::new(),
         }
     }
 }
@@ -382,6 +385,9 @@ impl Scenario {
                 format!("{:?} must be [min, max] with 0 < min <= max", f.duration_ms),
             ));
         }
+        if let Some(unknown) = f.targets.iter().find(|t| !known_node(t, &self.topology)) {
+            return Err(("targets", format!("no node is called `{unknown}`")));
+        }
         if f.loss_pct_max > 100 {
             return Err(("loss_pct_max", format!("{} is over 100", f.loss_pct_max)));
         }
@@ -394,6 +400,15 @@ impl Scenario {
         }
         Ok(())
     }
+}
+
+/// Whether `name` is a server node of `topology`.
+fn known_node(name: &str, topology: &Topology) -> bool {
+    matches!(name, "db" | "token" | "coord" | "wallet" | "inventory")
+        || name
+            .strip_prefix("id")
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| (1..=topology.id_nodes).contains(&n))
 }
 
 /// One seed's resolved parameters: the scenario plus what the seed decided (swarm testing).
@@ -449,6 +464,12 @@ mod tests {
                 .starts_with("bad.toml:5:1: field `rate_per_s`"),
             "{err}"
         );
+        let err = Scenario::parse(
+            "bad.toml",
+            "name = \"x\"\ndescription = \"d\"\n[faults]\ntargets = [\"id9\"]\n",
+        )
+        .unwrap_err();
+        assert!(err.message.contains("`id9`") && err.line == 4, "{err}");
         let err = Scenario::parse("bad.toml", "description = \"d\"\n").unwrap_err();
         assert!(err.message.contains("name"), "{err}");
     }

@@ -62,6 +62,25 @@ struct RunArgs {
 enum Command {
     /// Print one scenario per line: name, then a one-line description.
     List,
+    /// The CI regression gate: every named scenario over a fixed seed range (and every model),
+    /// compared with the committed baseline. Prints a table, writes the reports, exits 0/1.
+    Gate {
+        /// The baseline file.
+        #[arg(long, default_value = "scenarios/baseline.toml")]
+        baseline: PathBuf,
+        /// Write the observed results as the new baseline instead of comparing.
+        #[arg(long)]
+        update_baseline: bool,
+        /// Where to write index.html, summary.json and junit.xml.
+        #[arg(long, default_value = "target/gate-report")]
+        report: PathBuf,
+        /// Seeds per scenario (the fixed range 0..N).
+        #[arg(long, default_value_t = 6)]
+        seeds: u64,
+        /// Threads running seeds.
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
     /// Measure the simulator's speed against a bare madsim ping-pong of the same node count.
     Bench {
         /// The scenario to measure.
@@ -119,6 +138,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Bench { name, seeds, json }) => bench(&name, seeds, json.as_deref()),
+        Some(Command::Gate {
+            baseline,
+            update_baseline,
+            report,
+            seeds,
+            jobs,
+        }) => gate(&baseline, update_baseline, &report, seeds, jobs),
         None => match cli.run.name.clone() {
             None => {
                 eprintln!("scenario: name a scenario (`scenario list` shows them)");
@@ -132,6 +158,86 @@ fn main() -> ExitCode {
                 Ok(scenario) => run(scenario, &cli.run),
             },
         },
+    }
+}
+
+fn gate(
+    baseline_path: &std::path::Path,
+    update: bool,
+    report: &std::path::Path,
+    seeds: u64,
+    jobs: Option<usize>,
+) -> ExitCode {
+    use reports::gate::{Baseline, compare};
+    let jobs = jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let previous = if baseline_path.exists() {
+        match Baseline::load(baseline_path) {
+            Ok(b) => Some(b),
+            Err(err) => {
+                eprintln!("scenario gate: {err}");
+                return ExitCode::from(USAGE);
+            }
+        }
+    } else {
+        None
+    };
+    if previous.is_none() && !update {
+        eprintln!(
+            "scenario gate: no baseline at {} (create it with --update-baseline)",
+            baseline_path.display()
+        );
+        return ExitCode::from(USAGE);
+    }
+    let mut summary = reports::model::Summary::new("regression gate");
+    summary
+        .meta
+        .insert("seeds per scenario".into(), format!("0..{seeds}"));
+    let seed_list: Vec<u64> = (0..seeds).collect();
+    for (name, _) in scenarios::NAMED {
+        let scenario = match scenarios::load(name) {
+            Ok(s) => s,
+            Err(err) => {
+                eprintln!("scenario gate: {err}");
+                return ExitCode::from(USAGE);
+            }
+        };
+        eprintln!("gate: simulation {name} over seeds 0..{seeds}");
+        let sweep = sim::run::sweep(&scenario, &seed_list, jobs, &|_| {});
+        summary
+            .results
+            .push(scenarios::report::simulation(&scenario, &sweep, None).into());
+    }
+    for result in scenarios::gate_extras(jobs) {
+        summary.results.push(result);
+    }
+    if let Err(err) = write_reports(report, &summary) {
+        eprintln!("scenario gate: cannot write the report: {err}");
+        return ExitCode::from(USAGE);
+    }
+    if update {
+        let baseline = Baseline::from_summary(&summary, previous.as_ref());
+        if let Err(err) = baseline.save(baseline_path) {
+            eprintln!("scenario gate: {err}");
+            return ExitCode::from(USAGE);
+        }
+        println!(
+            "baseline written to {} ({} results)",
+            baseline_path.display(),
+            summary.results.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+    let outcome = compare(previous.as_ref().expect("checked above"), &summary);
+    println!("{}", outcome.table());
+    println!("report: {}", report.join("index.html").display());
+    if outcome.passed {
+        println!("gate: PASS");
+        ExitCode::SUCCESS
+    } else {
+        println!("gate: FAIL");
+        ExitCode::FAILURE
     }
 }
 
