@@ -62,7 +62,7 @@ pub enum Msg {
 /// one simulated millisecond (its `sleep` never sleeps less), so a single receive loop caps a
 /// node at 1,000 messages per simulated second. Several receivers (and a task per send) lift
 /// that cap; the network reorders messages anyway (1–10 ms random latency).
-const RECEIVERS: usize = 32;
+const RECEIVERS: usize = 16;
 
 /// A node's view of the world: its name, its endpoint, the shared state.
 #[derive(Clone)]
