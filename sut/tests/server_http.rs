@@ -473,10 +473,16 @@ async fn overload_is_a_fast_503_with_retry_after() {
     let slow: Vec<_> = (0..2)
         .map(|_| {
             let api = std::sync::Arc::clone(&api);
-            tokio::spawn(async move { api.get("/noop?delay_ms=1500").await.0 })
+            tokio::spawn(async move { api.get("/noop?delay_ms=2000").await.0 })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Wait until both hold their slots (health is not subject to admission).
+    for _ in 0..250 {
+        if api.get("/health").await.1["in_flight"] == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let started = std::time::Instant::now();
     let r = api
         .client
