@@ -1,78 +1,74 @@
-//! The `scenario` command's library half: the catalog of named scenarios and what each needs.
-//!
-//! Scenario files (TOML, under `scenarios/scenarios/`) arrive with the simulator; until then the
-//! catalog records, honestly, which scenarios exist as names and that none can run yet.
+//! The `scenario` command's library half: the catalog of named scenarios (TOML files under
+//! `scenarios/scenarios/`, compiled into the binary so it runs from any directory), and loading
+//! a scenario by name or from a file.
 
-/// One entry of the catalog: a name, a one-line description, and whether this build can run it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CatalogEntry {
-    /// The name given on the command line (`scenario NAME`).
-    pub name: &'static str,
-    /// One line saying what the scenario exercises.
-    pub description: &'static str,
-    /// `None` when it can run; otherwise what is missing.
-    pub missing: Option<&'static str>,
-}
+pub mod report;
 
-const SIM: &str = "the deterministic simulator (`sim`) is not built yet";
+use sim::scenario::{Scenario, ScenarioError};
 
-/// Every scenario name the bench promises, in the order `scenario list` prints them.
-pub const CATALOG: &[CatalogEntry] = &[
-    CatalogEntry {
-        name: "clock_skew",
-        description: "per-node clock bumps (±288 s), strobes and drift against segment leases and Snowflake",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "partition",
-        description: "symmetric, one-way and majority/minority partitions",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "swizzle",
-        description: "swizzle-clog: clog nodes one by one, heal in random order",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "crash_restart",
-        description: "kill and restart nodes, losing unsynced writes",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "pause",
-        description: "GC-like pauses that outlive leases",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "segment_race",
-        description: "many allocators racing one tag under faults",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "snowflake_rollback",
-        description: "Snowflake workers under backward clock jumps and restarts",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "token_replay",
-        description: "one-time tokens consumed concurrently and replayed",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "tcc_storm",
-        description: "lottery draws under message loss, duplication and coordinator crashes",
-        missing: Some(SIM),
-    },
-    CatalogEntry {
-        name: "chaos",
-        description: "all faults at once",
-        missing: Some(SIM),
-    },
+/// The named scenario files, in the order `scenario list` prints them.
+pub const NAMED: &[(&str, &str)] = &[
+    ("clock_skew", include_str!("../scenarios/clock_skew.toml")),
+    ("partition", include_str!("../scenarios/partition.toml")),
+    ("swizzle", include_str!("../scenarios/swizzle.toml")),
+    (
+        "crash_restart",
+        include_str!("../scenarios/crash_restart.toml"),
+    ),
+    ("pause", include_str!("../scenarios/pause.toml")),
+    (
+        "segment_race",
+        include_str!("../scenarios/segment_race.toml"),
+    ),
+    (
+        "snowflake_rollback",
+        include_str!("../scenarios/snowflake_rollback.toml"),
+    ),
+    (
+        "token_replay",
+        include_str!("../scenarios/token_replay.toml"),
+    ),
+    ("tcc_storm", include_str!("../scenarios/tcc_storm.toml")),
+    ("chaos", include_str!("../scenarios/chaos.toml")),
 ];
 
-/// Looks a scenario up by name.
-pub fn find(name: &str) -> Option<&'static CatalogEntry> {
-    CATALOG.iter().find(|entry| entry.name == name)
+/// Why a scenario could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// No scenario of that name, and no such file.
+    #[error("unknown scenario `{0}` (and no such file); `scenario list` shows the named ones")]
+    Unknown(String),
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is malformed.
+    #[error(transparent)]
+    Bad(#[from] ScenarioError),
+}
+
+/// Loads a named scenario, or a scenario file when `name` is a path (ends in `.toml` or names
+/// an existing file).
+pub fn load(name: &str) -> Result<Scenario, LoadError> {
+    if let Some((file, text)) = NAMED.iter().find(|(n, _)| *n == name) {
+        return Ok(Scenario::parse(
+            &format!("scenarios/scenarios/{file}.toml"),
+            text,
+        )?);
+    }
+    let path = std::path::Path::new(name);
+    if name.ends_with(".toml") || path.is_file() {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+            path: name.to_owned(),
+            source,
+        })?;
+        return Ok(Scenario::parse(name, &text)?);
+    }
+    Err(LoadError::Unknown(name.to_owned()))
 }
 
 #[cfg(test)]
@@ -80,12 +76,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn catalog_names_are_unique_and_findable() {
-        for (i, entry) in CATALOG.iter().enumerate() {
-            assert_eq!(find(entry.name), Some(entry));
-            assert!(CATALOG[..i].iter().all(|other| other.name != entry.name));
+    fn every_named_scenario_parses_and_is_named_after_its_file() {
+        for (name, _) in NAMED {
+            let scenario = load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(&scenario.name, name);
+            assert!(!scenario.description.is_empty());
         }
-        assert!(find("clock_skew").is_some());
-        assert!(find("no_such_scenario").is_none());
+    }
+
+    #[test]
+    fn unknown_names_and_bad_files_are_errors() {
+        assert!(matches!(
+            load("no_such_scenario"),
+            Err(LoadError::Unknown(_))
+        ));
+        assert!(matches!(
+            load("/nonexistent/x.toml"),
+            Err(LoadError::Io { .. })
+        ));
     }
 }

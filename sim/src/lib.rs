@@ -1,10 +1,34 @@
 //! Deterministic simulation of the reference implementation on madsim.
 //!
-//! Not built yet (issue "Deterministic simulation (`sim`) on madsim"). This crate will hold, in
-//! the order data flows through them: the simulated cluster (ID-service, database, token,
-//! coordinator, participant and client nodes driving `sut`'s state machines), per-node clocks
-//! (offset + drift + jumps on top of madsim's single clock), a crash-faithful simulated disk
-//! (pending until synced), the nemesis (partitions, swizzle, loss, kill/restart, pause, clock
-//! faults), the workload and its history, and the invariant checkers over that history.
+//! One seed decides everything in a run: the fault options (swarm testing), every fault, every
+//! message delay and loss, every client choice. A run has a **safety phase** (faults on,
+//! workload running) and a **liveness phase** (every fault healed), after which the checkers
+//! read the history and the final state. The same seed replays the same run exactly; a hash of
+//! the full history checks that.
 //!
-//! Nothing here pretends to simulate anything yet: it exports no functionality.
+//! Modules, in the order data flows through them:
+//!
+//! - [`scenario`]: scenario files (TOML) and the per-seed run spec.
+//! - [`clock`]: per-node wall and monotonic clocks on top of madsim's single clock.
+//! - [`disk`]: a crash-faithful disk (pending until synced; a crash drops or tears).
+//! - [`world`]: what outlives node incarnations: clocks, disks, the history, fault coverage.
+//! - [`net`]: the messages and the counting send path.
+//! - [`nodes`]: thin drivers running `sut`'s state machines: database, ID service, tokens,
+//!   TCC coordinator and participants, clients.
+//! - [`nemesis`]: the faults.
+//! - [`history`]: the events.
+//! - [`checkers`]: the invariants of DESIGN.md as observers over the history and final state.
+//! - [`run`]: one seed, a sweep of seeds, the determinism check.
+//! - [`bench`]: speed against a bare madsim ping-pong baseline.
+
+pub mod bench;
+pub mod checkers;
+pub mod clock;
+pub mod disk;
+pub mod history;
+pub mod nemesis;
+pub mod net;
+pub mod nodes;
+pub mod run;
+pub mod scenario;
+pub mod world;

@@ -1,38 +1,103 @@
 //! `scenario`: runs a named scenario of the bench (`scenario list` shows them).
 //!
-//! Exit codes: 0 every invariant held, 1 an invariant was violated, 2 bad usage, a bad scenario
-//! file, or a scenario this build cannot run.
+//! Exit codes: 0 every invariant held, 1 an invariant was violated (or a fault never took
+//! effect, or a run was not deterministic), 2 bad usage, a bad scenario file, or something this
+//! build cannot run.
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use sim::run::{SeedOutcome, Sweep};
+use sim::scenario::Scenario;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "scenario",
-    about = "Chaos and verification bench: run a named scenario"
+    about = "Chaos and verification bench: run a named scenario",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// The scenario to run (see `scenario list`).
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// A named scenario (see `scenario list`) or a scenario file (`path.toml`).
     name: Option<String>,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Number of seeds (default: the scenario's own sweep size).
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// Threads running seeds (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Run only shard I of N of the seed range, as `I/N` (0-based).
+    #[arg(long, value_parser = parse_shard)]
+    shard: Option<(u64, u64)>,
+    /// Safety-phase length in simulated seconds (overrides the scenario).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Run every seed twice and compare the hashes of the full histories.
+    #[arg(long)]
+    check_determinism: bool,
+    /// Write a self-contained HTML report, `summary.json` and `junit.xml` into this folder.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Write the full history of the first seed to this file, one event per line.
+    #[arg(long)]
+    history: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print one scenario per line: name, then a one-line description.
     List,
+    /// Measure the simulator's speed against a bare madsim ping-pong of the same node count.
+    Bench {
+        /// The scenario to measure.
+        #[arg(default_value = "clock_skew")]
+        name: String,
+        /// Seeds to run (single-threaded).
+        #[arg(long, default_value_t = 5)]
+        seeds: u64,
+        /// Write the figures as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
-const NOT_AVAILABLE: u8 = 2;
+fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let (i, n) = text
+        .split_once('/')
+        .ok_or_else(|| format!("`{text}` is not I/N"))?;
+    let (i, n): (u64, u64) = (
+        i.parse().map_err(|_| format!("bad shard index `{i}`"))?,
+        n.parse().map_err(|_| format!("bad shard count `{n}`"))?,
+    );
+    if n == 0 || i >= n {
+        return Err(format!("shard {i}/{n}: need 0 <= I < N"));
+    }
+    Ok((i, n))
+}
+
+const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
             let _ = err.print();
-            return ExitCode::from(if err.use_stderr() { NOT_AVAILABLE } else { 0 });
+            return ExitCode::from(if err.use_stderr() { USAGE } else { 0 });
         }
     };
     if !cfg!(madsim) {
@@ -41,46 +106,327 @@ fn main() -> ExitCode {
              The flag is set in .cargo/config.toml; an environment RUSTFLAGS replaces it.\n\
              Unset RUSTFLAGS and rebuild: `cargo run --bin scenario clock_skew`."
         );
-        return ExitCode::from(NOT_AVAILABLE);
+        return ExitCode::from(USAGE);
     }
-    match (cli.command, cli.name) {
-        (Some(Command::List), _) => {
-            for entry in scenarios::CATALOG {
-                let status = entry
-                    .missing
-                    .map(|m| format!("  [not available: {m}]"))
-                    .unwrap_or_default();
-                println!("{:<20} {}{}", entry.name, entry.description, status);
+    match cli.command {
+        Some(Command::List) => {
+            for (name, _) in scenarios::NAMED {
+                let description = scenarios::load(name)
+                    .map(|s| s.description)
+                    .unwrap_or_else(|e| format!("(broken: {e})"));
+                println!("{name:<20} {description}");
             }
             ExitCode::SUCCESS
         }
-        (None, Some(name)) => match scenarios::find(&name) {
+        Some(Command::Bench { name, seeds, json }) => bench(&name, seeds, json.as_deref()),
+        None => match cli.run.name.clone() {
             None => {
-                eprintln!(
-                    "scenario: unknown scenario `{name}`; `scenario list` shows the known ones"
-                );
-                ExitCode::from(NOT_AVAILABLE)
+                eprintln!("scenario: name a scenario (`scenario list` shows them)");
+                ExitCode::from(USAGE)
             }
-            Some(entry) => match entry.missing {
-                Some(missing) => {
-                    eprintln!(
-                        "scenario `{name}` is not available in this build: {missing}.\n\
-                         Nothing was run. What exists today: the reference implementation in `sut` \
-                         and its tests (`cargo test --workspace`)."
-                    );
-                    ExitCode::from(NOT_AVAILABLE)
+            Some(name) => match scenarios::load(&name) {
+                Err(err) => {
+                    eprintln!("scenario: {err}");
+                    ExitCode::from(USAGE)
                 }
-                None => {
-                    eprintln!(
-                        "scenario `{name}` is catalogued as runnable but has no runner wired in"
-                    );
-                    ExitCode::from(NOT_AVAILABLE)
-                }
+                Ok(scenario) => run(scenario, &cli.run),
             },
         },
-        (None, None) => {
-            eprintln!("scenario: name a scenario (`scenario list` shows them)");
-            ExitCode::from(NOT_AVAILABLE)
+    }
+}
+
+fn bench(name: &str, seeds: u64, json: Option<&std::path::Path>) -> ExitCode {
+    let scenario = match scenarios::load(name) {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("scenario: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let seeds: Vec<u64> = (0..seeds.max(1)).collect();
+    let nodes = sim::run::node_names(&scenario).len();
+    let sim_ms = (scenario.run.safety_ms + scenario.run.liveness_ms) * seeds.len() as u64;
+    eprintln!(
+        "bench: {} seeds of {} and a {nodes}-node madsim ping-pong of the same simulated length, one thread",
+        seeds.len(),
+        scenario.name
+    );
+    let baseline = sim::bench::ping_pong(nodes, sim_ms, 1);
+    let cluster = sim::bench::cluster(&scenario, &seeds);
+    let ratio = cluster.per_wall_second() / baseline.per_wall_second().max(1e-9);
+    println!(
+        "{:<28} {:>14} {:>12} {:>14} {:>12}",
+        "run", "messages", "wall s", "messages/s", "sim s/wall s"
+    );
+    for (label, r) in [
+        ("madsim ping-pong (baseline)", &baseline),
+        (scenario.name.as_str(), &cluster),
+    ] {
+        println!(
+            "{label:<28} {:>14} {:>12.2} {:>14.0} {:>12.1}",
+            r.messages,
+            r.wall_seconds,
+            r.per_wall_second(),
+            r.compression()
+        );
+    }
+    println!("message rate ratio (cluster / baseline): {ratio:.2}");
+    println!(
+        "time compression of {}: {:.1}x",
+        scenario.name,
+        cluster.compression()
+    );
+    if let Some(path) = json {
+        let doc = serde_json::json!({
+            "scenario": scenario.name,
+            "nodes": nodes,
+            "baseline": baseline,
+            "cluster": cluster,
+            "message_rate_ratio": ratio,
+            "time_compression": cluster.compression(),
+        });
+        if let Err(err) = serde_json::to_string_pretty(&doc)
+            .map_err(std::io::Error::other)
+            .and_then(|t| write_atomic(path, &t))
+        {
+            eprintln!("scenario: cannot write {}: {err}", path.display());
+            return ExitCode::from(USAGE);
         }
     }
+    ExitCode::SUCCESS
+}
+
+fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
+    if let Some(secs) = args.duration {
+        if !(secs > 0.0 && secs <= 3_600.0) {
+            eprintln!("scenario: --duration {secs} is not within (0, 3600] seconds");
+            return ExitCode::from(USAGE);
+        }
+        scenario.run.safety_ms = (secs * 1_000.0).round() as u64;
+    }
+    let count = args.seeds.unwrap_or(scenario.run.seeds);
+    let mut seeds: Vec<u64> = (args.seed..args.seed.saturating_add(count)).collect();
+    if let Some((i, n)) = args.shard {
+        seeds.retain(|s| s % n == i);
+    }
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    eprintln!(
+        "scenario {}: {} seed(s) from {} on {jobs} thread(s), {} ms safety + {} ms liveness each",
+        scenario.name,
+        seeds.len(),
+        args.seed,
+        scenario.run.safety_ms,
+        scenario.run.liveness_ms
+    );
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(seeds.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} seeds  {elapsed_precise}  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let progress = |outcome: &SeedOutcome| {
+        if let Some(bar) = &bar {
+            bar.inc(1);
+            let bad = outcome.violations().count();
+            if bad > 0 {
+                bar.set_message(format!("seed {} violated {bad} invariant(s)", outcome.seed));
+            }
+        }
+    };
+    let sweep = sim::run::sweep(&scenario, &seeds, jobs, &progress);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let mut nondeterministic = Vec::new();
+    if args.check_determinism {
+        for outcome in &sweep.seeds {
+            let again = sim::run::run_seed(&scenario, outcome.seed, false);
+            if again.trace_hash != outcome.trace_hash {
+                nondeterministic.push((outcome.seed, outcome.trace_hash, again.trace_hash));
+            }
+        }
+    }
+    print_summary(&scenario, &sweep, args, &nondeterministic);
+    if let Some(dir) = &args.report {
+        let report = scenarios::report::simulation(&scenario, &sweep, args.duration);
+        let summary =
+            reports::model::Summary::new(format!("simulation: {}", scenario.name)).with(report);
+        if let Err(err) = write_reports(dir, &summary) {
+            eprintln!("scenario: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+        eprintln!("report written to {}", dir.join("index.html").display());
+    }
+    if let (Some(path), Some(first)) = (&args.history, sweep.seeds.first()) {
+        let outcome = sim::run::run_seed(&scenario, first.seed, true);
+        let lines: Vec<String> = outcome
+            .history
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if let Err(err) = write_atomic(path, &(lines.join("\n") + "\n")) {
+            eprintln!("scenario: cannot write {}: {err}", path.display());
+            return ExitCode::from(USAGE);
+        }
+        eprintln!(
+            "history of seed {} written to {}",
+            first.seed,
+            path.display()
+        );
+    }
+    if let Some(path) = &args.json
+        && let Err(err) = write_json(path, &scenario, &sweep, &nondeterministic)
+    {
+        eprintln!("scenario: cannot write {}: {err}", path.display());
+        return ExitCode::from(USAGE);
+    }
+    let failed = sweep.violations().next().is_some()
+        || !sweep.vacuous_faults.is_empty()
+        || !nondeterministic.is_empty();
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn replay_command(scenario: &Scenario, seed: u64, args: &RunArgs) -> String {
+    scenarios::report::replay_command(&scenario.name, seed, args.duration)
+}
+
+fn write_reports(dir: &std::path::Path, summary: &reports::model::Summary) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    reports::write::write_report(dir, summary).map_err(|e| e.to_string())?;
+    reports::write::write_junit(&dir.join("junit.xml"), summary).map_err(|e| e.to_string())
+}
+
+fn print_summary(
+    scenario: &Scenario,
+    sweep: &Sweep,
+    args: &RunArgs,
+    nondeterministic: &[(u64, u64, u64)],
+) {
+    let sim_s: f64 = sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum();
+    let events: u64 = sweep.seeds.iter().map(|s| s.events).sum();
+    let seed_wall: f64 = sweep.seeds.iter().map(|s| s.wall_seconds).sum();
+    println!("scenario        {}", scenario.name);
+    println!("seeds run       {}", sweep.seeds.len());
+    println!("simulated       {sim_s:.1} s ({events} history events)");
+    println!(
+        "wall            {:.2} s (time compression {:.0}x per thread)",
+        sweep.wall_seconds,
+        sim_s / seed_wall.max(1e-9)
+    );
+    let lost: u64 = sweep.seeds.iter().map(|s| s.ids_lost).sum();
+    println!("segment IDs lost to faults (never issued, within the bound): {lost}");
+    let mut outcomes: std::collections::BTreeMap<&str, [u64; 3]> =
+        std::collections::BTreeMap::new();
+    for seed in &sweep.seeds {
+        for (kind, counts) in &seed.op_outcomes {
+            let slot = outcomes.entry(kind.as_str()).or_default();
+            for i in 0..3 {
+                slot[i] += counts[i];
+            }
+        }
+    }
+    println!("operations (ok / failed / no answer):");
+    for (kind, [ok, failed, timeout]) in &outcomes {
+        println!("  {kind:<40} {ok} / {failed} / {timeout}");
+    }
+    println!("fault effects:");
+    for (key, value) in &sweep.coverage {
+        println!("  {key:<40} {value}");
+    }
+    println!("invariants:");
+    for name in sim::checkers::INVARIANTS {
+        let bad: Vec<u64> = sweep
+            .seeds
+            .iter()
+            .filter(|s| s.results.iter().any(|(n, v)| n == name && v.is_some()))
+            .map(|s| s.seed)
+            .collect();
+        let verdict = if bad.is_empty() {
+            "held".to_owned()
+        } else {
+            format!("VIOLATED in {} seed(s)", bad.len())
+        };
+        println!("  {name:<40} {verdict}");
+    }
+    for kind in &sweep.vacuous_faults {
+        println!(
+            "FAULT NEVER TOOK EFFECT: {} (counters {:?} stayed 0): the sweep proves nothing about it",
+            kind.name(),
+            kind.effect_counters()
+        );
+    }
+    for (seed, a, b) in nondeterministic {
+        println!("NOT DETERMINISTIC: seed {seed} gave history hashes {a:016x} and {b:016x}");
+    }
+    for (shown, (seed, v)) in sweep.violations().enumerate() {
+        if shown == 5 {
+            println!("... and more");
+            break;
+        }
+        println!("VIOLATION seed {seed}: {}: {}", v.invariant, v.detail);
+        if let Some(event) = v.event {
+            println!("  first offending event: #{event}");
+        }
+        println!("  replay: {}", replay_command(scenario, seed, args));
+    }
+}
+
+#[derive(serde::Serialize)]
+struct JsonViolation<'a> {
+    seed: u64,
+    invariant: &'a str,
+    detail: &'a str,
+    event: Option<u64>,
+}
+
+fn write_json(
+    path: &std::path::Path,
+    scenario: &Scenario,
+    sweep: &Sweep,
+    nondeterministic: &[(u64, u64, u64)],
+) -> std::io::Result<()> {
+    let violations: Vec<JsonViolation<'_>> = sweep
+        .violations()
+        .map(|(seed, v)| JsonViolation {
+            seed,
+            invariant: &v.invariant,
+            detail: &v.detail,
+            event: v.event,
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "scenario": scenario.name,
+        "seeds_run": sweep.seeds.len(),
+        "seeds": sweep.seeds.iter().map(|s| s.seed).collect::<Vec<_>>(),
+        "violations": violations,
+        "sim_seconds": sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum::<f64>(),
+        "wall_seconds": sweep.wall_seconds,
+        "events": sweep.seeds.iter().map(|s| s.events).sum::<u64>(),
+        "fault_effects": sweep.coverage,
+        "vacuous_faults": sweep.vacuous_faults.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "nondeterministic_seeds": nondeterministic.iter().map(|(s, _, _)| *s).collect::<Vec<_>>(),
+        "ids_lost": sweep.seeds.iter().map(|s| s.ids_lost).sum::<u64>(),
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?;
+    write_atomic(path, &text)
+}
+
+/// Writes `text` to a temporary file beside `path`, then renames it over `path`.
+fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
 }

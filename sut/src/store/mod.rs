@@ -476,6 +476,8 @@ pub enum StoreCall {
     Renew(RenewRequest),
     /// [`IdStore::release`].
     Release(ReleaseRequest),
+    /// [`IdStore::acquire_worker`].
+    AcquireWorker(WorkerRequest),
     /// [`IdStore::renew_worker`].
     RenewWorker {
         /// The namespace.
@@ -504,7 +506,7 @@ pub enum StoreReply {
     Renew(Result<Lease, StoreError>),
     /// Answer to [`StoreCall::Release`].
     Release(Result<(), StoreError>),
-    /// Answer to [`StoreCall::RenewWorker`].
+    /// Answer to [`StoreCall::AcquireWorker`] and [`StoreCall::RenewWorker`].
     Worker(Result<WorkerLease, StoreError>),
 }
 
@@ -516,6 +518,7 @@ impl StoreCall {
             Self::Allocate(req) => StoreReply::Allocate(store.allocate(req)),
             Self::Renew(req) => StoreReply::Renew(store.renew(req)),
             Self::Release(req) => StoreReply::Release(store.release(req)),
+            Self::AcquireWorker(req) => StoreReply::Worker(store.acquire_worker(req)),
             Self::RenewWorker {
                 namespace,
                 worker_id,
@@ -541,6 +544,7 @@ impl StoreCall {
             Self::Allocate(req) => req.now_ms = now_ms,
             Self::Renew(req) => req.now_ms = now_ms,
             Self::RenewWorker { now_ms: at, .. } => *at = now_ms,
+            Self::AcquireWorker(req) => req.now_ms = now_ms,
             Self::Read { .. } | Self::Release(_) => {}
         }
     }

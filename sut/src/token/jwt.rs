@@ -476,6 +476,21 @@ pub fn verify(
     Ok(claims)
 }
 
+/// The `jti` a token *claims*, read without checking anything: for logs and histories only,
+/// never for a decision. `None` when the token is not even shaped like a JWT.
+#[must_use]
+pub fn unverified_jti(token: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct JtiOnly {
+        jti: String,
+    }
+    let payload_b64 = token.split('.').nth(1)?;
+    let payload = URL_SAFE_NO_PAD.decode(payload_b64).ok()?;
+    serde_json::from_slice::<JtiOnly>(&payload)
+        .ok()
+        .map(|p| p.jti)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -893,5 +908,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!msg.contains(t.token.split('.').nth(1).unwrap()));
+    }
+
+    #[test]
+    fn unverified_jti_reads_the_claim_without_trusting_it() {
+        let key = SigningKey::new("k1", vec![7u8; 32]).unwrap();
+        let cfg = JwtConfig::default();
+        let t = issue(&key, &cfg, UserId(3), 99, Now::both(1_700_000_000_000)).unwrap();
+        assert_eq!(unverified_jti(&t.token), Some(t.claims.jti));
+        assert_eq!(unverified_jti("not-a-jwt"), None);
+        assert_eq!(unverified_jti("a.%%%.c"), None);
     }
 }

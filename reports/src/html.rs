@@ -1,0 +1,595 @@
+//! HTML rendering of a [`Summary`]: one self-contained page (inline `<style>`, inline SVG, no
+//! script, no external URL, font or stylesheet) that opens anywhere offline. goose's report
+//! loads its charts from a CDN and is blank offline; this one must not be (DESIGN.md, anchors).
+//!
+//! Layout: a header, an overview table of all results, then one section per result. Templates
+//! are maud (escaping by default); charts come from [`crate::charts`] as trusted SVG strings.
+
+use std::collections::BTreeSet;
+
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use crate::charts::{self, LineChart, Scale, Series, Shade, TimelineBar};
+use crate::model::{
+    EndpointStats, FlawCatalogReport, InvariantResult, LoadReport, ModelReport, Percentiles,
+    RunResult, SimulationReport, Summary, Verdict,
+};
+
+/// Most rows of the injected-fault table (the timeline shows them all).
+const FAULT_ROWS_MAX: usize = 1000;
+
+/// Width in pixels of full-width charts (they scale down with the page via CSS).
+const CHART_W: u32 = 1200;
+
+const STYLE: &str = r#"
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto; max-width: 1280px; padding: 0 16px; color: #222; background: #fafafa; }
+h1 { margin-bottom: 4px; } h2 { margin-top: 40px; border-bottom: 2px solid #ddd; padding-bottom: 4px; } h3 { margin-top: 24px; }
+section.result { background: white; border: 1px solid #e3e3e3; border-radius: 6px; padding: 4px 20px 20px; margin-top: 24px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f3f7; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.facts th { width: 180px; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 13px; font-weight: bold; color: white; }
+.pass { background: #2c8a2c; } .fail { background: #c62828; } .neutral { background: #888; }
+tr.bad td { background: #fdecea; } td.zero { background: #fff4d6; }
+code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; }
+pre { background: #f4f4f4; padding: 8px; overflow-x: auto; border: 1px solid #e0e0e0; }
+svg { max-width: 100%; height: auto; display: block; margin: 8px 0; }
+.err { color: #c62828; } .muted { color: #777; } .note { color: #555; font-size: 13px; }
+"#;
+
+/// Renders the whole page.
+pub fn render(summary: &Summary) -> String {
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (summary.title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { (summary.title) " " (badge(summary.passed())) }
+                p.muted { "schema version " (summary.schema_version) ", " (summary.results.len()) " result(s)" }
+                @if !summary.meta.is_empty() {
+                    table.facts { @for (k, v) in &summary.meta { tr { th { (k) } td { (v) } } } }
+                }
+                (overview(summary))
+                @for (i, result) in summary.results.iter().enumerate() {
+                    section.result id=(anchor(i)) {
+                        @match result {
+                            RunResult::Simulation(r) => (simulation(r)),
+                            RunResult::Model(r) => (model(r)),
+                            RunResult::Load(r) => (load(r)),
+                            RunResult::Flaws(r) => (flaws(r)),
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page.into_string()
+}
+
+fn anchor(i: usize) -> String {
+    format!("result-{i}")
+}
+
+fn badge(passed: bool) -> Markup {
+    html! { @if passed { span.badge.pass { "PASS" } } @else { span.badge.fail { "FAIL" } } }
+}
+
+fn verdict_badge(v: Verdict) -> Markup {
+    let class = match v {
+        Verdict::Held => "badge pass",
+        Verdict::Violated => "badge fail",
+        Verdict::NotChecked => "badge neutral",
+    };
+    html! { span class=(class) { (v.label()) } }
+}
+
+fn svg_or_error(result: Result<String, charts::ChartError>) -> Markup {
+    match result {
+        Ok(svg) => PreEscaped(svg),
+        Err(e) => html! { p.err { (e.to_string()) } },
+    }
+}
+
+fn overview(summary: &Summary) -> Markup {
+    html! {
+        h2 { "Overview" }
+        table {
+            tr { th { "#" } th { "kind" } th { "name" } th { "result" } th { "key figures" } }
+            @for (i, r) in summary.results.iter().enumerate() {
+                tr class=[(!r.passed()).then_some("bad")] {
+                    td.num { (i + 1) }
+                    td { (r.kind()) }
+                    // An in-page fragment link: not an external reference.
+                    td { a href=(format!("#{}", anchor(i))) { (r.name()) } }
+                    td { (badge(r.passed())) }
+                    td { (key_figures(r)) }
+                }
+            }
+        }
+    }
+}
+
+fn key_figures(r: &RunResult) -> String {
+    match r {
+        RunResult::Simulation(s) => format!(
+            "{} seed(s), {} events, {} violation(s), {} fault effect(s) observed",
+            s.seeds_run,
+            s.events,
+            s.violations.len(),
+            s.fault_effects.values().sum::<u64>()
+        ),
+        RunResult::Model(m) => format!(
+            "{} unique states, depth {}, {}/{} properties pass",
+            m.unique_states,
+            m.max_depth,
+            m.properties.iter().filter(|p| p.verdict.passed()).count(),
+            m.properties.len()
+        ),
+        RunResult::Load(l) => {
+            let rps: f64 = l.endpoints.iter().map(|e| e.throughput_rps).sum();
+            let errors: u64 = l.endpoints.iter().map(EndpointStats::error_count).sum();
+            format!(
+                "{} endpoint(s), {:.0} req/s total, {} error(s), {} check(s)",
+                l.endpoints.len(),
+                rps,
+                errors,
+                l.verification.len()
+            )
+        }
+        RunResult::Flaws(f) => format!(
+            "{}/{} flaws caught",
+            f.flaws.iter().filter(|x| x.caught_by.is_some()).count(),
+            f.flaws.len()
+        ),
+    }
+}
+
+fn invariant_table(rows: &[InvariantResult]) -> Markup {
+    html! {
+        table {
+            tr { th { "invariant" } th { "verdict" } th { "seed" } th { "first offending event" } th { "detail" } }
+            @for inv in rows {
+                tr class=[(inv.verdict == Verdict::Violated).then_some("bad")] {
+                    td { code { (inv.name) } }
+                    td { (verdict_badge(inv.verdict)) }
+                    td.num { @if let Some(s) = inv.seed { (s) } }
+                    td { @if let Some(e) = &inv.first_offending_event { code { (e) } } }
+                    td { @if let Some(d) = &inv.detail { (d) } }
+                }
+            }
+        }
+    }
+}
+
+fn ms_to_s(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// Timeline lanes: the declared nodes in order, then any other lane that faults mention
+/// (`net` last).
+fn lanes(r: &SimulationReport) -> Vec<String> {
+    let mut lanes: Vec<String> = r.nodes.clone();
+    for f in &r.faults {
+        if !lanes.contains(&f.node) && f.node != "net" {
+            lanes.push(f.node.clone());
+        }
+    }
+    if r.faults.iter().any(|f| f.node == "net") {
+        lanes.push("net".to_owned());
+    }
+    lanes
+}
+
+fn simulation(r: &SimulationReport) -> Markup {
+    let end_ms = r
+        .phases
+        .iter()
+        .map(|p| p.end_ms)
+        .chain(r.faults.iter().map(|f| f.end_ms.unwrap_or(f.start_ms)))
+        .chain(r.ops_over_time.iter().map(|b| b.t_ms))
+        .max()
+        .unwrap_or(0);
+    let phase_shades: Vec<Shade> = r
+        .phases
+        .iter()
+        .filter(|p| p.name != "safety")
+        .map(|p| Shade {
+            start: ms_to_s(p.start_ms),
+            end: ms_to_s(p.end_ms),
+            label: p.name.clone(),
+        })
+        .collect();
+    let bars: Vec<TimelineBar> = r
+        .faults
+        .iter()
+        .map(|f| TimelineBar {
+            lane: f.node.clone(),
+            kind: f.kind.clone(),
+            start_s: ms_to_s(f.start_ms),
+            end_s: f.end_ms.map(ms_to_s),
+        })
+        .collect();
+    let timeline = charts::timeline_chart(
+        "Fault timeline (one lane per node)",
+        &lanes(r),
+        &bars,
+        &phase_shades,
+        ms_to_s(end_ms),
+        CHART_W,
+    );
+    let clock = (!r.clock_offsets.is_empty()).then(|| {
+        charts::line_chart(&LineChart {
+            title: "Clock offset per node".into(),
+            x_desc: "simulated time (s)".into(),
+            y_desc: "offset from true time (ms)".into(),
+            y_scale: Scale::Linear,
+            series: r
+                .clock_offsets
+                .iter()
+                .map(|c| Series {
+                    label: c.node.clone(),
+                    points: c
+                        .points
+                        .iter()
+                        .map(|&(t, o)| (ms_to_s(t), o as f64))
+                        .collect(),
+                })
+                .collect(),
+            shades: vec![],
+            size: (CHART_W, 340),
+        })
+    });
+    let ops = (!r.ops_over_time.is_empty()).then(|| {
+        let pick = |f: fn(&crate::model::OpsBucket) -> u64| {
+            r.ops_over_time
+                .iter()
+                .map(|b| (ms_to_s(b.t_ms), f(b) as f64))
+                .collect()
+        };
+        charts::line_chart(&LineChart {
+            title: "Client operations over time".into(),
+            x_desc: "simulated time (s)".into(),
+            y_desc: "operations per bucket".into(),
+            y_scale: Scale::Linear,
+            series: vec![
+                Series {
+                    label: "ok".into(),
+                    points: pick(|b| b.ok),
+                },
+                Series {
+                    label: "failed".into(),
+                    points: pick(|b| b.failed),
+                },
+                Series {
+                    label: "indeterminate".into(),
+                    points: pick(|b| b.indeterminate),
+                },
+            ],
+            shades: r
+                .faults
+                .iter()
+                .filter(|f| matches!(f.kind.as_str(), "partition" | "kill" | "pause"))
+                .filter_map(|f| {
+                    Some(Shade {
+                        start: ms_to_s(f.start_ms),
+                        end: ms_to_s(f.end_ms?),
+                        label: format!("fault: {}", f.kind),
+                    })
+                })
+                .collect(),
+            size: (CHART_W, 340),
+        })
+    });
+    let events_per_s = if r.wall_seconds > 0.0 {
+        r.events as f64 / r.wall_seconds
+    } else {
+        0.0
+    };
+    html! {
+        h2 { "Simulation: " (r.scenario) " " (badge(r.passed())) }
+        table.facts {
+            tr { th { "seeds" } td { (r.seeds.describe()) } }
+            tr { th { "seeds run" } td { (r.seeds_run) } }
+            @if let Some(s) = r.timeline_seed { tr { th { "timeline shows seed" } td { (s) } } }
+            tr { th { "replay" } td { @if let Some(c) = &r.replay_command { code { (c) } } @else { span.muted { "no replay command recorded" } } } }
+            tr { th { "simulated time" } td { (format!("{:.1} s", r.sim_seconds)) } }
+            tr { th { "wall time" } td { (format!("{:.2} s ({:.1}× real time)", r.wall_seconds, if r.wall_seconds > 0.0 { r.sim_seconds / r.wall_seconds } else { 0.0 })) } }
+            tr { th { "events" } td { (r.events) " (" (format!("{events_per_s:.0}")) " events/s)" } }
+            tr { th { "nodes" } td { (r.nodes.join(", ")) } }
+            @for p in &r.phases { tr { th { (p.name) " phase" } td { (format!("{:.1} s – {:.1} s", ms_to_s(p.start_ms), ms_to_s(p.end_ms))) } } }
+        }
+        @if !r.violations.is_empty() {
+            h3 { "Violations" }
+            table {
+                tr { th { "seed" } th { "invariant" } th { "detail" } }
+                @for v in &r.violations { tr.bad { td.num { (v.seed) } td { code { (v.invariant) } } td { (v.detail) } } }
+            }
+        }
+        h3 { "Invariants" }
+        (invariant_table(&r.invariants))
+        h3 { "Faults" }
+        (svg_or_error(timeline))
+        @if let Some(c) = clock { (svg_or_error(c)) }
+        @if !r.faults.is_empty() {
+            details {
+                summary { (r.faults.len()) " injected fault(s)" }
+                table {
+                    tr { th { "node" } th { "kind" } th.num { "start (s)" } th.num { "end (s)" } th { "detail" } }
+                    @for f in r.faults.iter().take(FAULT_ROWS_MAX) {
+                        tr {
+                            td { (f.node) } td { (f.kind) }
+                            td.num { (format!("{:.3}", ms_to_s(f.start_ms))) }
+                            td.num { @if let Some(e) = f.end_ms { (format!("{:.3}", ms_to_s(e))) } @else { "—" } }
+                            td { (f.detail) }
+                        }
+                    }
+                }
+            }
+        }
+        @if r.faults.len() > FAULT_ROWS_MAX { p.note { "(first " (FAULT_ROWS_MAX) " faults listed; all are in summary.json)" } }
+        @if let Some(o) = ops { h3 { "Operations" } (svg_or_error(o)) }
+        h3 { "Fault coverage" }
+        p.note { "How often each injected fault actually took effect (summed over seeds). A zero means the run did not exercise that fault." }
+        @if r.fault_effects.is_empty() { p.err { "no fault effect was recorded" } } @else {
+            table {
+                tr { th { "effect" } th.num { "count" } }
+                @for (k, v) in &r.fault_effects { tr { td { code { (k) } } @if *v == 0 { td.num.zero { "0" } } @else { td.num { (v) } } } }
+            }
+        }
+    }
+}
+
+fn model(r: &ModelReport) -> Markup {
+    html! {
+        h2 { "Model: " (r.model) " " (badge(r.passed())) }
+        table.facts {
+            tr { th { "states" } td.num { (r.states) } }
+            tr { th { "unique states" } td.num { (r.unique_states) } }
+            tr { th { "max depth" } td.num { (r.max_depth) } }
+            tr { th { "wall time" } td.num { (format!("{:.2} s", r.wall_seconds)) } }
+            tr { th { "states/s" } td.num { (format!("{:.0}", r.states_per_second)) } }
+        }
+        h3 { "Properties" }
+        table {
+            tr { th { "property" } th { "kind" } th { "verdict" } th { "counterexample" } }
+            @for p in &r.properties {
+                tr class=[(!p.verdict.passed()).then_some("bad")] {
+                    td { code { (p.name) } }
+                    td { (format!("{:?}", p.kind).to_lowercase()) }
+                    td { span class=(if p.verdict.passed() { "badge pass" } else { "badge fail" }) { (p.verdict.label()) } }
+                    td { @if let Some(c) = &p.counterexample { (c.len()) " step(s), below" } }
+                }
+            }
+        }
+        @for p in &r.properties {
+            @if let Some(c) = &p.counterexample {
+                h3 { (if p.verdict.passed() { "Example path" } else { "Counterexample" }) " for " code { (p.name) } }
+                (PreEscaped(charts::sequence_chart(c)))
+                details { summary { "as text" } pre { @for line in c { (line) "\n" } } }
+            }
+        }
+    }
+}
+
+/// Microseconds as milliseconds with sensible precision.
+fn fmt_us(us: u64) -> String {
+    let ms = us as f64 / 1000.0;
+    if ms >= 100.0 {
+        format!("{ms:.0}")
+    } else if ms >= 10.0 {
+        format!("{ms:.1}")
+    } else {
+        format!("{ms:.2}")
+    }
+}
+
+fn percentile_cells(p: &Percentiles) -> Markup {
+    html! {
+        td.num { (fmt_us(p.p50_us)) } td.num { (fmt_us(p.p90_us)) } td.num { (fmt_us(p.p99_us)) }
+        td.num { (fmt_us(p.p999_us)) } td.num { (fmt_us(p.p9999_us)) } td.num { (fmt_us(p.max_us)) }
+    }
+}
+
+fn load(r: &LoadReport) -> Markup {
+    let shades: Vec<Shade> = r
+        .fault_windows
+        .iter()
+        .map(|w| Shade {
+            start: w.start_s,
+            end: w.end_s,
+            label: format!("fault: {}", w.label),
+        })
+        .collect();
+    let dist: Vec<(String, Vec<(f64, u64)>)> = r
+        .endpoints
+        .iter()
+        .filter(|e| !e.distribution.is_empty())
+        .map(|e| (e.name.clone(), e.distribution.clone()))
+        .collect();
+    let percentile = (!dist.is_empty()).then(|| {
+        charts::percentile_chart("Latency by percentile (corrected)", &dist, (CHART_W, 420))
+    });
+    let over_time: Vec<(String, Result<String, charts::ChartError>)> = r
+        .endpoints
+        .iter()
+        .filter(|e| !e.over_time.is_empty())
+        .map(|e| {
+            // An interval without requests (server down) has no latency: a gap, not a zero.
+            let pick = |f: fn(&crate::model::IntervalStats) -> u64| {
+                e.over_time
+                    .iter()
+                    .map(|i| {
+                        (
+                            i.t_s,
+                            if i.rps > 0.0 {
+                                f(i) as f64 / 1000.0
+                            } else {
+                                f64::NAN
+                            },
+                        )
+                    })
+                    .collect()
+            };
+            let chart = charts::line_chart(&LineChart {
+                title: format!("{}: latency over time", e.name),
+                x_desc: "time since start (s)".into(),
+                y_desc: "latency (ms, log scale)".into(),
+                y_scale: Scale::Log10,
+                series: vec![
+                    Series {
+                        label: "P50".into(),
+                        points: pick(|i| i.p50_us),
+                    },
+                    Series {
+                        label: "P99".into(),
+                        points: pick(|i| i.p99_us),
+                    },
+                    Series {
+                        label: "P99.9".into(),
+                        points: pick(|i| i.p999_us),
+                    },
+                ],
+                shades: shades.clone(),
+                size: (CHART_W, 340),
+            });
+            (e.name.clone(), chart)
+        })
+        .collect();
+    let throughput = r
+        .endpoints
+        .iter()
+        .any(|e| !e.over_time.is_empty())
+        .then(|| {
+            charts::line_chart(&LineChart {
+                title: "Throughput over time".into(),
+                x_desc: "time since start (s)".into(),
+                y_desc: "requests/s".into(),
+                y_scale: Scale::Linear,
+                series: r
+                    .endpoints
+                    .iter()
+                    .map(|e| Series {
+                        label: e.name.clone(),
+                        points: e.over_time.iter().map(|i| (i.t_s, i.rps)).collect(),
+                    })
+                    .collect(),
+                shades: shades.clone(),
+                size: (CHART_W, 340),
+            })
+        });
+    let server = (!r.server.is_empty()).then(|| {
+        let cpu = charts::line_chart(&LineChart {
+            title: "Server CPU".into(),
+            x_desc: "time since start (s)".into(),
+            y_desc: "CPU (%)".into(),
+            y_scale: Scale::Linear,
+            series: vec![Series {
+                label: "cpu %".into(),
+                points: r.server.iter().map(|s| (s.t_s, s.cpu_pct)).collect(),
+            }],
+            shades: shades.clone(),
+            size: (CHART_W / 2 - 10, 280),
+        });
+        let rss = charts::line_chart(&LineChart {
+            title: "Server memory".into(),
+            x_desc: "time since start (s)".into(),
+            y_desc: "RSS (MiB)".into(),
+            y_scale: Scale::Linear,
+            series: vec![Series {
+                label: "rss MiB".into(),
+                points: r
+                    .server
+                    .iter()
+                    .map(|s| (s.t_s, s.rss_bytes as f64 / 1_048_576.0))
+                    .collect(),
+            }],
+            shades: shades.clone(),
+            size: (CHART_W / 2 - 10, 280),
+        });
+        (cpu, rss)
+    });
+    let all_error_kinds: BTreeSet<&str> = r
+        .endpoints
+        .iter()
+        .flat_map(|e| e.errors.keys().map(String::as_str))
+        .collect();
+    html! {
+        h2 { "Load: " (r.scenario) " " (badge(r.passed())) }
+        table.facts {
+            tr { th { "target" } td { code { (display_target(&r.target)) } } }
+            tr { th { "duration" } td { (format!("{:.0} s (+ {:.0} s warm-up, excluded)", r.duration_s, r.warmup_s)) } }
+            tr { th { "mode" } td { @if let Some(rate) = r.rate { (format!("constant rate, {rate:.0} req/s (latency from intended send time)")) } @else { "closed loop" } } }
+            tr { th { "users" } td { (r.users) } }
+            @for w in &r.fault_windows { tr { th { "fault window" } td { (format!("{:.1} s – {:.1} s: {}", w.start_s, w.end_s, w.label)) } } }
+        }
+        h3 { "Endpoints" }
+        p.note { "Latencies in milliseconds. Corrected: measured from the intended send time (coordinated omission corrected). Uncorrected: from the actual send time, as a naive client reports." }
+        table {
+            tr {
+                th rowspan="2" { "endpoint" } th.num rowspan="2" { "requests" } th.num rowspan="2" { "req/s" } th.num rowspan="2" { "errors" }
+                th colspan="6" { "corrected (ms)" } th colspan="6" { "uncorrected (ms)" }
+            }
+            tr { @for _ in 0..2 { th.num { "P50" } th.num { "P90" } th.num { "P99" } th.num { "P99.9" } th.num { "P99.99" } th.num { "max" } } }
+            @for e in &r.endpoints {
+                tr {
+                    td { code { (e.name) } }
+                    td.num { (e.requests) }
+                    td.num { (format!("{:.1}", e.throughput_rps)) }
+                    td.num { (e.error_count()) }
+                    (percentile_cells(&e.corrected))
+                    (percentile_cells(&e.uncorrected))
+                }
+            }
+        }
+        @if !all_error_kinds.is_empty() {
+            h3 { "Errors by kind" }
+            table {
+                tr { th { "endpoint" } @for k in &all_error_kinds { th.num { (k) } } }
+                @for e in &r.endpoints { tr { td { code { (e.name) } } @for k in &all_error_kinds { td.num { (e.errors.get(*k).copied().unwrap_or(0)) } } } }
+            }
+        }
+        @if let Some(p) = percentile { h3 { "Latency distribution" } (svg_or_error(p)) }
+        @if !over_time.is_empty() || throughput.is_some() {
+            h3 { "Over time" }
+            @if !shades.is_empty() { p.note { "Shaded: fault windows." } }
+            @if let Some(t) = throughput { (svg_or_error(t)) }
+            @for (_, chart) in over_time { (svg_or_error(chart)) }
+        }
+        @if let Some((cpu, rss)) = server { h3 { "Server resources" } div style="display:flex;gap:16px;flex-wrap:wrap" { (svg_or_error(cpu)) (svg_or_error(rss)) } }
+        h3 { "Verification" }
+        @if r.verification.is_empty() { p.muted { "no post-run verification recorded" } } @else { (invariant_table(&r.verification)) }
+    }
+}
+
+/// The target as text without its URL scheme (`http://host:port` → `host:port (http)`), so the
+/// page contains no URL at all, not even an inert one.
+fn display_target(target: &str) -> String {
+    match target.split_once("://") {
+        Some((scheme, rest)) => format!("{} ({scheme})", rest.trim_end_matches('/')),
+        None => target.to_owned(),
+    }
+}
+
+fn flaws(r: &FlawCatalogReport) -> Markup {
+    html! {
+        h2 { "Known flaws: " (r.catalog) " " (badge(r.passed())) }
+        table {
+            tr { th { "flaw" } th { "caught by" } th { "seed" } th { "detail" } }
+            @for f in &r.flaws {
+                tr class=[f.caught_by.is_none().then_some("bad")] {
+                    td { code { (f.flaw) } }
+                    td { @if let Some(c) = &f.caught_by { (c) } @else { span.badge.fail { "NOT CAUGHT" } } }
+                    td.num { @if let Some(s) = f.seed { (s) } }
+                    td { @if let Some(d) = &f.detail { (d) } }
+                }
+            }
+        }
+    }
+}

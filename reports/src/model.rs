@@ -1,0 +1,595 @@
+//! The result model: one serde data model for every kind of result the bench produces.
+//!
+//! Producers (`sim`, `models`, `loadgen`, the known-flaws catalog) convert their own results into
+//! these plain types; everything downstream (HTML, JSON, JUnit, the gate) reads only these.
+//! The types are self-describing: units are in the field names (`_ms` = simulated
+//! milliseconds, `_s` = seconds, `_us` = microseconds), and a [`Summary`] carries a
+//! [`SCHEMA_VERSION`] so a reader can refuse a file written by an incompatible version.
+//!
+//! JSON is the interchange format (`summary.json`); every type round-trips through it.
+//! Floats must be finite: JSON has no NaN, and [`Summary::validate`] rejects them before anything
+//! is written (see `crate::write`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of this data model. Bump on any change a reader of an older version would misread.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Everything one run of the bench produced: any mix of results (a gate run holds many).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// [`SCHEMA_VERSION`] of the writer.
+    pub schema_version: u32,
+    /// Human title of the run, e.g. "gate run" or the scenario name.
+    pub title: String,
+    /// Free-form provenance: git commit, host, command line. Shown in the report header.
+    #[serde(default)]
+    pub meta: BTreeMap<String, String>,
+    /// The results, in the order they were produced.
+    pub results: Vec<RunResult>,
+}
+
+impl Summary {
+    /// An empty summary at the current schema version.
+    pub fn new(title: impl Into<String>) -> Self {
+        Self {
+            schema_version: SCHEMA_VERSION,
+            title: title.into(),
+            meta: BTreeMap::new(),
+            results: Vec::new(),
+        }
+    }
+
+    /// Appends a result; returns `self` for chaining.
+    pub fn with(mut self, result: impl Into<RunResult>) -> Self {
+        self.results.push(result.into());
+        self
+    }
+
+    /// True when every result passed (see [`RunResult::passed`]).
+    pub fn passed(&self) -> bool {
+        self.results.iter().all(RunResult::passed)
+    }
+
+    /// Checks what JSON cannot represent faithfully: the schema version, and that every float
+    /// is finite. The error names the offending field.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(ValidationError::SchemaVersion {
+                found: self.schema_version,
+                expected: SCHEMA_VERSION,
+            });
+        }
+        for (index, result) in self.results.iter().enumerate() {
+            let prefix = format!("results[{index}] ({} {})", result.kind(), result.name());
+            result.check_finite(&mut |field, value| {
+                if value.is_finite() {
+                    Ok(())
+                } else {
+                    Err(ValidationError::NonFinite {
+                        field: format!("{prefix}.{field}"),
+                        value: value.to_string(),
+                    })
+                }
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`Summary`] cannot be written or read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ValidationError {
+    /// The summary was written by another version of this model.
+    #[error("summary schema_version is {found}, this build reads version {expected}")]
+    SchemaVersion { found: u32, expected: u32 },
+    /// A float is NaN or infinite; JSON would turn it into `null` and break the round trip.
+    #[error("field {field} is {value}; every number in a report must be finite")]
+    NonFinite { field: String, value: String },
+}
+
+/// One result of any kind. Serialized with a `"kind"` tag.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RunResult {
+    Simulation(SimulationReport),
+    Model(ModelReport),
+    Load(LoadReport),
+    Flaws(FlawCatalogReport),
+}
+
+impl From<SimulationReport> for RunResult {
+    fn from(r: SimulationReport) -> Self {
+        Self::Simulation(r)
+    }
+}
+impl From<ModelReport> for RunResult {
+    fn from(r: ModelReport) -> Self {
+        Self::Model(r)
+    }
+}
+impl From<LoadReport> for RunResult {
+    fn from(r: LoadReport) -> Self {
+        Self::Load(r)
+    }
+}
+impl From<FlawCatalogReport> for RunResult {
+    fn from(r: FlawCatalogReport) -> Self {
+        Self::Flaws(r)
+    }
+}
+
+impl RunResult {
+    /// "simulation", "model", "load" or "flaws".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Simulation(_) => "simulation",
+            Self::Model(_) => "model",
+            Self::Load(_) => "load",
+            Self::Flaws(_) => "flaws",
+        }
+    }
+
+    /// The scenario or model name.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Simulation(r) => &r.scenario,
+            Self::Model(r) => &r.model,
+            Self::Load(r) => &r.scenario,
+            Self::Flaws(r) => &r.catalog,
+        }
+    }
+
+    /// Whether this result, on its own, is a pass:
+    /// - simulation: no violation and no invariant `Violated`;
+    /// - model: every property `holds` or `found`;
+    /// - load: no verification check `Violated`;
+    /// - flaws: every flaw caught.
+    pub fn passed(&self) -> bool {
+        match self {
+            Self::Simulation(r) => r.passed(),
+            Self::Model(r) => r.passed(),
+            Self::Load(r) => r.passed(),
+            Self::Flaws(r) => r.passed(),
+        }
+    }
+
+    fn check_finite<E>(&self, check: &mut impl FnMut(&str, f64) -> Result<(), E>) -> Result<(), E> {
+        match self {
+            Self::Simulation(r) => {
+                check("sim_seconds", r.sim_seconds)?;
+                check("wall_seconds", r.wall_seconds)
+            }
+            Self::Model(r) => {
+                check("wall_seconds", r.wall_seconds)?;
+                check("states_per_second", r.states_per_second)
+            }
+            Self::Load(r) => {
+                check("duration_s", r.duration_s)?;
+                check("warmup_s", r.warmup_s)?;
+                if let Some(rate) = r.rate {
+                    check("rate", rate)?;
+                }
+                for e in &r.endpoints {
+                    check(
+                        &format!("endpoints[{}].throughput_rps", e.name),
+                        e.throughput_rps,
+                    )?;
+                    for (q, _) in &e.distribution {
+                        check(&format!("endpoints[{}].distribution.quantile", e.name), *q)?;
+                    }
+                    for i in &e.over_time {
+                        check(&format!("endpoints[{}].over_time.t_s", e.name), i.t_s)?;
+                        check(&format!("endpoints[{}].over_time.rps", e.name), i.rps)?;
+                    }
+                }
+                for s in &r.server {
+                    check("server.t_s", s.t_s)?;
+                    check("server.cpu_pct", s.cpu_pct)?;
+                }
+                for w in &r.fault_windows {
+                    check("fault_windows.start_s", w.start_s)?;
+                    check("fault_windows.end_s", w.end_s)?;
+                }
+                Ok(())
+            }
+            Self::Flaws(_) => Ok(()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces
+// ---------------------------------------------------------------------------------------------
+
+/// Outcome of one invariant check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Checked, and it held on every history.
+    Held,
+    /// Checked, and at least one history broke it.
+    Violated,
+    /// Not checked in this run (e.g. the scenario does not exercise it).
+    NotChecked,
+}
+
+impl Verdict {
+    /// Lower-case label used in tables and the gate: "held", "violated", "not checked".
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Held => "held",
+            Self::Violated => "violated",
+            Self::NotChecked => "not checked",
+        }
+    }
+}
+
+/// Result of one named invariant (simulation) or verification check (load run).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvariantResult {
+    /// Invariant name as in DESIGN.md, e.g. `ids.unique`.
+    pub name: String,
+    pub verdict: Verdict,
+    /// The seed of the (first) violating run, if any.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// The first event of the history that made the invariant fail, rendered as text.
+    #[serde(default)]
+    pub first_offending_event: Option<String>,
+    /// Anything else worth showing (counts, the offending values).
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+impl InvariantResult {
+    /// A held invariant without detail.
+    pub fn held(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            verdict: Verdict::Held,
+            seed: None,
+            first_offending_event: None,
+            detail: None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Simulation
+// ---------------------------------------------------------------------------------------------
+
+/// The seeds a simulation ran: an explicit list or a half-open range `start..end`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Seeds {
+    List(Vec<u64>),
+    Range { start: u64, end: u64 },
+}
+
+impl Seeds {
+    /// Human form: `42`, `1, 2, 3`, or `1000..2000`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::List(seeds) => seeds
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            Self::Range { start, end } => format!("{start}..{end}"),
+        }
+    }
+}
+
+/// A phase of a simulation run (DESIGN.md style 9: safety with faults, then liveness, healed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phase {
+    /// `safety` or `liveness`.
+    pub name: String,
+    pub start_ms: u64,
+    pub end_ms: u64,
+}
+
+/// One injected fault, as a span of simulated time on one node (or `net` for the network).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultSpan {
+    /// Node name, or `net` for network-wide faults (loss, latency).
+    pub node: String,
+    /// `partition`, `kill`, `pause`, `clock_bump`, `clock_strobe`, `drift`, `loss`, `latency`, ...
+    pub kind: String,
+    pub start_ms: u64,
+    /// `None` for an instantaneous fault or one never healed.
+    #[serde(default)]
+    pub end_ms: Option<u64>,
+    /// E.g. "one-way db1 -> alloc1", "-288000 ms".
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// One node's clock offset from true (simulated) time over the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockSeries {
+    pub node: String,
+    /// `(sim_ms, offset_ms)` points, in increasing `sim_ms`.
+    pub points: Vec<(u64, i64)>,
+}
+
+/// Client operation outcomes in one bucket of simulated time starting at `t_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpsBucket {
+    pub t_ms: u64,
+    pub ok: u64,
+    pub failed: u64,
+    /// Outcome unknown to the client (timeout, crash while in flight).
+    pub indeterminate: u64,
+}
+
+/// A violation found on one seed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub seed: u64,
+    pub invariant: String,
+    pub detail: String,
+}
+
+/// A deterministic simulation run (one scenario over one or many seeds). Timeline fields
+/// (`faults`, `clock_offsets`, `ops_over_time`, `phases`) describe the seed named by
+/// `timeline_seed` (normally the first failing seed, else the first seed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimulationReport {
+    pub scenario: String,
+    pub seeds: Seeds,
+    /// How many seeds actually ran (a run may stop at the first failure).
+    pub seeds_run: u64,
+    /// The seed the timeline fields describe.
+    #[serde(default)]
+    pub timeline_seed: Option<u64>,
+    /// Command that replays the failing (or shown) seed exactly.
+    #[serde(default)]
+    pub replay_command: Option<String>,
+    /// Simulated time covered, summed over seeds.
+    pub sim_seconds: f64,
+    pub wall_seconds: f64,
+    /// Simulation events processed, summed over seeds.
+    pub events: u64,
+    pub nodes: Vec<String>,
+    #[serde(default)]
+    pub phases: Vec<Phase>,
+    #[serde(default)]
+    pub faults: Vec<FaultSpan>,
+    #[serde(default)]
+    pub clock_offsets: Vec<ClockSeries>,
+    #[serde(default)]
+    pub ops_over_time: Vec<OpsBucket>,
+    pub invariants: Vec<InvariantResult>,
+    #[serde(default)]
+    pub violations: Vec<Violation>,
+    /// Per fault effect, how often it took effect, summed over seeds, e.g.
+    /// `partition.dropped_messages`, `crash.lost_pending_writes`, `clock.rollback_waits`.
+    #[serde(default)]
+    pub fault_effects: BTreeMap<String, u64>,
+}
+
+impl SimulationReport {
+    /// No violation and no invariant `Violated`.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+            && self
+                .invariants
+                .iter()
+                .all(|i| i.verdict != Verdict::Violated)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model checking
+// ---------------------------------------------------------------------------------------------
+
+/// Property kind, as in stateright.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PropertyKind {
+    Always,
+    Sometimes,
+    Eventually,
+}
+
+/// Property outcome. `Holds`/`Violated` for `always` and `eventually`; `Found`/`NotFound` for
+/// `sometimes` (an example was, or was not, discovered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PropertyVerdict {
+    Holds,
+    Violated,
+    Found,
+    NotFound,
+}
+
+impl PropertyVerdict {
+    /// `holds` and `found` pass; `violated` and `not_found` fail.
+    pub fn passed(self) -> bool {
+        matches!(self, Self::Holds | Self::Found)
+    }
+
+    /// Lower-case label: "holds", "violated", "found", "not found".
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Holds => "holds",
+            Self::Violated => "violated",
+            Self::Found => "found",
+            Self::NotFound => "not found",
+        }
+    }
+}
+
+/// One checked property of a model.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PropertyReport {
+    pub name: String,
+    pub kind: PropertyKind,
+    pub verdict: PropertyVerdict,
+    /// The path to the violation (or to the discovery of a `sometimes`), one message per line
+    /// in the form `from -> to: Message{..}`; other lines (state notes) are shown as notes.
+    #[serde(default)]
+    pub counterexample: Option<Vec<String>>,
+}
+
+/// An exhaustive model check.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelReport {
+    pub model: String,
+    /// States visited (including revisits).
+    pub states: u64,
+    /// Distinct states: pinned by the gate as a regression guard.
+    pub unique_states: u64,
+    pub max_depth: u64,
+    pub wall_seconds: f64,
+    pub states_per_second: f64,
+    pub properties: Vec<PropertyReport>,
+}
+
+impl ModelReport {
+    /// Every property holds or was found.
+    pub fn passed(&self) -> bool {
+        self.properties.iter().all(|p| p.verdict.passed())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load
+// ---------------------------------------------------------------------------------------------
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub p9999_us: u64,
+    pub max_us: u64,
+}
+
+/// Latency and rate in one reporting interval starting at `t_s` (seconds since the run began).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalStats {
+    pub t_s: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub rps: f64,
+}
+
+/// Statistics of one endpoint (request kind) of a load run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndpointStats {
+    pub name: String,
+    pub requests: u64,
+    /// Error class (e.g. `http_503`, `timeout`) to count.
+    #[serde(default)]
+    pub errors: BTreeMap<String, u64>,
+    pub throughput_rps: f64,
+    /// Latency measured from the intended send time (coordinated omission corrected, wrk2 style).
+    pub corrected: Percentiles,
+    /// Latency measured from the actual send time (what a naive client reports).
+    pub uncorrected: Percentiles,
+    /// `(quantile, latency_us)` points of the corrected distribution, quantile in `[0, 1)`,
+    /// for the percentile plot (e.g. HdrHistogram's `iter_quantiles`).
+    #[serde(default)]
+    pub distribution: Vec<(f64, u64)>,
+    #[serde(default)]
+    pub over_time: Vec<IntervalStats>,
+}
+
+impl EndpointStats {
+    /// Sum of all error counts.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// Server resource usage at one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResourceSample {
+    pub t_s: f64,
+    pub cpu_pct: f64,
+    pub rss_bytes: u64,
+}
+
+/// A window of a load run during which a fault was active (e.g. the server was killed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FaultWindow {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub label: String,
+}
+
+/// A load run against the real server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadReport {
+    pub scenario: String,
+    /// Base URL or description of the system under test (shown as text, never linked).
+    pub target: String,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    /// Requests per second in constant-rate mode; `None` for closed-loop users.
+    #[serde(default)]
+    pub rate: Option<f64>,
+    pub users: u64,
+    pub endpoints: Vec<EndpointStats>,
+    #[serde(default)]
+    pub server: Vec<ResourceSample>,
+    #[serde(default)]
+    pub fault_windows: Vec<FaultWindow>,
+    /// Post-run verification (no duplicate IDs, conservation, ...).
+    #[serde(default)]
+    pub verification: Vec<InvariantResult>,
+}
+
+impl LoadReport {
+    /// No verification check `Violated`.
+    pub fn passed(&self) -> bool {
+        self.verification
+            .iter()
+            .all(|v| v.verdict != Verdict::Violated)
+    }
+
+    /// The endpoint with this name.
+    pub fn endpoint(&self, name: &str) -> Option<&EndpointStats> {
+        self.endpoints.iter().find(|e| e.name == name)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Known flaws
+// ---------------------------------------------------------------------------------------------
+
+/// Whether one deliberately broken variant was caught, and by what.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlawResult {
+    /// Flaw option name, e.g. `segment_reload_without_version_check`.
+    pub flaw: String,
+    /// The check that caught it (`sim:ids.unique`, `model:fence`), `None` if nothing did.
+    #[serde(default)]
+    pub caught_by: Option<String>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+/// The known-flaws catalog run: every documented flaw must be caught.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlawCatalogReport {
+    pub catalog: String,
+    pub flaws: Vec<FlawResult>,
+}
+
+impl FlawCatalogReport {
+    /// Every flaw was caught.
+    pub fn passed(&self) -> bool {
+        self.flaws.iter().all(|f| f.caught_by.is_some())
+    }
+}

@@ -1,0 +1,248 @@
+//! Writing reports to disk: `index.html` + `summary.json` for a [`Summary`], and JUnit XML for CI.
+//!
+//! Every file is written atomically: the content is fully rendered in memory first (so a
+//! validation or serialization error touches nothing), then written to a temporary file in the
+//! same directory, fsynced, renamed over the target, and the directory fsynced. A reader sees
+//! the old report or the new one, never a truncated one; no temporary file is left behind.
+
+use std::fs::{self, File};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+
+use crate::model::{RunResult, Summary, ValidationError, Verdict};
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("invalid summary: {0}")]
+    Invalid(#[from] ValidationError),
+    #[error("could not serialize the summary to JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("could not serialize JUnit XML: {0}")]
+    Junit(#[from] quick_junit::SerializeError),
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WriteError + 'a {
+    move |source| WriteError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Name of the HTML file inside the report directory.
+pub const INDEX_HTML: &str = "index.html";
+/// Name of the JSON file inside the report directory.
+pub const SUMMARY_JSON: &str = "summary.json";
+
+/// Writes `dir/index.html` and `dir/summary.json` atomically (creating `dir` if needed).
+/// Both are rendered before either is written.
+pub fn write_report(dir: &Path, summary: &Summary) -> Result<(), WriteError> {
+    summary.validate()?;
+    let json = serde_json::to_string_pretty(summary)?;
+    let html = crate::html::render(summary);
+    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    write_atomic(&dir.join(SUMMARY_JSON), json.as_bytes())?;
+    write_atomic(&dir.join(INDEX_HTML), html.as_bytes())?;
+    Ok(())
+}
+
+/// Reads a `summary.json`, checking its schema version and floats.
+pub fn read_summary(path: &Path) -> Result<Summary, WriteError> {
+    let text = fs::read_to_string(path).map_err(io_err("read", path))?;
+    let summary: Summary = serde_json::from_str(&text)?;
+    summary.validate()?;
+    Ok(summary)
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync
+/// of the directory. On any error the temp file is removed and `path` is untouched.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report".to_owned());
+    let tmp = dir.join(format!(
+        ".{file_name}.tmp-{}-{}",
+        std::process::id(),
+        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
+        f.write_all(bytes).map_err(io_err("write", &tmp))?;
+        f.sync_all().map_err(io_err("fsync", &tmp))?;
+        drop(f);
+        fs::rename(&tmp, path).map_err(io_err("rename into place", path))?;
+        // Make the rename itself durable. Opening a directory for fsync works on Unix; elsewhere
+        // it may fail, which does not make the write less atomic.
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn invariant_case(
+    classname: &str,
+    name: &str,
+    verdict: Verdict,
+    message: Option<String>,
+    description: Option<String>,
+) -> TestCase {
+    let status = match verdict {
+        Verdict::Held => TestCaseStatus::success(),
+        Verdict::NotChecked => {
+            let mut s = TestCaseStatus::skipped();
+            s.set_message("not checked in this run");
+            s
+        }
+        Verdict::Violated => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_type("violated");
+            s.set_message(message.unwrap_or_else(|| "violated".to_owned()));
+            if let Some(d) = description {
+                s.set_description(d);
+            }
+            s
+        }
+    };
+    let mut case = TestCase::new(name, status);
+    case.set_classname(classname);
+    case
+}
+
+/// Builds the JUnit report: one testsuite per result, one testcase per invariant, property,
+/// verification check or flaw; failures carry the detail.
+pub fn junit_report(summary: &Summary) -> Report {
+    let mut report = Report::new(summary.title.as_str());
+    for result in &summary.results {
+        let classname = format!("{}.{}", result.kind(), result.name());
+        let mut suite = TestSuite::new(classname.as_str());
+        match result {
+            RunResult::Simulation(r) => {
+                suite.set_time(Duration::from_secs_f64(r.wall_seconds.max(0.0)));
+                for inv in &r.invariants {
+                    let mut msg = format!("{} violated", inv.name);
+                    if let Some(seed) = inv.seed {
+                        msg.push_str(&format!(" (seed {seed})"));
+                    }
+                    let mut desc = Vec::new();
+                    if let Some(e) = &inv.first_offending_event {
+                        desc.push(format!("first offending event: {e}"));
+                    }
+                    if let Some(d) = &inv.detail {
+                        desc.push(d.clone());
+                    }
+                    for v in r.violations.iter().filter(|v| v.invariant == inv.name) {
+                        desc.push(format!("seed {}: {}", v.seed, v.detail));
+                    }
+                    if let Some(c) = &r.replay_command {
+                        desc.push(format!("replay: {c}"));
+                    }
+                    suite.add_test_case(invariant_case(
+                        &classname,
+                        &inv.name,
+                        inv.verdict,
+                        Some(msg),
+                        (!desc.is_empty()).then(|| desc.join("\n")),
+                    ));
+                }
+                // Violations of invariants not listed in `invariants` must still fail the suite.
+                for v in r
+                    .violations
+                    .iter()
+                    .filter(|v| !r.invariants.iter().any(|i| i.name == v.invariant))
+                {
+                    suite.add_test_case(invariant_case(
+                        &classname,
+                        &v.invariant,
+                        Verdict::Violated,
+                        Some(format!("{} violated (seed {})", v.invariant, v.seed)),
+                        Some(v.detail.clone()),
+                    ));
+                }
+            }
+            RunResult::Model(r) => {
+                suite.set_time(Duration::from_secs_f64(r.wall_seconds.max(0.0)));
+                for p in &r.properties {
+                    let status = if p.verdict.passed() {
+                        TestCaseStatus::success()
+                    } else {
+                        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                        s.set_type(p.verdict.label());
+                        s.set_message(
+                            format!("{:?} property {} {}", p.kind, p.name, p.verdict.label())
+                                .to_lowercase(),
+                        );
+                        if let Some(c) = &p.counterexample {
+                            s.set_description(c.join("\n"));
+                        }
+                        s
+                    };
+                    let mut case = TestCase::new(p.name.as_str(), status);
+                    case.set_classname(classname.as_str());
+                    suite.add_test_case(case);
+                }
+            }
+            RunResult::Load(r) => {
+                suite.set_time(Duration::from_secs_f64(
+                    (r.duration_s + r.warmup_s).max(0.0),
+                ));
+                for v in &r.verification {
+                    suite.add_test_case(invariant_case(
+                        &classname,
+                        &v.name,
+                        v.verdict,
+                        v.detail.clone(),
+                        v.first_offending_event.clone(),
+                    ));
+                }
+            }
+            RunResult::Flaws(r) => {
+                for f in &r.flaws {
+                    let verdict = if f.caught_by.is_some() {
+                        Verdict::Held
+                    } else {
+                        Verdict::Violated
+                    };
+                    suite.add_test_case(invariant_case(
+                        &classname,
+                        &f.flaw,
+                        verdict,
+                        Some(format!("flaw {} was not caught by any check", f.flaw)),
+                        f.detail.clone(),
+                    ));
+                }
+            }
+        }
+        report.add_test_suite(suite);
+    }
+    report
+}
+
+/// Writes the JUnit XML for `summary` to `path`, atomically.
+pub fn write_junit(path: &Path, summary: &Summary) -> Result<(), WriteError> {
+    summary.validate()?;
+    let xml = junit_report(summary).to_string()?;
+    write_atomic(path, xml.as_bytes())
+}

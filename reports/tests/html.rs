@@ -1,0 +1,220 @@
+//! The HTML page: self-contained (no external reference), well-formed, and charts carrying the
+//! expected series.
+
+mod common;
+
+use common::sample;
+use reports::model::*;
+
+fn render(result: RunResult) -> String {
+    reports::html::render(&Summary::new("t").with(result))
+}
+
+#[test]
+fn reference_checker_fires_on_every_kind_of_external_reference() {
+    let ok = r##"<svg xmlns="http://www.w3.org/2000/svg"></svg><a href="#result-0">x</a>"##;
+    assert!(
+        common::external_references(ok).is_empty(),
+        "{:?}",
+        common::external_references(ok)
+    );
+    for bad in [
+        r#"<img src="x.png">"#,
+        r#"<link rel="stylesheet" href="a.css">"#,
+        r#"<style>@import "a.css";</style>"#,
+        r#"<div style="background: url(a.png)"></div>"#,
+        r#"<script>1</script>"#,
+        r#"<a href="https://example.com">x</a>"#,
+        r#"<p>see http://example.com</p>"#,
+        r#"<svg xmlns="http://www.w3.org/2000/svg"><image xlink:href="a.png"/></svg>"#,
+        r#"<svg xmlns:xlink="http://www.w3.org/1999/xlink" data="http://evil"></svg>"#,
+    ] {
+        assert!(
+            !common::external_references(bad).is_empty(),
+            "not flagged: {bad}"
+        );
+    }
+}
+
+#[test]
+fn balance_checker_fires_on_broken_markup() {
+    assert!(common::check_balanced("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>a > b {}</style></head><body><p>x<br></p><svg><path d=\"M 0 0\"/></svg></body></html>").is_ok());
+    assert!(common::check_balanced("<div><p></div></p>").is_err());
+    assert!(common::check_balanced("<div>").is_err());
+    assert!(common::check_balanced("</div>").is_err());
+    assert!(common::check_balanced("<div title=\"a\">x</div").is_err());
+    assert!(common::parse_xml("<svg><g></svg>").is_err());
+    assert!(common::parse_xml("<svg><text>a & b</text></svg>").is_err());
+    assert!(common::parse_xml("<svg><text>a &amp; b &#160;</text></svg>").is_ok());
+}
+
+#[test]
+fn combined_page_is_self_contained_and_well_formed() {
+    let html = reports::html::render(&sample::sample_summary());
+    let refs = common::external_references(&html);
+    assert!(refs.is_empty(), "external references: {refs:#?}");
+    common::check_balanced(&html).expect("balanced tags");
+    let svgs = common::svgs(&html);
+    // timeline + clock + ops, sequence chart x2, percentile + throughput + 5 latency + cpu + rss.
+    assert_eq!(svgs.len(), 3 + 2 + 9, "svg count");
+    for (i, svg) in svgs.iter().enumerate() {
+        let elements = common::parse_xml(svg)
+            .unwrap_or_else(|e| panic!("svg {i} is not well-formed XML: {e}\n{svg}"));
+        assert!(elements > 5, "svg {i} is nearly empty");
+        assert!(
+            !svg.contains("NaN") && !svg.contains("inf"),
+            "svg {i} has a non-finite coordinate"
+        );
+    }
+    // Overview: one linked row per result, in-page anchors exist.
+    for i in 0..4 {
+        assert!(html.contains(&format!("href=\"#result-{i}\"")));
+        assert!(html.contains(&format!("id=\"result-{i}\"")));
+    }
+}
+
+#[test]
+fn user_text_is_escaped_and_target_url_is_not_a_link() {
+    let mut sim = sample::sample_simulation();
+    sim.scenario = "<script>alert(1)</script>".into();
+    sim.invariants[0].detail = Some("a < b && c > d".into());
+    sim.nodes.push("n<1>".into());
+    let html = render(sim.into());
+    assert!(!html.contains("<script>"));
+    assert!(html.contains("&lt;script&gt;"));
+    assert!(html.contains("a &lt; b &amp;&amp; c &gt; d"));
+    common::check_balanced(&html).expect("balanced");
+    for svg in common::svgs(&html) {
+        common::parse_xml(svg).expect("well-formed svg");
+    }
+    let mut load = sample::sample_load();
+    load.target = "https://sut.example:8443/".into();
+    let html = render(load.into());
+    assert!(common::external_references(&html).is_empty());
+    assert!(html.contains("sut.example:8443 (https)"));
+}
+
+fn count_stroke(svg: &str, i: usize) -> usize {
+    let c = reports::charts::series_color(i);
+    let stroke = format!(
+        r##"stroke="#{:02X}{:02X}{:02X}" stroke-width="2""##,
+        c.0, c.1, c.2
+    );
+    svg.lines()
+        .filter(|l| l.starts_with("<polyline") && l.contains(&stroke))
+        .count()
+}
+
+fn has_label(svg: &str, label: &str) -> bool {
+    svg.contains(&format!("\n{label}\n</text>"))
+}
+
+#[test]
+fn load_charts_carry_every_endpoint_and_shade_the_kill() {
+    let load = sample::sample_load();
+    let html = render(load.clone().into());
+    let svgs = common::svgs(&html);
+    let percentile = svgs
+        .iter()
+        .find(|s| has_label(s, "percentile"))
+        .expect("percentile chart");
+    for (i, e) in load.endpoints.iter().enumerate() {
+        assert!(has_label(percentile, &e.name), "legend for {}", e.name);
+        // One line per endpoint plus its legend sample.
+        assert_eq!(count_stroke(percentile, i), 2, "{}", e.name);
+    }
+    for tick in ["50%", "90%", "99%", "99.9%", "99.99%", "99.999%"] {
+        assert!(has_label(percentile, tick), "tick {tick}");
+    }
+    let throughput = svgs
+        .iter()
+        .find(|s| has_label(s, "Throughput over time"))
+        .expect("throughput chart");
+    assert!(has_label(throughput, "fault: kill -9 sut-server, restart"));
+    assert!(
+        throughput.contains(r##"opacity="0.15" fill="#D62728""##),
+        "shaded window"
+    );
+    let latency = svgs
+        .iter()
+        .find(|s| has_label(s, "allocate: latency over time"))
+        .expect("latency chart");
+    for label in ["P50", "P99", "P99.9"] {
+        assert!(has_label(latency, label));
+    }
+    // The kill window has no samples: each latency line is split into two runs (before, after),
+    // plus the legend sample.
+    assert_eq!(count_stroke(latency, 0), 3);
+    assert!(latency.contains(r##"fill="#D62728""##));
+    // Table: corrected and uncorrected side by side.
+    assert!(html.contains("corrected (ms)") && html.contains("uncorrected (ms)"));
+    let allocate = load.endpoint("allocate").unwrap();
+    assert!(html.contains(&format!("{:.2}", allocate.corrected.p50_us as f64 / 1000.0)));
+}
+
+#[test]
+fn simulation_page_shows_seed_replay_timeline_and_violations() {
+    let sim = sample::sample_simulation();
+    let html = render(sim.clone().into());
+    assert!(html.contains("cargo run --bin scenario clock_skew -- --seed 1042"));
+    assert!(html.contains("1000..1100"));
+    assert!(
+        html.contains("#18231 t=40.002s alloc-2"),
+        "first offending event"
+    );
+    let svgs = common::svgs(&html);
+    let timeline = svgs
+        .iter()
+        .find(|s| has_label(s, "Fault timeline (one lane per node)"))
+        .expect("timeline");
+    for lane in ["alloc-1", "alloc-2", "alloc-3", "db-1", "net"] {
+        assert!(has_label(timeline, lane), "lane {lane}");
+    }
+    let kinds: std::collections::BTreeSet<&str> =
+        sim.faults.iter().map(|f| f.kind.as_str()).collect();
+    for kind in &kinds {
+        assert!(has_label(timeline, kind), "legend for {kind}");
+    }
+    // One bar per fault plus one legend swatch per kind, all filled with opacity 0.85.
+    assert_eq!(
+        timeline.matches(r#"opacity="0.85""#).count(),
+        sim.faults.len() + kinds.len()
+    );
+    let clock = svgs
+        .iter()
+        .find(|s| has_label(s, "Clock offset per node"))
+        .expect("clock chart");
+    for (i, c) in sim.clock_offsets.iter().enumerate() {
+        assert!(has_label(clock, &c.node));
+        assert_eq!(count_stroke(clock, i), 2);
+    }
+    let ops = svgs
+        .iter()
+        .find(|s| has_label(s, "Client operations over time"))
+        .expect("ops chart");
+    for label in [
+        "ok",
+        "failed",
+        "indeterminate",
+        "fault: partition",
+        "fault: kill",
+    ] {
+        assert!(has_label(ops, label), "{label}");
+    }
+    // Fault coverage table, zero highlighted.
+    assert!(html.contains("partition.dropped_messages"));
+    assert!(html.contains(r#"<td class="num zero">0</td>"#));
+}
+
+#[test]
+fn model_page_draws_the_counterexample_as_a_sequence_chart() {
+    let model = sample::sample_model();
+    let html = render(model.into());
+    let svgs = common::svgs(&html);
+    let seq = svgs[0];
+    assert_eq!(seq.matches(r#"class="lifeline""#).count(), 5);
+    assert_eq!(seq.matches(r#"<g class="msg">"#).count(), 8);
+    assert_eq!(seq.matches(r#"<g class="note">"#).count(), 1);
+    assert!(html.contains("18342"));
+    assert!(html.contains("Counterexample for"));
+}

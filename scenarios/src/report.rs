@@ -1,0 +1,169 @@
+//! Turns simulation sweeps into the `reports` data model (HTML, JSON, JUnit).
+
+use std::collections::BTreeMap;
+
+use reports::model::{
+    ClockSeries, FaultSpan, InvariantResult, OpsBucket, Phase, Seeds, SimulationReport, Verdict,
+    Violation,
+};
+use sim::run::{SeedOutcome, Sweep};
+use sim::scenario::Scenario;
+
+/// The command that replays `seed` of `scenario` exactly.
+#[must_use]
+pub fn replay_command(scenario: &str, seed: u64, duration: Option<f64>) -> String {
+    let duration = duration
+        .map(|d| format!(" --duration {d}"))
+        .unwrap_or_default();
+    format!("cargo run --release --bin scenario -- {scenario} --seed {seed} --seeds 1{duration}")
+}
+
+/// Builds the report of a sweep. The timeline shows the first failing seed (re-run with its
+/// history kept, so the first offending event can be printed), else the first seed.
+#[must_use]
+pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> SimulationReport {
+    let failing = sweep.seeds.iter().find(|s| s.violations().next().is_some());
+    let shown: Option<SeedOutcome> = match failing.or(sweep.seeds.first()) {
+        Some(seed) if failing.is_some() => Some(sim::run::run_seed(scenario, seed.seed, true)),
+        Some(seed) => Some(seed.clone()),
+        None => None,
+    };
+    let event_text = |seq: Option<u64>| -> Option<String> {
+        let history = shown.as_ref()?.history.as_ref()?;
+        history
+            .get(usize::try_from(seq?).ok()?)
+            .map(ToString::to_string)
+    };
+    let invariants = sim::checkers::INVARIANTS
+        .iter()
+        .map(|name| {
+            let first = sweep.seeds.iter().find_map(|s| {
+                s.results
+                    .iter()
+                    .find(|(n, v)| n == name && v.is_some())
+                    .map(|(_, v)| (s.seed, v.clone()))
+            });
+            match first {
+                None => InvariantResult::held(*name),
+                Some((seed, violation)) => {
+                    let violation = violation.expect("filtered on Some");
+                    let same_seed = shown.as_ref().is_some_and(|s| s.seed == seed);
+                    InvariantResult {
+                        name: (*name).to_owned(),
+                        verdict: Verdict::Violated,
+                        seed: Some(seed),
+                        first_offending_event: if same_seed {
+                            event_text(violation.event)
+                        } else {
+                            None
+                        },
+                        detail: Some(violation.detail),
+                    }
+                }
+            }
+        })
+        .chain(std::iter::once(if sweep.vacuous_faults.is_empty() {
+            InvariantResult::held("faults.took_effect")
+        } else {
+            InvariantResult {
+                name: "faults.took_effect".into(),
+                verdict: Verdict::Violated,
+                seed: None,
+                first_offending_event: None,
+                detail: Some(format!(
+                    "never took effect in the sweep: {}",
+                    sweep
+                        .vacuous_faults
+                        .iter()
+                        .map(|k| k.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            }
+        }))
+        .collect();
+    let violations = sweep
+        .violations()
+        .map(|(seed, v)| Violation {
+            seed,
+            invariant: v.invariant.clone(),
+            detail: v.detail.clone(),
+        })
+        .collect();
+    let (faults, clock_offsets, ops_over_time, nodes, timeline_seed) = match &shown {
+        None => (Vec::new(), Vec::new(), Vec::new(), Vec::new(), None),
+        Some(s) => {
+            let mut series: BTreeMap<String, Vec<(u64, i64)>> = s
+                .nodes
+                .iter()
+                .filter(|n| !n.starts_with("client"))
+                .map(|n| (n.clone(), vec![(0, 0)]))
+                .collect();
+            for (node, t, skew) in &s.clock_samples {
+                series.entry(node.clone()).or_default().push((*t, *skew));
+            }
+            let end_ms = s.sim_ms;
+            let clock_offsets = series
+                .into_iter()
+                .filter(|(_, points)| points.len() > 1)
+                .map(|(node, mut points)| {
+                    let last = points.last().map_or(0, |p| p.1);
+                    points.push((end_ms, last));
+                    ClockSeries { node, points }
+                })
+                .collect();
+            let faults = s
+                .faults
+                .iter()
+                .map(|f| FaultSpan {
+                    node: f.node.clone(),
+                    kind: f.kind.clone(),
+                    start_ms: f.start_ms,
+                    end_ms: f.end_ms.filter(|end| *end > f.start_ms),
+                    detail: f.detail.clone(),
+                })
+                .collect();
+            let ops = s
+                .ops
+                .iter()
+                .map(|b| OpsBucket {
+                    t_ms: b.t_ms,
+                    ok: b.ok,
+                    failed: b.failed,
+                    indeterminate: b.indeterminate,
+                })
+                .collect();
+            (faults, clock_offsets, ops, s.nodes.clone(), Some(s.seed))
+        }
+    };
+    let safety = scenario.run.safety_ms;
+    SimulationReport {
+        scenario: scenario.name.clone(),
+        seeds: Seeds::List(sweep.seeds.iter().map(|s| s.seed).collect()),
+        seeds_run: sweep.seeds.len() as u64,
+        timeline_seed,
+        replay_command: timeline_seed.map(|seed| replay_command(&scenario.name, seed, duration)),
+        sim_seconds: sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum(),
+        wall_seconds: sweep.wall_seconds,
+        events: sweep.seeds.iter().map(|s| s.events).sum(),
+        nodes,
+        phases: vec![
+            Phase {
+                name: "safety".into(),
+                start_ms: 0,
+                end_ms: safety,
+            },
+            Phase {
+                name: "liveness".into(),
+                start_ms: safety,
+                end_ms: safety + scenario.run.liveness_ms,
+            },
+        ],
+        faults,
+        clock_offsets,
+        ops_over_time,
+        invariants,
+        violations,
+        fault_effects: sweep.coverage.clone(),
+    }
+}

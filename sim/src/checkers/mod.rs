@@ -1,0 +1,275 @@
+//! The invariants of DESIGN.md as observers over a run's history and final state, each named
+//! after its property. A violation names the invariant, the first offending event and what is
+//! wrong; the runner adds the seed. The token and lottery checks are `sut`'s own functions
+//! (shared with the tests, the models and the load verifier); the ID checks live here because
+//! only a whole-cluster history can see them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sut::lottery::{DrawEvent, Ledger, ParticipantReply, invariants};
+use sut::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
+
+use crate::history::{Event, EventKind, IdSpace};
+
+/// Every invariant, in report order.
+pub const INVARIANTS: [&str; 10] = [
+    "ids.unique",
+    "ids.monotonic",
+    "ids.gap_bounded",
+    "tokens.single_use",
+    "tokens.revoked_rejected",
+    "lottery.no_duplicate_participation",
+    "lottery.no_over_issue",
+    "lottery.conservation",
+    "lottery.no_hanging",
+    "lottery.settled",
+];
+
+/// An invariant that did not hold.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    /// The invariant's name.
+    pub invariant: String,
+    /// The first offending event's sequence number, if one event is to blame.
+    pub event: Option<u64>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+/// The final state the checkers read besides the history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FinalState {
+    /// The merged lottery ledger (participants' stores and the coordinator log), after the
+    /// liveness phase.
+    pub ledger: Ledger,
+    /// The participants' replies in the order they took effect.
+    pub replies: Vec<ParticipantReply>,
+    /// The most segment IDs the run may lose (see [`gap_bound`]).
+    pub gap_bound_ids: u64,
+}
+
+/// The documented bound on segment IDs lost: each event that can strand IDs (an ID-node
+/// incarnation ending, a fetch whose answer was lost, a lease dropped) strands at most the
+/// claimed-but-unissued part of two buffers, which is at most two segments of `step_max`.
+#[must_use]
+pub fn gap_bound(step_max: u64, stranding_events: u64) -> u64 {
+    2 * step_max * (stranding_events + 1)
+}
+
+fn violation(invariant: &str, event: Option<u64>, detail: String) -> Violation {
+    Violation {
+        invariant: invariant.to_owned(),
+        event,
+        detail,
+    }
+}
+
+/// `ids.unique`: no ID is handed out twice within its ID space, across nodes, restarts and
+/// clock jumps.
+pub fn ids_unique(history: &[Event]) -> Result<(), Violation> {
+    let mut seen: BTreeMap<(IdSpace, u64), (u64, &str)> = BTreeMap::new();
+    for e in history {
+        if let EventKind::Issued {
+            space,
+            generator,
+            id,
+        } = &e.kind
+            && let Some((first, by)) = seen.insert((*space, *id), (e.seq, generator))
+        {
+            return Err(violation(
+                "ids.unique",
+                Some(e.seq),
+                format!(
+                    "{space:?} ID {id} issued by {generator} (#{}) was already issued by {by} (#{first})",
+                    e.seq
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `ids.monotonic`: per allocator instance and per Snowflake worker incarnation, IDs strictly
+/// increase in issue order.
+pub fn ids_monotonic(history: &[Event]) -> Result<(), Violation> {
+    let mut last: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for e in history {
+        if let EventKind::Issued {
+            space: IdSpace::Segment | IdSpace::Snowflake,
+            generator,
+            id,
+        } = &e.kind
+        {
+            if let Some((prev, prev_seq)) = last.get(generator.as_str())
+                && id <= prev
+            {
+                return Err(violation(
+                    "ids.monotonic",
+                    Some(e.seq),
+                    format!(
+                        "{generator} issued {id} (#{}) after {prev} (#{prev_seq})",
+                        e.seq
+                    ),
+                ));
+            }
+            last.insert(generator, (*id, e.seq));
+        }
+    }
+    Ok(())
+}
+
+/// `ids.gap_bounded`: segment IDs never issued below the highest issued one stay within the
+/// documented bound. Returns the number lost.
+pub fn ids_gap_bounded(history: &[Event], bound: u64) -> Result<u64, Violation> {
+    let mut ids: Vec<u64> = history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Issued {
+                space: IdSpace::Segment,
+                id,
+                ..
+            } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
+        return Ok(0);
+    };
+    let lost = (last - first + 1) - ids.len() as u64;
+    if lost > bound {
+        return Err(violation(
+            "ids.gap_bounded",
+            None,
+            format!(
+                "{lost} segment IDs below {last} were never issued; the documented bound for this run is {bound}"
+            ),
+        ));
+    }
+    Ok(lost)
+}
+
+/// `tokens.single_use` and `tokens.revoked_rejected`, by `sut::token::check`. Token events'
+/// stamps are their history sequence numbers.
+pub fn tokens(history: &[Event]) -> [(&'static str, Result<(), Violation>); 2] {
+    use sut::token::check::TokenViolation as V;
+    let events: Vec<TokenEvent> = history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Token(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let map = |name: &'static str, r: Result<(), V>| {
+        r.map_err(|v| {
+            let at = match &v {
+                V::SingleUse { at, .. }
+                | V::RevokedAccepted { at, .. }
+                | V::OutOfOrder { at, .. } => *at,
+            };
+            violation(name, Some(at), v.to_string())
+        })
+    };
+    [
+        (
+            "tokens.single_use",
+            map("tokens.single_use", check_single_use(&events)),
+        ),
+        (
+            "tokens.revoked_rejected",
+            map("tokens.revoked_rejected", check_revoked_rejected(&events)),
+        ),
+    ]
+}
+
+/// The `lottery.*` invariants, by `sut::lottery::invariants`. `replies` are the participants'
+/// replies in the order they took effect (the durable logs replayed; the history records them
+/// when they are acknowledged, which is a different order).
+pub fn lottery(
+    history: &[Event],
+    replies: &[ParticipantReply],
+    ledger: &Ledger,
+) -> [(&'static str, Result<(), Violation>); 5] {
+    let reply_seqs: Vec<u64> = Vec::new();
+    let (draws, draw_seqs): (Vec<DrawEvent>, Vec<u64>) = history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Draw(d) => Some((d.clone(), e.seq)),
+            _ => None,
+        })
+        .unzip();
+    let at = |seqs: &[u64], v: &invariants::LotteryViolation| match v {
+        invariants::LotteryViolation::DuplicateParticipation { event_index, .. } => {
+            seqs.get(*event_index).copied()
+        }
+        invariants::LotteryViolation::Hanging { try_index, .. } => seqs.get(*try_index).copied(),
+        _ => None,
+    };
+    let dup = invariants::no_duplicate_participation(replies)
+        .map_err(|v| {
+            violation(
+                "lottery.no_duplicate_participation",
+                at(&reply_seqs, &v),
+                v.to_string(),
+            )
+        })
+        .and_then(|()| {
+            invariants::no_duplicate_confirmed_draws(&draws).map_err(|v| {
+                violation(
+                    "lottery.no_duplicate_participation",
+                    at(&draw_seqs, &v),
+                    v.to_string(),
+                )
+            })
+        });
+    [
+        ("lottery.no_duplicate_participation", dup),
+        (
+            "lottery.no_over_issue",
+            invariants::no_over_issue(ledger)
+                .map_err(|v| violation("lottery.no_over_issue", None, v.to_string())),
+        ),
+        (
+            "lottery.conservation",
+            invariants::conservation(ledger)
+                .map_err(|v| violation("lottery.conservation", None, v.to_string())),
+        ),
+        (
+            "lottery.no_hanging",
+            invariants::no_hanging(replies)
+                .map_err(|v| violation("lottery.no_hanging", at(&reply_seqs, &v), v.to_string())),
+        ),
+        (
+            "lottery.settled",
+            invariants::settled(ledger)
+                .map_err(|v| violation("lottery.settled", None, v.to_string())),
+        ),
+    ]
+}
+
+/// One invariant's name and result.
+pub type Checked = (String, Result<(), Violation>);
+
+/// Runs every checker. Returns per invariant its result, plus the segment IDs lost.
+pub fn check_all(history: &[Event], state: &FinalState) -> (Vec<Checked>, u64) {
+    let mut results = vec![
+        ("ids.unique".to_owned(), ids_unique(history)),
+        ("ids.monotonic".to_owned(), ids_monotonic(history)),
+    ];
+    let gaps = ids_gap_bounded(history, state.gap_bound_ids);
+    let lost = *gaps.as_ref().unwrap_or(&0);
+    results.push(("ids.gap_bounded".to_owned(), gaps.map(|_| ())));
+    results.extend(tokens(history).into_iter().map(|(n, r)| (n.to_owned(), r)));
+    results.extend(
+        lottery(history, &state.replies, &state.ledger)
+            .into_iter()
+            .map(|(n, r)| (n.to_owned(), r)),
+    );
+    debug_assert_eq!(results.len(), INVARIANTS.len());
+    (results, lost)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,335 @@
+//! Every checker fires on a crafted bad history and stays quiet on a good one.
+
+use sut::lottery::{
+    Account, ActivityId, DrawArgs, DrawEvent, DrawOutcome, Effect, Ledger, Participant,
+    ParticipantReply, ParticipationRow, Phase, Stock, UserId, Xid,
+};
+use sut::token::check::TokenEvent;
+use sut::token::once::OnceToken;
+
+use super::*;
+use crate::history::{Event, EventKind, IdSpace};
+
+fn history(kinds: Vec<EventKind>) -> Vec<Event> {
+    kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| Event {
+            seq: i as u64,
+            sim_ms: i as u64,
+            node: "n".into(),
+            wall_ms: 0,
+            kind,
+        })
+        .collect()
+}
+
+/// Token events stamped with their own sequence number, as the simulator does.
+fn token_history(make: Vec<fn(u64) -> TokenEvent>) -> Vec<Event> {
+    history(
+        make.into_iter()
+            .enumerate()
+            .map(|(i, f)| EventKind::Token(f(i as u64)))
+            .collect(),
+    )
+}
+
+fn issued(generator: &str, id: u64) -> EventKind {
+    EventKind::Issued {
+        space: IdSpace::Segment,
+        generator: generator.into(),
+        id,
+    }
+}
+
+#[test]
+fn ids_unique_fires_on_a_duplicate_across_generators() {
+    let bad = history(vec![
+        issued("alloc-1", 5),
+        issued("alloc-2", 6),
+        issued("alloc-2", 5),
+    ]);
+    let v = ids_unique(&bad).unwrap_err();
+    assert_eq!((v.invariant.as_str(), v.event), ("ids.unique", Some(2)));
+    assert!(
+        v.detail.contains("alloc-1") && v.detail.contains("alloc-2"),
+        "{}",
+        v.detail
+    );
+    // The same number in another ID space is not a duplicate.
+    let good = history(vec![
+        issued("alloc-1", 5),
+        EventKind::Issued {
+            space: IdSpace::Snowflake,
+            generator: "w".into(),
+            id: 5,
+        },
+    ]);
+    assert!(ids_unique(&good).is_ok());
+}
+
+#[test]
+fn ids_monotonic_fires_when_one_generator_goes_back() {
+    let bad = history(vec![
+        issued("alloc-1", 5),
+        issued("alloc-2", 1),
+        issued("alloc-1", 4),
+    ]);
+    let v = ids_monotonic(&bad).unwrap_err();
+    assert_eq!(v.event, Some(2));
+    let good = history(vec![
+        issued("alloc-1", 5),
+        issued("alloc-2", 1),
+        issued("alloc-1", 6),
+    ]);
+    assert!(ids_monotonic(&good).is_ok());
+}
+
+#[test]
+fn ids_gap_bounded_counts_and_fires_beyond_the_bound() {
+    let h = history(vec![issued("a", 1), issued("a", 2), issued("b", 100)]);
+    assert_eq!(ids_gap_bounded(&h, 97), Ok(97));
+    let v = ids_gap_bounded(&h, 96).unwrap_err();
+    assert!(v.detail.contains("97 segment IDs"), "{}", v.detail);
+    assert_eq!(gap_bound(10, 2), 60);
+}
+
+#[test]
+fn tokens_single_use_fires_on_a_second_acceptance() {
+    let bad = token_history(vec![
+        |at| TokenEvent::OnceConsumeOk {
+            token: OnceToken(7),
+            at,
+        },
+        |at| TokenEvent::OnceConsumeRejected {
+            token: OnceToken(7),
+            at,
+        },
+        |at| TokenEvent::OnceConsumeOk {
+            token: OnceToken(7),
+            at,
+        },
+    ]);
+    let [(name, single), (_, revoked)] = tokens(&bad);
+    assert_eq!(name, "tokens.single_use");
+    assert_eq!(single.unwrap_err().event, Some(2));
+    assert!(revoked.is_ok());
+}
+
+#[test]
+fn tokens_revoked_rejected_fires_on_a_verify_after_the_ack() {
+    let bad = token_history(vec![
+        |at| TokenEvent::RevokeAck {
+            jti: "j".into(),
+            at,
+        },
+        |at| TokenEvent::VerifyOk {
+            jti: "j".into(),
+            invoked_at: at,
+            at,
+        },
+    ]);
+    let [(_, single), (name, revoked)] = tokens(&bad);
+    assert!(single.is_ok());
+    assert_eq!(name, "tokens.revoked_rejected");
+    assert_eq!(revoked.unwrap_err().event, Some(1));
+    // A verify invoked before the ack may legitimately succeed.
+    let racing = token_history(vec![
+        |_| TokenEvent::OnceIssued {
+            token: OnceToken(1),
+            at: 0,
+        },
+        |at| TokenEvent::RevokeAck {
+            jti: "j".into(),
+            at,
+        },
+        |at| TokenEvent::VerifyOk {
+            jti: "j".into(),
+            invoked_at: 0,
+            at,
+        },
+    ]);
+    assert!(tokens(&racing)[1].1.is_ok());
+}
+
+fn draw(xid: u64, user: u64) -> DrawArgs {
+    DrawArgs {
+        xid: Xid(xid),
+        user: UserId(user),
+        activity: ActivityId(1),
+        price_minor: 10,
+        won: true,
+    }
+}
+
+fn reply(xid: u64, user: u64, branch: Participant, phase: Phase, effect: Effect) -> EventKind {
+    EventKind::Participant(ParticipantReply {
+        branch,
+        phase,
+        draw: draw(xid, user),
+        outcome: Ok(effect),
+    })
+}
+
+fn good_ledger() -> Ledger {
+    let mut ledger = Ledger::default();
+    ledger.accounts.insert(
+        UserId(1),
+        Account {
+            balance_minor: 90,
+            frozen_minor: 0,
+        },
+    );
+    ledger.minted_minor = 100;
+    ledger.collected_minor = 10;
+    ledger.stock.insert(
+        ActivityId(1),
+        Stock {
+            total: 3,
+            available: 2,
+            reserved: 0,
+            issued: 1,
+        },
+    );
+    ledger.participations.insert(
+        (UserId(1), ActivityId(1)),
+        ParticipationRow {
+            xid: Xid(1),
+            price_minor: 10,
+            won: true,
+            confirmed: true,
+        },
+    );
+    ledger
+}
+
+fn replies_of(h: &[Event]) -> Vec<ParticipantReply> {
+    h.iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Participant(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn lottery_result(h: &[Event], ledger: &Ledger, name: &str) -> Result<(), Violation> {
+    lottery(h, &replies_of(h), ledger)
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .expect("a known invariant")
+        .1
+}
+
+#[test]
+fn lottery_checkers_pass_a_good_run() {
+    let h = history(vec![
+        reply(
+            1,
+            1,
+            Participant::Participation,
+            Phase::Try,
+            Effect::Applied,
+        ),
+        reply(
+            1,
+            1,
+            Participant::Participation,
+            Phase::Confirm,
+            Effect::Applied,
+        ),
+    ]);
+    for (name, result) in lottery(&h, &replies_of(&h), &good_ledger()) {
+        assert!(result.is_ok(), "{name}: {result:?}");
+    }
+}
+
+#[test]
+fn duplicate_participation_fires() {
+    let h = history(vec![
+        reply(
+            1,
+            1,
+            Participant::Participation,
+            Phase::Confirm,
+            Effect::Applied,
+        ),
+        reply(
+            2,
+            1,
+            Participant::Participation,
+            Phase::Confirm,
+            Effect::Applied,
+        ),
+    ]);
+    let v = lottery_result(&h, &good_ledger(), "lottery.no_duplicate_participation").unwrap_err();
+    assert!(v.detail.contains("Xid(2)"), "{}", v.detail);
+    // The coordinator's outcome events are checked too.
+    let confirmed = |xid| {
+        EventKind::Draw(DrawEvent {
+            draw: draw(xid, 1),
+            outcome: DrawOutcome::Confirmed { won: true },
+        })
+    };
+    let h = history(vec![confirmed(1), confirmed(2)]);
+    assert!(lottery_result(&h, &good_ledger(), "lottery.no_duplicate_participation").is_err());
+}
+
+#[test]
+fn hanging_try_fires() {
+    let h = history(vec![
+        reply(
+            1,
+            1,
+            Participant::Wallet,
+            Phase::Cancel,
+            Effect::EmptyRollback,
+        ),
+        reply(1, 1, Participant::Wallet, Phase::Try, Effect::Applied),
+    ]);
+    let v = lottery_result(&h, &good_ledger(), "lottery.no_hanging").unwrap_err();
+    assert!(
+        v.detail.contains("Xid(1)") && v.detail.contains("Wallet"),
+        "{}",
+        v.detail
+    );
+}
+
+#[test]
+fn over_issue_conservation_and_settled_fire_on_bad_ledgers() {
+    let mut over = good_ledger();
+    over.stock.insert(
+        ActivityId(1),
+        Stock {
+            total: 3,
+            available: 0,
+            reserved: 0,
+            issued: 4,
+        },
+    );
+    assert!(lottery_result(&[], &over, "lottery.no_over_issue").is_err());
+
+    let mut leaked = good_ledger();
+    leaked.collected_minor = 0; // 10 minor units vanished
+    let v = lottery_result(&[], &leaked, "lottery.conservation").unwrap_err();
+    assert!(v.detail.contains("minted 100"), "{}", v.detail);
+
+    let mut open = good_ledger();
+    open.accounts.insert(
+        UserId(2),
+        Account {
+            balance_minor: 0,
+            frozen_minor: 10,
+        },
+    );
+    open.minted_minor += 10;
+    assert!(lottery_result(&[], &open, "lottery.settled").is_err());
+    assert!(lottery_result(&[], &open, "lottery.conservation").is_ok());
+}
+
+#[test]
+fn check_all_reports_every_invariant_once() {
+    let (results, lost) = check_all(&[], &FinalState::default());
+    let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, INVARIANTS.to_vec());
+    assert_eq!(lost, 0);
+}

@@ -1,0 +1,174 @@
+//! The history of a run: every client operation's invocation and completion, and what the
+//! nodes did that the checkers need to see (IDs issued in issue order, token and TCC events),
+//! plus faults and phases. Each event carries its sequence number, the simulated time, the
+//! node and that node's wall-clock reading.
+
+use serde::{Deserialize, Serialize};
+use sut::lottery::{DrawEvent, ParticipantReply};
+use sut::token::check::TokenEvent;
+
+/// An operation a client asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Op {
+    /// A segment ID (tag `order`).
+    SegmentId,
+    /// A Snowflake ID.
+    SnowflakeId,
+    /// A JWT for a user.
+    JwtIssue {
+        /// The user.
+        user: u64,
+    },
+    /// Verify a JWT.
+    JwtVerify {
+        /// The token.
+        token: String,
+    },
+    /// Revoke a JWT.
+    JwtRevoke {
+        /// The token.
+        token: String,
+    },
+    /// Issue the one-time submit token of (user, activity, this hour).
+    OnceIssue {
+        /// The user.
+        user: u64,
+        /// The activity.
+        activity: String,
+    },
+    /// Consume a one-time token.
+    OnceConsume {
+        /// The token (decimal text).
+        token: u128,
+        /// The user presenting it.
+        user: u64,
+    },
+    /// Draw in the lottery.
+    Draw {
+        /// The user.
+        user: u64,
+        /// The activity.
+        activity: u64,
+        /// The caller's randomness: whether the draw wins.
+        won: bool,
+    },
+}
+
+/// A successful answer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Answer {
+    /// An ID.
+    Id(u64),
+    /// A JWT and its `jti`.
+    Jwt {
+        /// The token.
+        token: String,
+        /// Its id.
+        jti: String,
+    },
+    /// The token verified.
+    Verified,
+    /// The token is revoked (acknowledged).
+    Revoked,
+    /// A one-time token.
+    Once(u128),
+    /// The one-time token was accepted.
+    Consumed,
+    /// The draw finished: confirmed (with or without a prize) or cancelled.
+    Draw(String),
+}
+
+/// How an operation ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Outcome {
+    /// It happened.
+    Ok(Answer),
+    /// It definitely did not happen (a rejection or a refusal).
+    Fail(String),
+    /// No answer in time: it may or may not have happened.
+    Timeout,
+}
+
+/// Which ID space an issued ID belongs to (uniqueness is per space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum IdSpace {
+    /// Segment IDs of tag `order`.
+    Segment,
+    /// Snowflake IDs.
+    Snowflake,
+    /// Degraded-mode IDs (bit 62 set).
+    Degraded,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    /// A client sent an operation.
+    Invoke {
+        /// Per-client operation number.
+        op_id: u64,
+        /// The operation.
+        op: Op,
+    },
+    /// A client saw the end of an operation.
+    Complete {
+        /// Per-client operation number.
+        op_id: u64,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// A generator issued an ID (recorded by the node, in issue order, before replying).
+    Issued {
+        /// The ID space.
+        space: IdSpace,
+        /// The generator instance (allocator instance or Snowflake worker incarnation).
+        generator: String,
+        /// The ID.
+        id: u64,
+    },
+    /// A token-service event (its `at` is this event's sequence number).
+    Token(TokenEvent),
+    /// A TCC participant's reply, recorded when it was made durable.
+    Participant(ParticipantReply),
+    /// A draw's final outcome at the coordinator.
+    Draw(DrawEvent),
+    /// A node (re)started.
+    Boot {
+        /// Incarnation number of this node.
+        incarnation: u64,
+    },
+    /// The nemesis did something.
+    Fault {
+        /// Fault kind.
+        kind: String,
+        /// Details.
+        detail: String,
+    },
+    /// A phase began.
+    Phase(String),
+}
+
+/// One event of the history.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the history.
+    pub seq: u64,
+    /// Simulated milliseconds since the start of the run.
+    pub sim_ms: u64,
+    /// The node it happened on (or the nemesis).
+    pub node: String,
+    /// That node's wall clock at the time.
+    pub wall_ms: u64,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "#{} t={}ms {} (wall {}): {:?}",
+            self.seq, self.sim_ms, self.node, self.wall_ms, self.kind
+        )
+    }
+}

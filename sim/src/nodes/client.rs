@@ -1,0 +1,170 @@
+//! A client node: sends the workload at its share of the configured rate, records every
+//! operation's invocation and completion (with a timeout: no answer is *indeterminate*, not a
+//! failure), and keeps what it needs to build later operations (tokens to verify, revoke,
+//! consume — and sometimes to consume twice at once, or with another user's hands).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::channel::oneshot;
+use madsim::rand::{Rng, thread_rng};
+use madsim::task::spawn;
+
+use super::sleep_ms;
+use crate::history::{Answer, EventKind, Op, Outcome};
+use crate::net::{Ctx, Inbox, Msg};
+use crate::scenario::Workload;
+
+const REMEMBER_MAX: usize = 64;
+
+#[derive(Debug, Default)]
+struct State {
+    next_op: u64,
+    waiting: BTreeMap<u64, oneshot::Sender<Outcome>>,
+    jwts: Vec<String>,
+    once: Vec<(u64, u128)>,
+}
+
+fn remember<T>(list: &mut Vec<T>, item: T) {
+    if list.len() >= REMEMBER_MAX {
+        let i = thread_rng().gen_range(0..list.len());
+        list.swap_remove(i);
+    }
+    list.push(item);
+}
+
+fn pick<T: Clone>(list: &[T]) -> Option<T> {
+    (!list.is_empty()).then(|| list[thread_rng().gen_range(0..list.len())].clone())
+}
+
+/// Chooses the next operations (usually one; a double submit sends two) and their targets.
+fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
+    let mut rng = thread_rng();
+    let m = &w.mix;
+    let total = m.segment + m.snowflake + m.jwt + m.once + m.draw;
+    let mut roll = rng.gen_range(0..total);
+    let id_node = format!("id{}", rng.gen_range(1..=id_nodes));
+    let user = rng.gen_range(1..=u64::from(w.users));
+    if roll < m.segment {
+        return vec![(id_node, Op::SegmentId)];
+    }
+    roll -= m.segment;
+    if roll < m.snowflake {
+        return vec![(id_node, Op::SnowflakeId)];
+    }
+    roll -= m.snowflake;
+    if roll < m.jwt {
+        let op = match (rng.gen_range(0..100), pick(&state.jwts)) {
+            (0..45, _) | (_, None) => Op::JwtIssue { user },
+            (45..85, Some(token)) => Op::JwtVerify { token },
+            (_, Some(token)) => Op::JwtRevoke { token },
+        };
+        return vec![("token".into(), op)];
+    }
+    roll -= m.jwt;
+    if roll < m.once {
+        let Some((owner, token)) = pick(&state.once).filter(|_| rng.gen_bool(0.55)) else {
+            let activity = format!("act{}", rng.gen_range(1..=w.activities));
+            return vec![("token".into(), Op::OnceIssue { user, activity })];
+        };
+        let presenter = if rng.gen_bool(0.1) { user } else { owner };
+        let consume = Op::OnceConsume {
+            token,
+            user: presenter,
+        };
+        // A double submit: the same token twice at once.
+        let copies = if rng.gen_bool(0.25) { 2 } else { 1 };
+        return vec![("token".into(), consume); copies];
+    }
+    let activity = rng.gen_range(1..=u64::from(w.activities));
+    let won = rng.gen_range(0..100) < w.win_pct;
+    vec![(
+        "coord".into(),
+        Op::Draw {
+            user,
+            activity,
+            won,
+        },
+    )]
+}
+
+async fn perform(ctx: Ctx, state: Arc<Mutex<State>>, target: String, op: Op, timeout_ms: u64) {
+    let (op_id, rx) = {
+        let mut s = state.lock().expect("client state");
+        s.next_op += 1;
+        let op_id = s.next_op;
+        let (tx, rx) = oneshot::channel();
+        s.waiting.insert(op_id, tx);
+        (op_id, rx)
+    };
+    let owner = match &op {
+        Op::OnceIssue { user, .. } => *user,
+        _ => 0,
+    };
+    ctx.record(|_| EventKind::Invoke {
+        op_id,
+        op: op.clone(),
+    });
+    ctx.send(&target, Msg::Request { op_id, op });
+    let outcome = match madsim::time::timeout(Duration::from_millis(timeout_ms), rx).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) | Err(_) => Outcome::Timeout,
+    };
+    {
+        let mut s = state.lock().expect("client state");
+        s.waiting.remove(&op_id);
+        match &outcome {
+            Outcome::Ok(Answer::Jwt { token, .. }) => remember(&mut s.jwts, token.clone()),
+            Outcome::Ok(Answer::Once(token)) => remember(&mut s.once, (owner, *token)),
+            _ => {}
+        }
+    }
+    ctx.record(|_| EventKind::Complete { op_id, outcome });
+}
+
+/// Runs a client node.
+pub async fn run(ctx: Ctx, inbox: Inbox) {
+    let (workload, clients, id_nodes) = ctx.world.with(|w| {
+        (
+            w.spec.scenario.workload.clone(),
+            w.spec.scenario.topology.clients,
+            w.spec.scenario.topology.id_nodes,
+        )
+    });
+    let state = Arc::new(Mutex::new(State::default()));
+    let receiver = {
+        let state = Arc::clone(&state);
+        let mut inbox = inbox;
+        async move {
+            while let Some((msg, _from)) = inbox.recv().await {
+                if let Msg::Response { op_id, outcome } = msg
+                    && let Some(tx) = state.lock().expect("client state").waiting.remove(&op_id)
+                {
+                    let _ = tx.send(outcome);
+                }
+            }
+        }
+    };
+    spawn(receiver);
+    // Each client sends at rate / clients; intervals are uniform around the mean (in µs).
+    let mean_us = 1_000_000 * u64::from(clients) / u64::from(workload.rate_per_s);
+    loop {
+        let gap_us = thread_rng().gen_range(mean_us / 2..=mean_us * 3 / 2).max(1);
+        madsim::time::sleep(Duration::from_micros(gap_us)).await;
+        if ctx.world.with(|w| w.workload_stopped) {
+            sleep_ms(1_000_000).await;
+            continue;
+        }
+        let ops = choose(&workload, id_nodes, &state.lock().expect("client state"));
+        for (target, op) in ops {
+            spawn(perform(
+                ctx.clone(),
+                Arc::clone(&state),
+                target,
+                op,
+                workload.timeout_ms,
+            ));
+        }
+    }
+}

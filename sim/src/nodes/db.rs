@@ -1,0 +1,91 @@
+//! The database node: the ID store ([`MemoryIdStore`]) behind a write-ahead log on the
+//! simulated disk. A mutating call is applied, logged, made durable (group commit), and only
+//! then answered. Recovery replays the durable log. The store's lease clock is this node's
+//! monotonic clock.
+
+use std::sync::{Arc, Mutex};
+
+use madsim::task::spawn;
+use sut::store::{IdStore, MemoryIdStore, StoreCall};
+
+use super::{commit, sleep_ms};
+use crate::net::{Ctx, Inbox, Msg};
+use crate::world::DbRec;
+
+fn mutates(call: &StoreCall) -> bool {
+    !matches!(call, StoreCall::Read { .. })
+}
+
+/// Runs the database node.
+pub async fn run(ctx: Ctx, mut inbox: Inbox) {
+    let (records, torn) = ctx.world.with(|w| w.disks.db.recover());
+    ctx.world.count("crash.torn_records_discarded", torn);
+    let mut store = MemoryIdStore::new();
+    for record in records {
+        match record {
+            DbRec::CreateTag(tag, spec) => {
+                let _ = store.create_tag(&tag, &spec);
+            }
+            DbRec::Call(call) => {
+                let _ = call.execute(&mut store);
+            }
+            DbRec::Reclaim(now_ms) => {
+                let _ = store.reclaim_expired(now_ms);
+            }
+        }
+    }
+    let store = Arc::new(Mutex::new(store));
+    ctx.world
+        .with(|w| w.published.db = Some(Arc::clone(&store)));
+
+    // The reclaim sweeper: zombie segments' unclaimed tails go back to the pool.
+    let sweeper = {
+        let (ctx, store) = (ctx.clone(), Arc::clone(&store));
+        async move {
+            loop {
+                sleep_ms(250).await;
+                let now_ms = ctx.now().mono_ms;
+                let pos = {
+                    let mut s = store.lock().expect("db store");
+                    let reclaimed = s.reclaim_expired(now_ms).unwrap_or_default();
+                    if reclaimed.is_empty() {
+                        continue;
+                    }
+                    let ids: u64 = reclaimed.iter().map(|r| r.tail.len()).sum();
+                    ctx.world
+                        .count("segment.reclaimed_leases", reclaimed.len() as u64);
+                    ctx.world.count("segment.reclaimed_ids", ids);
+                    ctx.world
+                        .with(|w| w.disks.db.append(DbRec::Reclaim(now_ms)))
+                };
+                commit(&ctx.world, |d| &mut d.db, pos).await;
+            }
+        }
+    };
+    spawn(sweeper);
+
+    while let Some((msg, from)) = inbox.recv().await {
+        let Msg::Store { req, mut call } = msg else {
+            continue;
+        };
+        let (ctx, store) = (ctx.clone(), Arc::clone(&store));
+        spawn(async move {
+            call.set_store_now(ctx.now().mono_ms);
+            let (reply, pos) = {
+                let mut s = store.lock().expect("db store");
+                let reply = call.execute(&mut *s);
+                let pos = if mutates(&call) {
+                    ctx.world
+                        .with(|w| w.disks.db.append(DbRec::Call(call.clone())))
+                } else {
+                    0
+                };
+                (reply, pos)
+            };
+            if pos > 0 {
+                commit(&ctx.world, |d| &mut d.db, pos).await;
+            }
+            ctx.send(&from, Msg::StoreReply { req, reply });
+        });
+    }
+}

@@ -1,0 +1,432 @@
+//! An ID-service node: a [`SegmentAllocator`] for tag `order` and a [`SnowflakeWorker`] on a
+//! leased worker id, both talking to the database node. Requests the state machines cannot
+//! answer yet (`Pending`, `WaitUntil`, `WaitReservation`) are parked and retried; the client's
+//! timeout bounds how long.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use madsim::task::spawn;
+use sut::clock::Now;
+use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
+use sut::snowflake::{NextId, RollbackPolicy, SequencerError, SnowflakeWorker, WorkerConfig};
+use sut::store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
+
+use super::sleep_ms;
+use crate::history::{Answer, EventKind, IdSpace, Op, Outcome};
+use crate::net::{Ctx, Inbox, Msg};
+
+/// The tag every ID node serves.
+pub const TAG: &str = "order";
+const WORKER_NAMESPACE: &str = "snowflake";
+const WORKER_LEASE_MS: u64 = 3_000;
+const PARKED_MAX: usize = 2_000;
+
+#[derive(Debug)]
+struct Parked {
+    client: String,
+    op_id: u64,
+    since_ms: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    instance: InstanceId,
+    alloc: SegmentAllocator,
+    worker: Option<SnowflakeWorker>,
+    worker_cfg: WorkerConfig,
+    /// Outstanding worker-lease call and when it was sent (monotonic ms).
+    worker_call: Option<(u64, u64)>,
+    next_worker_req: u64,
+    last_worker_renew_ms: u64,
+    parked_segment: VecDeque<Parked>,
+    parked_snowflake: VecDeque<Parked>,
+    timeout_ms: u64,
+    reported: AllocatorStats,
+}
+
+/// What to send after a state change.
+type Outbox = Vec<(String, Msg)>;
+
+impl State {
+    fn generator(&self) -> String {
+        format!("alloc-{}", self.instance.0)
+    }
+
+    fn worker_req_id(&mut self) -> u64 {
+        self.next_worker_req += 1;
+        (self.instance.0 << 32) | (1 << 31) | self.next_worker_req
+    }
+
+    /// Adds what the allocator did since the last report to the run's counters (the ID-gap
+    /// bound and the fault-coverage table read them).
+    fn report_stats(&mut self, ctx: &Ctx) {
+        let now = self.alloc.stats();
+        let was = std::mem::replace(&mut self.reported, now);
+        ctx.world.with(|w| {
+            w.count(
+                "segment.fetch_failures",
+                now.fetch_failures - was.fetch_failures,
+            );
+            w.count(
+                "segment.leases_expired",
+                now.leases_expired - was.leases_expired,
+            );
+            w.count("segment.leases_lost", now.leases_lost - was.leases_lost);
+            w.count("segment.cas_conflicts", now.conflicts - was.conflicts);
+            w.count("segment.pool_grants", now.pool_grants - was.pool_grants);
+            w.count("segment.reloads", now.reloads - was.reloads);
+            w.count(
+                "segment.ids_abandoned",
+                now.ids_abandoned - was.ids_abandoned,
+            );
+        });
+    }
+
+    fn pump_allocator(&mut self, out: &mut Outbox) {
+        while let Some(req) = self.alloc.poll_request() {
+            out.push((
+                "db".into(),
+                Msg::Store {
+                    req: req.id,
+                    call: req.call,
+                },
+            ));
+        }
+    }
+
+    fn worker_upkeep(&mut self, now: Now, out: &mut Outbox) {
+        if self
+            .worker_call
+            .is_some_and(|(_, sent)| now.mono_ms.saturating_sub(sent) > 500)
+        {
+            self.worker_call = None;
+            if let Some(worker) = self.worker.as_mut() {
+                worker.handle_reservation_failed();
+            }
+        }
+        if self.worker_call.is_some() {
+            return;
+        }
+        let req = self.worker_req_id();
+        match self.worker.as_mut() {
+            None => {
+                let call = StoreCall::AcquireWorker(WorkerRequest {
+                    namespace: WORKER_NAMESPACE.into(),
+                    worker_count: self.worker_cfg.layout.worker_count(),
+                    instance: self.instance,
+                    lease_ms: WORKER_LEASE_MS,
+                    now_ms: 0,
+                });
+                self.worker_call = Some((req, now.mono_ms));
+                out.push(("db".into(), Msg::Store { req, call }));
+            }
+            Some(worker) => {
+                let reservation = worker.poll_reservation();
+                let renew_due =
+                    now.mono_ms.saturating_sub(self.last_worker_renew_ms) >= WORKER_LEASE_MS / 3;
+                if reservation.is_none() && !renew_due {
+                    return;
+                }
+                let reserve_ts = reservation.unwrap_or(worker.sequencer().reserved_ts());
+                let call = StoreCall::RenewWorker {
+                    namespace: WORKER_NAMESPACE.into(),
+                    worker_id: worker.worker_id(),
+                    instance: self.instance,
+                    reserve_ts,
+                    lease_ms: WORKER_LEASE_MS,
+                    now_ms: 0,
+                };
+                self.worker_call = Some((req, now.mono_ms));
+                out.push(("db".into(), Msg::Store { req, call }));
+            }
+        }
+    }
+
+    fn on_worker_reply(&mut self, ctx: &Ctx, reply: StoreReply, now: Now) {
+        self.worker_call = None;
+        let StoreReply::Worker(result) = reply else {
+            return;
+        };
+        match (self.worker.as_mut(), result) {
+            (None, Ok(lease)) => match SnowflakeWorker::new(
+                self.worker_cfg,
+                lease.worker_id,
+                lease.reserved_ts,
+                now.wall_ms,
+            ) {
+                Ok(worker) => {
+                    self.worker = Some(worker);
+                    self.last_worker_renew_ms = now.mono_ms;
+                }
+                Err(err) => ctx.world.count(&format!("config.error.{err}"), 1),
+            },
+            (Some(worker), Ok(lease)) => {
+                worker.handle_reserved(lease.reserved_ts);
+                self.last_worker_renew_ms = now.mono_ms;
+            }
+            (Some(_), Err(StoreError::WorkerLeaseLost { .. })) => {
+                // Stop for good; a new worker lease is acquired on the next upkeep.
+                self.worker = None;
+                ctx.world.count("snowflake.worker_leases_lost", 1);
+            }
+            (Some(worker), Err(_)) => worker.handle_reservation_failed(),
+            (None, Err(_)) => {}
+        }
+    }
+
+    fn serve_segment(
+        &mut self,
+        ctx: &Ctx,
+        client: String,
+        op_id: u64,
+        now: Now,
+        out: &mut Outbox,
+    ) -> Option<Parked> {
+        let take = self.alloc.next_id(now);
+        self.pump_allocator(out);
+        let outcome = match take {
+            Take::Block(block) => {
+                let generator = self.generator();
+                ctx.record(|_| EventKind::Issued {
+                    space: IdSpace::Segment,
+                    generator,
+                    id: block.start,
+                });
+                Outcome::Ok(Answer::Id(block.start))
+            }
+            Take::Degraded(id) => {
+                let generator = self.generator();
+                ctx.record(|_| EventKind::Issued {
+                    space: IdSpace::Degraded,
+                    generator,
+                    id,
+                });
+                Outcome::Ok(Answer::Id(id))
+            }
+            Take::Pending => {
+                return Some(Parked {
+                    client,
+                    op_id,
+                    since_ms: now.mono_ms,
+                });
+            }
+            Take::Unavailable(why) => Outcome::Fail(why.to_string()),
+        };
+        out.push((client, Msg::Response { op_id, outcome }));
+        None
+    }
+
+    fn serve_snowflake(
+        &mut self,
+        ctx: &Ctx,
+        client: String,
+        op_id: u64,
+        now: Now,
+        out: &mut Outbox,
+    ) -> Option<Parked> {
+        let instance = self.instance.0;
+        let Some(worker) = self.worker.as_mut() else {
+            return Some(Parked {
+                client,
+                op_id,
+                since_ms: now.mono_ms,
+            });
+        };
+        let before = worker.sequencer().stats();
+        let result = worker.next_id(now.wall_ms);
+        let after = worker.sequencer().stats();
+        ctx.world.count(
+            "clock.rollback_waits",
+            after.rollback_waits - before.rollback_waits,
+        );
+        ctx.world.count(
+            "clock.rollback_refusals",
+            after.rollback_refusals - before.rollback_refusals,
+        );
+        ctx.world.count(
+            "clock.logical_issues",
+            after.logical_issues - before.logical_issues,
+        );
+        let outcome = match result {
+            Ok(NextId::Id(id)) => {
+                let generator = format!("worker-{}@{instance}", worker.worker_id());
+                ctx.record(|_| EventKind::Issued {
+                    space: IdSpace::Snowflake,
+                    generator,
+                    id,
+                });
+                Outcome::Ok(Answer::Id(id))
+            }
+            Ok(NextId::WaitUntil { .. } | NextId::WaitReservation) => {
+                return Some(Parked {
+                    client,
+                    op_id,
+                    since_ms: now.mono_ms,
+                });
+            }
+            Err(err @ SequencerError::ClockBehind { .. }) => {
+                if after.issued == 0 {
+                    // A fresh incarnation whose clock is behind the persisted reservation.
+                    ctx.world.count("clock.restart_behind_reservation", 1);
+                }
+                Outcome::Fail(err.to_string())
+            }
+            Err(SequencerError::LeaseLost) => {
+                self.worker = None;
+                Outcome::Fail("worker lease lost".into())
+            }
+            Err(err) => Outcome::Fail(err.to_string()),
+        };
+        out.push((client, Msg::Response { op_id, outcome }));
+        None
+    }
+
+    /// Retries parked requests (in order; stops at the first that still waits).
+    fn retry_parked(&mut self, ctx: &Ctx, now: Now, out: &mut Outbox) {
+        for snowflake in [false, true] {
+            for _ in 0..PARKED_MAX {
+                let queue = if snowflake {
+                    &mut self.parked_snowflake
+                } else {
+                    &mut self.parked_segment
+                };
+                let Some(parked) = queue.pop_front() else {
+                    break;
+                };
+                if now.mono_ms.saturating_sub(parked.since_ms) > self.timeout_ms {
+                    continue; // the client has given up
+                }
+                let since_ms = parked.since_ms;
+                let again = if snowflake {
+                    self.serve_snowflake(ctx, parked.client, parked.op_id, now, out)
+                } else {
+                    self.serve_segment(ctx, parked.client, parked.op_id, now, out)
+                };
+                if let Some(mut again) = again {
+                    again.since_ms = since_ms;
+                    let queue = if snowflake {
+                        &mut self.parked_snowflake
+                    } else {
+                        &mut self.parked_segment
+                    };
+                    queue.push_front(again);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn flush(ctx: &Ctx, out: Outbox) {
+    for (to, msg) in out {
+        ctx.send(&to, msg);
+    }
+}
+
+/// Runs an ID-service node.
+pub async fn run(ctx: Ctx, mut inbox: Inbox) {
+    let (ids, timeout_ms, instance) = ctx.world.with(|w| {
+        (
+            w.spec.scenario.ids.clone(),
+            w.spec.scenario.workload.timeout_ms,
+            InstanceId(w.next_instance()),
+        )
+    });
+    let now = ctx.now();
+    let cfg = AllocatorConfig {
+        step: StepPolicy::Leaf {
+            step_max: ids.step_max,
+        },
+        lease_ms: ids.lease_ms,
+        drift_ms_max: ids.drift_ms_max,
+        renew_interval_ms: ids.lease_ms / 4,
+        request_timeout_ms: 300,
+        ..AllocatorConfig::new(TAG, instance)
+    };
+    let alloc = SegmentAllocator::new(cfg, now).expect("the scenario validated the ID settings");
+    let worker_cfg = WorkerConfig {
+        rollback_ms_max: ids.rollback_ms_max,
+        rollback: RollbackPolicy::Refuse,
+        reserve_ahead_ms: ids.reserve_ahead_ms,
+        ..WorkerConfig::default()
+    };
+    let state = Arc::new(Mutex::new(State {
+        instance,
+        alloc,
+        worker: None,
+        worker_cfg,
+        worker_call: None,
+        next_worker_req: 0,
+        last_worker_renew_ms: 0,
+        parked_segment: VecDeque::new(),
+        parked_snowflake: VecDeque::new(),
+        timeout_ms,
+        reported: AllocatorStats::default(),
+    }));
+
+    let ticker = {
+        let (ctx, state) = (ctx.clone(), Arc::clone(&state));
+        async move {
+            loop {
+                sleep_ms(5).await;
+                let now = ctx.now();
+                let mut out = Vec::new();
+                {
+                    let mut s = state.lock().expect("id state");
+                    if s.alloc.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
+                        s.alloc.handle_timeout(now);
+                    }
+                    s.pump_allocator(&mut out);
+                    s.worker_upkeep(now, &mut out);
+                    s.retry_parked(&ctx, now, &mut out);
+                    s.report_stats(&ctx);
+                }
+                flush(&ctx, out);
+            }
+        }
+    };
+    spawn(ticker);
+
+    while let Some((msg, from)) = inbox.recv().await {
+        let now = ctx.now();
+        let mut out = Vec::new();
+        {
+            let mut s = state.lock().expect("id state");
+            match msg {
+                Msg::Request {
+                    op_id,
+                    op: Op::SegmentId,
+                } => {
+                    if let Some(parked) = s.serve_segment(&ctx, from, op_id, now, &mut out)
+                        && s.parked_segment.len() < PARKED_MAX
+                    {
+                        s.parked_segment.push_back(parked);
+                    }
+                }
+                Msg::Request {
+                    op_id,
+                    op: Op::SnowflakeId,
+                } => {
+                    if let Some(parked) = s.serve_snowflake(&ctx, from, op_id, now, &mut out)
+                        && s.parked_snowflake.len() < PARKED_MAX
+                    {
+                        s.parked_snowflake.push_back(parked);
+                    }
+                }
+                Msg::StoreReply { req, reply } => {
+                    if s.worker_call.is_some_and(|(id, _)| id == req) {
+                        s.on_worker_reply(&ctx, reply, now);
+                    } else {
+                        s.alloc.handle_reply(req, reply, now);
+                    }
+                    s.pump_allocator(&mut out);
+                    s.worker_upkeep(now, &mut out);
+                    s.retry_parked(&ctx, now, &mut out);
+                }
+                _ => {}
+            }
+        }
+        flush(&ctx, out);
+    }
+}

@@ -1,0 +1,274 @@
+//! The TCC lottery's nodes: the coordinator (with its log on the simulated disk) and the
+//! participants (wallet + participation log on `wallet`, stock on `inventory`), each with its
+//! store behind a write-ahead log. Draws the coordinator gives up on go to the compensation
+//! scheduler (the timing wheel) and are resumed from there.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use madsim::task::spawn;
+use sut::lottery::wheel::{TaskSpec, TimingWheel, WheelConfig};
+use sut::lottery::{
+    ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawOutcome, Handled, LogEntry,
+    LotteryStore, MemoryStore, Participant, ParticipantConfig, ParticipantReply, UserId, Xid,
+};
+
+use super::{commit, sleep_ms};
+use crate::history::{Answer, EventKind, Op, Outcome};
+use crate::net::{Ctx, Inbox, Msg};
+use crate::world::PartRec;
+
+/// The node hosting a participant.
+#[must_use]
+pub fn node_of(p: Participant) -> &'static str {
+    match p {
+        Participant::Wallet | Participant::Participation => "wallet",
+        Participant::Inventory => "inventory",
+    }
+}
+
+#[derive(Debug)]
+struct Coord {
+    coord: Coordinator,
+    waiting: BTreeMap<Xid, (String, u64)>,
+    wheel: TimingWheel<Xid>,
+}
+
+impl Coord {
+    /// Drains the coordinator's outputs: log entries to write, messages to send.
+    fn drain(&mut self, ctx: &Ctx) -> (Vec<LogEntry>, Vec<(String, Msg)>) {
+        let mut entries = Vec::new();
+        while let Some(entry) = self.coord.poll_log_write() {
+            entries.push(entry);
+        }
+        let mut sends = Vec::new();
+        while let Some((p, msg)) = self.coord.poll_send() {
+            sends.push((node_of(p).to_owned(), Msg::Tcc(p, msg)));
+        }
+        while let Some(event) = self.coord.poll_event() {
+            let xid = event.draw.xid;
+            ctx.record(|_| EventKind::Draw(event.clone()));
+            let answer = match &event.outcome {
+                DrawOutcome::Confirmed { won } => {
+                    Some(Outcome::Ok(Answer::Draw(format!("confirmed won={won}"))))
+                }
+                DrawOutcome::Cancelled { reason } => {
+                    Some(Outcome::Fail(format!("cancelled: {reason:?}")))
+                }
+                DrawOutcome::GaveUp { .. } => {
+                    // Compensation: retry delivering the verdict later, with a retry budget.
+                    let deadline_ms = ctx.now().mono_ms + 500;
+                    ctx.world.count("tcc.parked_draws", 1);
+                    let _ = self.wheel.schedule(TaskSpec {
+                        deadline_ms,
+                        priority: 0,
+                        retries_max: 8,
+                        payload: xid,
+                    });
+                    None
+                }
+            };
+            if let Some(outcome) = answer
+                && let Some((client, op_id)) = self.waiting.remove(&xid)
+            {
+                sends.push((client, Msg::Response { op_id, outcome }));
+            }
+        }
+        (entries, sends)
+    }
+}
+
+/// Drains and performs the coordinator's outputs until it has nothing more to say: writes log
+/// entries durably before acknowledging them.
+async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
+    for _ in 0..64 {
+        let (entries, sends) = state.lock().expect("coordinator").drain(ctx);
+        for (to, msg) in sends {
+            ctx.send(&to, msg);
+        }
+        if entries.is_empty() {
+            return;
+        }
+        let pos = ctx.world.with(|w| {
+            entries
+                .iter()
+                .map(|e| w.disks.coord.append(*e))
+                .last()
+                .unwrap_or(0)
+        });
+        commit(&ctx.world, |d| &mut d.coord, pos).await;
+        let now = ctx.now();
+        let mut s = state.lock().expect("coordinator");
+        for entry in &entries {
+            s.coord.handle_log_written(entry, now);
+        }
+    }
+}
+
+/// Runs the coordinator node.
+pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
+    let (entries, torn) = ctx.world.with(|w| w.disks.coord.recover());
+    ctx.world.count("crash.torn_records_discarded", torn);
+    let mut log = CoordLog::default();
+    for entry in &entries {
+        let _ = log.append(entry);
+    }
+    let now = ctx.now();
+    let coord =
+        Coordinator::recover(CoordinatorConfig::default(), &log, now).expect("default config");
+    let wheel = TimingWheel::new(WheelConfig::default(), now.mono_ms).expect("default wheel");
+    let state = Arc::new(Mutex::new(Coord {
+        coord,
+        waiting: BTreeMap::new(),
+        wheel,
+    }));
+    let price = ctx.world.with(|w| w.spec.scenario.workload.price);
+
+    let ticker = {
+        let (ctx, state) = (ctx.clone(), Arc::clone(&state));
+        async move {
+            loop {
+                sleep_ms(5).await;
+                let now = ctx.now();
+                {
+                    let mut s = state.lock().expect("coordinator");
+                    if s.coord.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
+                        s.coord.handle_timeout(now);
+                    }
+                    s.wheel.handle_timeout(now.mono_ms);
+                    while let Some(fired) = s.wheel.poll_ready() {
+                        let resumed = s.coord.handle_resume_parked(fired.payload, now);
+                        let _ = if resumed.is_ok() {
+                            s.wheel.handle_succeeded(fired.handle).map(|_| ())
+                        } else {
+                            s.wheel.handle_failed(fired.handle, now.mono_ms).map(|_| ())
+                        };
+                    }
+                    let dead = s.wheel.take_dead_letters();
+                    ctx.world.count("tcc.dead_letters", dead.len() as u64);
+                }
+                drive(&ctx, &state).await;
+            }
+        }
+    };
+    spawn(ticker);
+
+    while let Some((msg, from)) = inbox.recv().await {
+        let now = ctx.now();
+        match msg {
+            Msg::Request {
+                op_id,
+                op:
+                    Op::Draw {
+                        user,
+                        activity,
+                        won,
+                    },
+            } => {
+                let xid = Xid(ctx.world.with(|w| w.next_xid()));
+                let draw = DrawArgs {
+                    xid,
+                    user: UserId(user),
+                    activity: ActivityId(activity),
+                    price_minor: price,
+                    won,
+                };
+                let started = {
+                    let mut s = state.lock().expect("coordinator");
+                    let started = s.coord.start_draw(draw, now);
+                    if started.is_ok() {
+                        s.waiting.insert(xid, (from.clone(), op_id));
+                    }
+                    started
+                };
+                if let Err(err) = started {
+                    ctx.send(
+                        &from,
+                        Msg::Response {
+                            op_id,
+                            outcome: Outcome::Fail(err.to_string()),
+                        },
+                    );
+                }
+            }
+            Msg::TccReply(reply) => {
+                state
+                    .lock()
+                    .expect("coordinator")
+                    .coord
+                    .handle_reply(reply.branch, &reply, now);
+            }
+            _ => continue,
+        }
+        let (ctx, state) = (ctx.clone(), Arc::clone(&state));
+        spawn(async move { drive(&ctx, &state).await });
+    }
+}
+
+/// Applies one log record to a participant store; for a message, returns the reply it made.
+/// Recovery and the checkers both use it: replaying the durable log is exactly what took
+/// effect, in the order it took effect.
+pub fn replay(store: &mut MemoryStore, rec: &PartRec) -> Option<ParticipantReply> {
+    let cfg = ParticipantConfig::default();
+    match rec {
+        PartRec::OpenAccount(user, balance) => {
+            let _ = store.open_account(UserId(*user), *balance);
+            None
+        }
+        PartRec::AddStock(activity, units) => {
+            let _ = store.add_stock(ActivityId(*activity), *units);
+            None
+        }
+        PartRec::Msg(p, msg) => Some(match p.handle(store, &cfg, msg) {
+            Handled::Reply(reply) => reply,
+            Handled::Resume(resume) => p.handle_resume(store, &cfg, &resume),
+        }),
+    }
+}
+
+/// Runs a participant node (`wallet` or `inventory`).
+pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
+    let name = ctx.name.clone();
+    let (records, torn) = ctx
+        .world
+        .with(|w| w.disks.parts.entry(name.clone()).or_default().recover());
+    ctx.world.count("crash.torn_records_discarded", torn);
+    let mut store = MemoryStore::default();
+    for rec in &records {
+        replay(&mut store, rec);
+    }
+    let store = Arc::new(Mutex::new(store));
+    ctx.world
+        .with(|w| w.published.ledgers.insert(name.clone(), Arc::clone(&store)));
+    let cfg = ParticipantConfig::default();
+
+    while let Some((msg, from)) = inbox.recv().await {
+        let Msg::Tcc(p, msg) = msg else { continue };
+        let (ctx, store, name) = (ctx.clone(), Arc::clone(&store), name.clone());
+        spawn(async move {
+            let (reply, pos) = {
+                let mut s = store.lock().expect("participant store");
+                let reply = match p.handle(&mut *s, &cfg, &msg) {
+                    Handled::Reply(reply) => reply,
+                    Handled::Resume(resume) => p.handle_resume(&mut *s, &cfg, &resume),
+                };
+                let pos = ctx.world.with(|w| {
+                    w.disks
+                        .parts
+                        .entry(name.clone())
+                        .or_default()
+                        .append(PartRec::Msg(p, msg))
+                });
+                (reply, pos)
+            };
+            commit(
+                &ctx.world,
+                |d| d.parts.get_mut(&name).expect("this node's log"),
+                pos,
+            )
+            .await;
+            ctx.record(|_| EventKind::Participant(reply.clone()));
+            ctx.send(&from, Msg::TccReply(reply));
+        });
+    }
+}

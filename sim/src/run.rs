@@ -1,0 +1,445 @@
+//! Running a scenario: one seed in its own madsim runtime, a sweep of seeds on several
+//! threads, and the determinism check (the same seed twice must give the same history hash).
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use madsim::rand::{Rng, thread_rng};
+use madsim::runtime::{Handle, Runtime};
+use serde::{Deserialize, Serialize};
+use sut::lottery::{CoordLog, Ledger, LotteryStore, ParticipantReply};
+use sut::store::TagSpec;
+
+use crate::checkers::{FinalState, Violation, check_all, gap_bound};
+use crate::clock::NodeClock;
+use crate::history::{Event, EventKind, Outcome};
+use crate::net::{Ctx, PORT};
+use crate::nodes;
+use crate::scenario::{FaultKind, RunSpec, Scenario};
+use crate::world::{DbRec, FaultSpan, PartRec, World};
+
+/// One bucket of the operations-over-time series.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpsBucket {
+    /// Start of the bucket, simulated ms.
+    pub t_ms: u64,
+    /// Operations that succeeded.
+    pub ok: u64,
+    /// Operations that definitely failed.
+    pub failed: u64,
+    /// Operations with no answer in time.
+    pub indeterminate: u64,
+}
+
+/// What one seed did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SeedOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// Fault kinds enabled for this seed, with weights.
+    pub enabled_faults: Vec<(FaultKind, u32)>,
+    /// Per invariant: `None` held, `Some` violated.
+    pub results: Vec<(String, Option<Violation>)>,
+    /// What each fault actually did.
+    pub coverage: BTreeMap<String, u64>,
+    /// History length.
+    pub events: u64,
+    /// Simulated ms.
+    pub sim_ms: u64,
+    /// Hash of the full history (determinism).
+    pub trace_hash: u64,
+    /// Segment IDs lost (never issued below the highest issued).
+    pub ids_lost: u64,
+    /// Faults as they happened.
+    pub faults: Vec<FaultSpan>,
+    /// Clock skew samples (node, sim ms, skew ms).
+    pub clock_samples: Vec<(String, u64, i64)>,
+    /// Operations over time, 500 ms buckets.
+    pub ops: Vec<OpsBucket>,
+    /// Per operation kind: `[ok, failed, indeterminate]`.
+    pub op_outcomes: BTreeMap<String, [u64; 3]>,
+    /// Node names.
+    pub nodes: Vec<String>,
+    /// The history itself, when asked for.
+    pub history: Option<Vec<Event>>,
+    /// Wall-clock seconds this seed took.
+    pub wall_seconds: f64,
+}
+
+impl SeedOutcome {
+    /// The violations.
+    pub fn violations(&self) -> impl Iterator<Item = &Violation> {
+        self.results.iter().filter_map(|(_, v)| v.as_ref())
+    }
+}
+
+/// Node names of a topology, in a fixed order.
+#[must_use]
+pub fn node_names(scenario: &Scenario) -> Vec<String> {
+    let mut names = vec!["db".to_owned()];
+    names.extend((1..=scenario.topology.id_nodes).map(|i| format!("id{i}")));
+    names.extend(["token", "coord", "wallet", "inventory"].map(String::from));
+    names.extend((1..=scenario.topology.clients).map(|i| format!("client{i}")));
+    names
+}
+
+/// Swarm testing: which fault kinds this seed enables, with which weights.
+fn resolve_faults(scenario: &Scenario) -> Vec<(FaultKind, u32)> {
+    let kinds = &scenario.faults.kinds;
+    if kinds.is_empty() {
+        return Vec::new();
+    }
+    let mut rng = thread_rng();
+    if !scenario.faults.swarm {
+        return kinds.iter().map(|k| (*k, 1)).collect();
+    }
+    let mut enabled = Vec::new();
+    for kind in kinds {
+        if rng.gen_bool(0.7) {
+            enabled.push((*kind, rng.gen_range(1..=10)));
+        }
+    }
+    if enabled.is_empty() {
+        enabled.push((kinds[rng.gen_range(0..kinds.len())], 1));
+    }
+    enabled
+}
+
+fn setup_disks(world: &World) {
+    world.with(|w| {
+        let s = w.spec.scenario.clone();
+        w.disks.db.append(DbRec::CreateTag(
+            nodes::id::TAG.into(),
+            TagSpec::simple(s.ids.step),
+        ));
+        w.disks.db.sync();
+        let wallet = w.disks.parts.entry("wallet".into()).or_default();
+        for user in 1..=u64::from(s.workload.users) {
+            wallet.append(PartRec::OpenAccount(user, s.workload.balance));
+        }
+        wallet.sync();
+        let inventory = w.disks.parts.entry("inventory".into()).or_default();
+        for activity in 1..=u64::from(s.workload.activities) {
+            inventory.append(PartRec::AddStock(activity, s.workload.stock));
+        }
+        inventory.sync();
+    });
+}
+
+fn hash_history(history: &[Event]) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    history.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn ops_series(history: &[Event]) -> Vec<OpsBucket> {
+    let mut buckets: BTreeMap<u64, OpsBucket> = BTreeMap::new();
+    for e in history {
+        if let EventKind::Complete { outcome, .. } = &e.kind {
+            let t_ms = e.sim_ms / 500 * 500;
+            let b = buckets.entry(t_ms).or_insert(OpsBucket {
+                t_ms,
+                ..OpsBucket::default()
+            });
+            match outcome {
+                Outcome::Ok(_) => b.ok += 1,
+                Outcome::Fail(_) => b.failed += 1,
+                Outcome::Timeout => b.indeterminate += 1,
+            }
+        }
+    }
+    buckets.into_values().collect()
+}
+
+fn op_kind(op: &crate::history::Op) -> &'static str {
+    use crate::history::Op;
+    match op {
+        Op::SegmentId => "segment_id",
+        Op::SnowflakeId => "snowflake_id",
+        Op::JwtIssue { .. } => "jwt_issue",
+        Op::JwtVerify { .. } => "jwt_verify",
+        Op::JwtRevoke { .. } => "jwt_revoke",
+        Op::OnceIssue { .. } => "once_issue",
+        Op::OnceConsume { .. } => "once_consume",
+        Op::Draw { .. } => "draw",
+    }
+}
+
+fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
+    let mut kinds: BTreeMap<(&str, u64), &'static str> = BTreeMap::new();
+    let mut out: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    for e in history {
+        match &e.kind {
+            EventKind::Invoke { op_id, op } => {
+                kinds.insert((e.node.as_str(), *op_id), op_kind(op));
+            }
+            EventKind::Complete { op_id, outcome } => {
+                let kind = kinds
+                    .get(&(e.node.as_str(), *op_id))
+                    .copied()
+                    .unwrap_or("unknown");
+                let slot = match outcome {
+                    Outcome::Ok(_) => 0,
+                    Outcome::Fail(_) => 1,
+                    Outcome::Timeout => 2,
+                };
+                out.entry(kind.to_owned()).or_default()[slot] += 1;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Replays the participants' durable logs: their replies in the order they took effect.
+fn effective_replies(world: &World) -> Vec<ParticipantReply> {
+    let logs: Vec<_> = world.with(|w| {
+        w.disks
+            .parts
+            .values()
+            .map(|wal| wal.clone().recover().0)
+            .collect()
+    });
+    let mut replies = Vec::new();
+    for records in logs {
+        let mut store = sut::lottery::MemoryStore::default();
+        replies.extend(
+            records
+                .iter()
+                .filter_map(|rec| nodes::tcc::replay(&mut store, rec)),
+        );
+    }
+    replies
+}
+
+fn final_ledger(world: &World) -> Result<Ledger, String> {
+    let (stores, coord_entries) = world.with(|w| {
+        let stores: Vec<_> = w.published.ledgers.values().cloned().collect();
+        let (entries, _) = w.disks.coord.clone().recover();
+        (stores, entries)
+    });
+    let mut parts = Vec::new();
+    for store in stores {
+        let mut s = store
+            .lock()
+            .map_err(|_| "a participant store is poisoned".to_owned())?;
+        parts.push(s.snapshot().map_err(|e| e.to_string())?);
+    }
+    let mut ledger = Ledger::merge(parts.iter()).map_err(|e| e.to_string())?;
+    let mut log = CoordLog::default();
+    for entry in &coord_entries {
+        log.append(entry).map_err(|e| e.to_string())?;
+    }
+    ledger.coord_log = log;
+    Ok(ledger)
+}
+
+async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
+    let enabled_faults = resolve_faults(&scenario);
+    let names = node_names(&scenario);
+    let world = World::new(RunSpec {
+        scenario: scenario.clone(),
+        seed,
+        faults: enabled_faults.clone(),
+    });
+    setup_disks(&world);
+    for (i, name) in names.iter().enumerate() {
+        let ip = IpAddr::V4(Ipv4Addr::new(
+            10,
+            0,
+            0,
+            u8::try_from(i + 1).expect("at most 40 nodes"),
+        ));
+        world.with(|w| {
+            w.addrs.insert(name.clone(), SocketAddr::new(ip, PORT));
+            w.names.insert(ip, name.clone());
+            w.clocks.insert(name.clone(), NodeClock::default());
+        });
+    }
+    for name in &names {
+        let ip = world.with(|w| w.addrs[name].ip());
+        let (node_world, node_name) = (world.clone(), name.clone());
+        let node = Handle::current()
+            .create_node()
+            .name(name.as_str())
+            .ip(ip)
+            .init(move || {
+                let (world, name) = (node_world.clone(), node_name.clone());
+                async move {
+                    let (ctx, inbox) = Ctx::bind(world, &name).await;
+                    nodes::main(ctx, inbox).await;
+                }
+            })
+            .build();
+        world.with(|w| w.node_ids.insert(name.clone(), node.id()));
+    }
+    world.record("nemesis", |_| EventKind::Phase("safety".into()));
+    madsim::task::spawn(crate::nemesis::run(world.clone(), scenario.run.safety_ms));
+    madsim::time::sleep(Duration::from_millis(scenario.run.safety_ms)).await;
+    world.with(|w| {
+        w.workload_stopped = true;
+        w.record("nemesis", |_| EventKind::Phase("liveness".into()));
+    });
+    crate::nemesis::heal_all(&world);
+    madsim::time::sleep(Duration::from_millis(scenario.run.liveness_ms)).await;
+
+    let ledger = final_ledger(&world);
+    let (history, coverage, faults, clock_samples, sim_ms) = world.with(|w| {
+        (
+            std::mem::take(&mut w.history),
+            w.coverage.clone(),
+            w.faults.clone(),
+            w.clock_samples.clone(),
+            w.sim_ms(),
+        )
+    });
+    let id_boots = history
+        .iter()
+        .filter(|e| e.node.starts_with("id") && matches!(e.kind, EventKind::Boot { .. }))
+        .count() as u64;
+    let stranding = id_boots
+        + [
+            "segment.fetch_failures",
+            "segment.leases_expired",
+            "segment.leases_lost",
+        ]
+        .iter()
+        .map(|k| coverage.get(*k).copied().unwrap_or(0))
+        .sum::<u64>();
+    let state = FinalState {
+        ledger: ledger.clone().unwrap_or_default(),
+        replies: effective_replies(&world),
+        gap_bound_ids: gap_bound(scenario.ids.step_max, stranding),
+    };
+    let (checked, ids_lost) = check_all(&history, &state);
+    let mut results: Vec<(String, Option<Violation>)> =
+        checked.into_iter().map(|(n, r)| (n, r.err())).collect();
+    if let Err(err) = ledger {
+        results.push((
+            "lottery.ledger".into(),
+            Some(Violation {
+                invariant: "lottery.ledger".into(),
+                event: None,
+                detail: err,
+            }),
+        ));
+    }
+    SeedOutcome {
+        seed,
+        enabled_faults,
+        results,
+        coverage,
+        events: history.len() as u64,
+        sim_ms,
+        trace_hash: hash_history(&history),
+        ids_lost,
+        faults,
+        clock_samples,
+        ops: ops_series(&history),
+        op_outcomes: op_outcomes(&history),
+        nodes: names,
+        history: keep_history.then_some(history),
+        wall_seconds: 0.0,
+    }
+}
+
+/// Runs one seed.
+#[must_use]
+pub fn run_seed(scenario: &Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
+    let started = Instant::now();
+    let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
+    let mut outcome = runtime.block_on(simulate(scenario.clone(), seed, keep_history));
+    outcome.wall_seconds = started.elapsed().as_secs_f64();
+    outcome
+}
+
+/// Runs seed `seed` twice and compares the history hashes.
+#[must_use]
+pub fn check_determinism(scenario: &Scenario, seed: u64) -> (u64, u64) {
+    let a = run_seed(scenario, seed, false).trace_hash;
+    let b = run_seed(scenario, seed, false).trace_hash;
+    (a, b)
+}
+
+/// What a sweep did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Sweep {
+    /// Per seed, in seed order.
+    pub seeds: Vec<SeedOutcome>,
+    /// Coverage summed over the sweep.
+    pub coverage: BTreeMap<String, u64>,
+    /// Fault kinds of the scenario that never took effect in the whole sweep.
+    pub vacuous_faults: Vec<FaultKind>,
+    /// Wall-clock seconds.
+    pub wall_seconds: f64,
+}
+
+impl Sweep {
+    /// Every violation with its seed.
+    pub fn violations(&self) -> impl Iterator<Item = (u64, &Violation)> {
+        self.seeds
+            .iter()
+            .flat_map(|s| s.violations().map(move |v| (s.seed, v)))
+    }
+}
+
+/// Runs `seeds` on `jobs` threads; `progress` is called after each seed.
+pub fn sweep(
+    scenario: &Scenario,
+    seeds: &[u64],
+    jobs: usize,
+    progress: &(dyn Fn(&SeedOutcome) + Sync),
+) -> Sweep {
+    let started = Instant::now();
+    let next = AtomicU64::new(0);
+    let done = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&seed) = seeds.get(usize::try_from(index).unwrap_or(usize::MAX))
+                    else {
+                        return;
+                    };
+                    let outcome = run_seed(scenario, seed, false);
+                    progress(&outcome);
+                    done.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(outcome);
+                }
+            });
+        }
+    });
+    let mut outcomes = done
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    outcomes.sort_by_key(|o| o.seed);
+    let mut coverage = BTreeMap::new();
+    for o in &outcomes {
+        for (k, v) in &o.coverage {
+            *coverage.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    let vacuous_faults = scenario
+        .faults
+        .kinds
+        .iter()
+        .copied()
+        .filter(|kind| {
+            kind.effect_counters()
+                .iter()
+                .all(|c| coverage.get(*c).copied().unwrap_or(0) == 0)
+        })
+        .collect();
+    Sweep {
+        seeds: outcomes,
+        coverage,
+        vacuous_faults,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    }
+}

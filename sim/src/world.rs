@@ -1,0 +1,326 @@
+//! The omniscient side of a run: everything that outlives a node incarnation or that the
+//! checkers and the nemesis must see. Nodes reach it only through narrow methods; it never
+//! holds protocol state a real node could not have (each node's disk, clock and published
+//! store snapshot are its own).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use madsim::task::NodeId;
+use madsim::time::Instant;
+use serde::{Deserialize, Serialize};
+use sut::clock::Now;
+use sut::lottery::{LogEntry, MemoryStore, ParticipantMsg};
+use sut::store::{MemoryIdStore, StoreCall, TagSpec};
+
+use crate::clock::NodeClock;
+use crate::disk::Wal;
+use crate::history::{Event, EventKind};
+use crate::scenario::RunSpec;
+
+/// A database-node log record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DbRec {
+    /// Setup: a tag.
+    CreateTag(String, TagSpec),
+    /// A mutating store call, with the store's clock stamped in.
+    Call(StoreCall),
+    /// A reclaim sweep at this lease-clock time.
+    Reclaim(u64),
+}
+
+/// A token-node log record: the mutating calls, with their inputs, replayed on recovery.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TokenRec {
+    /// A revocation.
+    Revoke {
+        /// The token.
+        token: String,
+        /// The node's clock then.
+        now: Now,
+    },
+    /// A one-time token issue.
+    IssueOnce {
+        /// The user.
+        user: u64,
+        /// The activity.
+        activity: String,
+        /// The random nonce drawn then.
+        nonce: u128,
+        /// The node's clock then.
+        now: Now,
+    },
+    /// A purge of expired rows.
+    Purge {
+        /// The node's clock then.
+        now: Now,
+    },
+    /// A one-time token consume.
+    ConsumeOnce {
+        /// The token.
+        token: u128,
+        /// The presenting user.
+        user: u64,
+        /// The node's clock then.
+        now: Now,
+    },
+}
+
+/// A participant-node log record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PartRec {
+    /// Setup: an account.
+    OpenAccount(u64, u64),
+    /// Setup: stock.
+    AddStock(u64, u64),
+    /// A handled message.
+    Msg(sut::lottery::Participant, ParticipantMsg),
+}
+
+/// The simulated disks.
+#[derive(Clone, Debug, Default)]
+pub struct Disks {
+    /// The database node's log.
+    pub db: Wal<DbRec>,
+    /// The token node's log.
+    pub token: Wal<TokenRec>,
+    /// The coordinator's log.
+    pub coord: Wal<LogEntry>,
+    /// Participant nodes' logs, by node name.
+    pub parts: BTreeMap<String, Wal<PartRec>>,
+}
+
+/// A fault as it happened (for reports).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultSpan {
+    /// The node (or `net`).
+    pub node: String,
+    /// The fault kind.
+    pub kind: String,
+    /// When it started (simulated ms).
+    pub start_ms: u64,
+    /// When it was healed.
+    pub end_ms: Option<u64>,
+    /// Details.
+    pub detail: String,
+}
+
+/// State published by live node incarnations for the final checks.
+#[derive(Clone, Debug, Default)]
+pub struct Published {
+    /// Participant stores by node name.
+    pub ledgers: BTreeMap<String, Arc<Mutex<MemoryStore>>>,
+    /// The database node's store.
+    pub db: Option<Arc<Mutex<MemoryIdStore>>>,
+}
+
+/// Everything shared.
+#[derive(Debug)]
+pub struct WorldState {
+    /// The run's parameters.
+    pub spec: RunSpec,
+    start: Instant,
+    /// Per-node clocks.
+    pub clocks: BTreeMap<String, NodeClock>,
+    /// The history.
+    pub history: Vec<Event>,
+    /// What each fault actually did.
+    pub coverage: BTreeMap<String, u64>,
+    /// Clogged directed links, with how many faults clog each.
+    pub clogged_links: BTreeMap<(String, String), u32>,
+    /// Nodes clogged entirely, with how many faults clog each.
+    pub clogged_nodes: BTreeMap<String, u32>,
+    /// Packet loss in parts per million.
+    pub loss_ppm: u32,
+    /// A latency spike is on.
+    pub latency_spike: bool,
+    /// Disks.
+    pub disks: Disks,
+    /// Published live state.
+    pub published: Published,
+    /// Node addresses.
+    pub addrs: BTreeMap<String, SocketAddr>,
+    /// Node names by IP (the reverse of `addrs`).
+    pub names: BTreeMap<std::net::IpAddr, String>,
+    /// madsim node ids.
+    pub node_ids: BTreeMap<String, NodeId>,
+    /// Incarnation counters.
+    pub incarnations: BTreeMap<String, u64>,
+    /// Paused nodes and since when.
+    pub paused: BTreeMap<String, u64>,
+    /// Killed nodes.
+    pub killed: BTreeSet<String>,
+    next_instance: u64,
+    next_xid: u64,
+    /// Faults as they happened.
+    pub faults: Vec<FaultSpan>,
+    /// Clock offset samples (node, sim ms, skew ms).
+    pub clock_samples: Vec<(String, u64, i64)>,
+    /// The workload stops when this is set (end of the safety phase).
+    pub workload_stopped: bool,
+}
+
+/// A handle on the shared state.
+#[derive(Clone, Debug)]
+pub struct World(Arc<Mutex<WorldState>>);
+
+impl World {
+    /// A new world for `spec`; must be created inside the simulation (it reads the clock).
+    #[must_use]
+    pub fn new(spec: RunSpec) -> Self {
+        Self(Arc::new(Mutex::new(WorldState {
+            spec,
+            start: Instant::now(),
+            clocks: BTreeMap::new(),
+            history: Vec::new(),
+            coverage: BTreeMap::new(),
+            clogged_links: BTreeMap::new(),
+            clogged_nodes: BTreeMap::new(),
+            loss_ppm: 0,
+            latency_spike: false,
+            disks: Disks::default(),
+            published: Published::default(),
+            addrs: BTreeMap::new(),
+            names: BTreeMap::new(),
+            node_ids: BTreeMap::new(),
+            incarnations: BTreeMap::new(),
+            paused: BTreeMap::new(),
+            killed: BTreeSet::new(),
+            next_instance: 1,
+            next_xid: 1,
+            faults: Vec::new(),
+            clock_samples: Vec::new(),
+            workload_stopped: false,
+        })))
+    }
+
+    /// Locks the state. Never hold the guard across an `.await`.
+    pub fn lock(&self) -> MutexGuard<'_, WorldState> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the state.
+    pub fn with<R>(&self, f: impl FnOnce(&mut WorldState) -> R) -> R {
+        f(&mut self.lock())
+    }
+
+    /// Simulated ms since the start of the run.
+    #[must_use]
+    pub fn sim_ms(&self) -> u64 {
+        self.lock().sim_ms()
+    }
+
+    /// `node`'s clock reading now.
+    #[must_use]
+    pub fn now(&self, node: &str) -> Now {
+        self.lock().now(node)
+    }
+
+    /// Records an event; `make` receives the event's sequence number.
+    pub fn record(&self, node: &str, make: impl FnOnce(u64) -> EventKind) -> u64 {
+        self.lock().record(node, make)
+    }
+
+    /// Adds `n` to a coverage counter.
+    pub fn count(&self, key: &str, n: u64) {
+        self.lock().count(key, n);
+    }
+}
+
+impl WorldState {
+    /// Simulated ms since the start of the run.
+    #[must_use]
+    pub fn sim_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// `node`'s clock reading now.
+    #[must_use]
+    pub fn now(&self, node: &str) -> Now {
+        let sim_ms = self.sim_ms();
+        self.clocks
+            .get(node)
+            .map_or_else(|| NodeClock::default().now(sim_ms), |c| c.now(sim_ms))
+    }
+
+    /// Records an event.
+    pub fn record(&mut self, node: &str, make: impl FnOnce(u64) -> EventKind) -> u64 {
+        let seq = self.history.len() as u64;
+        let now = self.now(node);
+        let sim_ms = self.sim_ms();
+        self.history.push(Event {
+            seq,
+            sim_ms,
+            node: node.to_owned(),
+            wall_ms: now.wall_ms,
+            kind: make(seq),
+        });
+        seq
+    }
+
+    /// Adds `n` to a coverage counter.
+    pub fn count(&mut self, key: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.coverage.get_mut(key) {
+            Some(value) => *value += n,
+            None => {
+                self.coverage.insert(key.to_owned(), n);
+            }
+        }
+    }
+
+    /// A fresh process-incarnation id (allocator instance, worker holder).
+    pub fn next_instance(&mut self) -> u64 {
+        let id = self.next_instance;
+        self.next_instance += 1;
+        id
+    }
+
+    /// A fresh draw xid (stands in for an ID from the ID service).
+    pub fn next_xid(&mut self) -> u64 {
+        let id = self.next_xid;
+        self.next_xid += 1;
+        id
+    }
+
+    /// Whether a message from `from` to `to` would be dropped by a partition now.
+    #[must_use]
+    pub fn partitioned(&self, from: &str, to: &str) -> bool {
+        self.clogged_nodes.contains_key(from)
+            || self.clogged_nodes.contains_key(to)
+            || self
+                .clogged_links
+                .contains_key(&(from.to_owned(), to.to_owned()))
+    }
+
+    /// The server nodes (everything but clients), in a fixed order.
+    #[must_use]
+    pub fn server_nodes(&self) -> Vec<String> {
+        self.addrs
+            .keys()
+            .filter(|n| !n.starts_with("client"))
+            .cloned()
+            .collect()
+    }
+
+    /// Changes a node's clock, sampling its skew just before and just after (so the report's
+    /// clock lane shows jumps as jumps and drift as slopes).
+    pub fn adjust_clock(&mut self, node: &str, change: impl FnOnce(&mut NodeClock, u64)) {
+        self.sample_clock(node);
+        let now = self.sim_ms();
+        change(self.clocks.entry(node.to_owned()).or_default(), now);
+        self.sample_clock(node);
+    }
+
+    /// Samples a node's clock skew (for the report's clock lane).
+    pub fn sample_clock(&mut self, node: &str) {
+        let sim_ms = self.sim_ms();
+        let skew = self.clocks.get(node).map_or(0, |c| c.skew_ms(sim_ms));
+        self.clock_samples.push((node.to_owned(), sim_ms, skew));
+    }
+}

@@ -1,0 +1,61 @@
+//! Every named scenario is deterministic: the same seed twice gives the same history hash, and
+//! another seed gives another history. (Short runs, so the test stays quick in debug builds.)
+
+use sim::run::run_seed;
+use sim::scenario::Scenario;
+
+fn scenarios() -> Vec<Scenario> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/scenarios");
+    let mut found: Vec<Scenario> = std::fs::read_dir(&dir)
+        .expect("the scenarios folder")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("readable scenario");
+            Scenario::parse(&path.display().to_string(), &text).expect("valid scenario")
+        })
+        .collect();
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
+}
+
+#[test]
+fn every_named_scenario_replays_exactly() {
+    let all = scenarios();
+    assert!(
+        all.len() >= 10,
+        "expected the ten named scenarios, found {}",
+        all.len()
+    );
+    for mut scenario in all {
+        scenario.run.safety_ms = 1_500;
+        scenario.run.liveness_ms = 2_500;
+        let a = run_seed(&scenario, 7, false);
+        let b = run_seed(&scenario, 7, false);
+        assert_eq!(
+            a.trace_hash, b.trace_hash,
+            "{}: seed 7 gave two different histories",
+            scenario.name
+        );
+        assert_eq!(a.events, b.events, "{}", scenario.name);
+        assert!(
+            a.events > 500,
+            "{}: the run did almost nothing ({} events)",
+            scenario.name,
+            a.events
+        );
+        let c = run_seed(&scenario, 8, false);
+        assert_ne!(
+            a.trace_hash, c.trace_hash,
+            "{}: seeds 7 and 8 gave the same history",
+            scenario.name
+        );
+        for (name, violation) in &a.results {
+            assert!(
+                violation.is_none(),
+                "{}: {name} violated on seed 7: {violation:?}",
+                scenario.name
+            );
+        }
+    }
+}
