@@ -301,6 +301,8 @@ pub struct Snowflake {
     instance: InstanceId,
     lease_ms: u64,
     lease_expiry_ms: Mutex<u64>,
+    /// Monotonic time of the last successful renewal.
+    renewed_mono_ms: Mutex<u64>,
     clock: RealClock,
     released: AtomicBool,
 }
@@ -332,6 +334,7 @@ impl Snowflake {
             instance,
             lease_ms,
             lease_expiry_ms: Mutex::new(lease.lease_expiry_ms),
+            renewed_mono_ms: Mutex::new(now.mono_ms),
             clock,
             released: AtomicBool::new(false),
         })
@@ -362,6 +365,7 @@ impl Snowflake {
             Ok(lease) => {
                 w.handle_reserved(lease.reserved_ts);
                 *lock(&self.lease_expiry_ms) = lease.lease_expiry_ms;
+                *lock(&self.renewed_mono_ms) = now.mono_ms;
                 Ok(())
             }
             Err(e @ StoreError::WorkerLeaseLost { .. }) => {
@@ -375,17 +379,25 @@ impl Snowflake {
         }
     }
 
-    /// Background upkeep: renew the lease, keep the reservation ahead. Blocking.
+    /// Background upkeep: keep the reservation ahead of the clock, and renew the lease every
+    /// third of its length. Blocking.
     pub fn tick(&self) -> Result<(), String> {
         if self.released.load(Ordering::Acquire) {
             return Ok(());
         }
+        let now = self.clock.now();
         let wanted = {
             let mut w = lock(&self.worker);
-            w.reserve_ahead(self.clock.now().wall_ms);
+            w.reserve_ahead(now.wall_ms);
             w.poll_reservation()
         };
-        self.persist(wanted.unwrap_or(0))
+        let renew_due =
+            now.mono_ms.saturating_sub(*lock(&self.renewed_mono_ms)) >= self.lease_ms / 3;
+        match wanted {
+            Some(ts) => self.persist(ts),
+            None if renew_due => self.persist(0),
+            None => Ok(()),
+        }
     }
 
     /// One ID: waits out short clock waits and reservation writes, at most
