@@ -300,6 +300,8 @@ async fn client_mistakes_are_4xx_naming_the_field() {
         ("/snowflake/decode/-1", StatusCode::BAD_REQUEST, "id"),
         ("/noop?delay_ms=999999", StatusCode::BAD_REQUEST, "delay_ms"),
         ("/no/such/route", StatusCode::NOT_FOUND, "path"),
+        ("/id/%FF", StatusCode::BAD_REQUEST, "tag"),
+        ("/tokens", StatusCode::METHOD_NOT_ALLOWED, "method"),
     ];
     for (path, status, name) in cases {
         let (s, v) = api.get(path).await;

@@ -37,8 +37,8 @@ use crate::store::{
 
 /// Longest tag name, in bytes.
 pub const TAG_LEN_MAX_BYTES: usize = 64;
-/// Most tags one server serves.
-pub const TAGS_MAX: usize = 1024;
+/// Most tags one server serves (each has its own SQLite connection).
+pub const TAGS_MAX: usize = 256;
 /// Namespace of the server's Snowflake worker leases.
 pub const SNOWFLAKE_NAMESPACE: &str = "snowflake";
 /// Key of the durable counter that numbers process incarnations.

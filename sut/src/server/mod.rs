@@ -387,6 +387,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(admitted)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_MAX_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         .with_state(state)
@@ -434,6 +435,23 @@ async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Respo
 
 async fn not_found() -> ApiError {
     ApiError::field(StatusCode::NOT_FOUND, "path", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::field(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method",
+        "method not allowed on this route",
+    )
+}
+
+/// A path segment as text; a segment that is not valid UTF-8 is a 400 naming `field`.
+fn segment(
+    path: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+    field: &str,
+) -> Result<String, ApiError> {
+    path.map(|UrlPath(s)| s)
+        .map_err(|e| ApiError::bad(field, format!("bad path segment: {}", e.body_text())))
 }
 
 fn query_u64(query: Option<&str>, name: &str) -> Result<Option<u64>, ApiError> {
@@ -486,9 +504,9 @@ struct IdBody {
 
 async fn next_id(
     State(state): State<AppState>,
-    UrlPath(tag): UrlPath<String>,
+    tag: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<IdBody>, ApiError> {
-    let ids = tag_ids(&state, tag).await?;
+    let ids = tag_ids(&state, segment(tag, "tag")?).await?;
     let id = ids.next_id()?;
     state.metrics.ids_issued.fetch_add(1, Ordering::Relaxed);
     Ok(Json(IdBody { id }))
@@ -501,9 +519,10 @@ struct IdsBody {
 
 async fn next_ids(
     State(state): State<AppState>,
-    UrlPath(tag): UrlPath<String>,
+    tag: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<IdsBody>, ApiError> {
+    let tag = segment(tag, "tag")?;
     let n = query_u64(query.as_deref(), "n")?
         .ok_or_else(|| ApiError::bad("n", "query parameter n is required"))?;
     if n == 0 || n > BATCH_IDS_MAX {
@@ -529,9 +548,9 @@ async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiErr
 
 async fn decode(
     State(state): State<AppState>,
-    UrlPath(id): UrlPath<String>,
+    id: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<crate::snowflake::Decoded>, ApiError> {
-    let id: u64 = id
+    let id: u64 = segment(id, "id")?
         .parse()
         .map_err(|_| ApiError::bad("id", "id must be a non-negative 64-bit integer"))?;
     Ok(Json(state.snowflake.decode(id)))
