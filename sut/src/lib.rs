@@ -26,4 +26,5 @@ pub mod snowflake;
 pub mod store;
 
 pub mod lottery;
+pub mod server;
 pub mod token;

@@ -1,0 +1,114 @@
+//! `sut-server`: the real HTTP server over the `sut` state machines (see `sut::server`).
+//!
+//! Prints `listening on ADDR` as its first line of standard output, serves until SIGTERM or
+//! Ctrl-C, then shuts down gracefully (in-flight requests finish, segment leases and the
+//! Snowflake worker are released, counters flushed, the lottery writer drained).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use sut::server::admission::AdmissionConfig;
+use sut::server::lottery::LotteryStoreKind;
+use sut::server::{ServerConfig, start};
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sut-server",
+    about = "HTTP server for segment/Snowflake IDs, tokens and the TCC lottery"
+)]
+struct Args {
+    /// SQLite file of the ID store (tokens and the lottery journal are kept beside it).
+    #[arg(long)]
+    db: PathBuf,
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Requests handled at once.
+    #[arg(long, default_value_t = 512)]
+    in_flight_max: usize,
+    /// Requests allowed to wait for a slot.
+    #[arg(long, default_value_t = 1024)]
+    queue_max: usize,
+    /// Longest wait for a slot, in ms.
+    #[arg(long, default_value_t = 100)]
+    queue_wait_ms: u64,
+    /// Runtime worker threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// File holding the JWT HMAC secret (at least 32 bytes); random per start if absent.
+    #[arg(long)]
+    jwt_secret_file: Option<PathBuf>,
+    /// Winning draws per thousand when a draw request does not say.
+    #[arg(long, default_value_t = 100)]
+    win_per_mille: u32,
+    /// The lottery's store.
+    #[arg(long, value_enum, default_value_t = LotteryStoreKind::Journal)]
+    lottery_store: LotteryStoreKind,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(n) = args.threads {
+        builder.worker_threads(n.max(1));
+    }
+    let runtime = match builder.build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sut-server: runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sut-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let mut cfg = ServerConfig::new(&args.db);
+    cfg.admission = AdmissionConfig {
+        in_flight_max: args.in_flight_max,
+        queue_max: args.queue_max,
+        queue_wait_ms: args.queue_wait_ms,
+        ..AdmissionConfig::default()
+    };
+    cfg.win_per_mille = args.win_per_mille;
+    cfg.lottery_store = args.lottery_store;
+    if let Some(path) = &args.jwt_secret_file {
+        cfg.jwt_secret = Some(std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    let server = start(cfg, args.listen).await?;
+    println!("listening on {}", server.addr);
+    wait_for_signal().await;
+    eprintln!("sut-server: shutting down");
+    server.shutdown().await
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

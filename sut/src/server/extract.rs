@@ -1,0 +1,99 @@
+//! Request-body extraction that names the offending field.
+//!
+//! axum's own `Json` rejection is plain text; [`JsonBody`] reads the (size-limited) body and
+//! deserializes it with `serde_path_to_error`, so a bad value is reported as
+//! `{"error": "...", "field": "amount"}` and a missing one by its name.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// A JSON body of type `T`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JsonBody<T>(pub T);
+
+/// The field a serde error is about: the path, or the name in "missing field `x`".
+fn field_of(path: &str, message: &str) -> String {
+    if !path.is_empty() && path != "." && path != "?" {
+        return path.to_owned();
+    }
+    for prefix in ["missing field `", "unknown field `"] {
+        if let Some(rest) = message.strip_prefix(prefix)
+            && let Some(end) = rest.find('`')
+        {
+            return rest[..end].to_owned();
+        }
+    }
+    "body".to_owned()
+}
+
+/// Deserializes `bytes` as `T`, naming the field on failure.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let message = inner.to_string();
+        let field = field_of(&path, &message);
+        let status = if inner.is_syntax() || inner.is_eof() {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        ApiError::field(status, &field, format!("invalid JSON body: {message}"))
+    })
+}
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            let status = rejection.status();
+            let error = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "request body too large".to_owned()
+            } else {
+                format!("cannot read the request body: {}", rejection.body_text())
+            };
+            ApiError::field(status, "body", error)
+        })?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Req {
+        user: u64,
+        amount: u64,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Strict {
+        user: u64,
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse_json::<Req>(br#"{"user": 1, "amount": -5}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("amount"));
+        assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+        let e = parse_json::<Req>(br#"{"user": 1}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("amount"));
+        let e = parse_json::<Req>(br#"{"user": 1,"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("body"));
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(parse_json::<Req>(br#"{"user": 1, "amount": 5}"#).is_ok());
+        let e = parse_json::<Strict>(br#"{"user": 1, "x": 5}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("x"));
+    }
+}

@@ -1,0 +1,808 @@
+//! `sut-server`: the real HTTP driver of the `sut` state machines (DESIGN.md, "One state
+//! machine, three drivers": tokio + axum + SQLite).
+//!
+//! Handlers are thin: they parse, call a state machine or store through its driver here, and
+//! map typed answers to HTTP. The drivers:
+//!
+//! - [`ids`]: segment IDs per tag through [`crate::segment::ConcurrentIds`] (lock-free hot
+//!   path), a Snowflake worker on a leased worker id with persisted time reservations;
+//! - [`tokens`]: [`crate::token::TokenService`] over the SQLite token store;
+//! - [`lottery`]: the TCC coordinator and participants on one writer thread with group commit;
+//! - [`admission`]: bounded concurrency and queueing, 503 + `Retry-After` beyond;
+//! - [`metrics`]: Prometheus counters; [`clock`]: the one place clocks are read.
+//!
+//! Files: the ID store is the `--db` file; tokens and the lottery journal live beside it
+//! (`<db>.tokens`, `<db>.lottery`) so that a lottery group commit never holds the write lock a
+//! token or segment write waits for.
+//!
+//! Routes: `GET /id/{tag}`, `GET /id/{tag}/batch?n=`, `GET /snowflake`,
+//! `GET /snowflake/decode/{id}`, `GET /health`, `POST /tokens`, `POST /tokens/verify`,
+//! `POST /tokens/revoke`, `POST /tokens/once`, `POST /tokens/once/consume`,
+//! `POST /lottery/draw`, `GET /ledger`, `GET /metrics`, `POST /admin/tags`,
+//! `POST /admin/accounts`, `POST /admin/stock`, and `GET /noop` (an empty handler: the
+//! baseline for throughput ratios; `?delay_ms=` holds the request, for overload tests).
+
+pub mod admission;
+pub mod clock;
+pub mod error;
+pub mod extract;
+pub mod ids;
+pub mod lottery;
+pub mod metrics;
+pub mod tokens;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path as UrlPath, RawQuery, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use self::admission::{Admission, AdmissionConfig};
+use self::clock::RealClock;
+use self::error::ApiError;
+use self::extract::JsonBody;
+use self::ids::{Snowflake, Tags, lock};
+use self::lottery::{Lottery, LotteryStoreKind};
+use self::metrics::Metrics;
+use self::tokens::Tokens;
+use crate::lottery::{ActivityId, DrawArgs, UserId, Xid};
+use crate::snowflake::WorkerConfig;
+use crate::store::{CounterDurability, IdStore, SqliteIdStore, TagSpec};
+use crate::token::{SigningKey, SqliteTokenStore, TokenConfig, TokenService};
+
+/// Largest request body, in bytes.
+pub const BODY_MAX_BYTES: usize = 16 * 1024;
+/// Largest `n` of `/id/{tag}/batch`.
+pub const BATCH_IDS_MAX: u64 = 1000;
+/// Longest `delay_ms` of `/noop`.
+pub const NOOP_DELAY_MS_MAX: u64 = 5_000;
+/// The tag draws take their xids from.
+pub const XID_TAG: &str = "lottery.xid";
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The SQLite file of the ID store (tokens and lottery beside it).
+    pub db: PathBuf,
+    /// Admission limits.
+    pub admission: AdmissionConfig,
+    /// IDs published to the lock-free front at a time.
+    pub block_ids: u64,
+    /// Snowflake worker lease length.
+    pub worker_lease_ms: u64,
+    /// Allocator upkeep period (`ConcurrentIds::tick`, Snowflake lease renewal).
+    pub tick_ms: u64,
+    /// Reclaim sweep period.
+    pub reclaim_ms: u64,
+    /// HMAC secret for JWTs (at least 32 bytes); random per start when `None`.
+    pub jwt_secret: Option<Vec<u8>>,
+    /// Winning draws per thousand when the request does not say.
+    pub win_per_mille: u32,
+    /// The lottery's store.
+    pub lottery_store: LotteryStoreKind,
+}
+
+impl ServerConfig {
+    /// Defaults for a database file.
+    #[must_use]
+    pub fn new(db: &Path) -> Self {
+        Self {
+            db: db.to_owned(),
+            admission: AdmissionConfig::default(),
+            block_ids: 4096,
+            worker_lease_ms: 30_000,
+            tick_ms: 200,
+            reclaim_ms: 5_000,
+            jwt_secret: None,
+            win_per_mille: 100,
+            lottery_store: LotteryStoreKind::Journal,
+        }
+    }
+}
+
+fn sibling(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Everything the handlers share.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The clock.
+    pub clock: RealClock,
+    /// Segment IDs.
+    pub tags: Arc<Tags>,
+    /// Snowflake.
+    pub snowflake: Arc<Snowflake>,
+    /// Tokens.
+    pub tokens: Tokens,
+    /// The lottery writer.
+    pub lottery: Arc<Lottery>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Admission gate.
+    pub admission: Arc<Admission>,
+    /// The ID store connection for admin calls and sweeps.
+    pub control: Arc<Mutex<SqliteIdStore>>,
+    win_per_mille: u32,
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct Server {
+    /// The bound address.
+    pub addr: SocketAddr,
+    state: AppState,
+    shutdown: watch::Sender<bool>,
+    serve: tokio::task::JoinHandle<std::io::Result<()>>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn secret(cfg: &ServerConfig) -> Result<Vec<u8>, String> {
+    if let Some(s) = &cfg.jwt_secret {
+        return Ok(s.clone());
+    }
+    let mut buf = vec![0u8; 32];
+    getrandom::fill(&mut buf).map_err(|e| format!("randomness: {e}"))?;
+    Ok(buf)
+}
+
+/// Opens the stores, leases the Snowflake worker, binds `listen` and serves until
+/// [`Server::shutdown`].
+///
+/// # Errors
+/// A store cannot be opened, the worker lease cannot be had, or the address cannot be bound.
+pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, String> {
+    let clock = RealClock::new();
+    let metrics = Arc::new(Metrics::default());
+    let db = cfg.db.clone();
+    let setup = {
+        let cfg = cfg.clone();
+        let metrics = Arc::clone(&metrics);
+        tokio::task::spawn_blocking(move || -> Result<_, String> {
+            let mut control = SqliteIdStore::open(&db, CounterDurability::EveryWrite)
+                .map_err(|e| format!("id store {}: {e}", db.display()))?;
+            let instance = ids::next_instance(&mut control, clock.now())
+                .map_err(|e| format!("instance id: {e}"))?;
+            match control.create_tag(XID_TAG, &TagSpec::simple(1000)) {
+                Ok(_) | Err(crate::store::StoreError::TagExists(_)) => {}
+                Err(e) => return Err(format!("xid tag: {e}")),
+            }
+            let control = Arc::new(Mutex::new(control));
+            let tags = Arc::new(Tags::new(
+                &db,
+                instance,
+                clock,
+                cfg.block_ids,
+                Arc::clone(&control),
+            ));
+            let snowflake = Arc::new(Snowflake::start(
+                WorkerConfig {
+                    reserve_ahead_ms: ids::SNOWFLAKE_RESERVE_AHEAD_MS,
+                    ..WorkerConfig::default()
+                },
+                Arc::clone(&control),
+                instance,
+                cfg.worker_lease_ms,
+                clock,
+            )?);
+            let key = SigningKey::new("sut-server", secret(&cfg)?).map_err(|e| e.to_string())?;
+            let token_cfg = TokenConfig::default();
+            let token_store = SqliteTokenStore::open(&sibling(&db, ".tokens"), token_cfg.limits)
+                .map_err(|e| format!("token store: {e}"))?;
+            let tokens = Arc::new(Mutex::new(
+                TokenService::new(token_cfg, key, token_store).map_err(|e| e.to_string())?,
+            ));
+            let lottery = Arc::new(lottery::open(
+                cfg.lottery_store,
+                &sibling(&db, ".lottery"),
+                clock,
+                metrics,
+            )?);
+            Ok((control, tags, snowflake, tokens, lottery))
+        })
+    };
+    let (control, tags, snowflake, tokens, lottery) =
+        setup.await.map_err(|e| format!("setup task: {e}"))??;
+    let state = AppState {
+        clock,
+        tags,
+        snowflake,
+        tokens,
+        lottery,
+        metrics,
+        admission: Arc::new(Admission::new(cfg.admission)),
+        control,
+        win_per_mille: cfg.win_per_mille.min(1000),
+    };
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("bind {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let (shutdown, mut rx) = watch::channel(false);
+    let app = router(state.clone());
+    let serve = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+    let background = spawn_background(&state, &cfg, &shutdown);
+    Ok(Server {
+        addr,
+        state,
+        shutdown,
+        serve,
+        background,
+    })
+}
+
+fn spawn_background(
+    state: &AppState,
+    cfg: &ServerConfig,
+    shutdown: &watch::Sender<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let every = |period_ms: u64, work: Arc<dyn Fn() + Send + Sync>| {
+        let mut stop = shutdown.subscribe();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_millis(period_ms.max(1)));
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = interval.tick() => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                let work = Arc::clone(&work);
+                if tokio::task::spawn_blocking(move || work()).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let upkeep = {
+        let state = state.clone();
+        Arc::new(move || {
+            for (_, ids) in state.tags.all() {
+                ids.tick();
+            }
+            if let Err(e) = state.snowflake.tick() {
+                eprintln!("snowflake upkeep: {e}");
+            }
+        })
+    };
+    let sweep = {
+        let state = state.clone();
+        Arc::new(move || {
+            let now = state.clock.now();
+            match lock(&state.control).reclaim_expired(now.wall_ms) {
+                Ok(tails) => {
+                    state.metrics.reclaim_sweeps.fetch_add(1, Ordering::Relaxed);
+                    state
+                        .metrics
+                        .reclaimed_tails
+                        .fetch_add(tails.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => eprintln!("reclaim sweep: {e}"),
+            }
+        })
+    };
+    vec![every(cfg.tick_ms, upkeep), every(cfg.reclaim_ms, sweep)]
+}
+
+impl Server {
+    /// The shared state (tests).
+    #[must_use]
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Stops at once without releasing anything: segment leases, the Snowflake worker lease and
+    /// unflushed state are left as a crash would leave them (the lottery writer stops after the
+    /// commands it holds; what it committed is on disk either way). For restart tests.
+    pub fn abort(self) {
+        self.serve.abort();
+        for task in &self.background {
+            task.abort();
+        }
+        self.state.lottery.stop();
+    }
+
+    /// Graceful shutdown: stop accepting, finish in-flight requests, stop the background
+    /// tasks, return unissued segment IDs to their pools, release the Snowflake worker (its
+    /// reservation is persisted already), flush counters and stop the lottery writer after
+    /// the commands it holds.
+    ///
+    /// # Errors
+    /// The server task failed, or a release failed (listed).
+    pub async fn shutdown(self) -> Result<(), String> {
+        let _ = self.shutdown.send(true);
+        let served = self.serve.await;
+        for task in self.background {
+            let _ = task.await;
+        }
+        let state = self.state;
+        let released = tokio::task::spawn_blocking(move || {
+            let mut errors = Vec::new();
+            for (_, ids) in state.tags.all() {
+                ids.shutdown();
+            }
+            if let Err(e) = state.snowflake.release() {
+                errors.push(format!("snowflake release: {e}"));
+            }
+            if let Err(e) = lock(&state.control).flush_counters() {
+                errors.push(format!("flush counters: {e}"));
+            }
+            state.lottery.stop();
+            errors
+        })
+        .await
+        .map_err(|e| format!("shutdown task: {e}"))?;
+        match served {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("server: {e}")),
+            Err(e) => return Err(format!("server task: {e}")),
+        }
+        if released.is_empty() {
+            Ok(())
+        } else {
+            Err(released.join("; "))
+        }
+    }
+}
+
+/// The router with every route, admission control and request counting.
+pub fn router(state: AppState) -> Router {
+    let admitted = Router::new()
+        .route("/noop", get(noop))
+        .route("/id/{tag}", get(next_id))
+        .route("/id/{tag}/batch", get(next_ids))
+        .route("/snowflake", get(snowflake))
+        .route("/snowflake/decode/{id}", get(decode))
+        .route("/tokens", post(tokens::issue))
+        .route("/tokens/verify", post(tokens::verify))
+        .route("/tokens/revoke", post(tokens::revoke))
+        .route("/tokens/once", post(tokens::once_issue))
+        .route("/tokens/once/consume", post(tokens::once_consume))
+        .route("/lottery/draw", post(draw))
+        .route("/ledger", get(ledger))
+        .route("/admin/tags", post(create_tag))
+        .route("/admin/accounts", post(open_accounts))
+        .route("/admin/stock", post(add_stock))
+        .route_layer(middleware::from_fn_with_state(state.clone(), admit));
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .merge(admitted)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_MAX_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), count))
+        .with_state(state)
+}
+
+async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let response = next.run(req).await;
+    state.metrics.count_request(
+        route.as_deref().unwrap_or(metrics::UNMATCHED),
+        response.status().as_u16(),
+    );
+    response
+}
+
+async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match state.admission.admit().await {
+        Ok((slot, waited)) => {
+            if waited {
+                state
+                    .metrics
+                    .overload_queued
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            let response = next.run(req).await;
+            drop(slot);
+            response
+        }
+        Err(why) => {
+            state
+                .metrics
+                .overload_rejected
+                .fetch_add(1, Ordering::Relaxed);
+            ApiError::unavailable(
+                format!("overloaded ({why:?}), retry later"),
+                state.admission.config().retry_after_s,
+            )
+            .into_response()
+        }
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::field(StatusCode::NOT_FOUND, "path", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::field(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method",
+        "method not allowed on this route",
+    )
+}
+
+/// A path segment as text; a segment that is not valid UTF-8 is a 400 naming `field`.
+fn segment(
+    path: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+    field: &str,
+) -> Result<String, ApiError> {
+    path.map(|UrlPath(s)| s)
+        .map_err(|e| ApiError::bad(field, format!("bad path segment: {}", e.body_text())))
+}
+
+fn query_u64(query: Option<&str>, name: &str) -> Result<Option<u64>, ApiError> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == name {
+            return v.parse::<u64>().map(Some).map_err(|_| {
+                ApiError::bad(name, format!("{name} must be a non-negative integer"))
+            });
+        }
+    }
+    Ok(None)
+}
+
+#[derive(Serialize)]
+struct Ok1 {
+    ok: bool,
+}
+
+async fn noop(RawQuery(query): RawQuery) -> Result<Json<Ok1>, ApiError> {
+    if let Some(ms) = query_u64(query.as_deref(), "delay_ms")? {
+        if ms > NOOP_DELAY_MS_MAX {
+            return Err(ApiError::bad(
+                "delay_ms",
+                format!("delay_ms must be at most {NOOP_DELAY_MS_MAX}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    Ok(Json(Ok1 { ok: true }))
+}
+
+async fn tag_ids(state: &AppState, tag: String) -> Result<Arc<ids::TagIds>, ApiError> {
+    if let Some(ids) = state.tags.loaded(&tag) {
+        return Ok(ids);
+    }
+    let tags = Arc::clone(&state.tags);
+    tokio::task::spawn_blocking(move || tags.get(&tag))
+        .await
+        .map_err(|e| ApiError::internal(format!("worker task: {e}")))?
+}
+
+#[derive(Serialize)]
+struct IdBody {
+    id: u64,
+}
+
+async fn next_id(
+    State(state): State<AppState>,
+    tag: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<IdBody>, ApiError> {
+    let ids = tag_ids(&state, segment(tag, "tag")?).await?;
+    let id = ids.next_id()?;
+    state.metrics.ids_issued.fetch_add(1, Ordering::Relaxed);
+    Ok(Json(IdBody { id }))
+}
+
+#[derive(Serialize)]
+struct IdsBody {
+    ids: Vec<u64>,
+}
+
+async fn next_ids(
+    State(state): State<AppState>,
+    tag: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<IdsBody>, ApiError> {
+    let tag = segment(tag, "tag")?;
+    let n = query_u64(query.as_deref(), "n")?
+        .ok_or_else(|| ApiError::bad("n", "query parameter n is required"))?;
+    if n == 0 || n > BATCH_IDS_MAX {
+        return Err(ApiError::bad(
+            "n",
+            format!("n must be within 1..={BATCH_IDS_MAX}"),
+        ));
+    }
+    let ids = tag_ids(&state, tag).await?;
+    let ids = ids.next_ids(n)?;
+    state.metrics.ids_issued.fetch_add(n, Ordering::Relaxed);
+    Ok(Json(IdsBody { ids }))
+}
+
+async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiError> {
+    let id = state.snowflake.next_id().await?;
+    state
+        .metrics
+        .snowflake_issued
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(Json(IdBody { id }))
+}
+
+async fn decode(
+    State(state): State<AppState>,
+    id: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<crate::snowflake::Decoded>, ApiError> {
+    let id: u64 = segment(id, "id")?
+        .parse()
+        .map_err(|_| ApiError::bad("id", "id must be a non-negative 64-bit integer"))?;
+    Ok(Json(state.snowflake.decode(id)))
+}
+
+#[derive(Serialize)]
+struct HealthBody {
+    instance: u64,
+    tags: Vec<crate::segment::Health>,
+    snowflake: ids::SnowflakeView,
+    in_flight: usize,
+    queued: usize,
+}
+
+async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiError> {
+    let s = state.clone();
+    let tags = tokio::task::spawn_blocking(move || {
+        s.tags
+            .all()
+            .into_iter()
+            .map(|(_, ids)| ids.health())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("worker task: {e}")))?;
+    Ok(Json(HealthBody {
+        instance: state.tags.instance().0,
+        tags,
+        snowflake: state.snowflake.view(),
+        in_flight: state.admission.in_flight(),
+        queued: state.admission.queued(),
+    }))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let s = state.clone();
+    let healths = tokio::task::spawn_blocking(move || {
+        s.tags
+            .all()
+            .into_iter()
+            .map(|(_, ids)| ids.health())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    let mut extra = Vec::new();
+    for h in &healths {
+        let tag = metrics::escape(&h.tag);
+        extra.push((
+            format!("sut_allocator_reloads_total{{tag=\"{tag}\"}}"),
+            "Segments granted to this server, per tag.",
+            h.stats.reloads.to_string(),
+        ));
+    }
+    for h in &healths {
+        let tag = metrics::escape(&h.tag);
+        extra.push((
+            format!("sut_allocator_issued_total{{tag=\"{tag}\"}}"),
+            "IDs the allocator handed to the front (blocks), per tag.",
+            h.stats.issued.to_string(),
+        ));
+    }
+    for h in &healths {
+        let tag = metrics::escape(&h.tag);
+        extra.push((
+            format!("sut_allocator_fetch_failures_total{{tag=\"{tag}\"}}"),
+            "Failed segment fetches, per tag.",
+            h.stats.fetch_failures.to_string(),
+        ));
+    }
+    let sf = state.snowflake.view();
+    extra.push((
+        "sut_snowflake_reserved_ts".to_owned(),
+        "The persisted Snowflake time reservation (time units).",
+        sf.reserved_ts.to_string(),
+    ));
+    extra.push((
+        "sut_snowflake_rollback_refusals_total".to_owned(),
+        "Snowflake refusals for a backward clock.",
+        sf.stats.rollback_refusals.to_string(),
+    ));
+    extra.push((
+        "sut_admission_in_flight".to_owned(),
+        "Requests running now.",
+        state.admission.in_flight().to_string(),
+    ));
+    extra.push((
+        "sut_admission_queued".to_owned(),
+        "Requests waiting for a slot now.",
+        state.admission.queued().to_string(),
+    ));
+    let stats = lock(&state.tokens).revocation_stats();
+    extra.push((
+        "sut_token_bloom_negatives_total".to_owned(),
+        "Revocation checks the Bloom filter answered alone.",
+        stats.bloom_negatives.to_string(),
+    ));
+    extra.push((
+        "sut_token_exact_lookups_total".to_owned(),
+        "Revocation checks that went on to the exact set.",
+        stats.exact_lookups.to_string(),
+    ));
+    let body = state.metrics.render(&extra);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TagBody {
+    tag: String,
+    step: u64,
+    #[serde(default = "one")]
+    first_id: u64,
+}
+
+const fn one() -> u64 {
+    1
+}
+
+async fn create_tag(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<TagBody>,
+) -> Result<(StatusCode, Json<crate::store::TagRow>), ApiError> {
+    ids::validate_tag(&body.tag)?;
+    let spec = TagSpec {
+        first_id: body.first_id,
+        ..TagSpec::simple(body.step)
+    };
+    spec.validate().map_err(|e| ids::store_error(&e))?;
+    let tags = Arc::clone(&state.tags);
+    let row = tokio::task::spawn_blocking(move || tags.create(&body.tag, &spec))
+        .await
+        .map_err(|e| ApiError::internal(format!("worker task: {e}")))??;
+    Ok((StatusCode::CREATED, Json(row)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccountsBody {
+    user: u64,
+    #[serde(default = "one")]
+    count: u64,
+    balance_minor: u64,
+}
+
+#[derive(Serialize)]
+struct OpenedBody {
+    opened: u64,
+    existing: u64,
+}
+
+async fn open_accounts(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<AccountsBody>,
+) -> Result<(StatusCode, Json<OpenedBody>), ApiError> {
+    if body.count == 0 || body.count > lottery::ACCOUNTS_PER_REQUEST_MAX {
+        return Err(ApiError::bad(
+            "count",
+            format!(
+                "count must be within 1..={}",
+                lottery::ACCOUNTS_PER_REQUEST_MAX
+            ),
+        ));
+    }
+    if body.user.checked_add(body.count).is_none() {
+        return Err(ApiError::bad("count", "user + count overflows"));
+    }
+    if body.balance_minor > crate::lottery::AMOUNT_MAX {
+        return Err(ApiError::bad(
+            "balance_minor",
+            "balance exceeds the maximum",
+        ));
+    }
+    let (opened, existing) = state
+        .lottery
+        .open_accounts(body.user, body.count, body.balance_minor)
+        .await?;
+    if body.count == 1 && existing == 1 {
+        return Err(ApiError::field(
+            StatusCode::CONFLICT,
+            "user",
+            format!("user {} already has an account", body.user),
+        ));
+    }
+    Ok((StatusCode::CREATED, Json(OpenedBody { opened, existing })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StockBody {
+    activity: u64,
+    units: u64,
+}
+
+async fn add_stock(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<StockBody>,
+) -> Result<Json<Ok1>, ApiError> {
+    if body.units > crate::lottery::AMOUNT_MAX {
+        return Err(ApiError::bad("units", "units exceed the maximum"));
+    }
+    state.lottery.add_stock(body.activity, body.units).await?;
+    Ok(Json(Ok1 { ok: true }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrawBody {
+    user: u64,
+    activity: u64,
+    price_minor: u64,
+    /// Bench knob: force the draw's luck (otherwise the server's randomness decides).
+    #[serde(default)]
+    won: Option<bool>,
+}
+
+async fn draw(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<DrawBody>,
+) -> Result<Json<lottery::DrawAnswer>, ApiError> {
+    if body.price_minor > crate::lottery::AMOUNT_MAX {
+        return Err(ApiError::bad("price_minor", "price exceeds the maximum"));
+    }
+    let won = match body.won {
+        Some(w) => w,
+        None => {
+            let r = getrandom::u32().map_err(|e| ApiError::internal(format!("randomness: {e}")))?;
+            r % 1000 < state.win_per_mille
+        }
+    };
+    let xid = tag_ids(&state, XID_TAG.to_owned()).await?.next_id()?;
+    let answer = state
+        .lottery
+        .draw(DrawArgs {
+            xid: Xid(xid),
+            user: UserId(body.user),
+            activity: ActivityId(body.activity),
+            price_minor: body.price_minor,
+            won,
+        })
+        .await?;
+    state.metrics.lottery_draws.fetch_add(1, Ordering::Relaxed);
+    Ok(Json(answer))
+}
+
+async fn ledger(State(state): State<AppState>) -> Result<Json<lottery::LedgerReport>, ApiError> {
+    state.lottery.ledger().await.map(Json)
+}

@@ -1,0 +1,266 @@
+//! Token routes over [`TokenService`] (`sut::token`): JWT issue, verify and revoke, one-time
+//! submit tokens. Handlers only parse, call the service and map its typed answers to HTTP.
+//!
+//! The service and its [`SqliteTokenStore`] sit behind one mutex and run on the blocking pool:
+//! each store write is its own `synchronous=FULL` transaction (the token store's own rule), so a
+//! 2xx revoke or consume is on disk when it is answered.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::JsonBody;
+use super::ids::lock;
+use crate::token::{
+    ActivityId, OnceRejection, OnceToken, Rejection, RevokeOutcome, SqliteTokenStore, TokenService,
+    TokenStoreError, UserId, service::RevokeError,
+};
+
+/// The server's token service.
+pub type Tokens = Arc<Mutex<TokenService<SqliteTokenStore>>>;
+
+/// 128 bits from the OS.
+pub fn nonce() -> Result<u128, ApiError> {
+    let mut buf = [0u8; 16];
+    getrandom::fill(&mut buf).map_err(|e| ApiError::internal(format!("randomness: {e}")))?;
+    Ok(u128::from_le_bytes(buf))
+}
+
+fn store_error(e: &TokenStoreError) -> ApiError {
+    match e {
+        TokenStoreError::Full { .. } => ApiError::unavailable(e.to_string(), 5),
+        TokenStoreError::TokenCollision => ApiError::unavailable(e.to_string(), 1),
+        TokenStoreError::Backend(_) => ApiError::internal(e.to_string()),
+    }
+}
+
+fn rejection(r: &Rejection) -> ApiError {
+    match r {
+        Rejection::StoreUnavailable(_) => ApiError::unavailable(r.to_string(), 1),
+        _ => ApiError::field(StatusCode::UNAUTHORIZED, "token", r.to_string()),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("worker task: {e}")))?
+}
+
+/// `POST /tokens` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssueBody {
+    /// The subject.
+    pub user: u64,
+}
+
+/// A JWT and its claims.
+#[derive(Debug, Serialize)]
+pub struct IssuedBody {
+    /// The compact JWS.
+    pub token: String,
+    /// Its claims.
+    pub claims: crate::token::Claims,
+}
+
+/// `POST /tokens`.
+pub async fn issue(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<IssueBody>,
+) -> Result<Json<IssuedBody>, ApiError> {
+    let nonce = nonce()?;
+    let now = state.clock.now();
+    let issued = lock(&state.tokens)
+        .issue(UserId(body.user), nonce, now)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(IssuedBody {
+        token: issued.token,
+        claims: issued.claims,
+    }))
+}
+
+/// A body naming a token.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBody {
+    /// The JWT.
+    pub token: String,
+}
+
+/// `POST /tokens/verify` answer.
+#[derive(Debug, Serialize)]
+pub struct VerifiedBody {
+    /// Always true (a rejection is a 401).
+    pub valid: bool,
+    /// The claims.
+    pub claims: crate::token::Claims,
+}
+
+/// `POST /tokens/verify`: 200 with the claims, or 401 naming `token` with the reason.
+pub async fn verify(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<TokenBody>,
+) -> Result<Json<VerifiedBody>, ApiError> {
+    let now = state.clock.now();
+    let tokens = Arc::clone(&state.tokens);
+    let claims = blocking(move || {
+        lock(&tokens)
+            .verify(&body.token, now)
+            .map_err(|r| rejection(&r))
+    })
+    .await?;
+    Ok(Json(VerifiedBody {
+        valid: true,
+        claims,
+    }))
+}
+
+/// `POST /tokens/revoke` answer.
+#[derive(Debug, Serialize)]
+pub struct RevokedBody {
+    /// What the revocation did.
+    pub outcome: RevokeOutcome,
+}
+
+/// `POST /tokens/revoke`: only a token that verifies can be revoked.
+pub async fn revoke(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<TokenBody>,
+) -> Result<Json<RevokedBody>, ApiError> {
+    let now = state.clock.now();
+    let tokens = Arc::clone(&state.tokens);
+    let outcome = blocking(move || {
+        lock(&tokens).revoke(&body.token, now).map_err(|e| match e {
+            RevokeError::Rejected(r) => rejection(&r),
+            RevokeError::Store(s) => store_error(&s),
+        })
+    })
+    .await?;
+    Ok(Json(RevokedBody { outcome }))
+}
+
+/// `POST /tokens/once` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnceIssueBody {
+    /// The user.
+    pub user: u64,
+    /// The activity (1..=64 bytes).
+    pub activity: String,
+}
+
+/// A one-time token.
+#[derive(Debug, Serialize)]
+pub struct OnceBody {
+    /// 32 hex digits.
+    pub token: String,
+    /// End of its window, ms.
+    pub expires_at_ms: u64,
+    /// Created by this call.
+    pub fresh: bool,
+    /// Already used.
+    pub consumed: bool,
+}
+
+/// `POST /tokens/once`: the one-time token of (user, activity, this hour), created once.
+pub async fn once_issue(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<OnceIssueBody>,
+) -> Result<(StatusCode, Json<OnceBody>), ApiError> {
+    let activity = ActivityId::new(body.activity).ok_or_else(|| {
+        ApiError::bad(
+            "activity",
+            format!(
+                "activity must be 1..={} bytes",
+                crate::token::ACTIVITY_ID_LEN_MAX_BYTES
+            ),
+        )
+    })?;
+    let nonce = nonce()?;
+    let now = state.clock.now();
+    let tokens = Arc::clone(&state.tokens);
+    let issued = blocking(move || {
+        lock(&tokens)
+            .issue_once(UserId(body.user), activity, nonce, now)
+            .map_err(|e| store_error(&e))
+    })
+    .await?;
+    let status = if issued.fresh {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(OnceBody {
+            token: issued.token.to_string(),
+            expires_at_ms: issued.expires_at_ms,
+            fresh: issued.fresh,
+            consumed: issued.consumed,
+        }),
+    ))
+}
+
+/// `POST /tokens/once/consume` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumeBody {
+    /// The user.
+    pub user: u64,
+    /// The token (32 hex digits).
+    pub token: String,
+}
+
+/// `POST /tokens/once/consume` answer.
+#[derive(Debug, Serialize)]
+pub struct ConsumedBody {
+    /// Always true (a refusal is 4xx).
+    pub accepted: bool,
+    /// The activity the token was for.
+    pub activity: String,
+    /// Its window.
+    pub window_start_ms: u64,
+}
+
+/// `POST /tokens/once/consume`: exactly one consume of a token is accepted.
+pub async fn once_consume(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ConsumeBody>,
+) -> Result<Json<ConsumedBody>, ApiError> {
+    let token = OnceToken::parse(&body.token)
+        .ok_or_else(|| ApiError::bad("token", "token must be 32 hex digits"))?;
+    let now = state.clock.now();
+    let tokens = Arc::clone(&state.tokens);
+    let key = blocking(
+        move || match lock(&tokens).consume_once(token, UserId(body.user), now) {
+            Ok(Ok(key)) => Ok(key),
+            Ok(Err(r)) => Err(match r {
+                OnceRejection::Unknown => {
+                    ApiError::field(StatusCode::NOT_FOUND, "token", r.to_string())
+                }
+                OnceRejection::Foreign => {
+                    ApiError::field(StatusCode::FORBIDDEN, "user", r.to_string())
+                }
+                OnceRejection::AlreadyConsumed => {
+                    ApiError::field(StatusCode::CONFLICT, "token", r.to_string())
+                }
+                OnceRejection::Expired => ApiError::field(StatusCode::GONE, "token", r.to_string()),
+            }),
+            Err(e) => Err(store_error(&e)),
+        },
+    )
+    .await?;
+    Ok(Json(ConsumedBody {
+        accepted: true,
+        activity: key.activity.to_string(),
+        window_start_ms: key.window_start_ms,
+    }))
+}
