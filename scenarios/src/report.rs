@@ -167,3 +167,40 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
         fault_effects: sweep.coverage.clone(),
     }
 }
+
+/// Converts a model check into the `reports` data model.
+#[must_use]
+pub fn model(report: &models::ModelReport) -> reports::model::ModelReport {
+    use reports::model::{PropertyKind as K, PropertyReport, PropertyVerdict as V};
+    let name = match &report.flaw {
+        Some(flaw) => format!("{} (flaw: {flaw})", report.model),
+        None => report.model.clone(),
+    };
+    reports::model::ModelReport {
+        model: name,
+        states: report.states as u64,
+        unique_states: report.unique_states as u64,
+        max_depth: report.max_depth as u64,
+        wall_seconds: report.wall_seconds,
+        states_per_second: report.states_per_second,
+        properties: report
+            .properties
+            .iter()
+            .map(|p| PropertyReport {
+                name: p.name.clone(),
+                kind: match p.kind {
+                    models::PropertyKind::Always => K::Always,
+                    models::PropertyKind::Sometimes => K::Sometimes,
+                    models::PropertyKind::Eventually => K::Eventually,
+                },
+                verdict: match p.verdict {
+                    models::Verdict::Holds => V::Holds,
+                    models::Verdict::Violated => V::Violated,
+                    models::Verdict::Found => V::Found,
+                    models::Verdict::NotFound => V::NotFound,
+                },
+                counterexample: p.counterexample.clone().or_else(|| p.example.clone()),
+            })
+            .collect(),
+    }
+}

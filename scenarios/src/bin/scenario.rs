@@ -62,6 +62,40 @@ struct RunArgs {
 enum Command {
     /// Print one scenario per line: name, then a one-line description.
     List,
+    /// Model-check NAME with stateright (exhaustive within the model's bounds).
+    Model {
+        /// The model (`scenario model --list` shows them).
+        name: Option<String>,
+        /// List the models.
+        #[arg(long)]
+        list: bool,
+        /// Checker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Depth bound (default: exhaust the model).
+        #[arg(long)]
+        depth: Option<usize>,
+        /// Switch on a documented flaw of the reference implementation.
+        #[arg(long)]
+        flaw: Option<String>,
+        /// Write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write a self-contained HTML report, summary.json and junit.xml into this folder.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
+    /// Serve stateright's Explorer web UI for a model.
+    Explore {
+        /// The model.
+        name: String,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:3000")]
+        listen: String,
+        /// Switch on a documented flaw.
+        #[arg(long)]
+        flaw: Option<String>,
+    },
     /// The CI regression gate: every named scenario over a fixed seed range (and every model),
     /// compared with the committed baseline. Prints a table, writes the reports, exits 0/1.
     Gate {
@@ -138,6 +172,32 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Bench { name, seeds, json }) => bench(&name, seeds, json.as_deref()),
+        Some(Command::Model {
+            name,
+            list,
+            threads,
+            depth,
+            flaw,
+            json,
+            report,
+        }) => model(
+            name.as_deref(),
+            list,
+            threads,
+            depth,
+            flaw,
+            json.as_deref(),
+            report.as_deref(),
+        ),
+        Some(Command::Explore { name, listen, flaw }) => {
+            match models::serve_with_flaw(&name, &listen, flaw.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("scenario explore: {err}");
+                    ExitCode::from(USAGE)
+                }
+            }
+        }
         Some(Command::Gate {
             baseline,
             update_baseline,
@@ -158,6 +218,104 @@ fn main() -> ExitCode {
                 Ok(scenario) => run(scenario, &cli.run),
             },
         },
+    }
+}
+
+fn model(
+    name: Option<&str>,
+    list: bool,
+    threads: usize,
+    depth: Option<usize>,
+    flaw: Option<String>,
+    json: Option<&std::path::Path>,
+    report_dir: Option<&std::path::Path>,
+) -> ExitCode {
+    let Some(name) = name.filter(|_| !list) else {
+        for info in models::catalog() {
+            let flaws = if info.flaws.is_empty() {
+                String::new()
+            } else {
+                format!("  [flaws: {}]", info.flaws.join(", "))
+            };
+            println!("{:<20} {}{flaws}", info.name, info.description);
+        }
+        return if list {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(USAGE)
+        };
+    };
+    let options = models::ModelOptions {
+        threads: threads.max(1),
+        depth,
+        flaw,
+    };
+    let report = match models::check(name, options) {
+        Ok(r) => r,
+        Err(err) => {
+            eprintln!("scenario model: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    println!("model           {}", report.model);
+    if let Some(flaw) = &report.flaw {
+        println!("flaw            {flaw}");
+    }
+    println!(
+        "states          {} ({} unique), max depth {}",
+        report.states, report.unique_states, report.max_depth
+    );
+    println!(
+        "wall            {:.2} s, {:.0} states/s on {} thread(s){}",
+        report.wall_seconds,
+        report.states_per_second,
+        report.threads,
+        if report.exhaustive {
+            ", exhaustive"
+        } else {
+            ", depth-bounded"
+        }
+    );
+    println!("properties:");
+    let mut failed = false;
+    for p in &report.properties {
+        let verdict = format!("{:?}", p.verdict).to_lowercase();
+        println!(
+            "  {:<10} {:<45} {verdict}",
+            format!("{:?}", p.kind).to_lowercase(),
+            p.name
+        );
+        let bad = matches!(
+            p.verdict,
+            models::Verdict::Violated | models::Verdict::NotFound
+        );
+        failed |= bad;
+        if let (true, Some(steps)) = (bad, &p.counterexample) {
+            println!("    counterexample ({} steps):", steps.len());
+            for step in steps {
+                println!("      {step}");
+            }
+        }
+    }
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report).map_err(std::io::Error::other);
+        if let Err(err) = text.and_then(|t| write_atomic(path, &t)) {
+            eprintln!("scenario model: cannot write {}: {err}", path.display());
+            return ExitCode::from(USAGE);
+        }
+    }
+    if let Some(dir) = report_dir {
+        let summary = reports::model::Summary::new(format!("model: {name}"))
+            .with(scenarios::report::model(&report));
+        if let Err(err) = write_reports(dir, &summary) {
+            eprintln!("scenario model: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

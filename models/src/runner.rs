@@ -1,0 +1,540 @@
+//! The checking harness every model shares: run a stateright [`ActorModel`] exhaustively (or to
+//! a depth), and turn the checker's verdicts into a [`ModelReport`] with counterexamples rendered
+//! as short message sequences (`alloc-1 -> store: Allocate#2{v=0, ids=2, ...}`).
+//!
+//! **The network.** Stateright's duplicating network keeps every message deliverable forever,
+//! so every stale request can be re-executed against every later store state, each time with a
+//! new answer: the state space of even two allocators and a store does not finish in minutes.
+//! Models here therefore run on [`NetModel`]: stateright's unordered, *non*-duplicating network
+//! (optionally lossy), plus a [`Step::Duplicate`] action that copies any in-flight message, at
+//! most `duplicates_max` times per run. Messages are still reordered arbitrarily, lost (when
+//! lossy) and duplicated — boundedly, which is what makes the search exhaustive in seconds.
+//! (For safety properties loss adds nothing: an undelivered message is never delivered in some
+//! path anyway. It matters for `eventually` properties, where it lets the network drain.)
+//!
+//! Actor messages must be `Ord`, but `sut`'s wire types derive only `Eq + Hash`: [`total_cmp`]
+//! gives a total order consistent with `Eq` (hash first, `Debug` text on a hash tie), so the
+//! checker's action order — and so its replayable paths — is deterministic.
+
+use std::cmp::Ordering;
+use std::fmt::Debug;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Instant;
+
+use serde::Serialize;
+use stateright::actor::{
+    Actor, ActorModel, ActorModelAction, ActorModelState, Envelope, Id, Network,
+};
+use stateright::{Checker, Expectation, Model, Property};
+
+use crate::{ModelError, ModelOptions};
+
+/// A total order on values that are only `Eq + Hash`, consistent with `Eq`: equal values compare
+/// equal; unequal ones by a fixed-key hash, then (on a 64-bit hash tie) by their `Debug` text.
+pub(crate) fn total_cmp<T: Hash + Eq + Debug>(a: &T, b: &T) -> Ordering {
+    if a == b {
+        return Ordering::Equal;
+    }
+    let hash = |v: &T| {
+        let mut h = DefaultHasher::new();
+        v.hash(&mut h);
+        h.finish()
+    };
+    hash(a)
+        .cmp(&hash(b))
+        .then_with(|| format!("{a:?}").cmp(&format!("{b:?}")))
+}
+
+/// Implements `PartialOrd`/`Ord` for a message type via [`total_cmp`].
+macro_rules! ord_by_total_cmp {
+    ($ty:ty) => {
+        impl PartialOrd for $ty {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl Ord for $ty {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                $crate::runner::total_cmp(self, other)
+            }
+        }
+    };
+}
+pub(crate) use ord_by_total_cmp;
+
+/// An [`ActorModel`] on a non-duplicating network with bounded duplication (see the module
+/// docs): the model every check and the Explorer run.
+pub struct NetModel<A, C = (), H = ()>
+where
+    A: Actor,
+    A::Msg: Ord,
+    A::Timer: Ord,
+    H: Clone + Debug + Hash,
+{
+    /// The actor model (its network must be unordered non-duplicating).
+    pub inner: ActorModel<A, C, H>,
+    /// In-flight messages the network may copy, per run.
+    pub duplicates_max: u8,
+}
+
+impl<A, C, H> NetModel<A, C, H>
+where
+    A: Actor,
+    A::Msg: Ord,
+    A::Timer: Ord,
+    H: Clone + Debug + Hash,
+{
+    /// Wraps `inner`, switching its network to unordered non-duplicating.
+    pub fn new(inner: ActorModel<A, C, H>, duplicates_max: u8) -> Self {
+        Self {
+            inner: inner.init_network(Network::new_unordered_nonduplicating([])),
+            duplicates_max,
+        }
+    }
+}
+
+impl<A, C, H> Debug for NetModel<A, C, H>
+where
+    A: Actor,
+    A::Msg: Ord,
+    A::Timer: Ord,
+    H: Clone + Debug + Hash,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetModel")
+            .field("actors", &self.inner.actors.len())
+            .field("properties", &self.inner.properties.len())
+            .field("duplicates_max", &self.duplicates_max)
+            .finish()
+    }
+}
+
+/// A state of a [`NetModel`]: the actor system and the duplications used so far.
+pub struct NetState<A: Actor, H> {
+    /// The actor system.
+    pub sys: ActorModelState<A, H>,
+    /// Messages duplicated so far.
+    pub duplicates: u8,
+}
+
+impl<A: Actor, H: Clone> Clone for NetState<A, H> {
+    fn clone(&self) -> Self {
+        Self {
+            sys: self.sys.clone(),
+            duplicates: self.duplicates,
+        }
+    }
+}
+
+impl<A: Actor, H: Debug> Debug for NetState<A, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetState")
+            .field("sys", &self.sys)
+            .field("duplicates", &self.duplicates)
+            .finish()
+    }
+}
+
+impl<A: Actor, H: Hash> Hash for NetState<A, H> {
+    fn hash<S: Hasher>(&self, state: &mut S) {
+        self.sys.hash(state);
+        self.duplicates.hash(state);
+    }
+}
+
+impl<A: Actor, H: PartialEq> PartialEq for NetState<A, H> {
+    fn eq(&self, other: &Self) -> bool {
+        self.duplicates == other.duplicates && self.sys == other.sys
+    }
+}
+
+/// A step of a [`NetModel`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Step<Msg, Timer, Random> {
+    /// A stateright actor-model step (deliver, drop, timeout, crash, restart).
+    Actor(ActorModelAction<Msg, Timer, Random>),
+    /// The network copies an in-flight message.
+    Duplicate(Envelope<Msg>),
+}
+
+type StepOf<A> = Step<<A as Actor>::Msg, <A as Actor>::Timer, <A as Actor>::Random>;
+
+/// Evaluates the inner model's property number `I` (a plain `fn` is what stateright stores).
+fn inner_property<const I: usize, A, C, H>(
+    model: &NetModel<A, C, H>,
+    state: &NetState<A, H>,
+) -> bool
+where
+    A: Actor,
+    A::Msg: Ord,
+    A::Timer: Ord,
+    H: Clone + Debug + Hash,
+{
+    (model.inner.properties[I].condition)(&model.inner, &state.sys)
+}
+
+/// Most properties one model may declare.
+const PROPERTIES_MAX: usize = 12;
+
+impl<A, C, H> Model for NetModel<A, C, H>
+where
+    A: Actor,
+    A::Msg: Ord,
+    A::Timer: Ord,
+    H: Clone + Debug + Hash,
+{
+    type State = NetState<A, H>;
+    type Action = StepOf<A>;
+
+    fn init_states(&self) -> Vec<Self::State> {
+        self.inner
+            .init_states()
+            .into_iter()
+            .map(|sys| NetState { sys, duplicates: 0 })
+            .collect()
+    }
+
+    fn actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
+        let mut inner = Vec::new();
+        self.inner.actions(&state.sys, &mut inner);
+        actions.extend(inner.into_iter().map(Step::Actor));
+        if state.duplicates < self.duplicates_max {
+            let mut copies: Vec<_> = state
+                .sys
+                .network
+                .iter_deliverable()
+                .map(|env| env.to_cloned_msg())
+                .collect();
+            copies.sort_unstable_by(|a, b| {
+                (a.src, a.dst)
+                    .cmp(&(b.src, b.dst))
+                    .then_with(|| a.msg.cmp(&b.msg))
+            });
+            actions.extend(copies.into_iter().map(Step::Duplicate));
+        }
+    }
+
+    fn next_state(&self, last_state: &Self::State, action: Self::Action) -> Option<Self::State> {
+        match action {
+            Step::Actor(action) => Some(NetState {
+                sys: self.inner.next_state(&last_state.sys, action)?,
+                duplicates: last_state.duplicates,
+            }),
+            Step::Duplicate(env) => {
+                let mut next = last_state.clone();
+                let Network::UnorderedNonDuplicating(in_flight) = &mut next.sys.network else {
+                    unreachable!("NetModel::new sets an unordered non-duplicating network")
+                };
+                *in_flight.get_mut(&env)? += 1;
+                next.duplicates += 1;
+                Some(next)
+            }
+        }
+    }
+
+    fn format_action(&self, action: &Self::Action) -> String
+    where
+        Self::Action: Debug,
+    {
+        match action {
+            Step::Actor(action) => self.inner.format_action(action),
+            Step::Duplicate(env) => format!("DUPLICATE {env:?}"),
+        }
+    }
+
+    fn format_step(&self, last_state: &Self::State, action: Self::Action) -> Option<String>
+    where
+        Self::State: Debug,
+    {
+        match action {
+            Step::Actor(action) => self.inner.format_step(&last_state.sys, action),
+            Step::Duplicate(env) => Some(format!("DUPLICATE {env:?}")),
+        }
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let conditions: [fn(&Self, &Self::State) -> bool; PROPERTIES_MAX] = [
+            inner_property::<0, A, C, H>,
+            inner_property::<1, A, C, H>,
+            inner_property::<2, A, C, H>,
+            inner_property::<3, A, C, H>,
+            inner_property::<4, A, C, H>,
+            inner_property::<5, A, C, H>,
+            inner_property::<6, A, C, H>,
+            inner_property::<7, A, C, H>,
+            inner_property::<8, A, C, H>,
+            inner_property::<9, A, C, H>,
+            inner_property::<10, A, C, H>,
+            inner_property::<11, A, C, H>,
+        ];
+        assert!(
+            self.inner.properties.len() <= PROPERTIES_MAX,
+            "a model declares at most {PROPERTIES_MAX} properties"
+        );
+        self.inner
+            .properties
+            .iter()
+            .zip(conditions)
+            .map(|(p, condition)| Property {
+                expectation: p.expectation.clone(),
+                name: p.name,
+                condition,
+            })
+            .collect()
+    }
+
+    fn within_boundary(&self, state: &Self::State) -> bool {
+        Model::within_boundary(&self.inner, &state.sys)
+    }
+}
+
+/// A message that renders itself in one short line for counterexamples.
+pub trait Brief {
+    /// E.g. `Allocate{v=0, ids=2}`.
+    fn brief(&self) -> String;
+}
+
+/// A model configuration that names its actors (`store`, `alloc-1`, …).
+pub trait Cast {
+    /// The actor's name in counterexamples.
+    fn actor_name(&self, id: Id) -> String;
+}
+
+/// What kind of property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PropertyKind {
+    /// Holds in every reachable state.
+    Always,
+    /// Holds in at least one reachable state (an example proves the path is reachable).
+    Sometimes,
+    /// Holds at some point on every complete path.
+    Eventually,
+}
+
+/// The checker's verdict on one property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// `always`/`eventually`: no counterexample in the explored space.
+    Holds,
+    /// `always`/`eventually`: a counterexample was found.
+    Violated,
+    /// `sometimes`: an example was found.
+    Found,
+    /// `sometimes`: no example in the explored space (the property may be vacuous).
+    NotFound,
+}
+
+/// One property's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct PropertyReport {
+    /// The property's name (invariant names follow DESIGN.md, e.g. `ids.unique`).
+    pub name: String,
+    /// `always`, `sometimes` or `eventually`.
+    pub kind: PropertyKind,
+    /// `holds`, `violated`, `found` or `not_found`.
+    pub verdict: Verdict,
+    /// For a violation: the path to it, one step per line.
+    pub counterexample: Option<Vec<String>>,
+    /// For a `sometimes` found: the path to the example, one step per line.
+    pub example: Option<Vec<String>>,
+}
+
+/// What one checker run found and how fast.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelReport {
+    /// The model's name.
+    pub model: String,
+    /// The flaw switched on, if any.
+    pub flaw: Option<String>,
+    /// Checker threads.
+    pub threads: usize,
+    /// The depth bound asked for, if any.
+    pub depth_limit: Option<usize>,
+    /// True when the whole bounded state space was explored (no depth cut-off was reached).
+    pub exhaustive: bool,
+    /// States generated, repeats included.
+    pub states: usize,
+    /// Distinct states.
+    pub unique_states: usize,
+    /// The deepest path explored.
+    pub max_depth: usize,
+    /// Wall time of the check.
+    pub wall_seconds: f64,
+    /// `states / wall_seconds`.
+    pub states_per_second: f64,
+    /// Every property, in declaration order.
+    pub properties: Vec<PropertyReport>,
+}
+
+impl ModelReport {
+    /// The report of the named property.
+    #[must_use]
+    pub fn property(&self, name: &str) -> Option<&PropertyReport> {
+        self.properties.iter().find(|p| p.name == name)
+    }
+
+    /// Properties that failed: a violated `always`/`eventually`, or a `sometimes` never found.
+    #[must_use]
+    pub fn failures(&self) -> Vec<&PropertyReport> {
+        self.properties
+            .iter()
+            .filter(|p| matches!(p.verdict, Verdict::Violated | Verdict::NotFound))
+            .collect()
+    }
+}
+
+/// Renders one checker action as a line of a counterexample.
+pub(crate) fn render_action<A, C>(cfg: &C, step: &StepOf<A>) -> String
+where
+    A: Actor,
+    A::Msg: Brief,
+    C: Cast,
+{
+    let name = |id: &Id| cfg.actor_name(*id);
+    let action = match step {
+        Step::Actor(action) => action,
+        Step::Duplicate(env) => {
+            return format!(
+                "network duplicates {} -> {}: {}",
+                name(&env.src),
+                name(&env.dst),
+                env.msg.brief()
+            );
+        }
+    };
+    match action {
+        ActorModelAction::Deliver { src, dst, msg } => {
+            format!("{} -> {}: {}", name(src), name(dst), msg.brief())
+        }
+        ActorModelAction::Drop(env) => format!(
+            "network drops {} -> {}: {}",
+            name(&env.src),
+            name(&env.dst),
+            env.msg.brief()
+        ),
+        ActorModelAction::Timeout(id, timer) => format!("{}: timer {timer:?}", name(id)),
+        ActorModelAction::Crash(id) => format!("{}: crash", name(id)),
+        ActorModelAction::Recover(id) => format!("{}: restart", name(id)),
+        ActorModelAction::SelectRandom { actor, random, .. } => {
+            format!("{}: choose {random:?}", name(actor))
+        }
+    }
+}
+
+/// Runs `model` with the options and reports.
+pub(crate) fn run<A, C, H>(
+    model: NetModel<A, C, H>,
+    name: &str,
+    opts: &ModelOptions,
+) -> Result<ModelReport, ModelError>
+where
+    A: Actor + Send + Sync + 'static,
+    A::Msg: Ord + Brief + Send + Sync + 'static,
+    A::Timer: Ord + Send + Sync + 'static,
+    A::State: Send + Sync + 'static,
+    A::Storage: Send + Sync + 'static,
+    A::Random: Send + Sync + 'static,
+    C: Cast + Send + Sync + 'static,
+    H: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+{
+    if opts.threads == 0 {
+        return Err(ModelError::InvalidOptions(
+            "threads must be at least 1".into(),
+        ));
+    }
+    if opts.depth == Some(0) {
+        return Err(ModelError::InvalidOptions(
+            "depth must be at least 1".into(),
+        ));
+    }
+    let started = Instant::now();
+    let mut builder = model.checker().threads(opts.threads);
+    if let Some(depth) = opts.depth {
+        builder = builder.target_max_depth(depth);
+    }
+    let checker = builder.spawn_bfs().join();
+    let wall_seconds = started.elapsed().as_secs_f64();
+    let states = checker.state_count();
+    let max_depth = checker.max_depth();
+    let model = checker.model();
+    let mut discoveries = checker.discoveries();
+    let render = |path: stateright::Path<_, _>| -> Vec<String> {
+        path.into_actions()
+            .iter()
+            .map(|a| render_action::<A, C>(&model.inner.cfg, a))
+            .collect()
+    };
+    let properties = model
+        .properties()
+        .iter()
+        .map(|p| {
+            let found = discoveries.remove(p.name).map(&render);
+            let (kind, verdict, counterexample, example) = match p.expectation {
+                Expectation::Always | Expectation::Eventually => {
+                    let kind = if p.expectation == Expectation::Always {
+                        PropertyKind::Always
+                    } else {
+                        PropertyKind::Eventually
+                    };
+                    match found {
+                        Some(path) => (kind, Verdict::Violated, Some(path), None),
+                        None => (kind, Verdict::Holds, None, None),
+                    }
+                }
+                Expectation::Sometimes => match found {
+                    Some(path) => (PropertyKind::Sometimes, Verdict::Found, None, Some(path)),
+                    None => (PropertyKind::Sometimes, Verdict::NotFound, None, None),
+                },
+            };
+            PropertyReport {
+                name: p.name.to_owned(),
+                kind,
+                verdict,
+                counterexample,
+                example,
+            }
+        })
+        .collect();
+    Ok(ModelReport {
+        model: name.to_owned(),
+        flaw: opts.flaw.clone(),
+        threads: opts.threads,
+        depth_limit: opts.depth,
+        exhaustive: opts.depth.is_none_or(|d| max_depth < d),
+        states,
+        unique_states: checker.unique_state_count(),
+        max_depth,
+        wall_seconds,
+        states_per_second: if wall_seconds > 0.0 {
+            states as f64 / wall_seconds
+        } else {
+            0.0
+        },
+        properties,
+    })
+}
+
+/// Serves the Explorer web UI for `model` on `addr`; blocks.
+pub(crate) fn serve<A, C, H>(model: NetModel<A, C, H>, addr: &str) -> Result<(), ModelError>
+where
+    A: Actor + Send + Sync + 'static,
+    A::Msg: Ord + Send + Sync + 'static,
+    A::Timer: Ord + Send + Sync + 'static,
+    A::State: Send + Sync + 'static,
+    A::Storage: Send + Sync + 'static,
+    A::Random: Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    H: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+{
+    // stateright's server panics when it cannot bind: bind once first to report a clean error.
+    drop(
+        std::net::TcpListener::bind(addr).map_err(|err| ModelError::Serve {
+            addr: addr.to_owned(),
+            reason: err.to_string(),
+        })?,
+    );
+    let _checker = model.checker().serve(addr);
+    Ok(())
+}
