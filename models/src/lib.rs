@@ -12,7 +12,7 @@
 //! - [`segment`]: segment allocators against one ID store: `ids.unique`, `ids.monotonic`.
 //! - [`tokens`]: concurrent consumers of one one-time token: `tokens.single_use`.
 //! - [`snowflake`]: one Snowflake worker with a jumping wall clock and restarts.
-//! - [`lottery`]: the TCC lottery coordinator with wallet and inventory participants.
+//! - [`lottery`]: the TCC lottery: **not built yet** (`check` says so).
 //! - [`runner`]: the shared harness: run a checker, report verdicts, render counterexamples.
 //!
 //! The command line (`scenario model NAME`, `scenario explore NAME`) calls [`catalog`],
@@ -176,11 +176,17 @@ pub fn check(name: &str, opts: ModelOptions) -> Result<ModelReport, ModelError> 
             name,
             &opts,
         ),
-        snowflake::NAME => runner::run(
-            snowflake::model(&snowflake::SnowflakeSetup::default()),
-            name,
-            &opts,
-        ),
+        snowflake::NAME => {
+            let opts = ModelOptions {
+                depth: opts.depth.or(Some(snowflake::DEPTH_DEFAULT)),
+                ..opts
+            };
+            runner::run(
+                snowflake::model(&snowflake::SnowflakeSetup::default()),
+                name,
+                &opts,
+            )
+        }
         lottery::NAME => lottery::check(flaw, name, &opts),
         other => unreachable!("catalog entry `{other}` has no model"),
     }

@@ -1,6 +1,6 @@
 //! Segment allocation: allocators ([`sut::segment::SegmentAllocator`]) and one ID store
-//! ([`sut::store::MemoryIdStore`]) over an unordered, duplicating, lossy network, with allocator
-//! crashes and restarts (seed 000 §1 and §3; Tinyid's version CAS; Gray & Cheriton leases).
+//! ([`sut::store::MemoryIdStore`]) over an unordered network with bounded duplication (optionally
+//! lossy; see [`crate::runner`]), with allocator crashes and restarts (seed 000 §1 and §3; Tinyid's version CAS; Gray & Cheriton leases).
 //!
 //! Actors:
 //!
@@ -42,8 +42,8 @@ use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
 /// Catalog name.
 pub const NAME: &str = "segment";
 /// Catalog description.
-pub const DESCRIPTION: &str = "2 segment allocators + 1 ID store; lossy duplicating network, \
-     allocator crash/restart, store clock jumps: ids.unique, ids.monotonic";
+pub const DESCRIPTION: &str = "2 segment allocators + 1 ID store; reordering, duplicating \
+     network, allocator crash/restart, store clock jumps (depth 14): ids.unique, ids.monotonic";
 /// No flaw switches exist in `sut::segment` yet.
 pub const FLAWS: &[&str] = &[];
 
