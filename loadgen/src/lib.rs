@@ -310,7 +310,6 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
     config.run_time = Some(format!("{}", total_s + 1));
     config.timeout = Some("10".to_owned());
     config.no_telnet = true;
-    config.no_websocket = true;
     config.no_print_metrics = true;
     config.no_error_summary = true;
     config.quiet = 1;
