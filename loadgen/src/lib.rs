@@ -10,6 +10,7 @@
 //! The result is a [`reports::model::LoadReport`]; a violated check makes
 //! [`reports::model::LoadReport::passed`] false (callers must fail the run on it).
 
+pub mod crash;
 pub mod stats;
 pub mod target;
 pub mod verify;
@@ -22,9 +23,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use goose::config::GooseConfiguration;
 use goose::prelude::*;
-use reports::model::{LoadReport, Verdict};
+use reports::model::{InvariantResult, LoadReport, Verdict};
 use serde_json::{Value, json};
 
+pub use crate::crash::{CrashOptions, crash_under_load};
 use crate::stats::Schedule;
 use crate::target::{Sampler, ServerProcess};
 use crate::workload::{LotteryPlan, Shared};
@@ -194,28 +196,16 @@ impl Admin {
     }
 }
 
-async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
-    let started = Instant::now();
-    let wall_start = SystemTime::now();
-    // The target.
-    let _db_dir;
-    let mut server: Option<ServerProcess> = None;
-    let base = match &opts.host {
-        Some(h) => h.trim_end_matches('/').to_owned(),
-        None => {
-            let bin = target::find_server_binary()?;
-            let dir = tempfile::tempdir()?;
-            let s = ServerProcess::start(&bin, &dir.path().join("ids.db"), &[])?;
-            _db_dir = dir;
-            let b = s.base_url.clone();
-            server = Some(s);
-            b
-        }
-    };
-    let sampler = server.as_ref().map(|s| Sampler::start(s.pid(), started));
+/// What [`prepare`] set up on the server.
+struct Prepared {
+    admin: Admin,
+    run_id: u64,
+    tag: String,
+    lottery: Option<LotteryPlan>,
+}
 
-    // Setup.
-    let admin = Admin {
+fn admin_client(base: &str) -> Result<Admin, LoadError> {
+    Ok(Admin {
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
@@ -223,8 +213,14 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
                 what: "client".to_owned(),
                 reason: e.to_string(),
             })?,
-        base: base.clone(),
-    };
+        base: base.to_owned(),
+    })
+}
+
+/// Creates the tag, accounts and stock the workload needs (names distinct per run, so that a
+/// running server can be targeted repeatedly).
+async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, LoadError> {
+    let admin = admin_client(base)?;
     let run_id = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -237,7 +233,7 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
             .expect(
                 "POST",
                 "/admin/tags",
-                json!({"tag": tag, "step": 100_000}),
+                json!({"tag": tag, "step": step}),
                 &[200, 201, 409],
             )
             .await?;
@@ -281,30 +277,44 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
     } else {
         None
     };
+    Ok(Prepared {
+        admin,
+        run_id,
+        tag,
+        lottery,
+    })
+}
 
-    // The attack.
+/// The shared state of an attack starting 200 ms from now.
+fn shared_state(opts: &LoadOptions, prep: &Prepared) -> Arc<Shared> {
     let t0 = Instant::now() + Duration::from_millis(200);
     let measure_start = t0 + Duration::from_secs(opts.warmup_s);
     let end = measure_start + Duration::from_secs(opts.duration_s);
-    let shared = Arc::new(Shared {
+    Arc::new(Shared {
         workload: opts.workload.clone(),
         users: opts.users,
         schedule: opts.rate.and_then(|r| Schedule::new(r, opts.users)),
         t0,
         measure_start,
         end,
-        tag: tag.clone(),
-        lottery,
+        tag: prep.tag.clone(),
+        lottery: prep.lottery,
         iters: (0..opts.users).map(|_| AtomicU64::new(0)).collect(),
         recorders: Default::default(),
         segment_ids: Default::default(),
         snowflake_ids: Default::default(),
         once_accepted: Default::default(),
         seq: AtomicU64::new(0),
-        user_base: run_id * 1_000_000,
-    });
+        user_base: prep.run_id * 1_000_000,
+        draws_confirmed: AtomicU64::new(0),
+    })
+}
+
+/// Runs the goose attack to its end.
+async fn attack(base: &str, opts: &LoadOptions, shared: &Arc<Shared>) -> Result<(), LoadError> {
+    let total_s = opts.warmup_s + opts.duration_s;
     let mut config = GooseConfiguration::default();
-    config.host = Some(base.clone());
+    config.host = Some(base.to_owned());
     config.users = Some(opts.users as usize);
     config.increase_rate = Some(opts.users.max(1000).to_string());
     config.run_time = Some(format!("{}", total_s + 1));
@@ -313,7 +323,7 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
     config.no_print_metrics = true;
     config.no_error_summary = true;
     config.quiet = 1;
-    let sh = Arc::clone(&shared);
+    let sh = Arc::clone(shared);
     let tx = Transaction::new(Arc::new(move |user| {
         let sh = Arc::clone(&sh);
         Box::pin(async move { workload::tick(user, &sh).await })
@@ -326,28 +336,43 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
         .execute()
         .await
         .map_err(|e| LoadError::Goose(e.to_string()))?;
+    Ok(())
+}
 
-    // Verification.
-    let mut verification = Vec::new();
+/// The client-side checks plus the ledger's.
+async fn verification(
+    opts: &LoadOptions,
+    prep: &Prepared,
+    shared: &Shared,
+) -> Result<Vec<InvariantResult>, LoadError> {
+    let (need_ids, need_lottery) = workload::needs(&opts.workload);
+    let mut out = Vec::new();
     if need_ids {
         let ids = workload_lock(&shared.segment_ids).clone();
-        verification.push(verify::ids_unique(&format!("id:{tag}"), &ids));
+        out.push(verify::ids_unique(&format!("id:{}", prep.tag), &ids));
     }
-    if matches!(opts.workload.as_str(), "snowflake" | "mixed") {
+    if matches!(opts.workload.as_str(), "snowflake" | "mixed" | "crash") {
         let ids = workload_lock(&shared.snowflake_ids).clone();
-        verification.push(verify::ids_unique("snowflake", &ids));
+        out.push(verify::ids_unique("snowflake", &ids));
     }
     if matches!(opts.workload.as_str(), "once" | "mixed") {
-        verification.push(verify::once_accepted_once(&workload_lock(
+        out.push(verify::once_accepted_once(&workload_lock(
             &shared.once_accepted,
         )));
     }
     if need_lottery {
-        let (status, v) = admin.send("GET", "/ledger", None).await?;
+        let (status, v) = prep.admin.send("GET", "/ledger", None).await?;
         if status == 200 {
-            verification.extend(verify::ledger(&v));
+            out.extend(verify::ledger(&v));
+            out.push(verify::acknowledged_draws_durable(
+                shared
+                    .draws_confirmed
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                workload::PRICE_MINOR,
+                &v,
+            ));
         } else {
-            verification.push(reports::model::InvariantResult {
+            out.push(InvariantResult {
                 name: "ledger.answer".to_owned(),
                 verdict: Verdict::Violated,
                 seed: None,
@@ -356,18 +381,17 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
             });
         }
     }
+    Ok(out)
+}
 
-    let server_samples = sampler.map(Sampler::finish).unwrap_or_default();
-    if let Some(mut s) = server {
-        s.stop();
-    }
-
-    // Report.
-    let duration_s = opts.duration_s as f64;
+fn endpoints(
+    opts: &LoadOptions,
+    shared: &Shared,
+    hlog_start: SystemTime,
+) -> Result<Vec<reports::model::EndpointStats>, LoadError> {
     let recorders = workload_lock(&shared.recorders).clone();
     if let Some(dir) = &opts.hlog_dir {
         std::fs::create_dir_all(dir)?;
-        let hlog_start = wall_start + measure_start.duration_since(started);
         for (name, rec) in &recorders {
             rec.write_hlog(
                 &dir.join(format!("{}.hlog", file_name(name))),
@@ -376,21 +400,51 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
             )?;
         }
     }
-    let endpoints = recorders
+    Ok(recorders
         .iter()
-        .map(|(name, rec)| rec.stats(name, duration_s))
-        .collect();
+        .map(|(name, rec)| rec.stats(name, opts.duration_s as f64))
+        .collect())
+}
+
+async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
+    let started = Instant::now();
+    let wall_start = SystemTime::now();
+    // The target.
+    let _db_dir;
+    let mut server: Option<ServerProcess> = None;
+    let base = match &opts.host {
+        Some(h) => h.trim_end_matches('/').to_owned(),
+        None => {
+            let bin = target::find_server_binary()?;
+            let dir = tempfile::tempdir()?;
+            let s = ServerProcess::start(&bin, &dir.path().join("ids.db"), "127.0.0.1:0", &[])?;
+            _db_dir = dir;
+            let b = s.base_url.clone();
+            server = Some(s);
+            b
+        }
+    };
+    let sampler = server.as_ref().map(|s| Sampler::start(s.pid(), started));
+    let prep = prepare(&base, &opts, 100_000).await?;
+    let shared = shared_state(&opts, &prep);
+    attack(&base, &opts, &shared).await?;
+    let verification = verification(&opts, &prep, &shared).await?;
+    let server_samples = sampler.map(Sampler::finish).unwrap_or_default();
+    if let Some(mut s) = server {
+        s.stop();
+    }
+    let hlog_start = wall_start + shared.measure_start.duration_since(started);
     Ok(LoadReport {
         scenario: format!("load:{}", opts.workload),
         target: match &opts.host {
             Some(h) => h.clone(),
             None => format!("fresh sut-server child at {base}"),
         },
-        duration_s,
+        duration_s: opts.duration_s as f64,
         warmup_s: opts.warmup_s as f64,
         rate: opts.rate,
         users: opts.users,
-        endpoints,
+        endpoints: endpoints(&opts, &shared, hlog_start)?,
         server: server_samples,
         fault_windows: Vec::new(),
         verification,

@@ -68,19 +68,21 @@ pub struct ServerProcess {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub base_url: String,
+    /// `127.0.0.1:PORT` (a restart listens on it again).
+    pub addr: String,
 }
 
 impl ServerProcess {
-    /// Starts `bin --db db --listen 127.0.0.1:0` (plus `extra` arguments) and waits for its
-    /// `listening on ADDR` line.
+    /// Starts `bin --db db --listen listen` (e.g. `127.0.0.1:0`; plus `extra` arguments) and
+    /// waits for its `listening on ADDR` line.
     ///
     /// # Errors
     /// It cannot be spawned, or exits or stays silent before saying where it listens.
-    pub fn start(bin: &Path, db: &Path, extra: &[&str]) -> Result<Self, LoadError> {
+    pub fn start(bin: &Path, db: &Path, listen: &str, extra: &[&str]) -> Result<Self, LoadError> {
         let mut child = Command::new(bin)
             .arg("--db")
             .arg(db)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -121,6 +123,7 @@ impl ServerProcess {
         };
         Ok(Self {
             base_url: format!("http://{}", addr.trim()),
+            addr: addr.trim().to_owned(),
             child,
         })
     }

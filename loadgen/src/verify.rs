@@ -144,10 +144,92 @@ pub fn ledger(answer: &Value) -> Vec<InvariantResult> {
     out
 }
 
+/// `lottery.acknowledged_durable`: every draw a client saw confirmed (200) is in the ledger,
+/// crash or not: the house collected at least `confirmed × price` (each confirmed draw
+/// collects its price; draws the clients never heard of may add more).
+#[must_use]
+pub fn acknowledged_draws_durable(
+    confirmed: u64,
+    price_minor: u64,
+    answer: &Value,
+) -> InvariantResult {
+    let name = "lottery.acknowledged_durable";
+    let Some(collected) = answer.get("collected_minor").and_then(Value::as_u64) else {
+        return violated(
+            name,
+            "GET /ledger has no collected_minor".to_owned(),
+            String::new(),
+        );
+    };
+    let owed = confirmed.saturating_mul(price_minor);
+    if collected >= owed {
+        held(
+            name,
+            format!("{confirmed} draws confirmed to clients, {collected} collected"),
+        )
+    } else {
+        violated(
+            name,
+            format!(
+                "clients saw {confirmed} confirmed draws (owed {owed}) but the ledger collected {collected}"
+            ),
+            "an acknowledged draw was lost".to_owned(),
+        )
+    }
+}
+
+/// IDs never handed to a client between the smallest and largest received: the sum of the gaps
+/// of the sorted distinct IDs.
+#[must_use]
+pub fn id_gaps(ids: &[u64]) -> u64 {
+    let mut v: Vec<u64> = ids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.windows(2).map(|w| w[1] - w[0] - 1).sum()
+}
+
+/// `ids.lost_per_crash_bounded`: the IDs lost to `crashes` kills stay within `bound_per_crash`
+/// each (gaps in the received IDs; see the crash scenario for the bound's derivation).
+#[must_use]
+pub fn lost_ids_bounded(ids: &[u64], crashes: u64, bound_per_crash: u64) -> InvariantResult {
+    let name = "ids.lost_per_crash_bounded";
+    let gaps = id_gaps(ids);
+    let bound = crashes.max(1).saturating_mul(bound_per_crash);
+    let detail = format!(
+        "{gaps} IDs skipped over {crashes} crashes (bound {bound_per_crash} per crash, {} IDs received)",
+        ids.len()
+    );
+    if gaps <= bound {
+        held(name, detail)
+    } else {
+        violated(name, format!("{gaps} IDs lost > {bound}"), detail)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn durability_and_gap_checks_fire() {
+        let l = json!({"collected_minor": 10});
+        assert_eq!(acknowledged_draws_durable(10, 1, &l).verdict, Verdict::Held);
+        assert_eq!(
+            acknowledged_draws_durable(11, 1, &l).verdict,
+            Verdict::Violated
+        );
+        assert_eq!(id_gaps(&[1, 2, 3, 7, 8, 8, 20]), 3 + 11);
+        assert_eq!(lost_ids_bounded(&[1, 2, 3, 7], 1, 3).verdict, Verdict::Held);
+        assert_eq!(
+            lost_ids_bounded(&[1, 2, 3, 8], 1, 3).verdict,
+            Verdict::Violated
+        );
+        assert_eq!(
+            lost_ids_bounded(&[1, 100, 200], 2, 100).verdict,
+            Verdict::Held
+        );
+    }
 
     #[test]
     fn ids_unique_fires_on_a_duplicate() {

@@ -54,6 +54,10 @@ pub const CATALOG: &[(&str, &str)] = &[
         "TCC lottery draws: POST /lottery/draw, each on a fresh (user, activity) pair",
     ),
     (
+        "crash",
+        "what survives kill -9, per 10 operations: 5 id, 1 batch, 2 snowflake, 2 lottery",
+    ),
+    (
         "mixed",
         "weighted mix per 10 operations: 4 id, 1 batch, 2 snowflake, 1 tokens, 1 once, 1 lottery",
     ),
@@ -75,6 +79,12 @@ pub fn kind_of(workload: &str, slot: u64) -> Option<Kind> {
         "tokens" => Kind::Tokens,
         "once" => Kind::Once,
         "lottery" => Kind::Lottery,
+        "crash" => match slot % 10 {
+            0..=4 => Kind::Id,
+            5 => Kind::Batch,
+            6 | 7 => Kind::Snowflake,
+            _ => Kind::Lottery,
+        },
         "mixed" => match slot % 10 {
             0..=3 => Kind::Id,
             4 => Kind::Batch,
@@ -90,8 +100,8 @@ pub fn kind_of(workload: &str, slot: u64) -> Option<Kind> {
 /// Which setups a workload needs.
 #[must_use]
 pub fn needs(workload: &str) -> (bool, bool) {
-    let ids = matches!(workload, "id" | "mixed");
-    let lottery = matches!(workload, "lottery" | "mixed");
+    let ids = matches!(workload, "id" | "mixed" | "crash");
+    let lottery = matches!(workload, "lottery" | "mixed" | "crash");
     (ids, lottery)
 }
 
@@ -135,7 +145,12 @@ pub struct Shared {
     pub seq: AtomicU64,
     /// Base for token users (distinct per run).
     pub user_base: u64,
+    /// Draws answered 200 (confirmed) to a client.
+    pub draws_confirmed: AtomicU64,
 }
+
+/// Pause of a user after a refused connection (not counted in any latency).
+pub const CONNECT_BACKOFF_MS: u64 = 10;
 
 /// Error class of a status code (`None` for success).
 #[must_use]
@@ -208,6 +223,10 @@ async fn call(
             .entry(name)
             .or_default()
             .record(at_ms, corrected, uncorrected, class);
+    }
+    if class == Some("connect") {
+        // the server is down (killed, restarting): do not spin on refused connections
+        tokio::time::sleep(Duration::from_millis(CONNECT_BACKOFF_MS)).await;
     }
     result
 }
@@ -345,7 +364,7 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: Duration)
                 "activity": plan.activity_base + activity,
                 "price_minor": PRICE_MINOR,
             });
-            let _ = call(
+            if let Some((200, _)) = call(
                 user,
                 sh,
                 names::DRAW,
@@ -354,7 +373,10 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: Duration)
                 lag,
                 &[200],
             )
-            .await;
+            .await
+            {
+                sh.draws_confirmed.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -176,3 +176,47 @@ fn bad_options_are_refused() {
     .unwrap_err();
     assert!(e.to_string().contains("rate"), "{e}");
 }
+
+#[test]
+fn crash_under_load_keeps_ids_unique_and_money_conserved() {
+    ensure_server_binary();
+    let report = loadgen::crash_under_load(loadgen::CrashOptions {
+        users: 4,
+        rate: None,
+        duration_s: 3,
+        kills: 2,
+        hlog_dir: None,
+    })
+    .unwrap();
+    for v in &report.verification {
+        eprintln!(
+            "{} {:?} {:?} {:?}",
+            v.name, v.verdict, v.first_offending_event, v.detail
+        );
+    }
+    assert!(report.passed(), "{:#?}", report.verification);
+    assert_eq!(report.fault_windows.len(), 2);
+    for w in &report.fault_windows {
+        assert!(w.end_s > w.start_s && w.end_s - w.start_s < 10.0, "{w:?}");
+    }
+    let names: Vec<&str> = report
+        .verification
+        .iter()
+        .map(|v| v.name.as_str())
+        .collect();
+    for n in [
+        "ids.unique[id:",
+        "ids.unique[snowflake]",
+        "lottery.conservation",
+        "lottery.settled",
+        "lottery.acknowledged_durable",
+        "ids.lost_per_crash_bounded",
+    ] {
+        assert!(
+            names.iter().any(|x| x.starts_with(n)),
+            "{n} not checked: {names:?}"
+        );
+    }
+    let ids = report.endpoint("GET /id/{tag}").unwrap();
+    assert!(ids.requests > 0);
+}
