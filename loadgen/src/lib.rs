@@ -39,7 +39,8 @@ pub const RUN_MAX_S: u64 = 24 * 3600;
 /// What to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadOptions {
-    /// One of [`catalog`]: `id`, `snowflake`, `tokens`, `once`, `lottery`, `mixed`.
+    /// One of [`catalog`]: `id`, `id-single`, `snowflake`, `tokens`, `once`, `lottery`,
+    /// `mixed`, `crash`.
     pub workload: String,
     /// Concurrent goose users (1..=[`USERS_MAX`]).
     pub users: u64,

@@ -39,6 +39,10 @@ pub const CATALOG: &[(&str, &str)] = &[
         "id",
         "segment IDs: GET /id/{tag} (4 of 5 operations) and GET /id/{tag}/batch?n=10 (1 of 5)",
     ),
+    (
+        "id-single",
+        "segment IDs, single only: GET /id/{tag} (for comparisons with wrk/oha on one URL)",
+    ),
     ("snowflake", "Snowflake IDs: GET /snowflake"),
     (
         "tokens",
@@ -75,6 +79,7 @@ pub fn kind_of(workload: &str, slot: u64) -> Option<Kind> {
                 Kind::Id
             }
         }
+        "id-single" => Kind::Id,
         "snowflake" => Kind::Snowflake,
         "tokens" => Kind::Tokens,
         "once" => Kind::Once,
@@ -100,7 +105,7 @@ pub fn kind_of(workload: &str, slot: u64) -> Option<Kind> {
 /// Which setups a workload needs.
 #[must_use]
 pub fn needs(workload: &str) -> (bool, bool) {
-    let ids = matches!(workload, "id" | "mixed" | "crash");
+    let ids = matches!(workload, "id" | "id-single" | "mixed" | "crash");
     let lottery = matches!(workload, "lottery" | "mixed" | "crash");
     (ids, lottery)
 }
@@ -404,4 +409,39 @@ pub async fn tick(user: &mut GooseUser, sh: &Shared) -> TransactionResult {
         operation(user, sh, kind, lag).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_catalog_workload_runs_and_mixed_keeps_its_weights() {
+        for (name, _) in CATALOG {
+            assert!(kind_of(name, 0).is_some(), "{name}");
+        }
+        assert!(kind_of("nope", 0).is_none());
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        for slot in 0..1000 {
+            *counts
+                .entry(format!("{:?}", kind_of("mixed", slot).unwrap()))
+                .or_default() += 1;
+        }
+        assert_eq!(counts["Id"], 400);
+        assert_eq!(counts["Batch"], 100);
+        assert_eq!(counts["Snowflake"], 200);
+        assert_eq!(counts["Tokens"], 100);
+        assert_eq!(counts["Once"], 100);
+        assert_eq!(counts["Lottery"], 100);
+        assert_eq!(kind_of("id", 4), Some(Kind::Batch));
+        assert_eq!(kind_of("id-single", 4), Some(Kind::Id));
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(status_class(200), None);
+        assert_eq!(status_class(201), None);
+        assert_eq!(status_class(409), Some("http_4xx"));
+        assert_eq!(status_class(503), Some("http_5xx"));
+    }
 }
