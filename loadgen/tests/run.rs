@@ -195,6 +195,7 @@ fn crash_under_load_keeps_ids_unique_and_money_conserved() {
         );
     }
     assert!(report.passed(), "{:#?}", report.verification);
+    eprintln!("{:?}", report.fault_windows);
     assert_eq!(report.fault_windows.len(), 2);
     for w in &report.fault_windows {
         assert!(w.end_s > w.start_s && w.end_s - w.start_s < 10.0, "{w:?}");
