@@ -321,6 +321,8 @@ async fn attack(base: &str, opts: &LoadOptions, shared: &Arc<Shared>) -> Result<
     config.run_time = Some(format!("{}", total_s + 1));
     config.timeout = Some("10".to_owned());
     config.no_telnet = true;
+    // goose's own aggregation is not used (every request is timed by the workload)
+    config.no_metrics = true;
     config.no_print_metrics = true;
     config.no_error_summary = true;
     config.quiet = 1;
