@@ -154,6 +154,9 @@ pub struct Shared {
     pub draws_confirmed: AtomicU64,
 }
 
+/// How much earlier than its intended time an operation may be sent (timer granularity).
+pub const TIMER_SLACK_MS: u64 = 1;
+
 /// Pause of a user after a refused connection (not counted in any latency).
 pub const CONNECT_BACKOFF_MS: u64 = 10;
 
@@ -400,8 +403,14 @@ pub async fn tick(user: &mut GooseUser, sh: &Shared) -> TransactionResult {
         tokio::time::sleep(Duration::from_millis(50)).await;
         return Ok(());
     }
-    if intended > now {
-        tokio::time::sleep_until(intended.into()).await;
+    // tokio's timer has 1 ms granularity and rounds deadlines up: sleeping to the intended time
+    // itself would make every send ~0.5-1 ms late, and that lateness would count as latency.
+    // Waking up to TIMER_SLACK early instead keeps the average rate and inflates nothing (a send
+    // ahead of its time is measured from its actual send).
+    if let Some(wake) = intended.checked_sub(Duration::from_millis(TIMER_SLACK_MS))
+        && wake > now
+    {
+        tokio::time::sleep_until(wake.into()).await;
     }
     let lag = Instant::now().saturating_duration_since(intended);
     let slot = k + i * sh.users;
