@@ -1,8 +1,473 @@
-//! goose load generation against the real `sut-server`.
+//! goose load generation against the real `sut-server` (DESIGN.md, "One state machine, three
+//! drivers": this is the client of the real driver).
 //!
-//! Not built yet (issue "Load generation (`loadgen`) with goose"). This crate will hold the
-//! workloads (segment, Snowflake, tokens, one-time tokens, lottery, mixed), the constant-rate
-//! open-model scheduler with coordinated-omission correction, per-endpoint microsecond
-//! HdrHistograms, `/proc` sampling of the server, post-run verification, and the kill -9 scenario.
-//!
-//! It exports no functionality yet.
+//! [`run`] sets a workload up through the admin routes, runs a goose 0.19 attack (built with
+//! `GooseAttack::initialize_with_config`, never from process arguments), measures every
+//! request itself into per-endpoint microsecond HdrHistograms ([`stats`]), optionally on a
+//! constant-rate open-model schedule with coordinated-omission correction (wrk2 style), samples
+//! the server's CPU and RSS from `/proc` ([`target`]), and verifies afterwards that every ID
+//! was unique, the ledger's checks hold and no one-time token was accepted twice ([`verify`]).
+//! The result is a [`reports::model::LoadReport`]; a violated check makes
+//! [`reports::model::LoadReport::passed`] false (callers must fail the run on it).
+
+pub mod crash;
+pub mod stats;
+pub mod target;
+pub mod verify;
+pub mod workload;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use goose::config::GooseConfiguration;
+use goose::prelude::*;
+use reports::model::{InvariantResult, LoadReport, Verdict};
+use serde_json::{Value, json};
+
+pub use crate::crash::{CrashOptions, crash_under_load};
+use crate::stats::Schedule;
+use crate::target::{Sampler, ServerProcess};
+use crate::workload::{LotteryPlan, Shared};
+
+/// Most users of one run.
+pub const USERS_MAX: u64 = 10_000;
+/// Longest run (warm-up plus measurement), in seconds.
+pub const RUN_MAX_S: u64 = 24 * 3600;
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadOptions {
+    /// One of [`catalog`]: `id`, `id-single`, `snowflake`, `tokens`, `once`, `lottery`,
+    /// `mixed`, `crash`.
+    pub workload: String,
+    /// Concurrent goose users (1..=[`USERS_MAX`]).
+    pub users: u64,
+    /// Total operations per second over all users (constant-rate open model); `None`:
+    /// closed loop, each user sends its next operation when the previous one is answered.
+    pub rate: Option<f64>,
+    /// Measured seconds (after the warm-up).
+    pub duration_s: u64,
+    /// Warm-up seconds: run but not measured (IDs received in it are verified all the same).
+    pub warmup_s: u64,
+    /// Base URL of a running server (`http://127.0.0.1:8080`); `None`: start a fresh
+    /// `sut-server` child on a temporary database (see [`target`] for where it is found).
+    pub host: Option<String>,
+    /// Write one HdrHistogram interval log per endpoint (`<endpoint>.hlog`) into this directory.
+    pub hlog_dir: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            workload: "id".to_owned(),
+            users: 16,
+            rate: None,
+            duration_s: 10,
+            warmup_s: 2,
+            host: None,
+            hlog_dir: None,
+        }
+    }
+}
+
+/// Why a load run could not be carried out (a run that was carried out but whose
+/// verification failed is an `Ok` report that does not pass).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("bad option `{field}`: {reason}")]
+    BadOption { field: &'static str, reason: String },
+    #[error("sut-server binary: {0}")]
+    ServerBinary(String),
+    #[error("sut-server: {0}")]
+    Server(String),
+    #[error("setup request {what} failed: {reason}")]
+    Setup { what: String, reason: String },
+    #[error("goose: {0}")]
+    Goose(String),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A workload of the catalog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkloadInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+}
+
+/// The workloads [`run`] accepts.
+#[must_use]
+pub fn catalog() -> Vec<WorkloadInfo> {
+    workload::CATALOG
+        .iter()
+        .map(|(name, description)| WorkloadInfo { name, description })
+        .collect()
+}
+
+fn check_options(opts: &LoadOptions) -> Result<(), LoadError> {
+    let bad = |field, reason: String| Err(LoadError::BadOption { field, reason });
+    if workload::kind_of(&opts.workload, 0).is_none() {
+        let known: Vec<_> = workload::CATALOG.iter().map(|(n, _)| *n).collect();
+        return bad(
+            "workload",
+            format!("unknown `{}`; known: {}", opts.workload, known.join(", ")),
+        );
+    }
+    if opts.users == 0 || opts.users > USERS_MAX {
+        return bad("users", format!("{} not in 1..={USERS_MAX}", opts.users));
+    }
+    if let Some(r) = opts.rate
+        && Schedule::new(r, opts.users).is_none()
+    {
+        return bad("rate", format!("{r} is not a positive finite rate"));
+    }
+    if opts.duration_s == 0 || opts.duration_s + opts.warmup_s > RUN_MAX_S {
+        return bad(
+            "duration_s",
+            format!("need 1..={RUN_MAX_S} s including the warm-up"),
+        );
+    }
+    Ok(())
+}
+
+/// Runs one load test and verifies it.
+///
+/// # Errors
+/// Bad options, no server, a failed setup request, or goose failing to run.
+pub fn run(opts: LoadOptions) -> Result<LoadReport, LoadError> {
+    check_options(&opts)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run_async(opts))
+}
+
+struct Admin {
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Admin {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), LoadError> {
+        let url = format!("{}{path}", self.base);
+        let req = match (method, body) {
+            ("GET", _) => self.client.get(&url),
+            (_, Some(b)) => self.client.post(&url).json(&b),
+            (_, None) => self.client.post(&url),
+        };
+        let what = format!("{method} {path}");
+        let resp = req.send().await.map_err(|e| LoadError::Setup {
+            what: what.clone(),
+            reason: e.to_string(),
+        })?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(|e| LoadError::Setup {
+            what: what.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
+    }
+
+    async fn expect(
+        &self,
+        method: &str,
+        path: &str,
+        body: Value,
+        ok: &[u16],
+    ) -> Result<Value, LoadError> {
+        let (status, v) = self.send(method, path, Some(body)).await?;
+        if ok.contains(&status) {
+            Ok(v)
+        } else {
+            Err(LoadError::Setup {
+                what: format!("{method} {path}"),
+                reason: format!("status {status}: {v}"),
+            })
+        }
+    }
+}
+
+/// What [`prepare`] set up on the server.
+struct Prepared {
+    admin: Admin,
+    run_id: u64,
+    tag: String,
+    lottery: Option<LotteryPlan>,
+}
+
+fn admin_client(base: &str) -> Result<Admin, LoadError> {
+    Ok(Admin {
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| LoadError::Setup {
+                what: "client".to_owned(),
+                reason: e.to_string(),
+            })?,
+        base: base.to_owned(),
+    })
+}
+
+/// Creates the tag, accounts and stock the workload needs (names distinct per run, so that a
+/// running server can be targeted repeatedly).
+async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, LoadError> {
+    let admin = admin_client(base)?;
+    let run_id = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+        % 1_000_000_000;
+    let tag = format!("loadgen-{run_id}");
+    let (need_ids, need_lottery) = workload::needs(&opts.workload);
+    if need_ids {
+        admin
+            .expect(
+                "POST",
+                "/admin/tags",
+                json!({"tag": tag, "step": step}),
+                &[200, 201, 409],
+            )
+            .await?;
+    }
+    let total_s = opts.warmup_s + opts.duration_s;
+    let lottery = if need_lottery {
+        let rate = opts
+            .rate
+            .unwrap_or(workload::LOTTERY_RATE_MAX)
+            .min(workload::LOTTERY_RATE_MAX);
+        let draws = (rate * (total_s as f64 + 1.0)).ceil() as u64;
+        let activities = draws.div_ceil(workload::LOTTERY_USERS).max(1);
+        let plan = LotteryPlan {
+            user_base: run_id * 100_000,
+            activity_base: run_id * 10_000,
+            activities,
+        };
+        admin
+            .expect(
+                "POST",
+                "/admin/accounts",
+                json!({
+                    "user": plan.user_base,
+                    "count": workload::LOTTERY_USERS,
+                    "balance_minor": activities * workload::PRICE_MINOR,
+                }),
+                &[200, 201],
+            )
+            .await?;
+        for a in 0..activities {
+            admin
+                .expect(
+                    "POST",
+                    "/admin/stock",
+                    json!({"activity": plan.activity_base + a, "units": workload::LOTTERY_USERS}),
+                    &[200, 201],
+                )
+                .await?;
+        }
+        Some(plan)
+    } else {
+        None
+    };
+    Ok(Prepared {
+        admin,
+        run_id,
+        tag,
+        lottery,
+    })
+}
+
+/// The shared state of an attack starting 200 ms from now.
+fn shared_state(opts: &LoadOptions, prep: &Prepared) -> Arc<Shared> {
+    let t0 = Instant::now() + Duration::from_millis(200);
+    let measure_start = t0 + Duration::from_secs(opts.warmup_s);
+    let end = measure_start + Duration::from_secs(opts.duration_s);
+    Arc::new(Shared {
+        workload: opts.workload.clone(),
+        users: opts.users,
+        schedule: opts.rate.and_then(|r| Schedule::new(r, opts.users)),
+        t0,
+        measure_start,
+        end,
+        tag: prep.tag.clone(),
+        lottery: prep.lottery,
+        iters: (0..opts.users).map(|_| AtomicU64::new(0)).collect(),
+        recorders: Default::default(),
+        segment_ids: Default::default(),
+        snowflake_ids: Default::default(),
+        once_accepted: Default::default(),
+        seq: AtomicU64::new(0),
+        user_base: prep.run_id * 1_000_000,
+        draws_confirmed: AtomicU64::new(0),
+    })
+}
+
+/// Runs the goose attack to its end.
+async fn attack(base: &str, opts: &LoadOptions, shared: &Arc<Shared>) -> Result<(), LoadError> {
+    let total_s = opts.warmup_s + opts.duration_s;
+    let mut config = GooseConfiguration::default();
+    config.host = Some(base.to_owned());
+    config.users = Some(opts.users as usize);
+    config.increase_rate = Some(opts.users.max(1000).to_string());
+    config.run_time = Some(format!("{}", total_s + 1));
+    config.timeout = Some("10".to_owned());
+    config.no_telnet = true;
+    // goose's own aggregation is not used (every request is timed by the workload)
+    config.no_metrics = true;
+    config.no_print_metrics = true;
+    config.no_error_summary = true;
+    config.quiet = 1;
+    let sh = Arc::clone(shared);
+    let tx = Transaction::new(Arc::new(move |user| {
+        let sh = Arc::clone(&sh);
+        Box::pin(async move { workload::tick(user, &sh).await })
+    }))
+    .set_name(&opts.workload);
+    let attack = GooseAttack::initialize_with_config(config)
+        .map_err(|e| LoadError::Goose(e.to_string()))?
+        .register_scenario(scenario!("loadgen").register_transaction(tx));
+    attack
+        .execute()
+        .await
+        .map_err(|e| LoadError::Goose(e.to_string()))?;
+    Ok(())
+}
+
+/// The client-side checks plus the ledger's.
+async fn verification(
+    opts: &LoadOptions,
+    prep: &Prepared,
+    shared: &Shared,
+) -> Result<Vec<InvariantResult>, LoadError> {
+    let (need_ids, need_lottery) = workload::needs(&opts.workload);
+    let mut out = Vec::new();
+    if need_ids {
+        let ids = workload_lock(&shared.segment_ids).clone();
+        out.push(verify::ids_unique(&format!("id:{}", prep.tag), &ids));
+    }
+    if matches!(opts.workload.as_str(), "snowflake" | "mixed" | "crash") {
+        let ids = workload_lock(&shared.snowflake_ids).clone();
+        out.push(verify::ids_unique("snowflake", &ids));
+    }
+    if matches!(opts.workload.as_str(), "once" | "mixed") {
+        out.push(verify::once_accepted_once(&workload_lock(
+            &shared.once_accepted,
+        )));
+    }
+    if need_lottery {
+        let (status, v) = prep.admin.send("GET", "/ledger", None).await?;
+        if status == 200 {
+            out.extend(verify::ledger(&v));
+            out.push(verify::acknowledged_draws_durable(
+                shared
+                    .draws_confirmed
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                workload::PRICE_MINOR,
+                &v,
+            ));
+        } else {
+            out.push(InvariantResult {
+                name: "ledger.answer".to_owned(),
+                verdict: Verdict::Violated,
+                seed: None,
+                first_offending_event: Some(format!("GET /ledger answered {status}")),
+                detail: Some(v.to_string()),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn endpoints(
+    opts: &LoadOptions,
+    shared: &Shared,
+    hlog_start: SystemTime,
+) -> Result<Vec<reports::model::EndpointStats>, LoadError> {
+    let recorders = workload_lock(&shared.recorders).clone();
+    if let Some(dir) = &opts.hlog_dir {
+        std::fs::create_dir_all(dir)?;
+        for (name, rec) in &recorders {
+            rec.write_hlog(
+                &dir.join(format!("{}.hlog", file_name(name))),
+                name,
+                hlog_start,
+            )?;
+        }
+    }
+    Ok(recorders
+        .iter()
+        .map(|(name, rec)| rec.stats(name, opts.duration_s as f64))
+        .collect())
+}
+
+async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
+    let started = Instant::now();
+    let wall_start = SystemTime::now();
+    // The target.
+    let _db_dir;
+    let mut server: Option<ServerProcess> = None;
+    let base = match &opts.host {
+        Some(h) => h.trim_end_matches('/').to_owned(),
+        None => {
+            let bin = target::find_server_binary()?;
+            let dir = tempfile::tempdir()?;
+            let s = ServerProcess::start(&bin, &dir.path().join("ids.db"), "127.0.0.1:0", &[])?;
+            _db_dir = dir;
+            let b = s.base_url.clone();
+            server = Some(s);
+            b
+        }
+    };
+    let sampler = server.as_ref().map(|s| Sampler::start(s.pid(), started));
+    let prep = prepare(&base, &opts, 100_000).await?;
+    let shared = shared_state(&opts, &prep);
+    attack(&base, &opts, &shared).await?;
+    let verification = verification(&opts, &prep, &shared).await?;
+    let server_samples = sampler.map(Sampler::finish).unwrap_or_default();
+    if let Some(mut s) = server {
+        s.stop();
+    }
+    let hlog_start = wall_start + shared.measure_start.duration_since(started);
+    Ok(LoadReport {
+        scenario: format!("load:{}", opts.workload),
+        target: match &opts.host {
+            Some(h) => h.clone(),
+            None => format!("fresh sut-server child at {base}"),
+        },
+        duration_s: opts.duration_s as f64,
+        warmup_s: opts.warmup_s as f64,
+        rate: opts.rate,
+        users: opts.users,
+        endpoints: endpoints(&opts, &shared, hlog_start)?,
+        server: server_samples,
+        fault_windows: Vec::new(),
+        verification,
+    })
+}
+
+fn workload_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A file name for an endpoint name: `POST /tokens/verify` → `POST_tokens_verify`.
+#[must_use]
+pub fn file_name(endpoint: &str) -> String {
+    let mut out = String::new();
+    for c in endpoint.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+            out.push(c);
+        } else if !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    out.trim_matches('_').to_owned()
+}

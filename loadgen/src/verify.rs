@@ -1,0 +1,302 @@
+//! Post-run verification of what the clients saw (DESIGN.md, "Invariants"): every ID received is
+//! unique within its ID space (all of them are collected, not a sample), the lottery ledger's
+//! conservation and no-over-issue hold (the server's `GET /ledger` checks), and no one-time
+//! token was accepted twice. Each check is a [`reports::model::InvariantResult`]; a `Violated`
+//! one fails the run ([`reports::model::LoadReport::passed`]).
+
+use std::collections::{BTreeMap, HashSet};
+
+use reports::model::{InvariantResult, Verdict};
+use serde_json::Value;
+
+fn violated(name: &str, first: String, detail: String) -> InvariantResult {
+    InvariantResult {
+        name: name.to_owned(),
+        verdict: Verdict::Violated,
+        seed: None,
+        first_offending_event: Some(first),
+        detail: Some(detail),
+    }
+}
+
+fn held(name: &str, detail: String) -> InvariantResult {
+    InvariantResult {
+        detail: Some(detail),
+        ..InvariantResult::held(name)
+    }
+}
+
+/// `ids.unique` over one ID space (`space` names it, e.g. `id:bench` or `snowflake`): the IDs
+/// in the order received. Reports the first repeated ID and how many repeats there were.
+#[must_use]
+pub fn ids_unique(space: &str, ids: &[u64]) -> InvariantResult {
+    let name = format!("ids.unique[{space}]");
+    let mut seen: HashSet<u64> = HashSet::with_capacity(ids.len());
+    let mut first: Option<(usize, u64)> = None;
+    let mut dups: u64 = 0;
+    for (i, id) in ids.iter().enumerate() {
+        if !seen.insert(*id) {
+            dups += 1;
+            first.get_or_insert((i, *id));
+        }
+    }
+    match first {
+        None => held(&name, format!("{} IDs, all distinct", ids.len())),
+        Some((i, id)) => violated(
+            &name,
+            format!("ID {id} received again as response #{i}"),
+            format!("{} IDs, {dups} repeats", ids.len()),
+        ),
+    }
+}
+
+/// `tokens.once_accepted_once`: `accepted` maps each one-time token to the number of consume
+/// calls that were answered `accepted: true`.
+#[must_use]
+pub fn once_accepted_once(accepted: &BTreeMap<String, u32>) -> InvariantResult {
+    let name = "tokens.once_accepted_once";
+    let twice: Vec<(&String, &u32)> = accepted.iter().filter(|(_, n)| **n > 1).collect();
+    match twice.first() {
+        None => held(
+            name,
+            format!("{} one-time tokens accepted, none twice", accepted.len()),
+        ),
+        Some((t, n)) => violated(
+            name,
+            format!("token {t} accepted {n} times"),
+            format!("{} tokens accepted more than once", twice.len()),
+        ),
+    }
+}
+
+/// The ledger checks of a `GET /ledger` answer: one result per entry of its `checks` array
+/// (`lottery.conservation`, `lottery.no_over_issue`, ...), plus `ledger.safe` for its `safe`
+/// flag. An answer without the checks is itself a violation (`ledger.answer`): it cannot be
+/// shown to hold.
+#[must_use]
+pub fn ledger(answer: &Value) -> Vec<InvariantResult> {
+    let Some(checks) = answer.get("checks").and_then(Value::as_array) else {
+        return vec![violated(
+            "ledger.answer",
+            "GET /ledger has no `checks` array".to_owned(),
+            answer.to_string().chars().take(300).collect(),
+        )];
+    };
+    let mut out = Vec::with_capacity(checks.len() + 1);
+    for c in checks {
+        let name = c
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("ledger.unnamed_check");
+        match c.get("ok").and_then(Value::as_bool) {
+            Some(true) => out.push(held(name, "server check holds".to_owned())),
+            Some(false) => out.push(violated(
+                name,
+                c.get("violation")
+                    .and_then(Value::as_str)
+                    .unwrap_or("violated (no detail)")
+                    .to_owned(),
+                "GET /ledger".to_owned(),
+            )),
+            None => out.push(violated(
+                name,
+                "check without an `ok` flag".to_owned(),
+                c.to_string(),
+            )),
+        }
+    }
+    let summary = format!(
+        "minted {} collected {} balances {} frozen {} participations {} open draws {}",
+        answer["minted_minor"],
+        answer["collected_minor"],
+        answer["balances_minor"],
+        answer["frozen_minor"],
+        answer["participations"],
+        answer["open_draws"]
+    );
+    // Conservation recomputed on the client from the summary: minted = balances + frozen +
+    // collected (the server's own check, cross-checked against its reported numbers).
+    let num = |k: &str| answer.get(k).and_then(Value::as_u64).map(u128::from);
+    if let (Some(minted), Some(bal), Some(frozen), Some(coll)) = (
+        num("minted_minor"),
+        num("balances_minor"),
+        num("frozen_minor"),
+        num("collected_minor"),
+    ) {
+        if minted == bal + frozen + coll {
+            out.push(held("ledger.sums", summary.clone()));
+        } else {
+            out.push(violated(
+                "ledger.sums",
+                format!("minted {minted} != balances {bal} + frozen {frozen} + collected {coll}"),
+                summary.clone(),
+            ));
+        }
+    }
+    match answer.get("safe").and_then(Value::as_bool) {
+        Some(true) => out.push(held("ledger.safe", summary)),
+        _ => out.push(violated(
+            "ledger.safe",
+            "GET /ledger says safe = false".to_owned(),
+            summary,
+        )),
+    }
+    out
+}
+
+/// `lottery.acknowledged_durable`: every draw a client saw confirmed (200) is in the ledger,
+/// crash or not: the house collected at least `confirmed × price` (each confirmed draw
+/// collects its price; draws the clients never heard of may add more).
+#[must_use]
+pub fn acknowledged_draws_durable(
+    confirmed: u64,
+    price_minor: u64,
+    answer: &Value,
+) -> InvariantResult {
+    let name = "lottery.acknowledged_durable";
+    let Some(collected) = answer.get("collected_minor").and_then(Value::as_u64) else {
+        return violated(
+            name,
+            "GET /ledger has no collected_minor".to_owned(),
+            String::new(),
+        );
+    };
+    let owed = confirmed.saturating_mul(price_minor);
+    if collected >= owed {
+        held(
+            name,
+            format!("{confirmed} draws confirmed to clients, {collected} collected"),
+        )
+    } else {
+        violated(
+            name,
+            format!(
+                "clients saw {confirmed} confirmed draws (owed {owed}) but the ledger collected {collected}"
+            ),
+            "an acknowledged draw was lost".to_owned(),
+        )
+    }
+}
+
+/// IDs never handed to a client between the smallest and largest received: the sum of the gaps
+/// of the sorted distinct IDs.
+#[must_use]
+pub fn id_gaps(ids: &[u64]) -> u64 {
+    let mut v: Vec<u64> = ids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.windows(2).map(|w| w[1] - w[0] - 1).sum()
+}
+
+/// `ids.lost_per_crash_bounded`: the IDs lost to `crashes` kills stay within `bound_per_crash`
+/// each (gaps in the received IDs; see the crash scenario for the bound's derivation).
+#[must_use]
+pub fn lost_ids_bounded(ids: &[u64], crashes: u64, bound_per_crash: u64) -> InvariantResult {
+    let name = "ids.lost_per_crash_bounded";
+    let gaps = id_gaps(ids);
+    let bound = crashes.max(1).saturating_mul(bound_per_crash);
+    let detail = format!(
+        "{gaps} IDs skipped over {crashes} crashes (bound {bound_per_crash} per crash, {} IDs received)",
+        ids.len()
+    );
+    if gaps <= bound {
+        held(name, detail)
+    } else {
+        violated(name, format!("{gaps} IDs lost > {bound}"), detail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn durability_and_gap_checks_fire() {
+        let l = json!({"collected_minor": 10});
+        assert_eq!(acknowledged_draws_durable(10, 1, &l).verdict, Verdict::Held);
+        assert_eq!(
+            acknowledged_draws_durable(11, 1, &l).verdict,
+            Verdict::Violated
+        );
+        assert_eq!(id_gaps(&[1, 2, 3, 7, 8, 8, 20]), 3 + 11);
+        assert_eq!(lost_ids_bounded(&[1, 2, 3, 7], 1, 3).verdict, Verdict::Held);
+        assert_eq!(
+            lost_ids_bounded(&[1, 2, 3, 8], 1, 3).verdict,
+            Verdict::Violated
+        );
+        assert_eq!(
+            lost_ids_bounded(&[1, 100, 200], 2, 100).verdict,
+            Verdict::Held
+        );
+    }
+
+    #[test]
+    fn ids_unique_fires_on_a_duplicate() {
+        assert_eq!(ids_unique("t", &[1, 2, 3, 10]).verdict, Verdict::Held);
+        let r = ids_unique("t", &[5, 6, 7, 6, 8, 5]);
+        assert_eq!(r.verdict, Verdict::Violated);
+        assert_eq!(r.name, "ids.unique[t]");
+        assert!(r.first_offending_event.unwrap().contains("ID 6"));
+        assert!(r.detail.unwrap().contains("2 repeats"));
+    }
+
+    #[test]
+    fn once_fires_on_a_token_accepted_twice() {
+        let mut m = BTreeMap::new();
+        m.insert("a".to_owned(), 1);
+        m.insert("b".to_owned(), 1);
+        assert_eq!(once_accepted_once(&m).verdict, Verdict::Held);
+        m.insert("c".to_owned(), 2);
+        let r = once_accepted_once(&m);
+        assert_eq!(r.verdict, Verdict::Violated);
+        assert!(r.first_offending_event.unwrap().contains("token c"));
+    }
+
+    fn good_ledger() -> Value {
+        json!({
+            "minted_minor": 1000, "collected_minor": 30, "balances_minor": 960,
+            "frozen_minor": 10, "participations": 3, "open_draws": 0,
+            "checks": [
+                {"name": "lottery.conservation", "ok": true, "violation": null},
+                {"name": "lottery.no_over_issue", "ok": true, "violation": null},
+            ],
+            "safe": true
+        })
+    }
+
+    #[test]
+    fn ledger_holds_on_a_good_answer() {
+        let r = ledger(&good_ledger());
+        assert!(r.iter().all(|i| i.verdict == Verdict::Held), "{r:?}");
+        assert_eq!(r.len(), 4);
+    }
+
+    #[test]
+    fn ledger_fires_on_broken_conservation() {
+        // the server's own check says so
+        let mut a = good_ledger();
+        a["checks"][0] =
+            json!({"name": "lottery.conservation", "ok": false, "violation": "lost 5"});
+        a["safe"] = json!(false);
+        let r = ledger(&a);
+        let c = r.iter().find(|i| i.name == "lottery.conservation").unwrap();
+        assert_eq!(c.verdict, Verdict::Violated);
+        assert_eq!(c.first_offending_event.as_deref(), Some("lost 5"));
+        assert!(
+            r.iter()
+                .any(|i| i.name == "ledger.safe" && i.verdict == Verdict::Violated)
+        );
+
+        // the numbers do not add up although the server claims the checks hold
+        let mut b = good_ledger();
+        b["balances_minor"] = json!(955);
+        let r = ledger(&b);
+        let s = r.iter().find(|i| i.name == "ledger.sums").unwrap();
+        assert_eq!(s.verdict, Verdict::Violated);
+
+        // an answer without checks cannot pass
+        let r = ledger(&json!({"error": "x"}));
+        assert_eq!(r[0].verdict, Verdict::Violated);
+    }
+}
