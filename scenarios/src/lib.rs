@@ -32,6 +32,31 @@ pub const NAMED: &[(&str, &str)] = &[
     ("chaos", include_str!("../scenarios/chaos.toml")),
 ];
 
+/// The load scenarios: name, description, loadgen workload. They run against the real
+/// `sut-server` (built with `cargo build --release -p sut --bin sut-server`).
+pub const LOAD: &[(&str, &str, &str)] = &[
+    (
+        "load_id",
+        "goose against sut-server: segment IDs, single and batch",
+        "id",
+    ),
+    (
+        "load_mixed",
+        "goose against sut-server: IDs, Snowflake, tokens, one-time tokens, draws",
+        "mixed",
+    ),
+    (
+        "load_lottery",
+        "goose against sut-server: durable lottery draws",
+        "lottery",
+    ),
+    (
+        "crash_under_load",
+        "sut-server killed with SIGKILL three times under load, restarted on its files, verified",
+        "crash",
+    ),
+];
+
 /// Results the gate runs besides the named simulations (the model checks, and later the
 /// known-flaws catalog and a short load run).
 #[must_use]
@@ -49,6 +74,30 @@ pub fn gate_extras(_jobs: usize) -> Vec<reports::RunResult> {
             Ok(report) => results.push(report::model(&report).into()),
             Err(err) => eprintln!("gate: model {} could not run: {err}", info.name),
         }
+    }
+    // A short constant-rate load run against a fresh sut-server: its verification is gated
+    // (latency ratios are reported, but on a shared machine they are too noisy to pin).
+    eprintln!("gate: load run load_mixed (3 s at 300 operations/s)");
+    let options = loadgen::LoadOptions {
+        workload: "mixed".into(),
+        users: 4,
+        rate: Some(300.0),
+        duration_s: 3,
+        warmup_s: 1,
+        ..loadgen::LoadOptions::default()
+    };
+    match loadgen::run(options) {
+        Ok(mut report) => {
+            report.scenario = "load_mixed".into();
+            // Tags are unique per run (`id:loadgen-<random>`); the gate pins names.
+            for check in &mut report.verification {
+                if let Some(open) = check.name.find("[id:") {
+                    check.name = format!("{}[id]", &check.name[..open]);
+                }
+            }
+            results.push(report.into());
+        }
+        Err(err) => eprintln!("gate: load run could not run: {err}"),
     }
     results
 }
