@@ -94,7 +94,11 @@ impl FaultKind {
 pub struct RunSection {
     /// Safety phase (faults on, workload running), simulated ms.
     pub safety_ms: u64,
-    /// Liveness phase (faults healed), simulated ms.
+    /// Liveness phase (faults healed), simulated ms. It must outlast the slowest recovery the
+    /// protocols allow once the network is whole again: a TCC attempt's timer (at most 1 s with
+    /// the simulator's backoff cap), the remaining phase, and a parked draw's retry (0.5 s).
+    /// 6 s was too short with the default 3.2 s cap: 2 seeds in 1,000 of `swizzle` ended
+    /// with a draw still open.
     pub liveness_ms: u64,
     /// Seeds in the default sweep.
     pub seeds: u64,
@@ -104,7 +108,7 @@ impl Default for RunSection {
     fn default() -> Self {
         Self {
             safety_ms: 6_000,
-            liveness_ms: 6_000,
+            liveness_ms: 8_000,
             seeds: 8,
         }
     }

@@ -114,8 +114,13 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
         let _ = log.append(entry);
     }
     let now = ctx.now();
-    let coord =
-        Coordinator::recover(CoordinatorConfig::default(), &log, now).expect("default config");
+    // Backoff capped at 1 s: with 6 attempts a phase gives up within 3.5 s, so a draw begun
+    // in the safety phase settles well inside the liveness phase (see `RunSection`).
+    let config = CoordinatorConfig {
+        backoff_ms_max: 1_000,
+        ..CoordinatorConfig::default()
+    };
+    let coord = Coordinator::recover(config, &log, now).expect("a valid coordinator config");
     let wheel = TimingWheel::new(WheelConfig::default(), now.mono_ms).expect("default wheel");
     let state = Arc::new(Mutex::new(Coord {
         coord,
