@@ -1,0 +1,97 @@
+//! The `scenario` command as a user meets it: listing, exit codes, errors that name the file
+//! and line, and the JSON a sweep writes.
+
+use std::process::Command;
+
+fn scenario() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_scenario"))
+}
+
+#[test]
+fn list_names_every_scenario() {
+    let out = scenario().arg("list").output().expect("run scenario list");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in [
+        "clock_skew",
+        "partition",
+        "swizzle",
+        "crash_restart",
+        "pause",
+        "segment_race",
+        "chaos",
+        "load_mixed",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(name)),
+            "{name} missing from:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn unknown_scenarios_and_bad_files_exit_2_with_a_clear_error() {
+    let out = scenario().arg("no_such_scenario").output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scenario `no_such_scenario`"));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "name = \"bad\"\ndescription = \"d\"\n[workload]\nrate = 5\n",
+    )
+    .expect("write");
+    let out = scenario().arg(&path).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml:4:1") && err.contains("unknown field `rate`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_short_sweep_exits_0_and_writes_the_json_fields() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tiny.toml");
+    std::fs::write(
+        &file,
+        "name = \"tiny\"\ndescription = \"one short seed\"\n[run]\nsafety_ms = 800\nliveness_ms = 2000\n\
+         [workload]\nrate_per_s = 300\n[faults]\nkinds = [\"loss\"]\nswarm = false\ninterval_ms = [50, 100]\n",
+    )
+    .expect("write");
+    let json = dir.path().join("out.json");
+    let out = scenario()
+        .arg(&file)
+        .args(["--seeds", "1", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid json");
+    for field in [
+        "scenario",
+        "seeds_run",
+        "violations",
+        "sim_seconds",
+        "wall_seconds",
+        "events",
+        "fault_effects",
+    ] {
+        assert!(doc.get(field).is_some(), "missing {field} in {doc}");
+    }
+    assert_eq!(doc["seeds_run"], 1);
+    assert!(
+        doc["fault_effects"]["net.dropped_by_loss"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{doc}"
+    );
+}
