@@ -457,7 +457,6 @@ pub fn heal_all(world: &World) {
     }
     world.with(|w| {
         let now = w.sim_ms();
-        let _ = now;
         for node in clocks {
             w.adjust_clock(&node, |c, now| c.reset(now));
         }

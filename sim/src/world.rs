@@ -12,7 +12,7 @@ use madsim::time::Instant;
 use serde::{Deserialize, Serialize};
 use sut::clock::Now;
 use sut::lottery::{LogEntry, MemoryStore, ParticipantMsg};
-use sut::store::{MemoryIdStore, StoreCall, TagSpec};
+use sut::store::{StoreCall, TagSpec};
 
 use crate::clock::NodeClock;
 use crate::disk::Wal;
@@ -111,8 +111,6 @@ pub struct FaultSpan {
 pub struct Published {
     /// Participant stores by node name.
     pub ledgers: BTreeMap<String, Arc<Mutex<MemoryStore>>>,
-    /// The database node's store.
-    pub db: Option<Arc<Mutex<MemoryIdStore>>>,
 }
 
 /// Everything shared.

@@ -35,8 +35,6 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         }
     }
     let store = Arc::new(Mutex::new(store));
-    ctx.world
-        .with(|w| w.published.db = Some(Arc::clone(&store)));
 
     // The reclaim sweeper: zombie segments' unclaimed tails go back to the pool.
     let sweeper = {
