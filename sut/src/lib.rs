@@ -19,8 +19,10 @@
 //!   and the seed's semantic IDs done right.
 //! - [`token`]: JWT, revocation, one-time submit tokens, the renewing token cache.
 //! - [`lottery`]: the TCC lottery: fence, participants, coordinator, compensation scheduler.
+//! - [`flaw`]: the catalog of known broken designs, each an off-by-default switch of the above.
 
 pub mod clock;
+pub mod flaw;
 pub mod segment;
 pub mod snowflake;
 pub mod store;

@@ -42,6 +42,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Now;
+use crate::flaw::Flaw;
 use crate::snowflake::{NextId, SnowflakeWorker, WorkerConfig};
 use crate::store::{
     AllocRequest, InstanceId, ReleaseRequest, RenewRequest, Segment, StoreCall, StoreError,
@@ -97,6 +98,10 @@ pub struct AllocatorConfig {
     pub failures_before_unavailable: u32,
     /// Degraded mode, off by default.
     pub degraded: Option<DegradedConfig>,
+    /// A documented flaw to switch on (off by default): [`Flaw::SegmentNoVersionCheck`],
+    /// [`Flaw::CounterNoPersist`] or [`Flaw::ReclaimNoDriftMargin`]; others are ignored here.
+    #[serde(default)]
+    pub flaw: Option<Flaw>,
 }
 
 impl AllocatorConfig {
@@ -119,6 +124,7 @@ impl AllocatorConfig {
             backoff_ms_max: 2_000,
             failures_before_unavailable: 3,
             degraded: None,
+            flaw: None,
         }
     }
 
@@ -479,9 +485,14 @@ impl SegmentAllocator {
                 self.retire_current(now);
                 continue;
             }
-            if cur.next < cur.claim_end {
+            let limit = if issues_beyond_claim(self.cfg.flaw) {
+                cur.segment.end
+            } else {
+                cur.claim_end
+            };
+            if cur.next < limit {
                 let delta = cur.segment.delta;
-                let count = ((cur.claim_end - cur.next).div_ceil(delta)).min(max);
+                let count = ((limit - cur.next).div_ceil(delta)).min(max);
                 let block = IdBlock {
                     start: cur.next,
                     count,
@@ -542,7 +553,7 @@ impl SegmentAllocator {
     fn note_issued(&mut self, block: &IdBlock) {
         if let Some(last) = self.last_issued {
             debug_assert!(
-                block.start > last,
+                block.start > last || self.cfg.flaw.is_some(),
                 "IDs of one allocator must increase: {} after {last}",
                 block.start
             );
@@ -638,6 +649,14 @@ impl SegmentAllocator {
             let chunk = (held.segment.len() * claim_pct / 100)
                 .max(1)
                 .saturating_mul(held.segment.delta);
+            if issues_beyond_claim(self.cfg.flaw) {
+                // The flaw: the claim is an after-the-fact usage report, sent on the renewal
+                // schedule.
+                if held.renew_due_mono <= now.mono_ms {
+                    calls.push((held.segment.start, held.next.min(held.segment.end)));
+                }
+                continue;
+            }
             let low = held.claim_end < held.segment.end
                 && held.claim_end.saturating_sub(held.next) < chunk / 2 + 1;
             if low || held.renew_due_mono <= now.mono_ms {
@@ -712,8 +731,45 @@ impl SegmentAllocator {
         }
         let conflicts = *conflicts;
         match result {
+            Ok(row) if self.cfg.flaw == Some(Flaw::CounterNoPersist) => {
+                self.use_before_persist(&row, now);
+            }
             Ok(row) => self.send_allocate(&row, conflicts, now),
             Err(err) => self.fetch_failed(err, now),
+        }
+    }
+
+    /// FLAW [`Flaw::CounterNoPersist`]: take `[max_id, max_id + step)` as read and start
+    /// issuing from it at once; the write of the new `max_id` follows and its outcome is
+    /// ignored (seed 000's anti-pattern: a local `AtomicLong` never synced with the database).
+    fn use_before_persist(&mut self, row: &crate::store::TagRow, now: Now) {
+        self.send_allocate(row, self.cfg.cas_retries_max, now);
+        let span = self.step.saturating_mul(row.delta);
+        let end = row
+            .max_id
+            .saturating_add(span)
+            .min(crate::store::SEGMENT_ID_LIMIT);
+        if end <= row.max_id {
+            return;
+        }
+        let held = Held {
+            segment: Segment {
+                start: row.max_id,
+                end,
+                delta: row.delta,
+            },
+            next: row.max_id,
+            claim_end: end,
+            lease_deadline_mono: now.mono_ms + self.cfg.lease_ms - self.cfg.drift_ms_max,
+            granted_mono: now.mono_ms,
+            renew_due_mono: now.mono_ms + self.cfg.renew_interval_ms,
+            renewing: None,
+        };
+        self.stats.reloads += 1;
+        if self.current.is_none() {
+            self.current = Some(held);
+        } else if self.next.is_none() {
+            self.next = Some(held);
         }
     }
 
@@ -722,7 +778,12 @@ impl SegmentAllocator {
         if self.step == 0 {
             self.step = self.cfg.step.initial(row.step);
         }
-        let claim_ids = (self.step * u64::from(self.cfg.claim_pct) / 100).max(1);
+        let claim_ids = if issues_beyond_claim(self.cfg.flaw) {
+            // The flaw: nothing is claimed ahead; usage is reported after the fact.
+            1
+        } else {
+            (self.step * u64::from(self.cfg.claim_pct) / 100).max(1)
+        };
         let id = self.push(StoreCall::Allocate(AllocRequest {
             tag: self.cfg.tag.clone(),
             expected_version: row.version,
@@ -732,6 +793,8 @@ impl SegmentAllocator {
             instance: self.cfg.instance,
             lease_ms: self.cfg.lease_ms,
             now_ms: now.wall_ms,
+            blind_max_id: (self.cfg.flaw == Some(Flaw::SegmentNoVersionCheck))
+                .then_some(row.max_id),
         }));
         self.fetch = Fetch::Allocating {
             flight: InFlight {
@@ -761,17 +824,32 @@ impl SegmentAllocator {
             return;
         }
         let (sent_mono, conflicts) = (flight.sent_mono, *conflicts);
+        if self.cfg.flaw == Some(Flaw::CounterNoPersist) {
+            // The flaw: the segment is already in use; whatever the write did is not looked at.
+            self.fetch = Fetch::Idle;
+            if result.is_ok() {
+                self.consecutive_failures = 0;
+                self.last_error = None;
+            }
+            return;
+        }
         match result {
             Ok(grant) => {
                 debug_assert!(
-                    grant.segment.start >= self.min_id(),
+                    grant.segment.start >= self.min_id() || self.cfg.flaw.is_some(),
                     "grant below this instance's IDs"
                 );
+                let lease_deadline_mono = if self.cfg.flaw == Some(Flaw::ReclaimNoDriftMargin) {
+                    // The flaw: timed from the answer, with no drift margin.
+                    now.mono_ms + self.cfg.lease_ms
+                } else {
+                    sent_mono + self.cfg.lease_ms - self.cfg.drift_ms_max
+                };
                 let held = Held {
                     segment: grant.segment,
                     next: grant.segment.start,
                     claim_end: grant.claim_end,
-                    lease_deadline_mono: sent_mono + self.cfg.lease_ms - self.cfg.drift_ms_max,
+                    lease_deadline_mono,
                     granted_mono: now.mono_ms,
                     renew_due_mono: now.mono_ms + self.cfg.renew_interval_ms,
                     renewing: None,
@@ -842,7 +920,11 @@ impl SegmentAllocator {
         match result {
             Ok(lease) => {
                 held.claim_end = held.claim_end.max(lease.claim_end.min(held.segment.end));
-                let deadline = sent_mono + self.cfg.lease_ms - self.cfg.drift_ms_max;
+                let deadline = if self.cfg.flaw == Some(Flaw::ReclaimNoDriftMargin) {
+                    now.mono_ms + self.cfg.lease_ms
+                } else {
+                    sent_mono + self.cfg.lease_ms - self.cfg.drift_ms_max
+                };
                 held.lease_deadline_mono = held.lease_deadline_mono.max(deadline);
                 held.renew_due_mono = now.mono_ms + self.cfg.renew_interval_ms;
             }
@@ -1024,6 +1106,15 @@ impl SegmentAllocator {
             last_error: self.last_error.as_ref().map(ToString::to_string),
         }
     }
+}
+
+/// The flaws under which IDs are issued beyond the acknowledged claim (the claim becomes an
+/// after-the-fact usage record, or is not looked at at all).
+fn issues_beyond_claim(flaw: Option<Flaw>) -> bool {
+    matches!(
+        flaw,
+        Some(Flaw::CounterNoPersist | Flaw::ReclaimNoDriftMargin)
+    )
 }
 
 #[cfg(test)]

@@ -529,3 +529,81 @@ fn region_pools_never_collide() {
     }
     assert_eq!(all.len(), 600);
 }
+
+/// Two allocators read the tag row before either writes (the race a version check exists for).
+fn racing_reloads(flaw: Option<Flaw>) -> (u64, u64) {
+    let mut store = store_with(100);
+    let now = Now::both(0);
+    let mut a = SegmentAllocator::new(AllocatorConfig { flaw, ..cfg(1) }, now).unwrap();
+    let mut b = SegmentAllocator::new(AllocatorConfig { flaw, ..cfg(2) }, now).unwrap();
+    assert_eq!(a.next_id(now), Take::Pending);
+    assert_eq!(b.next_id(now), Take::Pending);
+    let (ra, rb) = (a.poll_request().unwrap(), b.poll_request().unwrap());
+    assert!(matches!(ra.call, StoreCall::Read { .. }));
+    let (reply_a, reply_b) = (ra.call.execute(&mut store), rb.call.execute(&mut store));
+    a.handle_reply(ra.id, reply_a, now);
+    b.handle_reply(rb.id, reply_b, now);
+    pump(&mut a, &mut store, now);
+    pump(&mut b, &mut store, now);
+    (
+        id_of(take(&mut a, &mut store, now)),
+        id_of(take(&mut b, &mut store, now)),
+    )
+}
+
+#[test]
+fn version_check_keeps_racing_reloads_apart() {
+    let (a, b) = racing_reloads(None);
+    assert_ne!(a, b);
+}
+
+#[test]
+fn flaw_segment_no_version_check_grants_one_range_twice() {
+    let (a, b) = racing_reloads(Some(Flaw::SegmentNoVersionCheck));
+    assert_eq!(a, b, "the blind write gives both the same range");
+}
+
+#[test]
+fn flaw_counter_no_persist_issues_before_the_write() {
+    let (a, b) = racing_reloads(Some(Flaw::CounterNoPersist));
+    assert_eq!(a, b, "both issue from the max_id they read");
+}
+
+/// A holder partitioned from its store after its first renewal: how far does it issue, and
+/// what does the store hand out once the lease has expired?
+fn zombie(flaw: Option<Flaw>) -> (Vec<u64>, u64) {
+    let mut store = store_with(1_000);
+    let mut a = SegmentAllocator::new(AllocatorConfig { flaw, ..cfg(1) }, Now::both(0)).unwrap();
+    let mut issued = vec![id_of(take(&mut a, &mut store, Now::both(0)))];
+    // Connected for a while: renewals reach the store.
+    for t in (10..400).step_by(10) {
+        issued.push(id_of(take(&mut a, &mut store, Now::both(t))));
+    }
+    // Partitioned: the holder keeps issuing while it believes its lease holds.
+    for t in (400..3_000).step_by(10) {
+        let now = Now::both(t);
+        if let Take::Block(block) = a.next_id(now) {
+            issued.extend(block.ids());
+        }
+        while a.poll_request().is_some() {}
+    }
+    store.reclaim_expired(5_000).unwrap();
+    let mut b = SegmentAllocator::new(cfg(2), Now::both(5_000)).unwrap();
+    let first_of_b = id_of(take(&mut b, &mut store, Now::both(5_000)));
+    (issued, first_of_b)
+}
+
+#[test]
+fn write_ahead_claims_keep_a_zombie_out_of_the_reclaimed_range() {
+    let (issued, first_of_b) = zombie(None);
+    assert!(!issued.contains(&first_of_b));
+}
+
+#[test]
+fn flaw_reclaim_no_drift_margin_lets_a_zombie_overlap() {
+    let (issued, first_of_b) = zombie(Some(Flaw::ReclaimNoDriftMargin));
+    assert!(
+        issued.contains(&first_of_b),
+        "the reclaimed tail starts at the last usage report, below what the zombie issued"
+    );
+}

@@ -187,6 +187,19 @@ impl Layout {
     }
 }
 
+/// FLAW [`crate::flaw::Flaw::MachineIdHashIp`] (seed 002 §2.3): the machine id as
+/// `hash(IP) % 1000`, with Java's `String.hashCode` of the dotted address. Distinct hosts
+/// collide (the birthday bound: about 1 in 2 among 38 hosts); the correct path leases worker ids
+/// from the store instead.
+#[must_use]
+pub fn machine_id_from_ip(ip: [u8; 4]) -> u32 {
+    let text = format!("{}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]);
+    let hash = text
+        .bytes()
+        .fold(0_i32, |h, b| h.wrapping_mul(31).wrapping_add(i32::from(b)));
+    hash.unsigned_abs() % 1_000
+}
+
 /// Worker behaviour beyond the layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WorkerConfig {
@@ -198,6 +211,10 @@ pub struct WorkerConfig {
     pub rollback: RollbackPolicy,
     /// Reach of each persisted time reservation (Leaf writes every 3 s).
     pub reserve_ahead_ms: u64,
+    /// A documented flaw to switch on (off by default); see [`SequencerConfig::flaw`]. With
+    /// [`crate::flaw::Flaw::TimeFieldNarrow`] the time unit is masked into the field.
+    #[serde(default)]
+    pub flaw: Option<crate::flaw::Flaw>,
 }
 
 impl Default for WorkerConfig {
@@ -207,6 +224,7 @@ impl Default for WorkerConfig {
             rollback_ms_max: 5,
             rollback: RollbackPolicy::Refuse,
             reserve_ahead_ms: 3_000,
+            flaw: None,
         }
     }
 }
@@ -280,6 +298,7 @@ impl SnowflakeWorker {
                 rollback_ms_max: cfg.rollback_ms_max,
                 rollback: cfg.rollback,
                 reserve_ahead_ms: cfg.reserve_ahead_ms,
+                flaw: cfg.flaw,
             },
             reserved_ts,
         );
@@ -295,6 +314,9 @@ impl SnowflakeWorker {
     pub fn next_id(&mut self, wall_ms: u64) -> Result<NextId, SequencerError> {
         Ok(match self.sequencer.next(wall_ms)? {
             Step::Issue { ts, seq } => {
+                // Only the time-field flaw lets `ts` pass the field's end: it is masked, as an
+                // unchecked shift-and-or would.
+                let ts = ts & self.layout.ts_max();
                 NextId::Id(self.flag | self.layout.compose(ts, u64::from(self.worker_id), seq))
             }
             Step::WaitUntil { wall_ms } => NextId::WaitUntil { wall_ms },

@@ -51,6 +51,17 @@ pub struct SemanticConfig {
     pub rollback: RollbackPolicy,
     /// Reach of each persisted time reservation.
     pub reserve_ahead_ms: u64,
+    /// IDs per second per machine (the seed: 100,000, five digits). Smaller values keep the
+    /// five-digit format; the simulator shrinks it to reach the overflow at simulated rates.
+    #[serde(default = "default_per_second")]
+    pub per_second: u64,
+    /// A documented flaw to switch on (off by default); see [`SequencerConfig::flaw`].
+    #[serde(default)]
+    pub flaw: Option<crate::flaw::Flaw>,
+}
+
+const fn default_per_second() -> u64 {
+    SEQ_MAX + 1
 }
 
 /// The parts of a semantic ID.
@@ -108,10 +119,11 @@ impl SemanticGenerator {
                 epoch_ms: 0,
                 unit_ms: 1_000,
                 ts_max: SECONDS_MAX,
-                seq_max: SEQ_MAX,
+                seq_max: cfg.per_second.clamp(2, SEQ_MAX + 1) - 1,
                 rollback_ms_max: cfg.rollback_ms_max,
                 rollback: cfg.rollback,
                 reserve_ahead_ms: cfg.reserve_ahead_ms,
+                flaw: cfg.flaw,
             },
             reserved_ts,
         );

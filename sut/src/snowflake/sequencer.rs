@@ -22,6 +22,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::flaw::Flaw;
+
 /// What to do when the wall clock is behind the last issued time unit by more than the wait
 /// window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -52,6 +54,11 @@ pub struct SequencerConfig {
     pub rollback: RollbackPolicy,
     /// How far ahead each persisted reservation reaches (Leaf writes every 3 s).
     pub reserve_ahead_ms: u64,
+    /// A documented flaw to switch on (off by default): [`Flaw::SnowflakeSeqResetFirst`],
+    /// [`Flaw::SnowflakeNoPersistedTs`], [`Flaw::TimeFieldNarrow`] or
+    /// [`Flaw::SemanticSeqWrap`]; others are ignored here.
+    #[serde(default)]
+    pub flaw: Option<Flaw>,
 }
 
 /// The next step the caller must take.
@@ -221,7 +228,7 @@ impl Sequencer {
             Ok(pair) => pair,
             Err(wait) => return Ok(wait),
         };
-        if ts > self.cfg.ts_max {
+        if ts > self.cfg.ts_max && self.cfg.flaw != Some(Flaw::TimeFieldNarrow) {
             return Err(SequencerError::TimeExhausted {
                 ts,
                 ts_max: self.cfg.ts_max,
@@ -230,8 +237,21 @@ impl Sequencer {
         // Ask for the next reservation half-way through the current one, so that steady
         // issuing never waits for the store.
         let ahead_units = (self.cfg.reserve_ahead_ms / self.cfg.unit_ms).max(1);
-        if ts.saturating_add(ahead_units / 2) > self.reserved_ts {
-            let target = ts.saturating_add(ahead_units).min(self.cfg.ts_max);
+        if self.cfg.flaw == Some(Flaw::SnowflakeNoPersistedTs) {
+            // The flaw (Leaf): the last timestamp is recorded after the fact, once per
+            // `reserve_ahead_ms`, and issuing never waits for it.
+            if ts >= self.reserved_ts.saturating_add(ahead_units)
+                && self.reservation_in_flight.is_none()
+                && self.reservation_wanted.is_none()
+            {
+                self.reservation_wanted = Some(ts);
+            }
+        } else if ts.saturating_add(ahead_units / 2) > self.reserved_ts {
+            let target = if self.cfg.flaw == Some(Flaw::TimeFieldNarrow) {
+                ts.saturating_add(ahead_units)
+            } else {
+                ts.saturating_add(ahead_units).min(self.cfg.ts_max)
+            };
             if self
                 .reservation_in_flight
                 .is_none_or(|pending| pending < ts)
@@ -240,12 +260,14 @@ impl Sequencer {
                 self.reservation_wanted = Some(target);
             }
         }
-        if ts > self.reserved_ts {
+        if ts > self.reserved_ts && self.cfg.flaw != Some(Flaw::SnowflakeNoPersistedTs) {
             self.stats.reservation_waits += 1;
             return Ok(Step::WaitReservation);
         }
         debug_assert!(
-            ts > self.last_ts || (ts == self.last_ts && seq > self.last_seq),
+            self.cfg.flaw.is_some()
+                || ts > self.last_ts
+                || (ts == self.last_ts && seq > self.last_seq),
             "pairs must increase"
         );
         self.last_ts = ts;
@@ -263,6 +285,11 @@ impl Sequencer {
         if now_ts > self.last_ts {
             return Ok(Ok((now_ts, 0)));
         }
+        if now_ts < self.last_ts && self.cfg.flaw == Some(Flaw::SnowflakeSeqResetFirst) {
+            // The flaw (twitter/snowflake #6): the sequence is reset for the "new" unit before
+            // the clock is found to be behind; the last unit's sequence restarts.
+            self.last_seq = 0;
+        }
         // Same unit, or the clock is behind.
         let behind_ms = self.wall_of(self.last_ts).saturating_sub(wall_ms);
         let next_in_last =
@@ -270,6 +297,10 @@ impl Sequencer {
         if now_ts == self.last_ts {
             if let Some(pair) = next_in_last {
                 return Ok(Ok(pair));
+            }
+            if self.cfg.flaw == Some(Flaw::SemanticSeqWrap) {
+                // The flaw (seed 002 §2.3): `seq % capacity` wraps within the unit.
+                return Ok(Ok((self.last_ts, 0)));
             }
             // Sequence overflow: wait for the next unit (or borrow it in logical mode).
             if let RollbackPolicy::Logical { .. } = self.cfg.rollback {

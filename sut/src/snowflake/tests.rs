@@ -325,6 +325,8 @@ fn semantic_ids_have_the_seed_shape_and_never_wrap() {
         rollback_ms_max: 5,
         rollback: RollbackPolicy::Refuse,
         reserve_ahead_ms: 3_000,
+        per_second: 100_000,
+        flaw: None,
     };
     let mut generator = SemanticGenerator::new(&cfg, 127, 0).unwrap();
     let wall = 1_717_023_456_000;
@@ -367,6 +369,8 @@ fn semantic_bad_input_is_typed() {
         rollback_ms_max: 5,
         rollback: RollbackPolicy::Refuse,
         reserve_ahead_ms: 1,
+        per_second: 100_000,
+        flaw: None,
     };
     assert!(matches!(
         SemanticGenerator::new(&cfg, 1, 0),
@@ -389,4 +393,140 @@ fn semantic_bad_input_is_typed() {
     ] {
         assert!(semantic::parse(bad).is_err(), "{bad}");
     }
+}
+
+fn flawed(flaw: crate::flaw::Flaw) -> WorkerConfig {
+    WorkerConfig {
+        flaw: Some(flaw),
+        ..WorkerConfig::default()
+    }
+}
+
+/// Two IDs in one millisecond, a 2 ms step back (waited out), then the clock returns.
+fn step_back_and_return(cfg: WorkerConfig) -> Vec<u64> {
+    let mut w = worker(cfg, 0);
+    let mut ids = Vec::new();
+    for wall in [T0, T0, T0 - 2, T0, T0] {
+        if let Ok(NextId::Id(id)) = issue(&mut w, wall) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+#[test]
+fn a_waited_out_rollback_keeps_the_sequence() {
+    let ids = step_back_and_return(WorkerConfig::default());
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
+
+#[test]
+fn flaw_snowflake_seq_reset_first_repeats_an_id() {
+    let ids = step_back_and_return(flawed(crate::flaw::Flaw::SnowflakeSeqResetFirst));
+    let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+    assert!(unique.len() < ids.len(), "a duplicate: {ids:?}");
+}
+
+#[test]
+fn flaw_snowflake_no_persisted_ts_repeats_after_a_restart() {
+    let cfg = flawed(crate::flaw::Flaw::SnowflakeNoPersistedTs);
+    let mut w = worker(cfg, 0);
+    let mut before = std::collections::BTreeSet::new();
+    for t in 0..2_000 {
+        if let Ok(NextId::Id(id)) = issue(&mut w, T0 + t) {
+            before.insert(id);
+        }
+    }
+    // The record lags up to `reserve_ahead_ms` behind; restart with the clock 1 s back.
+    let persisted = w.sequencer().reserved_ts();
+    let mut restarted = worker(cfg, persisted);
+    let Ok(NextId::Id(id)) = issue(&mut restarted, T0 + 1_500) else {
+        panic!("the flawed restart issues at once")
+    };
+    assert!(
+        before.contains(&id),
+        "ID {id} repeats one issued before the crash"
+    );
+}
+
+#[test]
+fn flaw_time_field_narrow_wraps_the_timestamp() {
+    let layout = Layout {
+        time_bits: 8,
+        worker_bits: 10,
+        seq_bits: 12,
+        epoch_ms: EPOCH,
+        unit_ms: 1_000,
+    };
+    let mut w = SnowflakeWorker::new(
+        WorkerConfig {
+            layout,
+            flaw: Some(crate::flaw::Flaw::TimeFieldNarrow),
+            ..WorkerConfig::default()
+        },
+        1,
+        0,
+        EPOCH,
+    )
+    .unwrap();
+    let Ok(NextId::Id(last)) = issue(&mut w, EPOCH + 255_999) else {
+        panic!()
+    };
+    let Ok(NextId::Id(wrapped)) = issue(&mut w, EPOCH + 256_000) else {
+        panic!("the flaw issues past the field's end")
+    };
+    assert!(
+        wrapped < last,
+        "the ID went backwards: {wrapped} after {last}"
+    );
+}
+
+#[test]
+fn flaw_semantic_seq_wrap_repeats_within_a_second() {
+    let cfg = |flaw| SemanticConfig {
+        prefix: "OD".into(),
+        rollback_ms_max: 5,
+        rollback: RollbackPolicy::Refuse,
+        reserve_ahead_ms: 3_000,
+        per_second: 100,
+        flaw,
+    };
+    let run = |flaw| {
+        let mut generator = SemanticGenerator::new(&cfg(flaw), 7, 0).unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..150 {
+            match generator.next_id(1_717_023_456_000).unwrap() {
+                NextSemantic::Id(id) => ids.push(id),
+                NextSemantic::WaitReservation => {
+                    let ts = generator.poll_reservation().unwrap();
+                    generator.handle_reserved(ts);
+                }
+                NextSemantic::WaitUntil { .. } => break,
+            }
+        }
+        let unique: std::collections::BTreeSet<_> = ids.iter().cloned().collect();
+        (ids.len(), unique.len())
+    };
+    assert_eq!(run(None), (100, 100), "the 101st waits");
+    let (issued, unique) = run(Some(crate::flaw::Flaw::SemanticSeqWrap));
+    assert!(
+        issued > unique,
+        "the sequence wrapped: {issued} IDs, {unique} distinct"
+    );
+}
+
+#[test]
+fn flaw_machine_id_hash_ip_collides_between_hosts() {
+    // Java's "10.0.0.1".hashCode() is 511_552_166 (the same fold, computed independently).
+    assert_eq!(machine_id_from_ip([10, 0, 0, 1]), 166);
+    let mut seen = std::collections::BTreeMap::new();
+    let collision = (0..=255u8)
+        .flat_map(|c| (1..=254u8).map(move |d| [10, 0, c, d]))
+        .find_map(|ip| {
+            seen.insert(machine_id_from_ip(ip), ip)
+                .map(|other| (other, ip))
+        });
+    let (a, b) = collision.expect("two hosts of one /16 share a machine id");
+    assert_ne!(a, b);
+    assert!(seen.len() <= 1_000);
 }

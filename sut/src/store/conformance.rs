@@ -30,6 +30,8 @@ enum Op {
         ids: u64,
         min_id: u64,
         claim_ids: u64,
+        /// The segment-no-version-check flaw's blind write, now and then.
+        blind_max_id: Option<u64>,
     },
     Renew {
         client_is_holder: bool,
@@ -83,17 +85,21 @@ fn op() -> impl Strategy<Value = Op> {
             0..4u64,
             0..30u64,
             0..200u64,
-            0..10u64
+            0..10u64,
+            proptest::option::weighted(0.1, 0..100u64),
         )
             .prop_map(
-                |(client, tag, current_version, version, ids, min_id, claim_ids)| Op::Allocate {
-                    client,
-                    tag,
-                    current_version,
-                    version,
-                    ids,
-                    min_id,
-                    claim_ids
+                |(client, tag, current_version, version, ids, min_id, claim_ids, blind_max_id)| {
+                    Op::Allocate {
+                        client,
+                        tag,
+                        current_version,
+                        version,
+                        ids,
+                        min_id,
+                        claim_ids,
+                        blind_max_id,
+                    }
                 }
             ),
         (proptest::bool::weighted(0.9), 0..6usize, 0..20u64).prop_map(
@@ -165,6 +171,7 @@ fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryId
             ids,
             min_id,
             claim_ids,
+            blind_max_id,
         } => {
             let expected_version = if *current_version {
                 reference
@@ -182,6 +189,7 @@ fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryId
                 instance: InstanceId(*client),
                 lease_ms: 50,
                 now_ms,
+                blind_max_id: *blind_max_id,
             };
             format!("{:?}", store.allocate(&req))
         }
@@ -325,6 +333,7 @@ fn sqlite_store_survives_reopen() {
             instance: InstanceId(7),
             lease_ms: 1000,
             now_ms: 0,
+            blind_max_id: None,
         };
         store.allocate(&req).expect("allocate")
     };
@@ -462,6 +471,7 @@ fn the_id_space_ends_with_exhausted_never_a_wrap() {
         instance: InstanceId(1),
         lease_ms: 10,
         now_ms: 0,
+        blind_max_id: None,
     };
     assert_eq!(store.allocate(&req).unwrap().segment.len(), 10);
     req.expected_version = 1;

@@ -106,22 +106,33 @@ impl IdStore for MemoryIdStore {
             .tags
             .get_mut(&req.tag)
             .ok_or_else(|| StoreError::UnknownTag(req.tag.clone()))?;
-        if row.version != req.expected_version {
-            return Err(StoreError::VersionConflict {
-                tag: req.tag.clone(),
-                expected: req.expected_version,
-                actual: row.version,
-            });
-        }
-        let (segment, from_pool) = match take_from_pool(&row.pool, req.min_id, req.ids) {
-            Some((segment, rest)) => {
-                row.pool = rest;
-                (segment, true)
+        let (segment, from_pool) = if let Some(read_max_id) = req.blind_max_id {
+            // The flaw: no version check, no pool, a blind write of what the requester read.
+            let read = TagRow {
+                max_id: read_max_id,
+                ..row.clone()
+            };
+            let segment = fresh_segment(&read, req.ids)?;
+            row.max_id = segment.end;
+            (segment, false)
+        } else {
+            if row.version != req.expected_version {
+                return Err(StoreError::VersionConflict {
+                    tag: req.tag.clone(),
+                    expected: req.expected_version,
+                    actual: row.version,
+                });
             }
-            None => {
-                let segment = fresh_segment(row, req.ids)?;
-                row.max_id = segment.end;
-                (segment, false)
+            match take_from_pool(&row.pool, req.min_id, req.ids) {
+                Some((segment, rest)) => {
+                    row.pool = rest;
+                    (segment, true)
+                }
+                None => {
+                    let segment = fresh_segment(row, req.ids)?;
+                    row.max_id = segment.end;
+                    (segment, false)
+                }
             }
         };
         row.version += 1;
@@ -143,7 +154,7 @@ impl IdStore for MemoryIdStore {
         };
         let replaced = self.leases.insert((req.tag.clone(), segment.start), lease);
         debug_assert!(
-            replaced.is_none(),
+            replaced.is_none() || req.blind_max_id.is_some(),
             "segment {segment:?} of `{}` granted twice",
             req.tag
         );

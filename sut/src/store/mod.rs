@@ -215,6 +215,12 @@ pub struct AllocRequest {
     pub lease_ms: u64,
     /// The store's lease clock.
     pub now_ms: u64,
+    /// FLAW [`crate::flaw::Flaw::SegmentNoVersionCheck`]: the `max_id` the requester read. When
+    /// set, the store skips the version check and the pool and blindly writes
+    /// `max_id = blind_max_id + ids`, granting `[blind_max_id, blind_max_id + ids)`. `None` on
+    /// the correct path.
+    #[serde(default)]
+    pub blind_max_id: Option<u64>,
 }
 
 /// A granted segment.

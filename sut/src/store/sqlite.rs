@@ -150,6 +150,51 @@ fn read_counter(tx: &Transaction<'_>, key: &str) -> Result<u64, StoreError> {
     value.map_or(Ok(0), |v| from_sql(v, "counter"))
 }
 
+/// FLAW [`crate::flaw::Flaw::SegmentNoVersionCheck`]: `UPDATE id_tag SET max_id = ?` with the
+/// requester's stale read and no version in the WHERE clause; the lease row replaces any other
+/// holder's of the same range.
+fn allocate_blind(
+    tx: Transaction<'_>,
+    req: &AllocRequest,
+    row: &TagRow,
+    read_max_id: u64,
+) -> Result<Grant, StoreError> {
+    let read = TagRow {
+        max_id: read_max_id,
+        ..row.clone()
+    };
+    let segment = fresh_segment(&read, req.ids)?;
+    tx.execute(
+        "UPDATE id_tag SET max_id = ?1, version = version + 1 WHERE tag = ?2",
+        params![to_sql(segment.end), &req.tag],
+    )
+    .map_err(backend)?;
+    let grant = Grant {
+        tag: req.tag.clone(),
+        segment,
+        version: row.version + 1,
+        claim_end: initial_claim(&segment, req.claim_ids),
+        lease_expiry_ms: req.now_ms.saturating_add(req.lease_ms),
+        from_pool: false,
+        tag_step: row.step,
+    };
+    tx.execute(
+        "INSERT OR REPLACE INTO id_lease (tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            &req.tag,
+            to_sql(segment.start),
+            to_sql(segment.end),
+            to_sql(segment.delta),
+            to_sql(req.instance.0),
+            to_sql(grant.claim_end),
+            to_sql(grant.lease_expiry_ms)
+        ],
+    )
+    .map_err(backend)?;
+    tx.commit().map_err(backend)?;
+    Ok(grant)
+}
+
 fn read_tag_tx(tx: &Transaction<'_>, tag: &str) -> Result<TagRow, StoreError> {
     let row: Option<(i64, i64, i64, i64, i64)> = tx
         .query_row(
@@ -276,6 +321,9 @@ impl IdStore for SqliteIdStore {
         check_alloc(req)?;
         let tx = self.begin()?;
         let row = read_tag_tx(&tx, &req.tag)?;
+        if let Some(read_max_id) = req.blind_max_id {
+            return allocate_blind(tx, req, &row, read_max_id);
+        }
         if row.version != req.expected_version {
             return Err(StoreError::VersionConflict {
                 tag: req.tag.clone(),
