@@ -92,6 +92,7 @@ impl SnowflakeSetup {
             rollback_ms_max: 1,
             rollback: RollbackPolicy::Refuse,
             reserve_ahead_ms: 4,
+            flaw: None,
         }
     }
 }
