@@ -30,6 +30,8 @@ pub const NAMED: &[(&str, &str)] = &[
     ),
     ("tcc_storm", include_str!("../scenarios/tcc_storm.toml")),
     ("chaos", include_str!("../scenarios/chaos.toml")),
+    ("id_fleet", include_str!("../scenarios/id_fleet.toml")),
+    ("epoch_end", include_str!("../scenarios/epoch_end.toml")),
 ];
 
 /// The load scenarios: name, description, loadgen workload. They run against the real

@@ -11,11 +11,19 @@ use sim::scenario::Scenario;
 
 /// The command that replays `seed` of `scenario` exactly.
 #[must_use]
-pub fn replay_command(scenario: &str, seed: u64, duration: Option<f64>) -> String {
+pub fn replay_command(scenario: &Scenario, seed: u64, duration: Option<f64>) -> String {
     let duration = duration
         .map(|d| format!(" --duration {d}"))
         .unwrap_or_default();
-    format!("cargo run --release --bin scenario -- {scenario} --seed {seed} --seeds 1{duration}")
+    let flaw = scenario
+        .run
+        .flaw
+        .map(|f| format!(" --flaw {f}"))
+        .unwrap_or_default();
+    format!(
+        "cargo run --release --bin scenario -- {} --seed {seed} --seeds 1{duration}{flaw}",
+        scenario.name
+    )
 }
 
 /// Builds the report of a sweep. The timeline shows the first failing seed (re-run with its
@@ -142,7 +150,7 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
         seeds: Seeds::List(sweep.seeds.iter().map(|s| s.seed).collect()),
         seeds_run: sweep.seeds.len() as u64,
         timeline_seed,
-        replay_command: timeline_seed.map(|seed| replay_command(&scenario.name, seed, duration)),
+        replay_command: timeline_seed.map(|seed| replay_command(scenario, seed, duration)),
         sim_seconds: sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum(),
         wall_seconds: sweep.wall_seconds,
         events: sweep.seeds.iter().map(|s| s.events).sum(),

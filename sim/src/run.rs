@@ -204,13 +204,14 @@ fn effective_replies(world: &World) -> Vec<ParticipantReply> {
             .map(|wal| wal.clone().recover().0)
             .collect()
     });
+    let cfg = nodes::tcc::participant_config(world.with(|w| w.spec.scenario.run.flaw));
     let mut replies = Vec::new();
     for records in logs {
         let mut store = sut::lottery::MemoryStore::default();
         replies.extend(
             records
                 .iter()
-                .filter_map(|rec| nodes::tcc::replay(&mut store, rec)),
+                .filter_map(|rec| nodes::tcc::replay(&mut store, &cfg, rec)),
         );
     }
     replies

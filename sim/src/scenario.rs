@@ -5,6 +5,7 @@
 //! line, column and field.
 
 use serde::{Deserialize, Serialize};
+use sut::flaw::Flaw;
 
 /// A fault the nemesis can inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -102,6 +103,9 @@ pub struct RunSection {
     pub liveness_ms: u64,
     /// Seeds in the default sweep.
     pub seeds: u64,
+    /// A documented flaw of the reference implementation to switch on (`sut::flaw::Flaw`
+    /// names; `--flaw` overrides). Absent: the correct implementation.
+    pub flaw: Option<Flaw>,
 }
 
 impl Default for RunSection {
@@ -110,6 +114,7 @@ impl Default for RunSection {
             safety_ms: 6_000,
             liveness_ms: 8_000,
             seeds: 8,
+            flaw: None,
         }
     }
 }
@@ -255,6 +260,15 @@ pub struct Ids {
     pub rollback_ms_max: u64,
     /// Snowflake reservation reach, ms.
     pub reserve_ahead_ms: u64,
+    /// End-of-life test: the Snowflake layout's time field runs out this long after the run
+    /// starts (its epoch is moved back accordingly). Absent: Twitter's layout from 2020.
+    pub snowflake_time_left_ms: Option<u64>,
+    /// Width of the Snowflake time field in ms units (Twitter: 41; the end-of-life test needs
+    /// an epoch after 1970, so at most 40 there).
+    pub snowflake_time_bits: u8,
+    /// Semantic IDs per second per machine (the seed: 100,000; shrunk so the overflow is
+    /// reachable at simulated rates).
+    pub semantic_per_second: u64,
 }
 
 impl Default for Ids {
@@ -266,6 +280,9 @@ impl Default for Ids {
             drift_ms_max: 200,
             rollback_ms_max: 5,
             reserve_ahead_ms: 1_000,
+            snowflake_time_left_ms: None,
+            snowflake_time_bits: 41,
+            semantic_per_second: 100,
         }
     }
 }
@@ -346,10 +363,10 @@ impl Scenario {
         if self.run.safety_ms == 0 {
             return Err(("safety_ms", "must be positive".into()));
         }
-        if self.topology.id_nodes == 0 || self.topology.id_nodes > 16 {
+        if self.topology.id_nodes == 0 || self.topology.id_nodes > 64 {
             return Err((
                 "id_nodes",
-                format!("{} is not within 1..=16", self.topology.id_nodes),
+                format!("{} is not within 1..=64", self.topology.id_nodes),
             ));
         }
         if self.topology.clients == 0 || self.topology.clients > 16 {

@@ -76,6 +76,9 @@ pub enum PartRec {
     AddStock(u64, u64),
     /// A handled message.
     Msg(sut::lottery::Participant, ParticipantMsg),
+    /// The second half of a two-step operation (flawed paths only), with what its first half
+    /// read: replaying it reproduces the effect exactly as it took place.
+    Resume(sut::lottery::Participant, sut::lottery::Resume),
 }
 
 /// The simulated disks.

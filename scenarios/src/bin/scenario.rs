@@ -65,6 +65,10 @@ struct RunArgs {
     /// Write the full history of the first seed to this file, one event per line.
     #[arg(long)]
     history: Option<PathBuf>,
+    /// Switch on a documented flaw of the reference implementation (`scenario flaws` lists
+    /// them); overrides the scenario file's `[run] flaw`.
+    #[arg(long)]
+    flaw: Option<sut::flaw::Flaw>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -576,6 +580,16 @@ fn bench(name: &str, seeds: u64, json: Option<&std::path::Path>) -> ExitCode {
 }
 
 fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
+    if args.flaw.is_some() {
+        scenario.run.flaw = args.flaw;
+    }
+    if let Some(flaw) = scenario.run.flaw {
+        eprintln!(
+            "scenario {}: FLAW `{flaw}` switched on ({}): violations are expected",
+            scenario.name,
+            flaw.description()
+        );
+    }
     if let Some(secs) = args.duration {
         if !(secs > 0.0 && secs <= 3_600.0) {
             eprintln!("scenario: --duration {secs} is not within (0, 3600] seconds");
@@ -678,7 +692,7 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
 }
 
 fn replay_command(scenario: &Scenario, seed: u64, args: &RunArgs) -> String {
-    scenarios::report::replay_command(&scenario.name, seed, args.duration)
+    scenarios::report::replay_command(scenario, seed, args.duration)
 }
 
 fn write_reports(dir: &std::path::Path, summary: &reports::model::Summary) -> Result<(), String> {

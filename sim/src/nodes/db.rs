@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use madsim::task::spawn;
+use sut::flaw::Flaw;
 use sut::store::{IdStore, MemoryIdStore, StoreCall};
 
 use super::{commit, sleep_ms};
@@ -62,6 +63,24 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     };
     spawn(sweeper);
 
+    // FLAW `counter_everysec`: acknowledge at once and sync the log once a second (Redis
+    // `appendfsync everysec`); a crash loses up to a second of acknowledged grants.
+    let everysec = ctx.world.with(|w| w.spec.scenario.run.flaw) == Some(Flaw::CounterEverysec);
+    if everysec {
+        let ctx = ctx.clone();
+        spawn(async move {
+            loop {
+                sleep_ms(1_000).await;
+                let lost = ctx.world.with(|w| {
+                    let unsynced = w.disks.db.pending_len() as u64;
+                    w.disks.db.sync();
+                    unsynced
+                });
+                ctx.world.count("db.everysec_synced_records", lost);
+            }
+        });
+    }
+
     while let Some((msg, from)) = inbox.recv().await {
         let Msg::Store { req, mut call } = msg else {
             continue;
@@ -80,7 +99,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
                 };
                 (reply, pos)
             };
-            if pos > 0 {
+            if pos > 0 && !everysec {
                 commit(&ctx.world, |d| &mut d.db, pos).await;
             }
             ctx.send(&from, Msg::StoreReply { req, reply });

@@ -6,8 +6,10 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use madsim::rand::Rng;
 use madsim::task::spawn;
 use sut::clock::Now;
+use sut::flaw::Flaw;
 use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
 use sut::snowflake::{NextId, RollbackPolicy, SequencerError, SnowflakeWorker, WorkerConfig};
 use sut::store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
@@ -35,6 +37,8 @@ struct State {
     alloc: SegmentAllocator,
     worker: Option<SnowflakeWorker>,
     worker_cfg: WorkerConfig,
+    /// FLAW `machine_id_hash_ip`: the address the worker id is hashed from (no lease).
+    host_ip: Option<[u8; 4]>,
     /// Outstanding worker-lease call and when it was sent (monotonic ms).
     worker_call: Option<(u64, u64)>,
     next_worker_req: u64,
@@ -96,6 +100,27 @@ impl State {
     }
 
     fn worker_upkeep(&mut self, now: Now, out: &mut Outbox) {
+        if let Some(ip) = self.host_ip {
+            // The flaw: no lease, so nothing to persist a reservation with either; the worker
+            // id is hash(IP) % 1000.
+            match self.worker.as_mut() {
+                None => {
+                    self.worker = SnowflakeWorker::new(
+                        self.worker_cfg,
+                        sut::snowflake::machine_id_from_ip(ip),
+                        0,
+                        now.wall_ms,
+                    )
+                    .ok();
+                }
+                Some(worker) => {
+                    if let Some(ts) = worker.poll_reservation() {
+                        worker.handle_reserved(ts);
+                    }
+                }
+            }
+            return;
+        }
         if self
             .worker_call
             .is_some_and(|(_, sent)| now.mono_ms.saturating_sub(sent) > 500)
@@ -326,11 +351,12 @@ fn flush(ctx: &Ctx, out: Outbox) {
 
 /// Runs an ID-service node.
 pub async fn run(ctx: Ctx, mut inbox: Inbox) {
-    let (ids, timeout_ms, instance) = ctx.world.with(|w| {
+    let (ids, timeout_ms, instance, flaw) = ctx.world.with(|w| {
         (
             w.spec.scenario.ids.clone(),
             w.spec.scenario.workload.timeout_ms,
             InstanceId(w.next_instance()),
+            w.spec.scenario.run.flaw,
         )
     });
     let now = ctx.now();
@@ -342,20 +368,35 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         drift_ms_max: ids.drift_ms_max,
         renew_interval_ms: ids.lease_ms / 4,
         request_timeout_ms: 300,
+        flaw,
         ..AllocatorConfig::new(TAG, instance)
     };
     let alloc = SegmentAllocator::new(cfg, now).expect("the scenario validated the ID settings");
-    let worker_cfg = WorkerConfig {
+    let mut worker_cfg = WorkerConfig {
         rollback_ms_max: ids.rollback_ms_max,
         rollback: RollbackPolicy::Refuse,
         reserve_ahead_ms: ids.reserve_ahead_ms,
+        flaw,
         ..WorkerConfig::default()
     };
+    worker_cfg.layout.time_bits = ids.snowflake_time_bits;
+    if let Some(left_ms) = ids.snowflake_time_left_ms {
+        // The end-of-life test: the time field runs out `left_ms` after simulated time 0.
+        let layout = &mut worker_cfg.layout;
+        let span_ms = (layout.ts_max() + 1).saturating_mul(layout.unit_ms);
+        layout.epoch_ms = (crate::clock::WALL_EPOCH_MS + left_ms).saturating_sub(span_ms);
+    }
+    // FLAW `machine_id_hash_ip`: this incarnation's address, as a container would get one.
+    let host_ip = (flaw == Some(Flaw::MachineIdHashIp)).then(|| {
+        let mut rng = madsim::rand::thread_rng();
+        [10, 0, rng.gen_range(0..=255u8), rng.gen_range(1..=254u8)]
+    });
     let state = Arc::new(Mutex::new(State {
         instance,
         alloc,
         worker: None,
         worker_cfg,
+        host_ip,
         worker_call: None,
         next_worker_req: 0,
         last_worker_renew_ms: 0,

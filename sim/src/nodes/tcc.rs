@@ -210,11 +210,22 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
     }
 }
 
+/// The participants' configuration for a run: the flaw switches of the run's flaw.
+#[must_use]
+pub fn participant_config(flaw: Option<sut::flaw::Flaw>) -> ParticipantConfig {
+    ParticipantConfig {
+        flaws: sut::flaw::lottery_flaws(flaw),
+    }
+}
+
 /// Applies one log record to a participant store; for a message, returns the reply it made.
 /// Recovery and the checkers both use it: replaying the durable log is exactly what took
 /// effect, in the order it took effect.
-pub fn replay(store: &mut MemoryStore, rec: &PartRec) -> Option<ParticipantReply> {
-    let cfg = ParticipantConfig::default();
+pub fn replay(
+    store: &mut MemoryStore,
+    cfg: &ParticipantConfig,
+    rec: &PartRec,
+) -> Option<ParticipantReply> {
     match rec {
         PartRec::OpenAccount(user, balance) => {
             let _ = store.open_account(UserId(*user), *balance);
@@ -224,48 +235,61 @@ pub fn replay(store: &mut MemoryStore, rec: &PartRec) -> Option<ParticipantReply
             let _ = store.add_stock(ActivityId(*activity), *units);
             None
         }
-        PartRec::Msg(p, msg) => Some(match p.handle(store, &cfg, msg) {
-            Handled::Reply(reply) => reply,
-            Handled::Resume(resume) => p.handle_resume(store, &cfg, &resume),
-        }),
+        PartRec::Msg(p, msg) => match p.handle(store, cfg, msg) {
+            Handled::Reply(reply) => Some(reply),
+            // The first half of a two-step operation changed nothing; its `Resume` record
+            // (if it reached the disk) carries the effect.
+            Handled::Resume(_) => None,
+        },
+        PartRec::Resume(p, resume) => Some(p.handle_resume(store, cfg, resume)),
     }
 }
 
 /// Runs a participant node (`wallet` or `inventory`).
 pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     let name = ctx.name.clone();
-    let (records, torn) = ctx
-        .world
-        .with(|w| w.disks.parts.entry(name.clone()).or_default().recover());
+    let (records, torn, flaw) = ctx.world.with(|w| {
+        let (records, torn) = w.disks.parts.entry(name.clone()).or_default().recover();
+        (records, torn, w.spec.scenario.run.flaw)
+    });
     ctx.world.count("crash.torn_records_discarded", torn);
+    let cfg = participant_config(flaw);
     let mut store = MemoryStore::default();
     for rec in &records {
-        replay(&mut store, rec);
+        replay(&mut store, &cfg, rec);
     }
     let store = Arc::new(Mutex::new(store));
     ctx.world
         .with(|w| w.published.ledgers.insert(name.clone(), Arc::clone(&store)));
-    let cfg = ParticipantConfig::default();
 
     while let Some((msg, from)) = inbox.recv().await {
         let Msg::Tcc(p, msg) = msg else { continue };
         let (ctx, store, name) = (ctx.clone(), Arc::clone(&store), name.clone());
         spawn(async move {
-            let (reply, pos) = {
+            let handled = {
                 let mut s = store.lock().expect("participant store");
-                let reply = match p.handle(&mut *s, &cfg, &msg) {
-                    Handled::Reply(reply) => reply,
-                    Handled::Resume(resume) => p.handle_resume(&mut *s, &cfg, &resume),
-                };
-                let pos = ctx.world.with(|w| {
-                    w.disks
-                        .parts
-                        .entry(name.clone())
-                        .or_default()
-                        .append(PartRec::Msg(p, msg))
-                });
-                (reply, pos)
+                p.handle(&mut *s, &cfg, &msg)
             };
+            let (reply, record) = match handled {
+                Handled::Reply(reply) => (reply, PartRec::Msg(p, msg)),
+                Handled::Resume(resume) => {
+                    // Flawed two-step paths only: the second store operation is a round trip
+                    // later, and other messages run in between (the correct path never gets
+                    // here, so its timing is unchanged).
+                    ctx.world.count("tcc.two_step_gaps", 1);
+                    sleep_ms(1).await;
+                    let mut s = store.lock().expect("participant store");
+                    let reply = p.handle_resume(&mut *s, &cfg, &resume);
+                    (reply, PartRec::Resume(p, resume))
+                }
+            };
+            let pos = ctx.world.with(|w| {
+                w.disks
+                    .parts
+                    .entry(name.clone())
+                    .or_default()
+                    .append(record)
+            });
             commit(
                 &ctx.world,
                 |d| d.parts.get_mut(&name).expect("this node's log"),

@@ -10,8 +10,9 @@ use madsim::task::spawn;
 use sut::clock::Now;
 use sut::token::check::TokenEvent;
 use sut::token::jwt::{Rejection, SigningKey};
-use sut::token::once::OnceToken;
+use sut::token::once::{OnceConsume, OnceKey, OnceRejection, OnceToken};
 use sut::token::store::MemoryTokenStore;
+use sut::token::store::TokenStoreError;
 use sut::token::{ActivityId, TokenConfig, TokenService, UserId};
 
 use super::{commit, sleep_ms};
@@ -25,9 +26,10 @@ pub const ONCE_WINDOW_MS: u64 = 2_000;
 
 type Service = TokenService<MemoryTokenStore>;
 
-fn service() -> Service {
+fn service(flaw: Option<sut::flaw::Flaw>) -> Service {
     let mut cfg = TokenConfig::default();
     cfg.once.window_ms = ONCE_WINDOW_MS;
+    cfg.flaws = sut::flaw::token_flaws(flaw);
     let key = SigningKey::new("sim", b"simulation-signing-key-32-bytes!!".to_vec())
         .expect("a 33-byte key");
     TokenService::new(cfg.clone(), key, MemoryTokenStore::new(cfg.limits))
@@ -60,9 +62,12 @@ fn apply(svc: &mut Service, rec: &TokenRec) {
 
 /// Runs the token node.
 pub async fn run(ctx: Ctx, mut inbox: Inbox) {
-    let (records, torn) = ctx.world.with(|w| w.disks.token.recover());
+    let (records, torn, flaw) = ctx.world.with(|w| {
+        let (records, torn) = w.disks.token.recover();
+        (records, torn, w.spec.scenario.run.flaw)
+    });
     ctx.world.count("crash.torn_records_discarded", torn);
-    let mut svc = service();
+    let mut svc = service(flaw);
     for rec in &records {
         apply(&mut svc, rec);
     }
@@ -214,9 +219,8 @@ async fn handle(ctx: &Ctx, svc: &Arc<Mutex<Service>>, op: Op) -> Outcome {
             }
         }
         Op::OnceConsume { token, user } => {
+            let result = consume_once(ctx, svc, OnceToken(token), UserId(user), now).await;
             let (result, pos) = {
-                let mut s = svc.lock().expect("token service");
-                let result = s.consume_once(OnceToken(token), UserId(user), now);
                 let accepted = matches!(result, Ok(Ok(_)));
                 let pos = if accepted {
                     log(ctx, TokenRec::ConsumeOnce { token, user, now })
@@ -250,4 +254,36 @@ async fn handle(ctx: &Ctx, svc: &Arc<Mutex<Service>>, op: Op) -> Outcome {
         }
         other => Outcome::Fail(format!("the token node does not serve {other:?}")),
     }
+}
+
+/// Drives one consume's store operations; a flawed two-step consume lets other requests run
+/// between its check and its delete (a store round trip), the correct one-step path does not.
+async fn consume_once(
+    ctx: &Ctx,
+    svc: &Arc<Mutex<Service>>,
+    token: OnceToken,
+    user: UserId,
+    now: Now,
+) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+    let flaws = svc.lock().expect("token service").flaws();
+    let mut consume = OnceConsume::new(token, user, now, flaws);
+    // Bounded: a consume takes at most two operations.
+    for step in 0..2 {
+        if step > 0 {
+            ctx.world.count("token.two_step_gaps", 1);
+            sleep_ms(1).await;
+        }
+        let Some(op) = consume.poll_op() else { break };
+        let answer = svc.lock().expect("token service").apply_once_op(op)?;
+        consume
+            .handle_op_result(answer)
+            .map_err(|e| TokenStoreError::Backend(e.to_string()))?;
+        if consume.outcome().is_some() {
+            break;
+        }
+    }
+    consume
+        .outcome()
+        .cloned()
+        .ok_or_else(|| TokenStoreError::Backend("consume did not finish".to_owned()))
 }

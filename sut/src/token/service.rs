@@ -117,6 +117,21 @@ impl<S: TokenStore> TokenService<S> {
         Ok(outcome)
     }
 
+    /// One store operation of a [`OnceConsume`] step machine, for drivers that interleave other
+    /// work between a consume's operations (the simulator; the correct path has one).
+    pub fn apply_once_op(
+        &mut self,
+        op: once::OnceOp,
+    ) -> Result<once::OnceOpResult, TokenStoreError> {
+        once::apply_once_op(&mut self.store, op)
+    }
+
+    /// The documented flaws switched on.
+    #[must_use]
+    pub fn flaws(&self) -> super::TokenFlaws {
+        self.cfg.flaws
+    }
+
     /// Purge expired revocations and one-time tokens, and rebuild the Bloom filter.
     pub fn purge_expired(&mut self, now: Now) -> Result<PurgeCounts, TokenStoreError> {
         self.revocations.purge_expired(&mut self.store, now.wall_ms)
