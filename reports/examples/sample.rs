@@ -465,7 +465,7 @@ pub fn sample_flaws() -> FlawCatalogReport {
         flaw: flaw.into(),
         caught_by: Some(by.into()),
         seed,
-        detail: None,
+        ..FlawResult::default()
     };
     FlawCatalogReport {
         catalog: "known-flaws".into(),
@@ -496,6 +496,7 @@ pub fn sample_flaws() -> FlawCatalogReport {
                 caught_by: None,
                 seed: None,
                 detail: Some("no scenario runs past the epoch limit yet".into()),
+                ..FlawResult::default()
             },
         ],
     }

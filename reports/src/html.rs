@@ -581,13 +581,26 @@ fn flaws(r: &FlawCatalogReport) -> Markup {
     html! {
         h2 { "Known flaws: " (r.catalog) " " (badge(r.passed())) }
         table {
-            tr { th { "flaw" } th { "caught by" } th { "seed" } th { "detail" } }
+            tr {
+                th { "flaw" } th { "source" } th { "scenario" } th { "caught by" }
+                th { "seeds to failure (median)" } th { "model" } th { "depth" } th { "first violation" }
+            }
             @for f in &r.flaws {
                 tr class=[f.caught_by.is_none().then_some("bad")] {
                     td { code { (f.flaw) } }
+                    td { @if let Some(s) = &f.source { (s) } }
+                    td { @if let Some(s) = &f.scenario { code { (s) } } }
                     td { @if let Some(c) = &f.caught_by { (c) } @else { span.badge.fail { "NOT CAUGHT" } } }
-                    td.num { @if let Some(s) = f.seed { (s) } }
-                    td { @if let Some(d) = &f.detail { (d) } }
+                    td.num { @if let Some(n) = f.seeds_to_failure { (format!("{n:.0}")) } }
+                    td { @if let Some(m) = &f.model { code { (m) } } }
+                    td.num { @if let Some(d) = f.model_depth { (d) } }
+                    td {
+                        @if let Some(d) = &f.detail { (d) }
+                        @if let Some(s) = f.seed { " (seed " (s) ")" }
+                        @if !f.counterexample.is_empty() {
+                            details { summary { "counterexample" } pre { (f.counterexample.join("\n")) } }
+                        }
+                    }
                 }
             }
         }

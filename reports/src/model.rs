@@ -567,7 +567,7 @@ impl LoadReport {
 // ---------------------------------------------------------------------------------------------
 
 /// Whether one deliberately broken variant was caught, and by what.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlawResult {
     /// Flaw option name, e.g. `segment_reload_without_version_check`.
     pub flaw: String,
@@ -578,10 +578,31 @@ pub struct FlawResult {
     pub seed: Option<u64>,
     #[serde(default)]
     pub detail: Option<String>,
+    /// Where the flaw comes from (a seed section, an upstream issue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The simulation scenario that is expected to catch it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// Median over the sweeps of the seeds run until the first violation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeds_to_failure: Option<f64>,
+    /// Per sweep: seeds run until the first violation (`None`: none within the sweep's limit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sweeps: Vec<Option<u64>>,
+    /// The model that finds a counterexample, where the flaw is modelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Length of the model's counterexample (its depth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_depth: Option<usize>,
+    /// The model's counterexample as a message sequence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counterexample: Vec<String>,
 }
 
 /// The known-flaws catalog run: every documented flaw must be caught.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlawCatalogReport {
     pub catalog: String,
     pub flaws: Vec<FlawResult>,

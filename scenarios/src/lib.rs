@@ -2,6 +2,7 @@
 //! `scenarios/scenarios/`, compiled into the binary so it runs from any directory), and loading
 //! a scenario by name or from a file.
 
+pub mod flaws;
 pub mod report;
 
 use sim::scenario::{Scenario, ScenarioError};

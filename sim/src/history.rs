@@ -14,6 +14,8 @@ pub enum Op {
     SegmentId,
     /// A Snowflake ID.
     SnowflakeId,
+    /// A semantic ID (seed 002 §2.3: prefix, second, machine, sequence).
+    SemanticId,
     /// A JWT for a user.
     JwtIssue {
         /// The user.
@@ -98,6 +100,8 @@ pub enum IdSpace {
     Snowflake,
     /// Degraded-mode IDs (bit 62 set).
     Degraded,
+    /// Semantic IDs, as the number their 18 digits spell.
+    Semantic,
 }
 
 /// What happened.

@@ -160,6 +160,7 @@ fn op_kind(op: &crate::history::Op) -> &'static str {
     match op {
         Op::SegmentId => "segment_id",
         Op::SnowflakeId => "snowflake_id",
+        Op::SemanticId => "semantic_id",
         Op::JwtIssue { .. } => "jwt_issue",
         Op::JwtVerify { .. } => "jwt_verify",
         Op::JwtRevoke { .. } => "jwt_revoke",

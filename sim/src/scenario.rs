@@ -146,6 +146,8 @@ pub struct Mix {
     pub segment: u32,
     /// Snowflake IDs.
     pub snowflake: u32,
+    /// Semantic IDs.
+    pub semantic: u32,
     /// JWT issue / verify / revoke.
     pub jwt: u32,
     /// One-time token issue / consume (including concurrent double consumes).
@@ -159,6 +161,7 @@ impl Default for Mix {
         Self {
             segment: 35,
             snowflake: 25,
+            semantic: 0,
             jwt: 10,
             once: 15,
             draw: 15,
@@ -381,7 +384,7 @@ impl Scenario {
                 format!("{} is not within 1..=100000", w.rate_per_s),
             ));
         }
-        if m.segment + m.snowflake + m.jwt + m.once + m.draw == 0 {
+        if m.segment + m.snowflake + m.semantic + m.jwt + m.once + m.draw == 0 {
             return Err(("mix", "all weights are zero".into()));
         }
         if w.users == 0 || w.activities == 0 {

@@ -128,6 +128,34 @@ enum Command {
         #[arg(long)]
         jobs: Option<usize>,
     },
+    /// Run the known-flaws catalog: each flaw switched on in the scenario that should catch it,
+    /// swept until a generic invariant fails (and in the model that covers it, if any).
+    Flaws {
+        /// Print the catalog (name, source, description) without running it.
+        #[arg(long)]
+        list: bool,
+        /// Only these flaws (repeat the option); default all.
+        #[arg(long)]
+        only: Vec<sut::flaw::Flaw>,
+        /// Disjoint sweeps per flaw; the median of their seeds-to-failure is reported.
+        #[arg(long, default_value_t = 3)]
+        sweeps: u64,
+        /// Seeds per sweep before a flaw counts as not caught.
+        #[arg(long, default_value_t = 100)]
+        seeds_max: u64,
+        /// Threads running seeds.
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Skip the model checks.
+        #[arg(long)]
+        no_models: bool,
+        /// Write the rows as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write a self-contained HTML report, summary.json and junit.xml into this folder.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
     /// Measure the simulator's speed against a bare madsim ping-pong of the same node count.
     Bench {
         /// The scenario to measure.
@@ -188,6 +216,38 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Bench { name, seeds, json }) => bench(&name, seeds, json.as_deref()),
+        Some(Command::Flaws {
+            list,
+            only,
+            sweeps,
+            seeds_max,
+            jobs,
+            no_models,
+            json,
+            report,
+        }) => {
+            if list {
+                for flaw in sut::flaw::Flaw::ALL {
+                    println!(
+                        "{:<28} {:<58} {}",
+                        flaw.name(),
+                        flaw.source(),
+                        flaw.description()
+                    );
+                }
+                return ExitCode::SUCCESS;
+            }
+            let opts = scenarios::flaws::FlawOptions {
+                sweeps,
+                seeds_max,
+                jobs: jobs
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                    .max(1),
+                models: !no_models,
+                only,
+            };
+            flaws(&opts, json.as_deref(), report.as_deref())
+        }
         Some(Command::Model {
             name,
             list,
@@ -822,4 +882,114 @@ fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     tmp.push(".tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
+}
+
+fn flaws(
+    opts: &scenarios::flaws::FlawOptions,
+    json: Option<&std::path::Path>,
+    report_dir: Option<&std::path::Path>,
+) -> ExitCode {
+    eprintln!(
+        "flaws: {} sweep(s) of at most {} seeds per flaw on {} thread(s){}",
+        opts.sweeps,
+        opts.seeds_max,
+        opts.jobs,
+        if opts.models { ", plus the models" } else { "" }
+    );
+    let progress = |row: &reports::model::FlawResult| {
+        eprintln!(
+            "  {:<28} {}",
+            row.flaw,
+            row.caught_by.as_deref().unwrap_or("NOT CAUGHT")
+        );
+    };
+    let catalog = match scenarios::flaws::run_catalog(opts, &progress) {
+        Ok(c) => c,
+        Err(err) => {
+            eprintln!("scenario flaws: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    println!(
+        "{:<27} {:<20} {:<30} {:>8} {:<16} {:<12} {:>5}",
+        "flaw", "scenario", "caught by", "seeds", "per sweep", "model", "depth"
+    );
+    for row in &catalog.flaws {
+        let per_sweep: Vec<String> = row
+            .sweeps
+            .iter()
+            .map(|s| s.map_or("-".to_owned(), |n| n.to_string()))
+            .collect();
+        println!(
+            "{:<27} {:<20} {:<30} {:>8} {:<16} {:<12} {:>5}",
+            row.flaw,
+            row.scenario.as_deref().unwrap_or(""),
+            row.caught_by.as_deref().unwrap_or("NOT CAUGHT"),
+            row.seeds_to_failure
+                .map_or("-".to_owned(), |n| format!("{n:.0}")),
+            per_sweep.join(","),
+            row.model.as_deref().unwrap_or("-"),
+            row.model_depth.map_or("-".to_owned(), |d| d.to_string()),
+        );
+    }
+    for row in catalog
+        .flaws
+        .iter()
+        .filter(|r| !r.counterexample.is_empty())
+    {
+        println!(
+            "\n{} in model {}:",
+            row.flaw,
+            row.model.as_deref().unwrap_or("?")
+        );
+        for step in &row.counterexample {
+            println!("  {step}");
+        }
+    }
+    let caught = catalog
+        .flaws
+        .iter()
+        .filter(|r| r.caught_by.is_some())
+        .count();
+    println!("\n{caught} of {} flaws caught", catalog.flaws.len());
+    if let Some(path) = json {
+        let rows: Vec<serde_json::Value> = catalog
+            .flaws
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "flaw": r.flaw,
+                    "source": r.source,
+                    "scenario": r.scenario,
+                    "caught": r.caught_by.is_some(),
+                    "caught_by": r.caught_by,
+                    "seeds_to_failure": r.seeds_to_failure,
+                    "sweeps": r.sweeps,
+                    "first_failing_seed": r.seed,
+                    "detail": r.detail,
+                    "model": r.model,
+                    "model_depth": r.model_depth,
+                    "counterexample": r.counterexample,
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&rows).map_err(std::io::Error::other);
+        if let Err(err) = text.and_then(|t| write_atomic(path, &t)) {
+            eprintln!("scenario flaws: cannot write {}: {err}", path.display());
+            return ExitCode::from(USAGE);
+        }
+    }
+    let passed = catalog.passed();
+    if let Some(dir) = report_dir {
+        let summary = reports::model::Summary::new("known flaws").with(catalog);
+        if let Err(err) = write_reports(dir, &summary) {
+            eprintln!("scenario flaws: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+    }
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -90,13 +90,13 @@ pub fn ids_unique(history: &[Event]) -> Result<(), Violation> {
     Ok(())
 }
 
-/// `ids.monotonic`: per allocator instance and per Snowflake worker incarnation, IDs strictly
+/// `ids.monotonic`: per allocator instance and per Snowflake or semantic generator incarnation, IDs strictly
 /// increase in issue order.
 pub fn ids_monotonic(history: &[Event]) -> Result<(), Violation> {
     let mut last: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for e in history {
         if let EventKind::Issued {
-            space: IdSpace::Segment | IdSpace::Snowflake,
+            space: IdSpace::Segment | IdSpace::Snowflake | IdSpace::Semantic,
             generator,
             id,
         } = &e.kind

@@ -42,7 +42,7 @@ fn pick<T: Clone>(list: &[T]) -> Option<T> {
 fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
     let mut rng = thread_rng();
     let m = &w.mix;
-    let total = m.segment + m.snowflake + m.jwt + m.once + m.draw;
+    let total = m.segment + m.snowflake + m.semantic + m.jwt + m.once + m.draw;
     let mut roll = rng.gen_range(0..total);
     let id_node = format!("id{}", rng.gen_range(1..=id_nodes));
     let user = rng.gen_range(1..=u64::from(w.users));
@@ -54,6 +54,10 @@ fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
         return vec![(id_node, Op::SnowflakeId)];
     }
     roll -= m.snowflake;
+    if roll < m.semantic {
+        return vec![(id_node, Op::SemanticId)];
+    }
+    roll -= m.semantic;
     if roll < m.jwt {
         let op = match (rng.gen_range(0..100), pick(&state.jwts)) {
             (0..45, _) | (_, None) => Op::JwtIssue { user },

@@ -11,6 +11,7 @@ use madsim::task::spawn;
 use sut::clock::Now;
 use sut::flaw::Flaw;
 use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
+use sut::snowflake::semantic::{self, NextSemantic, SemanticConfig, SemanticGenerator};
 use sut::snowflake::{NextId, RollbackPolicy, SequencerError, SnowflakeWorker, WorkerConfig};
 use sut::store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
 
@@ -45,6 +46,10 @@ struct State {
     last_worker_renew_ms: u64,
     parked_segment: VecDeque<Parked>,
     parked_snowflake: VecDeque<Parked>,
+    parked_semantic: VecDeque<Parked>,
+    semantic_cfg: SemanticConfig,
+    /// The semantic generator and its machine number (the worker id).
+    semantic: Option<(u32, SemanticGenerator)>,
     timeout_ms: u64,
     reported: AllocatorStats,
 }
@@ -193,6 +198,7 @@ impl State {
             (Some(_), Err(StoreError::WorkerLeaseLost { .. })) => {
                 // Stop for good; a new worker lease is acquired on the next upkeep.
                 self.worker = None;
+                self.semantic = None;
                 ctx.world.count("snowflake.worker_leases_lost", 1);
             }
             (Some(worker), Err(_)) => worker.handle_reservation_failed(),
@@ -299,6 +305,7 @@ impl State {
             }
             Err(SequencerError::LeaseLost) => {
                 self.worker = None;
+                self.semantic = None;
                 Outcome::Fail("worker lease lost".into())
             }
             Err(err) => Outcome::Fail(err.to_string()),
@@ -309,38 +316,161 @@ impl State {
 
     /// Retries parked requests (in order; stops at the first that still waits).
     fn retry_parked(&mut self, ctx: &Ctx, now: Now, out: &mut Outbox) {
-        for snowflake in [false, true] {
+        for kind in [Kind::Segment, Kind::Snowflake, Kind::Semantic] {
             for _ in 0..PARKED_MAX {
-                let queue = if snowflake {
-                    &mut self.parked_snowflake
-                } else {
-                    &mut self.parked_segment
-                };
-                let Some(parked) = queue.pop_front() else {
+                let Some(parked) = self.parked(kind).pop_front() else {
                     break;
                 };
                 if now.mono_ms.saturating_sub(parked.since_ms) > self.timeout_ms {
                     continue; // the client has given up
                 }
                 let since_ms = parked.since_ms;
-                let again = if snowflake {
-                    self.serve_snowflake(ctx, parked.client, parked.op_id, now, out)
-                } else {
-                    self.serve_segment(ctx, parked.client, parked.op_id, now, out)
-                };
-                if let Some(mut again) = again {
+                if let Some(mut again) =
+                    self.serve(kind, ctx, parked.client, parked.op_id, now, out)
+                {
                     again.since_ms = since_ms;
-                    let queue = if snowflake {
-                        &mut self.parked_snowflake
-                    } else {
-                        &mut self.parked_segment
-                    };
-                    queue.push_front(again);
+                    self.parked(kind).push_front(again);
                     break;
                 }
             }
         }
     }
+
+    fn parked(&mut self, kind: Kind) -> &mut VecDeque<Parked> {
+        match kind {
+            Kind::Segment => &mut self.parked_segment,
+            Kind::Snowflake => &mut self.parked_snowflake,
+            Kind::Semantic => &mut self.parked_semantic,
+        }
+    }
+
+    fn serve(
+        &mut self,
+        kind: Kind,
+        ctx: &Ctx,
+        client: String,
+        op_id: u64,
+        now: Now,
+        out: &mut Outbox,
+    ) -> Option<Parked> {
+        match kind {
+            Kind::Segment => self.serve_segment(ctx, client, op_id, now, out),
+            Kind::Snowflake => self.serve_snowflake(ctx, client, op_id, now, out),
+            Kind::Semantic => self.serve_semantic(ctx, client, op_id, now, out),
+        }
+    }
+
+    /// Starts the semantic generator on the worker's machine number. Its floor is the worker
+    /// lease's reservation in seconds, and it issues only in seconds that the worker's persisted
+    /// reservation covers ([`Self::semantic_upkeep`]): one lease, one reservation, both safe
+    /// across restarts and clock jumps.
+    fn start_semantic(&mut self, ctx: &Ctx) {
+        let Some(worker) = self.worker.as_ref() else {
+            return;
+        };
+        let machine = worker.worker_id();
+        let floor_s = if self.host_ip.is_some() {
+            0
+        } else {
+            reserved_wall_ms(worker) / 1_000
+        };
+        match SemanticGenerator::new(&self.semantic_cfg, machine, floor_s) {
+            Ok(generator) => self.semantic = Some((machine, generator)),
+            Err(err) => ctx.world.count(&format!("config.error.{err}"), 1),
+        }
+    }
+
+    /// Acknowledges the semantic generator's reservation up to what the worker has persisted,
+    /// and asks the worker to reserve further ahead when that is not enough.
+    fn semantic_upkeep(&mut self, now: Now) {
+        let (Some((_, generator)), Some(worker)) = (self.semantic.as_mut(), self.worker.as_mut())
+        else {
+            return;
+        };
+        let Some(want_s) = generator.poll_reservation() else {
+            return;
+        };
+        if self.host_ip.is_some() {
+            // The hash(IP) flaw has no lease to persist with.
+            generator.handle_reserved(want_s);
+            return;
+        }
+        let covered_s = reserved_wall_ms(worker) / 1_000;
+        generator.handle_reserved(want_s.min(covered_s));
+        if covered_s < want_s {
+            generator.handle_reservation_failed();
+            worker.reserve_ahead(now.wall_ms);
+        }
+    }
+
+    fn serve_semantic(
+        &mut self,
+        ctx: &Ctx,
+        client: String,
+        op_id: u64,
+        now: Now,
+        out: &mut Outbox,
+    ) -> Option<Parked> {
+        let instance = self.instance.0;
+        let park = Parked {
+            client: client.clone(),
+            op_id,
+            since_ms: now.mono_ms,
+        };
+        if self.semantic.is_none() {
+            self.start_semantic(ctx);
+        }
+        let Some((machine, generator)) = self.semantic.as_mut() else {
+            return Some(park);
+        };
+        let machine = *machine;
+        let outcome = match generator.next_id(now.wall_ms) {
+            Ok(NextSemantic::Id(text)) => match semantic::parse(&text) {
+                Ok(parts) => {
+                    let id = parts.seconds * 100_000_000
+                        + u64::from(parts.machine) * 100_000
+                        + parts.seq;
+                    ctx.record(|_| EventKind::Issued {
+                        space: IdSpace::Semantic,
+                        generator: format!("machine-{machine}@{instance}"),
+                        id,
+                    });
+                    Outcome::Ok(Answer::Id(id))
+                }
+                Err(err) => Outcome::Fail(err.to_string()),
+            },
+            Ok(NextSemantic::WaitUntil { .. } | NextSemantic::WaitReservation) => {
+                self.semantic_upkeep(now);
+                return Some(park);
+            }
+            Err(SequencerError::LeaseLost) => {
+                self.semantic = None;
+                Outcome::Fail("worker lease lost".into())
+            }
+            Err(err) => Outcome::Fail(err.to_string()),
+        };
+        out.push((client, Msg::Response { op_id, outcome }));
+        None
+    }
+}
+
+/// Which request queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Segment,
+    Snowflake,
+    Semantic,
+}
+
+/// Wall-clock ms up to which the worker's persisted reservation reaches.
+fn reserved_wall_ms(worker: &SnowflakeWorker) -> u64 {
+    let layout = worker.layout();
+    layout.epoch_ms.saturating_add(
+        worker
+            .sequencer()
+            .reserved_ts()
+            .saturating_mul(layout.unit_ms),
+    )
 }
 
 fn flush(ctx: &Ctx, out: Outbox) {
@@ -402,6 +532,16 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         last_worker_renew_ms: 0,
         parked_segment: VecDeque::new(),
         parked_snowflake: VecDeque::new(),
+        parked_semantic: VecDeque::new(),
+        semantic_cfg: SemanticConfig {
+            prefix: "OD".into(),
+            rollback_ms_max: ids.rollback_ms_max,
+            rollback: RollbackPolicy::Refuse,
+            reserve_ahead_ms: ids.reserve_ahead_ms.max(2_000),
+            per_second: ids.semantic_per_second,
+            flaw,
+        },
+        semantic: None,
         timeout_ms,
         reported: AllocatorStats::default(),
     }));
@@ -453,6 +593,16 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
                         && s.parked_snowflake.len() < PARKED_MAX
                     {
                         s.parked_snowflake.push_back(parked);
+                    }
+                }
+                Msg::Request {
+                    op_id,
+                    op: Op::SemanticId,
+                } => {
+                    if let Some(parked) = s.serve_semantic(&ctx, from, op_id, now, &mut out)
+                        && s.parked_semantic.len() < PARKED_MAX
+                    {
+                        s.parked_semantic.push_back(parked);
                     }
                 }
                 Msg::StoreReply { req, reply } => {

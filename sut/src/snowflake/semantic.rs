@@ -157,6 +157,11 @@ impl SemanticGenerator {
         self.sequencer.handle_reserved(ts);
     }
 
+    /// Persisting failed (or reached less far than asked); a later `next_id` asks again.
+    pub fn handle_reservation_failed(&mut self) {
+        self.sequencer.handle_reservation_failed();
+    }
+
     /// The time logic.
     #[must_use]
     pub fn sequencer(&self) -> &Sequencer {

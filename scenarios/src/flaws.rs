@@ -1,0 +1,234 @@
+//! The known-flaws catalog run (`scenario flaws`, and a row group of the gate).
+//!
+//! Each flaw of [`sut::flaw::Flaw`] is switched on in the simulation scenario that should catch
+//! it, and swept seed by seed until the **generic** invariants report a violation; the seeds
+//! that took is the figure (median over several disjoint sweeps). Where a model covers the flaw
+//! (its catalog entry lists the flaw's name), the model is checked with the flaw on and its
+//! counterexample length is reported too. Nothing here looks for a particular flaw: a flaw is
+//! caught only when an invariant that every correct run must keep fails.
+
+use std::collections::BTreeSet;
+
+use reports::model::{FlawCatalogReport, FlawResult};
+use sim::run::SeedOutcome;
+use sim::scenario::Scenario;
+use sut::flaw::Flaw;
+
+/// Each flaw with the simulation scenario expected to catch it.
+pub const CATALOG: [(Flaw, &str); 13] = [
+    (Flaw::SegmentNoVersionCheck, "segment_race"),
+    (Flaw::CounterNoPersist, "segment_race"),
+    (Flaw::CounterEverysec, "crash_restart"),
+    (Flaw::ReclaimNoDriftMargin, "partition"),
+    (Flaw::SnowflakeSeqResetFirst, "snowflake_rollback"),
+    (Flaw::SnowflakeNoPersistedTs, "snowflake_rollback"),
+    (Flaw::MachineIdHashIp, "id_fleet"),
+    (Flaw::SemanticSeqWrap, "id_fleet"),
+    (Flaw::TccNoFence, "tcc_storm"),
+    (Flaw::FenceCheckThenAct, "tcc_storm"),
+    (Flaw::StockTwoStep, "tcc_storm"),
+    (Flaw::OnceCheckThenDelete, "token_replay"),
+    (Flaw::TimeFieldNarrow, "epoch_end"),
+];
+
+/// How hard to look.
+#[derive(Clone, Debug)]
+pub struct FlawOptions {
+    /// Disjoint sweeps per flaw (the median of their seeds-to-failure is reported).
+    pub sweeps: u64,
+    /// Seeds per sweep before a flaw counts as not caught.
+    pub seeds_max: u64,
+    /// Threads running seeds.
+    pub jobs: usize,
+    /// Also check the models that cover a flaw.
+    pub models: bool,
+    /// Only these flaws (all when empty).
+    pub only: Vec<Flaw>,
+}
+
+impl Default for FlawOptions {
+    fn default() -> Self {
+        Self {
+            sweeps: 3,
+            seeds_max: 100,
+            jobs: 2,
+            models: true,
+            only: Vec::new(),
+        }
+    }
+}
+
+/// First seed of sweep `k`: far apart, so the sweeps never share a seed.
+const SWEEP_STRIDE: u64 = 1_000_000;
+
+/// What one sweep found: seeds run until the first violation, and that violation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepFinding {
+    /// Seeds run, counting the failing one.
+    pub seeds_run: u64,
+    /// The failing seed, invariant and detail, if any within the limit.
+    pub first: Option<(u64, String, String)>,
+}
+
+/// Runs seeds `start..start + seeds_max` of `scenario` in batches of `jobs` until one fails.
+#[must_use]
+pub fn sweep_until_failure(
+    scenario: &Scenario,
+    start: u64,
+    seeds_max: u64,
+    jobs: usize,
+) -> SweepFinding {
+    let jobs = jobs.max(1) as u64;
+    let mut next = start;
+    let end = start + seeds_max;
+    while next < end {
+        let batch: Vec<u64> = (next..(next + jobs).min(end)).collect();
+        next += batch.len() as u64;
+        let sweep = sim::run::sweep(scenario, &batch, jobs as usize, &|_: &SeedOutcome| {});
+        // Seeds in order: the lowest failing seed decides, whatever finished first.
+        if let Some((seed, violation)) = sweep.violations().next() {
+            return SweepFinding {
+                seeds_run: seed - start + 1,
+                first: Some((seed, violation.invariant.clone(), violation.detail.clone())),
+            };
+        }
+    }
+    SweepFinding {
+        seeds_run: seeds_max,
+        first: None,
+    }
+}
+
+fn median(values: &mut [u64]) -> Option<f64> {
+    values.sort_unstable();
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[n / 2] as f64),
+        n => Some((values[n / 2 - 1] + values[n / 2]) as f64 / 2.0),
+    }
+}
+
+/// Runs the catalog. `progress` gets each finished row.
+///
+/// # Errors
+/// A named scenario that does not load (a broken build, not a flaw).
+pub fn run_catalog(
+    opts: &FlawOptions,
+    progress: &dyn Fn(&FlawResult),
+) -> Result<FlawCatalogReport, String> {
+    let mut rows = Vec::new();
+    let wanted: BTreeSet<Flaw> = opts.only.iter().copied().collect();
+    for (flaw, scenario_name) in CATALOG {
+        if !wanted.is_empty() && !wanted.contains(&flaw) {
+            continue;
+        }
+        let mut scenario = crate::load(scenario_name).map_err(|e| e.to_string())?;
+        scenario.run.flaw = Some(flaw);
+        let mut found = Vec::new();
+        let mut first = None;
+        let mut sweeps = Vec::new();
+        for k in 0..opts.sweeps.max(1) {
+            let finding =
+                sweep_until_failure(&scenario, k * SWEEP_STRIDE, opts.seeds_max, opts.jobs);
+            sweeps.push(finding.first.as_ref().map(|_| finding.seeds_run));
+            if finding.first.is_some() {
+                found.push(finding.seeds_run);
+            }
+            if first.is_none() {
+                first = finding.first;
+            }
+        }
+        // Caught only if every sweep caught it: a flaw found by luck once is not covered.
+        let caught = found.len() == sweeps.len();
+        let mut row = FlawResult {
+            flaw: flaw.name().to_owned(),
+            caught_by: None,
+            source: Some(flaw.source().to_owned()),
+            scenario: Some(scenario_name.to_owned()),
+            seeds_to_failure: median(&mut found),
+            sweeps,
+            ..FlawResult::default()
+        };
+        if let Some((seed, invariant, detail)) = first {
+            row.seed = Some(seed);
+            row.detail = Some(detail);
+            if caught {
+                row.caught_by = Some(format!("sim:{invariant}"));
+            }
+        }
+        if opts.models {
+            check_model(flaw, &mut row);
+        }
+        progress(&row);
+        rows.push(row);
+    }
+    Ok(FlawCatalogReport {
+        catalog: "known-flaws".to_owned(),
+        flaws: rows,
+    })
+}
+
+/// The model covering `flaw`, if any: its counterexample length and first violated property.
+fn check_model(flaw: Flaw, row: &mut FlawResult) {
+    let Some(info) = models::catalog()
+        .iter()
+        .find(|m| m.flaws.contains(&flaw.name()))
+    else {
+        return;
+    };
+    row.model = Some(info.name.to_owned());
+    let options = models::ModelOptions {
+        threads: 1,
+        depth: None,
+        flaw: Some(flaw.name().to_owned()),
+    };
+    let Ok(report) = models::check(info.name, options) else {
+        return;
+    };
+    let counterexample = report
+        .properties
+        .iter()
+        .find(|p| matches!(p.verdict, models::Verdict::Violated) && p.counterexample.is_some());
+    if let Some(p) = counterexample {
+        let steps = p.counterexample.clone().unwrap_or_default();
+        row.model_depth = Some(steps.len());
+        row.counterexample = steps;
+        if row.caught_by.is_none() {
+            row.caught_by = Some(format!("model:{}", p.name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flaw_has_a_catching_scenario_that_exists() {
+        let listed: BTreeSet<Flaw> = CATALOG.iter().map(|(f, _)| *f).collect();
+        assert_eq!(listed, Flaw::ALL.into_iter().collect());
+        for (_, scenario) in CATALOG {
+            assert!(crate::load(scenario).is_ok(), "{scenario}");
+        }
+    }
+
+    #[test]
+    fn median_of_sweeps() {
+        assert_eq!(median(&mut []), None);
+        assert_eq!(median(&mut [5, 1, 9]), Some(5.0));
+        assert_eq!(median(&mut [4, 1]), Some(2.5));
+    }
+
+    #[test]
+    fn a_flaw_is_found_and_the_correct_code_is_not_flagged() {
+        let mut scenario = crate::load("token_replay").unwrap();
+        scenario.run.safety_ms = 1_500;
+        scenario.run.liveness_ms = 1_000;
+        let clean = sweep_until_failure(&scenario, 0, 2, 2);
+        assert_eq!(clean.first, None, "the correct implementation holds");
+        scenario.run.flaw = Some(Flaw::OnceCheckThenDelete);
+        let flawed = sweep_until_failure(&scenario, 0, 6, 2);
+        let (_, invariant, _) = flawed.first.expect("the flaw is caught");
+        assert_eq!(invariant, "tokens.single_use");
+    }
+}
