@@ -166,7 +166,7 @@ pub fn check(name: &str, opts: ModelOptions) -> Result<ModelReport, ModelError> 
                 ..opts
             };
             runner::run(
-                segment::model(&segment::SegmentSetup::default()),
+                segment::model(&segment::SegmentSetup::with_flaw(flaw)),
                 name,
                 &opts,
             )
@@ -182,7 +182,7 @@ pub fn check(name: &str, opts: ModelOptions) -> Result<ModelReport, ModelError> 
                 ..opts
             };
             runner::run(
-                snowflake::model(&snowflake::SnowflakeSetup::default()),
+                snowflake::model(&snowflake::SnowflakeSetup::with_flaw(flaw)),
                 name,
                 &opts,
             )
@@ -203,10 +203,13 @@ pub fn serve_with_flaw(name: &str, addr: &str, flaw: Option<&str>) -> Result<(),
     let info = info(name)?;
     let flaw = checked_flaw(info, flaw)?;
     match info.name {
-        segment::NAME => runner::serve(segment::model(&segment::SegmentSetup::default()), addr),
+        segment::NAME => runner::serve(
+            segment::model(&segment::SegmentSetup::with_flaw(flaw)),
+            addr,
+        ),
         tokens::NAME => runner::serve(tokens::model(&tokens::TokenSetup::with_flaw(flaw)), addr),
         snowflake::NAME => runner::serve(
-            snowflake::model(&snowflake::SnowflakeSetup::default()),
+            snowflake::model(&snowflake::SnowflakeSetup::with_flaw(flaw)),
             addr,
         ),
         lottery::NAME => lottery::serve(flaw, addr),

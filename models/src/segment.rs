@@ -44,8 +44,8 @@ pub const NAME: &str = "segment";
 /// Catalog description.
 pub const DESCRIPTION: &str = "2 segment allocators + 1 ID store; reordering, duplicating \
      network, allocator crash/restart, store clock jumps (depth 14): ids.unique, ids.monotonic";
-/// No flaw switches exist in `sut::segment` yet.
-pub const FLAWS: &[&str] = &[];
+/// The `sut::flaw::Flaw` switches of `sut::segment` this model can turn on.
+pub const FLAWS: &[&str] = &["segment_no_version_check", "counter_no_persist"];
 
 /// The default depth bound: the bounded state space of two allocators with time, crashes and
 /// duplicates is too large to exhaust in seconds (see `docs/models.md`), so the catalog run
@@ -85,6 +85,8 @@ pub struct SegmentSetup {
     pub lossy: bool,
     /// In-flight messages the network duplicates, per run.
     pub duplicates_max: u8,
+    /// A documented flaw switched on in the allocators (`None`: the correct code).
+    pub flaw: Option<sut::flaw::Flaw>,
 }
 
 impl Default for SegmentSetup {
@@ -103,11 +105,21 @@ impl Default for SegmentSetup {
             store_clock_jumps_max: 1,
             lossy: false,
             duplicates_max: 1,
+            flaw: None,
         }
     }
 }
 
 impl SegmentSetup {
+    /// The default setup with the named flaw (one of [`FLAWS`]) switched on.
+    #[must_use]
+    pub fn with_flaw(flaw: Option<&str>) -> Self {
+        Self {
+            flaw: flaw.and_then(|f| f.parse().ok()),
+            ..Self::default()
+        }
+    }
+
     fn allocator_config(&self, instance: InstanceId) -> AllocatorConfig {
         let mut cfg = AllocatorConfig::new(TAG, instance);
         cfg.step = StepPolicy::Fixed { step: 0 };
@@ -121,6 +133,7 @@ impl SegmentSetup {
         cfg.backoff_ms = 1;
         cfg.backoff_ms_max = 2;
         cfg.failures_before_unavailable = 2;
+        cfg.flaw = self.flaw;
         cfg
     }
 }

@@ -38,8 +38,12 @@ pub const NAME: &str = "snowflake";
 /// Catalog description.
 pub const DESCRIPTION: &str = "1 Snowflake worker + its lease store; wall clock steps forward and \
      backward, crash/restart: ids.unique, ids.monotonic across restarts";
-/// No flaw switches exist in `sut::snowflake` yet.
-pub const FLAWS: &[&str] = &[];
+/// The `sut::flaw::Flaw` switches of `sut::snowflake` this model can turn on.
+pub const FLAWS: &[&str] = &[
+    "snowflake_seq_reset_first",
+    "snowflake_no_persisted_ts",
+    "time_field_narrow",
+];
 
 /// The default depth bound (the exhaustive space does not finish in seconds; see
 /// `docs/models.md`).
@@ -63,6 +67,8 @@ pub struct SnowflakeSetup {
     pub duplicates_max: u8,
     /// Whether the network loses messages.
     pub lossy: bool,
+    /// A documented flaw switched on in the worker (`None`: the correct code).
+    pub flaw: Option<sut::flaw::Flaw>,
 }
 
 impl Default for SnowflakeSetup {
@@ -74,12 +80,30 @@ impl Default for SnowflakeSetup {
             wall_max_ms: 14,
             duplicates_max: 1,
             lossy: false,
+            flaw: None,
         }
     }
 }
 
 impl SnowflakeSetup {
-    fn worker_config() -> WorkerConfig {
+    /// The default setup with the named flaw (one of [`FLAWS`]) switched on.
+    #[must_use]
+    pub fn with_flaw(flaw: Option<&str>) -> Self {
+        let flaw: Option<sut::flaw::Flaw> = flaw.and_then(|f| f.parse().ok());
+        let mut setup = Self {
+            flaw,
+            ..Self::default()
+        };
+        if flaw == Some(sut::flaw::Flaw::TimeFieldNarrow) {
+            // The end-of-life variant (as the simulator's `epoch_end`): the clock moves
+            // across the end of the 8-bit time field (unit 256).
+            setup.wall_min_ms = 254;
+            setup.wall_max_ms = 258;
+        }
+        setup
+    }
+
+    fn worker_config(&self) -> WorkerConfig {
         WorkerConfig {
             // Two IDs per millisecond, so sequence overflow happens too.
             layout: Layout {
@@ -92,7 +116,7 @@ impl SnowflakeSetup {
             rollback_ms_max: 1,
             rollback: RollbackPolicy::Refuse,
             reserve_ahead_ms: 4,
-            flaw: None,
+            flaw: self.flaw,
         }
     }
 }
@@ -354,7 +378,7 @@ impl Actor for SnowActor {
                     return;
                 }
                 let worker = SnowflakeWorker::new(
-                    SnowflakeSetup::worker_config(),
+                    setup.worker_config(),
                     lease.worker_id,
                     lease.reserved_ts,
                     node.machine.wall_ms,
@@ -523,5 +547,33 @@ mod tests {
         assert!(strictly_increasing(&[(0, 4), (0, 5), (1, 9)]));
         assert!(!strictly_increasing(&[(0, 4), (1, 4)]));
         assert!(!strictly_increasing(&[(0, 6), (1, 5)]));
+    }
+}
+
+#[cfg(test)]
+mod flaw_tests {
+    use super::*;
+
+    #[test]
+    fn seq_reset_first_has_a_short_counterexample() {
+        let opts = crate::ModelOptions {
+            threads: 1,
+            depth: Some(DEPTH_DEFAULT),
+            flaw: Some("snowflake_seq_reset_first".into()),
+        };
+        let report = crate::runner::run(
+            model(&SnowflakeSetup::with_flaw(opts.flaw.as_deref())),
+            NAME,
+            &opts,
+        )
+        .unwrap();
+        let unique = report
+            .properties
+            .iter()
+            .find(|p| p.name == "ids.unique")
+            .unwrap();
+        assert_eq!(unique.verdict, crate::Verdict::Violated);
+        let steps = unique.counterexample.as_ref().unwrap();
+        assert!(steps.len() <= 12, "{steps:?}");
     }
 }
