@@ -76,10 +76,13 @@ for u in $(seq 1 20); do
 done
 
 status=0
+# One worker: with two, CPython 3.11.7 (this machine's python3) failed once inside
+# hypothesis with "AST constructor recursion depth mismatch" (a race in ast.parse), not a
+# server failure.
 # From the temp dir: schemathesis keeps a .schemathesis/ cache in its working directory.
 (cd "$work" && "$venv/bin/schemathesis" run "$base/openapi.json" \
     --checks all --exclude-checks positive_data_acceptance \
-    --max-time "$max_time" --workers 2 --no-color \
+    --max-time "$max_time" --workers 1 --no-color \
     --generation-database none \
     --request-timeout 10 \
     >"$out/schemathesis.txt" 2>&1) || status=$?
