@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 server=${1:-target/release/sut-server}
 max_time=${SCHEMATHESIS_MAX_TIME:-120}
 version=4.32.5
-venv=${SCHEMATHESIS_VENV:-$HOME/.cache/sut-bench/schemathesis-$version}
+venv=${SCHEMATHESIS_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/sut-bench/schemathesis-$version}
 out=${SCHEMATHESIS_OUT:-$(mktemp -d)}
 mkdir -p "$out"
 
