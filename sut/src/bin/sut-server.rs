@@ -21,8 +21,8 @@ use sut::server::{ServerConfig, start};
 )]
 struct Args {
     /// SQLite file of the ID store (tokens and the lottery journal are kept beside it).
-    #[arg(long)]
-    db: PathBuf,
+    #[arg(long, required_unless_present = "print_openapi")]
+    db: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -47,10 +47,17 @@ struct Args {
     /// The lottery's store.
     #[arg(long, value_enum, default_value_t = LotteryStoreKind::Journal)]
     lottery_store: LotteryStoreKind,
+    /// Print the OpenAPI description (the text of docs/openapi.json) and exit.
+    #[arg(long)]
+    print_openapi: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.print_openapi {
+        print!("{}", sut::server::openapi::openapi_json());
+        return ExitCode::SUCCESS;
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if let Some(n) = args.threads {
@@ -73,7 +80,8 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: Args) -> Result<(), String> {
-    let mut cfg = ServerConfig::new(&args.db);
+    let db = args.db.as_deref().ok_or("--db is required")?;
+    let mut cfg = ServerConfig::new(db);
     cfg.admission = AdmissionConfig {
         in_flight_max: args.in_flight_max,
         queue_max: args.queue_max,

@@ -21,11 +21,14 @@ pub struct ApiError {
     pub retry_after_s: Option<u64>,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: &'a str,
+/// The body of every non-2xx answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+    /// The request field at fault, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    field: Option<&'a str>,
+    pub field: Option<String>,
 }
 
 impl ApiError {
@@ -67,9 +70,9 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body {
-            error: &self.error,
-            field: self.field.as_deref(),
+        let body = ErrorBody {
+            error: self.error,
+            field: self.field,
         };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(s) = self.retry_after_s {

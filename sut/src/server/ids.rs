@@ -277,7 +277,7 @@ pub fn next_instance(store: &mut SqliteIdStore, now: Now) -> Result<InstanceId, 
 }
 
 /// The Snowflake worker state shown by `/health`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct SnowflakeView {
     /// The leased worker id.
     pub worker_id: u32,
@@ -290,6 +290,7 @@ pub struct SnowflakeView {
     /// True once the lease was lost (the worker never issues again).
     pub stopped: bool,
     /// Sequencer counters.
+    #[schema(value_type = Object)]
     pub stats: SequencerStats,
 }
 

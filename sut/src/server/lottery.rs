@@ -376,7 +376,7 @@ impl DurableLottery for JournaledStore {
 }
 
 /// One activity's stock in the ledger report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct StockView {
     /// The activity.
     pub activity: u64,
@@ -391,7 +391,7 @@ pub struct StockView {
 }
 
 /// One invariant's verdict.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Check {
     /// The invariant's name (`lottery.conservation`, ...).
     pub name: &'static str,
@@ -402,7 +402,7 @@ pub struct Check {
 }
 
 /// `GET /ledger`: a summary of the ledger and the invariant checks.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct LedgerReport {
     /// Accounts open.
     pub accounts: u64,
@@ -502,7 +502,7 @@ fn report(
 }
 
 /// A draw's answer.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct DrawAnswer {
     /// The draw's xid.
     pub xid: u64,
@@ -511,6 +511,7 @@ pub struct DrawAnswer {
     /// `confirmed`, `cancelled` or `gave_up`.
     pub outcome: &'static str,
     /// The coordinator's outcome in full.
+    #[schema(value_type = Object)]
     pub detail: DrawOutcome,
 }
 

@@ -29,6 +29,7 @@ pub mod extract;
 pub mod ids;
 pub mod lottery;
 pub mod metrics;
+pub mod openapi;
 pub mod tokens;
 
 use std::net::SocketAddr;
@@ -47,10 +48,11 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use utoipa::ToSchema;
 
 use self::admission::{Admission, AdmissionConfig};
 use self::clock::RealClock;
-use self::error::ApiError;
+use self::error::{ApiError, ErrorBody};
 use self::extract::JsonBody;
 use self::ids::{Snowflake, Tags, lock};
 use self::lottery::{Lottery, LotteryStoreKind};
@@ -363,6 +365,29 @@ impl Server {
     }
 }
 
+/// Every route as (method, path), as the router below serves them: the OpenAPI description
+/// must describe exactly these (`openapi` tests), and a route added to the router belongs here.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/noop"),
+    ("get", "/id/{tag}"),
+    ("get", "/id/{tag}/batch"),
+    ("get", "/snowflake"),
+    ("get", "/snowflake/decode/{id}"),
+    ("post", "/tokens"),
+    ("post", "/tokens/verify"),
+    ("post", "/tokens/revoke"),
+    ("post", "/tokens/once"),
+    ("post", "/tokens/once/consume"),
+    ("post", "/lottery/draw"),
+    ("get", "/ledger"),
+    ("post", "/admin/tags"),
+    ("post", "/admin/accounts"),
+    ("post", "/admin/stock"),
+    ("get", "/health"),
+    ("get", "/metrics"),
+    ("get", "/openapi.json"),
+];
+
 /// The router with every route, admission control and request counting.
 pub fn router(state: AppState) -> Router {
     let admitted = Router::new()
@@ -385,6 +410,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi::openapi_route))
         .merge(admitted)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -469,11 +495,24 @@ fn query_u64(query: Option<&str>, name: &str) -> Result<Option<u64>, ApiError> {
     Ok(None)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Ok1 {
     ok: bool,
 }
 
+#[utoipa::path(
+    get,
+    path = "/noop",
+    tag = "bench",
+    summary = "The empty baseline handler",
+    params(("delay_ms" = Option<u64>, Query, description = "Hold the request this long (ms)", maximum = 5000)),
+    responses(
+        (status = 200, description = "Done", body = Ok1),
+        (status = 400, description = "`delay_ms` not an integer in 0..=5000", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn noop(RawQuery(query): RawQuery) -> Result<Json<Ok1>, ApiError> {
     if let Some(ms) = query_u64(query.as_deref(), "delay_ms")? {
         if ms > NOOP_DELAY_MS_MAX {
@@ -497,11 +536,26 @@ async fn tag_ids(state: &AppState, tag: String) -> Result<Arc<ids::TagIds>, ApiE
         .map_err(|e| ApiError::internal(format!("worker task: {e}")))?
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct IdBody {
     id: u64,
 }
 
+#[utoipa::path(
+    get,
+    path = "/id/{tag}",
+    tag = "ids",
+    summary = "Next segment ID of a tag",
+    params(("tag" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$", description = "Tag name: 1..=64 bytes of A-Z a-z 0-9 _ - .")),
+    responses(
+        (status = 200, description = "An ID", body = IdBody),
+        (status = 400, description = "Bad tag name (`field: tag`)", body = ErrorBody),
+        (status = 404, description = "Unknown tag (`field: tag`)", body = ErrorBody),
+        (status = 409, description = "The tag has exhausted its ID space", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn next_id(
     State(state): State<AppState>,
     tag: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
@@ -512,11 +566,29 @@ async fn next_id(
     Ok(Json(IdBody { id }))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct IdsBody {
     ids: Vec<u64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/id/{tag}/batch",
+    tag = "ids",
+    summary = "n increasing segment IDs of a tag",
+    params(
+        ("tag" = String, Path, pattern = "^[A-Za-z0-9_.-]{1,64}$", description = "Tag name: 1..=64 bytes of A-Z a-z 0-9 _ - ."),
+        ("n" = u64, Query, description = "How many IDs", minimum = 1, maximum = 1000),
+    ),
+    responses(
+        (status = 200, description = "IDs, increasing", body = IdsBody),
+        (status = 400, description = "Bad tag name or `n` missing/out of 1..=1000 (names the field)", body = ErrorBody),
+        (status = 404, description = "Unknown tag (`field: tag`)", body = ErrorBody),
+        (status = 409, description = "The tag has exhausted its ID space", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn next_ids(
     State(state): State<AppState>,
     tag: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
@@ -537,6 +609,17 @@ async fn next_ids(
     Ok(Json(IdsBody { ids }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/snowflake",
+    tag = "ids",
+    summary = "Next Snowflake ID",
+    responses(
+        (status = 200, description = "An ID", body = IdBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiError> {
     let id = state.snowflake.next_id().await?;
     state
@@ -546,6 +629,19 @@ async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiErr
     Ok(Json(IdBody { id }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/snowflake/decode/{id}",
+    tag = "ids",
+    summary = "The parts of a Snowflake ID",
+    params(("id" = u64, Path, description = "A Snowflake ID")),
+    responses(
+        (status = 200, description = "The parts", body = crate::snowflake::Decoded),
+        (status = 400, description = "Not a non-negative 64-bit integer (`field: id`)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn decode(
     State(state): State<AppState>,
     id: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
@@ -556,15 +652,26 @@ async fn decode(
     Ok(Json(state.snowflake.decode(id)))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct HealthBody {
     instance: u64,
+    /// Per-tag allocator health (`sut::segment::Health`).
+    #[schema(value_type = Vec<Object>)]
     tags: Vec<crate::segment::Health>,
     snowflake: ids::SnowflakeView,
     in_flight: usize,
     queued: usize,
 }
 
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "ops",
+    summary = "Instance, allocators, Snowflake worker, admission",
+    responses(
+        (status = 200, description = "Health", body = HealthBody),
+    )
+)]
 async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiError> {
     let s = state.clone();
     let tags = tokio::task::spawn_blocking(move || {
@@ -585,6 +692,15 @@ async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiEr
     }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "ops",
+    summary = "Prometheus metrics",
+    responses(
+        (status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"),
+    )
+)]
 async fn metrics(State(state): State<AppState>) -> Response {
     let s = state.clone();
     let healths = tokio::task::spawn_blocking(move || {
@@ -664,10 +780,12 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct TagBody {
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$")]
     tag: String,
+    #[schema(minimum = 1)]
     step: u64,
     #[serde(default = "one")]
     first_id: u64,
@@ -677,6 +795,22 @@ const fn one() -> u64 {
     1
 }
 
+#[utoipa::path(
+    post,
+    path = "/admin/tags",
+    tag = "admin",
+    summary = "Create a tag",
+    request_body = TagBody,
+    responses(
+        (status = 201, description = "Created", body = crate::store::TagRow),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 409, description = "The tag exists (`field: tag`)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn create_tag(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<TagBody>,
@@ -694,21 +828,39 @@ async fn create_tag(
     Ok((StatusCode::CREATED, Json(row)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AccountsBody {
     user: u64,
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     count: u64,
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     balance_minor: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct OpenedBody {
     opened: u64,
     existing: u64,
 }
 
+#[utoipa::path(
+    post,
+    path = "/admin/accounts",
+    tag = "admin",
+    summary = "Open accounts user..user+count",
+    request_body = AccountsBody,
+    responses(
+        (status = 201, description = "Opened", body = OpenedBody),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 409, description = "A single account that exists already (`field: user`)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn open_accounts(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<AccountsBody>,
@@ -745,13 +897,29 @@ async fn open_accounts(
     Ok((StatusCode::CREATED, Json(OpenedBody { opened, existing })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StockBody {
     activity: u64,
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     units: u64,
 }
 
+#[utoipa::path(
+    post,
+    path = "/admin/stock",
+    tag = "admin",
+    summary = "Add prize stock to an activity",
+    request_body = StockBody,
+    responses(
+        (status = 200, description = "Added", body = Ok1),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn add_stock(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<StockBody>,
@@ -763,17 +931,34 @@ async fn add_stock(
     Ok(Json(Ok1 { ok: true }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DrawBody {
     user: u64,
     activity: u64,
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     price_minor: u64,
     /// Bench knob: force the draw's luck (otherwise the server's randomness decides).
     #[serde(default)]
     won: Option<bool>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/lottery/draw",
+    tag = "lottery",
+    summary = "A TCC lottery draw",
+    request_body = DrawBody,
+    responses(
+        (status = 200, description = "Confirmed", body = lottery::DrawAnswer),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 409, description = "Cancelled: no account, low balance, already took part (`field: user`) or no stock (`field: activity`)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn draw(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<DrawBody>,
@@ -803,6 +988,17 @@ async fn draw(
     Ok(Json(answer))
 }
 
+#[utoipa::path(
+    get,
+    path = "/ledger",
+    tag = "lottery",
+    summary = "Ledger summary and invariant checks",
+    responses(
+        (status = 200, description = "The ledger", body = lottery::LedgerReport),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 async fn ledger(State(state): State<AppState>) -> Result<Json<lottery::LedgerReport>, ApiError> {
     state.lottery.ledger().await.map(Json)
 }

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::ids::lock;
 use crate::token::{
@@ -55,7 +55,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// `POST /tokens` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssueBody {
     /// The subject.
@@ -63,7 +63,7 @@ pub struct IssueBody {
 }
 
 /// A JWT and its claims.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct IssuedBody {
     /// The compact JWS.
     pub token: String,
@@ -72,6 +72,21 @@ pub struct IssuedBody {
 }
 
 /// `POST /tokens`.
+#[utoipa::path(
+    post,
+    path = "/tokens",
+    tag = "tokens",
+    summary = "Issue an HS256 JWT",
+    request_body = IssueBody,
+    responses(
+        (status = 200, description = "Issued", body = IssuedBody),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 pub async fn issue(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<IssueBody>,
@@ -88,7 +103,7 @@ pub async fn issue(
 }
 
 /// A body naming a token.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenBody {
     /// The JWT.
@@ -96,7 +111,7 @@ pub struct TokenBody {
 }
 
 /// `POST /tokens/verify` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct VerifiedBody {
     /// Always true (a rejection is a 401).
     pub valid: bool,
@@ -105,6 +120,22 @@ pub struct VerifiedBody {
 }
 
 /// `POST /tokens/verify`: 200 with the claims, or 401 naming `token` with the reason.
+#[utoipa::path(
+    post,
+    path = "/tokens/verify",
+    tag = "tokens",
+    summary = "Verify a JWT",
+    request_body = TokenBody,
+    responses(
+        (status = 200, description = "Valid", body = VerifiedBody),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 401, description = "Rejected: bad signature, `alg: none`, expired, revoked, malformed ... (`field: token`)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 pub async fn verify(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<TokenBody>,
@@ -124,13 +155,29 @@ pub async fn verify(
 }
 
 /// `POST /tokens/revoke` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RevokedBody {
     /// What the revocation did.
     pub outcome: RevokeOutcome,
 }
 
 /// `POST /tokens/revoke`: only a token that verifies can be revoked.
+#[utoipa::path(
+    post,
+    path = "/tokens/revoke",
+    tag = "tokens",
+    summary = "Revoke a JWT",
+    request_body = TokenBody,
+    responses(
+        (status = 200, description = "Revoked", body = RevokedBody),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 401, description = "The token does not verify (`field: token`)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 pub async fn revoke(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<TokenBody>,
@@ -148,17 +195,18 @@ pub async fn revoke(
 }
 
 /// `POST /tokens/once` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OnceIssueBody {
     /// The user.
     pub user: u64,
     /// The activity (1..=64 bytes).
+    #[schema(min_length = 1, max_length = 64)]
     pub activity: String,
 }
 
 /// A one-time token.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OnceBody {
     /// 32 hex digits.
     pub token: String,
@@ -171,6 +219,22 @@ pub struct OnceBody {
 }
 
 /// `POST /tokens/once`: the one-time token of (user, activity, this hour), created once.
+#[utoipa::path(
+    post,
+    path = "/tokens/once",
+    tag = "tokens",
+    summary = "The one-time token of (user, activity, this hour)",
+    request_body = OnceIssueBody,
+    responses(
+        (status = 201, description = "Created", body = OnceBody),
+        (status = 200, description = "Existing", body = OnceBody),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 pub async fn once_issue(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<OnceIssueBody>,
@@ -210,17 +274,18 @@ pub async fn once_issue(
 }
 
 /// `POST /tokens/once/consume` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConsumeBody {
     /// The user.
     pub user: u64,
     /// The token (32 hex digits).
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     pub token: String,
 }
 
 /// `POST /tokens/once/consume` answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ConsumedBody {
     /// Always true (a refusal is 4xx).
     pub accepted: bool,
@@ -231,6 +296,25 @@ pub struct ConsumedBody {
 }
 
 /// `POST /tokens/once/consume`: exactly one consume of a token is accepted.
+#[utoipa::path(
+    post,
+    path = "/tokens/once/consume",
+    tag = "tokens",
+    summary = "Consume a one-time token",
+    request_body = ConsumeBody,
+    responses(
+        (status = 200, description = "Accepted", body = ConsumedBody),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 403, description = "Another user's token (`field: user`)", body = ErrorBody),
+        (status = 404, description = "Unknown token (`field: token`)", body = ErrorBody),
+        (status = 409, description = "Already used (`field: token`)", body = ErrorBody),
+        (status = 410, description = "Expired (`field: token`)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
 pub async fn once_consume(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<ConsumeBody>,

@@ -148,7 +148,9 @@ impl Default for JwtConfig {
 
 /// The claims every token carries (all required). Times are RFC 7519 `NumericDate`s: seconds
 /// since the Unix epoch.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 pub struct Claims {
     /// Token id, unique per token: the revocation key.
     pub jti: String,
@@ -403,6 +405,12 @@ pub fn verify(
     let header_json = URL_SAFE_NO_PAD
         .decode(header_b64)
         .map_err(|_| Rejection::Malformed(MalformedPart::HeaderBase64))?;
+    // Through `Value` first: its parser bounds nesting (128 levels) as the library's header
+    // parser does, so a header nested too deep is a header error here rather than passing
+    // this check and failing later inside the library (found by tests/token_hostile.rs).
+    // A duplicate `alg` or `kid` is refused by the typed parse (which `Value` would hide).
+    serde_json::from_slice::<serde_json::Value>(&header_json)
+        .map_err(|_| Rejection::Malformed(MalformedPart::HeaderJson))?;
     let header: RawHeader = serde_json::from_slice(&header_json)
         .map_err(|_| Rejection::Malformed(MalformedPart::HeaderJson))?;
     if header.alg.eq_ignore_ascii_case("none") {

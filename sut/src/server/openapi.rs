@@ -1,0 +1,282 @@
+//! The OpenAPI 3.1 description of every route, generated from the handlers' `#[utoipa::path]`
+//! attributes and the request/answer types' `ToSchema` derives. Served at `GET /openapi.json`
+//! and checked into `docs/openapi.json` (a test fails when the two differ; regenerate with
+//! `cargo run -p sut --bin sut-server -- --print-openapi > docs/openapi.json`).
+//!
+//! Two answer types live in modules the server does not own (`snowflake::Decoded`,
+//! `store::TagRow`); their schemas are written here by hand, and a test checks them against the
+//! serialized values so that the two cannot drift apart unnoticed.
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+use utoipa::{OpenApi, PartialSchema, ToSchema};
+
+use super::error::ErrorBody;
+use super::ids::SnowflakeView;
+use super::lottery::{Check, DrawAnswer, LedgerReport, StockView};
+use super::tokens::{
+    ConsumeBody, ConsumedBody, IssueBody, IssuedBody, OnceBody, OnceIssueBody, RevokedBody,
+    TokenBody, VerifiedBody,
+};
+use super::{
+    AccountsBody, DrawBody, HealthBody, IdBody, IdsBody, Ok1, OpenedBody, StockBody, TagBody,
+};
+use crate::snowflake::Decoded;
+use crate::store::TagRow;
+use crate::token::{Claims, RevokeOutcome};
+
+/// The description (derive).
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(
+        title = "sut-server",
+        description = "Segment/Snowflake IDs, tokens and the TCC lottery over SQLite (docs/server.md). Every non-2xx answer is `{\"error\", \"field\"?}`.",
+        license(name = "MIT OR Apache-2.0"),
+    ),
+    paths(
+        super::noop,
+        super::next_id,
+        super::next_ids,
+        super::snowflake,
+        super::decode,
+        super::health,
+        super::metrics,
+        super::tokens::issue,
+        super::tokens::verify,
+        super::tokens::revoke,
+        super::tokens::once_issue,
+        super::tokens::once_consume,
+        super::draw,
+        super::ledger,
+        super::create_tag,
+        super::open_accounts,
+        super::add_stock,
+        openapi_route,
+    ),
+    components(schemas(
+        ErrorBody,
+        Ok1,
+        IdBody,
+        IdsBody,
+        HealthBody,
+        SnowflakeView,
+        TagBody,
+        AccountsBody,
+        OpenedBody,
+        StockBody,
+        DrawBody,
+        DrawAnswer,
+        LedgerReport,
+        StockView,
+        Check,
+        IssueBody,
+        IssuedBody,
+        TokenBody,
+        VerifiedBody,
+        RevokedBody,
+        RevokeOutcome,
+        OnceIssueBody,
+        OnceBody,
+        ConsumeBody,
+        ConsumedBody,
+        Claims,
+        Decoded,
+        TagRow,
+    ))
+)]
+pub struct ApiDoc;
+
+/// The description as pretty JSON with a final newline (the exact text of `docs/openapi.json`).
+///
+/// # Panics
+/// Never: the description is plain data and always serializes.
+#[must_use]
+pub fn openapi_json() -> String {
+    let mut text = ApiDoc::openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"openapi: {e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// `GET /openapi.json`.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "openapi_json",
+    tag = "ops",
+    summary = "This description",
+    responses((status = 200, description = "OpenAPI 3.1 JSON", body = Object))
+)]
+pub async fn openapi_route() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], openapi_json()).into_response()
+}
+
+fn u64_schema(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+            utoipa::openapi::KnownFormat::Int64,
+        )))
+        .minimum(Some(0))
+        .description(Some(description))
+}
+
+impl PartialSchema for Decoded {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .description(Some("The parts of a Snowflake ID."))
+            .property(
+                "time_ms",
+                u64_schema("Wall-clock milliseconds of the ID's time unit."),
+            )
+            .required("time_ms")
+            .property("ts", u64_schema("Time units since the epoch."))
+            .required("ts")
+            .property("worker", u64_schema("Worker id."))
+            .required("worker")
+            .property("seq", u64_schema("Sequence."))
+            .required("seq")
+            .into()
+    }
+}
+
+impl ToSchema for Decoded {}
+
+impl PartialSchema for TagRow {
+    fn schema() -> RefOr<Schema> {
+        let segment = ObjectBuilder::new()
+            .property("start", u64_schema("First ID of the run."))
+            .required("start")
+            .property("end", u64_schema("Exclusive upper bound."))
+            .required("end")
+            .property("delta", u64_schema("Distance between consecutive IDs."))
+            .required("delta");
+        ObjectBuilder::new()
+            .description(Some("A tag as stored."))
+            .property(
+                "tag",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .description(Some("The tag's name.")),
+            )
+            .required("tag")
+            .property("max_id", u64_schema("The next ID never granted."))
+            .required("max_id")
+            .property("step", u64_schema("The database's step in IDs."))
+            .required("step")
+            .property("delta", u64_schema("Distance between IDs."))
+            .required("delta")
+            .property("remainder", u64_schema("This store's residue."))
+            .required("remainder")
+            .property("version", u64_schema("The optimistic lock."))
+            .required("version")
+            .property(
+                "pool",
+                ArrayBuilder::new()
+                    .items(segment)
+                    .description(Some("Reclaimed tails, lowest first.")),
+            )
+            .required("pool")
+            .into()
+    }
+}
+
+impl ToSchema for TagRow {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Segment;
+
+    fn properties(schema: &RefOr<Schema>) -> Vec<String> {
+        let value = serde_json::to_value(schema).unwrap();
+        let mut keys: Vec<String> = value["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    fn keys(value: &serde_json::Value) -> Vec<String> {
+        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn hand_written_schemas_match_the_serialized_types() {
+        let decoded = serde_json::to_value(Decoded {
+            time_ms: 1,
+            ts: 2,
+            worker: 3,
+            seq: 4,
+        })
+        .unwrap();
+        assert_eq!(properties(&Decoded::schema()), keys(&decoded));
+        let row = serde_json::to_value(TagRow {
+            tag: "t".to_owned(),
+            max_id: 1,
+            step: 2,
+            delta: 1,
+            remainder: 0,
+            version: 0,
+            pool: vec![Segment {
+                start: 1,
+                end: 2,
+                delta: 1,
+            }],
+        })
+        .unwrap();
+        assert_eq!(properties(&TagRow::schema()), keys(&row));
+        let pool = serde_json::to_value(TagRow::schema()).unwrap();
+        let mut segment_keys: Vec<String> = pool["properties"]["pool"]["items"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        segment_keys.sort();
+        assert_eq!(segment_keys, keys(&row["pool"][0]));
+    }
+
+    #[test]
+    fn every_route_is_described() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let mut paths: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        paths.sort_unstable();
+        let mut routed: Vec<&str> = super::super::ROUTES.iter().map(|(_, p)| *p).collect();
+        routed.sort_unstable();
+        routed.dedup();
+        assert_eq!(paths, routed);
+        for (method, path) in super::super::ROUTES {
+            assert!(
+                doc["paths"][path][method].is_object(),
+                "{method} {path} is routed but not described"
+            );
+        }
+    }
+
+    /// `docs/openapi.json` is the generated description, byte for byte.
+    #[test]
+    fn checked_in_description_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            checked_in == openapi_json(),
+            "docs/openapi.json differs from the description generated from the code; \
+             regenerate it with `cargo run -p sut --bin sut-server -- --print-openapi > docs/openapi.json` \
+             and review the diff"
+        );
+    }
+}
