@@ -60,10 +60,10 @@ pub const LOAD: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Results the gate runs besides the named simulations (the model checks, and later the
-/// known-flaws catalog and a short load run).
+/// Results the gate runs besides the named simulations: the model checks, the known-flaws
+/// catalog and a short load run.
 #[must_use]
-pub fn gate_extras(_jobs: usize) -> Vec<reports::RunResult> {
+pub fn gate_extras(jobs: usize) -> Vec<reports::RunResult> {
     let mut results = Vec::new();
     for info in models::catalog() {
         eprintln!("gate: model {}", info.name);
@@ -77,6 +77,27 @@ pub fn gate_extras(_jobs: usize) -> Vec<reports::RunResult> {
             Ok(report) => results.push(report::model(&report).into()),
             Err(err) => eprintln!("gate: model {} could not run: {err}", info.name),
         }
+    }
+    // The known-flaws catalog: every flaw must still be caught by the generic invariants. One
+    // sweep from seed 0 (deterministic), simulations only (the models' counterexamples are
+    // figures of `scenario flaws`, too slow to repeat here).
+    eprintln!("gate: known flaws (one sweep of at most 50 seeds each)");
+    let opts = flaws::FlawOptions {
+        sweeps: 1,
+        seeds_max: 50,
+        jobs,
+        models: false,
+        only: Vec::new(),
+    };
+    match flaws::run_catalog(&opts, &|row| {
+        eprintln!(
+            "gate:   {:<28} {}",
+            row.flaw,
+            row.caught_by.as_deref().unwrap_or("NOT CAUGHT")
+        );
+    }) {
+        Ok(catalog) => results.push(catalog.into()),
+        Err(err) => eprintln!("gate: the flaw catalog could not run: {err}"),
     }
     // A short constant-rate load run against a fresh sut-server: its verification is gated
     // (latency ratios are reported, but on a shared machine they are too noisy to pin).
