@@ -95,3 +95,59 @@ fn a_short_sweep_exits_0_and_writes_the_json_fields() {
         "{doc}"
     );
 }
+
+#[test]
+fn flaws_lists_the_catalog_and_runs_one_flaw_to_a_violation() {
+    let out = scenario().args(["flaws", "--list"]).output().expect("run");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 13, "{text}");
+    assert!(text.contains("twitter/snowflake issue #6"), "{text}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("flaws.json");
+    let out = scenario()
+        .args([
+            "flaws",
+            "--only",
+            "stock_two_step",
+            "--sweeps",
+            "1",
+            "--seeds-max",
+            "4",
+            "--no-models",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid json");
+    let row = &rows[0];
+    for field in [
+        "flaw",
+        "source",
+        "scenario",
+        "caught",
+        "seeds_to_failure",
+        "model_depth",
+    ] {
+        assert!(row.get(field).is_some(), "missing {field} in {row}");
+    }
+    assert_eq!(row["flaw"], "stock_two_step");
+    assert_eq!(row["caught"], true);
+    assert_eq!(row["caught_by"], "sim:lottery.no_over_issue");
+
+    // A flaw name that does not exist is bad usage.
+    let out = scenario()
+        .args(["clock_skew", "--flaw", "meteor"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tcc_no_fence"));
+}
