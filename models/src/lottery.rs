@@ -666,10 +666,11 @@ pub fn model(setup: &LotterySetup) -> NetModel<LotActor, LotterySetup> {
         // The participants are databases: their durability is not what this model checks. The
         // coordinator crashes at most `crashes_max` times (a crash beyond that is outside).
         .within_boundary(|setup, sys| {
-            !sys.crashed[WALLET]
-                && !sys.crashed[INVENTORY]
-                && !(sys.crashed[COORDINATOR]
-                    && disk(sys).map_or(0, |d| d.restarts) >= setup.crashes_max)
+            let crash_budget_spent = disk(sys).map_or(0, |d| d.restarts) >= setup.crashes_max;
+            let down = sys.crashed[WALLET]
+                || sys.crashed[INVENTORY]
+                || (sys.crashed[COORDINATOR] && crash_budget_spent);
+            !down
         })
         .property(Expectation::Always, invariants::CONSERVATION, |_, sys| {
             invariants::conservation(part(sys, WALLET).store.ledger()).is_ok()
