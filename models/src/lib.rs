@@ -12,7 +12,7 @@
 //! - [`segment`]: segment allocators against one ID store: `ids.unique`, `ids.monotonic`.
 //! - [`tokens`]: concurrent consumers of one one-time token: `tokens.single_use`.
 //! - [`snowflake`]: one Snowflake worker with a jumping wall clock and restarts.
-//! - [`lottery`]: the TCC lottery: **not built yet** (`check` says so).
+//! - [`lottery`]: the TCC lottery: coordinator (crash + recover), wallet and inventory with fences.
 //! - [`runner`]: the shared harness: run a checker, report verdicts, render counterexamples.
 //!
 //! The command line (`scenario model NAME`, `scenario explore NAME`) calls [`catalog`],

@@ -1,27 +1,844 @@
-//! The TCC lottery model: not built yet (see the report in `docs/models.md`).
+//! The TCC lottery (seed 002 chapters 1 and 4): a coordinator and two participant nodes over an
+//! unordered network that reorders, duplicates (bounded), drops (bounded) and is slower than the
+//! coordinator's timeouts (bounded), with a coordinator crash that recovers from its durable log.
+//!
+//! Actors (each a thin driver of `sut::lottery`; no protocol logic here):
+//!
+//! - `coordinator` (actor 0) wraps a [`Coordinator`]. On its first start it begins every draw of
+//!   the setup ([`Coordinator::start_draw`]); after a restart it is rebuilt by
+//!   [`Coordinator::recover`] from the log on its disk. After every input the driver writes what
+//!   [`Coordinator::poll_log_write`] asks for to the disk (stateright's non-volatile `Storage`)
+//!   and acknowledges it ([`Coordinator::handle_log_written`]), sends [`Coordinator::poll_send`],
+//!   records [`Coordinator::poll_event`] outcomes, and arms a `Deadline` timer while
+//!   [`Coordinator::poll_timeout`] has one. The timer advances the coordinator's monotonic clock
+//!   to that deadline and calls [`Coordinator::handle_timeout`]. A `Compensate` timer (the
+//!   compensation scheduler) resumes a parked draw ([`Coordinator::handle_resume_parked`]), at
+//!   most `resumes_max` times per incarnation.
+//! - `wallet` (actor 1) hosts the wallet and the participation log on one [`MemoryStore`];
+//!   `inventory` (actor 2) the prize stock on another (the simulator's layout). Each delivered
+//!   call runs [`Participant::handle`] with the setup's fence mode; the flawed two-step paths
+//!   return a [`Resume`] that the node sends to itself (a local continuation the network never
+//!   drops or duplicates) and finishes with [`Participant::handle_resume`] when it is delivered,
+//!   so anything delivered in between interleaves.
+//!
+//! Ghost state: each participant node keeps the replies that took effect (applied or empty
+//! rollback), in the order it produced them; the coordinator's disk keeps the outcomes its
+//! clients saw. The properties run `sut`'s own checkers ([`invariants`]) on those and on the
+//! stores' ledgers.
+//!
+//! Properties: always `lottery.conservation`, `lottery.no_over_issue`,
+//! `lottery.no_duplicate_participation`, `lottery.no_hanging`; eventually `lottery.settled`
+//! (judged where a path ends, i.e. once the fault budgets are spent and the network drained);
+//! sometimes a confirmed draw, an empty rollback, a draw cancelled out of stock, a draw finished
+//! after a restart.
+//!
+//! Symmetry: none of the three actors is interchangeable with another (and the users differ in
+//! what they draw), so there is no symmetry to reduce.
 
-use crate::{ModelError, ModelOptions, ModelReport};
+use std::borrow::Cow;
+
+use stateright::Expectation;
+use stateright::actor::{Actor, ActorModel, ActorModelState, Id, Out, model_timeout};
+use sut::clock::Now;
+use sut::lottery::invariants;
+use sut::lottery::{
+    ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome,
+    DrawStage, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore, MemoryStore, Participant,
+    ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal, Resume, UserId, Xid,
+};
+
+use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
+use crate::{ModelError, ModelOptions, ModelReport, runner};
 
 /// Catalog name.
 pub const NAME: &str = "lottery";
 /// Catalog description.
-pub const DESCRIPTION: &str = "TCC lottery (not built yet)";
-/// Flaws.
-pub const FLAWS: &[&str] = &[];
+pub const DESCRIPTION: &str = "TCC lottery: coordinator (1 crash, recovers from its log) + wallet \
+     + inventory, 2 users each winning 1 prize of stock 1; reordering network with 1 drop, \
+     1 duplicate, 1 slow timeout (depth 7): lottery.* invariants, eventually settled";
+/// Flaw: participants without a fence (`FenceMode::Unfenced`).
+pub const FLAW_NO_FENCE: &str = "tcc_no_fence";
+/// Flaw: the fence checked and changed in two store operations (`FenceMode::CheckThenAct`).
+pub const FLAW_CHECK_THEN_ACT: &str = "fence_check_then_act";
+/// Flaw: the stock checked and decremented in two store operations (`Flaws::two_step_stock`).
+pub const FLAW_STOCK_TWO_STEP: &str = "stock_two_step";
+/// Flaws this model can switch on.
+pub const FLAWS: &[&str] = &[FLAW_NO_FENCE, FLAW_CHECK_THEN_ACT, FLAW_STOCK_TWO_STEP];
 
-pub(crate) fn check(
-    _flaw: Option<&str>,
-    name: &str,
-    _opts: &ModelOptions,
-) -> Result<ModelReport, ModelError> {
-    Err(ModelError::InvalidOptions(format!(
-        "model `{name}` is not built yet"
-    )))
+/// The default depth bound of the catalog run: with every fault on, the bounded state space
+/// grows about tenfold per two steps and does not exhaust in seconds (see `docs/models.md`).
+pub const DEPTH_DEFAULT: usize = 7;
+
+/// The activity every draw is in.
+pub const ACTIVITY: ActivityId = ActivityId(1);
+/// The ticket price (minor units).
+pub const PRICE_MINOR: u64 = 1;
+
+const COORDINATOR: usize = 0;
+const WALLET: usize = 1;
+const INVENTORY: usize = 2;
+
+/// Longest drain of the coordinator's log outbox in one step (each draw writes at most three
+/// entries per incarnation).
+const LOG_WRITES_PER_STEP_MAX: usize = 64;
+
+/// The model's bounds and protocol settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LotterySetup {
+    /// The draws the coordinator's clients ask for (all begun at the first start).
+    pub draws: Vec<DrawArgs>,
+    /// Opening balances.
+    pub balances: Vec<(UserId, u64)>,
+    /// Prize stock of [`ACTIVITY`].
+    pub stock: u64,
+    /// The documented flaws switched on.
+    pub flaws: Flaws,
+    /// Coordinator timing and limits.
+    pub coordinator: CoordinatorConfig,
+    /// Coordinator crashes per run (each followed by a restart from its log).
+    pub crashes_max: u8,
+    /// In-flight messages the network duplicates, per run.
+    pub duplicates_max: u8,
+    /// In-flight messages the network loses, per run.
+    pub drops_max: u8,
+    /// Coordinator timeouts per run that fire while an answer they wait for is in flight.
+    pub slow_timeouts_max: u8,
+    /// Parked draws the compensation scheduler resumes, per coordinator incarnation.
+    pub resumes_max: u8,
 }
 
-pub(crate) fn serve(_flaw: Option<&str>, addr: &str) -> Result<(), ModelError> {
-    Err(ModelError::Serve {
-        addr: addr.to_owned(),
-        reason: "the lottery model is not built yet".into(),
+const fn draw(xid: u64, user: u64, won: bool) -> DrawArgs {
+    DrawArgs {
+        xid: Xid(xid),
+        user: UserId(user),
+        activity: ACTIVITY,
+        price_minor: PRICE_MINOR,
+        won,
+    }
+}
+
+impl Default for LotterySetup {
+    /// Two users, one prize, both draws win: the stock is scarce, so one of the two is refused
+    /// (or cancelled for another reason) and the other may confirm.
+    fn default() -> Self {
+        Self {
+            draws: vec![draw(1, 1, true), draw(2, 2, true)],
+            balances: vec![(UserId(1), PRICE_MINOR), (UserId(2), PRICE_MINOR)],
+            stock: 1,
+            flaws: Flaws::NONE,
+            coordinator: CoordinatorConfig {
+                inflight_max: 4,
+                reply_timeout_ms: 1,
+                backoff_ms_max: 2,
+                attempts_max: 1,
+                events_max: 8,
+            },
+            crashes_max: 1,
+            duplicates_max: 1,
+            drops_max: 1,
+            slow_timeouts_max: 1,
+            resumes_max: 2,
+        }
+    }
+}
+
+impl LotterySetup {
+    /// The default setup with the named flaw (one of [`FLAWS`]) switched on.
+    #[must_use]
+    pub fn with_flaw(flaw: Option<&str>) -> Self {
+        let mut flaws = Flaws::NONE;
+        match flaw {
+            Some(FLAW_NO_FENCE) => flaws.fence = FenceMode::Unfenced,
+            Some(FLAW_CHECK_THEN_ACT) => flaws.fence = FenceMode::CheckThenAct,
+            Some(FLAW_STOCK_TWO_STEP) => flaws.two_step_stock = true,
+            _ => {}
+        }
+        Self {
+            flaws,
+            ..Self::default()
+        }
+    }
+
+    fn participant_config(&self) -> ParticipantConfig {
+        ParticipantConfig { flaws: self.flaws }
+    }
+}
+
+impl Cast for LotterySetup {
+    fn actor_name(&self, id: Id) -> String {
+        match usize::from(id) {
+            COORDINATOR => "coordinator".to_owned(),
+            WALLET => "wallet".to_owned(),
+            INVENTORY => "inventory".to_owned(),
+            n => format!("actor-{n}"),
+        }
+    }
+}
+
+/// The node hosting a participant (the simulator's layout).
+#[must_use]
+pub const fn node_of(p: Participant) -> usize {
+    match p {
+        Participant::Wallet | Participant::Participation => WALLET,
+        Participant::Inventory => INVENTORY,
+    }
+}
+
+/// A message.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LotMsg {
+    /// Coordinator → participant node: run `msg` on `branch`.
+    Call {
+        /// The participant (the node hosts one or two).
+        branch: Participant,
+        /// The phase and the draw.
+        msg: ParticipantMsg,
+    },
+    /// Participant node → coordinator.
+    Reply(ParticipantReply),
+    /// Participant node → itself: the second half of a flawed two-step operation.
+    Resume(Resume),
+}
+ord_by_total_cmp!(LotMsg);
+
+fn short_refusal(r: &Refusal) -> String {
+    let text = format!("{r:?}");
+    let end = text.find([' ', '{', '(']).unwrap_or(text.len());
+    text[..end].to_owned()
+}
+
+fn short_branch(p: Participant) -> &'static str {
+    match p {
+        Participant::Wallet => "wallet",
+        Participant::Inventory => "stock",
+        Participant::Participation => "participation",
+    }
+}
+
+impl Brief for LotMsg {
+    fn brief(&self) -> String {
+        match self {
+            Self::Call { branch, msg } => format!(
+                "{:?} draw {} (user {}) on {}",
+                msg.phase,
+                msg.draw.xid.0,
+                msg.draw.user.0,
+                short_branch(*branch)
+            ),
+            Self::Reply(r) => {
+                let outcome = match &r.outcome {
+                    Ok(effect) => format!("{effect:?}"),
+                    Err(refusal) => format!("refused {}", short_refusal(refusal)),
+                };
+                format!(
+                    "{:?} draw {} on {}: {outcome}",
+                    r.phase,
+                    r.draw.xid.0,
+                    short_branch(r.branch)
+                )
+            }
+            Self::Resume(r) => format!(
+                "resume {:?} draw {} on {} (checked fence {:?})",
+                r.op.phase,
+                r.op.draw.xid.0,
+                short_branch(r.op.branch),
+                r.checked.fence
+            ),
+        }
+    }
+}
+
+/// Timers (all on the coordinator).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LotTimer {
+    /// The coordinator's next deadline (`poll_timeout`) is reached.
+    Deadline,
+    /// The compensation scheduler resumes a parked draw.
+    Compensate,
+}
+
+/// The actors.
+#[derive(Clone, Debug)]
+pub enum LotActor {
+    /// The coordinator.
+    Coordinator {
+        /// The model's settings.
+        setup: Box<LotterySetup>,
+    },
+    /// A participant node with its store.
+    Node {
+        /// The participants it hosts.
+        hosts: Vec<Participant>,
+        /// Fence mode and flaws.
+        config: ParticipantConfig,
+        /// Its store at the start.
+        store: MemoryStore,
+    },
+}
+
+/// The coordinator's disk (non-volatile): its log, and ghost records.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CoordDisk {
+    /// The durable coordinator log.
+    pub log: CoordLog,
+    /// Restarts so far (ghost).
+    pub restarts: u8,
+    /// Outcomes the clients saw, in order (ghost; `GaveUp` is not an outcome, the draw is
+    /// parked and resumed).
+    pub events: Vec<DrawEvent>,
+}
+
+/// The coordinator process.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CoordNode {
+    /// The state machine.
+    pub coord: Coordinator,
+    /// Its monotonic clock (ms since this incarnation started).
+    pub now_ms: u64,
+    /// Parked draws resumed by this incarnation.
+    pub resumes: u8,
+    /// The disk, mirrored into stateright's `Storage` on every change.
+    pub disk: CoordDisk,
+}
+
+/// A participant node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PartNode {
+    /// Its store.
+    pub store: MemoryStore,
+    /// Replies that took effect (applied or empty rollback), in order (ghost). Refusals and
+    /// repeats change nothing the `lottery.*` checkers read, so they are left out.
+    pub history: Vec<ParticipantReply>,
+}
+
+/// Actor states.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LotState {
+    /// The coordinator.
+    Coordinator(CoordNode),
+    /// A participant node.
+    Node(PartNode),
+}
+
+impl CoordNode {
+    const fn now(&self) -> Now {
+        Now::both(self.now_ms)
+    }
+
+    /// After any input: write and acknowledge log entries, send, record outcomes, arm timers.
+    fn drive(&mut self, setup: &LotterySetup, o: &mut Out<LotActor>) {
+        let now = self.now();
+        let mut disk_changed = false;
+        for _ in 0..LOG_WRITES_PER_STEP_MAX {
+            let Some(entry) = self.coord.poll_log_write() else {
+                break;
+            };
+            // A refused entry is a write that did not happen: never acknowledged.
+            if self.disk.log.append(&entry).is_ok() {
+                disk_changed = true;
+                self.coord.handle_log_written(&entry, now);
+            }
+        }
+        while let Some((branch, msg)) = self.coord.poll_send() {
+            o.send(Id::from(node_of(branch)), LotMsg::Call { branch, msg });
+        }
+        while let Some(event) = self.coord.poll_event() {
+            if !matches!(event.outcome, DrawOutcome::GaveUp { .. }) {
+                self.disk.events.push(event);
+                disk_changed = true;
+            }
+        }
+        if disk_changed {
+            o.save(self.disk.clone());
+        }
+        if self.coord.poll_timeout().is_some() {
+            o.set_timer(LotTimer::Deadline, model_timeout());
+        } else {
+            o.cancel_timer(LotTimer::Deadline);
+        }
+        if self.coord.parked().next().is_some() && self.resumes < setup.resumes_max {
+            o.set_timer(LotTimer::Compensate, model_timeout());
+        } else {
+            o.cancel_timer(LotTimer::Compensate);
+        }
+    }
+}
+
+fn took_effect(reply: &ParticipantReply) -> bool {
+    matches!(reply.outcome, Ok(Effect::Applied | Effect::EmptyRollback))
+}
+
+impl Actor for LotActor {
+    type Msg = LotMsg;
+    type Timer = LotTimer;
+    type State = LotState;
+    type Storage = CoordDisk;
+    type Random = ();
+
+    fn on_start(&self, _id: Id, storage: &Option<CoordDisk>, o: &mut Out<Self>) -> LotState {
+        match self {
+            Self::Coordinator { setup } => {
+                let mut node = match storage {
+                    None => {
+                        let mut coord = Coordinator::new(setup.coordinator)
+                            .expect("the model's coordinator config is valid");
+                        for draw in &setup.draws {
+                            coord
+                                .start_draw(*draw, Now::both(0))
+                                .expect("the model's draws fit the coordinator's limits");
+                        }
+                        CoordNode {
+                            coord,
+                            now_ms: 0,
+                            resumes: 0,
+                            disk: CoordDisk::default(),
+                        }
+                    }
+                    Some(disk) => {
+                        let mut disk = disk.clone();
+                        disk.restarts = disk.restarts.saturating_add(1);
+                        o.save(disk.clone());
+                        let coord =
+                            Coordinator::recover(setup.coordinator, &disk.log, Now::both(0))
+                                .expect("the model's coordinator config is valid");
+                        CoordNode {
+                            coord,
+                            now_ms: 0,
+                            resumes: 0,
+                            disk,
+                        }
+                    }
+                };
+                node.drive(setup, o);
+                LotState::Coordinator(node)
+            }
+            Self::Node { store, .. } => LotState::Node(PartNode {
+                store: store.clone(),
+                history: Vec::new(),
+            }),
+        }
+    }
+
+    fn on_msg(
+        &self,
+        id: Id,
+        state: &mut Cow<'_, LotState>,
+        src: Id,
+        msg: LotMsg,
+        o: &mut Out<Self>,
+    ) {
+        match (self, &**state, msg) {
+            (Self::Coordinator { setup }, LotState::Coordinator(node), LotMsg::Reply(reply)) => {
+                if src != Id::from(node_of(reply.branch)) {
+                    return; // misaddressed
+                }
+                let mut next = node.coord.clone();
+                next.handle_reply(reply.branch, &reply, node.now());
+                if next == node.coord {
+                    return; // stale, duplicate or already counted: the coordinator ignores it
+                }
+                let LotState::Coordinator(node) = state.to_mut() else {
+                    unreachable!("matched above")
+                };
+                node.coord = next;
+                node.drive(setup, o);
+            }
+            (
+                Self::Node { hosts, config, .. },
+                LotState::Node(node),
+                LotMsg::Call { branch, msg },
+            ) => {
+                if !hosts.contains(&branch) {
+                    return;
+                }
+                let mut next = node.clone();
+                match branch.handle(&mut next.store, config, &msg) {
+                    Handled::Reply(reply) => {
+                        if took_effect(&reply) {
+                            next.history.push(reply.clone());
+                        }
+                        o.send(src, LotMsg::Reply(reply));
+                    }
+                    Handled::Resume(resume) => o.send(id, LotMsg::Resume(resume)),
+                }
+                if &next != node {
+                    *state.to_mut() = LotState::Node(next);
+                }
+            }
+            (Self::Node { hosts, config, .. }, LotState::Node(node), LotMsg::Resume(resume)) => {
+                if !hosts.contains(&resume.op.branch) {
+                    return;
+                }
+                let mut next = node.clone();
+                let reply = resume
+                    .op
+                    .branch
+                    .handle_resume(&mut next.store, config, &resume);
+                if took_effect(&reply) {
+                    next.history.push(reply.clone());
+                }
+                o.send(Id::from(COORDINATOR), LotMsg::Reply(reply));
+                if &next != node {
+                    *state.to_mut() = LotState::Node(next);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_timeout(
+        &self,
+        _id: Id,
+        state: &mut Cow<'_, LotState>,
+        timer: &LotTimer,
+        o: &mut Out<Self>,
+    ) {
+        let Self::Coordinator { setup } = self else {
+            return;
+        };
+        let LotState::Coordinator(node) = state.to_mut() else {
+            return;
+        };
+        match timer {
+            LotTimer::Deadline => {
+                if let Some(at) = node.coord.poll_timeout() {
+                    node.now_ms = node.now_ms.max(at);
+                    node.coord.handle_timeout(node.now());
+                }
+            }
+            LotTimer::Compensate => {
+                let parked = node.coord.parked().next();
+                if node.resumes < setup.resumes_max
+                    && let Some(xid) = parked
+                {
+                    node.resumes += 1;
+                    let now = node.now();
+                    node.coord
+                        .handle_resume_parked(xid, now)
+                        .expect("a parked draw resumes");
+                }
+            }
+        }
+        node.drive(setup, o);
+    }
+}
+
+type Sys = ActorModelState<LotActor>;
+
+fn coordinator(sys: &Sys) -> &CoordNode {
+    match &*sys.actor_states[COORDINATOR] {
+        LotState::Coordinator(node) => node,
+        LotState::Node(_) => unreachable!("actor 0 is the coordinator"),
+    }
+}
+
+fn part(sys: &Sys, index: usize) -> &PartNode {
+    match &*sys.actor_states[index] {
+        LotState::Node(node) => node,
+        LotState::Coordinator(_) => unreachable!("actors 1 and 2 are participant nodes"),
+    }
+}
+
+/// The coordinator's disk (what survives a crash).
+fn disk(sys: &Sys) -> Option<&CoordDisk> {
+    sys.actor_storages[COORDINATOR].as_ref()
+}
+
+/// The phase a draw's branches are awaited in, if any.
+const fn awaited_phase(stage: DrawStage) -> Option<Phase> {
+    match stage {
+        DrawStage::Trying => Some(Phase::Try),
+        DrawStage::Finishing(verdict) => Some(verdict.phase()),
+        _ => None,
+    }
+}
+
+/// Whether the coordinator's `Deadline` would race an answer still in flight: a call, a resumed
+/// half or a reply the coordinator would act on, for a branch whose deadline is due.
+fn deadline_races(sys: &Sys, id: Id, timer: &LotTimer) -> bool {
+    if usize::from(id) != COORDINATOR || *timer != LotTimer::Deadline || sys.crashed[COORDINATOR] {
+        return false;
+    }
+    let node = coordinator(sys);
+    let coord = &node.coord;
+    let Some(due_ms) = coord.poll_timeout() else {
+        return false;
+    };
+    let due: Vec<(Xid, Participant, Phase)> = coord
+        .armed()
+        .take_while(|(deadline, _, _)| *deadline <= due_ms)
+        .filter_map(|(_, xid, branch)| {
+            let phase = awaited_phase(coord.stage(xid)?)?;
+            Some((xid, branch, phase))
+        })
+        .collect();
+    sys.network.iter_deliverable().any(|env| {
+        due.iter().any(|&(xid, branch, phase)| match env.msg {
+            LotMsg::Call { branch: b, msg } => {
+                *b == branch && msg.phase == phase && msg.draw.xid == xid
+            }
+            LotMsg::Resume(r) => {
+                r.op.branch == branch && r.op.phase == phase && r.op.draw.xid == xid
+            }
+            LotMsg::Reply(r) => {
+                r.branch == branch && r.phase == phase && r.draw.xid == xid && {
+                    let mut next = coord.clone();
+                    next.handle_reply(r.branch, r, node.now());
+                    next != *coord
+                }
+            }
+        })
     })
+}
+
+/// The whole ledger: both participant stores and the coordinator's log.
+#[must_use]
+pub fn ledger(sys: &Sys) -> Ledger {
+    let log = Ledger {
+        coord_log: disk(sys).map(|d| d.log.clone()).unwrap_or_default(),
+        ..Ledger::default()
+    };
+    Ledger::merge([
+        part(sys, WALLET).store.ledger(),
+        part(sys, INVENTORY).store.ledger(),
+        &log,
+    ])
+    .expect("the wallet, the inventory and the log hold disjoint rows")
+}
+
+/// `lottery.settled` in this state: the coordinator is up with nothing in flight and every
+/// record is closed (`sut`'s [`invariants::settled`]).
+#[must_use]
+pub fn settled(sys: &Sys) -> bool {
+    !sys.crashed[COORDINATOR]
+        && coordinator(sys).coord.inflight() == 0
+        && invariants::settled(&ledger(sys)).is_ok()
+}
+
+fn histories(sys: &Sys) -> [&[ParticipantReply]; 2] {
+    [&part(sys, WALLET).history, &part(sys, INVENTORY).history]
+}
+
+fn events(sys: &Sys) -> &[DrawEvent] {
+    disk(sys).map_or(&[], |d| d.events.as_slice())
+}
+
+fn initial_store(setup: &LotterySetup, node: usize) -> MemoryStore {
+    let mut store = MemoryStore::new();
+    match node {
+        WALLET => {
+            for (user, balance) in &setup.balances {
+                store
+                    .open_account(*user, *balance)
+                    .expect("the model's accounts are distinct and small");
+            }
+        }
+        _ => store
+            .add_stock(ACTIVITY, setup.stock)
+            .expect("the model's stock is small"),
+    }
+    store
+}
+
+/// The model.
+#[must_use]
+pub fn model(setup: &LotterySetup) -> NetModel<LotActor, LotterySetup> {
+    assert!(
+        (1..=3).contains(&setup.draws.len()),
+        "1 to 3 draws keep the model small"
+    );
+    let config = setup.participant_config();
+    let actors = ActorModel::new(setup.clone(), ())
+        .actor(LotActor::Coordinator {
+            setup: Box::new(setup.clone()),
+        })
+        .actor(LotActor::Node {
+            hosts: vec![Participant::Wallet, Participant::Participation],
+            config,
+            store: initial_store(setup, WALLET),
+        })
+        .actor(LotActor::Node {
+            hosts: vec![Participant::Inventory],
+            config,
+            store: initial_store(setup, INVENTORY),
+        })
+        .max_crashes(1)
+        // The participants are databases: their durability is not what this model checks. The
+        // coordinator crashes at most `crashes_max` times (a crash beyond that is outside).
+        .within_boundary(|setup, sys| {
+            let crash_budget_spent = disk(sys).map_or(0, |d| d.restarts) >= setup.crashes_max;
+            let down = sys.crashed[WALLET]
+                || sys.crashed[INVENTORY]
+                || (sys.crashed[COORDINATOR] && crash_budget_spent);
+            !down
+        })
+        .property(Expectation::Always, invariants::CONSERVATION, |_, sys| {
+            invariants::conservation(part(sys, WALLET).store.ledger()).is_ok()
+        })
+        .property(Expectation::Always, invariants::NO_OVER_ISSUE, |_, sys| {
+            invariants::no_over_issue(part(sys, INVENTORY).store.ledger()).is_ok()
+        })
+        .property(
+            Expectation::Always,
+            invariants::NO_DUPLICATE_PARTICIPATION,
+            |_, sys| {
+                invariants::no_duplicate_participation(&part(sys, WALLET).history).is_ok()
+                    && invariants::no_duplicate_confirmed_draws(events(sys)).is_ok()
+            },
+        )
+        .property(Expectation::Always, invariants::NO_HANGING, |_, sys| {
+            histories(sys)
+                .iter()
+                .all(|h| invariants::no_hanging(h).is_ok())
+        })
+        .property(Expectation::Eventually, invariants::SETTLED, |_, sys| {
+            settled(sys)
+        })
+        .property(Expectation::Sometimes, "a draw confirmed", |_, sys| {
+            events(sys)
+                .iter()
+                .any(|e| matches!(e.outcome, DrawOutcome::Confirmed { .. }))
+        })
+        .property(Expectation::Sometimes, "an empty rollback", |_, sys| {
+            histories(sys)
+                .iter()
+                .any(|h| h.iter().any(|r| r.outcome == Ok(Effect::EmptyRollback)))
+        })
+        .property(
+            Expectation::Sometimes,
+            "a draw cancelled out of stock",
+            |_, sys| {
+                events(sys).iter().any(|e| {
+                    matches!(
+                        &e.outcome,
+                        DrawOutcome::Cancelled {
+                            reason: sut::lottery::CancelReason::TryRefused {
+                                refusal: Refusal::OutOfStock { .. },
+                                ..
+                            }
+                        }
+                    )
+                })
+            },
+        )
+        .property(
+            Expectation::Sometimes,
+            "a draw finished after a restart",
+            |_, sys| {
+                disk(sys).is_some_and(|d| d.restarts > 0)
+                    && coordinator(sys).coord.inflight() == 0
+                    && !events(sys).is_empty()
+            },
+        );
+    NetModel::new(actors, setup.duplicates_max)
+        .with_drops(setup.drops_max)
+        .with_slow_timeouts(deadline_races, setup.slow_timeouts_max)
+}
+
+pub(crate) fn check(
+    flaw: Option<&str>,
+    name: &str,
+    opts: &ModelOptions,
+) -> Result<ModelReport, ModelError> {
+    let opts = ModelOptions {
+        depth: opts.depth.or(Some(DEPTH_DEFAULT)),
+        ..opts.clone()
+    };
+    runner::run(model(&LotterySetup::with_flaw(flaw)), name, &opts)
+}
+
+pub(crate) fn serve(flaw: Option<&str>, addr: &str) -> Result<(), ModelError> {
+    runner::serve(model(&LotterySetup::with_flaw(flaw)), addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Verdict;
+
+    fn run(setup: &LotterySetup, depth: usize) -> ModelReport {
+        let opts = ModelOptions {
+            threads: 1,
+            depth: Some(depth),
+            flaw: None,
+        };
+        runner::run(model(setup), NAME, &opts).unwrap()
+    }
+
+    /// No network faults, no crash: small enough for a debug-build test.
+    fn calm(flaw: Option<&str>) -> LotterySetup {
+        LotterySetup {
+            crashes_max: 0,
+            drops_max: 0,
+            duplicates_max: 0,
+            slow_timeouts_max: 0,
+            ..LotterySetup::with_flaw(flaw)
+        }
+    }
+
+    fn violated(report: &ModelReport, name: &str) -> usize {
+        let p = report.property(name).unwrap();
+        assert_eq!(p.verdict, Verdict::Violated, "{name}: {report:#?}");
+        p.counterexample.as_ref().unwrap().len()
+    }
+
+    #[test]
+    fn correct_code_holds_to_depth_8_and_rolls_back_empty() {
+        let report = run(&calm(None), 8);
+        for name in [
+            invariants::CONSERVATION,
+            invariants::NO_OVER_ISSUE,
+            invariants::NO_DUPLICATE_PARTICIPATION,
+            invariants::NO_HANGING,
+        ] {
+            assert_eq!(
+                report.property(name).unwrap().verdict,
+                Verdict::Holds,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            report.property("an empty rollback").unwrap().verdict,
+            Verdict::Found
+        );
+        assert_eq!(report.unique_states, PINNED_CALM_8, "regression guard");
+    }
+
+    #[test]
+    fn stock_two_step_over_issues() {
+        let report = run(&calm(Some(FLAW_STOCK_TWO_STEP)), 8);
+        assert_eq!(
+            violated(&report, invariants::NO_OVER_ISSUE),
+            DEPTH_STOCK_TWO_STEP
+        );
+    }
+
+    #[test]
+    fn fence_check_then_act_lets_a_try_hang() {
+        // A Try paused between its check and its write while the coordinator times out.
+        let setup = LotterySetup {
+            slow_timeouts_max: 1,
+            ..calm(Some(FLAW_CHECK_THEN_ACT))
+        };
+        let report = run(&setup, 8);
+        assert_eq!(
+            violated(&report, invariants::NO_HANGING),
+            DEPTH_CHECK_THEN_ACT
+        );
+    }
+
+    #[test]
+    fn no_fence_lets_a_duplicated_try_hang() {
+        let setup = LotterySetup {
+            duplicates_max: 1,
+            ..calm(Some(FLAW_NO_FENCE))
+        };
+        let report = run(&setup, 9);
+        assert_eq!(violated(&report, invariants::NO_HANGING), DEPTH_NO_FENCE);
+    }
+
+    const PINNED_CALM_8: usize = 6069;
+    const DEPTH_STOCK_TWO_STEP: usize = 6;
+    const DEPTH_CHECK_THEN_ACT: usize = 6;
+    const DEPTH_NO_FENCE: usize = 7;
 }

@@ -12,6 +12,16 @@
 //! (For safety properties loss adds nothing: an undelivered message is never delivered in some
 //! path anyway. It matters for `eventually` properties, where it lets the network drain.)
 //!
+//! Models with an `eventually` property need *every* fault bounded, or a path of endless faults
+//! never settles. For them [`NetModel`] also offers budgeted drops ([`NetModel::with_drops`],
+//! instead of stateright's unbounded lossy network) and budgeted **slow timeouts**
+//! ([`NetModel::with_slow_timeouts`]): a timer may always fire when nothing it waits for is in
+//! flight (the message was lost), but firing while an answer that would still count is in flight
+//! (the network is slower than the timeout) is a fault and spends the budget. Once the budgets
+//! are spent, every path ends (stateright's terminal states), and that is where `eventually`
+//! properties are judged. Messages an actor sends to itself are local continuations (a resumed
+//! two-step operation), never dropped or duplicated.
+//!
 //! Actor messages must be `Ord`, but `sut`'s wire types derive only `Eq + Hash`: [`total_cmp`]
 //! gives a total order consistent with `Eq` (hash first, `Debug` text on a hash tie), so the
 //! checker's action order — and so its replayable paths — is deterministic.
@@ -75,6 +85,40 @@ where
     pub inner: ActorModel<A, C, H>,
     /// In-flight messages the network may copy, per run.
     pub duplicates_max: u8,
+    /// In-flight messages the network may lose, per run (on top of the inner model's own
+    /// `LossyNetwork`, which is unbounded; models using this leave that off).
+    pub drops_max: u8,
+    /// Which timers race an in-flight answer, and how many such slow timeouts a run may have.
+    pub slow: Option<SlowTimeouts<A, H>>,
+}
+
+/// Tells whether firing `timer` on actor `id` in this state races a message still in flight that
+/// the timer's owner waits for (see the module docs).
+pub type RacesFn<A, H> = fn(&ActorModelState<A, H>, Id, &<A as Actor>::Timer) -> bool;
+
+/// The slow-timeout budget of a [`NetModel`].
+pub struct SlowTimeouts<A: Actor, H> {
+    /// Whether a timeout is slow (races an answer in flight).
+    pub races: RacesFn<A, H>,
+    /// Slow timeouts per run.
+    pub max: u8,
+}
+
+impl<A: Actor, H> Debug for SlowTimeouts<A, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlowTimeouts")
+            .field("max", &self.max)
+            .finish()
+    }
+}
+
+impl<A: Actor, H> Clone for SlowTimeouts<A, H> {
+    fn clone(&self) -> Self {
+        Self {
+            races: self.races,
+            max: self.max,
+        }
+    }
 }
 
 impl<A, C, H> NetModel<A, C, H>
@@ -89,6 +133,35 @@ where
         Self {
             inner: inner.init_network(Network::new_unordered_nonduplicating([])),
             duplicates_max,
+            drops_max: 0,
+            slow: None,
+        }
+    }
+
+    /// Lets the network lose up to `drops_max` in-flight messages per run.
+    #[must_use]
+    pub const fn with_drops(mut self, drops_max: u8) -> Self {
+        self.drops_max = drops_max;
+        self
+    }
+
+    /// Lets up to `max` timeouts per run fire while an answer they wait for is in flight
+    /// (`races` tells which); other racing timeouts wait for the delivery.
+    #[must_use]
+    pub fn with_slow_timeouts(mut self, races: RacesFn<A, H>, max: u8) -> Self {
+        self.slow = Some(SlowTimeouts { races, max });
+        self
+    }
+
+    /// Whether the timeout step `action` is slow (spends the slow-timeout budget).
+    fn is_slow(
+        &self,
+        sys: &ActorModelState<A, H>,
+        action: &ActorModelAction<A::Msg, A::Timer, A::Random>,
+    ) -> bool {
+        match (action, &self.slow) {
+            (ActorModelAction::Timeout(id, timer), Some(slow)) => (slow.races)(sys, *id, timer),
+            _ => false,
         }
     }
 }
@@ -105,6 +178,8 @@ where
             .field("actors", &self.inner.actors.len())
             .field("properties", &self.inner.properties.len())
             .field("duplicates_max", &self.duplicates_max)
+            .field("drops_max", &self.drops_max)
+            .field("slow_timeouts_max", &self.slow.as_ref().map(|s| s.max))
             .finish()
     }
 }
@@ -115,6 +190,10 @@ pub struct NetState<A: Actor, H> {
     pub sys: ActorModelState<A, H>,
     /// Messages duplicated so far.
     pub duplicates: u8,
+    /// Messages dropped so far (by [`Step::Drop`]).
+    pub drops: u8,
+    /// Slow timeouts so far.
+    pub slow: u8,
 }
 
 impl<A: Actor, H: Clone> Clone for NetState<A, H> {
@@ -122,6 +201,8 @@ impl<A: Actor, H: Clone> Clone for NetState<A, H> {
         Self {
             sys: self.sys.clone(),
             duplicates: self.duplicates,
+            drops: self.drops,
+            slow: self.slow,
         }
     }
 }
@@ -131,6 +212,8 @@ impl<A: Actor, H: Debug> Debug for NetState<A, H> {
         f.debug_struct("NetState")
             .field("sys", &self.sys)
             .field("duplicates", &self.duplicates)
+            .field("drops", &self.drops)
+            .field("slow", &self.slow)
             .finish()
     }
 }
@@ -139,12 +222,17 @@ impl<A: Actor, H: Hash> Hash for NetState<A, H> {
     fn hash<S: Hasher>(&self, state: &mut S) {
         self.sys.hash(state);
         self.duplicates.hash(state);
+        self.drops.hash(state);
+        self.slow.hash(state);
     }
 }
 
 impl<A: Actor, H: PartialEq> PartialEq for NetState<A, H> {
     fn eq(&self, other: &Self) -> bool {
-        self.duplicates == other.duplicates && self.sys == other.sys
+        self.duplicates == other.duplicates
+            && self.drops == other.drops
+            && self.slow == other.slow
+            && self.sys == other.sys
     }
 }
 
@@ -155,6 +243,8 @@ pub enum Step<Msg, Timer, Random> {
     Actor(ActorModelAction<Msg, Timer, Random>),
     /// The network copies an in-flight message.
     Duplicate(Envelope<Msg>),
+    /// The network loses an in-flight message (budgeted; see [`NetModel::with_drops`]).
+    Drop(Envelope<Msg>),
 }
 
 type StepOf<A> = Step<<A as Actor>::Msg, <A as Actor>::Timer, <A as Actor>::Random>;
@@ -190,35 +280,68 @@ where
         self.inner
             .init_states()
             .into_iter()
-            .map(|sys| NetState { sys, duplicates: 0 })
+            .map(|sys| NetState {
+                sys,
+                duplicates: 0,
+                drops: 0,
+                slow: 0,
+            })
             .collect()
     }
 
     fn actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
         let mut inner = Vec::new();
         self.inner.actions(&state.sys, &mut inner);
-        actions.extend(inner.into_iter().map(Step::Actor));
-        if state.duplicates < self.duplicates_max {
-            let mut copies: Vec<_> = state
+        let slow_left = self.slow.as_ref().is_some_and(|s| state.slow < s.max);
+        actions.extend(
+            inner
+                .into_iter()
+                .filter(|a| slow_left || !self.is_slow(&state.sys, a))
+                .map(Step::Actor),
+        );
+        let duplicate = state.duplicates < self.duplicates_max;
+        let drop = state.drops < self.drops_max;
+        if duplicate || drop {
+            // Messages to oneself are local continuations: the network never touches them.
+            let mut in_flight: Vec<_> = state
                 .sys
                 .network
                 .iter_deliverable()
+                .filter(|env| env.src != env.dst)
                 .map(|env| env.to_cloned_msg())
                 .collect();
-            copies.sort_unstable_by(|a, b| {
+            in_flight.sort_unstable_by(|a, b| {
                 (a.src, a.dst)
                     .cmp(&(b.src, b.dst))
                     .then_with(|| a.msg.cmp(&b.msg))
             });
-            actions.extend(copies.into_iter().map(Step::Duplicate));
+            if drop {
+                actions.extend(in_flight.iter().cloned().map(Step::Drop));
+            }
+            if duplicate {
+                actions.extend(in_flight.into_iter().map(Step::Duplicate));
+            }
         }
     }
 
     fn next_state(&self, last_state: &Self::State, action: Self::Action) -> Option<Self::State> {
         match action {
-            Step::Actor(action) => Some(NetState {
-                sys: self.inner.next_state(&last_state.sys, action)?,
+            Step::Actor(action) => {
+                let slow = u8::from(self.is_slow(&last_state.sys, &action));
+                Some(NetState {
+                    sys: self.inner.next_state(&last_state.sys, action)?,
+                    duplicates: last_state.duplicates,
+                    drops: last_state.drops,
+                    slow: last_state.slow + slow,
+                })
+            }
+            Step::Drop(env) => Some(NetState {
+                sys: self
+                    .inner
+                    .next_state(&last_state.sys, ActorModelAction::Drop(env))?,
                 duplicates: last_state.duplicates,
+                drops: last_state.drops + 1,
+                slow: last_state.slow,
             }),
             Step::Duplicate(env) => {
                 let mut next = last_state.clone();
@@ -239,6 +362,7 @@ where
         match action {
             Step::Actor(action) => self.inner.format_action(action),
             Step::Duplicate(env) => format!("DUPLICATE {env:?}"),
+            Step::Drop(env) => format!("DROP {env:?}"),
         }
     }
 
@@ -249,6 +373,7 @@ where
         match action {
             Step::Actor(action) => self.inner.format_step(&last_state.sys, action),
             Step::Duplicate(env) => Some(format!("DUPLICATE {env:?}")),
+            Step::Drop(env) => Some(format!("DROP {env:?}")),
         }
     }
 
@@ -398,6 +523,14 @@ where
         Step::Duplicate(env) => {
             return format!(
                 "network duplicates {} -> {}: {}",
+                name(&env.src),
+                name(&env.dst),
+                env.msg.brief()
+            );
+        }
+        Step::Drop(env) => {
+            return format!(
+                "network drops {} -> {}: {}",
                 name(&env.src),
                 name(&env.dst),
                 env.msg.brief()

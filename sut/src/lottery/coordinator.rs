@@ -512,6 +512,13 @@ impl Coordinator {
         self.draws.iter().map(|(x, d)| (*x, d.stage))
     }
 
+    /// Every branch awaiting a reply: `(deadline_ms, xid, branch)`, earliest deadline first
+    /// (the timers behind [`Coordinator::poll_timeout`]; a model checker reads them to tell a
+    /// timeout that races a reply still in flight from one whose message was lost).
+    pub fn armed(&self) -> impl Iterator<Item = (u64, Xid, Participant)> + '_ {
+        self.timers.iter().copied()
+    }
+
     /// Parked draws.
     pub fn parked(&self) -> impl Iterator<Item = Xid> + '_ {
         self.draws
