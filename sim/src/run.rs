@@ -175,7 +175,8 @@ fn op_kind(op: &crate::history::Op) -> &'static str {
 }
 
 fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
-    let mut kinds: BTreeMap<(&str, u64), &'static str> = BTreeMap::new();
+    let mut kinds: rustc_hash::FxHashMap<(&str, u64), &'static str> =
+        rustc_hash::FxHashMap::default();
     let mut out: BTreeMap<&'static str, [u64; 3]> = BTreeMap::new();
     for e in history {
         match &e.kind {
