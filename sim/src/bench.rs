@@ -24,8 +24,12 @@ const INFLIGHT: usize = 32;
 /// One measurement.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Rate {
-    /// Messages delivered.
+    /// Messages delivered (the cluster: protocol messages sent).
     pub messages: u64,
+    /// madsim datagrams carried (the baseline: one per message; the cluster: one per
+    /// destination per send round, see `net`).
+    #[serde(default)]
+    pub datagrams: u64,
     /// Simulated seconds.
     pub sim_seconds: f64,
     /// Wall seconds.
@@ -37,6 +41,12 @@ impl Rate {
     #[must_use]
     pub fn per_wall_second(&self) -> f64 {
         self.messages as f64 / self.wall_seconds.max(1e-9)
+    }
+
+    /// madsim datagrams per wall second.
+    #[must_use]
+    pub fn datagrams_per_wall_second(&self) -> f64 {
+        self.datagrams as f64 / self.wall_seconds.max(1e-9)
     }
 
     /// Simulated seconds per wall second.
@@ -89,8 +99,10 @@ pub fn ping_pong(nodes: usize, sim_ms: u64, seed: u64) -> Rate {
         }
         madsim::time::sleep(Duration::from_millis(sim_ms)).await;
     });
+    let messages = delivered.load(Ordering::Relaxed);
     Rate {
-        messages: delivered.load(Ordering::Relaxed),
+        messages,
+        datagrams: messages,
         sim_seconds: sim_ms as f64 / 1_000.0,
         wall_seconds: started.elapsed().as_secs_f64(),
     }
@@ -102,14 +114,17 @@ pub fn ping_pong(nodes: usize, sim_ms: u64, seed: u64) -> Rate {
 pub fn cluster(scenario: &Scenario, seeds: &[u64]) -> Rate {
     let started = Instant::now();
     let mut messages = 0;
+    let mut datagrams = 0;
     let mut sim_ms = 0;
     for seed in seeds {
         let outcome = crate::run::run_seed(scenario, *seed, false);
         messages += outcome.coverage.get("net.messages").copied().unwrap_or(0);
+        datagrams += outcome.datagrams;
         sim_ms += outcome.sim_ms;
     }
     Rate {
         messages,
+        datagrams,
         sim_seconds: sim_ms as f64 / 1_000.0,
         wall_seconds: started.elapsed().as_secs_f64(),
     }

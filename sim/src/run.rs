@@ -50,6 +50,9 @@ pub struct SeedOutcome {
     pub events: u64,
     /// Simulated ms.
     pub sim_ms: u64,
+    /// madsim datagrams the network carried (several messages each: see `net`).
+    #[serde(default)]
+    pub datagrams: u64,
     /// Hash of the full history (determinism).
     pub trace_hash: u64,
     /// Segment IDs lost (never issued below the highest issued).
@@ -131,7 +134,9 @@ fn setup_disks(world: &World) {
 }
 
 fn hash_history(history: &[Event]) -> u64 {
-    let mut hasher = std::hash::DefaultHasher::new();
+    // FxHash: deterministic (no random keys) and several times cheaper than SipHash over a
+    // history of tens of thousands of events.
+    let mut hasher = rustc_hash::FxHasher::default();
     history.hash(&mut hasher);
     hasher.finish()
 }
@@ -171,8 +176,9 @@ fn op_kind(op: &crate::history::Op) -> &'static str {
 }
 
 fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
-    let mut kinds: BTreeMap<(&str, u64), &'static str> = BTreeMap::new();
-    let mut out: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    let mut kinds: rustc_hash::FxHashMap<(&str, u64), &'static str> =
+        rustc_hash::FxHashMap::default();
+    let mut out: BTreeMap<&'static str, [u64; 3]> = BTreeMap::new();
     for e in history {
         match &e.kind {
             EventKind::Invoke { op_id, op } => {
@@ -188,12 +194,12 @@ fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
                     Outcome::Fail(_) => 1,
                     Outcome::Timeout => 2,
                 };
-                out.entry(kind.to_owned()).or_default()[slot] += 1;
+                out.entry(kind).or_default()[slot] += 1;
             }
             _ => {}
         }
     }
-    out
+    out.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 /// Replays the participants' durable logs: their replies in the order they took effect.
@@ -299,6 +305,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
             w.sim_ms(),
         )
     });
+    let datagrams = madsim::net::NetSim::current().stat().msg_count;
     let id_boots = history
         .iter()
         .filter(|e| e.node.starts_with("id") && matches!(e.kind, EventKind::Boot { .. }))
@@ -337,6 +344,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         coverage,
         events: history.len() as u64,
         sim_ms,
+        datagrams,
         trace_hash: hash_history(&history),
         ids_lost,
         faults,

@@ -44,14 +44,14 @@ fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
     let m = &w.mix;
     let total = m.segment + m.snowflake + m.semantic + m.jwt + m.once + m.draw;
     let mut roll = rng.gen_range(0..total);
-    let id_node = format!("id{}", rng.gen_range(1..=id_nodes));
+    let id_node = rng.gen_range(1..=id_nodes);
     let user = rng.gen_range(1..=u64::from(w.users));
     if roll < m.segment {
-        return vec![(id_node, Op::SegmentId)];
+        return vec![(format!("id{id_node}"), Op::SegmentId)];
     }
     roll -= m.segment;
     if roll < m.snowflake {
-        return vec![(id_node, Op::SnowflakeId)];
+        return vec![(format!("id{id_node}"), Op::SnowflakeId)];
     }
     roll -= m.snowflake;
     if roll < m.semantic {
