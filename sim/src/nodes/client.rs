@@ -55,7 +55,7 @@ fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
     }
     roll -= m.snowflake;
     if roll < m.semantic {
-        return vec![(id_node, Op::SemanticId)];
+        return vec![(format!("id{id_node}"), Op::SemanticId)];
     }
     roll -= m.semantic;
     if roll < m.jwt {
