@@ -264,8 +264,7 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
         .map_or(spec.duration_s, |d| d.round().max(1.0) as u64);
     let users = args.users.unwrap_or(spec.users);
     let rate = match args.rate {
-        Some(r) if r == 0.0 => None,
-        Some(r) => Some(r),
+        Some(r) => (r != 0.0).then_some(r),
         None => spec.rate,
     };
     let name = scenario.name.as_str();
