@@ -1,8 +1,9 @@
-//! Runs one load test and prints the report as JSON (a stand-in for the bench CLI, used for the
+//! Runs one load test and prints the report (plus a `diagnostics` object: client send
+//! lateness, latency from the schedule) as JSON (a stand-in for the bench CLI, used for the
 //! figures in docs/load.md).
 //!
 //! `cargo run --release -p loadgen --example load -- WORKLOAD USERS RATE|closed DURATION_S
-//! WARMUP_S [HOST] [HLOG_DIR]`
+//! WARMUP_S [HOST|-] [HLOG_DIR|-] [FLAW]` (WORKLOAD `crash_under_load`: three kills)
 
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
@@ -19,13 +20,39 @@ fn main() {
         duration_s: get(3, "10").parse().expect("DURATION_S"),
         warmup_s: get(4, "2").parse().expect("WARMUP_S"),
         host: a.get(5).filter(|h| h.as_str() != "-").cloned(),
-        hlog_dir: a.get(6).map(std::path::PathBuf::from),
+        hlog_dir: a
+            .get(6)
+            .filter(|d| d.as_str() != "-")
+            .map(std::path::PathBuf::from),
+        flaw: a.get(7).map(|f| f.parse().expect("FLAW")),
+        ..loadgen::LoadOptions::default()
     };
-    match loadgen::run(opts) {
-        Ok(report) => {
+    let result = if opts.workload == "crash_under_load" {
+        // kill -9 three times (for the flaw runs of docs/load.md)
+        loadgen::crash_under_load(loadgen::CrashOptions {
+            users: opts.users,
+            rate: opts.rate,
+            duration_s: opts.duration_s,
+            kills: 3,
+            hlog_dir: None,
+            mix: None,
+            flaw: opts.flaw,
+        })
+        .map(|r| (r, loadgen::Diagnostics::default()))
+    } else {
+        loadgen::run_detailed(opts)
+    };
+    match result {
+        Ok((report, diag)) => {
+            let mut doc = serde_json::to_value(&report).expect("serializable report");
+            doc["diagnostics"] = serde_json::json!({
+                "send_lateness": diag.send_lateness,
+                "sends": diag.sends,
+                "from_schedule": diag.from_schedule.iter().map(|(n, p)| (n.clone(), serde_json::to_value(p).expect("serializable"))).collect::<serde_json::Map<_, _>>(),
+            });
             println!(
                 "{}",
-                serde_json::to_string_pretty(&report).expect("serializable report")
+                serde_json::to_string_pretty(&doc).expect("serializable report")
             );
             if !report.passed() {
                 eprintln!("verification FAILED");

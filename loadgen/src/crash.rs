@@ -48,6 +48,10 @@ pub struct CrashOptions {
     /// SIGKILLs, evenly spaced over the load (1..=[`KILLS_MAX`]).
     pub kills: u32,
     pub hlog_dir: Option<PathBuf>,
+    /// Operation weights; `None`: the `crash` workload's (5 id, 1 batch, 2 Snowflake, 2 draws).
+    pub mix: Option<crate::Mix>,
+    /// Start (and restart) the server with this documented flaw switched on.
+    pub flaw: Option<crate::Flaw>,
 }
 
 /// Runs the crash scenario; see the module doc.
@@ -69,6 +73,8 @@ pub fn crash_under_load(opts: CrashOptions) -> Result<LoadReport, LoadError> {
         warmup_s: 0,
         host: None,
         hlog_dir: opts.hlog_dir.clone(),
+        mix: opts.mix,
+        flaw: opts.flaw,
     };
     crate::check_options(&load)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -89,7 +95,11 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
     let bin = crate::target::find_server_binary()?;
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("ids.db");
-    let server = ServerProcess::start(&bin, &db, "127.0.0.1:0", &[])?;
+    let extra = crate::flaw_args(opts.flaw);
+    let server = {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        ServerProcess::start(&bin, &db, "127.0.0.1:0", &extra)?
+    };
     let base = server.base_url.clone();
     let prep = crate::prepare(&base, &opts, CRASH_STEP).await?;
     let shared = crate::shared_state(&opts, &prep);
@@ -115,7 +125,8 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
             let mut restarted = None;
             let mut last_err = None;
             for _ in 0..20 {
-                match ServerProcess::start(&bin, &db, &addr, &[]) {
+                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+                match ServerProcess::start(&bin, &db, &addr, &extra) {
                     Ok(s) => {
                         restarted = Some(s);
                         break;
@@ -177,7 +188,7 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let mut verification = crate::verification(&opts, &prep, &shared).await?;
+    let mut verification = crate::verification(&prep, &shared).await?;
     let ids = crate::workload_lock(&shared.segment_ids).clone();
     verification.push(verify::lost_ids_bounded(
         &ids,
@@ -197,7 +208,12 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
     let hlog_start = wall_start + shared.measure_start.duration_since(started);
     Ok(LoadReport {
         scenario: "crash_under_load".to_owned(),
-        target: format!("sut-server child at {base}, SIGKILLed {kills} times"),
+        target: format!(
+            "sut-server child at {base}, SIGKILLed {kills} times{}",
+            opts.flaw
+                .map(|f| format!(", flaw {f} switched on"))
+                .unwrap_or_default()
+        ),
         duration_s: opts.duration_s as f64,
         warmup_s: 0.0,
         rate: opts.rate,

@@ -29,7 +29,9 @@ use serde_json::{Value, json};
 pub use crate::crash::{CrashOptions, crash_under_load};
 use crate::stats::Schedule;
 use crate::target::{Sampler, ServerProcess};
-use crate::workload::{LotteryPlan, Shared};
+pub use crate::workload::Mix;
+use crate::workload::{Kind, LotteryPlan, Shared};
+pub use sut::flaw::Flaw;
 
 /// Most users of one run.
 pub const USERS_MAX: u64 = 10_000;
@@ -56,6 +58,12 @@ pub struct LoadOptions {
     pub host: Option<String>,
     /// Write one HdrHistogram interval log per endpoint (`<endpoint>.hlog`) into this directory.
     pub hlog_dir: Option<PathBuf>,
+    /// Operation weights; `None`: the mix of the catalog workload named by `workload` (with a
+    /// mix, `workload` is only the run's label).
+    pub mix: Option<Mix>,
+    /// Start the child server with this documented flaw switched on (`sut-server --flaw`).
+    /// Only with a fresh child server (`host: None`).
+    pub flaw: Option<Flaw>,
 }
 
 impl Default for LoadOptions {
@@ -68,8 +76,32 @@ impl Default for LoadOptions {
             warmup_s: 2,
             host: None,
             hlog_dir: None,
+            mix: None,
+            flaw: None,
         }
     }
+}
+
+impl LoadOptions {
+    /// The operation weights of this run.
+    #[must_use]
+    pub fn effective_mix(&self) -> Option<Mix> {
+        self.mix.or_else(|| Mix::named(&self.workload))
+    }
+}
+
+/// What a run measured besides its report: figures that explain the report's latency but are
+/// not part of it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Diagnostics {
+    /// Constant rate only: the client's own lateness in sending on schedule (not counted as
+    /// latency), over `sends` operations.
+    pub send_lateness: reports::model::Percentiles,
+    /// Operations whose lateness was recorded.
+    pub sends: u64,
+    /// Per endpoint: latency from the intended send time regardless of who caused the
+    /// lateness (the strict wrk2 figure; its excess over `corrected` is client lateness).
+    pub from_schedule: Vec<(String, reports::model::Percentiles)>,
 }
 
 /// Why a load run could not be carried out (a run that was carried out but whose
@@ -108,11 +140,25 @@ pub fn catalog() -> Vec<WorkloadInfo> {
 
 fn check_options(opts: &LoadOptions) -> Result<(), LoadError> {
     let bad = |field, reason: String| Err(LoadError::BadOption { field, reason });
-    if workload::kind_of(&opts.workload, 0).is_none() {
-        let known: Vec<_> = workload::CATALOG.iter().map(|(n, _)| *n).collect();
+    match opts.mix {
+        None if Mix::named(&opts.workload).is_none() => {
+            let known: Vec<_> = workload::CATALOG.iter().map(|(n, _)| *n).collect();
+            return bad(
+                "workload",
+                format!("unknown `{}`; known: {}", opts.workload, known.join(", ")),
+            );
+        }
+        Some(mix) => {
+            if let Err(reason) = mix.validate() {
+                return bad("mix", reason);
+            }
+        }
+        None => {}
+    }
+    if let (Some(flaw), Some(host)) = (opts.flaw, &opts.host) {
         return bad(
-            "workload",
-            format!("unknown `{}`; known: {}", opts.workload, known.join(", ")),
+            "flaw",
+            format!("`{flaw}` can only be switched on in a fresh child server, not in {host}"),
         );
     }
     if opts.users == 0 || opts.users > USERS_MAX {
@@ -137,11 +183,26 @@ fn check_options(opts: &LoadOptions) -> Result<(), LoadError> {
 /// # Errors
 /// Bad options, no server, a failed setup request, or goose failing to run.
 pub fn run(opts: LoadOptions) -> Result<LoadReport, LoadError> {
+    run_detailed(opts).map(|(report, _)| report)
+}
+
+/// [`run`], also returning the [`Diagnostics`].
+///
+/// # Errors
+/// As [`run`].
+pub fn run_detailed(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadError> {
     check_options(&opts)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(run_async(opts))
+}
+
+/// The `sut-server` arguments that switch `flaw` on.
+#[must_use]
+pub fn flaw_args(flaw: Option<Flaw>) -> Vec<String> {
+    flaw.map(|f| vec!["--flaw".to_owned(), f.name().to_owned()])
+        .unwrap_or_default()
 }
 
 struct Admin {
@@ -228,7 +289,7 @@ async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, 
         .as_millis() as u64
         % 1_000_000_000;
     let tag = format!("loadgen-{run_id}");
-    let (need_ids, need_lottery) = workload::needs(&opts.workload);
+    let (need_ids, need_lottery) = opts.effective_mix().unwrap_or_default().needs();
     if need_ids {
         admin
             .expect(
@@ -288,20 +349,24 @@ async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, 
 
 /// The shared state of an attack starting 200 ms from now.
 fn shared_state(opts: &LoadOptions, prep: &Prepared) -> Arc<Shared> {
-    let t0 = Instant::now() + Duration::from_millis(200);
+    let epoch = Instant::now();
+    let t0 = epoch + Duration::from_millis(200);
     let measure_start = t0 + Duration::from_secs(opts.warmup_s);
     let end = measure_start + Duration::from_secs(opts.duration_s);
     Arc::new(Shared {
-        workload: opts.workload.clone(),
+        mix: opts.effective_mix().unwrap_or_default(),
         users: opts.users,
         schedule: opts.rate.and_then(|r| Schedule::new(r, opts.users)),
+        epoch,
         t0,
         measure_start,
         end,
         tag: prep.tag.clone(),
         lottery: prep.lottery,
         iters: (0..opts.users).map(|_| AtomicU64::new(0)).collect(),
+        last_done: (0..opts.users).map(|_| AtomicU64::new(0)).collect(),
         recorders: Default::default(),
+        send_lateness: Default::default(),
         segment_ids: Default::default(),
         snowflake_ids: Default::default(),
         once_accepted: Default::default(),
@@ -343,22 +408,19 @@ async fn attack(base: &str, opts: &LoadOptions, shared: &Arc<Shared>) -> Result<
 }
 
 /// The client-side checks plus the ledger's.
-async fn verification(
-    opts: &LoadOptions,
-    prep: &Prepared,
-    shared: &Shared,
-) -> Result<Vec<InvariantResult>, LoadError> {
-    let (need_ids, need_lottery) = workload::needs(&opts.workload);
+async fn verification(prep: &Prepared, shared: &Shared) -> Result<Vec<InvariantResult>, LoadError> {
+    let mix = shared.mix;
+    let (need_ids, need_lottery) = mix.needs();
     let mut out = Vec::new();
     if need_ids {
         let ids = workload_lock(&shared.segment_ids).clone();
         out.push(verify::ids_unique(&format!("id:{}", prep.tag), &ids));
     }
-    if matches!(opts.workload.as_str(), "snowflake" | "mixed" | "crash") {
+    if mix.has(Kind::Snowflake) {
         let ids = workload_lock(&shared.snowflake_ids).clone();
         out.push(verify::ids_unique("snowflake", &ids));
     }
-    if matches!(opts.workload.as_str(), "once" | "mixed") {
+    if mix.has(Kind::Once) {
         out.push(verify::once_accepted_once(&workload_lock(
             &shared.once_accepted,
         )));
@@ -409,7 +471,32 @@ fn endpoints(
         .collect())
 }
 
-async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
+/// The diagnostics of a finished attack.
+fn diagnostics(shared: &Shared) -> Diagnostics {
+    let lateness = workload_lock(&shared.send_lateness);
+    Diagnostics {
+        send_lateness: lateness.percentiles(),
+        sends: lateness.sends(),
+        from_schedule: workload_lock(&shared.recorders)
+            .iter()
+            .map(|(name, rec)| ((*name).to_owned(), rec.from_schedule()))
+            .collect(),
+    }
+}
+
+/// The report's `target`: where, and which flaw was switched on.
+fn target_text(base: &str, host: Option<&str>, flaw: Option<Flaw>) -> String {
+    let mut text = match host {
+        Some(h) => h.to_owned(),
+        None => format!("fresh sut-server child at {base}"),
+    };
+    if let Some(f) = flaw {
+        text.push_str(&format!(", flaw {f} switched on"));
+    }
+    text
+}
+
+async fn run_async(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadError> {
     let started = Instant::now();
     let wall_start = SystemTime::now();
     // The target.
@@ -420,7 +507,9 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
         None => {
             let bin = target::find_server_binary()?;
             let dir = tempfile::tempdir()?;
-            let s = ServerProcess::start(&bin, &dir.path().join("ids.db"), "127.0.0.1:0", &[])?;
+            let extra = flaw_args(opts.flaw);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let s = ServerProcess::start(&bin, &dir.path().join("ids.db"), "127.0.0.1:0", &extra)?;
             _db_dir = dir;
             let b = s.base_url.clone();
             server = Some(s);
@@ -431,18 +520,15 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
     let prep = prepare(&base, &opts, 100_000).await?;
     let shared = shared_state(&opts, &prep);
     attack(&base, &opts, &shared).await?;
-    let verification = verification(&opts, &prep, &shared).await?;
+    let verification = verification(&prep, &shared).await?;
     let server_samples = sampler.map(Sampler::finish).unwrap_or_default();
     if let Some(mut s) = server {
         s.stop();
     }
     let hlog_start = wall_start + shared.measure_start.duration_since(started);
-    Ok(LoadReport {
+    let report = LoadReport {
         scenario: format!("load:{}", opts.workload),
-        target: match &opts.host {
-            Some(h) => h.clone(),
-            None => format!("fresh sut-server child at {base}"),
-        },
+        target: target_text(&base, opts.host.as_deref(), opts.flaw),
         duration_s: opts.duration_s as f64,
         warmup_s: opts.warmup_s as f64,
         rate: opts.rate,
@@ -451,7 +537,8 @@ async fn run_async(opts: LoadOptions) -> Result<LoadReport, LoadError> {
         server: server_samples,
         fault_windows: Vec::new(),
         verification,
-    })
+    };
+    Ok((report, diagnostics(&shared)))
 }
 
 fn workload_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

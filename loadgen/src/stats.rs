@@ -2,12 +2,17 @@
 //! (open-model, wrk2-style) send schedule, and coordinated-omission correction.
 //!
 //! Every request's own time is measured by the workload itself (an `Instant` around the goose
-//! call and the body read), never taken from goose's approximate buckets. Two histograms per
-//! endpoint: *uncorrected* (from the actual send) and *corrected* (from the INTENDED send time of
-//! the schedule, so that a stall of the server delays every later request of the schedule and
-//! shows up as latency, as in wrk2 / Gil Tene's "How NOT to measure latency"). Correction is done
-//! from intended times only (never also `record_correct`, which would count a stall twice).
-//! Closed-loop runs have no schedule: intended = actual, and both histograms are equal.
+//! call and the body read), never taken from goose's approximate buckets. Histograms per
+//! endpoint: *uncorrected* (from the actual send) and *corrected* (from the actual send plus the
+//! time the user's send was held back waiting for its previous answer, i.e. measured from the
+//! INTENDED send time of the schedule whenever the server made the user late, so that a stall
+//! of the server delays every later request of the schedule and shows up as latency, as in
+//! wrk2 / Gil Tene's "How NOT to measure latency"). Lateness the client causes itself (timer
+//! granularity, a starved client CPU) is not the server's latency and is kept apart: the third
+//! histogram, *from schedule*, measures from the intended time regardless (the strict wrk2
+//! figure, reported as a diagnostic), and [`LatenessRecorder`] holds the client's own send
+//! lateness. Correction is done from intended times only (never also `record_correct`, which
+//! would count a stall twice). Closed-loop runs have no schedule: corrected = uncorrected.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -79,6 +84,7 @@ struct Interval {
 pub struct EndpointRecorder {
     corrected: Histogram<u64>,
     uncorrected: Histogram<u64>,
+    from_schedule: Histogram<u64>,
     requests: u64,
     errors: BTreeMap<String, u64>,
     intervals: Vec<Interval>,
@@ -89,6 +95,7 @@ impl Default for EndpointRecorder {
         Self {
             corrected: histogram(),
             uncorrected: histogram(),
+            from_schedule: histogram(),
             requests: 0,
             errors: BTreeMap::new(),
             intervals: Vec::new(),
@@ -98,18 +105,23 @@ impl Default for EndpointRecorder {
 
 impl EndpointRecorder {
     /// Records one request. `at_ms`: when it was intended to be sent, in ms since measurement
-    /// start (selects the interval); `corrected_us` from the intended send, `uncorrected_us`
-    /// from the actual send; `error`: its error class, if it failed.
+    /// start (selects the interval); `corrected_us` from the actual send plus the lag the
+    /// server caused, `uncorrected_us` from the actual send, `from_schedule_us` from the
+    /// intended send (the strict figure, which also counts the client's own lateness);
+    /// `error`: its error class, if it failed.
     pub fn record(
         &mut self,
         at_ms: u64,
         corrected_us: u64,
         uncorrected_us: u64,
+        from_schedule_us: u64,
         error: Option<&str>,
     ) {
         let corrected_us = corrected_us.max(uncorrected_us).max(1);
         self.corrected.saturating_record(corrected_us);
         self.uncorrected.saturating_record(uncorrected_us.max(1));
+        self.from_schedule
+            .saturating_record(from_schedule_us.max(uncorrected_us).max(1));
         self.requests += 1;
         if let Some(e) = error {
             *self.errors.entry(e.to_owned()).or_insert(0) += 1;
@@ -132,6 +144,12 @@ impl EndpointRecorder {
     #[must_use]
     pub fn requests(&self) -> u64 {
         self.requests
+    }
+
+    /// Percentiles of the latency from the intended send time (see [`Self::record`]).
+    #[must_use]
+    pub fn from_schedule(&self) -> Percentiles {
+        percentiles(&self.from_schedule)
     }
 
     /// The report entry for this endpoint over a measurement of `duration_s` seconds.
@@ -217,6 +235,36 @@ impl EndpointRecorder {
     }
 }
 
+/// The client's own lateness in sending on schedule, in microseconds (a diagnostic: it is not
+/// counted in any latency).
+#[derive(Clone, Debug)]
+pub struct LatenessRecorder(Histogram<u64>);
+
+impl Default for LatenessRecorder {
+    fn default() -> Self {
+        Self(histogram())
+    }
+}
+
+impl LatenessRecorder {
+    /// Records one send `late_us` late (0: on time or early).
+    pub fn record(&mut self, late_us: u64) {
+        self.0.saturating_record(late_us.max(1));
+    }
+
+    /// Sends recorded.
+    #[must_use]
+    pub fn sends(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// Percentiles of the lateness.
+    #[must_use]
+    pub fn percentiles(&self) -> Percentiles {
+        percentiles(&self.0)
+    }
+}
+
 /// The report's percentiles of a histogram (all zero when empty).
 #[must_use]
 pub fn percentiles(h: &Histogram<u64>) -> Percentiles {
@@ -274,10 +322,14 @@ mod tests {
             let send_us = now_us.max(intended_us);
             let service_us = if i == 5_000 { 1_000_000 } else { 100 };
             let done_us = send_us + service_us;
+            // the send is late only because the user waited for its previous answer: all of
+            // the lateness is the server's
+            let server_lag_us = send_us - intended_us;
             rec.record(
                 intended_us / 1000,
-                done_us - intended_us,
+                done_us - send_us + server_lag_us,
                 done_us - send_us,
+                done_us - intended_us,
                 None,
             );
             now_us = done_us;
@@ -299,9 +351,9 @@ mod tests {
     #[test]
     fn errors_are_counted_by_class_and_hlog_is_written() {
         let mut rec = EndpointRecorder::default();
-        rec.record(0, 10, 10, None);
-        rec.record(1500, 20, 20, Some("http_5xx"));
-        rec.record(1600, 20, 20, Some("timeout"));
+        rec.record(0, 10, 10, 10, None);
+        rec.record(1500, 20, 20, 20, Some("http_5xx"));
+        rec.record(1600, 20, 20, 20, Some("timeout"));
         let st = rec.stats("GET /id", 2.0);
         assert_eq!(st.error_count(), 2);
         assert_eq!(st.errors["http_5xx"], 1);

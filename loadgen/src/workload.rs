@@ -2,9 +2,12 @@
 //! *operation* of the schedule) and their setup through the server's admin routes.
 //!
 //! An operation may be several requests (issue then verify a token; issue then consume a
-//! one-time token). The schedule (see [`crate::stats::Schedule`]) paces operations; the
-//! follow-up request of an operation is charged the same lag behind the schedule as the first
-//! one, so its corrected latency is its own time plus that lag.
+//! one-time token). The schedule (see [`crate::stats::Schedule`]) paces operations. An
+//! operation sent late because its user was still waiting for its previous answer is charged
+//! that wait ([`Origin::server_lag`], coordinated-omission correction); every request of the
+//! operation is, so a follow-up's corrected latency is its own time plus that lag. Lateness of
+//! the client itself (timer granularity, scheduling) is not the server's and is reported apart
+//! ([`Shared::send_lateness`]).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 use goose::prelude::*;
 use serde_json::{Value, json};
 
-use crate::stats::{EndpointRecorder, Schedule};
+use crate::stats::{EndpointRecorder, LatenessRecorder, Schedule};
 
 /// A workload and what it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,47 +70,123 @@ pub const CATALOG: &[(&str, &str)] = &[
     ),
 ];
 
-/// The kind of the `slot`-th operation (global slot number) of a workload; `None` for an
-/// unknown workload name.
-#[must_use]
-pub fn kind_of(workload: &str, slot: u64) -> Option<Kind> {
-    Some(match workload {
-        "id" => {
-            if slot % 5 == 4 {
-                Kind::Batch
-            } else {
-                Kind::Id
-            }
-        }
-        "id-single" => Kind::Id,
-        "snowflake" => Kind::Snowflake,
-        "tokens" => Kind::Tokens,
-        "once" => Kind::Once,
-        "lottery" => Kind::Lottery,
-        "crash" => match slot % 10 {
-            0..=4 => Kind::Id,
-            5 => Kind::Batch,
-            6 | 7 => Kind::Snowflake,
-            _ => Kind::Lottery,
-        },
-        "mixed" => match slot % 10 {
-            0..=3 => Kind::Id,
-            4 => Kind::Batch,
-            5 | 6 => Kind::Snowflake,
-            7 => Kind::Tokens,
-            8 => Kind::Once,
-            _ => Kind::Lottery,
-        },
-        _ => return None,
-    })
+/// How many of every `total()` consecutive operations are of each kind. Slots are dealt in
+/// this order (`slot % total`): `id`, `batch`, `snowflake`, `tokens`, `once`, `lottery`, so
+/// the mix `4/1/2/1/1/1` sends slots 0-3 single IDs, 4 a batch, 5-6 Snowflake, and so on.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(deny_unknown_fields, default)]
+pub struct Mix {
+    /// `GET /id/{tag}`.
+    pub id: u32,
+    /// `GET /id/{tag}/batch?n=10`.
+    pub batch: u32,
+    /// `GET /snowflake`.
+    pub snowflake: u32,
+    /// `POST /tokens` then `POST /tokens/verify`.
+    pub tokens: u32,
+    /// `POST /tokens/once` then consume (every fourth twice).
+    pub once: u32,
+    /// `POST /lottery/draw`.
+    pub lottery: u32,
 }
 
-/// Which setups a workload needs.
+/// Largest sum of a [`Mix`]'s weights.
+pub const MIX_TOTAL_MAX: u64 = 10_000;
+
+impl Mix {
+    /// The mix of a catalog workload; `None` for an unknown name.
+    #[must_use]
+    pub fn named(workload: &str) -> Option<Self> {
+        let m = |id, batch, snowflake, tokens, once, lottery| Self {
+            id,
+            batch,
+            snowflake,
+            tokens,
+            once,
+            lottery,
+        };
+        Some(match workload {
+            "id" => m(4, 1, 0, 0, 0, 0),
+            "id-single" => m(1, 0, 0, 0, 0, 0),
+            "snowflake" => m(0, 0, 1, 0, 0, 0),
+            "tokens" => m(0, 0, 0, 1, 0, 0),
+            "once" => m(0, 0, 0, 0, 1, 0),
+            "lottery" => m(0, 0, 0, 0, 0, 1),
+            "crash" => m(5, 1, 2, 0, 0, 2),
+            "mixed" => m(4, 1, 2, 1, 1, 1),
+            _ => return None,
+        })
+    }
+
+    fn weights(&self) -> [(u32, Kind); 6] {
+        [
+            (self.id, Kind::Id),
+            (self.batch, Kind::Batch),
+            (self.snowflake, Kind::Snowflake),
+            (self.tokens, Kind::Tokens),
+            (self.once, Kind::Once),
+            (self.lottery, Kind::Lottery),
+        ]
+    }
+
+    /// Sum of the weights.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.weights().iter().map(|(w, _)| u64::from(*w)).sum()
+    }
+
+    /// The kind of the `slot`-th operation (global slot number); `None` if every weight is 0.
+    #[must_use]
+    pub fn kind_of(&self, slot: u64) -> Option<Kind> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let mut at = slot % total;
+        for (w, kind) in self.weights() {
+            if at < u64::from(w) {
+                return Some(kind);
+            }
+            at -= u64::from(w);
+        }
+        None
+    }
+
+    /// Whether the mix sends operations of `kind`.
+    #[must_use]
+    pub fn has(&self, kind: Kind) -> bool {
+        self.weights().iter().any(|(w, k)| *k == kind && *w > 0)
+    }
+
+    /// Checks the weights: at least one positive, sum at most [`MIX_TOTAL_MAX`].
+    ///
+    /// # Errors
+    /// Why not, in words.
+    pub fn validate(&self) -> Result<(), String> {
+        match self.total() {
+            0 => Err("every weight is 0".to_owned()),
+            t if t > MIX_TOTAL_MAX => Err(format!("weights sum to {t}, over {MIX_TOTAL_MAX}")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Which setups the mix needs: (a segment tag, lottery accounts and stock).
+    #[must_use]
+    pub fn needs(&self) -> (bool, bool) {
+        (
+            self.has(Kind::Id) || self.has(Kind::Batch),
+            self.has(Kind::Lottery),
+        )
+    }
+}
+
+/// The kind of the `slot`-th operation (global slot number) of a catalog workload; `None` for
+/// an unknown workload name.
 #[must_use]
-pub fn needs(workload: &str) -> (bool, bool) {
-    let ids = matches!(workload, "id" | "id-single" | "mixed" | "crash");
-    let lottery = matches!(workload, "lottery" | "mixed" | "crash");
-    (ids, lottery)
+pub fn kind_of(workload: &str, slot: u64) -> Option<Kind> {
+    Mix::named(workload)?.kind_of(slot)
 }
 
 /// Accounts opened for a lottery run; draw `n` uses user `user_base + n % LOTTERY_USERS` and
@@ -129,9 +208,12 @@ pub struct LotteryPlan {
 /// Everything the users share.
 #[derive(Debug)]
 pub struct Shared {
-    pub workload: String,
+    /// What the operations are.
+    pub mix: Mix,
     pub users: u64,
     pub schedule: Option<Schedule>,
+    /// Origin of [`Shared::last_done`] (before `t0`).
+    pub epoch: Instant,
     /// Slot 0 of the schedule.
     pub t0: Instant,
     /// Warm-up ends: latency counts from here.
@@ -142,7 +224,12 @@ pub struct Shared {
     pub lottery: Option<LotteryPlan>,
     /// Per-user operation counter.
     pub iters: Vec<AtomicU64>,
+    /// Per user: when its last request was answered, in ns since `epoch` plus 1 (0: none).
+    pub last_done: Vec<AtomicU64>,
     pub recorders: Mutex<BTreeMap<&'static str, EndpointRecorder>>,
+    /// Constant rate only: how late the client itself sent operations (measured send minus
+    /// intended send, minus the part spent waiting for the user's previous answer), in us.
+    pub send_lateness: Mutex<LatenessRecorder>,
     pub segment_ids: Mutex<Vec<u64>>,
     pub snowflake_ids: Mutex<Vec<u64>>,
     pub once_accepted: Mutex<BTreeMap<String, u32>>,
@@ -181,15 +268,66 @@ enum Body<'a> {
     Post(&'a Value),
 }
 
+/// When an operation was due and how much of its lateness the server caused.
+#[derive(Clone, Copy, Debug)]
+pub struct Origin {
+    /// The user (index into [`Shared::last_done`]).
+    pub user: usize,
+    /// The intended send time of the operation (closed loop: when the user got to it).
+    pub intended: Instant,
+    /// The part of the operation's lateness spent waiting for this user's previous answer
+    /// (zero when it was early or on time, and in closed loop): the coordinated-omission lag
+    /// that the corrected latency adds to each of the operation's requests.
+    pub server_lag: Duration,
+}
+
+impl Origin {
+    /// The origin of an operation intended at `intended` and sent at `sent` by a user whose
+    /// previous answer came at `busy_until`: of the lateness `sent - intended`, only the part
+    /// before `busy_until` was caused by the server (the user was waiting for it); the rest is
+    /// the client's own (timer granularity, scheduling, a starved CPU) and is not latency of
+    /// the server.
+    #[must_use]
+    pub fn new(user: usize, intended: Instant, sent: Instant, busy_until: Option<Instant>) -> Self {
+        let server_lag = busy_until.map_or(Duration::ZERO, |b| {
+            b.min(sent).saturating_duration_since(intended)
+        });
+        Self {
+            user,
+            intended,
+            server_lag,
+        }
+    }
+}
+
+impl Shared {
+    /// When user `k`'s last request was answered.
+    #[must_use]
+    pub fn last_done_at(&self, k: usize) -> Option<Instant> {
+        let ns = self.last_done.get(k)?.load(Ordering::Relaxed);
+        (ns > 0).then(|| self.epoch + Duration::from_nanos(ns - 1))
+    }
+
+    fn set_last_done(&self, k: usize, at: Instant) {
+        if let Some(slot) = self.last_done.get(k) {
+            let ns = u64::try_from(at.saturating_duration_since(self.epoch).as_nanos())
+                .unwrap_or(u64::MAX - 1);
+            slot.store(ns + 1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// One timed request. Returns the status and decoded JSON body, or `None` on a transport
-/// error. `lag`: how far behind its intended send time this operation started.
+/// error. Latency is recorded three ways: uncorrected (from this request's actual send),
+/// corrected (plus the operation's `server_lag`), and from the schedule (from the intended
+/// time: the strict wrk2 figure, which also counts the client's own lateness).
 async fn call(
     user: &mut GooseUser,
     sh: &Shared,
     name: &'static str,
     path: &str,
     body: Body<'_>,
-    lag: Duration,
+    origin: &Origin,
     ok_statuses: &[u16],
 ) -> Option<(u16, Value)> {
     let start = Instant::now();
@@ -222,15 +360,20 @@ async fn call(
         },
     };
     let done = Instant::now();
-    let intended = start.checked_sub(lag).unwrap_or(start);
+    sh.set_last_done(origin.user, done);
+    let intended = origin.intended;
     if intended >= sh.measure_start && intended < sh.end {
         let at_ms = intended.duration_since(sh.measure_start).as_millis() as u64;
-        let corrected = done.duration_since(intended).as_micros() as u64;
         let uncorrected = done.duration_since(start).as_micros() as u64;
-        lock(&sh.recorders)
-            .entry(name)
-            .or_default()
-            .record(at_ms, corrected, uncorrected, class);
+        let corrected = uncorrected + origin.server_lag.as_micros() as u64;
+        let from_schedule = done.saturating_duration_since(intended).as_micros() as u64;
+        lock(&sh.recorders).entry(name).or_default().record(
+            at_ms,
+            corrected,
+            uncorrected,
+            from_schedule,
+            class,
+        );
     }
     if class == Some("connect") {
         // the server is down (killed, restarting): do not spin on refused connections
@@ -252,7 +395,7 @@ pub mod names {
     pub const DRAW: &str = "POST /lottery/draw";
 }
 
-async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: Duration) {
+async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) {
     match kind {
         Kind::Id => {
             let path = format!("/id/{}", sh.tag);
@@ -404,18 +547,25 @@ pub async fn tick(user: &mut GooseUser, sh: &Shared) -> TransactionResult {
         return Ok(());
     }
     // tokio's timer has 1 ms granularity and rounds deadlines up: sleeping to the intended time
-    // itself would make every send ~0.5-1 ms late, and that lateness would count as latency.
-    // Waking up to TIMER_SLACK early instead keeps the average rate and inflates nothing (a send
-    // ahead of its time is measured from its actual send).
+    // itself would make every send ~0.5-1 ms late. Waking up to TIMER_SLACK early instead
+    // keeps the sends on schedule on average (the client lateness that remains is not counted
+    // as latency anyway, see `Origin::new`, but it is reported as send lateness).
     if let Some(wake) = intended.checked_sub(Duration::from_millis(TIMER_SLACK_MS))
         && wake > now
     {
         tokio::time::sleep_until(wake.into()).await;
     }
-    let lag = Instant::now().saturating_duration_since(intended);
+    let sent = Instant::now();
+    let origin = Origin::new(k as usize, intended, sent, sh.last_done_at(k as usize));
+    if sh.schedule.is_some() && intended >= sh.measure_start {
+        let late = sent
+            .saturating_duration_since(intended)
+            .saturating_sub(origin.server_lag);
+        lock(&sh.send_lateness).record(late.as_micros() as u64);
+    }
     let slot = k + i * sh.users;
-    if let Some(kind) = kind_of(&sh.workload, slot) {
-        operation(user, sh, kind, lag).await;
+    if let Some(kind) = sh.mix.kind_of(slot) {
+        operation(user, sh, kind, &origin).await;
     }
     Ok(())
 }
@@ -444,6 +594,62 @@ mod tests {
         assert_eq!(counts["Lottery"], 100);
         assert_eq!(kind_of("id", 4), Some(Kind::Batch));
         assert_eq!(kind_of("id-single", 4), Some(Kind::Id));
+    }
+
+    #[test]
+    fn only_lateness_behind_the_previous_answer_is_charged_to_the_server() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        // idle user (previous answer long before), woken 0.7 ms late by its timer: the
+        // lateness is the client's own, not the server's
+        let o = Origin::new(
+            0,
+            t + ms(10),
+            t + ms(10) + Duration::from_micros(700),
+            Some(t),
+        );
+        assert_eq!(o.server_lag, Duration::ZERO);
+        // busy user: its previous answer came 5 ms after this operation was due and it sent
+        // 0.3 ms after that: 5 ms are the server's
+        let o = Origin::new(
+            0,
+            t,
+            t + ms(5) + Duration::from_micros(300),
+            Some(t + ms(5)),
+        );
+        assert_eq!(o.server_lag, ms(5));
+        // early send, and a first operation (no previous answer)
+        assert_eq!(
+            Origin::new(0, t + ms(1), t, Some(t)).server_lag,
+            Duration::ZERO
+        );
+        assert_eq!(
+            Origin::new(0, t, t + ms(3), None).server_lag,
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn custom_mixes_deal_slots_in_order_and_bad_ones_are_refused() {
+        let mix = Mix {
+            snowflake: 1,
+            lottery: 3,
+            ..Mix::default()
+        };
+        let kinds: Vec<_> = (0..8).map(|s| mix.kind_of(s).unwrap()).collect();
+        assert_eq!(kinds[0], Kind::Snowflake);
+        assert_eq!(kinds[1..4], [Kind::Lottery; 3]);
+        assert_eq!(kinds[4], Kind::Snowflake);
+        assert_eq!(mix.needs(), (false, true));
+        assert!(mix.has(Kind::Snowflake) && !mix.has(Kind::Id));
+        assert!(Mix::default().validate().is_err());
+        assert_eq!(Mix::default().kind_of(3), None);
+        let huge = Mix {
+            id: 20_000,
+            ..Mix::default()
+        };
+        assert!(huge.validate().unwrap_err().contains("over"));
+        assert!(mix.validate().is_ok());
     }
 
     #[test]

@@ -63,6 +63,7 @@ fn mixed_closed_loop_against_a_fresh_server_verifies() {
         warmup_s: 1,
         host: Some(base),
         hlog_dir: Some(hlogs.path().to_owned()),
+        ..LoadOptions::default()
     })
     .unwrap();
     sane(&report);
@@ -113,6 +114,7 @@ fn constant_rate_run_keeps_its_rate() {
         warmup_s: 1,
         host: Some(base),
         hlog_dir: None,
+        ..LoadOptions::default()
     })
     .unwrap();
     sane(&report);
@@ -153,6 +155,7 @@ fn default_mode_starts_the_server_binary_and_samples_it() {
         warmup_s: 0,
         host: None,
         hlog_dir: None,
+        ..LoadOptions::default()
     })
     .unwrap();
     sane(&report);
@@ -175,6 +178,19 @@ fn bad_options_are_refused() {
     })
     .unwrap_err();
     assert!(e.to_string().contains("rate"), "{e}");
+    let e = run(LoadOptions {
+        host: Some("http://127.0.0.1:1".to_owned()),
+        flaw: Some(loadgen::Flaw::StockTwoStep),
+        ..LoadOptions::default()
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("flaw"), "{e}");
+    let e = run(LoadOptions {
+        mix: Some(loadgen::Mix::default()),
+        ..LoadOptions::default()
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("mix"), "{e}");
 }
 
 #[test]
@@ -186,6 +202,8 @@ fn crash_under_load_keeps_ids_unique_and_money_conserved() {
         duration_s: 3,
         kills: 2,
         hlog_dir: None,
+        mix: None,
+        flaw: None,
     })
     .unwrap();
     for v in &report.verification {

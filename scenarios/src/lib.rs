@@ -1,8 +1,9 @@
-//! The `scenario` command's library half: the catalog of named scenarios (TOML files under
-//! `scenarios/scenarios/`, compiled into the binary so it runs from any directory), and loading
-//! a scenario by name or from a file.
+//! The `scenario` command's library half: the catalog of named scenarios (simulation TOML files
+//! under `scenarios/scenarios/`, load TOML files under `scenarios/load/`, compiled into the
+//! binary so it runs from any directory), and loading a scenario by name or from a file.
 
 pub mod flaws;
+pub mod loadfile;
 pub mod report;
 
 use sim::scenario::{Scenario, ScenarioError};
@@ -35,30 +36,59 @@ pub const NAMED: &[(&str, &str)] = &[
     ("epoch_end", include_str!("../scenarios/epoch_end.toml")),
 ];
 
-/// The load scenarios: name, description, loadgen workload. They run against the real
-/// `sut-server` (built with `cargo build --release -p sut --bin sut-server`).
-pub const LOAD: &[(&str, &str, &str)] = &[
-    (
-        "load_id",
-        "goose against sut-server: segment IDs, single and batch",
-        "id",
-    ),
-    (
-        "load_mixed",
-        "goose against sut-server: IDs, Snowflake, tokens, one-time tokens, draws",
-        "mixed",
-    ),
-    (
-        "load_lottery",
-        "goose against sut-server: durable lottery draws",
-        "lottery",
-    ),
-    (
-        "crash_under_load",
-        "sut-server killed with SIGKILL three times under load, restarted on its files, verified",
-        "crash",
-    ),
-];
+/// The named load scenarios (files under `scenarios/load/`, see [`loadfile`]): name and
+/// description, in the order `scenario list` prints them (a broken file says so in its
+/// description). They run against the real `sut-server` (built with `cargo build --release -p
+/// sut --bin sut-server`).
+#[must_use]
+pub fn load_list() -> Vec<(String, String)> {
+    loadfile::NAMED
+        .iter()
+        .map(|(name, text)| {
+            let description = loadfile::LoadScenario::parse(&load_file_name(name), text)
+                .map(|s| s.description)
+                .unwrap_or_else(|e| format!("(broken: {e})"));
+            ((*name).to_owned(), description)
+        })
+        .collect()
+}
+
+fn load_file_name(name: &str) -> String {
+    format!("scenarios/load/{name}.toml")
+}
+
+/// Whether `name` is a load scenario: a named one, or a file with a top-level `[load]` table.
+#[must_use]
+pub fn is_load_scenario(name: &str) -> bool {
+    loadfile::NAMED.iter().any(|(n, _)| *n == name)
+        || std::fs::read_to_string(name).is_ok_and(|t| loadfile::is_load_text(&t))
+}
+
+/// Loads a load scenario by name or from a file; `Ok(None)` when `name` is neither a named
+/// load scenario nor a file holding one.
+///
+/// # Errors
+/// The file cannot be read, or is malformed (file:line:column and field).
+pub fn load_scenario(name: &str) -> Result<Option<loadfile::LoadScenario>, LoadError> {
+    if let Some((file, text)) = loadfile::NAMED.iter().find(|(n, _)| *n == name) {
+        return Ok(Some(loadfile::LoadScenario::parse(
+            &load_file_name(file),
+            text,
+        )?));
+    }
+    let path = std::path::Path::new(name);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: name.to_owned(),
+        source,
+    })?;
+    if !loadfile::is_load_text(&text) {
+        return Ok(None);
+    }
+    Ok(Some(loadfile::LoadScenario::parse(name, &text)?))
+}
 
 /// Results the gate runs besides the named simulations: the model checks, the known-flaws
 /// catalog and a short load run.
@@ -176,6 +206,32 @@ mod tests {
             assert_eq!(&scenario.name, name);
             assert!(!scenario.description.is_empty());
         }
+    }
+
+    #[test]
+    fn load_scenarios_by_name_and_file() {
+        let list = load_list();
+        assert_eq!(list.len(), loadfile::NAMED.len());
+        assert!(
+            list.iter().all(|(_, d)| !d.starts_with("(broken")),
+            "{list:?}"
+        );
+        assert!(is_load_scenario("load_mixed"));
+        assert!(!is_load_scenario("clock_skew"));
+        let named = load_scenario("crash_under_load").unwrap().unwrap();
+        assert_eq!(named.load.kills, 3);
+        assert!(load_scenario("clock_skew").unwrap().is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mine.toml");
+        std::fs::write(
+            &path,
+            "name = \"mine\"\ndescription = \"d\"\n[load]\nusers = 0\n[load.mix]\nid = 1\n",
+        )
+        .unwrap();
+        let path = path.to_str().unwrap();
+        assert!(is_load_scenario(path));
+        let err = load_scenario(path).unwrap_err().to_string();
+        assert!(err.contains("mine.toml:4:1: field `users`"), "{err}");
     }
 
     #[test]

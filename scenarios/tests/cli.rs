@@ -151,3 +151,43 @@ fn flaws_lists_the_catalog_and_runs_one_flaw_to_a_violation() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tcc_no_fence"));
 }
+
+#[test]
+fn load_scenario_files_are_listed_and_bad_ones_exit_2_naming_file_line_and_field() {
+    let out = scenario().arg("list").output().expect("run scenario list");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in ["load_id", "load_mixed", "load_lottery", "crash_under_load"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{text}"));
+        assert!(!line.contains("(broken"), "{line}");
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("badload.toml");
+    std::fs::write(
+        &path,
+        "name = \"badload\"\ndescription = \"d\"\n[load]\nusers = 4\nrate = -3\n[load.mix]\nid = 1\n",
+    )
+    .expect("write");
+    let out = scenario().arg(&path).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("badload.toml:5:1") && err.contains("field `rate`"),
+        "{err}"
+    );
+
+    // an unknown flaw is refused before any server is started
+    let out = scenario()
+        .args(["load_id", "--flaw", "meteor_strike"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown flaw `meteor_strike`") && err.contains("stock_two_step"),
+        "{err}"
+    );
+}

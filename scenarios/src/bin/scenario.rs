@@ -53,10 +53,11 @@ struct RunArgs {
     /// Write a self-contained HTML report, `summary.json` and `junit.xml` into this folder.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Load runs: total operations per second (constant-rate open model); default closed loop.
+    /// Load runs: total operations per second (constant-rate open model), overriding the
+    /// scenario file's; 0: closed loop.
     #[arg(long)]
     rate: Option<f64>,
-    /// Load runs: concurrent users.
+    /// Load runs: concurrent users (overrides the scenario file's).
     #[arg(long)]
     users: Option<u64>,
     /// Load runs: the base URL of a running sut-server (default: start a fresh one).
@@ -66,7 +67,8 @@ struct RunArgs {
     #[arg(long)]
     history: Option<PathBuf>,
     /// Switch on a documented flaw of the reference implementation (`scenario flaws` lists
-    /// them); overrides the scenario file's `[run] flaw`.
+    /// them): in the simulated cluster (overrides the scenario file's `[run] flaw`), or in the
+    /// `sut-server` a load run starts.
     #[arg(long)]
     flaw: Option<sut::flaw::Flaw>,
 }
@@ -204,7 +206,7 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Some(Command::List) => {
-            for (name, description, _) in scenarios::LOAD {
+            for (name, description) in scenarios::load_list() {
                 println!("{name:<20} {description}");
             }
             for (name, _) in scenarios::NAMED {
@@ -286,9 +288,7 @@ fn main() -> ExitCode {
                 eprintln!("scenario: name a scenario (`scenario list` shows them)");
                 ExitCode::from(USAGE)
             }
-            Some(name) if scenarios::LOAD.iter().any(|(n, _, _)| *n == name) => {
-                load(&name, &cli.run)
-            }
+            Some(name) if scenarios::is_load_scenario(&name) => load(&name, &cli.run),
             Some(name) => match scenarios::load(&name) {
                 Err(err) => {
                     eprintln!("scenario: {err}");
@@ -301,33 +301,59 @@ fn main() -> ExitCode {
 }
 
 fn load(name: &str, args: &RunArgs) -> ExitCode {
-    let duration_s = args.duration.map_or(10, |d| d.round().max(1.0) as u64);
-    let users = args.users.unwrap_or(16);
+    let scenario = match scenarios::load_scenario(name) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            eprintln!("scenario: `{name}` is not a load scenario");
+            return ExitCode::from(USAGE);
+        }
+        Err(err) => {
+            eprintln!("scenario: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let flaw = args.flaw;
+    let spec = &scenario.load;
+    let duration_s = args
+        .duration
+        .map_or(spec.duration_s, |d| d.round().max(1.0) as u64);
+    let users = args.users.unwrap_or(spec.users);
+    let rate = match args.rate {
+        Some(r) => (r != 0.0).then_some(r),
+        None => spec.rate,
+    };
+    let name = scenario.name.as_str();
     eprintln!(
-        "scenario {name}: {users} users, {duration_s} s measured, rate {}",
-        args.rate.map_or("closed loop".into(), |r| format!("{r}/s"))
+        "scenario {name}: {users} users, {duration_s} s measured, rate {}{}",
+        rate.map_or("closed loop".into(), |r| format!("{r}/s")),
+        flaw.map(|f| format!(", FLAW {f} switched on in the server"))
+            .unwrap_or_default()
     );
-    let result = if name == "crash_under_load" {
+    let result = if spec.kills > 0 {
+        if args.host.is_some() {
+            eprintln!("scenario {name}: a crash run starts and kills its own server: no --host");
+            return ExitCode::from(USAGE);
+        }
         loadgen::crash_under_load(loadgen::CrashOptions {
-            users: args.users.unwrap_or(4),
-            rate: args.rate,
+            users,
+            rate,
             duration_s,
-            kills: 3,
+            kills: spec.kills,
             hlog_dir: args.report.clone(),
+            mix: Some(spec.mix),
+            flaw,
         })
     } else {
-        let workload = scenarios::LOAD
-            .iter()
-            .find(|(n, _, _)| *n == name)
-            .map_or("mixed", |(_, _, w)| *w);
         loadgen::run(loadgen::LoadOptions {
-            workload: workload.to_owned(),
+            workload: name.to_owned(),
             users,
-            rate: args.rate,
+            rate,
             duration_s,
-            warmup_s: 1,
+            warmup_s: spec.warmup_s,
             host: args.host.clone(),
             hlog_dir: args.report.clone(),
+            mix: Some(spec.mix),
+            flaw,
         })
     };
     let mut report = match result {
@@ -369,6 +395,9 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
                 .unwrap_or_default()
         );
     }
+    if let Some(f) = flaw {
+        println!("flaw: {f} ({})", f.description());
+    }
     let passed = report.passed();
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).map_err(std::io::Error::other);
@@ -378,7 +407,12 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
         }
     }
     if let Some(dir) = &args.report {
-        let summary = reports::model::Summary::new(format!("load: {name}")).with(report);
+        let mut summary = reports::model::Summary::new(format!("load: {name}"));
+        summary.meta.insert(
+            "flaw".into(),
+            flaw.map_or_else(|| "none".to_owned(), |f| f.name().to_owned()),
+        );
+        let summary = summary.with(report);
         if let Err(err) = write_reports(dir, &summary) {
             eprintln!("scenario: cannot write the report: {err}");
             return ExitCode::from(USAGE);

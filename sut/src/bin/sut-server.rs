@@ -50,6 +50,10 @@ struct Args {
     /// Print the OpenAPI description (the text of docs/openapi.json) and exit.
     #[arg(long)]
     print_openapi: bool,
+    /// Switch on a documented flaw of the reference implementation (for testing the bench
+    /// only: the server is then BROKEN on purpose). Names: sut::flaw::Flaw, e.g. stock_two_step.
+    #[arg(long)]
+    flaw: Option<sut::flaw::Flaw>,
 }
 
 fn main() -> ExitCode {
@@ -90,6 +94,15 @@ async fn serve(args: Args) -> Result<(), String> {
     };
     cfg.win_per_mille = args.win_per_mille;
     cfg.lottery_store = args.lottery_store;
+    cfg.flaw = args.flaw;
+    if let Some(flaw) = args.flaw {
+        eprintln!(
+            "sut-server: WARNING: FLAW `{flaw}` SWITCHED ON: {}. This server is broken on \
+             purpose (bench testing only; source: {}).",
+            flaw.description(),
+            flaw.source()
+        );
+    }
     if let Some(path) = &args.jwt_secret_file {
         cfg.jwt_secret = Some(std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?);
     }

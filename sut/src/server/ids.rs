@@ -159,6 +159,7 @@ pub struct Tags {
     clock: RealClock,
     block_ids: u64,
     control: Arc<Mutex<SqliteIdStore>>,
+    flaw: Option<crate::flaw::Flaw>,
 }
 
 impl Tags {
@@ -178,7 +179,16 @@ impl Tags {
             clock,
             block_ids,
             control,
+            flaw: None,
         }
+    }
+
+    /// Switches a documented flaw on in every allocator this registry creates (the
+    /// allocator ignores flaws that are not its own).
+    #[must_use]
+    pub fn with_flaw(mut self, flaw: Option<crate::flaw::Flaw>) -> Self {
+        self.flaw = flaw;
+        self
     }
 
     /// This incarnation.
@@ -222,7 +232,9 @@ impl Tags {
         let store = SqliteIdStore::open(&self.db, CounterDurability::EveryWrite)
             .map_err(|e| ApiError::unavailable(format!("store: {e}"), 1))?;
         let now = self.clock.now();
-        let alloc = SegmentAllocator::new(AllocatorConfig::new(tag, self.instance), now)
+        let mut alloc_cfg = AllocatorConfig::new(tag, self.instance);
+        alloc_cfg.flaw = self.flaw;
+        let alloc = SegmentAllocator::new(alloc_cfg, now)
             .map_err(|e| ApiError::internal(format!("allocator config: {e}")))?;
         let clock = self.clock;
         let clock_fn: ClockFn = Box::new(move || clock.now());

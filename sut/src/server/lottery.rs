@@ -840,10 +840,30 @@ impl Lottery {
     /// # Errors
     /// The log could not be read or the coordinator config is bad.
     pub fn start<S: DurableLottery>(
+        store: S,
+        replayed: u64,
+        clock: RealClock,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, String> {
+        Self::start_with(
+            store,
+            replayed,
+            clock,
+            metrics,
+            ParticipantConfig::default(),
+        )
+    }
+
+    /// [`Lottery::start`] with the participants' configuration (documented flaws).
+    ///
+    /// # Errors
+    /// As [`Lottery::start`].
+    pub fn start_with<S: DurableLottery>(
         mut store: S,
         replayed: u64,
         clock: RealClock,
         metrics: Arc<Metrics>,
+        participants: ParticipantConfig,
     ) -> Result<Self, String> {
         let log = store.log_load().map_err(|e| e.to_string())?;
         let coordinator = Coordinator::recover(CoordinatorConfig::default(), &log, clock.now())
@@ -851,7 +871,7 @@ impl Lottery {
         let mut writer = Writer {
             store,
             coordinator,
-            participants: ParticipantConfig::default(),
+            participants,
             clock,
             waiting: BTreeMap::new(),
             history: VecDeque::new(),
@@ -959,15 +979,29 @@ pub fn open(
     clock: RealClock,
     metrics: Arc<Metrics>,
 ) -> Result<Lottery, String> {
+    open_with(kind, path, clock, metrics, ParticipantConfig::default())
+}
+
+/// [`open`] with the participants' configuration (documented flaws).
+///
+/// # Errors
+/// As [`open`].
+pub fn open_with(
+    kind: LotteryStoreKind,
+    path: &Path,
+    clock: RealClock,
+    metrics: Arc<Metrics>,
+    participants: ParticipantConfig,
+) -> Result<Lottery, String> {
     match kind {
         LotteryStoreKind::Journal => {
             let store = JournaledStore::open(path).map_err(|e| e.to_string())?;
             let replayed = store.replayed();
-            Lottery::start(store, replayed, clock, metrics)
+            Lottery::start_with(store, replayed, clock, metrics, participants)
         }
         LotteryStoreKind::Sqlite => {
             let store = SqliteStore::open(path).map_err(|e| e.to_string())?;
-            Lottery::start(store, 0, clock, metrics)
+            Lottery::start_with(store, 0, clock, metrics, participants)
         }
     }
 }

@@ -93,6 +93,10 @@ pub struct ServerConfig {
     pub win_per_mille: u32,
     /// The lottery's store.
     pub lottery_store: LotteryStoreKind,
+    /// A documented flaw switched on in the allocators, the Snowflake worker, the token
+    /// service and the lottery participants (each takes the flaws that are its own; see
+    /// [`crate::flaw`]). `None`: the correct paths.
+    pub flaw: Option<crate::flaw::Flaw>,
 }
 
 impl ServerConfig {
@@ -109,6 +113,7 @@ impl ServerConfig {
             jwt_secret: None,
             win_per_mille: 100,
             lottery_store: LotteryStoreKind::Journal,
+            flaw: None,
         }
     }
 }
@@ -183,16 +188,14 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
                 Err(e) => return Err(format!("xid tag: {e}")),
             }
             let control = Arc::new(Mutex::new(control));
-            let tags = Arc::new(Tags::new(
-                &db,
-                instance,
-                clock,
-                cfg.block_ids,
-                Arc::clone(&control),
-            ));
+            let tags = Arc::new(
+                Tags::new(&db, instance, clock, cfg.block_ids, Arc::clone(&control))
+                    .with_flaw(cfg.flaw),
+            );
             let snowflake = Arc::new(Snowflake::start(
                 WorkerConfig {
                     reserve_ahead_ms: ids::SNOWFLAKE_RESERVE_AHEAD_MS,
+                    flaw: cfg.flaw,
                     ..WorkerConfig::default()
                 },
                 Arc::clone(&control),
@@ -201,17 +204,23 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
                 clock,
             )?);
             let key = SigningKey::new("sut-server", secret(&cfg)?).map_err(|e| e.to_string())?;
-            let token_cfg = TokenConfig::default();
+            let token_cfg = TokenConfig {
+                flaws: crate::flaw::token_flaws(cfg.flaw),
+                ..TokenConfig::default()
+            };
             let token_store = SqliteTokenStore::open(&sibling(&db, ".tokens"), token_cfg.limits)
                 .map_err(|e| format!("token store: {e}"))?;
             let tokens = Arc::new(Mutex::new(
                 TokenService::new(token_cfg, key, token_store).map_err(|e| e.to_string())?,
             ));
-            let lottery = Arc::new(lottery::open(
+            let lottery = Arc::new(lottery::open_with(
                 cfg.lottery_store,
                 &sibling(&db, ".lottery"),
                 clock,
                 metrics,
+                crate::lottery::ParticipantConfig {
+                    flaws: crate::flaw::lottery_flaws(cfg.flaw),
+                },
             )?);
             Ok((control, tags, snowflake, tokens, lottery))
         })

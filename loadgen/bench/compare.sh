@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Side-by-side cross-check of loadgen against clients nobody here wrote, on GET /id/{tag} of
+# one release sut-server (docs/load.md, "Figures"):
+#   constant rate: oha -q RATE --latency-correction  vs  loadgen id-single at RATE
+#   closed loop:   wrk -t1 and oha (no -q)             vs  loadgen id-single closed
+# Every client runs under `nice` with 64 connections / users, 10 s (loadgen: 2 s warm-up
+# first, not measured), back to back against the same server, ROUNDS times alternating.
+# Client and server CPU seconds per run are taken from /usr/bin/time and /proc/PID/stat.
+# usage: loadgen/bench/compare.sh [RATES...]   (env: ROUNDS=2, OUT=/tmp/load-compare)
+# needs: cargo build --release -p sut --bin sut-server -p loadgen --example load; oha; wrk
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=target/release/sut-server
+LG=target/release/examples/load
+PORT=${PORT:-18090}
+URL=http://127.0.0.1:$PORT
+OUT=${OUT:-/tmp/load-compare}
+ROUNDS=${ROUNDS:-2}
+CONNS=64
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.txt "$OUT"/*.cpu
+DIR=$(mktemp -d)
+"$BIN" --db "$DIR/ids.db" --listen 127.0.0.1:$PORT > "$OUT/server.log" 2>&1 &
+SERVER=$!
+trap 'kill -TERM $SERVER; wait $SERVER; rm -rf "$DIR"' EXIT
+sleep 1
+curl -s -XPOST "$URL/admin/tags" -H 'content-type: application/json' -d '{"tag":"bench","step":100000}' > /dev/null
+server_ticks() { awk '{ print $14 + $15 }' "/proc/$SERVER/stat"; }
+# run LABEL CMD...: client CPU (user+sys s) via /usr/bin/time, server CPU ticks around it
+run() {
+  local label=$1; shift
+  local before; before=$(server_ticks)
+  /usr/bin/time -f "%U %S %e" -o "$OUT/$label.time" nice "$@" > "$OUT/$label.out" 2> "$OUT/$label.err" || true
+  echo "$(cat "$OUT/$label.time") $(( $(server_ticks) - before ))" > "$OUT/$label.cpu"
+}
+RATES=${*:-2000 5000 10000}
+for ROUND in $(seq 1 "$ROUNDS"); do
+  for R in $RATES; do
+    echo "== round $ROUND rate $R ($(cut -d' ' -f1-3 /proc/loadavg))"
+    run "oha-$R-$ROUND" oha -z 10s -q "$R" --latency-correction -c $CONNS --no-tui --output-format json "$URL/id/bench"
+    run "lg-$R-$ROUND" "$LG" id-single $CONNS "$R" 10 2 "$URL"
+  done
+  echo "== round $ROUND closed loop ($(cut -d' ' -f1-3 /proc/loadavg))"
+  run "wrk-$ROUND" wrk -t1 -c$CONNS -d10s --latency "$URL/id/bench"
+  run "lgc-$ROUND" "$LG" id-single $CONNS closed 10 2 "$URL"
+  run "ohac-$ROUND" oha -z 10s -c $CONNS --no-tui --output-format json "$URL/id/bench"
+done
+python3 - "$OUT" "$ROUNDS" $RATES <<'PY'
+import json, re, sys
+out, rounds, rates = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def cpu(label):
+    u, s, e, ticks = open(f"{out}/{label}.cpu").read().split()
+    return float(u) + float(s), float(e), int(ticks) / 100.0
+def lg(label):
+    d = json.load(open(f"{out}/{label}.out"))
+    e = d["endpoints"][0]
+    g = d.get("diagnostics", {})
+    sched = dict(g.get("from_schedule", {})).get(e["name"], {})
+    late = g.get("send_lateness", {})
+    # n: requests sent over the whole run (10 s measured + 2 s warm-up), for CPU per request
+    return dict(rps=e["throughput_rps"], n=e["requests"] * 1.2, err=e["errors"],
+                c50=e["corrected"]["p50_us"], c99=e["corrected"]["p99_us"], c999=e["corrected"]["p999_us"],
+                u50=e["uncorrected"]["p50_us"], u99=e["uncorrected"]["p99_us"],
+                s50=sched.get("p50_us", 0), s99=sched.get("p99_us", 0),
+                l50=late.get("p50_us", 0), l99=late.get("p99_us", 0))
+def oha(label):
+    d = json.load(open(f"{out}/{label}.out"))
+    s, p = d["summary"], d["latencyPercentiles"]
+    n = sum(d.get("statusCodeDistribution", {}).values())
+    return dict(rps=s["requestsPerSec"], n=n, c50=p["p50"]*1e6, c99=p["p99"]*1e6, c999=p["p99.9"]*1e6)
+def wrk(label):
+    t = open(f"{out}/{label}.out").read()
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+    n = int(re.search(r"(\d+) requests in", t).group(1))
+    def pct(q):
+        m = re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)", t)
+        v = float(m.group(1)); return v * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+    return dict(rps=rps, n=n, c50=pct(50), c99=pct(99))
+for r in range(1, rounds + 1):
+    print(f"--- round {r}")
+    for q in rates:
+        o, l = oha(f"oha-{q}-{r}"), lg(f"lg-{q}-{r}")
+        oc, lc = cpu(f"oha-{q}-{r}"), cpu(f"lg-{q}-{r}")
+        print(f"rate {q}: oha {o['rps']:.0f}/s P50 {o['c50']:.0f} P99 {o['c99']:.0f} P99.9 {o['c999']:.0f} us | client cpu {oc[0]/max(o['n'],1)*1e6:.1f} us/req")
+        print(f"rate {q}: loadgen {l['rps']:.0f}/s corrected P50 {l['c50']} P99 {l['c99']} P99.9 {l['c999']} us; uncorrected P50 {l['u50']} P99 {l['u99']}; from schedule P50 {l['s50']} P99 {l['s99']}; client send lateness P50 {l['l50']} P99 {l['l99']}; errors {l['err']} | client cpu {lc[0]/max(l['n'],1)*1e6:.1f} us/req")
+        print(f"rate {q}: ratio loadgen corrected / oha: P50 {l['c50']/o['c50']:.2f} P99 {l['c99']/o['c99']:.2f}; from schedule / oha: P50 {l['s50']/o['c50']:.2f} P99 {l['s99']/o['c99']:.2f}")
+    w, lc_, oc_ = wrk(f"wrk-{r}"), lg(f"lgc-{r}"), oha(f"ohac-{r}")
+    for name, d, label in (("wrk -t1", w, f"wrk-{r}"), ("loadgen", lc_, f"lgc-{r}"), ("oha", oc_, f"ohac-{r}")):
+        c, e, srv = cpu(label)
+        print(f"closed {name}: {d['rps']:.0f} req/s P50 {d['c50']:.0f} P99 {d['c99']:.0f} us | client cpu {c:.1f} s = {c/max(d['n'],1)*1e6:.1f} us/req, server cpu {srv:.1f} s = {srv/max(d['n'],1)*1e6:.1f} us/req")
+    print(f"closed: loadgen / wrk throughput {lc_['rps']/w['rps']:.2f}, oha / wrk {oc_['rps']/w['rps']:.2f}")
+PY

@@ -1,0 +1,271 @@
+//! Load scenario files (`scenarios/load/*.toml`): a load run against the real `sut-server`
+//! described like the simulation scenarios, with users, rate, duration and the operation mix.
+//!
+//! ```toml
+//! name = "load_mixed"
+//! description = "goose against sut-server: IDs, Snowflake, tokens, one-time tokens, draws"
+//!
+//! [load]
+//! users = 16
+//! rate = 1000        # operations/s, constant rate (open model); leave out for a closed loop
+//! duration_s = 10    # measured seconds
+//! warmup_s = 1       # run before, not measured
+//! kills = 0          # > 0: crash_under_load, the server SIGKILLed and restarted this often
+//!
+//! [load.mix]         # weights per operation kind (at least one positive)
+//! id = 4
+//! batch = 1
+//! snowflake = 2
+//! tokens = 1
+//! once = 1
+//! lottery = 1
+//! ```
+//!
+//! A file is a load scenario when it has a top-level `[load]` table. Errors name the file, the
+//! line and the field (`file:line:column: field ...`), as the simulation scenarios' do.
+
+use serde::Deserialize;
+use sim::scenario::ScenarioError;
+
+/// A parsed load scenario.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadScenario {
+    /// The scenario's name (the report's `scenario`).
+    pub name: String,
+    /// One line on what it does (`scenario list`).
+    pub description: String,
+    /// The run.
+    pub load: LoadSpec,
+}
+
+/// The `[load]` table.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// Concurrent goose users.
+    #[serde(default = "default_users")]
+    pub users: u64,
+    /// Total operations per second (constant-rate open model); `None`: closed loop.
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// Measured seconds.
+    #[serde(default = "default_duration_s")]
+    pub duration_s: u64,
+    /// Warm-up seconds (run, not measured). Must be 0 in a crash run.
+    #[serde(default = "default_warmup_s")]
+    pub warmup_s: u64,
+    /// SIGKILLs of the server during the load (0: none; > 0: a `crash_under_load` run).
+    #[serde(default)]
+    pub kills: u32,
+    /// Operation weights.
+    pub mix: loadgen::Mix,
+}
+
+fn default_users() -> u64 {
+    16
+}
+
+fn default_duration_s() -> u64 {
+    10
+}
+
+fn default_warmup_s() -> u64 {
+    1
+}
+
+/// The named load scenario files, in the order `scenario list` prints them.
+pub const NAMED: &[(&str, &str)] = &[
+    ("load_id", include_str!("../load/load_id.toml")),
+    ("load_mixed", include_str!("../load/load_mixed.toml")),
+    ("load_lottery", include_str!("../load/load_lottery.toml")),
+    (
+        "crash_under_load",
+        include_str!("../load/crash_under_load.toml"),
+    ),
+];
+
+/// Whether `text` is a load scenario (has a top-level `load` table). Text that is not TOML
+/// at all is not (the simulation parser reports its error).
+#[must_use]
+pub fn is_load_text(text: &str) -> bool {
+    text.parse::<toml::Table>()
+        .is_ok_and(|t| t.get("load").is_some_and(toml::Value::is_table))
+}
+
+/// The offset of the line assigning `field` (`field = ...`), or of the first mention.
+fn field_offset(text: &str, field: &str) -> usize {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix(field)
+            && rest.trim_start().starts_with('=')
+        {
+            return offset + (line.len() - trimmed.len());
+        }
+        offset += line.len();
+    }
+    text.find(field).unwrap_or(0)
+}
+
+fn error_at(file: &str, text: &str, offset: usize, message: String) -> ScenarioError {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    ScenarioError {
+        file: file.to_owned(),
+        line,
+        column,
+        message,
+    }
+}
+
+impl LoadScenario {
+    /// Parses a load scenario from TOML text; `file` names it in errors.
+    ///
+    /// # Errors
+    /// Malformed TOML, an unknown or missing field, or a value out of range, with the file,
+    /// line and field.
+    pub fn parse(file: &str, text: &str) -> Result<Self, ScenarioError> {
+        let scenario: Self = toml::from_str(text).map_err(|err| {
+            let offset = err.span().map_or(0, |span| span.start);
+            error_at(file, text, offset, err.message().to_owned())
+        })?;
+        scenario.validate().map_err(|(field, message)| {
+            error_at(
+                file,
+                text,
+                field_offset(text, field),
+                format!("field `{field}`: {message}"),
+            )
+        })?;
+        Ok(scenario)
+    }
+
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        let l = &self.load;
+        if self.name.trim().is_empty() {
+            return Err(("name", "must not be empty".into()));
+        }
+        if l.users == 0 || l.users > loadgen::USERS_MAX {
+            return Err((
+                "users",
+                format!("{} is not within 1..={}", l.users, loadgen::USERS_MAX),
+            ));
+        }
+        if let Some(r) = l.rate
+            && !(r.is_finite() && r > 0.0 && r <= RATE_MAX)
+        {
+            return Err((
+                "rate",
+                format!(
+                    "{r} is not within (0, {RATE_MAX}] operations/s (leave it out for a closed loop)"
+                ),
+            ));
+        }
+        if l.duration_s == 0 || l.duration_s + l.warmup_s > loadgen::RUN_MAX_S {
+            return Err((
+                "duration_s",
+                format!(
+                    "{} s (plus {} s warm-up) is not within 1..={} s",
+                    l.duration_s,
+                    l.warmup_s,
+                    loadgen::RUN_MAX_S
+                ),
+            ));
+        }
+        if l.kills > loadgen::crash::KILLS_MAX {
+            return Err((
+                "kills",
+                format!("{} is over {}", l.kills, loadgen::crash::KILLS_MAX),
+            ));
+        }
+        if l.kills > 0 && l.warmup_s > 0 {
+            return Err((
+                "warmup_s",
+                "a crash run (kills > 0) has no warm-up: set it to 0".into(),
+            ));
+        }
+        l.mix.validate().map_err(|m| ("mix", m))?;
+        Ok(())
+    }
+}
+
+/// Highest rate a file may ask for, in operations per second.
+pub const RATE_MAX: f64 = 1_000_000.0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_files_parse_and_are_named_after_themselves() {
+        for (name, text) in NAMED {
+            assert!(is_load_text(text), "{name}");
+            let s = LoadScenario::parse(name, text).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(&s.name, name);
+            assert!(!s.description.is_empty());
+        }
+        let crash = LoadScenario::parse("c", NAMED[3].1).unwrap();
+        assert!(crash.load.kills > 0);
+        // the files keep the catalog workloads' mixes
+        let mixed = LoadScenario::parse("m", NAMED[1].1).unwrap();
+        assert_eq!(Some(mixed.load.mix), loadgen::Mix::named("mixed"));
+        let id = LoadScenario::parse("i", NAMED[0].1).unwrap();
+        assert_eq!(Some(id.load.mix), loadgen::Mix::named("id"));
+    }
+
+    const GOOD: &str = "name = \"x\"\ndescription = \"d\"\n[load]\nusers = 4\nrate = 100\n\
+                        duration_s = 2\n[load.mix]\nid = 1\n";
+
+    #[test]
+    fn bad_files_name_file_line_and_field() {
+        assert!(LoadScenario::parse("good.toml", GOOD).is_ok());
+        let cases = [
+            // (text, line, what the message must say)
+            (GOOD.replace("users = 4", "users = 0"), 4, "field `users`"),
+            (GOOD.replace("rate = 100", "rate = -5"), 5, "field `rate`"),
+            (
+                GOOD.replace("duration_s = 2", "duration_s = 0"),
+                6,
+                "field `duration_s`",
+            ),
+            (GOOD.replace("id = 1", "id = 0"), 7, "field `mix`"),
+            (GOOD.replace("id = 1", "idd = 1"), 8, "unknown field `idd`"),
+            (
+                GOOD.replace("users = 4", "userz = 4"),
+                4,
+                "unknown field `userz`",
+            ),
+            (
+                GOOD.replace("rate = 100", "rate = \"fast\""),
+                5,
+                "expected f64",
+            ),
+            (
+                GOOD.replace("[load]\n", "[load]\nkills = 2\nwarmup_s = 1\n"),
+                5,
+                "field `warmup_s`",
+            ),
+        ];
+        for (text, line, what) in cases {
+            let err = LoadScenario::parse("bad.toml", &text).unwrap_err();
+            assert_eq!(err.file, "bad.toml");
+            assert_eq!(err.line, line, "{err}\n{text}");
+            assert!(err.to_string().contains(what), "{err}");
+        }
+        let missing = LoadScenario::parse("m.toml", "name = \"x\"\ndescription = \"d\"\n[load]\n")
+            .unwrap_err();
+        assert!(missing.message.contains("mix"), "{missing}");
+    }
+
+    #[test]
+    fn only_files_with_a_load_table_are_load_scenarios() {
+        assert!(is_load_text(GOOD));
+        assert!(!is_load_text(
+            "name = \"s\"\ndescription = \"d\"\n[workload]\nrate_per_s = 5\n"
+        ));
+        assert!(!is_load_text("load = 5\n"));
+        assert!(!is_load_text("not toml ["));
+    }
+}
