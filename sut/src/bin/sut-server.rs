@@ -54,6 +54,10 @@ struct Args {
     /// only: the server is then BROKEN on purpose). Names: sut::flaw::Flaw, e.g. stock_two_step.
     #[arg(long)]
     flaw: Option<sut::flaw::Flaw>,
+    /// Cap of the segment allocators' dynamic step (default: Leaf's 1,000,000); the IDs a crash
+    /// may lose are a multiple of it.
+    #[arg(long)]
+    step_max: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -95,6 +99,7 @@ async fn serve(args: Args) -> Result<(), String> {
     cfg.win_per_mille = args.win_per_mille;
     cfg.lottery_store = args.lottery_store;
     cfg.flaw = args.flaw;
+    cfg.step_max = args.step_max;
     if let Some(flaw) = args.flaw {
         eprintln!(
             "sut-server: WARNING: FLAW `{flaw}` SWITCHED ON: {}. This server is broken on \

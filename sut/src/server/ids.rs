@@ -160,6 +160,7 @@ pub struct Tags {
     block_ids: u64,
     control: Arc<Mutex<SqliteIdStore>>,
     flaw: Option<crate::flaw::Flaw>,
+    step_max: Option<u64>,
 }
 
 impl Tags {
@@ -180,6 +181,7 @@ impl Tags {
             block_ids,
             control,
             flaw: None,
+            step_max: None,
         }
     }
 
@@ -188,6 +190,14 @@ impl Tags {
     #[must_use]
     pub fn with_flaw(mut self, flaw: Option<crate::flaw::Flaw>) -> Self {
         self.flaw = flaw;
+        self
+    }
+
+    /// Caps the dynamic step (Leaf's doubling) of every allocator this registry creates;
+    /// `None` keeps Leaf's 1,000,000.
+    #[must_use]
+    pub fn with_step_max(mut self, step_max: Option<u64>) -> Self {
+        self.step_max = step_max;
         self
     }
 
@@ -234,6 +244,9 @@ impl Tags {
         let now = self.clock.now();
         let mut alloc_cfg = AllocatorConfig::new(tag, self.instance);
         alloc_cfg.flaw = self.flaw;
+        if let Some(step_max) = self.step_max {
+            alloc_cfg.step = crate::segment::StepPolicy::Leaf { step_max };
+        }
         let alloc = SegmentAllocator::new(alloc_cfg, now)
             .map_err(|e| ApiError::internal(format!("allocator config: {e}")))?;
         let clock = self.clock;

@@ -97,6 +97,9 @@ pub struct ServerConfig {
     /// service and the lottery participants (each takes the flaws that are its own; see
     /// [`crate::flaw`]). `None`: the correct paths.
     pub flaw: Option<crate::flaw::Flaw>,
+    /// Cap of the allocators' dynamic step (`None`: Leaf's 1,000,000). The lost-ID bound of a
+    /// crash is a multiple of it.
+    pub step_max: Option<u64>,
 }
 
 impl ServerConfig {
@@ -114,6 +117,7 @@ impl ServerConfig {
             win_per_mille: 100,
             lottery_store: LotteryStoreKind::Journal,
             flaw: None,
+            step_max: None,
         }
     }
 }
@@ -190,7 +194,8 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
             let control = Arc::new(Mutex::new(control));
             let tags = Arc::new(
                 Tags::new(&db, instance, clock, cfg.block_ids, Arc::clone(&control))
-                    .with_flaw(cfg.flaw),
+                    .with_flaw(cfg.flaw)
+                    .with_step_max(cfg.step_max),
             );
             let snowflake = Arc::new(Snowflake::start(
                 WorkerConfig {
