@@ -178,21 +178,40 @@ fn allocate_blind(
         from_pool: false,
         tag_step: row.step,
     };
+    insert_lease(&tx, req, &grant, true)?;
+    tx.commit().map_err(backend)?;
+    Ok(grant)
+}
+
+/// Records the lease of `grant`; `replace` (the blind-write flaw only) overwrites another
+/// holder's lease of the same range instead of failing on it.
+fn insert_lease(
+    tx: &Transaction<'_>,
+    req: &AllocRequest,
+    grant: &Grant,
+    replace: bool,
+) -> Result<(), StoreError> {
+    let verb = if replace {
+        "INSERT OR REPLACE"
+    } else {
+        "INSERT"
+    };
     tx.execute(
-        "INSERT OR REPLACE INTO id_lease (tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        &format!(
+            "{verb} INTO id_lease (tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+        ),
         params![
             &req.tag,
-            to_sql(segment.start),
-            to_sql(segment.end),
-            to_sql(segment.delta),
+            to_sql(grant.segment.start),
+            to_sql(grant.segment.end),
+            to_sql(grant.segment.delta),
             to_sql(req.instance.0),
             to_sql(grant.claim_end),
             to_sql(grant.lease_expiry_ms)
         ],
     )
     .map_err(backend)?;
-    tx.commit().map_err(backend)?;
-    Ok(grant)
+    Ok(())
 }
 
 fn read_tag_tx(tx: &Transaction<'_>, tag: &str) -> Result<TagRow, StoreError> {
@@ -365,19 +384,7 @@ impl IdStore for SqliteIdStore {
             from_pool,
             tag_step: row.step,
         };
-        tx.execute(
-            "INSERT INTO id_lease (tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                &req.tag,
-                to_sql(segment.start),
-                to_sql(segment.end),
-                to_sql(segment.delta),
-                to_sql(req.instance.0),
-                to_sql(grant.claim_end),
-                to_sql(grant.lease_expiry_ms)
-            ],
-        )
-        .map_err(backend)?;
+        insert_lease(&tx, req, &grant, false)?;
         tx.commit().map_err(backend)?;
         Ok(grant)
     }
