@@ -123,8 +123,9 @@ enum Command {
         /// Where to write index.html, summary.json and junit.xml.
         #[arg(long, default_value = "target/gate-report")]
         report: PathBuf,
-        /// Seeds per scenario (the fixed range 0..N).
-        #[arg(long, default_value_t = 6)]
+        /// Seeds per scenario (the fixed range 0..N). Eight, so that `chaos` injects every one
+        /// of its ten fault kinds (with six, its swarm never chose `latency`).
+        #[arg(long, default_value_t = 8)]
         seeds: u64,
         /// Threads running seeds.
         #[arg(long)]
