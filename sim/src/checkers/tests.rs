@@ -86,6 +86,26 @@ fn ids_monotonic_fires_when_one_generator_goes_back() {
 }
 
 #[test]
+fn ids_monotonic_fires_on_semantic_ids_going_back() {
+    let semantic = |id| EventKind::Issued {
+        space: IdSpace::Semantic,
+        generator: "machine-7@1".into(),
+        id,
+    };
+    // Second 1735689600, machine 7, sequence 3 then sequence 0 again (a wrapped sequence).
+    let bad = history(vec![
+        semantic(173_568_960_000_700_003),
+        semantic(173_568_960_000_700_000),
+    ]);
+    assert_eq!(ids_monotonic(&bad).unwrap_err().event, Some(1));
+    let good = history(vec![
+        semantic(173_568_960_000_700_003),
+        semantic(173_568_960_100_700_000),
+    ]);
+    assert!(ids_monotonic(&good).is_ok());
+}
+
+#[test]
 fn ids_gap_bounded_counts_and_fires_beyond_the_bound() {
     let h = history(vec![issued("a", 1), issued("a", 2), issued("b", 100)]);
     assert_eq!(ids_gap_bounded(&h, 97), Ok(97));

@@ -188,9 +188,8 @@ fn logical_mode_borrows_within_its_bound() {
     assert!(w.sequencer().stats().logical_issues > 0);
 }
 
-#[test]
-fn time_field_exhaustion_is_refused_not_wrapped() {
-    // uid-generator's 28-bit seconds ran out on 2024-11-20 (issue #100).
+/// A worker whose 8-bit time field of seconds runs out 256 s after the epoch.
+fn narrow_worker(flaw: Option<crate::flaw::Flaw>) -> SnowflakeWorker {
     let layout = Layout {
         time_bits: 8,
         worker_bits: 10,
@@ -198,16 +197,23 @@ fn time_field_exhaustion_is_refused_not_wrapped() {
         epoch_ms: EPOCH,
         unit_ms: 1_000,
     };
-    let mut w = SnowflakeWorker::new(
+    SnowflakeWorker::new(
         WorkerConfig {
             layout,
+            flaw,
             ..WorkerConfig::default()
         },
         1,
         0,
         EPOCH,
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn time_field_exhaustion_is_refused_not_wrapped() {
+    // uid-generator's 28-bit seconds ran out on 2024-11-20 (issue #100).
+    let mut w = narrow_worker(None);
     assert!(matches!(issue(&mut w, EPOCH + 255_999), Ok(NextId::Id(_))));
     assert_eq!(
         issue(&mut w, EPOCH + 256_000),
@@ -451,24 +457,7 @@ fn flaw_snowflake_no_persisted_ts_repeats_after_a_restart() {
 
 #[test]
 fn flaw_time_field_narrow_wraps_the_timestamp() {
-    let layout = Layout {
-        time_bits: 8,
-        worker_bits: 10,
-        seq_bits: 12,
-        epoch_ms: EPOCH,
-        unit_ms: 1_000,
-    };
-    let mut w = SnowflakeWorker::new(
-        WorkerConfig {
-            layout,
-            flaw: Some(crate::flaw::Flaw::TimeFieldNarrow),
-            ..WorkerConfig::default()
-        },
-        1,
-        0,
-        EPOCH,
-    )
-    .unwrap();
+    let mut w = narrow_worker(Some(crate::flaw::Flaw::TimeFieldNarrow));
     let Ok(NextId::Id(last)) = issue(&mut w, EPOCH + 255_999) else {
         panic!()
     };
