@@ -15,11 +15,22 @@
 //! segment carrying several pipelined requests; the receiver hands its messages to the node
 //! in a random order (madsim's seeded RNG), so messages of one round still arrive reordered.
 //! The fault counters count messages, at the moment their datagram leaves.
+//!
+//! **Delivery.** A datagram reaches its node through madsim's delivery hook
+//! (`NetSim::hook_rpc_rsp`, called when madsim's latency timer for the datagram fires, after
+//! clogs, partitions and latency have been applied in `Network::try_send`) rather than through
+//! madsim's mailbox and `recv_from_raw`. The hook moves the messages into the node's inbox and
+//! tells madsim to drop its copy. What it saves per datagram is the receive side's extra timer
+//! (`recv_from_raw` sleeps at least one more simulated millisecond after the message arrived),
+//! a mailbox hand-off and the wake-up of a receiver task; what a fault does to a datagram is
+//! unchanged, because madsim applies every fault before the hook runs. A datagram addressed to a
+//! node that is down is not delivered (madsim finds no bound socket), as before.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use madsim::net::Endpoint;
@@ -71,15 +82,14 @@ pub enum Msg {
     TccReply(ParticipantReply),
 }
 
-/// One madsim datagram: the messages a node sent to one destination in one send round.
+/// One madsim datagram: the messages a node sent to one destination in one send round, and
+/// the sender's name. The delivery hook takes the messages out (it only gets a shared
+/// reference), hence the lock.
 #[derive(Debug)]
-struct Datagram(Vec<Msg>);
-
-/// Concurrent receivers per node. madsim delays every receive (and every send) by at least
-/// one simulated millisecond (its `sleep` never sleeps less), so a single receive loop caps a
-/// node at 1,000 datagrams per simulated second, fewer than a busy node gets from all its
-/// peers' send rounds. Idle receivers cost nothing (a parked mailbox wait, no timer).
-const RECEIVERS: usize = 16;
+struct Datagram {
+    from: Arc<str>,
+    msgs: Mutex<Vec<Msg>>,
+}
 
 /// A node's view of the world: its name, its outgoing queue, the shared state.
 #[derive(Clone)]
@@ -94,10 +104,10 @@ pub struct Ctx {
 /// A node's incoming messages.
 #[derive(Debug)]
 pub struct Inbox {
-    rx: UnboundedReceiver<(Vec<Msg>, String)>,
+    rx: UnboundedReceiver<(Vec<Msg>, Arc<str>)>,
     /// The rest of the last datagram, and its sender.
     pending: VecDeque<Msg>,
-    from: String,
+    from: Arc<str>,
 }
 
 impl Inbox {
@@ -105,7 +115,7 @@ impl Inbox {
     pub async fn recv(&mut self) -> Option<(Msg, String)> {
         loop {
             if let Some(msg) = self.pending.pop_front() {
-                return Some((msg, self.from.clone()));
+                return Some((msg, self.from.to_string()));
             }
             let (msgs, from) = self.rx.next().await?;
             self.pending = msgs.into();
@@ -138,16 +148,21 @@ impl Ctx {
             queued,
         ));
         let (tx, rx) = unbounded();
-        for _ in 0..RECEIVERS {
-            let (world, ep, tx) = (world.clone(), Arc::clone(&ep), tx.clone());
-            madsim::task::spawn(async move {
-                while let Some(item) = recv_one(&world, &ep).await {
-                    if tx.unbounded_send(item).is_err() {
-                        return;
-                    }
+        // Replaces the hook of this node's previous incarnation, if any.
+        madsim::net::NetSim::current().hook_rpc_rsp(
+            madsim::plugin::node(),
+            move |datagram: &Datagram| {
+                let mut msgs = std::mem::take(&mut *datagram.msgs.lock().expect("datagram lock"));
+                let mut rng = madsim::rand::thread_rng();
+                for i in (1..msgs.len()).rev() {
+                    msgs.swap(i, rng.gen_range(0..=i));
                 }
-            });
-        }
+                // A closed inbox means this incarnation is gone: the datagram is lost.
+                let _ = tx.unbounded_send((msgs, Arc::clone(&datagram.from)));
+                // madsim's own copy (now empty) is dropped, not put in a mailbox.
+                false
+            },
+        );
         let ctx = Self {
             world,
             name: name.to_owned(),
@@ -156,7 +171,7 @@ impl Ctx {
         let inbox = Inbox {
             rx,
             pending: VecDeque::new(),
-            from: String::new(),
+            from: Arc::from(""),
         };
         (ctx, inbox)
     }
@@ -200,6 +215,7 @@ async fn send_rounds(
     ep: Arc<Endpoint>,
     mut queued: UnboundedReceiver<(SocketAddr, Msg)>,
 ) {
+    let from: Arc<str> = Arc::from(name.as_str());
     while let Some((addr, msg)) = queued.next().await {
         let mut rounds: BTreeMap<SocketAddr, Vec<Msg>> = BTreeMap::new();
         rounds.entry(addr).or_default().push(msg);
@@ -224,22 +240,15 @@ async fn send_rounds(
                 w.count("net.delayed_by_spike", sent);
             }
         }
-        let sends = rounds
-            .into_iter()
-            .map(|(addr, msgs)| ep.send_to_raw(addr, 0, Box::new(Datagram(msgs))));
+        let sends = rounds.into_iter().map(|(addr, msgs)| {
+            let datagram = Datagram {
+                from: Arc::clone(&from),
+                msgs: Mutex::new(msgs),
+            };
+            // The shape `hook_rpc_rsp` looks for: (message, bytes).
+            ep.send_to_raw(addr, 0, Box::new((datagram, Bytes::new())))
+        });
         // A send error means the network is gone for this node (killed): nothing to do.
         let _ = futures::future::join_all(sends).await;
     }
-}
-
-/// Receives one datagram: its messages in a random order, and the name of its sender.
-async fn recv_one(world: &World, ep: &Endpoint) -> Option<(Vec<Msg>, String)> {
-    let (payload, from) = ep.recv_from_raw(0).await.ok()?;
-    let Datagram(mut msgs) = *payload.downcast::<Datagram>().ok()?;
-    let mut rng = madsim::rand::thread_rng();
-    for i in (1..msgs.len()).rev() {
-        msgs.swap(i, rng.gen_range(0..=i));
-    }
-    let name = world.lock().names.get(&from.ip()).cloned()?;
-    Some((msgs, name))
 }

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::channel::oneshot;
 use madsim::rand::{Rng, thread_rng};
 use madsim::task::spawn;
+use madsim::time::Instant;
 
 use super::sleep_ms;
 use crate::history::{Answer, EventKind, Op, Outcome};
@@ -21,7 +21,7 @@ const REMEMBER_MAX: usize = 64;
 #[derive(Debug, Default)]
 struct State {
     next_op: u64,
-    waiting: BTreeMap<u64, oneshot::Sender<Outcome>>,
+    waiting: BTreeMap<u64, Waiting>,
     jwts: Vec<String>,
     once: Vec<(u64, u128)>,
 }
@@ -93,38 +93,75 @@ fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
     )]
 }
 
-async fn perform(ctx: Ctx, state: Arc<Mutex<State>>, target: String, op: Op, timeout_ms: u64) {
-    let (op_id, rx) = {
+/// An operation waiting for its answer.
+#[derive(Debug)]
+struct Waiting {
+    /// When no answer means *indeterminate* (madsim's clock, not the node's wall clock: a
+    /// timeout is about how long the client waited).
+    deadline: Instant,
+    /// The user a one-time token is issued to (0 otherwise).
+    owner: u64,
+}
+
+/// Sends `op` and records its invocation; the answer (or the timeout) is recorded by
+/// [`complete`], called from the client's receive loop or its timeout sweep. No task, timer
+/// or channel per operation: at the default rate those were a tenth of a run's wall time.
+fn invoke(ctx: &Ctx, state: &Mutex<State>, target: &str, op: Op, timeout_ms: u64) {
+    let op_id = {
         let mut s = state.lock().expect("client state");
         s.next_op += 1;
         let op_id = s.next_op;
-        let (tx, rx) = oneshot::channel();
-        s.waiting.insert(op_id, tx);
-        (op_id, rx)
-    };
-    let owner = match &op {
-        Op::OnceIssue { user, .. } => *user,
-        _ => 0,
+        let owner = match &op {
+            Op::OnceIssue { user, .. } => *user,
+            _ => 0,
+        };
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        s.waiting.insert(op_id, Waiting { deadline, owner });
+        op_id
     };
     ctx.record(|_| EventKind::Invoke {
         op_id,
         op: op.clone(),
     });
-    ctx.send(&target, Msg::Request { op_id, op });
-    let outcome = match madsim::time::timeout(Duration::from_millis(timeout_ms), rx).await {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(_)) | Err(_) => Outcome::Timeout,
-    };
+    ctx.send(target, Msg::Request { op_id, op });
+}
+
+/// Records the completion of `op_id` if it is still waiting (a late answer after its timeout
+/// was recorded is dropped, as a real client that gave up would drop it).
+fn complete(ctx: &Ctx, state: &Mutex<State>, op_id: u64, outcome: Outcome) {
     {
         let mut s = state.lock().expect("client state");
-        s.waiting.remove(&op_id);
+        let Some(waiting) = s.waiting.remove(&op_id) else {
+            return;
+        };
         match &outcome {
             Outcome::Ok(Answer::Jwt { token, .. }) => remember(&mut s.jwts, token.clone()),
-            Outcome::Ok(Answer::Once(token)) => remember(&mut s.once, (owner, *token)),
+            Outcome::Ok(Answer::Once(token)) => remember(&mut s.once, (waiting.owner, *token)),
             _ => {}
         }
     }
     ctx.record(|_| EventKind::Complete { op_id, outcome });
+}
+
+/// Records a timeout for every operation whose deadline has passed; returns how many
+/// operations are still waiting.
+fn expire(ctx: &Ctx, state: &Mutex<State>) -> usize {
+    let (expired, left) = {
+        let s = state.lock().expect("client state");
+        let now = Instant::now();
+        let expired: Vec<u64> = s
+            .waiting
+            .iter()
+            .filter(|(_, w)| w.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let left = s.waiting.len() - expired.len();
+        (expired, left)
+    };
+    for op_id in expired {
+        complete(ctx, state, op_id, Outcome::Timeout);
+    }
+    left
 }
 
 /// Runs a client node.
@@ -138,37 +175,34 @@ pub async fn run(ctx: Ctx, inbox: Inbox) {
     });
     let state = Arc::new(Mutex::new(State::default()));
     let receiver = {
-        let state = Arc::clone(&state);
+        let (ctx, state) = (ctx.clone(), Arc::clone(&state));
         let mut inbox = inbox;
         async move {
             while let Some((msg, _from)) = inbox.recv().await {
-                if let Msg::Response { op_id, outcome } = msg
-                    && let Some(tx) = state.lock().expect("client state").waiting.remove(&op_id)
-                {
-                    let _ = tx.send(outcome);
+                if let Msg::Response { op_id, outcome } = msg {
+                    complete(&ctx, &state, op_id, outcome);
                 }
             }
         }
     };
     spawn(receiver);
     // Each client sends at rate / clients; intervals are uniform around the mean (in µs).
+    // Timeouts are swept on the same beat (a timeout is recorded within one gap, a few
+    // simulated ms, of its deadline), and every millisecond once the workload has stopped.
     let mean_us = 1_000_000 * u64::from(clients) / u64::from(workload.rate_per_s);
     loop {
         let gap_us = thread_rng().gen_range(mean_us / 2..=mean_us * 3 / 2).max(1);
         madsim::time::sleep(Duration::from_micros(gap_us)).await;
+        let waiting = expire(&ctx, &state);
         if ctx.world.with(|w| w.workload_stopped) {
-            sleep_ms(1_000_000).await;
+            if waiting == 0 {
+                sleep_ms(1_000_000).await;
+            }
             continue;
         }
         let ops = choose(&workload, id_nodes, &state.lock().expect("client state"));
         for (target, op) in ops {
-            spawn(perform(
-                ctx.clone(),
-                Arc::clone(&state),
-                target,
-                op,
-                workload.timeout_ms,
-            ));
+            invoke(&ctx, &state, &target, op, workload.timeout_ms);
         }
     }
 }

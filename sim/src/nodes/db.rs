@@ -9,7 +9,7 @@ use madsim::task::spawn;
 use sut::flaw::Flaw;
 use sut::store::{IdStore, MemoryIdStore, StoreCall};
 
-use super::{commit, sleep_ms};
+use super::{GroupCommit, commit, sleep_ms};
 use crate::net::{Ctx, Inbox, Msg};
 use crate::world::DbRec;
 
@@ -81,28 +81,32 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         });
     }
 
+    // Each call is handled as it arrives (the store is one lock, as in a real database);
+    // mutations are answered through the group commit.
+    let group = GroupCommit::new(ctx.world.clone(), |d| {
+        d.db.sync();
+    });
     while let Some((msg, from)) = inbox.recv().await {
         let Msg::Store { req, mut call } = msg else {
             continue;
         };
-        let (ctx, store) = (ctx.clone(), Arc::clone(&store));
-        spawn(async move {
-            call.set_store_now(ctx.now().mono_ms);
-            let (reply, pos) = {
-                let mut s = store.lock().expect("db store");
-                let reply = call.execute(&mut *s);
-                let pos = if mutates(&call) {
-                    ctx.world
-                        .with(|w| w.disks.db.append(DbRec::Call(call.clone())))
-                } else {
-                    0
-                };
-                (reply, pos)
-            };
-            if pos > 0 && !everysec {
-                commit(&ctx.world, |d| &mut d.db, pos).await;
+        call.set_store_now(ctx.now().mono_ms);
+        let (reply, logged) = {
+            let mut s = store.lock().expect("db store");
+            let reply = call.execute(&mut *s);
+            let logged = mutates(&call);
+            if logged {
+                ctx.world
+                    .with(|w| w.disks.db.append(DbRec::Call(call.clone())));
             }
-            ctx.send(&from, Msg::StoreReply { req, reply });
-        });
+            (reply, logged)
+        };
+        let answer = Msg::StoreReply { req, reply };
+        if logged && !everysec {
+            let ctx = ctx.clone();
+            group.then(move || ctx.send(&from, answer));
+        } else {
+            ctx.send(&from, answer);
+        }
     }
 }

@@ -13,7 +13,7 @@ use sut::lottery::{
     LotteryStore, MemoryStore, Participant, ParticipantConfig, ParticipantReply, UserId, Xid,
 };
 
-use super::{commit, sleep_ms};
+use super::{GroupCommit, commit, sleep_ms};
 use crate::history::{Answer, EventKind, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
 use crate::world::PartRec;
@@ -262,42 +262,53 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     ctx.world
         .with(|w| w.published.ledgers.insert(name.clone(), Arc::clone(&store)));
 
-    while let Some((msg, from)) = inbox.recv().await {
-        let Msg::Tcc(p, msg) = msg else { continue };
-        let (ctx, store, name) = (ctx.clone(), Arc::clone(&store), name.clone());
-        spawn(async move {
-            let handled = {
-                let mut s = store.lock().expect("participant store");
-                p.handle(&mut *s, &cfg, &msg)
-            };
-            let (reply, record) = match handled {
-                Handled::Reply(reply) => (reply, PartRec::Msg(p, msg)),
-                Handled::Resume(resume) => {
-                    // Flawed two-step paths only: the second store operation is a round trip
-                    // later, and other messages run in between (the correct path never gets
-                    // here, so its timing is unchanged).
-                    ctx.world.count("tcc.two_step_gaps", 1);
-                    sleep_ms(1).await;
-                    let mut s = store.lock().expect("participant store");
-                    let reply = p.handle_resume(&mut *s, &cfg, &resume);
-                    (reply, PartRec::Resume(p, resume))
-                }
-            };
-            let pos = ctx.world.with(|w| {
+    let group = {
+        let name = name.clone();
+        GroupCommit::new(ctx.world.clone(), move |d| {
+            d.parts.entry(name.clone()).or_default().sync();
+        })
+    };
+    // Logs the participant's record and answers once it is durable.
+    let answer = {
+        let (ctx, name) = (ctx.clone(), name.clone());
+        move |from: String, reply: ParticipantReply, record: PartRec| {
+            ctx.world.with(|w| {
                 w.disks
                     .parts
                     .entry(name.clone())
                     .or_default()
                     .append(record)
             });
-            commit(
-                &ctx.world,
-                |d| d.parts.get_mut(&name).expect("this node's log"),
-                pos,
-            )
-            .await;
-            ctx.record(|_| EventKind::Participant(reply.clone()));
-            ctx.send(&from, Msg::TccReply(reply));
-        });
+            let ctx = ctx.clone();
+            group.then(move || {
+                ctx.record(|_| EventKind::Participant(reply.clone()));
+                ctx.send(&from, Msg::TccReply(reply));
+            });
+        }
+    };
+    while let Some((msg, from)) = inbox.recv().await {
+        let Msg::Tcc(p, msg) = msg else { continue };
+        let handled = {
+            let mut s = store.lock().expect("participant store");
+            p.handle(&mut *s, &cfg, &msg)
+        };
+        match handled {
+            Handled::Reply(reply) => answer(from, reply, PartRec::Msg(p, msg)),
+            Handled::Resume(resume) => {
+                // Flawed two-step paths only: the second store operation is a round trip
+                // later, and other messages run in between (the correct path never gets
+                // here, so its timing is unchanged).
+                ctx.world.count("tcc.two_step_gaps", 1);
+                let (store, answer) = (Arc::clone(&store), answer.clone());
+                spawn(async move {
+                    sleep_ms(1).await;
+                    let reply = {
+                        let mut s = store.lock().expect("participant store");
+                        p.handle_resume(&mut *s, &cfg, &resume)
+                    };
+                    answer(from, reply, PartRec::Resume(p, resume));
+                });
+            }
+        }
     }
 }

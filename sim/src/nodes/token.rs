@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use futures::FutureExt;
 use madsim::rand::Rng;
 use madsim::task::spawn;
 use sut::clock::Now;
@@ -15,7 +16,7 @@ use sut::token::store::MemoryTokenStore;
 use sut::token::store::TokenStoreError;
 use sut::token::{ActivityId, TokenConfig, TokenService, UserId};
 
-use super::{commit, sleep_ms};
+use super::{GroupCommit, commit, sleep_ms};
 use crate::history::{Answer, EventKind, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
 use crate::world::TokenRec;
@@ -91,24 +92,85 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     };
     spawn(purger);
 
+    let group = GroupCommit::new(ctx.world.clone(), |d| {
+        d.token.sync();
+    });
     while let Some((msg, from)) = inbox.recv().await {
         let Msg::Request { op_id, op } = msg else {
             continue;
         };
-        let (ctx, svc) = (ctx.clone(), Arc::clone(&svc));
-        spawn(async move {
-            let outcome = handle(&ctx, &svc, op).await;
-            ctx.send(&from, Msg::Response { op_id, outcome });
-        });
+        let reply = Reply {
+            ctx: ctx.clone(),
+            group: group.clone(),
+            from,
+            op_id,
+        };
+        if let Op::OnceConsume { token, user } = op {
+            // The correct consume is one store operation and finishes here; a flawed
+            // two-step one waits a store round trip between its steps, in its own task.
+            let now = ctx.now();
+            let mut consume = Box::pin(consume_once(
+                ctx.clone(),
+                Arc::clone(&svc),
+                OnceToken(token),
+                UserId(user),
+                now,
+            ));
+            match (&mut consume).now_or_never() {
+                Some(result) => reply.send(finish_consume(&ctx, token, user, now, result)),
+                None => {
+                    let ctx = ctx.clone();
+                    spawn(async move {
+                        let result = consume.await;
+                        reply.send(finish_consume(&ctx, token, user, now, result));
+                    });
+                }
+            }
+        } else {
+            reply.send(handle(&ctx, &svc, op));
+        }
     }
 }
 
-/// Applies `rec`, logs it, and returns its log position.
-fn log(ctx: &Ctx, rec: TokenRec) -> u64 {
-    ctx.world.with(|w| w.disks.token.append(rec))
+/// An answer, now or once its log record is durable (then it also records the
+/// acknowledgement in the history, after the sync and before the answer leaves).
+enum Answered {
+    Now(Outcome),
+    Durable(Box<dyn FnOnce() -> Outcome + Send>),
 }
 
-async fn handle(ctx: &Ctx, svc: &Arc<Mutex<Service>>, op: Op) -> Outcome {
+/// Where an answer goes.
+struct Reply {
+    ctx: Ctx,
+    group: GroupCommit,
+    from: String,
+    op_id: u64,
+}
+
+impl Reply {
+    fn send(self, answered: Answered) {
+        let Self {
+            ctx,
+            group,
+            from,
+            op_id,
+        } = self;
+        match answered {
+            Answered::Now(outcome) => ctx.send(&from, Msg::Response { op_id, outcome }),
+            Answered::Durable(then) => group.then(move || {
+                let outcome = then();
+                ctx.send(&from, Msg::Response { op_id, outcome });
+            }),
+        }
+    }
+}
+
+/// Appends `rec` to the token node's log (pending until the group commit syncs it).
+fn log(ctx: &Ctx, rec: TokenRec) {
+    ctx.world.with(|w| w.disks.token.append(rec));
+}
+
+fn handle(ctx: &Ctx, svc: &Arc<Mutex<Service>>, op: Op) -> Answered {
     let now: Now = ctx.now();
     match op {
         Op::JwtIssue { user } => {
@@ -117,18 +179,18 @@ async fn handle(ctx: &Ctx, svc: &Arc<Mutex<Service>>, op: Op) -> Outcome {
                 .lock()
                 .expect("token service")
                 .issue(UserId(user), nonce, now);
-            match issued {
+            Answered::Now(match issued {
                 Ok(jwt) => Outcome::Ok(Answer::Jwt {
                     token: jwt.token,
                     jti: jwt.claims.jti,
                 }),
                 Err(err) => Outcome::Fail(err.to_string()),
-            }
+            })
         }
         Op::JwtVerify { token } => {
             let invoked_at = ctx.world.with(|w| w.history.len() as u64);
             let verdict = svc.lock().expect("token service").verify(&token, now);
-            match verdict {
+            Answered::Now(match verdict {
                 Ok(claims) => {
                     ctx.record(|at| {
                         EventKind::Token(TokenEvent::VerifyOk {
@@ -149,45 +211,45 @@ async fn handle(ctx: &Ctx, svc: &Arc<Mutex<Service>>, op: Op) -> Outcome {
                     ctx.record(|at| EventKind::Token(TokenEvent::VerifyRejected { jti: None, at }));
                     Outcome::Fail(rejection.to_string())
                 }
-            }
+            })
         }
         Op::JwtRevoke { token } => {
-            let (result, pos) = {
+            let result = {
                 let mut s = svc.lock().expect("token service");
                 let result = s.revoke(&token, now);
-                let pos = if result.is_ok() {
+                if result.is_ok() {
                     log(
                         ctx,
                         TokenRec::Revoke {
                             token: token.clone(),
                             now,
                         },
-                    )
-                } else {
-                    0
-                };
-                (result, pos)
+                    );
+                }
+                result
             };
             match result {
                 Ok(_) => {
-                    commit(&ctx.world, |d| &mut d.token, pos).await;
-                    let jti = sut::token::jwt::unverified_jti(&token).unwrap_or_default();
-                    ctx.record(|at| EventKind::Token(TokenEvent::RevokeAck { jti, at }));
-                    Outcome::Ok(Answer::Revoked)
+                    let ctx = ctx.clone();
+                    Answered::Durable(Box::new(move || {
+                        let jti = sut::token::jwt::unverified_jti(&token).unwrap_or_default();
+                        ctx.record(|at| EventKind::Token(TokenEvent::RevokeAck { jti, at }));
+                        Outcome::Ok(Answer::Revoked)
+                    }))
                 }
-                Err(err) => Outcome::Fail(err.to_string()),
+                Err(err) => Answered::Now(Outcome::Fail(err.to_string())),
             }
         }
         Op::OnceIssue { user, activity } => {
             let Some(activity_id) = ActivityId::new(activity.clone()) else {
-                return Outcome::Fail(format!("bad activity `{activity}`"));
+                return Answered::Now(Outcome::Fail(format!("bad activity `{activity}`")));
             };
             let nonce: u128 = madsim::rand::thread_rng().r#gen();
-            let (result, pos) = {
+            let (result, fresh) = {
                 let mut s = svc.lock().expect("token service");
                 let result = s.issue_once(UserId(user), activity_id, nonce, now);
                 let fresh = result.as_ref().is_ok_and(|issue| issue.fresh);
-                let pos = if fresh {
+                if fresh {
                     log(
                         ctx,
                         TokenRec::IssueOnce {
@@ -196,71 +258,77 @@ async fn handle(ctx: &Ctx, svc: &Arc<Mutex<Service>>, op: Op) -> Outcome {
                             nonce,
                             now,
                         },
-                    )
-                } else {
-                    0
-                };
-                (result, pos)
+                    );
+                }
+                (result, fresh)
             };
             match result {
                 Ok(issue) => {
-                    if pos > 0 {
-                        commit(&ctx.world, |d| &mut d.token, pos).await;
+                    let ctx = ctx.clone();
+                    let acknowledge = move || {
+                        ctx.record(|at| {
+                            EventKind::Token(TokenEvent::OnceIssued {
+                                token: issue.token,
+                                at,
+                            })
+                        });
+                        Outcome::Ok(Answer::Once(issue.token.0))
+                    };
+                    if fresh {
+                        Answered::Durable(Box::new(acknowledge))
+                    } else {
+                        Answered::Now(acknowledge())
                     }
-                    ctx.record(|at| {
-                        EventKind::Token(TokenEvent::OnceIssued {
-                            token: issue.token,
-                            at,
-                        })
-                    });
-                    Outcome::Ok(Answer::Once(issue.token.0))
                 }
-                Err(err) => Outcome::Fail(err.to_string()),
+                Err(err) => Answered::Now(Outcome::Fail(err.to_string())),
             }
         }
-        Op::OnceConsume { token, user } => {
-            let result = consume_once(ctx, svc, OnceToken(token), UserId(user), now).await;
-            let (result, pos) = {
-                let accepted = matches!(result, Ok(Ok(_)));
-                let pos = if accepted {
-                    log(ctx, TokenRec::ConsumeOnce { token, user, now })
-                } else {
-                    0
-                };
-                (result, pos)
-            };
-            match result {
-                Ok(Ok(_)) => {
-                    commit(&ctx.world, |d| &mut d.token, pos).await;
-                    ctx.record(|at| {
-                        EventKind::Token(TokenEvent::OnceConsumeOk {
-                            token: OnceToken(token),
-                            at,
-                        })
-                    });
-                    Outcome::Ok(Answer::Consumed)
-                }
-                Ok(Err(rejection)) => {
-                    ctx.record(|at| {
-                        EventKind::Token(TokenEvent::OnceConsumeRejected {
-                            token: OnceToken(token),
-                            at,
-                        })
-                    });
-                    Outcome::Fail(format!("{rejection:?}"))
-                }
-                Err(err) => Outcome::Fail(err.to_string()),
-            }
+        other => Answered::Now(Outcome::Fail(format!(
+            "the token node does not serve {other:?}"
+        ))),
+    }
+}
+
+/// Logs an accepted consume and answers once it is durable; a rejection is answered at once.
+fn finish_consume(
+    ctx: &Ctx,
+    token: u128,
+    user: u64,
+    now: Now,
+    result: Result<Result<OnceKey, OnceRejection>, TokenStoreError>,
+) -> Answered {
+    match result {
+        Ok(Ok(_)) => {
+            log(ctx, TokenRec::ConsumeOnce { token, user, now });
+            let ctx = ctx.clone();
+            Answered::Durable(Box::new(move || {
+                ctx.record(|at| {
+                    EventKind::Token(TokenEvent::OnceConsumeOk {
+                        token: OnceToken(token),
+                        at,
+                    })
+                });
+                Outcome::Ok(Answer::Consumed)
+            }))
         }
-        other => Outcome::Fail(format!("the token node does not serve {other:?}")),
+        Ok(Err(rejection)) => {
+            ctx.record(|at| {
+                EventKind::Token(TokenEvent::OnceConsumeRejected {
+                    token: OnceToken(token),
+                    at,
+                })
+            });
+            Answered::Now(Outcome::Fail(format!("{rejection:?}")))
+        }
+        Err(err) => Answered::Now(Outcome::Fail(err.to_string())),
     }
 }
 
 /// Drives one consume's store operations; a flawed two-step consume lets other requests run
 /// between its check and its delete (a store round trip), the correct one-step path does not.
 async fn consume_once(
-    ctx: &Ctx,
-    svc: &Arc<Mutex<Service>>,
+    ctx: Ctx,
+    svc: Arc<Mutex<Service>>,
     token: OnceToken,
     user: UserId,
     now: Now,
