@@ -250,8 +250,12 @@ impl WorldState {
     /// Records an event.
     pub fn record(&mut self, node: &str, make: impl FnOnce(u64) -> EventKind) -> u64 {
         let seq = self.history.len() as u64;
-        let now = self.now(node);
+        // One clock reading (under madsim every reading is an intercepted `clock_gettime`).
         let sim_ms = self.sim_ms();
+        let now = self
+            .clocks
+            .get(node)
+            .map_or_else(|| NodeClock::default().now(sim_ms), |c| c.now(sim_ms));
         self.history.push(Event {
             seq,
             sim_ms,
