@@ -55,6 +55,9 @@ pub struct SearchOptions {
     pub regressions: Option<PathBuf>,
     /// Skip replaying the regression files first (they are still written).
     pub fresh: bool,
+    /// Look for a violation of this invariant only (others count as passing); `None`: the
+    /// first invariant violated decides.
+    pub invariant: Option<String>,
 }
 
 impl Default for SearchOptions {
@@ -67,6 +70,7 @@ impl Default for SearchOptions {
             run_seeds: 1_000,
             regressions: Some(PathBuf::from("scenarios/regressions")),
             fresh: false,
+            invariant: None,
         }
     }
 }
@@ -514,6 +518,11 @@ pub fn search(
                 }
                 None => first_violation(&outcome),
             };
+            let hit = hit.filter(|(invariant, _)| {
+                opts.invariant
+                    .as_ref()
+                    .is_none_or(|wanted| wanted == invariant)
+            });
             if let Some((invariant, detail)) = hit {
                 let events = kept.schedule.as_ref().map_or(0, Vec::len);
                 return Ok(SearchOutcome::Found(Box::new(Found {
@@ -539,35 +548,45 @@ pub fn search(
         ..Config::default()
     };
     let mut runner = TestRunner::new_with_rng(config, rng_of(opts.seed));
-    // The invariant of the first failure: later cases fail only by violating it again.
-    let target: RefCell<Option<String>> = RefCell::new(None);
+    // The invariant of the first failure (or the one asked for): later cases fail only by
+    // violating it again.
+    let target: RefCell<Option<String>> = RefCell::new(opts.invariant.clone());
+    let shrinking = Cell::new(false);
     let (cases_run, shrink_steps) = (Cell::new(0u32), Cell::new(0u32));
     let (events_before, events_min) = (Cell::new(0usize), Cell::new(usize::MAX));
     let result = runner.run(&strategy, |case: Case| {
         let events = case.schedule.len();
         let outcome = run_scripted(&scripted(scenario, &case));
         let wanted = target.borrow().clone();
-        match wanted {
-            None => {
-                cases_run.set(cases_run.get() + 1);
-                progress(&Progress::Case {
-                    n: cases_run.get(),
-                    total: opts.cases,
-                });
-                match first_violation(&outcome) {
-                    None => Ok(()),
-                    Some((invariant, detail)) => {
-                        progress(&Progress::Failed {
-                            invariant: invariant.clone(),
-                            events,
-                        });
-                        events_before.set(events);
-                        events_min.set(events);
-                        *target.borrow_mut() = Some(invariant.clone());
-                        Err(TestCaseError::fail(format!("{invariant}: {detail}")))
-                    }
+        if !shrinking.get() {
+            cases_run.set(cases_run.get() + 1);
+            progress(&Progress::Case {
+                n: cases_run.get(),
+                total: opts.cases,
+            });
+            let failure = match &wanted {
+                None => first_violation(&outcome),
+                Some(invariant) => {
+                    violation_of(&outcome, invariant).map(|d| (invariant.clone(), d))
                 }
-            }
+            };
+            return match failure {
+                None => Ok(()),
+                Some((invariant, detail)) => {
+                    shrinking.set(true);
+                    progress(&Progress::Failed {
+                        invariant: invariant.clone(),
+                        events,
+                    });
+                    events_before.set(events);
+                    events_min.set(events);
+                    *target.borrow_mut() = Some(invariant.clone());
+                    Err(TestCaseError::fail(format!("{invariant}: {detail}")))
+                }
+            };
+        }
+        match wanted {
+            None => Err(TestCaseError::fail("shrinking without an invariant")),
             Some(invariant) => {
                 shrink_steps.set(shrink_steps.get() + 1);
                 let failed = violation_of(&outcome, &invariant);

@@ -189,6 +189,9 @@ enum Command {
         /// Do not replay the regression files first (a failure found is still kept).
         #[arg(long)]
         fresh: bool,
+        /// Look for a violation of this invariant only (default: whichever fails first).
+        #[arg(long)]
+        invariant: Option<String>,
         /// Safety-phase length in simulated seconds (overrides the scenario).
         #[arg(long)]
         duration: Option<f64>,
@@ -269,8 +272,19 @@ fn main() -> ExitCode {
             shrink_max,
             regressions,
             fresh,
+            invariant,
             duration,
         }) => {
+            if let Some(name) = invariant
+                .as_deref()
+                .filter(|i| !sim::checkers::INVARIANTS.contains(i))
+            {
+                eprintln!(
+                    "scenario search: no invariant is called `{name}` (they are: {})",
+                    sim::checkers::INVARIANTS.join(", ")
+                );
+                return ExitCode::from(USAGE);
+            }
             let opts = scenarios::search::SearchOptions {
                 cases,
                 seed,
@@ -278,6 +292,7 @@ fn main() -> ExitCode {
                 shrink_iters_max: shrink_max,
                 regressions: Some(regressions),
                 fresh,
+                invariant,
                 ..scenarios::search::SearchOptions::default()
             };
             search(name.as_deref(), flaw, duration, &opts, out.as_deref())
