@@ -489,6 +489,47 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), SearchError> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
+/// Most runs of the removal pass after proptest's shrinking.
+pub const PRUNE_RUNS_MAX: u32 = 48;
+
+/// A removal pass after proptest's shrinking: proptest tries dropping each event once, before
+/// it simplifies the events' parameters, and never again; by the end two events may have become
+/// redundant (two kills of one node at 0 ms: the second is skipped). Try dropping each event
+/// again until none can go (bounded by [`PRUNE_RUNS_MAX`] runs); keep a drop only if the same
+/// invariant still fails. Returns the smaller case and its violation's detail.
+fn prune(
+    scenario: &Scenario,
+    mut best: Case,
+    invariant: &str,
+    mut detail: String,
+    opts: &SearchOptions,
+    step: &dyn Fn(usize),
+) -> (Case, String) {
+    let mut runs = 0;
+    let budget = PRUNE_RUNS_MAX.min(opts.shrink_iters_max.max(1));
+    loop {
+        let mut dropped = false;
+        let mut i = 0;
+        while i < best.schedule.len() && runs < budget {
+            let mut candidate = best.clone();
+            candidate.schedule.remove(i);
+            runs += 1;
+            step(best.schedule.len());
+            match violation_of(&run_scripted(&scripted(scenario, &candidate)), invariant) {
+                Some(d) => {
+                    best = candidate;
+                    detail = d;
+                    dropped = true;
+                }
+                None => i += 1,
+            }
+        }
+        if !dropped || runs >= budget {
+            return (best, detail);
+        }
+    }
+}
+
 fn rng_of(seed: u64) -> TestRng {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
@@ -615,14 +656,21 @@ pub fn search(
                 .borrow()
                 .clone()
                 .ok_or_else(|| SearchError::Aborted("a failure without an invariant".into()))?;
-            let mut replay = scripted(scenario, &minimal);
             // Run the minimal case once more: the detail to report, and proof it replays.
-            let outcome = run_scripted(&replay);
-            let detail = violation_of(&outcome, &invariant).ok_or_else(|| {
-                SearchError::Aborted(format!(
-                    "the shrunk schedule did not violate {invariant} again (not deterministic?)"
-                ))
-            })?;
+            let detail = violation_of(&run_scripted(&scripted(scenario, &minimal)), &invariant)
+                .ok_or_else(|| {
+                    SearchError::Aborted(format!(
+                        "the shrunk schedule did not violate {invariant} again (not deterministic?)"
+                    ))
+                })?;
+            let (minimal, detail) = prune(scenario, minimal, &invariant, detail, opts, &|events| {
+                shrink_steps.set(shrink_steps.get() + 1);
+                progress(&Progress::Shrink {
+                    step: shrink_steps.get(),
+                    events,
+                });
+            });
+            let mut replay = scripted(scenario, &minimal);
             replay.run.expect = Some(invariant.clone());
             replay.description = format!(
                 "{} [shrunk by `scenario search`: {} fault event(s) violate {invariant}]",

@@ -100,12 +100,12 @@ fn a_scripted_schedule_replays_exactly_and_its_faults_are_counted() {
 #[test]
 fn search_finds_shrinks_writes_and_replays_a_flaw() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (_, file) = short("tcc_storm", 1_500, 3_000, dir.path());
+    let (_, file) = short("tcc_storm", 1_000, 2_000, dir.path());
     let regressions = dir.path().join("regressions");
     let out = dir.path().join("found.toml");
     let run = scenario_cmd()
         .args(["search", &file, "--flaw", "tcc_no_fence", "--cases", "8"])
-        .args(["--events-max", "4", "--shrink-max", "6", "--regressions"])
+        .args(["--events-max", "4", "--shrink-max", "4", "--regressions"])
         .arg(&regressions)
         .arg("--out")
         .arg(&out)

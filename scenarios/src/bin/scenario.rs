@@ -1200,7 +1200,9 @@ fn search(
         Progress::Case { n, .. } => bar.set_position(u64::from(*n)),
         Progress::Failed { invariant, events } => {
             bar.set_prefix("shrink steps");
-            bar.set_length(u64::from(opts.shrink_iters_max));
+            bar.set_length(u64::from(
+                opts.shrink_iters_max + scenarios::search::PRUNE_RUNS_MAX,
+            ));
             bar.set_position(0);
             bar.set_message(format!("{invariant} violated with {events} event(s)"));
             if bar.is_hidden() {
