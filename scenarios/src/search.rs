@@ -452,11 +452,13 @@ pub fn replay_text(found: &Found, command: &str) -> Result<String, SearchError> 
         toml::to_string(&found.scenario).map_err(|e| SearchError::Io(format!("toml: {e}")))?;
     let mut text = String::new();
     text.push_str(&format!("# Written by `{command}`.\n"));
-    text.push_str(&format!(
-        "# Violates {}: {}\n",
-        found.invariant,
-        found.detail.replace('\n', " ")
-    ));
+    let detail = found.detail.replace('\n', " ");
+    let violation = if detail.starts_with(&found.invariant) {
+        detail
+    } else {
+        format!("{}: {detail}", found.invariant)
+    };
+    text.push_str(&format!("# Violates {violation}\n"));
     text.push_str(&format!(
         "# Shrunk from {} to {} fault event(s) in {} step(s); run seed {}, {} operations/s.\n",
         found.events_before,

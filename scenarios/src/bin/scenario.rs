@@ -1268,12 +1268,16 @@ fn search(
         println!("  {line}");
     }
     let command = format!(
-        "scenario search {}{} --seed {}",
+        "scenario search {}{}{} --seed {}",
         scenario.name,
         scenario
             .run
             .flaw
             .map(|f| format!(" --flaw {f}"))
+            .unwrap_or_default(),
+        opts.invariant
+            .as_ref()
+            .map(|i| format!(" --invariant {i}"))
             .unwrap_or_default(),
         opts.seed
     );
