@@ -1268,7 +1268,7 @@ fn search(
         println!("  {line}");
     }
     let command = format!(
-        "scenario search {}{}{} --seed {}",
+        "scenario search {}{}{} --seed {} --cases {} --events-max {}",
         scenario.name,
         scenario
             .run
@@ -1279,7 +1279,9 @@ fn search(
             .as_ref()
             .map(|i| format!(" --invariant {i}"))
             .unwrap_or_default(),
-        opts.seed
+        opts.seed,
+        opts.cases,
+        opts.events_max
     );
     let text = match scenarios::search::replay_text(&found, &command) {
         Ok(t) => t,
