@@ -5,6 +5,7 @@
 pub mod flaws;
 pub mod loadfile;
 pub mod report;
+pub mod search;
 
 use sim::scenario::{Scenario, ScenarioError};
 

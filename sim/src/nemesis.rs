@@ -11,7 +11,7 @@ use madsim::task::spawn;
 
 use crate::history::EventKind;
 use crate::nodes::sleep_ms;
-use crate::scenario::FaultKind;
+use crate::scenario::{FaultKind, ScheduledFault};
 use crate::world::{FaultSpan, World};
 
 fn between(range: [u64; 2]) -> u64 {
@@ -115,9 +115,9 @@ fn unclog_node(world: &World, node: &str) {
     }
 }
 
-/// Crashes a node's disk (pending writes lost, maybe a torn record) and kills the process.
-fn kill(world: &World, node: &str) {
-    let tear = thread_rng().gen_bool(0.5);
+/// Crashes a node's disk (pending writes lost, and the last record torn when `tear`) and kills
+/// the process.
+fn kill(world: &World, node: &str, tear: bool) {
     world.with(|w| {
         let loss = match node {
             "db" => w.disks.db.crash(tear),
@@ -167,8 +167,14 @@ fn resume(world: &World, node: &str) {
     }
 }
 
-/// Injects faults until simulated time `stop_ms`.
+/// Injects faults until simulated time `stop_ms`: the scenario's scripted schedule when it has
+/// one, otherwise random faults of the kinds this seed enabled.
 pub async fn run(world: World, stop_ms: u64) {
+    let schedule = world.with(|w| w.spec.scenario.schedule.clone());
+    if let Some(schedule) = schedule {
+        play(&world, schedule, stop_ms).await;
+        return;
+    }
     let (kinds, faults) = world.with(|w| (w.spec.faults.clone(), w.spec.scenario.faults.clone()));
     let total: u32 = kinds.iter().map(|(_, weight)| weight).sum();
     if total == 0 {
@@ -192,12 +198,97 @@ pub async fn run(world: World, stop_ms: u64) {
             })
             .map(|(kind, _)| *kind)
             .expect("weights sum to total");
-        inject(&world, kind, between(faults.duration_ms));
+        let duration_ms = between(faults.duration_ms);
+        if let Some(action) = choose(&world, kind) {
+            apply(&world, action, duration_ms);
+        }
     }
 }
 
-fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
-    let (servers, all, faults, lease_ms) = world.with(|w| {
+/// Plays a scripted schedule: each event at its time, with its own parameters, drawing
+/// nothing from the RNG (so removing one event perturbs the rest of the run as little as
+/// possible). A fault without a duration lasts until the safety phase ends.
+async fn play(world: &World, mut schedule: Vec<ScheduledFault>, stop_ms: u64) {
+    schedule.sort_by_key(|e| e.at_ms);
+    for event in schedule {
+        if event.at_ms >= stop_ms {
+            return;
+        }
+        let now = world.sim_ms();
+        if event.at_ms > now {
+            sleep_ms(event.at_ms - now).await;
+        }
+        let duration_ms = event
+            .duration_ms
+            .unwrap_or_else(|| stop_ms.saturating_sub(event.at_ms).max(1));
+        match scripted(world, &event) {
+            Ok(action) => apply(world, action, duration_ms),
+            Err(why) => {
+                world.record("nemesis", |_| EventKind::Fault {
+                    kind: event.fault.name().into(),
+                    detail: format!("skipped: {why}"),
+                });
+            }
+        }
+    }
+}
+
+/// A fault with every parameter decided.
+#[derive(Clone, Debug)]
+enum Action {
+    Partition {
+        side: Vec<String>,
+        one_way: bool,
+    },
+    /// `step_ms` `None`: the random nemesis's 20–200 ms steps and random heal order.
+    Swizzle {
+        nodes: Vec<String>,
+        step_ms: Option<u64>,
+    },
+    Loss {
+        ppm: u32,
+    },
+    Latency {
+        high_ms: u64,
+    },
+    Kill {
+        node: String,
+        tear: bool,
+    },
+    Pause {
+        node: String,
+    },
+    ClockBump {
+        node: String,
+        delta_ms: i64,
+    },
+    ClockStrobe {
+        node: String,
+        delta_ms: i64,
+        period_ms: u64,
+    },
+    ClockDrift {
+        node: String,
+        ppm: i64,
+    },
+    /// `down_ms` `None`: the random nemesis's 10–100 ms, drawn when the node goes down.
+    ClockRestart {
+        node: String,
+        back_ms: i64,
+        tear: bool,
+        down_ms: Option<u64>,
+    },
+}
+
+/// Default ms between swizzle steps in a schedule (the middle of the random 20–200 ms).
+const SWIZZLE_STEP_MS: u64 = 100;
+/// Default ms a `clock_restart` node stays down in a schedule (within the random 10–100 ms).
+const CLOCK_RESTART_DOWN_MS: u64 = 50;
+
+/// The random nemesis's choice of target and parameters for `kind` (draws in the same order as
+/// it always has, so seeds of unscripted scenarios replay as before).
+fn choose(world: &World, kind: FaultKind) -> Option<Action> {
+    let (servers, all, faults) = world.with(|w| {
         let targets = &w.spec.scenario.faults.targets;
         let servers: Vec<String> = w
             .server_nodes()
@@ -209,18 +300,155 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
             servers,
             w.addrs.keys().cloned().collect::<Vec<_>>(),
             w.spec.scenario.faults.clone(),
-            w.spec.scenario.ids.lease_ms,
         )
     });
     let mut rng = thread_rng();
-    match kind {
+    Some(match kind {
         FaultKind::Partition => {
             let mut side: Vec<String> = all.iter().filter(|_| rng.gen_bool(0.4)).cloned().collect();
             if side.is_empty() || side.len() == all.len() {
                 side = vec![all[rng.gen_range(0..all.len())].clone()];
             }
-            let rest: Vec<String> = all.iter().filter(|n| !side.contains(n)).cloned().collect();
             let one_way = rng.gen_bool(0.3);
+            Action::Partition { side, one_way }
+        }
+        FaultKind::Swizzle => {
+            let mut nodes: Vec<String> =
+                all.iter().filter(|_| rng.gen_bool(0.5)).cloned().collect();
+            if nodes.is_empty() {
+                nodes.push(all[0].clone());
+            }
+            Action::Swizzle {
+                nodes,
+                step_ms: None,
+            }
+        }
+        FaultKind::Loss => Action::Loss {
+            ppm: rng.gen_range(1..=faults.loss_pct_max.max(1)) * 10_000,
+        },
+        FaultKind::Latency => Action::Latency {
+            high_ms: rng.gen_range(50..500),
+        },
+        FaultKind::Kill => {
+            let node = pick(&servers)?;
+            let tear = thread_rng().gen_bool(0.5);
+            Action::Kill { node, tear }
+        }
+        FaultKind::Pause => Action::Pause {
+            node: pick(&servers)?,
+        },
+        FaultKind::ClockBump => {
+            let node = pick(&servers)?;
+            // Log-uniform magnitude: millisecond bumps (inside Snowflake's wait window) as
+            // often as minute-long ones.
+            let max = faults.bump_ms_max.max(2) as f64;
+            let magnitude = max.powf(rng.gen_range(0.0..1.0)).round() as i64;
+            let delta_ms = if rng.gen_bool(0.5) {
+                -magnitude
+            } else {
+                magnitude
+            };
+            Action::ClockBump { node, delta_ms }
+        }
+        FaultKind::ClockStrobe => {
+            let node = pick(&servers)?;
+            let delta_ms = rng.gen_range(2..2_000);
+            let period_ms = rng.gen_range(5..100);
+            Action::ClockStrobe {
+                node,
+                delta_ms,
+                period_ms,
+            }
+        }
+        FaultKind::ClockDrift => {
+            let node = pick(&servers)?;
+            let ppm = rng.gen_range(-faults.drift_ppm_max..=faults.drift_ppm_max);
+            Action::ClockDrift { node, ppm }
+        }
+        FaultKind::ClockRestart => {
+            let ids: Vec<String> = servers
+                .iter()
+                .filter(|n| n.starts_with("id"))
+                .cloned()
+                .collect();
+            let node = pick(&ids)?;
+            let back_ms = rng.gen_range(10..5_000);
+            let tear = thread_rng().gen_bool(0.5);
+            Action::ClockRestart {
+                node,
+                back_ms,
+                tear,
+                down_ms: None,
+            }
+        }
+    })
+}
+
+/// A scheduled event as an action; `Err` says why it cannot happen now (its node is down).
+fn scripted(world: &World, event: &ScheduledFault) -> Result<Action, String> {
+    let node = event.node.clone().unwrap_or_default();
+    let down = world.with(|w| w.killed.contains(&node) || w.paused.contains_key(&node));
+    let node_up = || {
+        if down {
+            Err(format!("{node} is already down or paused"))
+        } else {
+            Ok(node.clone())
+        }
+    };
+    Ok(match event.fault {
+        FaultKind::Partition => Action::Partition {
+            side: event.nodes.clone(),
+            one_way: event.one_way,
+        },
+        FaultKind::Swizzle => Action::Swizzle {
+            nodes: event.nodes.clone(),
+            step_ms: Some(event.period_ms.unwrap_or(SWIZZLE_STEP_MS)),
+        },
+        FaultKind::Loss => Action::Loss {
+            ppm: event.loss_pct.unwrap_or(1).min(100) * 10_000,
+        },
+        FaultKind::Latency => Action::Latency {
+            high_ms: event.latency_ms.unwrap_or(2).max(2),
+        },
+        FaultKind::Kill => Action::Kill {
+            node: node_up()?,
+            tear: event.tear,
+        },
+        FaultKind::Pause => Action::Pause { node: node_up()? },
+        FaultKind::ClockBump => Action::ClockBump {
+            node,
+            delta_ms: event.delta_ms.unwrap_or(0),
+        },
+        FaultKind::ClockStrobe => Action::ClockStrobe {
+            node,
+            delta_ms: event.delta_ms.unwrap_or(1),
+            period_ms: event.period_ms.unwrap_or(1).max(1),
+        },
+        FaultKind::ClockDrift => Action::ClockDrift {
+            node,
+            ppm: event.ppm.unwrap_or(0),
+        },
+        FaultKind::ClockRestart => Action::ClockRestart {
+            node: node_up()?,
+            back_ms: event.delta_ms.unwrap_or(1),
+            tear: event.tear,
+            down_ms: Some(event.duration_ms.unwrap_or(CLOCK_RESTART_DOWN_MS)),
+        },
+    })
+}
+
+/// Carries out a fault and arranges its heal after `duration_ms`; records it and counts it.
+fn apply(world: &World, action: Action, duration_ms: u64) {
+    let (all, lease_ms) = world.with(|w| {
+        (
+            w.addrs.keys().cloned().collect::<Vec<_>>(),
+            w.spec.scenario.ids.lease_ms,
+        )
+    });
+    match action {
+        Action::Partition { side, one_way } => {
+            let kind = FaultKind::Partition;
+            let rest: Vec<String> = all.iter().filter(|n| !side.contains(n)).cloned().collect();
             let mode = if one_way {
                 "one-way"
             } else if side.len() * 2 < all.len() {
@@ -250,33 +478,32 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 end(&world, span);
             });
         }
-        FaultKind::Swizzle => {
-            let mut nodes: Vec<String> =
-                all.iter().filter(|_| rng.gen_bool(0.5)).cloned().collect();
-            if nodes.is_empty() {
-                nodes.push(all[0].clone());
-            }
+        Action::Swizzle { nodes, step_ms } => {
+            let kind = FaultKind::Swizzle;
             let span = begin(world, "net", kind, format!("{nodes:?}"));
             let world = world.clone();
+            let step = move || step_ms.unwrap_or_else(|| thread_rng().gen_range(20..200));
             spawn(async move {
                 for node in &nodes {
                     clog_node(&world, node);
-                    sleep_ms(thread_rng().gen_range(20..200)).await;
+                    sleep_ms(step()).await;
                 }
                 sleep_ms(duration_ms).await;
                 let mut order = nodes.clone();
-                for i in (1..order.len()).rev() {
-                    order.swap(i, thread_rng().gen_range(0..=i));
+                if step_ms.is_none() {
+                    for i in (1..order.len()).rev() {
+                        order.swap(i, thread_rng().gen_range(0..=i));
+                    }
                 }
                 for node in &order {
                     unclog_node(&world, node);
-                    sleep_ms(thread_rng().gen_range(20..200)).await;
+                    sleep_ms(step()).await;
                 }
                 end(&world, span);
             });
         }
-        FaultKind::Loss => {
-            let ppm = rng.gen_range(1..=faults.loss_pct_max.max(1)) * 10_000;
+        Action::Loss { ppm } => {
+            let kind = FaultKind::Loss;
             world.with(|w| w.loss_ppm = ppm);
             let span = begin(world, "net", kind, format!("{}% loss", ppm / 10_000));
             let world = world.clone();
@@ -286,8 +513,8 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 end(&world, span);
             });
         }
-        FaultKind::Latency => {
-            let high = rng.gen_range(50..500);
+        Action::Latency { high_ms: high } => {
+            let kind = FaultKind::Latency;
             NetSim::current().update_config(|c| {
                 c.send_latency = Duration::from_millis(high / 2)..Duration::from_millis(high)
             });
@@ -303,9 +530,9 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 end(&world, span);
             });
         }
-        FaultKind::Kill => {
-            let Some(node) = pick(&servers) else { return };
-            kill(world, &node);
+        Action::Kill { node, tear } => {
+            let kind = FaultKind::Kill;
+            kill(world, &node, tear);
             let span = begin(world, &node, kind, format!("down for {duration_ms} ms"));
             let world = world.clone();
             spawn(async move {
@@ -314,8 +541,8 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 end(&world, span);
             });
         }
-        FaultKind::Pause => {
-            let Some(node) = pick(&servers) else { return };
+        Action::Pause { node } => {
+            let kind = FaultKind::Pause;
             world.with(|w| {
                 let now = w.sim_ms();
                 w.paused.insert(node.clone(), now);
@@ -335,25 +562,21 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 end(&world, span);
             });
         }
-        FaultKind::ClockBump => {
-            let Some(node) = pick(&servers) else { return };
-            // Log-uniform magnitude: millisecond bumps (inside Snowflake's wait window) as
-            // often as minute-long ones.
-            let max = faults.bump_ms_max.max(2) as f64;
-            let magnitude = max.powf(rng.gen_range(0.0..1.0)).round() as i64;
-            let delta = if rng.gen_bool(0.5) {
-                -magnitude
-            } else {
-                magnitude
-            };
+        Action::ClockBump {
+            node,
+            delta_ms: delta,
+        } => {
+            let kind = FaultKind::ClockBump;
             world.with(|w| w.adjust_clock(&node, |c, _| c.bump(delta)));
             let span = begin(world, &node, kind, format!("{delta:+} ms"));
             end(world, span);
         }
-        FaultKind::ClockStrobe => {
-            let Some(node) = pick(&servers) else { return };
-            let delta = rng.gen_range(2..2_000);
-            let period = rng.gen_range(5..100);
+        Action::ClockStrobe {
+            node,
+            delta_ms: delta,
+            period_ms: period,
+        } => {
+            let kind = FaultKind::ClockStrobe;
             let span = begin(
                 world,
                 &node,
@@ -371,9 +594,8 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 end(&world, span);
             });
         }
-        FaultKind::ClockDrift => {
-            let Some(node) = pick(&servers) else { return };
-            let ppm = rng.gen_range(-faults.drift_ppm_max..=faults.drift_ppm_max);
+        Action::ClockDrift { node, ppm } => {
+            let kind = FaultKind::ClockDrift;
             world.with(|w| {
                 let now = w.sim_ms();
                 w.clocks
@@ -400,16 +622,15 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
                 end(&world, span);
             });
         }
-        FaultKind::ClockRestart => {
-            let ids: Vec<String> = servers
-                .iter()
-                .filter(|n| n.starts_with("id"))
-                .cloned()
-                .collect();
-            let Some(node) = pick(&ids) else { return };
-            let back = rng.gen_range(10..5_000);
+        Action::ClockRestart {
+            node,
+            back_ms: back,
+            tear,
+            down_ms,
+        } => {
+            let kind = FaultKind::ClockRestart;
             world.with(|w| w.adjust_clock(&node, |c, _| c.bump(-back)));
-            kill(world, &node);
+            kill(world, &node, tear);
             let span = begin(
                 world,
                 &node,
@@ -418,7 +639,7 @@ fn inject(world: &World, kind: FaultKind, duration_ms: u64) {
             );
             let world = world.clone();
             spawn(async move {
-                sleep_ms(thread_rng().gen_range(10..100)).await;
+                sleep_ms(down_ms.unwrap_or_else(|| thread_rng().gen_range(10..100))).await;
                 restart(&world, &node);
                 end(&world, span);
             });

@@ -91,7 +91,15 @@ pub fn node_names(scenario: &Scenario) -> Vec<String> {
 }
 
 /// Swarm testing: which fault kinds this seed enables, with which weights.
+/// A scripted schedule decides instead: its kinds, weighted by their event counts (no draw).
 fn resolve_faults(scenario: &Scenario) -> Vec<(FaultKind, u32)> {
+    if let Some(schedule) = &scenario.schedule {
+        let mut counts: BTreeMap<FaultKind, u32> = BTreeMap::new();
+        for event in schedule {
+            *counts.entry(event.fault).or_default() += 1;
+        }
+        return counts.into_iter().collect();
+    }
     let kinds = &scenario.faults.kinds;
     if kinds.is_empty() {
         return Vec::new();
@@ -436,10 +444,8 @@ pub fn sweep(
         }
     }
     let vacuous_faults = scenario
-        .faults
-        .kinds
-        .iter()
-        .copied()
+        .fault_kinds()
+        .into_iter()
         .filter(|kind| {
             kind.effect_counters()
                 .iter()

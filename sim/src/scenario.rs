@@ -106,6 +106,14 @@ pub struct RunSection {
     /// A documented flaw of the reference implementation to switch on (`sut::flaw::Flaw`
     /// names; `--flaw` overrides). Absent: the correct implementation.
     pub flaw: Option<Flaw>,
+    /// First seed of a sweep when the command line gives none (`--seed` overrides); a file
+    /// written by `scenario search` names the seed that replays its failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The invariant this scenario is expected to violate: set in the files `scenario search`
+    /// writes, so that `scenario replay` can tell "reproduced" from "a different failure".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expect: Option<String>,
 }
 
 impl Default for RunSection {
@@ -115,6 +123,8 @@ impl Default for RunSection {
             liveness_ms: 8_000,
             seeds: 8,
             flaw: None,
+            seed: None,
+            expect: None,
         }
     }
 }
@@ -313,6 +323,299 @@ pub struct Scenario {
     /// ID service settings.
     #[serde(default)]
     pub ids: Ids,
+    /// A scripted fault schedule (`[[schedule]]` entries). When present (even empty:
+    /// `schedule = []`), the nemesis plays exactly these events and injects no random fault;
+    /// `[faults] kinds`, `swarm` and the intervals are then ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Vec<ScheduledFault>>,
+}
+
+/// One scripted fault: what happens at `at_ms` of the safety phase, to which node(s), with
+/// every parameter the random nemesis would otherwise draw. Fields that do not apply to the
+/// fault are errors (a typo must not silently script a different fault).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduledFault {
+    /// When, in simulated ms from the start of the run (within the safety phase).
+    pub at_ms: u64,
+    /// What.
+    pub fault: FaultKind,
+    /// The node a node fault hits (`kill`, `pause`, `clock_*`): a server node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The nodes a network fault hits: for `partition` one side (the rest is the other), for
+    /// `swizzle` the nodes clogged one by one (and healed in this order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// How long the fault lasts before it heals, ms; absent: until the liveness phase heals
+    /// everything. For `clock_restart`, how long the node stays down. Not for `clock_bump`
+    /// (instantaneous; the offset stays until the liveness phase resets clocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// `partition`: one-way (only the side's messages to the rest are dropped).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub one_way: bool,
+    /// `clock_bump`: the signed jump, ms; `clock_strobe`: the amplitude (> 0);
+    /// `clock_restart`: how far the clock jumps back (> 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_ms: Option<i64>,
+    /// `clock_strobe`: ms between flips; `swizzle`: ms between clogging (and healing) nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_ms: Option<u64>,
+    /// `clock_drift`: parts per million (signed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppm: Option<i64>,
+    /// `loss`: percent of messages dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_pct: Option<u32>,
+    /// `latency`: the spike's largest latency, ms (latencies are drawn from half of it to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+    /// `kill`, `clock_restart`: the crash tears the last pending record.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tear: bool,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Most events a schedule may hold.
+pub const SCHEDULE_EVENTS_MAX: usize = 1_000;
+/// Largest clock jump or strobe amplitude a schedule may script, ms (an hour).
+pub const SCHEDULE_DELTA_MS_MAX: i64 = 3_600_000;
+
+impl ScheduledFault {
+    /// A `fault` at `at_ms` with no parameter set yet (fill in what the kind needs).
+    #[must_use]
+    pub fn new(at_ms: u64, fault: FaultKind) -> Self {
+        Self {
+            at_ms,
+            fault,
+            node: None,
+            nodes: Vec::new(),
+            duration_ms: None,
+            one_way: false,
+            delta_ms: None,
+            period_ms: None,
+            ppm: None,
+            loss_pct: None,
+            latency_ms: None,
+            tear: false,
+        }
+    }
+
+    /// One line of a human-readable timeline, e.g. `1200 ms  kill token for 800 ms (torn)`.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let node = self.node.as_deref().unwrap_or("?");
+        let lasting = |d: Option<u64>| {
+            d.map_or_else(
+                || " until the liveness phase".to_owned(),
+                |ms| format!(" for {ms} ms"),
+            )
+        };
+        let what = match self.fault {
+            FaultKind::Partition => format!(
+                "partition {}{:?} | rest{}",
+                if self.one_way { "one-way " } else { "" },
+                self.nodes,
+                lasting(self.duration_ms)
+            ),
+            FaultKind::Swizzle => format!(
+                "swizzle {:?} one by one every {} ms{}",
+                self.nodes,
+                self.period_ms.unwrap_or(100),
+                lasting(self.duration_ms)
+            ),
+            FaultKind::Loss => format!(
+                "loss {}%{}",
+                self.loss_pct.unwrap_or(0),
+                lasting(self.duration_ms)
+            ),
+            FaultKind::Latency => format!(
+                "latency up to {} ms{}",
+                self.latency_ms.unwrap_or(0),
+                lasting(self.duration_ms)
+            ),
+            FaultKind::Kill => format!(
+                "kill {node}{}{}",
+                if self.tear {
+                    " (tearing its last write)"
+                } else {
+                    ""
+                },
+                self.duration_ms.map_or_else(
+                    || ", restart at the liveness phase".to_owned(),
+                    |ms| format!(", restart after {ms} ms")
+                )
+            ),
+            FaultKind::Pause => format!("pause {node}{}", lasting(self.duration_ms)),
+            FaultKind::ClockBump => {
+                format!("clock_bump {node} by {:+} ms", self.delta_ms.unwrap_or(0))
+            }
+            FaultKind::ClockStrobe => format!(
+                "clock_strobe {node} ±{} ms every {} ms{}",
+                self.delta_ms.unwrap_or(0),
+                self.period_ms.unwrap_or(0),
+                lasting(self.duration_ms)
+            ),
+            FaultKind::ClockDrift => format!(
+                "clock_drift {node} {:+} ppm{}",
+                self.ppm.unwrap_or(0),
+                lasting(self.duration_ms)
+            ),
+            FaultKind::ClockRestart => format!(
+                "clock_restart {node}: clock -{} ms, killed{}, restart after {} ms",
+                self.delta_ms.unwrap_or(0),
+                if self.tear {
+                    " (tearing its last write)"
+                } else {
+                    ""
+                },
+                self.duration_ms.unwrap_or(50)
+            ),
+        };
+        format!("{:>6} ms  {what}", self.at_ms)
+    }
+
+    /// The fields this fault kind requires and those it allows, by TOML name.
+    fn fields(kind: FaultKind) -> (&'static [&'static str], &'static [&'static str]) {
+        match kind {
+            FaultKind::Partition => (&["nodes"], &["nodes", "duration_ms", "one_way"]),
+            FaultKind::Swizzle => (&["nodes"], &["nodes", "duration_ms", "period_ms"]),
+            FaultKind::Loss => (&["loss_pct"], &["loss_pct", "duration_ms"]),
+            FaultKind::Latency => (&["latency_ms"], &["latency_ms", "duration_ms"]),
+            FaultKind::Kill => (&["node"], &["node", "duration_ms", "tear"]),
+            FaultKind::Pause => (&["node"], &["node", "duration_ms"]),
+            FaultKind::ClockBump => (&["node", "delta_ms"], &["node", "delta_ms"]),
+            FaultKind::ClockStrobe => (
+                &["node", "delta_ms", "period_ms"],
+                &["node", "delta_ms", "period_ms", "duration_ms"],
+            ),
+            FaultKind::ClockDrift => (&["node", "ppm"], &["node", "ppm", "duration_ms"]),
+            FaultKind::ClockRestart => (
+                &["node", "delta_ms"],
+                &["node", "delta_ms", "duration_ms", "tear"],
+            ),
+        }
+    }
+
+    /// The optional fields that are set, by TOML name.
+    fn present(&self) -> Vec<&'static str> {
+        let mut set = Vec::new();
+        let checks: [(&'static str, bool); 10] = [
+            ("node", self.node.is_some()),
+            ("nodes", !self.nodes.is_empty()),
+            ("duration_ms", self.duration_ms.is_some()),
+            ("one_way", self.one_way),
+            ("delta_ms", self.delta_ms.is_some()),
+            ("period_ms", self.period_ms.is_some()),
+            ("ppm", self.ppm.is_some()),
+            ("loss_pct", self.loss_pct.is_some()),
+            ("latency_ms", self.latency_ms.is_some()),
+            ("tear", self.tear),
+        ];
+        for (name, is_set) in checks {
+            if is_set {
+                set.push(name);
+            }
+        }
+        set
+    }
+
+    /// Checks one entry against the scenario; the error names the field.
+    fn validate(&self, scenario: &Scenario) -> Result<(), (&'static str, String)> {
+        let kind = self.fault.name();
+        let (required, allowed) = Self::fields(self.fault);
+        let present = self.present();
+        if let Some(field) = present.iter().find(|f| !allowed.contains(f)) {
+            return Err((field, format!("does not apply to a `{kind}` fault")));
+        }
+        if let Some(field) = required.iter().find(|f| !present.contains(f)) {
+            return Err((field, format!("a `{kind}` fault needs it")));
+        }
+        if self.at_ms >= scenario.run.safety_ms {
+            return Err((
+                "at_ms",
+                format!(
+                    "{} is not within the safety phase (0..{})",
+                    self.at_ms, scenario.run.safety_ms
+                ),
+            ));
+        }
+        if let Some(node) = &self.node
+            && !known_node(node, &scenario.topology)
+        {
+            return Err(("node", format!("no server node is called `{node}`")));
+        }
+        if self.fault == FaultKind::ClockRestart
+            && !self.node.as_deref().is_some_and(|n| n.starts_with("id"))
+        {
+            return Err((
+                "node",
+                "a `clock_restart` hits an ID node (id1, id2, ...)".into(),
+            ));
+        }
+        let topology = &scenario.topology;
+        let is_node = |n: &str| {
+            known_node(n, topology)
+                || n.strip_prefix("client")
+                    .and_then(|i| i.parse::<u32>().ok())
+                    .is_some_and(|i| (1..=topology.clients).contains(&i))
+        };
+        if let Some(unknown) = self.nodes.iter().find(|n| !is_node(n)) {
+            return Err(("nodes", format!("no node is called `{unknown}`")));
+        }
+        let mut distinct = self.nodes.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() != self.nodes.len() {
+            return Err(("nodes", "lists a node twice".into()));
+        }
+        // db, the ID nodes, token, coord, wallet, inventory and the clients.
+        let node_count = 5 + topology.id_nodes as usize + topology.clients as usize;
+        if self.fault == FaultKind::Partition && self.nodes.len() >= node_count {
+            return Err((
+                "nodes",
+                "one side of a partition cannot hold every node".into(),
+            ));
+        }
+        if self.duration_ms == Some(0) {
+            return Err(("duration_ms", "must be positive".into()));
+        }
+        if let Some(d) = self.delta_ms {
+            if d.abs() > SCHEDULE_DELTA_MS_MAX {
+                return Err((
+                    "delta_ms",
+                    format!("{d} is beyond ±{SCHEDULE_DELTA_MS_MAX}"),
+                ));
+            }
+            if d <= 0 && matches!(self.fault, FaultKind::ClockStrobe | FaultKind::ClockRestart) {
+                return Err(("delta_ms", format!("{d} must be positive for `{kind}`")));
+            }
+        }
+        if self.period_ms == Some(0) {
+            return Err(("period_ms", "must be positive".into()));
+        }
+        if let Some(ppm) = self.ppm
+            && ppm.abs() > 1_000_000
+        {
+            return Err(("ppm", format!("{ppm} is beyond ±1000000")));
+        }
+        if let Some(pct) = self.loss_pct
+            && !(1..=100).contains(&pct)
+        {
+            return Err(("loss_pct", format!("{pct} is not within 1..=100")));
+        }
+        if let Some(ms) = self.latency_ms
+            && !(2..=60_000).contains(&ms)
+        {
+            return Err(("latency_ms", format!("{ms} is not within 2..=60000")));
+        }
+        Ok(())
+    }
 }
 
 /// A scenario file that cannot be used.
@@ -354,9 +657,76 @@ impl Scenario {
                 .unwrap_or(0);
             at(offset, format!("field `{field}`: {message}"))
         })?;
+        scenario
+            .validate_schedule()
+            .map_err(|(index, field, message)| {
+                at(
+                    schedule_field_offset(text, index, field),
+                    format!("schedule entry {}: field `{field}`: {message}", index + 1),
+                )
+            })?;
         Ok(scenario)
     }
 
+    /// Checks the scripted schedule: each entry, and the count. Errors carry the entry's
+    /// 0-based index and the field.
+    fn validate_schedule(&self) -> Result<(), (usize, &'static str, String)> {
+        let Some(schedule) = &self.schedule else {
+            return Ok(());
+        };
+        if schedule.len() > SCHEDULE_EVENTS_MAX {
+            return Err((
+                SCHEDULE_EVENTS_MAX,
+                "at_ms",
+                format!("more than {SCHEDULE_EVENTS_MAX} events"),
+            ));
+        }
+        for (index, entry) in schedule.iter().enumerate() {
+            entry
+                .validate(self)
+                .map_err(|(field, message)| (index, field, message))?;
+        }
+        Ok(())
+    }
+
+    /// The fault kinds this scenario injects: the scripted schedule's (in kind order) when it
+    /// has one, otherwise `[faults] kinds`. A sweep in which one of them never took effect is
+    /// vacuous.
+    #[must_use]
+    pub fn fault_kinds(&self) -> Vec<FaultKind> {
+        match &self.schedule {
+            Some(schedule) => {
+                let kinds: std::collections::BTreeSet<FaultKind> =
+                    schedule.iter().map(|e| e.fault).collect();
+                kinds.into_iter().collect()
+            }
+            None => self.faults.kinds.clone(),
+        }
+    }
+}
+
+/// Where entry `index` of the schedule sets `field` in `text` (the entry's `[[schedule]]`
+/// header when the field is absent; the start of the schedule when the entry is not found).
+fn schedule_field_offset(text: &str, index: usize, field: &str) -> usize {
+    let mut headers = text.match_indices("[[schedule]]").map(|(at, _)| at);
+    let Some(start) = headers.nth(index) else {
+        return text.find("schedule").unwrap_or(0);
+    };
+    let end = text[start + 1..]
+        .find("\n[")
+        .map_or(text.len(), |rel| start + 1 + rel);
+    let entry = &text[start..end];
+    entry
+        .match_indices(field)
+        .map(|(rel, _)| start + rel)
+        .find(|&at| {
+            let line_start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+            text[line_start..at].trim().is_empty()
+        })
+        .unwrap_or(start)
+}
+
+impl Scenario {
     fn validate(&self) -> Result<(), (&'static str, String)> {
         let w = &self.workload;
         let m = &w.mix;
@@ -496,5 +866,130 @@ mod tests {
         assert!(err.message.contains("`id9`") && err.line == 4, "{err}");
         let err = Scenario::parse("bad.toml", "description = \"d\"\n").unwrap_err();
         assert!(err.message.contains("name"), "{err}");
+    }
+
+    const HEAD: &str = "name = \"s\"\ndescription = \"d\"\n";
+
+    fn schedule_error(entries: &str) -> ScenarioError {
+        Scenario::parse("s.toml", &format!("{HEAD}{entries}")).unwrap_err()
+    }
+
+    #[test]
+    fn a_schedule_parses_and_round_trips() {
+        let text = format!(
+            "{HEAD}[[schedule]]\nat_ms = 100\nfault = \"kill\"\nnode = \"token\"\nduration_ms = 300\ntear = true\n\
+             [[schedule]]\nat_ms = 50\nfault = \"partition\"\nnodes = [\"db\", \"client1\"]\none_way = true\n\
+             [[schedule]]\nat_ms = 0\nfault = \"clock_bump\"\nnode = \"id2\"\ndelta_ms = -5000\n"
+        );
+        let s = Scenario::parse("s.toml", &text).unwrap();
+        let schedule = s.schedule.clone().unwrap();
+        assert_eq!(schedule.len(), 3);
+        assert_eq!(schedule[0].node.as_deref(), Some("token"));
+        assert!(schedule[0].tear);
+        assert_eq!(schedule[1].nodes, vec!["db", "client1"]);
+        assert_eq!(schedule[2].delta_ms, Some(-5_000));
+        assert_eq!(
+            s.fault_kinds(),
+            vec![FaultKind::Partition, FaultKind::Kill, FaultKind::ClockBump]
+        );
+        assert!(schedule[0].describe().contains("kill token"));
+        // Written back and read again: the same scenario (what `scenario search` relies on).
+        let written = toml::to_string(&s).unwrap();
+        assert_eq!(Scenario::parse("again.toml", &written).unwrap(), s);
+        // An empty schedule is a schedule: no fault at all, not the random nemesis.
+        let none = Scenario::parse("s.toml", &format!("{HEAD}schedule = []\n")).unwrap();
+        assert_eq!(none.schedule, Some(Vec::new()));
+        assert!(none.fault_kinds().is_empty());
+        let written = toml::to_string(&none).unwrap();
+        assert_eq!(Scenario::parse("again.toml", &written).unwrap(), none);
+    }
+
+    #[test]
+    fn schedule_errors_name_the_line_entry_and_field() {
+        // Entry 2 (line 7) names a node that does not exist.
+        let err = schedule_error(
+            "[[schedule]]\nat_ms = 1\nfault = \"pause\"\nnode = \"db\"\n\
+             [[schedule]]\nat_ms = 2\nfault = \"kill\"\nnode = \"id7\"\n",
+        );
+        assert_eq!((err.file.as_str(), err.line), ("s.toml", 10), "{err}");
+        assert!(
+            err.message.contains("schedule entry 2: field `node`") && err.message.contains("`id7`"),
+            "{err}"
+        );
+        // A field that does not apply to the kind.
+        let err =
+            schedule_error("[[schedule]]\nat_ms = 1\nfault = \"loss\"\nloss_pct = 10\nppm = 5\n");
+        assert_eq!(err.line, 7, "{err}");
+        assert!(
+            err.message
+                .contains("field `ppm`: does not apply to a `loss` fault"),
+            "{err}"
+        );
+        // A field the kind needs.
+        let err =
+            schedule_error("[[schedule]]\nat_ms = 1\nfault = \"clock_bump\"\nnode = \"id1\"\n");
+        assert_eq!(err.line, 3, "{err}");
+        assert!(
+            err.message
+                .contains("field `delta_ms`: a `clock_bump` fault needs it"),
+            "{err}"
+        );
+        // Outside the safety phase.
+        let err = schedule_error(
+            "[run]\nsafety_ms = 1000\n[[schedule]]\nat_ms = 1000\nfault = \"pause\"\nnode = \"db\"\n",
+        );
+        assert_eq!(err.line, 6, "{err}");
+        assert!(err.message.contains("field `at_ms`"), "{err}");
+        // Unknown field and unknown kind: the TOML parser's own errors, with their lines.
+        let err = schedule_error("[[schedule]]\nat_ms = 1\nfault = \"pause\"\nnod = \"db\"\n");
+        assert_eq!(err.line, 6, "{err}");
+        assert!(err.message.contains("unknown field `nod`"), "{err}");
+        let err = schedule_error("[[schedule]]\nat_ms = 1\nfault = \"meteor\"\n");
+        assert_eq!(err.line, 5, "{err}");
+        // Bad values.
+        for (entry, field) in [
+            ("fault = \"partition\"\nnodes = [\"db\", \"db\"]", "nodes"),
+            ("fault = \"partition\"\nnodes = [\"client9\"]", "nodes"),
+            (
+                "fault = \"clock_restart\"\nnode = \"db\"\ndelta_ms = 5",
+                "node",
+            ),
+            (
+                "fault = \"clock_strobe\"\nnode = \"db\"\ndelta_ms = -5\nperiod_ms = 5",
+                "delta_ms",
+            ),
+            ("fault = \"loss\"\nloss_pct = 101", "loss_pct"),
+            (
+                "fault = \"pause\"\nnode = \"db\"\nduration_ms = 0",
+                "duration_ms",
+            ),
+        ] {
+            let err = schedule_error(&format!("[[schedule]]\nat_ms = 1\n{entry}\n"));
+            assert!(
+                err.message.contains(&format!("field `{field}`")),
+                "{entry}: {err}"
+            );
+        }
+        // Every node of a topology on one side is no partition.
+        let every: Vec<String> = [
+            "db",
+            "id1",
+            "id2",
+            "id3",
+            "token",
+            "coord",
+            "wallet",
+            "inventory",
+            "client1",
+            "client2",
+        ]
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect();
+        let err = schedule_error(&format!(
+            "[[schedule]]\nat_ms = 1\nfault = \"partition\"\nnodes = [{}]\n",
+            every.join(", ")
+        ));
+        assert!(err.message.contains("every node"), "{err}");
     }
 }

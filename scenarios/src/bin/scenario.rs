@@ -29,9 +29,9 @@ struct Cli {
 struct RunArgs {
     /// A named scenario (see `scenario list`) or a scenario file (`path.toml`).
     name: Option<String>,
-    /// First seed.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// First seed (default: the scenario file's `[run] seed`, else 0).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Number of seeds (default: the scenario's own sweep size).
     #[arg(long)]
     seeds: Option<u64>,
@@ -159,6 +159,49 @@ enum Command {
         #[arg(long)]
         report: Option<PathBuf>,
     },
+    /// Search for a minimal failing fault schedule (proptest generates schedules and shrinks
+    /// the first failure); prints it as a timeline and writes it as a scenario file that
+    /// replays it. Exit 0 nothing found, 1 a violation found (and shrunk), 2 bad usage.
+    Search {
+        /// The scenario (default with --flaw: the scenario the flaw catalog uses for it).
+        name: Option<String>,
+        /// New cases (one simulated run each) before giving up.
+        #[arg(long, default_value_t = 64)]
+        cases: u32,
+        /// Switch on a documented flaw of the reference implementation.
+        #[arg(long)]
+        flaw: Option<sut::flaw::Flaw>,
+        /// Seed of the search (the same seed generates the same cases).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Write the shrunk scenario file here (besides the regression file).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Most fault events in a generated schedule.
+        #[arg(long, default_value_t = 10)]
+        events_max: usize,
+        /// Most shrink steps (one simulated run each).
+        #[arg(long, default_value_t = 96)]
+        shrink_max: u32,
+        /// Where failures are kept and replayed first by later searches.
+        #[arg(long, default_value = "scenarios/regressions")]
+        regressions: PathBuf,
+        /// Do not replay the regression files first (a failure found is still kept).
+        #[arg(long)]
+        fresh: bool,
+        /// Look for a violation of this invariant only (default: whichever fails first).
+        #[arg(long)]
+        invariant: Option<String>,
+        /// Safety-phase length in simulated seconds (overrides the scenario).
+        #[arg(long)]
+        duration: Option<f64>,
+    },
+    /// Run a scenario file once (its own seed) and say whether it reproduces the violation it
+    /// expects (`[run] expect`, set in the files `scenario search` writes).
+    Replay {
+        /// The scenario file.
+        file: PathBuf,
+    },
     /// Measure the simulator's speed against a bare madsim ping-pong of the same node count.
     Bench {
         /// The scenario to measure.
@@ -219,6 +262,42 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Bench { name, seeds, json }) => bench(&name, seeds, json.as_deref()),
+        Some(Command::Search {
+            name,
+            cases,
+            flaw,
+            seed,
+            out,
+            events_max,
+            shrink_max,
+            regressions,
+            fresh,
+            invariant,
+            duration,
+        }) => {
+            if let Some(name) = invariant
+                .as_deref()
+                .filter(|i| !sim::checkers::INVARIANTS.contains(i))
+            {
+                eprintln!(
+                    "scenario search: no invariant is called `{name}` (they are: {})",
+                    sim::checkers::INVARIANTS.join(", ")
+                );
+                return ExitCode::from(USAGE);
+            }
+            let opts = scenarios::search::SearchOptions {
+                cases,
+                seed,
+                events_max,
+                shrink_iters_max: shrink_max,
+                regressions: Some(regressions),
+                fresh,
+                invariant,
+                ..scenarios::search::SearchOptions::default()
+            };
+            search(name.as_deref(), flaw, duration, &opts, out.as_deref())
+        }
+        Some(Command::Replay { file }) => replay(&file),
         Some(Command::Flaws {
             list,
             only,
@@ -702,7 +781,8 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         scenario.run.safety_ms = (secs * 1_000.0).round() as u64;
     }
     let count = args.seeds.unwrap_or(scenario.run.seeds);
-    let mut seeds: Vec<u64> = (args.seed..args.seed.saturating_add(count)).collect();
+    let first_seed = args.seed.or(scenario.run.seed).unwrap_or(0);
+    let mut seeds: Vec<u64> = (first_seed..first_seed.saturating_add(count)).collect();
     if let Some((i, n)) = args.shard {
         seeds.retain(|s| s % n == i);
     }
@@ -714,7 +794,7 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         "scenario {}: {} seed(s) from {} on {jobs} thread(s), {} ms safety + {} ms liveness each",
         scenario.name,
         seeds.len(),
-        args.seed,
+        first_seed,
         scenario.run.safety_ms,
         scenario.run.liveness_ms
     );
@@ -796,7 +876,16 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
 }
 
 fn replay_command(scenario: &Scenario, seed: u64, args: &RunArgs) -> String {
-    scenarios::report::replay_command(scenario, seed, args.duration)
+    match (&scenario.schedule, &args.name) {
+        // A scripted scenario lives in its file: replay the file, not the named scenario.
+        (Some(_), Some(path)) => format!(
+            "cargo run --release --bin scenario -- {path} --seed {seed} --seeds 1{}",
+            args.duration
+                .map(|d| format!(" --duration {d}"))
+                .unwrap_or_default()
+        ),
+        _ => scenarios::report::replay_command(scenario, seed, args.duration),
+    }
 }
 
 fn write_reports(dir: &std::path::Path, summary: &reports::model::Summary) -> Result<(), String> {
@@ -1035,5 +1124,251 @@ fn flaws(
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+fn search(
+    name: Option<&str>,
+    flaw: Option<sut::flaw::Flaw>,
+    duration: Option<f64>,
+    opts: &scenarios::search::SearchOptions,
+    out: Option<&std::path::Path>,
+) -> ExitCode {
+    use scenarios::search::{Progress, SearchOutcome};
+    let catalog = flaw.and_then(|f| {
+        scenarios::flaws::CATALOG
+            .iter()
+            .find(|(c, _)| *c == f)
+            .map(|(_, s)| *s)
+    });
+    let Some(name) = name.or(catalog) else {
+        eprintln!("scenario search: name a scenario, or a flaw with --flaw");
+        return ExitCode::from(USAGE);
+    };
+    let mut scenario = match scenarios::load(name) {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("scenario search: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    if flaw.is_some() {
+        scenario.run.flaw = flaw;
+    }
+    if let Some(secs) = duration {
+        if !(secs > 0.0 && secs <= 3_600.0) {
+            eprintln!("scenario search: --duration {secs} is not within (0, 3600] seconds");
+            return ExitCode::from(USAGE);
+        }
+        scenario.run.safety_ms = (secs * 1_000.0).round() as u64;
+    }
+    // A file that already has a schedule is searched over its scenario's fault kinds.
+    scenario.schedule = None;
+    eprintln!(
+        "search {}{}: up to {} cases of up to {} fault events ({}), search seed {}",
+        scenario.name,
+        scenario
+            .run
+            .flaw
+            .map(|f| format!(" with FLAW {f}"))
+            .unwrap_or_default(),
+        opts.cases,
+        opts.events_max,
+        scenario
+            .faults
+            .kinds
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        opts.seed
+    );
+    let bar = indicatif::ProgressBar::new(u64::from(opts.cases));
+    if std::io::stderr().is_terminal() {
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} {prefix}  {elapsed_precise}  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_prefix("cases");
+    } else {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let progress = |p: &Progress| match p {
+        Progress::Regression(path) => bar.set_message(format!("replaying {}", path.display())),
+        Progress::Case { n, .. } => bar.set_position(u64::from(*n)),
+        Progress::Failed { invariant, events } => {
+            bar.set_prefix("shrink steps");
+            bar.set_length(u64::from(
+                opts.shrink_iters_max + scenarios::search::PRUNE_RUNS_MAX,
+            ));
+            bar.set_position(0);
+            bar.set_message(format!("{invariant} violated with {events} event(s)"));
+            if bar.is_hidden() {
+                eprintln!("search: {invariant} violated with {events} fault event(s); shrinking");
+            }
+        }
+        Progress::Shrink { step, events } => {
+            bar.set_position(u64::from(*step));
+            bar.set_message(format!("smallest failing schedule: {events} event(s)"));
+        }
+    };
+    let outcome = scenarios::search::search(&scenario, opts, &progress);
+    bar.finish_and_clear();
+    let found = match outcome {
+        Err(err) => {
+            eprintln!("scenario search: {err}");
+            return ExitCode::from(USAGE);
+        }
+        Ok(SearchOutcome::Nothing {
+            cases_run,
+            wall_seconds,
+        }) => {
+            println!(
+                "search {}: no violation in {cases_run} case(s) ({wall_seconds:.1} s)",
+                scenario.name
+            );
+            return ExitCode::SUCCESS;
+        }
+        Ok(SearchOutcome::Found(found)) => found,
+    };
+    println!("scenario        {}", scenario.name);
+    if let Some(flaw) = scenario.run.flaw {
+        println!("flaw            {flaw}");
+    }
+    println!(
+        "violated        {}",
+        violation_text(&found.invariant, &found.detail)
+    );
+    match &found.from_regression {
+        Some(path) => println!(
+            "found by        replaying the regression file {} (use --fresh to search anew)",
+            path.display()
+        ),
+        None => println!(
+            "found by        case {} of {}; shrunk from {} to {} fault event(s) in {} step(s)",
+            found.cases_run,
+            opts.cases,
+            found.events_before,
+            found.events_after,
+            found.shrink_steps
+        ),
+    }
+    println!(
+        "run             seed {}, {} operations/s, {} ms safety + {} ms liveness",
+        found.scenario.run.seed.unwrap_or(0),
+        found.scenario.workload.rate_per_s,
+        found.scenario.run.safety_ms,
+        found.scenario.run.liveness_ms
+    );
+    println!("wall            {:.1} s", found.wall_seconds);
+    println!("timeline:");
+    for line in scenarios::search::timeline(&found.scenario) {
+        println!("  {line}");
+    }
+    let command = format!(
+        "scenario search {}{}{} --seed {} --cases {} --events-max {}",
+        scenario.name,
+        scenario
+            .run
+            .flaw
+            .map(|f| format!(" --flaw {f}"))
+            .unwrap_or_default(),
+        opts.invariant
+            .as_ref()
+            .map(|i| format!(" --invariant {i}"))
+            .unwrap_or_default(),
+        opts.seed,
+        opts.cases,
+        opts.events_max
+    );
+    let text = match scenarios::search::replay_text(&found, &command) {
+        Ok(t) => t,
+        Err(err) => {
+            eprintln!("scenario search: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let mut written = Vec::new();
+    if found.from_regression.is_none()
+        && let Some(dir) = &opts.regressions
+    {
+        written.push(dir.join(scenarios::search::regression_name(
+            &scenario.name,
+            scenario.run.flaw,
+            &found.invariant,
+        )));
+    }
+    written.extend(out.map(std::path::Path::to_path_buf));
+    for path in &written {
+        if let Err(err) = scenarios::search::write_atomic(path, &text) {
+            eprintln!("scenario search: {err}");
+            return ExitCode::from(USAGE);
+        }
+        println!("written         {}", path.display());
+    }
+    if let Some(path) = written.last().or(found.from_regression.as_ref()) {
+        println!("replay          scenario replay {}", path.display());
+    }
+    ExitCode::FAILURE
+}
+
+fn replay(file: &std::path::Path) -> ExitCode {
+    let shown = file.display().to_string();
+    let scenario = match std::fs::read_to_string(file) {
+        Err(err) => {
+            eprintln!("scenario replay: cannot read {shown}: {err}");
+            return ExitCode::from(USAGE);
+        }
+        Ok(text) => match Scenario::parse(&shown, &text) {
+            Ok(s) => s,
+            Err(err) => {
+                eprintln!("scenario replay: {err}");
+                return ExitCode::from(USAGE);
+            }
+        },
+    };
+    let seed = scenario.run.seed.unwrap_or(0);
+    println!("scenario        {} ({shown})", scenario.name);
+    if let Some(flaw) = scenario.run.flaw {
+        println!("flaw            {flaw}");
+    }
+    println!(
+        "run             seed {seed}, {} operations/s",
+        scenario.workload.rate_per_s
+    );
+    println!("timeline:");
+    for line in scenarios::search::timeline(&scenario) {
+        println!("  {line}");
+    }
+    let outcome = sim::run::run_seed(&scenario, seed, false);
+    let violations: Vec<_> = outcome.violations().collect();
+    for v in &violations {
+        println!("VIOLATION {}", violation_text(&v.invariant, &v.detail));
+    }
+    if violations.is_empty() {
+        println!("every invariant held");
+    }
+    if let Some(expected) = &scenario.run.expect {
+        if violations.iter().any(|v| &v.invariant == expected) {
+            println!("reproduced      {expected}");
+        } else {
+            println!("NOT REPRODUCED  {expected} (the file expects it)");
+        }
+    }
+    if violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `invariant: detail`, without repeating the invariant when the detail starts with it.
+fn violation_text(invariant: &str, detail: &str) -> String {
+    if detail.starts_with(invariant) {
+        detail.to_owned()
+    } else {
+        format!("{invariant}: {detail}")
     }
 }
