@@ -202,9 +202,8 @@ pub fn run_detailed(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), Load
 
 /// Environment variable that sets the number of worker threads of the client's tokio
 /// runtime (a positive integer; default: one per core, tokio's default). For measurements
-/// only: with two cores shared with the server, one worker needs less CPU per request in a
-/// closed loop but falls behind a constant rate when other jobs load the machine (docs/load.md,
-/// "Figures").
+/// only: on two cores shared with the server, one worker was no clear gain in a closed loop
+/// and fell behind constant rates of 5,000/s and more (docs/load.md, "Figures").
 pub const CLIENT_THREADS_ENV: &str = "LOADGEN_CLIENT_THREADS";
 
 /// The worker threads [`CLIENT_THREADS_ENV`] asks for, if it is set to a positive integer.
