@@ -2,11 +2,13 @@
 # Side-by-side cross-check of loadgen against clients nobody here wrote, on GET /id/{tag} of
 # one release sut-server (docs/load.md, "Figures"):
 #   constant rate: oha -q RATE --latency-correction  vs  loadgen id-single at RATE
-#   closed loop:   wrk -t1 and oha (no -q)             vs  loadgen id-single closed
+#   closed loop:   wrk -t1 and oha (no -q)             vs  loadgen id-single closed (tokio's
+#                  default worker threads, and LOADGEN_CLIENT_THREADS=1)
 # Every client runs under `nice` with 64 connections / users, 10 s (loadgen: 2 s warm-up
 # first, not measured), back to back against the same server, ROUNDS times alternating.
 # Client and server CPU seconds per run are taken from /usr/bin/time and /proc/PID/stat.
-# usage: loadgen/bench/compare.sh [RATES...]   (env: ROUNDS=2, OUT=/tmp/load-compare)
+# usage: loadgen/bench/compare.sh [RATES...]
+#   env: ROUNDS=2, OUT=/tmp/load-compare, SEED002=1 (seed 002's matching runs), LG_BASE=binary
 # needs: cargo build --release -p sut --bin sut-server -p loadgen --example load; oha; wrk
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,10 +45,24 @@ for ROUND in $(seq 1 "$ROUNDS"); do
   echo "== round $ROUND closed loop ($(cut -d' ' -f1-3 /proc/loadavg))"
   run "wrk-$ROUND" wrk -t1 -c$CONNS -d10s --latency "$URL/id/bench"
   run "lgc-$ROUND" "$LG" id-single $CONNS closed 10 2 "$URL"
+  # the same on one client worker thread instead of tokio's default (one per core)
+  run "lgc1-$ROUND" env LOADGEN_CLIENT_THREADS=1 "$LG" id-single $CONNS closed 10 2 "$URL"
+  # optional: an older loadgen binary, for a before/after of a change (LG_BASE=path)
+  if [ -n "${LG_BASE:-}" ]; then run "lgb-$ROUND" "$LG_BASE" id-single $CONNS closed 10 2 "$URL"; fi
   run "ohac-$ROUND" oha -z 10s -c $CONNS --no-tui --output-format json "$URL/id/bench"
 done
+# Runs matching seed 002's tables (docs/load.md, "Seed 002"): its 2.2 (segment IDs, 16
+# concurrent threads: QPS, P99) and 2.4 (Snowflake IDs under wrk: P50/P99/P999, server CPU).
+if [ "${SEED002:-1}" = 1 ]; then
+  echo "== seed 002 runs ($(cut -d' ' -f1-3 /proc/loadavg))"
+  run "s22-wrk" wrk -t1 -c16 -d10s --latency "$URL/id/bench"
+  run "s22-lg" "$LG" id-single 16 closed 10 2 "$URL"
+  run "s24-wrk" wrk -t1 -c$CONNS -d10s --latency "$URL/snowflake"
+  run "s24-lg" "$LG" snowflake $CONNS closed 10 2 "$URL"
+  run "s24-lgr" "$LG" snowflake $CONNS 10000 10 2 "$URL"
+fi
 python3 - "$OUT" "$ROUNDS" $RATES <<'PY'
-import json, re, sys
+import json, os, re, sys
 out, rounds, rates = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def cpu(label):
     u, s, e, ticks = open(f"{out}/{label}.cpu").read().split()
@@ -84,9 +100,18 @@ for r in range(1, rounds + 1):
         print(f"rate {q}: oha {o['rps']:.0f}/s P50 {o['c50']:.0f} P99 {o['c99']:.0f} P99.9 {o['c999']:.0f} us | client cpu {oc[0]/max(o['n'],1)*1e6:.1f} us/req")
         print(f"rate {q}: loadgen {l['rps']:.0f}/s corrected P50 {l['c50']} P99 {l['c99']} P99.9 {l['c999']} us; uncorrected P50 {l['u50']} P99 {l['u99']}; from schedule P50 {l['s50']} P99 {l['s99']}; client send lateness P50 {l['l50']} P99 {l['l99']}; errors {l['err']} | client cpu {lc[0]/max(l['n'],1)*1e6:.1f} us/req")
         print(f"rate {q}: ratio loadgen corrected / oha: P50 {l['c50']/o['c50']:.2f} P99 {l['c99']/o['c99']:.2f}; from schedule / oha: P50 {l['s50']/o['c50']:.2f} P99 {l['s99']/o['c99']:.2f}")
-    w, lc_, oc_ = wrk(f"wrk-{r}"), lg(f"lgc-{r}"), oha(f"ohac-{r}")
-    for name, d, label in (("wrk -t1", w, f"wrk-{r}"), ("loadgen", lc_, f"lgc-{r}"), ("oha", oc_, f"ohac-{r}")):
+    w, lc_, oc_, l2 = wrk(f"wrk-{r}"), lg(f"lgc-{r}"), oha(f"ohac-{r}"), lg(f"lgc1-{r}")
+    for name, d, label in (("wrk -t1", w, f"wrk-{r}"), ("loadgen", lc_, f"lgc-{r}"), ("loadgen 1 worker", l2, f"lgc1-{r}"), ("oha", oc_, f"ohac-{r}")):
         c, e, srv = cpu(label)
         print(f"closed {name}: {d['rps']:.0f} req/s P50 {d['c50']:.0f} P99 {d['c99']:.0f} us | client cpu {c:.1f} s = {c/max(d['n'],1)*1e6:.1f} us/req, server cpu {srv:.1f} s = {srv/max(d['n'],1)*1e6:.1f} us/req")
-    print(f"closed: loadgen / wrk throughput {lc_['rps']/w['rps']:.2f}, oha / wrk {oc_['rps']/w['rps']:.2f}")
+    if os.path.exists(f"{out}/lgb-{r}.cpu"):
+        b = lg(f"lgb-{r}"); c, e, srv = cpu(f"lgb-{r}")
+        print(f"closed loadgen LG_BASE: {b['rps']:.0f} req/s P50 {b['c50']:.0f} P99 {b['c99']:.0f} us | client cpu {c:.1f} s = {c/max(b['n'],1)*1e6:.1f} us/req; / wrk {b['rps']/w['rps']:.2f}")
+    print(f"closed: loadgen / wrk throughput {lc_['rps']/w['rps']:.2f} (1 worker {l2['rps']/w['rps']:.2f}), oha / wrk {oc_['rps']/w['rps']:.2f}")
+if os.path.exists(f"{out}/s24-lgr.cpu"):
+    print("--- seed 002 matching runs (server CPU % = server CPU s / client wall s, incl. loadgen's set-up and warm-up)")
+    for label, kind in (("s22-wrk", wrk), ("s22-lg", lg), ("s24-wrk", wrk), ("s24-lg", lg), ("s24-lgr", lg)):
+        d = kind(label); c, e, srv = cpu(label)
+        extra = f" P99.9 {d['c999']}" if "c999" in d else ""
+        print(f"{label}: {d['rps']:.0f} req/s P50 {d['c50']:.0f} P99 {d['c99']:.0f}{extra} us | server cpu {srv:.1f} s over {e:.1f} s = {100*srv/max(e,1e-9):.0f}% of one core | client cpu {c/max(d['n'],1)*1e6:.1f} us/req")
 PY

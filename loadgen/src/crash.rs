@@ -108,7 +108,7 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
     };
     let base = server.base_url.clone();
     let prep = crate::prepare(&base, &opts, CRASH_STEP).await?;
-    let shared = crate::shared_state(&opts, &prep);
+    let shared = crate::shared_state(&base, &opts, &prep)?;
 
     let kill_at: Vec<Instant> = (1..=u64::from(kills))
         .map(|i| {

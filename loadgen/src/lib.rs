@@ -192,10 +192,27 @@ pub fn run(opts: LoadOptions) -> Result<LoadReport, LoadError> {
 /// As [`run`].
 pub fn run_detailed(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadError> {
     check_options(&opts)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = client_threads() {
+        builder.worker_threads(n);
+    }
+    let rt = builder.enable_all().build()?;
     rt.block_on(run_async(opts))
+}
+
+/// Environment variable that sets the number of worker threads of the client's tokio
+/// runtime (a positive integer; default: one per core, tokio's default). For measurements
+/// only: on two cores shared with the server, one worker was no clear gain in a closed loop
+/// and fell behind constant rates of 5,000/s and more (docs/load.md, "Figures").
+pub const CLIENT_THREADS_ENV: &str = "LOADGEN_CLIENT_THREADS";
+
+/// The worker threads [`CLIENT_THREADS_ENV`] asks for, if it is set to a positive integer.
+#[must_use]
+pub fn client_threads() -> Option<usize> {
+    std::env::var(CLIENT_THREADS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
 }
 
 /// The `sut-server` arguments that switch `flaw` on.
@@ -347,13 +364,28 @@ async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, 
     })
 }
 
-/// The shared state of an attack starting 200 ms from now.
-fn shared_state(opts: &LoadOptions, prep: &Prepared) -> Arc<Shared> {
+/// The shared state of an attack on `base` starting 200 ms from now (after the users'
+/// clients are built).
+///
+/// # Errors
+/// `base` does not make URLs, or a client cannot be built.
+fn shared_state(base: &str, opts: &LoadOptions, prep: &Prepared) -> Result<Arc<Shared>, LoadError> {
+    let urls = workload::Urls::new(base, &prep.tag).map_err(|reason| LoadError::BadOption {
+        field: "host",
+        reason,
+    })?;
+    let clients = (0..opts.users)
+        .map(|_| workload::user_client())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| LoadError::Setup {
+            what: "user client".to_owned(),
+            reason: e.to_string(),
+        })?;
     let epoch = Instant::now();
     let t0 = epoch + Duration::from_millis(200);
     let measure_start = t0 + Duration::from_secs(opts.warmup_s);
     let end = measure_start + Duration::from_secs(opts.duration_s);
-    Arc::new(Shared {
+    Ok(Arc::new(Shared {
         mix: opts.effective_mix().unwrap_or_default(),
         users: opts.users,
         schedule: opts.rate.and_then(|r| Schedule::new(r, opts.users)),
@@ -373,7 +405,9 @@ fn shared_state(opts: &LoadOptions, prep: &Prepared) -> Arc<Shared> {
         seq: AtomicU64::new(0),
         user_base: prep.run_id * 1_000_000,
         draws_confirmed: AtomicU64::new(0),
-    })
+        urls,
+        clients,
+    }))
 }
 
 /// Runs the goose attack to its end.
@@ -384,7 +418,7 @@ async fn attack(base: &str, opts: &LoadOptions, shared: &Arc<Shared>) -> Result<
     config.users = Some(opts.users as usize);
     config.increase_rate = Some(opts.users.max(1000).to_string());
     config.run_time = Some(format!("{}", total_s + 1));
-    config.timeout = Some("10".to_owned());
+    config.timeout = Some(workload::REQUEST_TIMEOUT_S.to_string());
     config.no_telnet = true;
     // goose's own aggregation is not used (every request is timed by the workload)
     config.no_metrics = true;
@@ -397,8 +431,18 @@ async fn attack(base: &str, opts: &LoadOptions, shared: &Arc<Shared>) -> Result<
         Box::pin(async move { workload::tick(user, &sh).await })
     }))
     .set_name(&opts.workload);
+    // goose would build one client per user (each loading the system's root certificates);
+    // one shared client is enough for goose's own use, as every user's timed requests go
+    // through the client `workload::tick` installs (`workload::user_client`).
+    let goose_err = |e: GooseError| LoadError::Goose(e.to_string());
     let attack = GooseAttack::initialize_with_config(config)
-        .map_err(|e| LoadError::Goose(e.to_string()))?
+        .map_err(goose_err)?
+        .set_client_builder_without_cookies(
+            goose::client::GooseClientBuilder::new()
+                .without_cookies()
+                .gzip(false),
+        )
+        .map_err(goose_err)?
         .register_scenario(scenario!("loadgen").register_transaction(tx));
     attack
         .execute()
@@ -518,7 +562,7 @@ async fn run_async(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadE
     };
     let sampler = server.as_ref().map(|s| Sampler::start(s.pid(), started));
     let prep = prepare(&base, &opts, 100_000).await?;
-    let shared = shared_state(&opts, &prep);
+    let shared = shared_state(&base, &opts, &prep)?;
     attack(&base, &opts, &shared).await?;
     let verification = verification(&prep, &shared).await?;
     let server_samples = sampler.map(Sampler::finish).unwrap_or_default();

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use goose::prelude::*;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::stats::{EndpointRecorder, LatenessRecorder, Schedule};
@@ -239,7 +240,78 @@ pub struct Shared {
     pub user_base: u64,
     /// Draws answered 200 (confirmed) to a client.
     pub draws_confirmed: AtomicU64,
+    /// The request URLs, parsed once.
+    pub urls: Urls,
+    /// Per user: its HTTP client ([`user_client`]), installed as the goose user's
+    /// `GooseUser::client` before its first operation.
+    pub clients: Vec<reqwest::Client>,
 }
+
+/// Timeout of every request of the load (answer and body).
+pub const REQUEST_TIMEOUT_S: u64 = 10;
+
+/// The HTTP client of one goose user: one keep-alive connection pool per user (as `oha -c N`
+/// has N connections), no proxy lookup, no redirects, no retries, no decompression, and no
+/// root certificates loaded (the target is plain HTTP; loading the system's roots took ~5 ms
+/// of CPU per client). goose still schedules the users and runs the transactions; the timed
+/// requests go straight to this client (see [`call`]) instead of through `GooseUser::request`,
+/// whose per-request bookkeeping (URL joined and re-parsed, a `GooseRequestMetric` with its
+/// strings) served only goose's own metrics, which this crate does not use.
+///
+/// # Errors
+/// reqwest cannot build the client (no TLS provider, say).
+pub fn user_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(REQUEST_TIMEOUT_S))
+        .no_proxy()
+        .no_gzip()
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never())
+        .tls_certs_only(std::iter::empty())
+        .tcp_nodelay(true)
+        .build()
+}
+
+/// The URLs of the workload's requests, parsed once per run.
+#[derive(Clone, Debug)]
+pub struct Urls {
+    pub id: reqwest::Url,
+    pub batch: reqwest::Url,
+    pub snowflake: reqwest::Url,
+    pub tokens: reqwest::Url,
+    pub tokens_verify: reqwest::Url,
+    pub once: reqwest::Url,
+    pub once_consume: reqwest::Url,
+    pub draw: reqwest::Url,
+}
+
+impl Urls {
+    /// The URLs under `base` (`http://host:port`) for segment tag `tag`.
+    ///
+    /// # Errors
+    /// `base` with `tag` does not make a URL (the message names the failing one).
+    pub fn new(base: &str, tag: &str) -> Result<Self, String> {
+        let base = base.trim_end_matches('/');
+        let parse = |path: &str| {
+            let text = format!("{base}{path}");
+            reqwest::Url::parse(&text).map_err(|e| format!("`{text}`: {e}"))
+        };
+        Ok(Self {
+            id: parse(&format!("/id/{tag}"))?,
+            batch: parse(&format!("/id/{tag}/batch?n=10"))?,
+            snowflake: parse("/snowflake")?,
+            tokens: parse("/tokens")?,
+            tokens_verify: parse("/tokens/verify")?,
+            once: parse("/tokens/once")?,
+            once_consume: parse("/tokens/once/consume")?,
+            draw: parse("/lottery/draw")?,
+        })
+    }
+}
+
+/// Marks a goose user whose client has been replaced by its [`user_client`].
+#[derive(Clone, Copy, Debug)]
+struct ClientInstalled;
 
 /// How much earlier than its intended time an operation may be sent (timer granularity).
 pub const TIMER_SLACK_MS: u64 = 1;
@@ -317,47 +389,46 @@ impl Shared {
     }
 }
 
-/// One timed request. Returns the status and decoded JSON body, or `None` on a transport
-/// error. Latency is recorded three ways: uncorrected (from this request's actual send),
-/// corrected (plus the operation's `server_lag`), and from the schedule (from the intended
-/// time: the strict wrk2 figure, which also counts the client's own lateness).
-async fn call(
+/// One timed request, sent with the goose user's client (see [`user_client`]). Returns the
+/// status and the body decoded as `T` (`None` if it does not decode), or `None` on a
+/// transport error. Latency is recorded three ways: uncorrected (from this request's actual
+/// send), corrected (plus the operation's `server_lag`), and from the schedule (from the
+/// intended time: the strict wrk2 figure, which also counts the client's own lateness).
+async fn call<T: DeserializeOwned>(
     user: &mut GooseUser,
     sh: &Shared,
     name: &'static str,
-    path: &str,
+    url: &reqwest::Url,
     body: Body<'_>,
     origin: &Origin,
     ok_statuses: &[u16],
-) -> Option<(u16, Value)> {
+) -> Option<(u16, Option<T>)> {
     let start = Instant::now();
-    let res = match body {
-        Body::Get => user.get(path).await,
-        Body::Post(v) => user.post_json(path, v).await,
+    let request = match body {
+        Body::Get => user.client.get(url.clone()),
+        Body::Post(v) => user.client.post(url.clone()).json(v),
     };
-    let (result, class) = match res {
-        Err(_) => (None, Some("client")),
-        Ok(gr) => match gr.response {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                match resp.bytes().await {
-                    Ok(bytes) => {
-                        let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                        let class = if ok_statuses.contains(&status) {
-                            None
-                        } else {
-                            status_class(status).or(Some("http_unexpected"))
-                        };
-                        (Some((status, v)), class)
-                    }
-                    Err(e) if e.is_timeout() => (None, Some("timeout")),
-                    Err(_) => (None, Some("body")),
+    let (result, class) = match request.send().await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            match resp.bytes().await {
+                Ok(bytes) => {
+                    let v: Option<T> = serde_json::from_slice(&bytes).ok();
+                    let class = if ok_statuses.contains(&status) {
+                        None
+                    } else {
+                        status_class(status).or(Some("http_unexpected"))
+                    };
+                    (Some((status, v)), class)
                 }
+                Err(e) if e.is_timeout() => (None, Some("timeout")),
+                Err(_) => (None, Some("body")),
             }
-            Err(e) if e.is_timeout() => (None, Some("timeout")),
-            Err(e) if e.is_connect() => (None, Some("connect")),
-            Err(_) => (None, Some("transport")),
-        },
+        }
+        Err(e) if e.is_timeout() => (None, Some("timeout")),
+        Err(e) if e.is_connect() => (None, Some("connect")),
+        Err(e) if e.is_builder() => (None, Some("client")),
+        Err(_) => (None, Some("transport")),
     };
     let done = Instant::now();
     sh.set_last_done(origin.user, done);
@@ -395,38 +466,46 @@ pub mod names {
     pub const DRAW: &str = "POST /lottery/draw";
 }
 
+/// `{"id": N}` of `GET /id/{tag}` and `GET /snowflake`.
+#[derive(serde::Deserialize)]
+struct IdAnswer {
+    id: u64,
+}
+
+/// `{"ids": [..]}` of `GET /id/{tag}/batch`.
+#[derive(serde::Deserialize)]
+struct IdsAnswer {
+    ids: Vec<u64>,
+}
+
 async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) {
+    let urls = &sh.urls;
     match kind {
         Kind::Id => {
-            let path = format!("/id/{}", sh.tag);
-            if let Some((200, v)) = call(user, sh, names::ID, &path, Body::Get, lag, &[200]).await
-                && let Some(id) = v.get("id").and_then(Value::as_u64)
+            if let Some((200, Some(IdAnswer { id }))) =
+                call(user, sh, names::ID, &urls.id, Body::Get, lag, &[200]).await
             {
                 lock(&sh.segment_ids).push(id);
             }
         }
         Kind::Batch => {
-            let path = format!("/id/{}/batch?n=10", sh.tag);
-            if let Some((200, v)) =
-                call(user, sh, names::BATCH, &path, Body::Get, lag, &[200]).await
-                && let Some(ids) = v.get("ids").and_then(Value::as_array)
+            if let Some((200, Some(IdsAnswer { ids }))) =
+                call(user, sh, names::BATCH, &urls.batch, Body::Get, lag, &[200]).await
             {
-                let mut all = lock(&sh.segment_ids);
-                all.extend(ids.iter().filter_map(Value::as_u64));
+                lock(&sh.segment_ids).extend(ids);
             }
         }
         Kind::Snowflake => {
-            if let Some((200, v)) = call(
+            if let Some((200, Some(IdAnswer { id }))) = call(
                 user,
                 sh,
                 names::SNOWFLAKE,
-                "/snowflake",
+                &urls.snowflake,
                 Body::Get,
                 lag,
                 &[200],
             )
             .await
-                && let Some(id) = v.get("id").and_then(Value::as_u64)
             {
                 lock(&sh.snowflake_ids).push(id);
             }
@@ -434,25 +513,25 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
         Kind::Tokens => {
             let n = sh.seq.fetch_add(1, Ordering::Relaxed);
             let body = json!({"user": sh.user_base + n});
-            let issued = call(
+            let issued = call::<Value>(
                 user,
                 sh,
                 names::TOKEN_ISSUE,
-                "/tokens",
+                &urls.tokens,
                 Body::Post(&body),
                 lag,
                 &[200, 201],
             )
             .await;
-            if let Some((_, v)) = issued
+            if let Some((_, Some(v))) = issued
                 && let Some(tok) = v.get("token").and_then(Value::as_str)
             {
                 let body = json!({"token": tok});
-                let _ = call(
+                let _ = call::<serde::de::IgnoredAny>(
                     user,
                     sh,
                     names::TOKEN_VERIFY,
-                    "/tokens/verify",
+                    &urls.tokens_verify,
                     Body::Post(&body),
                     lag,
                     &[200],
@@ -464,17 +543,17 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
             let n = sh.seq.fetch_add(1, Ordering::Relaxed);
             let uid = sh.user_base + n;
             let body = json!({"user": uid, "activity": "loadgen"});
-            let issued = call(
+            let issued = call::<Value>(
                 user,
                 sh,
                 names::ONCE_ISSUE,
-                "/tokens/once",
+                &urls.once,
                 Body::Post(&body),
                 lag,
                 &[200, 201],
             )
             .await;
-            let Some((_, v)) = issued else { return };
+            let Some((_, Some(v))) = issued else { return };
             let Some(tok) = v.get("token").and_then(Value::as_str).map(str::to_owned) else {
                 return;
             };
@@ -486,17 +565,17 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
                 } else {
                     (names::ONCE_REPLAY, &[409])
                 };
-                let ans = call(
+                let ans = call::<Value>(
                     user,
                     sh,
                     name,
-                    "/tokens/once/consume",
+                    &urls.once_consume,
                     Body::Post(&body),
                     lag,
                     ok,
                 )
                 .await;
-                if let Some((_, v)) = ans
+                if let Some((_, Some(v))) = ans
                     && v.get("accepted").and_then(Value::as_bool) == Some(true)
                 {
                     *lock(&sh.once_accepted).entry(tok.clone()).or_insert(0) += 1;
@@ -515,11 +594,11 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
                 "activity": plan.activity_base + activity,
                 "price_minor": PRICE_MINOR,
             });
-            if let Some((200, _)) = call(
+            if let Some((200, _)) = call::<serde::de::IgnoredAny>(
                 user,
                 sh,
                 names::DRAW,
-                "/lottery/draw",
+                &urls.draw,
                 Body::Post(&body),
                 lag,
                 &[200],
@@ -535,6 +614,12 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
 /// The goose transaction: wait for this user's next slot, run one operation.
 pub async fn tick(user: &mut GooseUser, sh: &Shared) -> TransactionResult {
     let k = (user.weighted_users_index as u64) % sh.users.max(1);
+    if user.get_session_data::<ClientInstalled>().is_none() {
+        if let Some(client) = sh.clients.get(k as usize) {
+            user.client = client.clone();
+        }
+        user.set_session_data(ClientInstalled);
+    }
     let i = sh.iters[k as usize].fetch_add(1, Ordering::Relaxed);
     let now = Instant::now();
     let intended = match sh.schedule {
