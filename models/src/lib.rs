@@ -14,10 +14,12 @@
 //! - [`snowflake`]: one Snowflake worker with a jumping wall clock and restarts.
 //! - [`lottery`]: the TCC lottery: coordinator (crash + recover), wallet and inventory with fences.
 //! - [`runner`]: the shared harness: run a checker, report verdicts, render counterexamples.
+//! - [`hashed`]: actor states that hash in O(1) (each state's hash computed once).
 //!
 //! The command line (`scenario model NAME`, `scenario explore NAME`) calls [`catalog`],
 //! [`check`] and [`serve`].
 
+pub mod hashed;
 pub mod lottery;
 pub mod runner;
 pub mod segment;
