@@ -685,7 +685,7 @@ mod tests {
     }
 
     const PINNED_SOLO: usize = 2676;
-    const PINNED_PAIR: usize = 99896;
+    const PINNED_PAIR: usize = 151_109;
 
     #[test]
     fn checkers_fire_on_bad_records() {

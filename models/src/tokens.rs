@@ -326,5 +326,5 @@ mod tests {
         assert!(check_single_use(&history(&[&accepted, &accepted])).is_err());
     }
 
-    const PINNED_UNIQUE: usize = 4284;
+    const PINNED_UNIQUE: usize = 3_077;
 }
