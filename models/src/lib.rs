@@ -12,12 +12,16 @@
 //! - [`segment`]: segment allocators against one ID store: `ids.unique`, `ids.monotonic`.
 //! - [`tokens`]: concurrent consumers of one one-time token: `tokens.single_use`.
 //! - [`snowflake`]: one Snowflake worker with a jumping wall clock and restarts.
-//! - [`lottery`]: the TCC lottery: coordinator (crash + recover), wallet and inventory with fences.
+//! - [`lottery`]: the TCC lottery: coordinator (crash + recover), wallet and inventory with fences
+//!   (two catalog entries: `lottery`, two draws of one user; `lottery_faults`, one draw under
+//!   faults).
 //! - [`runner`]: the shared harness: run a checker, report verdicts, render counterexamples.
+//! - [`hashed`]: actor states that hash in O(1) (each state's hash computed once).
 //!
 //! The command line (`scenario model NAME`, `scenario explore NAME`) calls [`catalog`],
 //! [`check`] and [`serve`].
 
+pub mod hashed;
 pub mod lottery;
 pub mod runner;
 pub mod segment;
@@ -115,6 +119,11 @@ const CATALOG: &[ModelInfo] = &[
         description: lottery::DESCRIPTION,
         flaws: lottery::FLAWS,
     },
+    ModelInfo {
+        name: lottery::NAME_FAULTS,
+        description: lottery::DESCRIPTION_FAULTS,
+        flaws: lottery::FLAWS_FAULTS,
+    },
 ];
 
 /// Every model, in a fixed order.
@@ -187,7 +196,7 @@ pub fn check(name: &str, opts: ModelOptions) -> Result<ModelReport, ModelError> 
                 &opts,
             )
         }
-        lottery::NAME => lottery::check(flaw, name, &opts),
+        lottery::NAME | lottery::NAME_FAULTS => lottery::check(flaw, name, &opts),
         other => unreachable!("catalog entry `{other}` has no model"),
     }
 }
@@ -212,7 +221,7 @@ pub fn serve_with_flaw(name: &str, addr: &str, flaw: Option<&str>) -> Result<(),
             snowflake::model(&snowflake::SnowflakeSetup::with_flaw(flaw)),
             addr,
         ),
-        lottery::NAME => lottery::serve(flaw, addr),
+        lottery::NAME | lottery::NAME_FAULTS => lottery::serve(info.name, flaw, addr),
         other => unreachable!("catalog entry `{other}` has no model"),
     }
 }

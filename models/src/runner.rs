@@ -6,9 +6,13 @@
 //! so every stale request can be re-executed against every later store state, each time with a
 //! new answer: the state space of even two allocators and a store does not finish in minutes.
 //! Models here therefore run on [`NetModel`]: stateright's unordered, *non*-duplicating network
-//! (optionally lossy), plus a [`Step::Duplicate`] action that copies any in-flight message, at
-//! most `duplicates_max` times per run. Messages are still reordered arbitrarily, lost (when
-//! lossy) and duplicated — boundedly, which is what makes the search exhaustive in seconds.
+//! (optionally lossy), plus a [`Step::Duplicate`] action that delivers a copy of any in-flight
+//! message and leaves the original in flight, at most `duplicates_max` times per run. Messages
+//! are still reordered arbitrarily, lost (when lossy) and duplicated — boundedly, which is what
+//! makes the search exhaustive in seconds. (Delivering the copy in the same step loses nothing:
+//! on an unordered network a copy made earlier and delivered now behaves exactly like a copy
+//! made now, and the original, still in flight, can be delivered at any later point. It saves
+//! the states in which two copies wait side by side.)
 //! (For safety properties loss adds nothing: an undelivered message is never delivered in some
 //! path anyway. It matters for `eventually` properties, where it lets the network drain.)
 //!
@@ -90,6 +94,9 @@ where
     pub drops_max: u8,
     /// Which timers race an in-flight answer, and how many such slow timeouts a run may have.
     pub slow: Option<SlowTimeouts<A, H>>,
+    /// `Some(actors)`: only these actors crash, and each crash is followed at once by the
+    /// restart, in one step (see [`NetModel::with_atomic_restarts`]).
+    pub atomic_restarts: Option<Vec<Id>>,
 }
 
 /// Tells whether firing `timer` on actor `id` in this state races a message still in flight that
@@ -135,7 +142,23 @@ where
             duplicates_max,
             drops_max: 0,
             slow: None,
+            atomic_restarts: None,
         }
+    }
+
+    /// Only `actors` crash, and a crash is followed by the restart in the same step.
+    ///
+    /// A reduction that loses no behaviour: while an actor is down nothing is delivered to it
+    /// and its timers are gone, and every other actor's step in that interval commutes with
+    /// the crash (it could as well have happened before it). What it saves are the states in
+    /// which the actor is down: stateright keeps a crashed actor's last state until the
+    /// restart, so each crash point made its own family of "down" states, and every other
+    /// actor's steps interleaved with the downtime. The restart count must be bounded by the
+    /// model's boundary (e.g. a counter on the actor's disk).
+    #[must_use]
+    pub fn with_atomic_restarts(mut self, actors: &[usize]) -> Self {
+        self.atomic_restarts = Some(actors.iter().copied().map(Id::from).collect());
+        self
     }
 
     /// Lets the network lose up to `drops_max` in-flight messages per run.
@@ -151,6 +174,16 @@ where
     pub fn with_slow_timeouts(mut self, races: RacesFn<A, H>, max: u8) -> Self {
         self.slow = Some(SlowTimeouts { races, max });
         self
+    }
+
+    /// Whether `state` is where a path ends: no step leads to a state inside the boundary
+    /// (exactly stateright's notion of a terminal state in its breadth-first search).
+    pub fn is_terminal(&self, state: &NetState<A, H>) -> bool {
+        let mut actions = Vec::new();
+        Model::actions(self, state, &mut actions);
+        !actions.into_iter().any(|action| {
+            Model::next_state(self, state, action).is_some_and(|next| self.within_boundary(&next))
+        })
     }
 
     /// Whether the timeout step `action` is slow (spends the slow-timeout budget).
@@ -241,7 +274,7 @@ impl<A: Actor, H: PartialEq> PartialEq for NetState<A, H> {
 pub enum Step<Msg, Timer, Random> {
     /// A stateright actor-model step (deliver, drop, timeout, crash, restart).
     Actor(ActorModelAction<Msg, Timer, Random>),
-    /// The network copies an in-flight message.
+    /// The network delivers a copy of an in-flight message; the original stays in flight.
     Duplicate(Envelope<Msg>),
     /// The network loses an in-flight message (budgeted; see [`NetModel::with_drops`]).
     Drop(Envelope<Msg>),
@@ -261,6 +294,28 @@ where
     H: Clone + Debug + Hash,
 {
     (model.inner.properties[I].condition)(&model.inner, &state.sys)
+}
+
+/// Evaluates the inner model's `eventually` property number `I` **only where a path ends**: in a
+/// state with no successor inside the boundary (stateright's terminal state); elsewhere it is
+/// false. stateright clears a path's eventually-bit at the first state where the condition holds
+/// and reports the path if the bit is still set at its terminal state; it also does not carry
+/// the bit into the fingerprint, so at a join of two paths only the first path's bit survives.
+/// With the condition false everywhere but at terminal states, no bit is ever cleared before a
+/// path ends: every terminal state is judged exactly once, on its own, and the property reads
+/// "every path end satisfies the condition" with no join-order false negative (for an acyclic
+/// state graph; a path that loops forever has no end and is not judged).
+fn inner_eventually_at_end<const I: usize, A, C, H>(
+    model: &NetModel<A, C, H>,
+    state: &NetState<A, H>,
+) -> bool
+where
+    A: Actor,
+    A::Msg: Ord,
+    A::Timer: Ord,
+    H: Clone + Debug + Hash,
+{
+    (model.inner.properties[I].condition)(&model.inner, &state.sys) && model.is_terminal(state)
 }
 
 /// Most properties one model may declare.
@@ -296,6 +351,10 @@ where
         actions.extend(
             inner
                 .into_iter()
+                .filter(|a| match (a, &self.atomic_restarts) {
+                    (ActorModelAction::Crash(id), Some(crashable)) => crashable.contains(id),
+                    _ => true,
+                })
                 .filter(|a| slow_left || !self.is_slow(&state.sys, a))
                 .map(Step::Actor),
         );
@@ -326,6 +385,19 @@ where
 
     fn next_state(&self, last_state: &Self::State, action: Self::Action) -> Option<Self::State> {
         match action {
+            Step::Actor(ActorModelAction::Crash(id)) if self.atomic_restarts.is_some() => {
+                let down = self
+                    .inner
+                    .next_state(&last_state.sys, ActorModelAction::Crash(id))?;
+                Some(NetState {
+                    sys: self
+                        .inner
+                        .next_state(&down, ActorModelAction::Recover(id))?,
+                    duplicates: last_state.duplicates,
+                    drops: last_state.drops,
+                    slow: last_state.slow,
+                })
+            }
             Step::Actor(action) => {
                 let slow = u8::from(self.is_slow(&last_state.sys, &action));
                 Some(NetState {
@@ -344,13 +416,23 @@ where
                 slow: last_state.slow,
             }),
             Step::Duplicate(env) => {
-                let mut next = last_state.clone();
-                let Network::UnorderedNonDuplicating(in_flight) = &mut next.sys.network else {
+                // Deliver a copy; the original stays in flight.
+                let deliver = ActorModelAction::Deliver {
+                    src: env.src,
+                    dst: env.dst,
+                    msg: env.msg.clone(),
+                };
+                let mut sys = self.inner.next_state(&last_state.sys, deliver)?;
+                let Network::UnorderedNonDuplicating(in_flight) = &mut sys.network else {
                     unreachable!("NetModel::new sets an unordered non-duplicating network")
                 };
-                *in_flight.get_mut(&env)? += 1;
-                next.duplicates += 1;
-                Some(next)
+                *in_flight.entry(env).or_insert(0) += 1;
+                Some(NetState {
+                    sys,
+                    duplicates: last_state.duplicates + 1,
+                    drops: last_state.drops,
+                    slow: last_state.slow,
+                })
             }
         }
     }
@@ -361,7 +443,7 @@ where
     {
         match action {
             Step::Actor(action) => self.inner.format_action(action),
-            Step::Duplicate(env) => format!("DUPLICATE {env:?}"),
+            Step::Duplicate(env) => format!("DUPLICATE+DELIVER {env:?}"),
             Step::Drop(env) => format!("DROP {env:?}"),
         }
     }
@@ -372,12 +454,26 @@ where
     {
         match action {
             Step::Actor(action) => self.inner.format_step(&last_state.sys, action),
-            Step::Duplicate(env) => Some(format!("DUPLICATE {env:?}")),
+            Step::Duplicate(env) => Some(format!("DUPLICATE+DELIVER {env:?}")),
             Step::Drop(env) => Some(format!("DROP {env:?}")),
         }
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
+        let at_end: [fn(&Self, &Self::State) -> bool; PROPERTIES_MAX] = [
+            inner_eventually_at_end::<0, A, C, H>,
+            inner_eventually_at_end::<1, A, C, H>,
+            inner_eventually_at_end::<2, A, C, H>,
+            inner_eventually_at_end::<3, A, C, H>,
+            inner_eventually_at_end::<4, A, C, H>,
+            inner_eventually_at_end::<5, A, C, H>,
+            inner_eventually_at_end::<6, A, C, H>,
+            inner_eventually_at_end::<7, A, C, H>,
+            inner_eventually_at_end::<8, A, C, H>,
+            inner_eventually_at_end::<9, A, C, H>,
+            inner_eventually_at_end::<10, A, C, H>,
+            inner_eventually_at_end::<11, A, C, H>,
+        ];
         let conditions: [fn(&Self, &Self::State) -> bool; PROPERTIES_MAX] = [
             inner_property::<0, A, C, H>,
             inner_property::<1, A, C, H>,
@@ -399,11 +495,15 @@ where
         self.inner
             .properties
             .iter()
-            .zip(conditions)
-            .map(|(p, condition)| Property {
+            .zip(conditions.into_iter().zip(at_end))
+            .map(|(p, (condition, at_end))| Property {
                 expectation: p.expectation.clone(),
                 name: p.name,
-                condition,
+                condition: if p.expectation == Expectation::Eventually {
+                    at_end
+                } else {
+                    condition
+                },
             })
             .collect()
     }
@@ -511,7 +611,7 @@ impl ModelReport {
 }
 
 /// Renders one checker action as a line of a counterexample.
-pub(crate) fn render_action<A, C>(cfg: &C, step: &StepOf<A>) -> String
+pub(crate) fn render_action<A, C>(cfg: &C, step: &StepOf<A>, atomic_restarts: bool) -> String
 where
     A: Actor,
     A::Msg: Brief,
@@ -522,7 +622,7 @@ where
         Step::Actor(action) => action,
         Step::Duplicate(env) => {
             return format!(
-                "network duplicates {} -> {}: {}",
+                "{} -> {} (a network duplicate; the original stays in flight): {}",
                 name(&env.src),
                 name(&env.dst),
                 env.msg.brief()
@@ -548,6 +648,9 @@ where
             env.msg.brief()
         ),
         ActorModelAction::Timeout(id, timer) => format!("{}: timer {timer:?}", name(id)),
+        ActorModelAction::Crash(id) if atomic_restarts => {
+            format!("{}: crash and restart", name(id))
+        }
         ActorModelAction::Crash(id) => format!("{}: crash", name(id)),
         ActorModelAction::Recover(id) => format!("{}: restart", name(id)),
         ActorModelAction::SelectRandom { actor, random, .. } => {
@@ -584,6 +687,14 @@ where
     }
     let started = Instant::now();
     let mut builder = model.checker().threads(opts.threads);
+    // stateright's breadth-first search records a property's discovery again at every state
+    // where it holds, so after a full run a violation's path is the last one found, not the
+    // shortest. A flawed run is about its counterexample: stop at the first violation, which
+    // the breadth-first order makes (close to) the shortest.
+    let stop_at_first_failure = opts.flaw.is_some();
+    if stop_at_first_failure {
+        builder = builder.finish_when(stateright::HasDiscoveries::AnyFailures);
+    }
     if let Some(depth) = opts.depth {
         builder = builder.target_max_depth(depth);
     }
@@ -596,10 +707,10 @@ where
     let render = |path: stateright::Path<_, _>| -> Vec<String> {
         path.into_actions()
             .iter()
-            .map(|a| render_action::<A, C>(&model.inner.cfg, a))
+            .map(|a| render_action::<A, C>(&model.inner.cfg, a, model.atomic_restarts.is_some()))
             .collect()
     };
-    let properties = model
+    let properties: Vec<PropertyReport> = model
         .properties()
         .iter()
         .map(|p| {
@@ -635,7 +746,11 @@ where
         flaw: opts.flaw.clone(),
         threads: opts.threads,
         depth_limit: opts.depth,
-        exhaustive: opts.depth.is_none_or(|d| max_depth < d),
+        exhaustive: opts.depth.is_none_or(|d| max_depth < d)
+            && !(stop_at_first_failure
+                && properties
+                    .iter()
+                    .any(|p: &PropertyReport| p.verdict == Verdict::Violated)),
         states,
         unique_states: checker.unique_state_count(),
         max_depth,

@@ -37,6 +37,7 @@ use sut::clock::Now;
 use sut::segment::{AllocatorConfig, Request, SegmentAllocator, StepPolicy, Take};
 use sut::store::{IdStore, InstanceId, MemoryIdStore, StoreCall, StoreError, StoreReply, TagSpec};
 
+use crate::hashed::{HashedActor, Stored, stored};
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
 
 /// Catalog name.
@@ -358,10 +359,10 @@ impl Actor for SegActor {
     type Msg = SegMsg;
     type Timer = SegTimer;
     type State = SegState;
-    type Storage = Ghost;
+    type Storage = Stored<Ghost>;
     type Random = ();
 
-    fn on_start(&self, id: Id, storage: &Option<Ghost>, o: &mut Out<Self>) -> SegState {
+    fn on_start(&self, id: Id, storage: &Option<Stored<Ghost>>, o: &mut Out<Self>) -> SegState {
         match self {
             Self::Store { step } => {
                 let mut store = MemoryIdStore::new();
@@ -376,7 +377,10 @@ impl Actor for SegActor {
                 })
             }
             Self::Allocator { setup } => {
-                let mut ghost = storage.clone().unwrap_or_default();
+                let mut ghost = storage
+                    .as_ref()
+                    .map(|g| g.get().clone())
+                    .unwrap_or_default();
                 if storage.is_some() {
                     // Saturates: a slot whose restarts are used up stays down.
                     ghost.incarnation = (ghost.incarnation + 1).min(setup.restarts_max + 1);
@@ -388,7 +392,7 @@ impl Actor for SegActor {
                     SegmentAllocator::new(setup.allocator_config(instance), Now::both(0))
                         .expect("the model's allocator settings are valid")
                 });
-                o.save(ghost.clone());
+                o.save(stored(ghost.clone()));
                 let mut node = AllocNode {
                     alloc,
                     now: Now::both(0),
@@ -485,11 +489,11 @@ impl Actor for SegActor {
                         for id in block.ids() {
                             node.ghost.issued.push((node.ghost.incarnation, id));
                         }
-                        o.save(node.ghost.clone());
+                        o.save(stored(node.ghost.clone()));
                     }
                     Take::Degraded(id) => {
                         node.ghost.issued.push((node.ghost.incarnation, id));
-                        o.save(node.ghost.clone());
+                        o.save(stored(node.ghost.clone()));
                     }
                     Take::Pending | Take::Unavailable(_) => node.waiting = true,
                 }
@@ -516,14 +520,16 @@ impl Actor for SegActor {
     }
 }
 
-fn ghosts(state: &stateright::actor::ActorModelState<SegActor>) -> impl Iterator<Item = &Ghost> {
-    state.actor_storages.iter().flatten()
+fn ghosts(
+    state: &stateright::actor::ActorModelState<HashedActor<SegActor>>,
+) -> impl Iterator<Item = &Ghost> {
+    state.actor_storages.iter().flatten().map(|g| g.get())
 }
 
 fn allocators(
-    state: &stateright::actor::ActorModelState<SegActor>,
+    state: &stateright::actor::ActorModelState<HashedActor<SegActor>>,
 ) -> impl Iterator<Item = &SegmentAllocator> {
-    state.actor_states.iter().filter_map(|s| match &**s {
+    state.actor_states.iter().filter_map(|s| match &***s {
         SegState::Allocator(node) => node.alloc.as_ref(),
         SegState::Store(_) => None,
     })
@@ -550,15 +556,17 @@ pub fn ids_monotonic(ghost: &Ghost) -> bool {
 
 /// The model.
 #[must_use]
-pub fn model(setup: &SegmentSetup) -> NetModel<SegActor, SegmentSetup> {
+pub fn model(setup: &SegmentSetup) -> NetModel<HashedActor<SegActor>, SegmentSetup> {
     assert!(
         (1..=3).contains(&setup.allocators),
         "1 to 3 allocators keep the model small"
     );
     let actors = ActorModel::new(setup.clone(), ())
-        .actor(SegActor::Store { step: setup.step })
-        .actors((0..setup.allocators).map(|_| SegActor::Allocator {
-            setup: Box::new(setup.clone()),
+        .actor(HashedActor(SegActor::Store { step: setup.step }))
+        .actors((0..setup.allocators).map(|_| {
+            HashedActor(SegActor::Allocator {
+                setup: Box::new(setup.clone()),
+            })
         }))
         .lossy_network(if setup.lossy {
             LossyNetwork::Yes
@@ -568,7 +576,7 @@ pub fn model(setup: &SegmentSetup) -> NetModel<SegActor, SegmentSetup> {
         .max_crashes(setup.crashes_max)
         // The store is the database: its durability is not what this model checks.
         .within_boundary(|setup, state| {
-            let SegState::Store(store) = &*state.actor_states[STORE] else {
+            let SegState::Store(store) = &**state.actor_states[STORE] else {
                 unreachable!("actor 0 is the store")
             };
             !state.crashed[STORE]
@@ -677,7 +685,7 @@ mod tests {
     }
 
     const PINNED_SOLO: usize = 2676;
-    const PINNED_PAIR: usize = 99896;
+    const PINNED_PAIR: usize = 151_109;
 
     #[test]
     fn checkers_fire_on_bad_records() {
