@@ -10,6 +10,7 @@
 //! The result is a [`reports::model::LoadReport`]; a violated check makes
 //! [`reports::model::LoadReport::passed`] false (callers must fail the run on it).
 
+pub mod conn;
 pub mod crash;
 pub mod stats;
 pub mod target;
@@ -374,7 +375,10 @@ fn shared_state(base: &str, opts: &LoadOptions, prep: &Prepared) -> Result<Arc<S
         field: "host",
         reason,
     })?;
-    let clients = (0..opts.users)
+    // plain HTTP: raw connections (`conn`); https: a reqwest client per user
+    let target = conn::Target::of(&urls.base);
+    let conns = (0..opts.users).map(|_| Default::default()).collect();
+    let clients = (0..if target.is_some() { 0 } else { opts.users })
         .map(|_| workload::user_client())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| LoadError::Setup {
@@ -406,6 +410,8 @@ fn shared_state(base: &str, opts: &LoadOptions, prep: &Prepared) -> Result<Arc<S
         user_base: prep.run_id * 1_000_000,
         draws_confirmed: AtomicU64::new(0),
         urls,
+        target,
+        conns,
         clients,
     }))
 }
@@ -433,7 +439,8 @@ async fn attack(base: &str, opts: &LoadOptions, shared: &Arc<Shared>) -> Result<
     .set_name(&opts.workload);
     // goose would build one client per user (each loading the system's root certificates);
     // one shared client is enough for goose's own use, as every user's timed requests go
-    // through the client `workload::tick` installs (`workload::user_client`).
+    // on its raw connection (`conn`), or with an https target through the client
+    // `workload::tick` installs (`workload::user_client`).
     let goose_err = |e: GooseError| LoadError::Goose(e.to_string());
     let attack = GooseAttack::initialize_with_config(config)
         .map_err(goose_err)?

@@ -18,6 +18,7 @@ use goose::prelude::*;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::conn;
 use crate::stats::{EndpointRecorder, LatenessRecorder, Schedule};
 
 /// A workload and what it does.
@@ -242,16 +243,22 @@ pub struct Shared {
     pub draws_confirmed: AtomicU64,
     /// The request URLs, parsed once.
     pub urls: Urls,
+    /// Plain-HTTP target: every timed request goes on the user's raw connection
+    /// ([`Shared::conns`]). `None` (https): through the user's reqwest client.
+    pub target: Option<conn::Target>,
+    /// Per user: its raw HTTP/1.1 keep-alive connection (with [`Shared::target`]).
+    pub conns: Vec<Mutex<conn::Conn>>,
     /// Per user: its HTTP client ([`user_client`]), installed as the goose user's
-    /// `GooseUser::client` before its first operation.
+    /// `GooseUser::client` before its first operation (https targets only).
     pub clients: Vec<reqwest::Client>,
 }
 
 /// Timeout of every request of the load (answer and body).
 pub const REQUEST_TIMEOUT_S: u64 = 10;
 
-/// The HTTP client of one goose user: one keep-alive connection pool per user (as `oha -c N`
-/// has N connections), no proxy lookup, no redirects, no retries, no decompression, and no
+/// The HTTP client of one goose user for an https target (a plain-HTTP target gets raw
+/// connections instead, [`crate::conn`]): one keep-alive connection pool per user (as
+/// `oha -c N` has N connections), no proxy lookup, no redirects, no retries, no decompression, and no
 /// root certificates loaded (the target is plain HTTP; loading the system's roots took ~5 ms
 /// of CPU per client). goose still schedules the users and runs the transactions; the timed
 /// requests go straight to this client (see [`call`]) instead of through `GooseUser::request`,
@@ -272,17 +279,26 @@ pub fn user_client() -> Result<reqwest::Client, reqwest::Error> {
         .build()
 }
 
+/// One request target: the full URL (reqwest) and its path and query (raw connections).
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub url: reqwest::Url,
+    pub path: http::Uri,
+}
+
 /// The URLs of the workload's requests, parsed once per run.
 #[derive(Clone, Debug)]
 pub struct Urls {
-    pub id: reqwest::Url,
-    pub batch: reqwest::Url,
-    pub snowflake: reqwest::Url,
-    pub tokens: reqwest::Url,
-    pub tokens_verify: reqwest::Url,
-    pub once: reqwest::Url,
-    pub once_consume: reqwest::Url,
-    pub draw: reqwest::Url,
+    /// The base URL (`http://host:port`).
+    pub base: reqwest::Url,
+    pub id: Endpoint,
+    pub batch: Endpoint,
+    pub snowflake: Endpoint,
+    pub tokens: Endpoint,
+    pub tokens_verify: Endpoint,
+    pub once: Endpoint,
+    pub once_consume: Endpoint,
+    pub draw: Endpoint,
 }
 
 impl Urls {
@@ -294,9 +310,19 @@ impl Urls {
         let base = base.trim_end_matches('/');
         let parse = |path: &str| {
             let text = format!("{base}{path}");
-            reqwest::Url::parse(&text).map_err(|e| format!("`{text}`: {e}"))
+            let url = reqwest::Url::parse(&text).map_err(|e| format!("`{text}`: {e}"))?;
+            let mut origin_form = url.path().to_owned();
+            if let Some(q) = url.query() {
+                origin_form.push('?');
+                origin_form.push_str(q);
+            }
+            let path = origin_form
+                .parse::<http::Uri>()
+                .map_err(|e| format!("`{text}`: path `{origin_form}`: {e}"))?;
+            Ok::<_, String>(Endpoint { url, path })
         };
         Ok(Self {
+            base: reqwest::Url::parse(base).map_err(|e| format!("`{base}`: {e}"))?,
             id: parse(&format!("/id/{tag}"))?,
             batch: parse(&format!("/id/{tag}/batch?n=10"))?,
             snowflake: parse("/snowflake")?,
@@ -389,7 +415,8 @@ impl Shared {
     }
 }
 
-/// One timed request, sent with the goose user's client (see [`user_client`]). Returns the
+/// One timed request, sent on the user's raw connection ([`crate::conn`]; with an https
+/// target, with the goose user's client, see [`user_client`]). Returns the
 /// status and the body decoded as `T` (`None` if it does not decode), or `None` on a
 /// transport error. Latency is recorded three ways: uncorrected (from this request's actual
 /// send), corrected (plus the operation's `server_lag`), and from the schedule (from the
@@ -398,37 +425,51 @@ async fn call<T: DeserializeOwned>(
     user: &mut GooseUser,
     sh: &Shared,
     name: &'static str,
-    url: &reqwest::Url,
+    endpoint: &Endpoint,
     body: Body<'_>,
     origin: &Origin,
     ok_statuses: &[u16],
 ) -> Option<(u16, Option<T>)> {
-    let start = Instant::now();
-    let request = match body {
-        Body::Get => user.client.get(url.clone()),
-        Body::Post(v) => user.client.post(url.clone()).json(v),
+    // serialized before the clock starts (as reqwest's `.json` did, but outside the timing)
+    let json = match body {
+        Body::Get => None,
+        Body::Post(v) => match serde_json::to_vec(v) {
+            Ok(bytes) => Some(bytes::Bytes::from(bytes)),
+            Err(_) => return None, // a `Value` always serializes
+        },
     };
-    let (result, class) = match request.send().await {
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            match resp.bytes().await {
-                Ok(bytes) => {
-                    let v: Option<T> = serde_json::from_slice(&bytes).ok();
-                    let class = if ok_statuses.contains(&status) {
-                        None
-                    } else {
-                        status_class(status).or(Some("http_unexpected"))
-                    };
-                    (Some((status, v)), class)
-                }
-                Err(e) if e.is_timeout() => (None, Some("timeout")),
-                Err(_) => (None, Some("body")),
-            }
+    let start = Instant::now();
+    let answer = match (&sh.target, sh.conns.get(origin.user)) {
+        (Some(target), Some(slot)) => {
+            // the user's connection, out of its slot while in use (one operation at a time
+            // per user, so nobody else waits for it)
+            let mut c = std::mem::take(&mut *lock(slot));
+            let method = if json.is_some() {
+                http::Method::POST
+            } else {
+                http::Method::GET
+            };
+            let timeout = Duration::from_secs(REQUEST_TIMEOUT_S);
+            let r = c
+                .send(target, method, &endpoint.path, json, timeout)
+                .await
+                .map_err(conn::Failure::class);
+            *lock(slot) = c;
+            r
         }
-        Err(e) if e.is_timeout() => (None, Some("timeout")),
-        Err(e) if e.is_connect() => (None, Some("connect")),
-        Err(e) if e.is_builder() => (None, Some("client")),
-        Err(_) => (None, Some("transport")),
+        _ => reqwest_call(user, &endpoint.url, json).await,
+    };
+    let (result, class) = match answer {
+        Ok((status, bytes)) => {
+            let v: Option<T> = serde_json::from_slice(&bytes).ok();
+            let class = if ok_statuses.contains(&status) {
+                None
+            } else {
+                status_class(status).or(Some("http_unexpected"))
+            };
+            (Some((status, v)), class)
+        }
+        Err(class) => (None, Some(class)),
     };
     let done = Instant::now();
     sh.set_last_done(origin.user, done);
@@ -451,6 +492,37 @@ async fn call<T: DeserializeOwned>(
         tokio::time::sleep(Duration::from_millis(CONNECT_BACKOFF_MS)).await;
     }
     result
+}
+
+/// One request through the goose user's reqwest client (https targets): the status and body,
+/// or the error class.
+async fn reqwest_call(
+    user: &GooseUser,
+    url: &reqwest::Url,
+    json: Option<bytes::Bytes>,
+) -> Result<(u16, bytes::Bytes), &'static str> {
+    let request = match json {
+        None => user.client.get(url.clone()),
+        Some(b) => user
+            .client
+            .post(url.clone())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(b),
+    };
+    match request.send().await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            match resp.bytes().await {
+                Ok(bytes) => Ok((status, bytes)),
+                Err(e) if e.is_timeout() => Err("timeout"),
+                Err(_) => Err("body"),
+            }
+        }
+        Err(e) if e.is_timeout() => Err("timeout"),
+        Err(e) if e.is_connect() => Err("connect"),
+        Err(e) if e.is_builder() => Err("client"),
+        Err(_) => Err("transport"),
+    }
 }
 
 /// Endpoint names (the report's `EndpointStats::name`).
