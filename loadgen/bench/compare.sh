@@ -41,6 +41,10 @@ for ROUND in $(seq 1 "$ROUNDS"); do
     echo "== round $ROUND rate $R ($(cut -d' ' -f1-3 /proc/loadavg))"
     run "oha-$R-$ROUND" oha -z 10s -q "$R" --latency-correction -c $CONNS --no-tui --output-format json "$URL/id/bench"
     run "lg-$R-$ROUND" "$LG" id-single $CONNS "$R" 10 2 "$URL"
+    # oha at the same rate without --latency-correction: its workers take a token from the
+    # rate task and time the request from their own send, which is what loadgen's uncorrected
+    # histogram measures (the instruments compared like for like)
+    run "ohau-$R-$ROUND" oha -z 10s -q "$R" -c $CONNS --no-tui --output-format json "$URL/id/bench"
   done
   echo "== round $ROUND closed loop ($(cut -d' ' -f1-3 /proc/loadavg))"
   run "wrk-$ROUND" wrk -t1 -c$CONNS -d10s --latency "$URL/id/bench"
@@ -100,6 +104,9 @@ for r in range(1, rounds + 1):
         print(f"rate {q}: oha {o['rps']:.0f}/s P50 {o['c50']:.0f} P99 {o['c99']:.0f} P99.9 {o['c999']:.0f} us | client cpu {oc[0]/max(o['n'],1)*1e6:.1f} us/req")
         print(f"rate {q}: loadgen {l['rps']:.0f}/s corrected P50 {l['c50']} P99 {l['c99']} P99.9 {l['c999']} us; uncorrected P50 {l['u50']} P99 {l['u99']}; from schedule P50 {l['s50']} P99 {l['s99']}; client send lateness P50 {l['l50']} P99 {l['l99']}; errors {l['err']} | client cpu {lc[0]/max(l['n'],1)*1e6:.1f} us/req")
         print(f"rate {q}: ratio loadgen corrected / oha: P50 {l['c50']/o['c50']:.2f} P99 {l['c99']/o['c99']:.2f}; from schedule / oha: P50 {l['s50']/o['c50']:.2f} P99 {l['s99']/o['c99']:.2f}")
+        if os.path.exists(f"{out}/ohau-{q}-{r}.out"):
+            u = oha(f"ohau-{q}-{r}")
+            print(f"rate {q}: oha uncorrected {u['rps']:.0f}/s P50 {u['c50']:.0f} P99 {u['c99']:.0f} P99.9 {u['c999']:.0f} us; ratio loadgen uncorrected / oha uncorrected: P50 {l['u50']/u['c50']:.2f} P99 {l['u99']/u['c99']:.2f}")
     w, lc_, oc_, l2 = wrk(f"wrk-{r}"), lg(f"lgc-{r}"), oha(f"ohac-{r}"), lg(f"lgc1-{r}")
     for name, d, label in (("wrk -t1", w, f"wrk-{r}"), ("loadgen", lc_, f"lgc-{r}"), ("loadgen 1 worker", l2, f"lgc1-{r}"), ("oha", oc_, f"ohac-{r}")):
         c, e, srv = cpu(label)

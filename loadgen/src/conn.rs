@@ -123,11 +123,27 @@ impl Conn {
             .body(Full::new(json.unwrap_or_default()))
             .map_err(|_| Failure::Client)?;
         let sender = self.ready(target).await?;
-        let response = match sender.send_request(request).await {
+        let response = match sender.try_send_request(request).await {
             Ok(r) => r,
-            Err(_) => {
+            Err(mut e) => {
                 self.sender = None;
-                return Err(Failure::Transport);
+                // hyper hands the request back when it never wrote it (the connection was
+                // found closed before the write). Like hyper-util's pool, send it once more on
+                // a fresh connection. A request that was written is never sent twice: when the
+                // server drops an idle connection just as the request goes out, hyper reports
+                // `IncompleteMessage` without the request (the server may or may not have read
+                // it), and that stays a `transport` error, as with hyper-util.
+                let Some(request) = e.take_message() else {
+                    return Err(Failure::Transport);
+                };
+                let sender = self.ready(target).await?;
+                match sender.send_request(request).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.sender = None;
+                        return Err(Failure::Transport);
+                    }
+                }
             }
         };
         let status = response.status().as_u16();
@@ -199,6 +215,13 @@ mod tests {
     /// A server answering `{"id":N}` with the connection's number, closing every connection
     /// after its first answer, and never answering on the connection numbered `silent`.
     async fn server(silent: u64) -> Target {
+        server_closing(silent, true).await
+    }
+
+    /// As [`server`]; with `announce` false the answer says nothing about closing (a keep-alive
+    /// answer) and the server drops the connection right after it, as a server timing out an
+    /// idle connection does.
+    async fn server_closing(silent: u64, announce: bool) -> Target {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -221,8 +244,13 @@ mod tests {
                         return;
                     }
                     let body = format!("{{\"id\":{n}}}");
+                    let close = if announce {
+                        "connection: close\r\n"
+                    } else {
+                        ""
+                    };
                     let head = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n{close}\r\n",
                         body.len()
                     );
                     let _ = s.write_all(format!("{head}{body}").as_bytes()).await;
