@@ -5,6 +5,10 @@
 //! cargo run --release -p models --example figures -- [--threads N] [--depth D] [--flaw F] [NAME...]
 //! ```
 
+/// The allocator of the `scenario` binary, so that rates compare like for like.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use models::{ModelOptions, catalog, check};
 
 fn main() {

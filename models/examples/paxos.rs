@@ -56,6 +56,10 @@
 //! are proposed in parallel, but the following implementation follows this approach to match how
 //! the algorithm is typically described.
 
+/// The allocator of the `scenario` binary, so that rates compare like for like.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use serde::{Deserialize, Serialize};
 use stateright::actor::register::{RegisterActor, RegisterMsg, RegisterMsg::*};
 use stateright::actor::{Actor, ActorModel, Id, Network, Out, majority, model_peers};
