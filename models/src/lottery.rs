@@ -484,11 +484,15 @@ impl Actor for LotActor {
                 if next == node.coord {
                     return; // stale, duplicate or already counted: the coordinator ignores it
                 }
-                let LotState::Coordinator(node) = state.to_mut() else {
-                    unreachable!("matched above")
+                // built anew: `Cow::to_mut` would first clone the old coordinator
+                let mut node = CoordNode {
+                    coord: next,
+                    now_ms: node.now_ms,
+                    resumes: node.resumes,
+                    disk: node.disk.clone(),
                 };
-                node.coord = next;
                 node.drive(setup, o);
+                *state = Cow::Owned(LotState::Coordinator(node));
             }
             (
                 Self::Node { hosts, config, .. },
@@ -509,7 +513,7 @@ impl Actor for LotActor {
                     Handled::Resume(resume) => o.send(id, LotMsg::Resume(resume)),
                 }
                 if &next != node {
-                    *state.to_mut() = LotState::Node(next);
+                    *state = Cow::Owned(LotState::Node(next));
                 }
             }
             (Self::Node { hosts, config, .. }, LotState::Node(node), LotMsg::Resume(resume)) => {
@@ -526,7 +530,7 @@ impl Actor for LotActor {
                 }
                 o.send(Id::from(COORDINATOR), LotMsg::Reply(reply));
                 if &next != node {
-                    *state.to_mut() = LotState::Node(next);
+                    *state = Cow::Owned(LotState::Node(next));
                 }
             }
             _ => {}

@@ -432,12 +432,15 @@ impl Actor for SegActor {
                 let granted = matches!(reply, StoreReply::Allocate(Ok(_)));
                 o.send(src, SegMsg::Reply { id: req.id, reply });
                 if store != node.store {
-                    let SegState::Store(node) = state.to_mut() else {
-                        unreachable!()
+                    // built anew: `Cow::to_mut` would first clone the old store
+                    let next = StoreNode {
+                        store,
+                        now_ms: node.now_ms,
+                        grants: node.grants + u32::from(granted),
+                        clock_jumps: node.clock_jumps,
                     };
-                    node.store = store;
-                    node.grants += u32::from(granted);
-                    arm_store(node, o);
+                    arm_store(&next, o);
+                    *state = Cow::Owned(SegState::Store(next));
                 }
             }
             (Self::Allocator { setup }, SegState::Allocator(node), SegMsg::Reply { id, reply }) => {
@@ -448,12 +451,15 @@ impl Actor for SegActor {
                     return; // an answer the allocator ignores (late, duplicate, foreign)
                 }
                 let buffers_changed = buffers(&next, node.now) != buffers(alloc, node.now);
-                let SegState::Allocator(node) = state.to_mut() else {
-                    unreachable!()
+                // built anew: `Cow::to_mut` would first clone the old allocator
+                let mut node = AllocNode {
+                    alloc: Some(next),
+                    now: node.now,
+                    waiting: node.waiting && !buffers_changed,
+                    ghost: node.ghost.clone(),
                 };
-                node.alloc = Some(next);
-                node.waiting &= !buffers_changed;
-                Self::drive(setup, node, o);
+                Self::drive(setup, &mut node, o);
+                *state = Cow::Owned(SegState::Allocator(node));
             }
             _ => {}
         }

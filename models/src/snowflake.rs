@@ -354,7 +354,7 @@ impl Actor for SnowActor {
                 let lease = next.acquire_worker(&req);
                 o.send(src, SnowMsg::Acquired { id, lease });
                 if &next != store {
-                    *state.to_mut() = SnowState::Store(next);
+                    *state = Cow::Owned(SnowState::Store(next));
                 }
             }
             (Self::Store, SnowState::Store(store), SnowMsg::Reserve { id, call }) => {
@@ -362,7 +362,7 @@ impl Actor for SnowActor {
                 let reply = call.execute(&mut next);
                 o.send(src, SnowMsg::Reserved { id, reply });
                 if &next != store {
-                    *state.to_mut() = SnowState::Store(next);
+                    *state = Cow::Owned(SnowState::Store(next));
                 }
             }
             (

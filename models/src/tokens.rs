@@ -193,7 +193,7 @@ impl Actor for TokenActor {
                     o.send(src, TokenMsg::Answer(answer));
                 }
                 if &next != store {
-                    *state.to_mut() = TokenState::Store(next);
+                    *state = Cow::Owned(TokenState::Store(next));
                 }
             }
             (TokenState::Consumer(consume), TokenMsg::Answer(answer)) => {
@@ -202,7 +202,7 @@ impl Actor for TokenActor {
                     return; // a duplicate or stale answer: the consume ignores it
                 }
                 send_next(&mut next, o);
-                *state.to_mut() = TokenState::Consumer(next);
+                *state = Cow::Owned(TokenState::Consumer(next));
             }
             _ => {}
         }
