@@ -3,7 +3,7 @@
 //! Everything is an ordered collection so that the whole store can be cloned, hashed and
 //! compared (stateright), and so that iteration order never depends on a hasher.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -123,17 +123,31 @@ impl IdStore for MemoryIdStore {
                     actual: row.version,
                 });
             }
-            match take_from_pool(&row.pool, req.min_id, req.ids) {
-                Some((segment, rest)) => {
-                    row.pool = rest;
-                    (segment, true)
-                }
-                None => {
-                    let segment = fresh_segment(row, req.ids)?;
-                    row.max_id = segment.end;
-                    (segment, false)
+            let (segment, rest) = match take_from_pool(&row.pool, req.min_id, req.ids) {
+                Some((segment, rest)) => (segment, Some(rest)),
+                None => (fresh_segment(row, req.ids)?, None),
+            };
+            // SQLite rewrites the pool rows (primary key: start), then inserts the lease: the
+            // same checks, in the same order, before anything changes (both can fail only after
+            // the blind-write flaw overlapped ranges).
+            if let Some(rest) = &rest {
+                let mut starts = BTreeSet::new();
+                if let Some(dup) = rest
+                    .iter()
+                    .find(|s| !s.is_empty() && !starts.insert(s.start))
+                {
+                    return Err(super::pool_taken(&req.tag, dup.start));
                 }
             }
+            if self.leases.contains_key(&(req.tag.clone(), segment.start)) {
+                return Err(super::lease_taken(&req.tag, segment.start));
+            }
+            let from_pool = rest.is_some();
+            match rest {
+                Some(rest) => row.pool = rest,
+                None => row.max_id = segment.end,
+            }
+            (segment, from_pool)
         };
         row.version += 1;
         let grant = Grant {
@@ -196,20 +210,21 @@ impl IdStore for MemoryIdStore {
             return Err(lost());
         }
         let segment = lease.segment;
-        self.leases.remove(&key);
         let from = segment
             .align_up(req.used_end.clamp(segment.start, segment.end))
             .min(segment.end);
+        let tail = Segment {
+            start: from,
+            end: segment.end,
+            delta: segment.delta,
+        };
         if let Some(row) = self.tags.get_mut(&req.tag) {
-            pool_insert(
-                &mut row.pool,
-                Segment {
-                    start: from,
-                    end: segment.end,
-                    delta: segment.delta,
-                },
-            );
+            if !tail.is_empty() && super::pool_has_start(&row.pool, tail.start) {
+                return Err(super::pool_taken(&req.tag, tail.start));
+            }
+            pool_insert(&mut row.pool, tail);
         }
+        self.leases.remove(&key);
         Ok(())
     }
 
@@ -220,16 +235,37 @@ impl IdStore for MemoryIdStore {
             .filter(|(_, lease)| lease.lease_expiry_ms <= now_ms)
             .map(|(key, _)| key.clone())
             .collect();
+        let tail_of = |lease: &LeaseRow| {
+            let segment = lease.segment;
+            Segment {
+                start: segment.align_up(lease.claim_end).min(segment.end),
+                end: segment.end,
+                delta: segment.delta,
+            }
+        };
+        // All or nothing, as SQLite's transaction: a tail starting where a pooled range (or an
+        // earlier tail of this sweep) starts refuses the whole sweep (after the blind-write flaw
+        // only, see `pool_taken`).
+        let mut added: BTreeSet<(&str, u64)> = BTreeSet::new();
+        for key in &expired {
+            let lease = &self.leases[key];
+            let tail = tail_of(lease);
+            if tail.is_empty() {
+                continue;
+            }
+            let pooled = self
+                .tags
+                .get(&lease.tag)
+                .is_some_and(|row| super::pool_has_start(&row.pool, tail.start));
+            if pooled || !added.insert((lease.tag.as_str(), tail.start)) {
+                return Err(super::pool_taken(&lease.tag, tail.start));
+            }
+        }
+        drop(added);
         let mut reclaimed = Vec::with_capacity(expired.len());
         for key in expired {
             let lease = self.leases.remove(&key).expect("key listed above");
-            let segment = lease.segment;
-            let from = segment.align_up(lease.claim_end).min(segment.end);
-            let tail = Segment {
-                start: from,
-                end: segment.end,
-                delta: segment.delta,
-            };
+            let tail = tail_of(&lease);
             if let Some(row) = self.tags.get_mut(&lease.tag) {
                 pool_insert(&mut row.pool, tail);
             }

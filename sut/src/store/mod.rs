@@ -426,6 +426,30 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// A correct grant whose range starts where another holder's lease starts: possible only after
+/// the blind-write flaw moved `max_id` back and gave the range out once already. The grant is
+/// refused and nothing changes (SQLite: the lease row's primary key refuses the insert and the
+/// transaction rolls back); the memory store answers the same.
+pub(crate) fn lease_taken(tag: &str, segment_start: u64) -> StoreError {
+    StoreError::Backend(format!(
+        "a lease of the segment starting at {segment_start} of `{tag}` is already held"
+    ))
+}
+
+/// A tail returned to the pool where a pooled range already starts: possible only after the
+/// blind-write flaw gave one range out twice. Refused with nothing changed, as SQLite's primary
+/// key on the pool row refuses it and rolls the transaction back.
+pub(crate) fn pool_taken(tag: &str, start: u64) -> StoreError {
+    StoreError::Backend(format!(
+        "a pooled range starting at {start} of `{tag}` already exists"
+    ))
+}
+
+/// Whether `pool` holds a range starting at `start` (see [`pool_taken`]).
+fn pool_has_start(pool: &[Segment], start: u64) -> bool {
+    pool.iter().any(|s| s.start == start)
+}
+
 /// The ID store's domain operations. Both implementations must behave identically.
 pub trait IdStore {
     /// Creates a tag.

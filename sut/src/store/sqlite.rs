@@ -17,7 +17,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use super::{
     AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
     ReleaseRequest, RenewRequest, Segment, StoreError, TagRow, TagSpec, WorkerLease, WorkerRequest,
-    align_up, check_alloc, fresh_segment, initial_claim, take_from_pool,
+    align_up, check_alloc, fresh_segment, initial_claim, lease_taken, pool_taken, take_from_pool,
 };
 
 const SCHEMA: &str = "
@@ -210,7 +210,12 @@ fn insert_lease(
             to_sql(grant.lease_expiry_ms)
         ],
     )
-    .map_err(backend)?;
+    .map_err(|e| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::ConstraintViolation) => {
+            lease_taken(&req.tag, grant.segment.start)
+        }
+        _ => backend(e),
+    })?;
     Ok(())
 }
 
@@ -269,7 +274,10 @@ fn insert_pool(tx: &Transaction<'_>, tag: &str, tail: &Segment) -> Result<(), St
                 to_sql(tail.delta)
             ],
         )
-        .map_err(backend)?;
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::ConstraintViolation) => pool_taken(tag, tail.start),
+            _ => backend(e),
+        })?;
     }
     Ok(())
 }
