@@ -175,13 +175,13 @@ pub fn check(name: &str, opts: ModelOptions) -> Result<ModelReport, ModelError> 
                 ..opts
             };
             runner::run(
-                segment::model(&segment::SegmentSetup::with_flaw(flaw)),
+                segment::model(&segment::SegmentSetup::with_flaw(flaw))?,
                 name,
                 &opts,
             )
         }
         tokens::NAME => runner::run(
-            tokens::model(&tokens::TokenSetup::with_flaw(flaw)),
+            tokens::model(&tokens::TokenSetup::with_flaw(flaw))?,
             name,
             &opts,
         ),
@@ -213,10 +213,10 @@ pub fn serve_with_flaw(name: &str, addr: &str, flaw: Option<&str>) -> Result<(),
     let flaw = checked_flaw(info, flaw)?;
     match info.name {
         segment::NAME => runner::serve(
-            segment::model(&segment::SegmentSetup::with_flaw(flaw)),
+            segment::model(&segment::SegmentSetup::with_flaw(flaw))?,
             addr,
         ),
-        tokens::NAME => runner::serve(tokens::model(&tokens::TokenSetup::with_flaw(flaw)), addr),
+        tokens::NAME => runner::serve(tokens::model(&tokens::TokenSetup::with_flaw(flaw))?, addr),
         snowflake::NAME => runner::serve(
             snowflake::model(&snowflake::SnowflakeSetup::with_flaw(flaw)),
             addr,

@@ -642,9 +642,10 @@ fn deadline_races(sys: &Sys, id: Id, timer: &LotTimer) -> bool {
     })
 }
 
-/// The whole ledger: both participant stores and the coordinator's log.
-#[must_use]
-pub fn ledger(sys: &Sys) -> Ledger {
+/// The whole ledger: both participant stores and the coordinator's log, or the rows two of
+/// them both hold (which a correct system never has: the properties then fail, with this state
+/// as the counterexample).
+pub fn ledger(sys: &Sys) -> Result<Ledger, sut::lottery::MergeError> {
     let log = Ledger {
         coord_log: disk(sys).map(|d| d.log.clone()).unwrap_or_default(),
         ..Ledger::default()
@@ -654,7 +655,6 @@ pub fn ledger(sys: &Sys) -> Ledger {
         part(sys, INVENTORY).store.ledger(),
         &log,
     ])
-    .expect("the wallet, the inventory and the log hold disjoint rows")
 }
 
 /// `lottery.settled` in this state: the coordinator is up with nothing in flight and every
@@ -663,7 +663,7 @@ pub fn ledger(sys: &Sys) -> Ledger {
 pub fn settled(sys: &Sys) -> bool {
     !sys.crashed[COORDINATOR]
         && coordinator(sys).coord.inflight() == 0
-        && invariants::settled(&ledger(sys)).is_ok()
+        && ledger(sys).is_ok_and(|ledger| invariants::settled(&ledger).is_ok())
 }
 
 fn histories(sys: &Sys) -> [&[ParticipantReply]; 2] {
@@ -674,30 +674,35 @@ fn events(sys: &Sys) -> &[DrawEvent] {
     disk(sys).map_or(&[], |d| d.events.as_slice())
 }
 
-fn initial_store(setup: &LotterySetup, node: usize) -> MemoryStore {
+/// A participant node's store as the model starts it, or why the setup cannot be modelled.
+fn initial_store(setup: &LotterySetup, node: usize) -> Result<MemoryStore, ModelError> {
+    let setup_error = |e: String| ModelError::InvalidOptions(format!("lottery model: {e}"));
     let mut store = MemoryStore::new();
     match node {
         WALLET => {
             for (user, balance) in &setup.balances {
                 store
                     .open_account(*user, *balance)
-                    .expect("the model's accounts are distinct and small");
+                    .map_err(|e| setup_error(format!("account {user:?}: {e}")))?;
             }
         }
         _ => store
             .add_stock(ACTIVITY, setup.stock)
-            .expect("the model's stock is small"),
+            .map_err(|e| setup_error(format!("stock {}: {e}", setup.stock)))?,
     }
-    store
+    Ok(store)
 }
 
-/// The model.
-#[must_use]
-pub fn model(setup: &LotterySetup) -> NetModel<HashedActor<LotActor>, LotterySetup> {
-    assert!(
-        (1..=3).contains(&setup.draws.len()),
-        "1 to 3 draws keep the model small"
-    );
+/// The model, or why its setup cannot be modelled.
+pub fn model(
+    setup: &LotterySetup,
+) -> Result<NetModel<HashedActor<LotActor>, LotterySetup>, ModelError> {
+    if !(1..=3).contains(&setup.draws.len()) {
+        return Err(ModelError::InvalidOptions(format!(
+            "lottery model: {} draws (1 to 3 keep the model small)",
+            setup.draws.len()
+        )));
+    }
     let config = setup.participant_config();
     let actors = ActorModel::new(setup.clone(), ())
         .actor(HashedActor(LotActor::Coordinator {
@@ -706,12 +711,12 @@ pub fn model(setup: &LotterySetup) -> NetModel<HashedActor<LotActor>, LotterySet
         .actor(HashedActor(LotActor::Node {
             hosts: vec![Participant::Wallet, Participant::Participation],
             config,
-            store: initial_store(setup, WALLET),
+            store: initial_store(setup, WALLET)?,
         }))
         .actor(HashedActor(LotActor::Node {
             hosts: vec![Participant::Inventory],
             config,
-            store: initial_store(setup, INVENTORY),
+            store: initial_store(setup, INVENTORY)?,
         }))
         .max_crashes(1)
         // Only the coordinator crashes (the participants are databases: their durability is not
@@ -785,10 +790,10 @@ pub fn model(setup: &LotterySetup) -> NetModel<HashedActor<LotActor>, LotterySet
     } else {
         actors
     };
-    NetModel::new(actors, setup.duplicates_max)
+    Ok(NetModel::new(actors, setup.duplicates_max)
         .with_atomic_restarts(&[COORDINATOR])
         .with_drops(setup.drops_max)
-        .with_slow_timeouts(deadline_races, setup.slow_timeouts_max)
+        .with_slow_timeouts(deadline_races, setup.slow_timeouts_max))
 }
 
 fn setup_named(name: &str, flaw: Option<&str>) -> LotterySetup {
@@ -805,11 +810,11 @@ pub(crate) fn check(
     name: &str,
     opts: &ModelOptions,
 ) -> Result<ModelReport, ModelError> {
-    runner::run(model(&setup_named(name, flaw)), name, opts)
+    runner::run(model(&setup_named(name, flaw))?, name, opts)
 }
 
 pub(crate) fn serve(name: &str, flaw: Option<&str>, addr: &str) -> Result<(), ModelError> {
-    runner::serve(model(&setup_named(name, flaw)), addr)
+    runner::serve(model(&setup_named(name, flaw))?, addr)
 }
 
 #[cfg(test)]
@@ -829,7 +834,7 @@ mod tests {
             depth,
             flaw: None,
         };
-        runner::run(model(setup), NAME, &opts).unwrap()
+        runner::run(model(setup).unwrap(), NAME, &opts).unwrap()
     }
 
     /// No network faults, no crash (small enough for a debug-build test).
@@ -958,7 +963,7 @@ mod tests {
             first.user, second.user,
             "the retried draw is the same user's"
         );
-        let m = model(&setup);
+        let m = model(&setup).unwrap();
         let p = property(&m, invariants::NO_DUPLICATE_PARTICIPATION);
         let init = m.init_states().remove(0);
         assert!((p.condition)(&m, &init));

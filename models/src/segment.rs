@@ -37,6 +37,7 @@ use sut::clock::Now;
 use sut::segment::{AllocatorConfig, Request, SegmentAllocator, StepPolicy, Take};
 use sut::store::{IdStore, InstanceId, MemoryIdStore, StoreCall, StoreError, StoreReply, TagSpec};
 
+use crate::ModelError;
 use crate::hashed::{HashedActor, Stored, stored};
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
 
@@ -266,8 +267,9 @@ pub enum SegTimer {
 pub enum SegActor {
     /// The ID store.
     Store {
-        /// The tag's database step.
-        step: u64,
+        /// The store as it starts: the tag created (built by [`model`], which reports a setup
+        /// the store refuses).
+        initial: Box<MemoryIdStore>,
     },
     /// An allocator slot.
     Allocator {
@@ -287,6 +289,11 @@ pub struct StoreNode {
     pub grants: u32,
     /// Clock jumps so far.
     pub clock_jumps: u32,
+    /// Reclaim sweeps the store refused (all or nothing). A correct allocator never causes one;
+    /// after the blind-write flaw handed a range out twice, a reclaim can collide with a pooled
+    /// range and the store refuses it unchanged, as SQLite's primary key does. A refusal is an
+    /// outcome the model records, not a reason to stop: `ids.unique` judges the flaw.
+    pub reclaims_refused: u32,
 }
 
 /// An allocator process: the state machine and its monotonic clock.
@@ -374,18 +381,13 @@ impl Actor for SegActor {
 
     fn on_start(&self, id: Id, storage: &Option<Stored<Ghost>>, o: &mut Out<Self>) -> SegState {
         match self {
-            Self::Store { step } => {
-                let mut store = MemoryIdStore::new();
-                store
-                    .create_tag(TAG, &TagSpec::simple(*step))
-                    .expect("a fresh store accepts the tag");
-                SegState::Store(StoreNode {
-                    store,
-                    now_ms: 0,
-                    grants: 0,
-                    clock_jumps: 0,
-                })
-            }
+            Self::Store { initial } => SegState::Store(StoreNode {
+                store: (**initial).clone(),
+                now_ms: 0,
+                grants: 0,
+                clock_jumps: 0,
+                reclaims_refused: 0,
+            }),
             Self::Allocator { setup } => {
                 let mut ghost = storage
                     .as_ref()
@@ -438,6 +440,7 @@ impl Actor for SegActor {
                         now_ms: node.now_ms,
                         grants: node.grants + u32::from(granted),
                         clock_jumps: node.clock_jumps,
+                        reclaims_refused: node.reclaims_refused,
                     };
                     arm_store(&next, o);
                     *state = Cow::Owned(SegState::Store(next));
@@ -485,10 +488,11 @@ impl Actor for SegActor {
                 if let Some(at) = earliest {
                     node.now_ms = node.now_ms.max(at);
                     node.clock_jumps += 1;
-                    let _reclaimed = node
-                        .store
-                        .reclaim_expired(node.now_ms)
-                        .expect("the memory store cannot fail");
+                    // A refusal leaves the store unchanged (all or nothing): recorded, and the
+                    // allocators carry on against the unchanged store.
+                    if node.store.reclaim_expired(node.now_ms).is_err() {
+                        node.reclaims_refused += 1;
+                    }
                 }
                 arm_store(node, o);
             }
@@ -570,15 +574,28 @@ pub fn ids_monotonic(ghost: &Ghost) -> bool {
         .all(|w| w[0].0 != w[1].0 || w[0].1 < w[1].1)
 }
 
-/// The model.
-#[must_use]
-pub fn model(setup: &SegmentSetup) -> NetModel<HashedActor<SegActor>, SegmentSetup> {
-    assert!(
-        (1..=3).contains(&setup.allocators),
-        "1 to 3 allocators keep the model small"
-    );
+/// The store as the model starts it: the tag created with the setup's step.
+fn initial_store(setup: &SegmentSetup) -> Result<MemoryIdStore, ModelError> {
+    let mut store = MemoryIdStore::new();
+    store
+        .create_tag(TAG, &TagSpec::simple(setup.step))
+        .map_err(|e| ModelError::InvalidOptions(format!("segment model: tag `{TAG}`: {e}")))?;
+    Ok(store)
+}
+
+/// The model, or why its setup cannot be modelled.
+pub fn model(
+    setup: &SegmentSetup,
+) -> Result<NetModel<HashedActor<SegActor>, SegmentSetup>, ModelError> {
+    if !(1..=3).contains(&setup.allocators) {
+        return Err(ModelError::InvalidOptions(format!(
+            "segment model: {} allocators (1 to 3 keep the model small)",
+            setup.allocators
+        )));
+    }
+    let initial = Box::new(initial_store(setup)?);
     let actors = ActorModel::new(setup.clone(), ())
-        .actor(HashedActor(SegActor::Store { step: setup.step }))
+        .actor(HashedActor(SegActor::Store { initial }))
         .actors((0..setup.allocators).map(|_| {
             HashedActor(SegActor::Allocator {
                 setup: Box::new(setup.clone()),
@@ -626,7 +643,7 @@ pub fn model(setup: &SegmentSetup) -> NetModel<HashedActor<SegActor>, SegmentSet
             "issued after restart",
             |_, state| ghosts(state).any(|g| g.issued.iter().any(|(inc, _)| *inc > 0)),
         );
-    NetModel::new(actors, setup.duplicates_max)
+    Ok(NetModel::new(actors, setup.duplicates_max))
 }
 
 #[cfg(test)]
@@ -640,7 +657,7 @@ mod tests {
             depth,
             flaw: None,
         };
-        runner::run(model(setup), NAME, &opts).unwrap()
+        runner::run(model(setup).unwrap(), NAME, &opts).unwrap()
     }
 
     /// One allocator, no time, no crash: small enough to exhaust.
@@ -700,6 +717,22 @@ mod tests {
             );
         }
         assert_eq!(report.unique_states, PINNED_PAIR, "regression guard");
+    }
+
+    /// The blind-write flaw gives one range out twice; a later reclaim can then collide with a
+    /// pooled range, which the store refuses. The check must go on and report the duplicate as
+    /// a violation with its counterexample (it once panicked on the refusal instead).
+    #[test]
+    fn blind_write_flaw_is_a_violation_with_a_counterexample_not_a_panic() {
+        let opts = ModelOptions {
+            threads: 1,
+            depth: None,
+            flaw: Some("segment_no_version_check".to_owned()),
+        };
+        let report = crate::check(NAME, opts).unwrap();
+        let unique = report.property("ids.unique").unwrap();
+        assert_eq!(unique.verdict, Verdict::Violated);
+        assert!(!unique.counterexample.as_ref().unwrap().is_empty());
     }
 
     const PINNED_SOLO: usize = 2676;

@@ -25,6 +25,7 @@ use sut::token::{
     OnceToken, TokenEvent, TokenFlaws, TokenStoreLimits, UserId, check_single_use,
 };
 
+use crate::ModelError;
 use crate::hashed::HashedActor;
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
 
@@ -121,8 +122,11 @@ fn verdict<T>(r: &Result<T, OnceRejection>) -> String {
 /// Actors.
 #[derive(Clone, Debug)]
 pub enum TokenActor {
-    /// The token store.
-    Store,
+    /// The token store, as it starts: the token issued (built by [`model`]).
+    Store {
+        /// The store holding the issued token.
+        initial: Box<MemoryTokenStore>,
+    },
     /// A consumer of the token.
     Consumer {
         /// Flaws switched on.
@@ -154,21 +158,7 @@ impl Actor for TokenActor {
 
     fn on_start(&self, _id: Id, _storage: &Option<()>, o: &mut Out<Self>) -> TokenState {
         match self {
-            Self::Store => {
-                let mut store = MemoryTokenStore::new(TokenStoreLimits::default());
-                let activity = ActivityId::new("A2024").expect("a valid activity id");
-                let issued = sut::token::once::issue_once(
-                    &mut store,
-                    &OnceConfig::default(),
-                    USER,
-                    activity,
-                    TOKEN.0,
-                    NOW,
-                )
-                .expect("an empty store issues");
-                assert_eq!(issued.token, TOKEN);
-                TokenState::Store(store)
-            }
+            Self::Store { initial } => TokenState::Store((**initial).clone()),
             Self::Consumer { flaws } => {
                 let mut consume = OnceConsume::new(TOKEN, USER, NOW, *flaws);
                 send_next(&mut consume, o);
@@ -235,15 +225,43 @@ fn states(sys: &stateright::actor::ActorModelState<HashedActor<TokenActor>>) -> 
     sys.actor_states.iter().map(|s| &***s).collect()
 }
 
-/// The model.
-#[must_use]
-pub fn model(setup: &TokenSetup) -> NetModel<HashedActor<TokenActor>, TokenSetup> {
-    assert!(
-        (2..=3).contains(&setup.consumers),
-        "2 or 3 consumers keep the model small"
-    );
+/// The store as the model starts it: the one token issued.
+fn initial_store() -> Result<MemoryTokenStore, ModelError> {
+    let setup_error = |what: String| ModelError::InvalidOptions(format!("tokens model: {what}"));
+    let mut store = MemoryTokenStore::new(TokenStoreLimits::default());
+    let activity = ActivityId::new("A2024")
+        .ok_or_else(|| setup_error("`A2024` is not a valid activity id".to_owned()))?;
+    let issued = sut::token::once::issue_once(
+        &mut store,
+        &OnceConfig::default(),
+        USER,
+        activity,
+        TOKEN.0,
+        NOW,
+    )
+    .map_err(|e| setup_error(format!("issuing the token: {e}")))?;
+    if issued.token != TOKEN {
+        return Err(setup_error(format!(
+            "issued {:?}, not {TOKEN:?}",
+            issued.token
+        )));
+    }
+    Ok(store)
+}
+
+/// The model, or why its setup cannot be modelled.
+pub fn model(
+    setup: &TokenSetup,
+) -> Result<NetModel<HashedActor<TokenActor>, TokenSetup>, ModelError> {
+    if !(2..=3).contains(&setup.consumers) {
+        return Err(ModelError::InvalidOptions(format!(
+            "tokens model: {} consumers (2 or 3 keep the model small)",
+            setup.consumers
+        )));
+    }
+    let initial = Box::new(initial_store()?);
     let actors = ActorModel::new(setup.clone(), ())
-        .actor(HashedActor(TokenActor::Store))
+        .actor(HashedActor(TokenActor::Store { initial }))
         .actors(
             (0..setup.consumers).map(|_| HashedActor(TokenActor::Consumer { flaws: setup.flaws })),
         )
@@ -265,7 +283,7 @@ pub fn model(setup: &TokenSetup) -> NetModel<HashedActor<TokenActor>, TokenSetup
                 .iter()
                 .any(|e| matches!(e, TokenEvent::OnceConsumeRejected { .. }))
         });
-    NetModel::new(actors, setup.duplicates_max)
+    Ok(NetModel::new(actors, setup.duplicates_max))
 }
 
 #[cfg(test)]
@@ -279,7 +297,7 @@ mod tests {
             depth: None,
             flaw: flaw.map(str::to_owned),
         };
-        runner::run(model(&TokenSetup::with_flaw(flaw)), NAME, &opts).unwrap()
+        runner::run(model(&TokenSetup::with_flaw(flaw)).unwrap(), NAME, &opts).unwrap()
     }
 
     #[test]

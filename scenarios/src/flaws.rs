@@ -182,8 +182,12 @@ fn check_model(flaw: Flaw, row: &mut FlawResult) {
         depth: None,
         flaw: Some(flaw.name().to_owned()),
     };
-    let Ok(report) = models::check(info.name, options) else {
-        return;
+    let report = match models::check(info.name, options) {
+        Ok(report) => report,
+        Err(err) => {
+            note(row, format!("model {}: could not run: {err}", info.name));
+            return;
+        }
     };
     let counterexample = report
         .properties
@@ -196,7 +200,27 @@ fn check_model(flaw: Flaw, row: &mut FlawResult) {
         if row.caught_by.is_none() {
             row.caught_by = Some(format!("model:{}", p.name));
         }
+    } else {
+        note(row, format!("model {}: no counterexample", info.name));
     }
+}
+
+fn note(row: &mut FlawResult, text: String) {
+    row.detail = Some(match row.detail.take() {
+        Some(detail) => format!("{detail}; {text}"),
+        None => text,
+    });
+}
+
+/// The flaws whose covering model was checked but gave no counterexample (it could not run, or
+/// every property held): `scenario flaws` fails on them, as on a flaw not caught.
+#[must_use]
+pub fn models_without_counterexample(catalog: &FlawCatalogReport) -> Vec<&FlawResult> {
+    catalog
+        .flaws
+        .iter()
+        .filter(|r| r.model.is_some() && r.counterexample.is_empty())
+        .collect()
 }
 
 #[cfg(test)]
@@ -210,6 +234,48 @@ mod tests {
         for (_, scenario) in CATALOG {
             assert!(crate::load(scenario).is_ok(), "{scenario}");
         }
+    }
+
+    #[test]
+    fn a_covering_model_without_a_counterexample_is_reported() {
+        let mut covered = FlawResult {
+            flaw: "tcc_no_fence".into(),
+            caught_by: Some("sim:lottery.no_hanging".into()),
+            seed: Some(3),
+            detail: None,
+            source: None,
+            scenario: Some("tcc_storm".into()),
+            seeds_to_failure: Some(1.0),
+            sweeps: vec![Some(1)],
+            model: Some("lottery_faults".into()),
+            model_depth: Some(9),
+            counterexample: vec!["coordinator -> wallet: Try".into()],
+        };
+        let catalog = |rows: Vec<FlawResult>| FlawCatalogReport {
+            catalog: "known-flaws".into(),
+            flaws: rows,
+        };
+        let uncovered = FlawResult {
+            model: None,
+            model_depth: None,
+            counterexample: Vec::new(),
+            ..covered.clone()
+        };
+        assert!(
+            models_without_counterexample(&catalog(vec![covered.clone(), uncovered])).is_empty()
+        );
+        covered.counterexample.clear();
+        note(
+            &mut covered,
+            "model lottery_faults: no counterexample".into(),
+        );
+        let report = catalog(vec![covered]);
+        let silent = models_without_counterexample(&report);
+        assert_eq!(silent.len(), 1);
+        assert_eq!(
+            silent[0].detail.as_deref(),
+            Some("model lottery_faults: no counterexample")
+        );
     }
 
     #[test]

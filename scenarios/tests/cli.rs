@@ -191,3 +191,50 @@ fn load_scenario_files_are_listed_and_bad_ones_exit_2_naming_file_line_and_field
         "{err}"
     );
 }
+
+/// A panic is a bench failure, not a verdict: exit code 3 with the command and a replay line,
+/// from the main thread and from any other thread (a checker or sweep thread's panic used to
+/// surface as exit code 101).
+#[test]
+fn a_panic_anywhere_exits_3_with_the_command_and_a_replay_line() {
+    for place in ["main", "thread"] {
+        let out = scenario()
+            .args(["list"])
+            .env("SCENARIO_TEST_PANIC", place)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{place}: {err}");
+        assert!(err.contains("BENCH FAILURE"), "{place}: {err}");
+        assert!(
+            err.contains("command: ") && err.contains(" list"),
+            "{place}: {err}"
+        );
+        assert!(err.contains("replay:  "), "{place}: {err}");
+        assert!(
+            err.contains(&format!("SCENARIO_TEST_PANIC={place}")),
+            "{place}: {err}"
+        );
+    }
+}
+
+/// The regression of the blind-write flaw: the covering model reports the duplicate as a
+/// violation with a counterexample (exit 1), never a panic.
+#[test]
+fn a_flawed_model_exits_1_with_a_counterexample() {
+    let out = scenario()
+        .args(["model", "segment", "--flaw", "segment_no_version_check"])
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("ids.unique") && text.contains("counterexample ("),
+        "{text}"
+    );
+}

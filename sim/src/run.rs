@@ -365,9 +365,51 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
     }
 }
 
+/// The seed a thread is simulating: what a panic report names so that the seed can be
+/// replayed alone (`scenario` reports a panic as a bench failure, exit code 3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningSeed {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The flaw switched on, if any.
+    pub flaw: Option<sut::flaw::Flaw>,
+    /// The seed.
+    pub seed: u64,
+}
+
+thread_local! {
+    static RUNNING: std::cell::RefCell<Option<RunningSeed>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The seed this thread is simulating right now, if any (for a panic report).
+#[must_use]
+pub fn running_seed() -> Option<RunningSeed> {
+    RUNNING.with(|r| r.borrow().clone())
+}
+
+/// Clears the thread's [`RunningSeed`] when a seed ends (not when it panics: the panic report
+/// reads it after unwinding has begun).
+struct RunningGuard;
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            RUNNING.with(|r| r.borrow_mut().take());
+        }
+    }
+}
+
 /// Runs one seed.
 #[must_use]
 pub fn run_seed(scenario: &Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
+    RUNNING.with(|r| {
+        *r.borrow_mut() = Some(RunningSeed {
+            scenario: scenario.name.clone(),
+            flaw: scenario.run.flaw,
+            seed,
+        });
+    });
+    let _running = RunningGuard;
     let started = Instant::now();
     let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
     let mut outcome = runtime.block_on(simulate(scenario.clone(), seed, keep_history));

@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 every invariant held, 1 an invariant was violated (or a fault never took
 //! effect, or a run was not deterministic), 2 bad usage, a bad scenario file, or something this
-//! build cannot run.
+//! build cannot run, 3 the bench itself failed (a panic anywhere: reported with the command and
+//! a replay line, never mistaken for a verdict).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -238,8 +239,77 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 }
 
 const USAGE: u8 = 2;
+/// The bench failed: a panic, in any thread. Not a verdict on the code under test.
+const BENCH_FAILURE: i32 = 3;
+
+/// A panic anywhere (the main thread, a sweep thread, a model checker thread, a load task)
+/// ends the process with [`BENCH_FAILURE`] after saying what ran and how to run it again:
+/// without this, a checker thread's panic surfaces as a second panic in the main thread and
+/// exit code 101, which scripts cannot tell from a crash of anything else.
+fn report_panics_as_bench_failures() {
+    let command = std::env::args()
+        .map(|a| shell_word(&a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        let thread = thread.name().unwrap_or("unnamed");
+        eprintln!("\nscenario: BENCH FAILURE (exit code {BENCH_FAILURE}): a panic, not a verdict");
+        eprintln!("  command: {command}");
+        eprintln!("  thread:  {thread}");
+        eprintln!("  panic:   {info}");
+        match sim::run::running_seed() {
+            Some(run) => {
+                let flaw = run.flaw.map(|f| format!(" --flaw {f}")).unwrap_or_default();
+                eprintln!("  seed:    {} of scenario {}", run.seed, run.scenario);
+                eprintln!(
+                    "  replay:  cargo run --release --bin scenario -- {} --seed {} --seeds 1 --jobs 1{flaw}",
+                    run.scenario, run.seed
+                );
+            }
+            None => eprintln!("  replay:  {command}"),
+        }
+        let backtrace = std::backtrace::Backtrace::capture();
+        if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+            eprintln!("{backtrace}");
+        } else {
+            eprintln!("  (RUST_BACKTRACE=1 prints a backtrace)");
+        }
+        std::process::exit(BENCH_FAILURE);
+    }));
+}
+
+/// `word`, quoted for a POSIX shell when it needs it.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// Tests of the panic report set `SCENARIO_TEST_PANIC` to `main` or `thread`: the command then
+/// panics there before doing anything (exit code 3 is what they check).
+fn panic_if_asked_by_a_test() {
+    match std::env::var("SCENARIO_TEST_PANIC").as_deref() {
+        Ok("main") => panic!("SCENARIO_TEST_PANIC=main"),
+        Ok("thread") => {
+            let worker = std::thread::Builder::new()
+                .name("test-worker".into())
+                .spawn(|| panic!("SCENARIO_TEST_PANIC=thread"));
+            let _ = worker.map(std::thread::JoinHandle::join);
+        }
+        _ => {}
+    }
+}
 
 fn main() -> ExitCode {
+    report_panics_as_bench_failures();
+    panic_if_asked_by_a_test();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -1119,7 +1189,16 @@ fn flaws(
             return ExitCode::from(USAGE);
         }
     }
-    let passed = catalog.passed();
+    let silent_models = scenarios::flaws::models_without_counterexample(&catalog);
+    for row in &silent_models {
+        println!(
+            "MODEL GAVE NO COUNTEREXAMPLE: {} in model {} ({})",
+            row.flaw,
+            row.model.as_deref().unwrap_or("?"),
+            row.detail.as_deref().unwrap_or("")
+        );
+    }
+    let passed = catalog.passed() && silent_models.is_empty();
     if let Some(dir) = report_dir {
         let summary = reports::model::Summary::new("known flaws").with(catalog);
         if let Err(err) = write_reports(dir, &summary) {
