@@ -11,9 +11,10 @@
 //!   and acknowledges it ([`Coordinator::handle_log_written`]), sends [`Coordinator::poll_send`],
 //!   records [`Coordinator::poll_event`] outcomes, and arms a `Deadline` timer while
 //!   [`Coordinator::poll_timeout`] has one. The timer advances the coordinator's monotonic clock
-//!   to that deadline and calls [`Coordinator::handle_timeout`]. A `Compensate` timer (the
-//!   compensation scheduler) resumes a parked draw ([`Coordinator::handle_resume_parked`]), at
-//!   most `resumes_max` times per incarnation.
+//!   to that deadline and calls [`Coordinator::handle_timeout`]; that one timer also runs the
+//!   coordinator's own compensation rounds (a parked draw resends its verdict; the retry budget
+//!   is the setup's `compensation_retries_max`), exactly as the server and the simulator drive
+//!   it.
 //! - `wallet` (actor 1) hosts the wallet and the participation log on one [`MemoryStore`];
 //!   `inventory` (actor 2) the prize stock on another (the simulator's layout). Each delivered
 //!   call runs [`Participant::handle`] with the setup's fence mode; the flawed two-step paths
@@ -41,6 +42,7 @@ use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, ActorModelState, Id, Out, model_timeout};
 use sut::clock::Now;
 use sut::lottery::invariants;
+use sut::lottery::wheel::WheelConfig;
 use sut::lottery::{
     ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome,
     DrawStage, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore, MemoryStore, Participant,
@@ -73,6 +75,9 @@ pub const FLAW_STOCK_TWO_STEP: &str = "stock_two_step";
 pub const FLAWS: &[&str] = &[FLAW_STOCK_TWO_STEP];
 /// Flaws the one-draw model with faults can switch on (a Cancel overtaking a Try needs a fault).
 pub const FLAWS_FAULTS: &[&str] = &[FLAW_NO_FENCE, FLAW_CHECK_THEN_ACT];
+
+/// The `always` property that runs [`Coordinator::check_invariants`] in every state.
+pub const COORDINATOR_INVARIANTS: &str = "coordinator.invariants";
 
 /// The activity every draw is in.
 pub const ACTIVITY: ActivityId = ActivityId(1);
@@ -108,8 +113,6 @@ pub struct LotterySetup {
     pub drops_max: u8,
     /// Coordinator timeouts per run that fire while an answer they wait for is in flight.
     pub slow_timeouts_max: u8,
-    /// Parked draws the compensation scheduler resumes, per coordinator incarnation.
-    pub resumes_max: u8,
 }
 
 const fn draw(xid: u64, user: u64, won: bool) -> DrawArgs {
@@ -140,12 +143,22 @@ impl Default for LotterySetup {
                 backoff_ms_max: 2,
                 attempts_max: 1,
                 events_max: 8,
+                park_delay_ms: 1,
+                compensation_retries_max: 1,
+                wheel: WheelConfig {
+                    tick_ms: 1,
+                    slots_per_level: 4,
+                    levels: 2,
+                    tasks_max: 4,
+                    work_max_per_call: 16,
+                    backoff_base_ms: 1,
+                    backoff_cap_ms: 2,
+                },
             },
             crashes_max: 0,
             duplicates_max: 0,
             drops_max: 0,
             slow_timeouts_max: 0,
-            resumes_max: 2,
         }
     }
 }
@@ -274,10 +287,9 @@ impl Brief for LotMsg {
 /// Timers (all on the coordinator).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LotTimer {
-    /// The coordinator's next deadline (`poll_timeout`) is reached.
+    /// The coordinator's next deadline (`poll_timeout`: a reply timeout or a compensation
+    /// round) is reached.
     Deadline,
-    /// The compensation scheduler resumes a parked draw.
-    Compensate,
 }
 
 /// The actors.
@@ -306,8 +318,8 @@ pub struct CoordDisk {
     pub log: CoordLog,
     /// Restarts so far (ghost).
     pub restarts: u8,
-    /// Outcomes the clients saw, in order (ghost; `GaveUp` is not an outcome, the draw is
-    /// parked and resumed).
+    /// Final outcomes the clients saw, in order (ghost; `Parked` and `DeadLettered` are not
+    /// final: the draw is still in flight).
     pub events: Vec<DrawEvent>,
 }
 
@@ -318,8 +330,6 @@ pub struct CoordNode {
     pub coord: Coordinator,
     /// Its monotonic clock (ms since this incarnation started).
     pub now_ms: u64,
-    /// Parked draws resumed by this incarnation.
-    pub resumes: u8,
     /// The disk, mirrored into stateright's `Storage` on every change.
     pub disk: CoordDisk,
 }
@@ -349,7 +359,7 @@ impl CoordNode {
     }
 
     /// After any input: write and acknowledge log entries, send, record outcomes, arm timers.
-    fn drive(&mut self, setup: &LotterySetup, o: &mut Out<LotActor>) {
+    fn drive(&mut self, o: &mut Out<LotActor>) {
         let now = self.now();
         let mut disk_changed = false;
         for _ in 0..LOG_WRITES_PER_STEP_MAX {
@@ -366,7 +376,7 @@ impl CoordNode {
             o.send(Id::from(node_of(branch)), LotMsg::Call { branch, msg });
         }
         while let Some(event) = self.coord.poll_event() {
-            if !matches!(event.outcome, DrawOutcome::GaveUp { .. }) {
+            if event.outcome.is_final() {
                 // Canonical order (by draw): the checkers do not depend on the order of
                 // outcomes of different draws, and an interleaving-dependent order would only
                 // multiply states.
@@ -385,11 +395,6 @@ impl CoordNode {
             o.set_timer(LotTimer::Deadline, model_timeout());
         } else {
             o.cancel_timer(LotTimer::Deadline);
-        }
-        if self.coord.parked().next().is_some() && self.resumes < setup.resumes_max {
-            o.set_timer(LotTimer::Compensate, model_timeout());
-        } else {
-            o.cancel_timer(LotTimer::Compensate);
         }
     }
 }
@@ -437,7 +442,6 @@ impl Actor for LotActor {
                         CoordNode {
                             coord,
                             now_ms: 0,
-                            resumes: 0,
                             disk: CoordDisk::default(),
                         }
                     }
@@ -451,12 +455,11 @@ impl Actor for LotActor {
                         CoordNode {
                             coord,
                             now_ms: 0,
-                            resumes: 0,
                             disk,
                         }
                     }
                 };
-                node.drive(setup, o);
+                node.drive(o);
                 LotState::Coordinator(node)
             }
             Self::Node { store, .. } => LotState::Node(PartNode {
@@ -475,7 +478,7 @@ impl Actor for LotActor {
         o: &mut Out<Self>,
     ) {
         match (self, &**state, msg) {
-            (Self::Coordinator { setup }, LotState::Coordinator(node), LotMsg::Reply(reply)) => {
+            (Self::Coordinator { .. }, LotState::Coordinator(node), LotMsg::Reply(reply)) => {
                 if src != Id::from(node_of(reply.branch)) {
                     return; // misaddressed
                 }
@@ -488,10 +491,9 @@ impl Actor for LotActor {
                 let mut node = CoordNode {
                     coord: next,
                     now_ms: node.now_ms,
-                    resumes: node.resumes,
                     disk: node.disk.clone(),
                 };
-                node.drive(setup, o);
+                node.drive(o);
                 *state = Cow::Owned(LotState::Coordinator(node));
             }
             (
@@ -544,7 +546,7 @@ impl Actor for LotActor {
         timer: &LotTimer,
         o: &mut Out<Self>,
     ) {
-        let Self::Coordinator { setup } = self else {
+        let Self::Coordinator { .. } = self else {
             return;
         };
         let LotState::Coordinator(node) = state.to_mut() else {
@@ -557,20 +559,8 @@ impl Actor for LotActor {
                     node.coord.handle_timeout(node.now());
                 }
             }
-            LotTimer::Compensate => {
-                let parked = node.coord.parked().next();
-                if node.resumes < setup.resumes_max
-                    && let Some(xid) = parked
-                {
-                    node.resumes += 1;
-                    let now = node.now();
-                    node.coord
-                        .handle_resume_parked(xid, now)
-                        .expect("a parked draw resumes");
-                }
-            }
         }
-        node.drive(setup, o);
+        node.drive(o);
     }
 }
 
@@ -723,6 +713,9 @@ pub fn model(
         // what this model checks), and a crash is its restart (`with_atomic_restarts` below), at
         // most `crashes_max` times: a restart beyond that is outside.
         .within_boundary(|setup, sys| disk(sys).map_or(0, |d| d.restarts) <= setup.crashes_max)
+        .property(Expectation::Always, COORDINATOR_INVARIANTS, |_, sys| {
+            sys.crashed[COORDINATOR] || coordinator(sys).coord.check_invariants().is_ok()
+        })
         .property(Expectation::Always, invariants::CONSERVATION, |_, sys| {
             invariants::conservation(part(sys, WALLET).store.ledger()).is_ok()
         })
@@ -899,15 +892,17 @@ mod tests {
     }
 
     #[test]
-    fn without_compensation_a_lost_verdict_never_settles() {
-        // The eventually property is not vacuous: with the compensation scheduler off, a lost
-        // Confirm parks the draw for good, and that path ends unsettled.
-        let setup = LotterySetup {
+    fn a_dead_lettered_draw_never_settles() {
+        // The eventually property is not vacuous: with one compensation round and two drops, a
+        // lost Confirm parks the draw, the round's resend is lost too, the draw is dead-lettered
+        // and that path ends unsettled.
+        let mut setup = LotterySetup {
             crashes_max: 0,
             duplicates_max: 0,
-            resumes_max: 0,
+            drops_max: 2,
             ..LotterySetup::faults(None)
         };
+        setup.coordinator.compensation_retries_max = 0;
         let report = run(&setup, None);
         assert!(report.exhaustive);
         assert_eq!(
@@ -1037,7 +1032,7 @@ mod tests {
     }
 
     const PINNED_ONE_DRAW: usize = 2_060;
-    const DEPTH_UNSETTLED: usize = 13;
+    const DEPTH_UNSETTLED: usize = 16;
     const CALM_DEPTH: usize = 11;
     const PINNED_CALM: usize = 17_025;
     const PINNED_CATALOG: usize = 153_417;

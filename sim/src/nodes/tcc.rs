@@ -1,13 +1,12 @@
 //! The TCC lottery's nodes: the coordinator (with its log on the simulated disk) and the
 //! participants (wallet + participation log on `wallet`, stock on `inventory`), each with its
-//! store behind a write-ahead log. Draws the coordinator gives up on go to the compensation
-//! scheduler (the timing wheel) and are resumed from there.
+//! store behind a write-ahead log. Compensation (parked draws, retry rounds, dead letters) is the
+//! coordinator's own: this driver only wakes it at `poll_timeout`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use madsim::task::spawn;
-use sut::lottery::wheel::{TaskSpec, TimingWheel, WheelConfig};
 use sut::lottery::{
     ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawOutcome, Handled, LogEntry,
     LotteryStore, MemoryStore, Participant, ParticipantConfig, ParticipantReply, UserId, Xid,
@@ -31,7 +30,6 @@ pub fn node_of(p: Participant) -> &'static str {
 struct Coord {
     coord: Coordinator,
     waiting: BTreeMap<Xid, (String, u64)>,
-    wheel: TimingWheel<Xid>,
 }
 
 impl Coord {
@@ -55,16 +53,13 @@ impl Coord {
                 DrawOutcome::Cancelled { reason } => {
                     Some(Outcome::Fail(format!("cancelled: {reason:?}")))
                 }
-                DrawOutcome::GaveUp { .. } => {
-                    // Compensation: retry delivering the verdict later, with a retry budget.
-                    let deadline_ms = ctx.now().mono_ms + 500;
+                // Not final: the client keeps waiting (and may time out: indeterminate).
+                DrawOutcome::Parked { .. } => {
                     ctx.world.count("tcc.parked_draws", 1);
-                    let _ = self.wheel.schedule(TaskSpec {
-                        deadline_ms,
-                        priority: 0,
-                        retries_max: 8,
-                        payload: xid,
-                    });
+                    None
+                }
+                DrawOutcome::DeadLettered { .. } => {
+                    ctx.world.count("tcc.dead_letters", 1);
                     None
                 }
             };
@@ -121,11 +116,9 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
         ..CoordinatorConfig::default()
     };
     let coord = Coordinator::recover(config, &log, now).expect("a valid coordinator config");
-    let wheel = TimingWheel::new(WheelConfig::default(), now.mono_ms).expect("default wheel");
     let state = Arc::new(Mutex::new(Coord {
         coord,
         waiting: BTreeMap::new(),
-        wheel,
     }));
     let price = ctx.world.with(|w| w.spec.scenario.workload.price);
 
@@ -140,17 +133,7 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
                     if s.coord.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
                         s.coord.handle_timeout(now);
                     }
-                    s.wheel.handle_timeout(now.mono_ms);
-                    while let Some(fired) = s.wheel.poll_ready() {
-                        let resumed = s.coord.handle_resume_parked(fired.payload, now);
-                        let _ = if resumed.is_ok() {
-                            s.wheel.handle_succeeded(fired.handle).map(|_| ())
-                        } else {
-                            s.wheel.handle_failed(fired.handle, now.mono_ms).map(|_| ())
-                        };
-                    }
-                    let dead = s.wheel.take_dead_letters();
-                    ctx.world.count("tcc.dead_letters", dead.len() as u64);
+                    debug_assert_eq!(s.coord.check_invariants(), Ok(()));
                 }
                 drive(&ctx, &state).await;
             }

@@ -1,25 +1,40 @@
-//! The sans-IO TCC coordinator for draws (seed 002 ch. 4): Try on every branch, log the verdict
-//! durably, then Confirm all or Cancel all; per-message timeouts, bounded retries with
-//! exponential backoff, a bound on draws in flight, and recovery from the coordinator log.
+//! The sans-IO TCC coordinator for draws: Try on every branch, log the verdict durably, then
+//! Confirm all or Cancel all; per-message timeouts, bounded retries with exponential backoff, a
+//! bound on draws in flight, compensation of draws whose verdict could not be delivered, and
+//! recovery from the coordinator log.
 //!
 //! The shape is quinn-proto's: inputs are `handle_*` calls that take `now`; outputs are drained
 //! with `poll_*`; nothing here reads a clock, sends, sleeps or writes. A driver loop is:
 //!
 //! 1. feed one input: [`Coordinator::start_draw`], [`Coordinator::handle_log_written`],
-//!    [`Coordinator::handle_reply`], [`Coordinator::handle_timeout`] or
-//!    [`Coordinator::handle_resume_parked`];
+//!    [`Coordinator::handle_reply`] or [`Coordinator::handle_timeout`] (and, from an operator,
+//!    [`Coordinator::handle_retry_dead_letter`]);
 //! 2. drain [`Coordinator::poll_log_write`] (write each entry durably, then call
 //!    `handle_log_written` with it; entries may be written in any order, and a lost one is
 //!    simply never acknowledged), [`Coordinator::poll_send`] (send each message) and
 //!    [`Coordinator::poll_event`] (draw outcomes);
-//! 3. arm a timer for [`Coordinator::poll_timeout`] (a monotonic deadline in ms).
+//! 3. arm a timer for [`Coordinator::poll_timeout`] (a monotonic deadline in ms) and call
+//!    `handle_timeout` when it passes.
 //!
 //! Per draw: `Begin` is logged before any Try is sent; the verdict is logged before any Confirm
 //! or Cancel is sent; `Finished` is logged once every branch acknowledged, and only then is the
 //! outcome reported. A Try that is refused or runs out of attempts makes the verdict Cancel.
-//! A Confirm/Cancel that runs out of attempts parks the draw and reports
-//! [`DrawOutcome::GaveUp`]: the draw stays in the log and in flight until the compensation
-//! scheduler calls [`Coordinator::handle_resume_parked`] (or a restart resumes it).
+//!
+//! **Compensation.** A Confirm/Cancel that runs out of attempts *parks* the draw and reports
+//! [`DrawOutcome::Parked`] (the client can be told "pending"). The coordinator owns the
+//! compensation schedule: a [`TimingWheel`] of parked draws, Cancel before Confirm among draws
+//! due in the same tick (a Cancel releases frozen funds), first round
+//! [`CoordinatorConfig::park_delay_ms`] after the park, then exponential backoff
+//! ([`WheelConfig::backoff_base_ms`] doubling to [`WheelConfig::backoff_cap_ms`]). Each round
+//! resends the verdict to the unacknowledged branches with a fresh set of attempts; a round that
+//! runs out of attempts again spends one unit of the retry budget
+//! ([`CoordinatorConfig::compensation_retries_max`]). When the budget is spent the draw is
+//! *dead-lettered* ([`DrawOutcome::DeadLettered`]): it stays in the log and in flight, visible in
+//! [`Coordinator::dead_letters`], until an operator retries it, a late acknowledgement completes
+//! it, or a restart resumes it. Late acknowledgements count in every stage: a parked or
+//! dead-lettered draw whose branches all acknowledge finishes normally. The schedule is not
+//! durable: a restarted coordinator resends every logged verdict at once and compensates anew.
+//!
 //! [`Coordinator::recover`] rebuilds a coordinator from its log: undecided draws are cancelled
 //! (their Tries may or may not have landed; the fence turns the missing ones into empty
 //! rollbacks and blocks late ones), decided ones are driven to completion.
@@ -36,6 +51,7 @@ use super::fence::FenceStatus;
 use super::log::{CoordLog, LogEntry, Verdict};
 use super::participant::{ParticipantMsg, ParticipantReply};
 use super::rules::{AMOUNT_MAX, Refusal};
+use super::wheel::{FailOutcome, TaskHandle, TaskSpec, TaskStatus, TimingWheel, WheelConfig};
 use super::{DrawArgs, Participant, Phase, Xid};
 use crate::clock::Now;
 
@@ -52,6 +68,15 @@ pub struct CoordinatorConfig {
     pub attempts_max: u32,
     /// Undrained outcome events before new draws are refused.
     pub events_max: u32,
+    /// Compensation: how long a parked draw waits before its first round (ms).
+    pub park_delay_ms: u64,
+    /// Compensation: rounds after the first that may run out of attempts before the draw is
+    /// dead-lettered (the wheel task's retry budget: at most `1 + compensation_retries_max`
+    /// rounds per park).
+    pub compensation_retries_max: u32,
+    /// The compensation schedule's timing wheel (its backoff is the wait between rounds).
+    /// `tasks_max` must hold every draw in flight.
+    pub wheel: WheelConfig,
 }
 
 impl Default for CoordinatorConfig {
@@ -62,6 +87,9 @@ impl Default for CoordinatorConfig {
             backoff_ms_max: 3_200,
             attempts_max: 6,
             events_max: 4096,
+            park_delay_ms: 500,
+            compensation_retries_max: 8,
+            wheel: WheelConfig::default(),
         }
     }
 }
@@ -71,7 +99,7 @@ impl CoordinatorConfig {
     ///
     /// # Errors
     /// [`CoordinatorError::InvalidConfig`] naming the bad field.
-    pub const fn validate(&self) -> Result<(), CoordinatorError> {
+    pub fn validate(&self) -> Result<(), CoordinatorError> {
         let reason = if self.inflight_max == 0 {
             "inflight_max must be at least 1"
         } else if self.reply_timeout_ms == 0 {
@@ -82,6 +110,10 @@ impl CoordinatorConfig {
             "attempts_max must be within 1..=32"
         } else if self.events_max == 0 {
             "events_max must be at least 1"
+        } else if self.wheel.validate().is_err() {
+            "wheel: invalid timing wheel configuration (see WheelConfig::validate)"
+        } else if self.wheel.tasks_max < self.inflight_max {
+            "wheel.tasks_max must be at least inflight_max (every draw in flight may park)"
         } else {
             return Ok(());
         };
@@ -131,9 +163,9 @@ pub enum CoordinatorError {
         /// The price.
         amount_minor: u64,
     },
-    /// `handle_resume_parked` on a draw that is not parked.
-    #[error("draw {xid:?} is not parked")]
-    NotParked {
+    /// `handle_retry_dead_letter` on a draw that is not dead-lettered.
+    #[error("draw {xid:?} is not dead-lettered")]
+    NotDeadLettered {
         /// The draw.
         xid: Xid,
     },
@@ -172,12 +204,29 @@ pub enum DrawOutcome {
         /// Why.
         reason: CancelReason,
     },
-    /// The verdict could not be delivered within the attempts; the draw is parked (still in the
-    /// log and in flight) until [`Coordinator::handle_resume_parked`] or a restart.
-    GaveUp {
+    /// The verdict could not be delivered within the attempts: the draw is parked, and the
+    /// coordinator's compensation schedule will resend it. Not final: `Confirmed`, `Cancelled`
+    /// or `DeadLettered` follows.
+    Parked {
         /// The logged verdict still to deliver.
         verdict: Verdict,
     },
+    /// Compensation spent its retry budget: the draw stays in the log and in flight, listed by
+    /// [`Coordinator::dead_letters`], until an operator retries it
+    /// ([`Coordinator::handle_retry_dead_letter`]), late acknowledgements complete it (then
+    /// `Confirmed` or `Cancelled` follows) or a restart resumes it.
+    DeadLettered {
+        /// The logged verdict still to deliver.
+        verdict: Verdict,
+    },
+}
+
+impl DrawOutcome {
+    /// Whether the draw ended (confirmed or cancelled): nothing else follows for it.
+    #[must_use]
+    pub const fn is_final(&self) -> bool {
+        matches!(self, Self::Confirmed { .. } | Self::Cancelled { .. })
+    }
 }
 
 /// One outcome event.
@@ -200,8 +249,12 @@ pub enum DrawStage {
     LoggingVerdict(Verdict),
     /// Verdict sent, waiting for acknowledgements.
     Finishing(Verdict),
-    /// Attempts exhausted delivering the verdict; late acknowledgements still count.
+    /// Attempts exhausted delivering the verdict: waiting for the next compensation round.
+    /// Late acknowledgements still count.
     Parked(Verdict),
+    /// Compensation's retry budget spent: waiting for an operator, a late acknowledgement or a
+    /// restart.
+    DeadLettered(Verdict),
     /// Every branch acknowledged; waiting for `Finished` to be durable.
     LoggingFinished(Verdict),
 }
@@ -219,6 +272,8 @@ struct Draw {
     stage: DrawStage,
     cancel_reason: Option<CancelReason>,
     branches: BTreeMap<Participant, BranchProgress>,
+    /// The compensation task from the first park until the draw finishes or is dead-lettered.
+    compensation: Option<TaskHandle>,
 }
 
 impl Draw {
@@ -232,6 +287,7 @@ impl Draw {
             stage,
             cancel_reason: None,
             branches,
+            compensation: None,
         }
     }
 
@@ -251,6 +307,9 @@ pub struct Coordinator {
     /// branches' `deadline_ms`.
     timers: BTreeSet<(u64, Xid, Participant)>,
     events: VecDeque<DrawEvent>,
+    /// The compensation schedule, made at the first park (most runs never park a draw, and a
+    /// model checker clones this state at every step).
+    compensation: Option<Box<TimingWheel<Xid>>>,
 }
 
 impl Coordinator {
@@ -267,6 +326,7 @@ impl Coordinator {
             log_outbox: VecDeque::new(),
             timers: BTreeSet::new(),
             events: VecDeque::new(),
+            compensation: None,
         })
     }
 
@@ -366,6 +426,10 @@ impl Coordinator {
                 let draw = self.draws.remove(&xid);
                 let Some(draw) = draw else { return };
                 debug_assert!(
+                    draw.compensation.is_none(),
+                    "released when all acknowledged"
+                );
+                debug_assert!(
                     draw.all_done(),
                     "finished only when every branch acknowledged"
                 );
@@ -438,7 +502,9 @@ impl Coordinator {
             }
             // A refusal of the verdict is left to the timer: store failures are transient;
             // anything else means the protocol is broken and the draw ends up parked.
-            DrawStage::Finishing(verdict) | DrawStage::Parked(verdict)
+            DrawStage::Finishing(verdict)
+            | DrawStage::Parked(verdict)
+            | DrawStage::DeadLettered(verdict)
                 if reply.phase == verdict.phase() && reply.outcome.is_ok() =>
             {
                 self.mark_done(xid, from);
@@ -446,21 +512,29 @@ impl Coordinator {
                     && draw.all_done()
                 {
                     draw.stage = DrawStage::LoggingFinished(verdict);
+                    let compensation = draw.compensation.take();
                     self.log_outbox.push_back(LogEntry::Finished { xid });
+                    self.release_compensation(compensation);
                 }
             }
             _ => {}
         }
     }
 
-    /// The earliest monotonic deadline (ms) at which [`Coordinator::handle_timeout`] has work.
+    /// The earliest monotonic deadline (ms) at which [`Coordinator::handle_timeout`] has work:
+    /// a message's reply timeout or the next compensation round.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.timers.first().map(|t| t.0)
+        let reply = self.timers.first().map(|t| t.0);
+        let compensation = self.compensation.as_ref().and_then(|w| w.poll_timeout());
+        match (reply, compensation) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Time passed: resend what timed out (with backoff), or give up on it. A call with nothing
-    /// due is a no-op.
+    /// Time passed: resend what timed out (with backoff), park what ran out of attempts, and
+    /// start the compensation rounds that are due. A call with nothing due is a no-op.
     pub fn handle_timeout(&mut self, now: Now) {
         // Bounded: each iteration removes one timer; re-armed ones are due strictly later.
         while let Some(&(deadline_ms, xid, branch)) = self.timers.first() {
@@ -470,22 +544,19 @@ impl Coordinator {
             self.timers.pop_first();
             self.on_branch_timeout(xid, branch, deadline_ms, now);
         }
+        self.run_compensation(now);
     }
 
-    /// Re-arms a parked draw (the compensation scheduler's retry): its unacknowledged branches
-    /// get a fresh round of attempts.
+    /// An operator's retry of a dead-lettered draw: it is parked again with a fresh retry budget
+    /// and its first round due now.
     ///
     /// # Errors
-    /// [`CoordinatorError::NotParked`].
-    pub fn handle_resume_parked(&mut self, xid: Xid, now: Now) -> Result<(), CoordinatorError> {
-        let Some(draw) = self.draws.get_mut(&xid) else {
-            return Err(CoordinatorError::NotParked { xid });
+    /// [`CoordinatorError::NotDeadLettered`].
+    pub fn handle_retry_dead_letter(&mut self, xid: Xid, now: Now) -> Result<(), CoordinatorError> {
+        let Some(DrawStage::DeadLettered(verdict)) = self.stage(xid) else {
+            return Err(CoordinatorError::NotDeadLettered { xid });
         };
-        let DrawStage::Parked(verdict) = draw.stage else {
-            return Err(CoordinatorError::NotParked { xid });
-        };
-        draw.stage = DrawStage::Finishing(verdict);
-        self.send_phase(xid, verdict.phase(), now);
+        self.schedule_compensation(xid, verdict, now.mono_ms, 0);
         Ok(())
     }
 
@@ -519,12 +590,66 @@ impl Coordinator {
         self.timers.iter().copied()
     }
 
-    /// Parked draws.
+    /// Parked draws (waiting for a compensation round), in xid order.
     pub fn parked(&self) -> impl Iterator<Item = Xid> + '_ {
         self.draws
             .iter()
             .filter(|(_, d)| matches!(d.stage, DrawStage::Parked(_)))
             .map(|(x, _)| *x)
+    }
+
+    /// Dead-lettered draws and the verdict each still has to deliver, in xid order.
+    pub fn dead_letters(&self) -> impl Iterator<Item = (DrawArgs, Verdict)> + '_ {
+        self.draws.values().filter_map(|d| match d.stage {
+            DrawStage::DeadLettered(verdict) => Some((d.args, verdict)),
+            _ => None,
+        })
+    }
+
+    /// The draw's arguments, if in flight.
+    #[must_use]
+    pub fn draw(&self, xid: Xid) -> Option<DrawArgs> {
+        self.draws.get(&xid).map(|d| d.args)
+    }
+
+    /// Checks the coordinator's invariants: every armed branch timer belongs to an unacknowledged
+    /// branch of a draw that waits for replies, and every such branch has one; a compensation
+    /// task exists exactly for parked draws and for draws in a compensation round, and the
+    /// schedule names exactly those; the schedule itself is sound. O(draws + tasks): for
+    /// simulators (after every step in debug builds), models (an `always` property) and tests.
+    ///
+    /// # Errors
+    /// The first violation found, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut armed = 0_usize;
+        for (xid, draw) in &self.draws {
+            for (branch, progress) in &draw.branches {
+                self.check_branch(*xid, draw, *branch, progress)?;
+                armed += usize::from(progress.deadline_ms.is_some());
+            }
+            self.check_compensation(*xid, draw)?;
+        }
+        if armed != self.timers.len() {
+            return Err(format!(
+                "{} timers armed but {armed} branches hold a deadline",
+                self.timers.len()
+            ));
+        }
+        let tasks = self
+            .draws
+            .values()
+            .filter(|d| d.compensation.is_some())
+            .count();
+        let held = self.compensation.as_ref().map_or(0, |w| w.len() as usize);
+        if tasks != held {
+            return Err(format!(
+                "{tasks} draws name a compensation task, the wheel holds {held}"
+            ));
+        }
+        if let Some(wheel) = &self.compensation {
+            wheel.check_invariants().map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// The configuration.
@@ -646,17 +771,179 @@ impl Coordinator {
                 Verdict::Cancel,
                 Some(CancelReason::TryTimedOut { branch }),
             ),
-            DrawStage::Finishing(verdict) => {
-                self.disarm_all(xid);
+            DrawStage::Finishing(verdict) => self.park(xid, verdict, now),
+            _ => {}
+        }
+    }
+
+    fn check_branch(
+        &self,
+        xid: Xid,
+        draw: &Draw,
+        branch: Participant,
+        progress: &BranchProgress,
+    ) -> Result<(), String> {
+        let awaiting = matches!(draw.stage, DrawStage::Trying | DrawStage::Finishing(_));
+        match progress.deadline_ms {
+            Some(at) if !self.timers.contains(&(at, xid, branch)) => {
+                Err(format!("{xid:?}/{branch:?}: deadline {at} has no timer"))
+            }
+            Some(_) if progress.done || !awaiting => Err(format!(
+                "{xid:?}/{branch:?}: armed while done={} in {:?}",
+                progress.done, draw.stage
+            )),
+            None if awaiting && !progress.done => Err(format!(
+                "{xid:?}/{branch:?}: awaited in {:?} with no timer",
+                draw.stage
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_compensation(&self, xid: Xid, draw: &Draw) -> Result<(), String> {
+        let status = match (draw.compensation, &self.compensation) {
+            (Some(handle), Some(wheel)) => Some(
+                wheel
+                    .status(handle)
+                    .ok_or_else(|| format!("{xid:?}: its compensation task is gone"))?,
+            ),
+            (Some(_), None) => return Err(format!("{xid:?}: a task but no schedule")),
+            (None, _) => None,
+        };
+        let fits = matches!(
+            (draw.stage, status),
+            (
+                DrawStage::Parked(_),
+                Some(TaskStatus::Waiting | TaskStatus::Ready)
+            ) | (DrawStage::Finishing(_), Some(TaskStatus::InFlight))
+                | (
+                    DrawStage::DeadLettered(_)
+                        | DrawStage::LoggingBegin
+                        | DrawStage::Trying
+                        | DrawStage::LoggingVerdict(_)
+                        | DrawStage::Finishing(_)
+                        | DrawStage::LoggingFinished(_),
+                    None,
+                )
+        );
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "{xid:?}: stage {:?} with compensation task {status:?}",
+                draw.stage
+            ))
+        }
+    }
+
+    /// A verdict ran out of attempts: the first park schedules compensation and tells the
+    /// client; a compensation round that ran out spends one unit of the retry budget.
+    fn park(&mut self, xid: Xid, verdict: Verdict, now: Now) {
+        self.disarm_all(xid);
+        let Some(draw) = self.draws.get(&xid) else {
+            return;
+        };
+        let args = draw.args;
+        let Some(handle) = draw.compensation else {
+            self.schedule_compensation(xid, verdict, now.mono_ms, self.config.park_delay_ms);
+            self.events.push_back(DrawEvent {
+                draw: args,
+                outcome: DrawOutcome::Parked { verdict },
+            });
+            return;
+        };
+        let wheel = self
+            .compensation
+            .as_mut()
+            .expect("a task implies a schedule");
+        match wheel.handle_failed(handle, now.mono_ms) {
+            Ok(FailOutcome::Retrying { .. }) => self.set_stage(xid, DrawStage::Parked(verdict)),
+            Ok(FailOutcome::DeadLettered) => {
+                // The coordinator's own list is the draws' stage: drop the wheel's copy.
+                let _ = wheel.take_dead_letters();
                 if let Some(draw) = self.draws.get_mut(&xid) {
-                    draw.stage = DrawStage::Parked(verdict);
+                    draw.compensation = None;
+                    draw.stage = DrawStage::DeadLettered(verdict);
                 }
                 self.events.push_back(DrawEvent {
                     draw: args,
-                    outcome: DrawOutcome::GaveUp { verdict },
+                    outcome: DrawOutcome::DeadLettered { verdict },
                 });
             }
-            _ => {}
+            Err(err) => unreachable!("a round in progress is in flight: {err}"),
+        }
+    }
+
+    /// Parks `xid` with a new compensation task (fresh retry budget) due `delay_ms` from now.
+    fn schedule_compensation(&mut self, xid: Xid, verdict: Verdict, now_ms: u64, delay_ms: u64) {
+        let (wheel_config, retries_max) = (self.config.wheel, self.config.compensation_retries_max);
+        let wheel = self.compensation.get_or_insert_with(|| {
+            Box::new(
+                TimingWheel::new(wheel_config, now_ms)
+                    .expect("validated with the coordinator's config"),
+            )
+        });
+        let due_ms = now_ms.saturating_add(delay_ms).min(u64::MAX / 2);
+        let spec = TaskSpec {
+            deadline_ms: due_ms,
+            // Among rounds due in the same tick, a Cancel first: it releases frozen funds.
+            priority: u32::from(verdict == Verdict::Cancel),
+            retries_max,
+            payload: xid,
+        };
+        // Cannot fail: tasks_max >= inflight_max (validated), dead letters are taken at once and
+        // the deadline is clamped far below the wheel's last representable tick.
+        let handle = wheel
+            .schedule(spec)
+            .expect("the schedule holds every draw in flight");
+        if let Some(draw) = self.draws.get_mut(&xid) {
+            draw.compensation = Some(handle);
+            draw.stage = DrawStage::Parked(verdict);
+        }
+    }
+
+    /// Starts every compensation round that is due: the parked draw resends its verdict to the
+    /// branches that have not acknowledged it, with a fresh set of attempts.
+    fn run_compensation(&mut self, now: Now) {
+        let Some(wheel) = self.compensation.as_mut() else {
+            return;
+        };
+        wheel.handle_timeout(now.mono_ms);
+        while let Some(fired) = self.compensation.as_mut().and_then(|w| w.poll_ready()) {
+            let xid = fired.payload;
+            let parked = self.draws.get(&xid).and_then(|d| match d.stage {
+                DrawStage::Parked(verdict) if d.compensation == Some(fired.handle) => Some(verdict),
+                _ => None,
+            });
+            match parked {
+                Some(verdict) => {
+                    self.set_stage(xid, DrawStage::Finishing(verdict));
+                    self.send_phase(xid, verdict.phase(), now);
+                }
+                None => {
+                    debug_assert!(false, "a compensation task outlived its park: {xid:?}");
+                    self.release_compensation(Some(fired.handle));
+                }
+            }
+        }
+    }
+
+    /// The draw no longer needs its compensation task (it finished).
+    fn release_compensation(&mut self, handle: Option<TaskHandle>) {
+        let (Some(handle), Some(wheel)) = (handle, self.compensation.as_mut()) else {
+            return;
+        };
+        let released = match wheel.status(handle) {
+            Some(TaskStatus::InFlight) => wheel.handle_succeeded(handle),
+            Some(TaskStatus::Waiting | TaskStatus::Ready) => wheel.cancel(handle),
+            None => return,
+        };
+        debug_assert!(released.is_ok(), "a held task is released");
+    }
+
+    fn set_stage(&mut self, xid: Xid, stage: DrawStage) {
+        if let Some(draw) = self.draws.get_mut(&xid) {
+            draw.stage = stage;
         }
     }
 }

@@ -102,7 +102,7 @@ pub const SLOTS_PER_LEVEL_MAX: u32 = 1 << 16;
 pub const TASKS_MAX_LIMIT: u32 = 1 << 30;
 
 /// Configuration of a [`TimingWheel`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct WheelConfig {
     /// Length of one tick of the finest level, in ms. Firing is late by less than one tick.
     pub tick_ms: u64,

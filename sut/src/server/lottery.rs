@@ -602,7 +602,8 @@ fn answer(event: &DrawEvent) -> Result<DrawAnswer, ApiError> {
     };
     match &event.outcome {
         DrawOutcome::Confirmed { .. } => ok("confirmed"),
-        DrawOutcome::GaveUp { .. } => ok("gave_up"),
+        DrawOutcome::Parked { .. } => ok("pending"),
+        DrawOutcome::DeadLettered { .. } => ok("dead_lettered"),
         DrawOutcome::Cancelled { reason } => Err(match reason {
             CancelReason::TryRefused { refusal, .. } => ApiError {
                 status: StatusCode::CONFLICT,

@@ -7,6 +7,7 @@ use super::super::{
 };
 use super::{draw, send};
 use crate::clock::Now;
+use crate::lottery::wheel::WheelConfig;
 
 fn store(balance: u64, stock: u64) -> MemoryStore {
     let mut s = MemoryStore::new();
@@ -48,6 +49,14 @@ fn config() -> CoordinatorConfig {
         backoff_ms_max: 400,
         attempts_max: 4,
         events_max: 16,
+        park_delay_ms: 1_000,
+        compensation_retries_max: 2,
+        wheel: WheelConfig {
+            tasks_max: 4,
+            backoff_base_ms: 500,
+            backoff_cap_ms: 2_000,
+            ..WheelConfig::default()
+        },
     }
 }
 
@@ -171,9 +180,20 @@ fn input_errors_are_typed() {
         Err(CoordinatorError::Busy { inflight_max: 2 })
     );
     assert_eq!(
-        c.handle_resume_parked(Xid(1), now),
-        Err(CoordinatorError::NotParked { xid: Xid(1) })
+        c.handle_retry_dead_letter(Xid(1), now),
+        Err(CoordinatorError::NotDeadLettered { xid: Xid(1) })
     );
+    let small_wheel = CoordinatorConfig {
+        wheel: WheelConfig {
+            tasks_max: 1,
+            ..WheelConfig::default()
+        },
+        ..config()
+    };
+    assert!(matches!(
+        Coordinator::new(small_wheel),
+        Err(CoordinatorError::InvalidConfig { .. })
+    ));
 }
 
 #[test]
@@ -298,48 +318,93 @@ fn retries_back_off_exponentially_then_a_silent_try_cancels() {
     );
 }
 
-#[test]
-fn undelivered_verdict_parks_and_resumes() {
-    let mut c = Coordinator::new(config()).unwrap();
-    let (mut s, mut log) = (store(100, 1), CoordLog::default());
-    let now = Now::both(0);
-    c.start_draw(draw(1, false), now).unwrap();
-    // Deliver Begin and Tries, but drop every Confirm.
+/// Begins draw `xid`, delivers Begin, the Tries and the verdict: the Confirms are left in the
+/// outbox for the caller.
+fn decide_and_hold_confirms(
+    c: &mut Coordinator,
+    s: &mut MemoryStore,
+    log: &mut CoordLog,
+    xid: u64,
+    now: Now,
+) {
+    let mut d = draw(xid, false);
+    d.user = UserId(xid);
+    c.start_draw(d, now).unwrap();
     let e = c.poll_log_write().unwrap();
     log.append(&e).unwrap();
     c.handle_log_written(&e, now);
     while let Some((p, m)) = c.poll_send() {
-        let r = send(&mut s, p, m.phase, m.draw);
+        let r = send(s, p, m.phase, m.draw);
         c.handle_reply(p, &r, now);
     }
     let e = c.poll_log_write().unwrap();
     log.append(&e).unwrap();
     c.handle_log_written(&e, now);
-    let mut t = now;
-    let mut last_confirms: Vec<(Participant, ParticipantMsg)> = Vec::new();
-    for _ in 0..10 {
+}
+
+/// Runs the coordinator's timers until it has a message to send; returns the time.
+fn run_until_sent(c: &mut Coordinator, mut t: Now) -> Now {
+    for _ in 0..100 {
+        t = Now::both(c.poll_timeout().expect("a timer").max(t.mono_ms));
+        c.handle_timeout(t);
+        c.check_invariants().unwrap();
+        if c.armed().next().is_some() {
+            return t;
+        }
+    }
+    panic!("nothing was sent");
+}
+
+/// Runs the coordinator's timers until `stop` holds for an event, dropping every message;
+/// returns the time and the last batch of messages sent.
+fn drop_all_until(
+    c: &mut Coordinator,
+    mut t: Now,
+    stop: impl Fn(&DrawOutcome) -> bool,
+) -> (Now, Vec<(Participant, ParticipantMsg)>, DrawEvent) {
+    let mut last = Vec::new();
+    for _ in 0..100 {
         let batch: Vec<_> = std::iter::from_fn(|| c.poll_send()).collect();
         if !batch.is_empty() {
-            last_confirms = batch;
+            last = batch;
         }
-        let Some(deadline) = c.poll_timeout() else {
-            break;
-        };
-        t = Now::both(deadline);
+        if let Some(event) = c.poll_event()
+            && stop(&event.outcome)
+        {
+            return (t, last, event);
+        }
+        c.check_invariants().unwrap();
+        let deadline = c
+            .poll_timeout()
+            .expect("a timer while the draw is in flight");
+        t = Now::both(deadline.max(t.mono_ms));
         c.handle_timeout(t);
     }
+    panic!("no such event");
+}
+
+#[test]
+fn compensation_parks_an_undelivered_verdict_and_a_later_round_completes_it() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let (mut s, mut log) = (store(100, 1), CoordLog::default());
+    let now = Now::both(0);
+    decide_and_hold_confirms(&mut c, &mut s, &mut log, 1, now);
+    let (t, last_confirms, parked) =
+        drop_all_until(&mut c, now, |o| matches!(o, DrawOutcome::Parked { .. }));
     assert_eq!(
-        c.poll_event(),
-        Some(DrawEvent {
-            draw: draw(1, false),
-            outcome: DrawOutcome::GaveUp {
-                verdict: Verdict::Confirm
-            }
-        })
+        parked.outcome,
+        DrawOutcome::Parked {
+            verdict: Verdict::Confirm
+        }
     );
     assert_eq!(c.parked().collect::<Vec<_>>(), vec![Xid(1)]);
     assert_eq!(c.inflight(), 1, "a parked draw still counts");
-    assert_eq!(c.poll_timeout(), None, "a parked draw arms no timer");
+    assert!(
+        c.poll_timeout()
+            .is_some_and(|at| at > t.mono_ms && at <= t.mono_ms + config().park_delay_ms),
+        "the compensation schedule's wakeup is the only timer"
+    );
+    c.check_invariants().unwrap();
     // A late acknowledgement of the last attempt still counts.
     assert_eq!(
         last_confirms.len(),
@@ -349,16 +414,23 @@ fn undelivered_verdict_parks_and_resumes() {
     let (p, m) = last_confirms[0];
     let r = send(&mut s, p, m.phase, m.draw);
     c.handle_reply(p, &r, t);
-    // The compensation scheduler resumes it: only the unacknowledged branch is resent.
-    c.handle_resume_parked(Xid(1), t).unwrap();
+    // The round comes due `park_delay_ms` after the park (the wheel may wake earlier to
+    // cascade): only the unacknowledged branch is resent.
+    let round = run_until_sent(&mut c, t);
+    assert_eq!(round.mono_ms, t.mono_ms + config().park_delay_ms);
+    assert_eq!(
+        c.stage(Xid(1)),
+        Some(DrawStage::Finishing(Verdict::Confirm))
+    );
+    c.check_invariants().unwrap();
     let resent: Vec<_> = std::iter::from_fn(|| c.poll_send()).collect();
     assert_eq!(resent.len(), 1);
     assert_ne!(resent[0].0, p);
     for (p, m) in resent {
         let r = send(&mut s, p, m.phase, m.draw);
-        c.handle_reply(p, &r, t);
+        c.handle_reply(p, &r, round);
     }
-    let events = pump(&mut c, &mut s, &mut log, t);
+    let events = pump(&mut c, &mut s, &mut log, round);
     assert_eq!(
         events,
         vec![DrawEvent {
@@ -366,9 +438,125 @@ fn undelivered_verdict_parks_and_resumes() {
             outcome: DrawOutcome::Confirmed { won: false }
         }]
     );
+    assert_eq!(c.poll_timeout(), None, "the compensation task is released");
+    c.check_invariants().unwrap();
     invariants::settled(s.ledger()).unwrap();
 }
 
+#[test]
+fn compensation_dead_letters_after_its_budget_and_an_operator_retry_completes_the_draw() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let (mut s, mut log) = (store(100, 1), CoordLog::default());
+    let now = Now::both(0);
+    decide_and_hold_confirms(&mut c, &mut s, &mut log, 1, now);
+    let (parked_at, _, _) =
+        drop_all_until(&mut c, now, |o| matches!(o, DrawOutcome::Parked { .. }));
+    let rounds_before = |c: &Coordinator| c.stage(Xid(1));
+    assert_eq!(rounds_before(&c), Some(DrawStage::Parked(Verdict::Confirm)));
+    let (dead_at, _, dead) = drop_all_until(&mut c, parked_at, |o| {
+        matches!(o, DrawOutcome::DeadLettered { .. })
+    });
+    assert_eq!(
+        dead.outcome,
+        DrawOutcome::DeadLettered {
+            verdict: Verdict::Confirm
+        }
+    );
+    // 1 + compensation_retries_max rounds of attempts_max attempts each, with the wheel's
+    // backoff between rounds: 1,000 ms park delay, then 500 and 1,000 ms.
+    let round_ms = 100 + 200 + 400 + 400;
+    assert_eq!(
+        dead_at.mono_ms,
+        parked_at.mono_ms + 1_000 + round_ms + 500 + round_ms + 1_000 + round_ms
+    );
+    assert_eq!(
+        c.dead_letters().collect::<Vec<_>>(),
+        vec![(c.draw(Xid(1)).unwrap(), Verdict::Confirm)]
+    );
+    assert_eq!(
+        c.poll_timeout(),
+        None,
+        "a dead letter waits for an operator"
+    );
+    assert_eq!(c.inflight(), 1);
+    c.check_invariants().unwrap();
+    // The operator retries it; this time the network delivers.
+    c.handle_retry_dead_letter(Xid(1), dead_at).unwrap();
+    assert_eq!(c.stage(Xid(1)), Some(DrawStage::Parked(Verdict::Confirm)));
+    c.handle_timeout(dead_at);
+    let events = pump(&mut c, &mut s, &mut log, dead_at);
+    assert_eq!(
+        events.last().map(|e| &e.outcome),
+        Some(&DrawOutcome::Confirmed { won: false })
+    );
+    assert_eq!(c.inflight(), 0);
+    assert_eq!(c.poll_timeout(), None);
+    c.check_invariants().unwrap();
+    invariants::settled(s.ledger()).unwrap();
+}
+
+#[test]
+fn a_late_acknowledgement_completes_a_dead_lettered_draw() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let (mut s, mut log) = (store(100, 1), CoordLog::default());
+    let now = Now::both(0);
+    decide_and_hold_confirms(&mut c, &mut s, &mut log, 1, now);
+    let (t, last, _) = drop_all_until(&mut c, now, |o| {
+        matches!(o, DrawOutcome::DeadLettered { .. })
+    });
+    for (p, m) in last {
+        let r = send(&mut s, p, m.phase, m.draw);
+        c.handle_reply(p, &r, t);
+    }
+    let events = pump(&mut c, &mut s, &mut log, t);
+    assert_eq!(
+        events.last().map(|e| &e.outcome),
+        Some(&DrawOutcome::Confirmed { won: false })
+    );
+    assert_eq!(c.dead_letters().count(), 0);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn among_rounds_due_together_a_cancel_goes_first() {
+    let mut c = Coordinator::new(config()).unwrap();
+    let (mut s, mut log) = (store(100, 0), CoordLog::default());
+    let now = Now::both(0);
+    // Draw 1 confirms (a losing draw needs no stock); draw 2 wins with no stock: cancelled.
+    decide_and_hold_confirms(&mut c, &mut s, &mut log, 1, now);
+    let mut d2 = draw(2, true);
+    d2.user = UserId(2);
+    c.start_draw(d2, now).unwrap();
+    let e = c.poll_log_write().unwrap();
+    log.append(&e).unwrap();
+    c.handle_log_written(&e, now);
+    let tries: Vec<_> = std::iter::from_fn(|| c.poll_send())
+        .filter(|(_, m)| m.phase == Phase::Try)
+        .collect();
+    for (p, m) in tries {
+        let r = send(&mut s, p, m.phase, m.draw);
+        c.handle_reply(p, &r, now);
+    }
+    let e = c.poll_log_write().unwrap();
+    log.append(&e).unwrap();
+    c.handle_log_written(&e, now);
+    assert_eq!(c.stage(Xid(2)), Some(DrawStage::Finishing(Verdict::Cancel)));
+    // Both verdicts are lost until both draws are parked, in the same tick.
+    let mut t = now;
+    while c.parked().count() < 2 {
+        let _ = std::iter::from_fn(|| c.poll_send()).count();
+        t = Now::both(c.poll_timeout().unwrap());
+        c.handle_timeout(t);
+    }
+    let _ = std::iter::from_fn(|| c.poll_send()).count();
+    run_until_sent(&mut c, t);
+    let first = c.poll_send().unwrap().1;
+    assert_eq!(
+        first.phase,
+        Phase::Cancel,
+        "the Cancel round's messages go out first"
+    );
+}
 #[test]
 fn recovery_cancels_undecided_draws_and_finishes_decided_ones() {
     let (mut s, mut log) = (store(100, 2), CoordLog::default());

@@ -92,6 +92,9 @@ impl<S: LotteryStore> World<S> {
             backoff_ms_max: 1_200,
             attempts_max: 4,
             events_max: 64,
+            park_delay_ms: 200,
+            compensation_retries_max: 2,
+            wheel: crate::lottery::wheel::WheelConfig::default(),
         };
         let mut stores: BTreeMap<Participant, S> =
             Participant::ALL.into_iter().map(|p| (p, make(p))).collect();
@@ -159,6 +162,9 @@ impl<S: LotteryStore> World<S> {
         }
         while let Some(e) = self.coord.poll_event() {
             self.events.push(e);
+        }
+        if let Err(violation) = self.coord.check_invariants() {
+            panic!("coordinator invariant: {violation}");
         }
     }
 
@@ -272,11 +278,12 @@ impl<S: LotteryStore> World<S> {
             }
             6 => self.restart(),
             7 => {
-                let parked: Vec<Xid> = self.coord.parked().collect();
-                if !parked.is_empty() {
-                    let x = parked[self.rng.index(parked.len())];
+                // An operator retries a dead letter.
+                let dead: Vec<Xid> = self.coord.dead_letters().map(|(d, _)| d.xid).collect();
+                if !dead.is_empty() {
+                    let x = dead[self.rng.index(dead.len())];
                     let now = self.now();
-                    self.coord.handle_resume_parked(x, now).unwrap();
+                    self.coord.handle_retry_dead_letter(x, now).unwrap();
                 }
             }
             _ => {}
@@ -301,10 +308,11 @@ impl<S: LotteryStore> World<S> {
                 self.deliver(0);
                 self.drain();
             }
-            let parked: Vec<Xid> = self.coord.parked().collect();
-            for x in parked {
+            // After the heal an operator retries every dead letter.
+            let dead: Vec<Xid> = self.coord.dead_letters().map(|(d, _)| d.xid).collect();
+            for x in dead {
                 let now = self.now();
-                self.coord.handle_resume_parked(x, now).unwrap();
+                self.coord.handle_retry_dead_letter(x, now).unwrap();
             }
             self.drain();
             if self.net.is_empty() && self.pending_log.is_empty() {
@@ -336,7 +344,7 @@ impl<S: LotteryStore> World<S> {
         invariants::settled(&ledger).map_err(|v| v.to_string())?;
         let mut finals: BTreeMap<Xid, &DrawEvent> = BTreeMap::new();
         for e in &self.events {
-            if matches!(e.outcome, DrawOutcome::GaveUp { .. }) {
+            if !e.outcome.is_final() {
                 continue;
             }
             if finals.insert(e.draw.xid, e).is_some() {
@@ -416,7 +424,7 @@ fn driver_is_deterministic_and_not_vacuous() {
                 }
                 DrawOutcome::Confirmed { won: false } => confirmed += 1,
                 DrawOutcome::Cancelled { .. } => cancelled += 1,
-                DrawOutcome::GaveUp { .. } => gave_up += 1,
+                DrawOutcome::Parked { .. } | DrawOutcome::DeadLettered { .. } => gave_up += 1,
             }
         }
         empty += w
