@@ -8,7 +8,11 @@
 # first, not measured), back to back against the same server, ROUNDS times alternating.
 # Client and server CPU seconds per run are taken from /usr/bin/time and /proc/PID/stat.
 # usage: loadgen/bench/compare.sh [RATES...]
-#   env: ROUNDS=2, OUT=/tmp/load-compare, SEED002=1 (seed 002's matching runs), LG_BASE=binary
+#   env: ROUNDS=2, OUT=/tmp/load-compare, LG_BASE=binary,
+#        SOURCE_FIGURES=1 (default; 0 skips them): the runs matching the figures of the ID, token
+#        and lottery design, §2.2 and §2.4 (docs/sources.md; docs/load.md, "The source design's
+#        figures"). SEED002 is the older name of the same switch; SOURCE_FIGURES wins if both
+#        are set.
 # needs: cargo build --release -p sut --bin sut-server -p loadgen --example load; oha; wrk
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,10 +59,11 @@ for ROUND in $(seq 1 "$ROUNDS"); do
   if [ -n "${LG_BASE:-}" ]; then run "lgb-$ROUND" "$LG_BASE" id-single $CONNS closed 10 2 "$URL"; fi
   run "ohac-$ROUND" oha -z 10s -c $CONNS --no-tui --output-format json "$URL/id/bench"
 done
-# Runs matching seed 002's tables (docs/load.md, "Seed 002"): its 2.2 (segment IDs, 16
-# concurrent threads: QPS, P99) and 2.4 (Snowflake IDs under wrk: P50/P99/P999, server CPU).
-if [ "${SEED002:-1}" = 1 ]; then
-  echo "== seed 002 runs ($(cut -d' ' -f1-3 /proc/loadavg))"
+# Runs matching the source design's tables (docs/load.md, "The source design's figures";
+# docs/sources.md): its §2.2 (segment IDs, 16 concurrent threads: QPS, P99) and §2.4 (Snowflake
+# IDs under wrk: P50/P99/P999, server CPU). SOURCE_FIGURES, or its older name SEED002.
+if [ "${SOURCE_FIGURES:-${SEED002:-1}}" = 1 ]; then
+  echo "== source-design runs ($(cut -d' ' -f1-3 /proc/loadavg))"
   run "s22-wrk" wrk -t1 -c16 -d10s --latency "$URL/id/bench"
   run "s22-lg" "$LG" id-single 16 closed 10 2 "$URL"
   run "s24-wrk" wrk -t1 -c$CONNS -d10s --latency "$URL/snowflake"
@@ -116,7 +121,7 @@ for r in range(1, rounds + 1):
         print(f"closed loadgen LG_BASE: {b['rps']:.0f} req/s P50 {b['c50']:.0f} P99 {b['c99']:.0f} us | client cpu {c:.1f} s = {c/max(b['n'],1)*1e6:.1f} us/req; / wrk {b['rps']/w['rps']:.2f}")
     print(f"closed: loadgen / wrk throughput {lc_['rps']/w['rps']:.2f} (1 worker {l2['rps']/w['rps']:.2f}), oha / wrk {oc_['rps']/w['rps']:.2f}")
 if os.path.exists(f"{out}/s24-lgr.cpu"):
-    print("--- seed 002 matching runs (server CPU % = server CPU s / client wall s, incl. loadgen's set-up and warm-up)")
+    print("--- runs matching the source design's figures (server CPU % = server CPU s / client wall s, incl. loadgen's set-up and warm-up)")
     for label, kind in (("s22-wrk", wrk), ("s22-lg", lg), ("s24-wrk", wrk), ("s24-lg", lg), ("s24-lgr", lg)):
         d = kind(label); c, e, srv = cpu(label)
         extra = f" P99.9 {d['c999']}" if "c999" in d else ""

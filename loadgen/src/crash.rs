@@ -1,7 +1,8 @@
 //! `crash_under_load`: a `sut-server` child is SIGKILLed (`Child::kill`, SIGKILL on Unix)
 //! several times during a load of segment IDs, Snowflake IDs and lottery draws, and restarted on
-//! the same database files and the same port each time (DESIGN.md, "Invariants"; the server's
-//! durability argument is in docs/server.md, "Durability and group commit").
+//! the same database files and the same port each time (docs/architecture.md, "The invariants,
+//! and where each is checked"; the server's durability argument is in docs/server.md,
+//! "Durability and group commit").
 //!
 //! Verified afterwards: no duplicate ID across all incarnations (segment and Snowflake), no fund
 //! loss (the recovered ledger's conservation and sums), every draw settled after recovery (the

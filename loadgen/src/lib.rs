@@ -1,5 +1,5 @@
-//! goose load generation against the real `sut-server` (DESIGN.md, "One state machine, three
-//! drivers": this is the client of the real driver).
+//! goose load generation against the real `sut-server` (docs/architecture.md, "The rule": this
+//! is the client of the real driver).
 //!
 //! [`run`] sets a workload up through the admin routes, runs a goose 0.19 attack (built with
 //! `GooseAttack::initialize_with_config`, never from process arguments), measures every

@@ -1,8 +1,9 @@
-//! Post-run verification of what the clients saw (DESIGN.md, "Invariants"): every ID received is
-//! unique within its ID space (all of them are collected, not a sample), the lottery ledger's
-//! conservation and no-over-issue hold (the server's `GET /ledger` checks), and no one-time
-//! token was accepted twice. Each check is a [`reports::model::InvariantResult`]; a `Violated`
-//! one fails the run ([`reports::model::LoadReport::passed`]).
+//! Post-run verification of what the clients saw (docs/architecture.md, "The invariants, and
+//! where each is checked"): every ID received is unique within its ID space (all of them are
+//! collected, not a sample), the lottery ledger's conservation and no-over-issue hold (the
+//! server's `GET /ledger` checks), and no one-time token was accepted twice. Each check is a
+//! [`reports::model::InvariantResult`]; a `Violated` one fails the run
+//! ([`reports::model::LoadReport::passed`]).
 
 use std::collections::{BTreeMap, HashSet};
 

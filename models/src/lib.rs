@@ -1,5 +1,5 @@
-//! Stateright models built from `sut`'s own state machines (DESIGN.md "One state machine, three
-//! drivers"; stateright's `examples/2pc.rs` and `examples/paxos.rs` are the pattern).
+//! Stateright models built from `sut`'s own state machines (docs/architecture.md, "The rule";
+//! stateright's `examples/2pc.rs` and `examples/paxos.rs` are the pattern).
 //!
 //! Each actor here is a thin driver: it feeds a delivered message or a fired timer into a `sut`
 //! state machine, then turns that machine's outputs (`poll_*`) into stateright sends and timers.

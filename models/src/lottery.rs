@@ -1,6 +1,7 @@
-//! The TCC lottery (seed 002 chapters 1 and 4): a coordinator and two participant nodes over an
-//! unordered network that reorders, duplicates (bounded), drops (bounded) and is slower than the
-//! coordinator's timeouts (bounded), with a coordinator crash that recovers from its durable log.
+//! The TCC lottery (ID, token and lottery design, chapters 1 and 4, docs/sources.md): a
+//! coordinator and two participant nodes over an unordered network that reorders, duplicates
+//! (bounded), drops (bounded) and is slower than the coordinator's timeouts (bounded), with a
+//! coordinator crash that recovers from its durable log.
 //!
 //! Actors (each a thin driver of `sut::lottery`; no protocol logic here):
 //!

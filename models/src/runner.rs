@@ -554,7 +554,7 @@ pub enum Verdict {
 /// One property's result.
 #[derive(Clone, Debug, Serialize)]
 pub struct PropertyReport {
-    /// The property's name (invariant names follow DESIGN.md, e.g. `ids.unique`).
+    /// The property's name (invariant names follow docs/architecture.md, e.g. `ids.unique`).
     pub name: String,
     /// `always`, `sometimes` or `eventually`.
     pub kind: PropertyKind,

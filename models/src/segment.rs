@@ -1,6 +1,7 @@
 //! Segment allocation: allocators ([`sut::segment::SegmentAllocator`]) and one ID store
 //! ([`sut::store::MemoryIdStore`]) over an unordered network with bounded duplication (optionally
-//! lossy; see [`crate::runner`]), with allocator crashes and restarts (seed 000 §1 and §3; Tinyid's version CAS; Gray & Cheriton leases).
+//! lossy; see [`crate::runner`]), with allocator crashes and restarts (segment-ID design §1 and
+//! §3, docs/sources.md; Tinyid's version CAS; Gray & Cheriton leases).
 //!
 //! Actors:
 //!

@@ -1,5 +1,6 @@
-//! One-time submit tokens (seed 002 §3.3): one token store and concurrent consumers of the same
-//! token, over an unordered, lossy network with bounded duplication (see [`crate::runner`]).
+//! One-time submit tokens (ID, token and lottery design §3.3, docs/sources.md): one token store
+//! and concurrent consumers of the same token, over an unordered, lossy network with bounded
+//! duplication (see [`crate::runner`]).
 //!
 //! - `store` (actor 0) wraps a [`MemoryTokenStore`] holding one issued token; each delivered
 //!   [`OnceOp`] is performed by [`apply_once_op`] and answered.

@@ -1,6 +1,7 @@
 //! HTML rendering of a [`Summary`]: one self-contained page (inline `<style>`, inline SVG, no
 //! script, no external URL, font or stylesheet) that opens anywhere offline. goose's report
-//! loads its charts from a CDN and is blank offline; this one must not be (DESIGN.md, anchors).
+//! loads its charts from a CDN and is blank offline; this one must not be (docs/sources.md,
+//! "Anchors").
 //!
 //! Layout: a header, an overview table of all results, then one section per result. Templates
 //! are maud (escaping by default); charts come from [`crate::charts`] as trusted SVG strings.

@@ -230,7 +230,7 @@ impl Verdict {
 /// Result of one named invariant (simulation) or verification check (load run).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvariantResult {
-    /// Invariant name as in DESIGN.md, e.g. `ids.unique`.
+    /// Invariant name as in docs/architecture.md, e.g. `ids.unique`.
     pub name: String,
     pub verdict: Verdict,
     /// The seed of the (first) violating run, if any.
@@ -283,7 +283,8 @@ impl Seeds {
     }
 }
 
-/// A phase of a simulation run (DESIGN.md style 9: safety with faults, then liveness, healed).
+/// A phase of a simulation run: safety with faults, then liveness, healed (docs/architecture.md,
+/// "The fault model").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Phase {
     /// `safety` or `liveness`.

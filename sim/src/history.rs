@@ -14,7 +14,8 @@ pub enum Op {
     SegmentId,
     /// A Snowflake ID.
     SnowflakeId,
-    /// A semantic ID (seed 002 §2.3: prefix, second, machine, sequence).
+    /// A semantic ID (prefix, second, machine, sequence; ID, token and lottery design §2.3,
+    /// docs/sources.md).
     SemanticId,
     /// A JWT for a user.
     JwtIssue {

@@ -17,7 +17,8 @@
 //!   TCC coordinator and participants, clients.
 //! - [`nemesis`]: the faults.
 //! - [`history`]: the events.
-//! - [`checkers`]: the invariants of DESIGN.md as observers over the history and final state.
+//! - [`checkers`]: the invariants of docs/architecture.md as observers over the history and
+//!   final state.
 //! - [`run`]: one seed, a sweep of seeds, the determinism check.
 //! - [`bench`]: speed against a bare madsim ping-pong baseline.
 

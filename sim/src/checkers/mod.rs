@@ -1,8 +1,8 @@
-//! The invariants of DESIGN.md as observers over a run's history and final state, each named
-//! after its property. A violation names the invariant, the first offending event and what is
-//! wrong; the runner adds the seed. The token and lottery checks are `sut`'s own functions
-//! (shared with the tests, the models and the load verifier); the ID checks live here because
-//! only a whole-cluster history can see them.
+//! The invariants of docs/architecture.md as observers over a run's history and final state,
+//! each named after its property. A violation names the invariant, the first offending event and
+//! what is wrong; the runner adds the seed. The token and lottery checks are `sut`'s own
+//! functions (shared with the tests, the models and the load verifier); the ID checks live here
+//! because only a whole-cluster history can see them.
 
 use std::collections::BTreeMap;
 
