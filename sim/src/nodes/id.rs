@@ -11,9 +11,10 @@ use madsim::task::spawn;
 use sut::clock::Now;
 use sut::flaw::Flaw;
 use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
+use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use sut::snowflake::semantic::{self, NextSemantic, SemanticConfig, SemanticGenerator};
 use sut::snowflake::{NextId, RollbackPolicy, SequencerError, SnowflakeWorker, WorkerConfig};
-use sut::store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
+use sut::store::InstanceId;
 
 use super::sleep_ms;
 use crate::history::{Answer, EventKind, IdSpace, Op, Outcome};
@@ -23,6 +24,8 @@ use crate::net::{Ctx, Inbox, Msg};
 pub const TAG: &str = "order";
 const WORKER_NAMESPACE: &str = "snowflake";
 const WORKER_LEASE_MS: u64 = 3_000;
+/// A worker-lease call with no answer after this long counts as failed (ms).
+const WORKER_REQUEST_TIMEOUT_MS: u64 = 501;
 const PARKED_MAX: usize = 2_000;
 
 #[derive(Debug)]
@@ -36,14 +39,8 @@ struct Parked {
 struct State {
     instance: InstanceId,
     alloc: SegmentAllocator,
-    worker: Option<SnowflakeWorker>,
-    worker_cfg: WorkerConfig,
-    /// FLAW `machine_id_hash_ip`: the address the worker id is hashed from (no lease).
-    host_ip: Option<[u8; 4]>,
-    /// Outstanding worker-lease call and when it was sent (monotonic ms).
-    worker_call: Option<(u64, u64)>,
-    next_worker_req: u64,
-    last_worker_renew_ms: u64,
+    /// The Snowflake worker's lease (and, under the `machine_id_hash_ip` flaw, no lease).
+    holder: WorkerLeaseHolder,
     parked_segment: VecDeque<Parked>,
     parked_snowflake: VecDeque<Parked>,
     parked_semantic: VecDeque<Parked>,
@@ -60,11 +57,6 @@ type Outbox = Vec<(String, Msg)>;
 impl State {
     fn generator(&self) -> String {
         format!("alloc-{}", self.instance.0)
-    }
-
-    fn worker_req_id(&mut self) -> u64 {
-        self.next_worker_req += 1;
-        (self.instance.0 << 32) | (1 << 31) | self.next_worker_req
     }
 
     /// Adds what the allocator did since the last report to the run's counters (the ID-gap
@@ -104,105 +96,34 @@ impl State {
         }
     }
 
-    fn worker_upkeep(&mut self, now: Now, out: &mut Outbox) {
-        if let Some(ip) = self.host_ip {
-            // The flaw: no lease, so nothing to persist a reservation with either; the worker
-            // id is hash(IP) % 1000.
-            match self.worker.as_mut() {
-                None => {
-                    self.worker = SnowflakeWorker::new(
-                        self.worker_cfg,
-                        sut::snowflake::machine_id_from_ip(ip),
-                        0,
-                        now.wall_ms,
-                    )
-                    .ok();
-                }
-                Some(worker) => {
-                    if let Some(ts) = worker.poll_reservation() {
-                        worker.handle_reserved(ts);
-                    }
-                }
-            }
-            return;
-        }
+    /// Performs what the worker-lease holder asks for: its calls go to the database node.
+    fn worker_upkeep(&mut self, ctx: &Ctx, now: Now, out: &mut Outbox) {
         if self
-            .worker_call
-            .is_some_and(|(_, sent)| now.mono_ms.saturating_sub(sent) > 500)
+            .holder
+            .poll_timeout()
+            .is_some_and(|due| due <= now.mono_ms)
         {
-            self.worker_call = None;
-            if let Some(worker) = self.worker.as_mut() {
-                worker.handle_reservation_failed();
-            }
+            let event = self.holder.handle_timeout(now);
+            self.on_holder_event(ctx, event);
         }
-        if self.worker_call.is_some() {
-            return;
-        }
-        let req = self.worker_req_id();
-        match self.worker.as_mut() {
-            None => {
-                let call = StoreCall::AcquireWorker(WorkerRequest {
-                    namespace: WORKER_NAMESPACE.into(),
-                    worker_count: self.worker_cfg.layout.worker_count(),
-                    instance: self.instance,
-                    lease_ms: WORKER_LEASE_MS,
-                    now_ms: 0,
-                });
-                self.worker_call = Some((req, now.mono_ms));
-                out.push(("db".into(), Msg::Store { req, call }));
-            }
-            Some(worker) => {
-                let reservation = worker.poll_reservation();
-                let renew_due =
-                    now.mono_ms.saturating_sub(self.last_worker_renew_ms) >= WORKER_LEASE_MS / 3;
-                if reservation.is_none() && !renew_due {
-                    return;
-                }
-                let reserve_ts = reservation.unwrap_or(worker.sequencer().reserved_ts());
-                let call = StoreCall::RenewWorker {
-                    namespace: WORKER_NAMESPACE.into(),
-                    worker_id: worker.worker_id(),
-                    instance: self.instance,
-                    reserve_ts,
-                    lease_ms: WORKER_LEASE_MS,
-                    now_ms: 0,
-                };
-                self.worker_call = Some((req, now.mono_ms));
-                out.push(("db".into(), Msg::Store { req, call }));
-            }
+        if let Some((req, call)) = self.holder.poll_request(now) {
+            out.push(("db".into(), Msg::Store { req, call }));
         }
     }
 
-    fn on_worker_reply(&mut self, ctx: &Ctx, reply: StoreReply, now: Now) {
-        self.worker_call = None;
-        let StoreReply::Worker(result) = reply else {
-            return;
-        };
-        match (self.worker.as_mut(), result) {
-            (None, Ok(lease)) => match SnowflakeWorker::new(
-                self.worker_cfg,
-                lease.worker_id,
-                lease.reserved_ts,
-                now.wall_ms,
-            ) {
-                Ok(worker) => {
-                    self.worker = Some(worker);
-                    self.last_worker_renew_ms = now.mono_ms;
-                }
-                Err(err) => ctx.world.count(&format!("config.error.{err}"), 1),
-            },
-            (Some(worker), Ok(lease)) => {
-                worker.handle_reserved(lease.reserved_ts);
-                self.last_worker_renew_ms = now.mono_ms;
-            }
-            (Some(_), Err(StoreError::WorkerLeaseLost { .. })) => {
-                // Stop for good; a new worker lease is acquired on the next upkeep.
-                self.worker = None;
+    /// What the driver does besides the holder: counters, and the semantic generator that
+    /// lives on the worker's lease.
+    fn on_holder_event(&mut self, ctx: &Ctx, event: HolderEvent) {
+        match event {
+            HolderEvent::LeaseLost => {
                 self.semantic = None;
                 ctx.world.count("snowflake.worker_leases_lost", 1);
             }
-            (Some(worker), Err(_)) => worker.handle_reservation_failed(),
-            (None, Err(_)) => {}
+            HolderEvent::Unusable(err) => ctx.world.count(&format!("config.error.{err}"), 1),
+            HolderEvent::Ignored
+            | HolderEvent::Acquired { .. }
+            | HolderEvent::Renewed
+            | HolderEvent::Failed => {}
         }
     }
 
@@ -257,7 +178,7 @@ impl State {
         out: &mut Outbox,
     ) -> Option<Parked> {
         let instance = self.instance.0;
-        let Some(worker) = self.worker.as_mut() else {
+        let Some(worker) = self.holder.worker_mut() else {
             return Some(Parked {
                 client,
                 op_id,
@@ -304,7 +225,7 @@ impl State {
                 Outcome::Fail(err.to_string())
             }
             Err(SequencerError::LeaseLost) => {
-                self.worker = None;
+                // The holder drops a worker whose lease is lost; the semantic generator too.
                 self.semantic = None;
                 Outcome::Fail("worker lease lost".into())
             }
@@ -365,11 +286,11 @@ impl State {
     /// reservation covers ([`Self::semantic_upkeep`]): one lease, one reservation, both safe
     /// across restarts and clock jumps.
     fn start_semantic(&mut self, ctx: &Ctx) {
-        let Some(worker) = self.worker.as_ref() else {
+        let Some(worker) = self.holder.worker() else {
             return;
         };
         let machine = worker.worker_id();
-        let floor_s = if self.host_ip.is_some() {
+        let floor_s = if self.holder.config().unleased_ip.is_some() {
             0
         } else {
             reserved_wall_ms(worker) / 1_000
@@ -383,14 +304,16 @@ impl State {
     /// Acknowledges the semantic generator's reservation up to what the worker has persisted,
     /// and asks the worker to reserve further ahead when that is not enough.
     fn semantic_upkeep(&mut self, now: Now) {
-        let (Some((_, generator)), Some(worker)) = (self.semantic.as_mut(), self.worker.as_mut())
+        let unleased = self.holder.config().unleased_ip.is_some();
+        let (Some((_, generator)), Some(worker)) =
+            (self.semantic.as_mut(), self.holder.worker_mut())
         else {
             return;
         };
         let Some(want_s) = generator.poll_reservation() else {
             return;
         };
-        if self.host_ip.is_some() {
+        if unleased {
             // The hash(IP) flaw has no lease to persist with.
             generator.handle_reserved(want_s);
             return;
@@ -521,15 +444,19 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         let mut rng = madsim::rand::thread_rng();
         [10, 0, rng.gen_range(0..=255u8), rng.gen_range(1..=254u8)]
     });
+    let mut holder = HolderConfig::new(
+        WORKER_NAMESPACE,
+        instance,
+        worker_cfg,
+        WORKER_LEASE_MS,
+        WORKER_REQUEST_TIMEOUT_MS,
+    );
+    holder.request_id_base = (instance.0 << 32) | (1 << 31);
+    holder.unleased_ip = host_ip;
     let state = Arc::new(Mutex::new(State {
         instance,
         alloc,
-        worker: None,
-        worker_cfg,
-        host_ip,
-        worker_call: None,
-        next_worker_req: 0,
-        last_worker_renew_ms: 0,
+        holder: WorkerLeaseHolder::new(holder),
         parked_segment: VecDeque::new(),
         parked_snowflake: VecDeque::new(),
         parked_semantic: VecDeque::new(),
@@ -559,7 +486,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
                         s.alloc.handle_timeout(now);
                     }
                     s.pump_allocator(&mut out);
-                    s.worker_upkeep(now, &mut out);
+                    s.worker_upkeep(&ctx, now, &mut out);
                     s.retry_parked(&ctx, now, &mut out);
                     s.report_stats(&ctx);
                 }
@@ -606,13 +533,14 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
                     }
                 }
                 Msg::StoreReply { req, reply } => {
-                    if s.worker_call.is_some_and(|(id, _)| id == req) {
-                        s.on_worker_reply(&ctx, reply, now);
+                    if req & (1 << 31) != 0 {
+                        let event = s.holder.handle_reply(req, reply, now);
+                        s.on_holder_event(&ctx, event);
                     } else {
                         s.alloc.handle_reply(req, reply, now);
                     }
                     s.pump_allocator(&mut out);
-                    s.worker_upkeep(now, &mut out);
+                    s.worker_upkeep(&ctx, now, &mut out);
                     s.retry_parked(&ctx, now, &mut out);
                 }
                 _ => {}

@@ -10,6 +10,7 @@
 //! rollback policies, reservations, exhaustion — lives in [`Sequencer`], shared with
 //! [`semantic`].
 
+pub mod holder;
 pub mod semantic;
 mod sequencer;
 
