@@ -9,7 +9,7 @@
 # Client and server CPU seconds per run are taken from /usr/bin/time and /proc/PID/stat.
 # usage: loadgen/bench/compare.sh [RATES...]
 #   env: ROUNDS=2, OUT=/tmp/load-compare, SEED002=1 (seed 002's matching runs), LG_BASE=binary
-# needs: cargo build --release -p sut --bin sut-server -p loadgen --example load; oha; wrk
+# needs: cargo build --release -p sut-server --bin sut-server -p loadgen --example load; oha; wrk
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=target/release/sut-server

@@ -28,5 +28,4 @@ pub mod snowflake;
 pub mod store;
 
 pub mod lottery;
-pub mod server;
 pub mod token;

@@ -74,7 +74,7 @@ pub enum TokenStoreError {
 }
 
 /// What a revocation did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[must_use]
 pub enum RevokeOutcome {
     /// Newly remembered.

@@ -59,8 +59,8 @@ use tokio::sync::oneshot;
 use super::clock::RealClock;
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::lottery::invariants;
-use crate::lottery::{
+use sut::lottery::invariants;
+use sut::lottery::{
     ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, CoordLog, Coordinator,
     CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, Flaws, Handled, Ledger,
     LogEntry, LotteryStore, MemoryStore, ParticipantConfig, ParticipantReply, Refusal, SqliteStore,
@@ -432,7 +432,7 @@ pub struct LedgerReport {
     pub safe: bool,
 }
 
-fn check(name: &'static str, r: Result<(), crate::lottery::LotteryViolation>) -> Check {
+fn check(name: &'static str, r: Result<(), sut::lottery::LotteryViolation>) -> Check {
     Check {
         name,
         ok: r.is_ok(),
@@ -1034,7 +1034,7 @@ mod tests {
                 for p in d.branches() {
                     let op = BranchOp {
                         branch: p,
-                        phase: crate::lottery::Phase::Try,
+                        phase: sut::lottery::Phase::Try,
                         draw: d,
                     };
                     let _ = s.execute(&op, Flaws::NONE).unwrap();
