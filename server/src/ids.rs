@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use super::clock::RealClock;
 use super::error::ApiError;
+use super::sqlite::SqliteIdStore;
 use sut::clock::Now;
 use sut::segment::{
     AllocatorConfig, ConcurrentIds, Health, IdError, SegmentAllocator, Unavailable,
@@ -31,8 +32,7 @@ use sut::snowflake::{
     Decoded, NextId, SequencerError, SequencerStats, SnowflakeWorker, WorkerConfig,
 };
 use sut::store::{
-    CounterDurability, IdStore, InstanceId, SqliteIdStore, StoreError, TagRow, TagSpec,
-    WorkerRequest,
+    CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec, WorkerRequest,
 };
 
 /// Longest tag name, in bytes.

@@ -30,6 +30,7 @@ pub mod ids;
 pub mod lottery;
 pub mod metrics;
 pub mod openapi;
+pub mod sqlite;
 pub mod tokens;
 
 use std::net::SocketAddr;
@@ -57,11 +58,12 @@ use self::extract::JsonBody;
 use self::ids::{Snowflake, Tags, lock};
 use self::lottery::{Lottery, LotteryStoreKind};
 use self::metrics::Metrics;
+use self::sqlite::{SqliteIdStore, SqliteTokenStore};
 use self::tokens::Tokens;
 use sut::lottery::{ActivityId, DrawArgs, UserId, Xid};
 use sut::snowflake::WorkerConfig;
-use sut::store::{CounterDurability, IdStore, SqliteIdStore, TagSpec};
-use sut::token::{SigningKey, SqliteTokenStore, TokenConfig, TokenService};
+use sut::store::{CounterDurability, IdStore, TagSpec};
+use sut::token::{SigningKey, TokenConfig, TokenService};
 
 /// Largest request body, in bytes.
 pub const BODY_MAX_BYTES: usize = 16 * 1024;

@@ -17,9 +17,10 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::ids::lock;
 use super::openapi::{ClaimsSchema, RevokeOutcomeSchema};
+use super::sqlite::SqliteTokenStore;
 use sut::token::{
-    ActivityId, OnceRejection, OnceToken, Rejection, RevokeOutcome, SqliteTokenStore, TokenService,
-    TokenStoreError, UserId, service::RevokeError,
+    ActivityId, OnceRejection, OnceToken, Rejection, RevokeOutcome, TokenService, TokenStoreError,
+    UserId, service::RevokeError,
 };
 
 /// The server's token service.

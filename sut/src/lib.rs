@@ -28,4 +28,6 @@ pub mod snowflake;
 pub mod store;
 
 pub mod lottery;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod token;
