@@ -23,11 +23,10 @@ use serde::Serialize;
 
 use super::clock::RealClock;
 use super::error::ApiError;
+use super::front::{ConcurrentIds, IdError};
 use super::sqlite::SqliteIdStore;
 use sut::clock::Now;
-use sut::segment::{
-    AllocatorConfig, ConcurrentIds, Health, IdError, SegmentAllocator, Unavailable,
-};
+use sut::segment::{AllocatorConfig, Health, SegmentAllocator, Unavailable};
 use sut::snowflake::{
     Decoded, NextId, SequencerError, SequencerStats, SnowflakeWorker, WorkerConfig,
 };

@@ -4,7 +4,7 @@
 //! Handlers are thin: they parse, call a state machine or store through its driver here, and
 //! map typed answers to HTTP. The drivers:
 //!
-//! - [`ids`]: segment IDs per tag through [`sut::segment::ConcurrentIds`] (lock-free hot
+//! - [`ids`]: segment IDs per tag through [`front::ConcurrentIds`] (lock-free hot
 //!   path), a Snowflake worker on a leased worker id with persisted time reservations;
 //! - [`tokens`]: [`sut::token::TokenService`] over the SQLite token store;
 //! - [`lottery`]: the TCC coordinator and participants on one writer thread with group commit;
@@ -26,6 +26,7 @@ pub mod admission;
 pub mod clock;
 pub mod error;
 pub mod extract;
+pub mod front;
 pub mod ids;
 pub mod lottery;
 pub mod metrics;
