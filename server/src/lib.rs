@@ -1,5 +1,17 @@
 //! `sut-server`: the real HTTP driver of the `sut` state machines (DESIGN.md, "One state
-//! machine, three drivers": tokio + axum + SQLite).
+//! machine, three drivers": tokio + axum + SQLite). `sut` is the pure, sans-IO core (no runtime,
+//! no database); everything here does the I/O it leaves out, as quinn does for quinn-proto.
+//!
+//! Besides the HTTP server, this crate holds:
+//!
+//! - [`sqlite`]: the SQLite stores ([`sqlite::SqliteIdStore`], [`sqlite::SqliteTokenStore`],
+//!   [`sqlite::SqliteLotteryStore`]), each implementing a `sut` store trait with the rules `sut`
+//!   shares with its memory store, and kept identical to that store by a conformance property
+//!   test beside it;
+//! - [`front`]: [`front::ConcurrentIds`], the lock-free front of a segment allocator that
+//!   performs its store calls inline;
+//! - [`openapi`]: the OpenAPI description (`GET /openapi.json`, `docs/openapi.json`);
+//! - the `sut-server` binary (`src/bin/sut-server.rs`).
 //!
 //! Handlers are thin: they parse, call a state machine or store through its driver here, and
 //! map typed answers to HTTP. The drivers:
