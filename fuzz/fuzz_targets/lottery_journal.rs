@@ -1,5 +1,5 @@
 #![no_main]
-//! The server's lottery journal replay (`sut::server::lottery::JournaledStore::open`) over a
+//! The server's lottery journal replay (`sut_server::lottery::JournaledStore::open`) over a
 //! SQLite file whose records are arbitrary text (one per input line): a typed error or a
 //! replayed store, never a panic.
 
@@ -43,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
             .expect("insert");
         }
     }
-    let _ = sut::server::lottery::JournaledStore::open(&path);
+    let _ = sut_server::lottery::JournaledStore::open(&path);
     for suffix in ["", "-wal", "-shm"] {
         let mut p = path.clone().into_os_string();
         p.push(suffix);

@@ -16,7 +16,7 @@ use tower::ServiceExt as _;
 struct Harness {
     runtime: tokio::runtime::Runtime,
     router: axum::Router,
-    _server: sut::server::Server,
+    _server: sut_server::Server,
     _dir: tempfile::TempDir,
 }
 
@@ -29,14 +29,14 @@ fn harness() -> &'static Harness {
             .enable_all()
             .build()
             .expect("runtime");
-        let cfg = sut::server::ServerConfig::new(&dir.path().join("ids.db"));
+        let cfg = sut_server::ServerConfig::new(&dir.path().join("ids.db"));
         let server = runtime
-            .block_on(sut::server::start(
+            .block_on(sut_server::start(
                 cfg,
                 "127.0.0.1:0".parse().expect("addr"),
             ))
             .expect("server");
-        let router = sut::server::router(server.state().clone());
+        let router = sut_server::router(server.state().clone());
         // A tag, accounts and stock, so that the handlers get past "unknown".
         for (path, body) in [
             ("/admin/tags", r#"{"tag":"t","step":10}"#),

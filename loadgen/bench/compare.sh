@@ -13,7 +13,7 @@
 #        and lottery design, §2.2 and §2.4 (docs/sources.md; docs/load.md, "The source design's
 #        figures"). SEED002 is the older name of the same switch; SOURCE_FIGURES wins if both
 #        are set.
-# needs: cargo build --release -p sut --bin sut-server -p loadgen --example load; oha; wrk
+# needs: cargo build --release -p sut-server --bin sut-server -p loadgen --example load; oha; wrk
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=target/release/sut-server

@@ -6,7 +6,8 @@
 //! Binary lookup (in order): `$SUT_SERVER` if set; `sut-server` in the directory of the current
 //! executable or its parent (a binary in `target/{debug,release}/`, a test in
 //! `target/{debug,release}/deps/`). It is never built implicitly: build it with
-//! `cargo build [--release] -p sut --bin sut-server` (`cargo test --workspace` builds it too).
+//! `cargo build [--release] -p sut-server --bin sut-server` (`cargo test --workspace` builds it
+//! too).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -56,8 +57,9 @@ pub fn find_server_binary() -> Result<PathBuf, LoadError> {
         dir = d.parent();
     }
     Err(LoadError::ServerBinary(format!(
-        "sut-server not found (tried {}); build it with `cargo build -p sut --bin sut-server` \
-         (add --release to match a release loadgen) or set $SUT_SERVER",
+        "sut-server not found (tried {}); build it with \
+         `cargo build -p sut-server --bin sut-server` (add --release to match a release loadgen) \
+         or set $SUT_SERVER",
         tried.join(", ")
     )))
 }

@@ -1,4 +1,4 @@
-//! Short real runs of `loadgen::run` against a fresh server: an in-process `sut::server` (the
+//! Short real runs of `loadgen::run` against a fresh server: an in-process `sut_server` (the
 //! same code as the binary) in host mode, and the `sut-server` child process (default mode).
 
 use std::net::SocketAddr;
@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use loadgen::{LoadOptions, run};
 use reports::model::{LoadReport, Verdict};
 
-/// Starts `sut::server` on 127.0.0.1:0 on its own runtime thread (kept for the process's life).
+/// Starts `sut_server` on 127.0.0.1:0 on its own runtime thread (kept for the process's life).
 fn in_process_server() -> (String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let db: PathBuf = dir.path().join("ids.db");
@@ -20,9 +20,9 @@ fn in_process_server() -> (String, tempfile::TempDir) {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let cfg = sut::server::ServerConfig::new(&db);
+            let cfg = sut_server::ServerConfig::new(&db);
             let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-            let server = sut::server::start(cfg, listen).await.unwrap();
+            let server = sut_server::start(cfg, listen).await.unwrap();
             tx.send(server.addr).unwrap();
             std::future::pending::<()>().await;
         });
@@ -135,7 +135,7 @@ fn ensure_server_binary() {
     let exe = std::env::current_exe().unwrap();
     let release = exe.components().any(|c| c.as_os_str() == "release");
     let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "-p", "sut", "--bin", "sut-server"]);
+    cmd.args(["build", "-p", "sut-server", "--bin", "sut-server"]);
     if release {
         cmd.arg("--release");
     }

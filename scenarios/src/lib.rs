@@ -40,7 +40,7 @@ pub const NAMED: &[(&str, &str)] = &[
 /// The named load scenarios (files under `scenarios/load/`, see [`loadfile`]): name and
 /// description, in the order `scenario list` prints them (a broken file says so in its
 /// description). They run against the real `sut-server` (built with `cargo build --release -p
-/// sut --bin sut-server`).
+/// sut-server --bin sut-server`).
 #[must_use]
 pub fn load_list() -> Vec<(String, String)> {
     loadfile::NAMED

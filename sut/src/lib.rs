@@ -1,25 +1,34 @@
 //! The reference implementation the bench holds to "zero duplicates, zero over-issue, zero fund
-//! loss".
+//! loss": its pure core (the quinn-proto to `sut-server`'s quinn).
 //!
 //! Every protocol here is a synchronous, deterministic, I/O-free ("sans-IO") state machine: it
 //! never reads a clock (time is a parameter), never spawns, never does I/O and draws no
 //! randomness of its own. The same code is driven by the madsim simulator (`sim`), the stateright
-//! models (`models`) and the real HTTP server (`sut-server`). Stores are traits at the level of
-//! domain operations with an in-memory and a SQLite implementation that a conformance test keeps
-//! identical.
+//! models (`models`) and the real HTTP server (the `sut-server` crate). Stores are traits at the
+//! level of domain operations; the in-memory implementations live here, the SQLite ones in
+//! `sut-server`, where a conformance property test per store keeps the two identical. The rules
+//! both share are public functions here, written once.
+//!
+//! This crate's normal dependencies are serde, serde_json, thiserror and pure algorithm crates
+//! (jsonwebtoken, bloomfilter, base64): no async runtime, HTTP, database, command line or
+//! OpenAPI crate. `tests/pure_core.rs` runs `cargo tree` to keep it so. The server, the SQLite
+//! stores and the lock-free ID front (`ConcurrentIds`) are in `sut-server`.
 //!
 //! Modules, in the order data flows through them:
 //!
 //! - [`clock`]: the time types every state machine takes as a parameter.
 //! - [`store`]: the ID store trait (tags and segment grants with version CAS, leases, the
-//!   reclaim pool, Snowflake worker leases, the counter engine) and its memory/SQLite impls.
+//!   reclaim pool, Snowflake worker leases, the counter engine), the memory store and the rules
+//!   every implementation shares.
 //! - [`segment`]: the Leaf/Tinyid-style segment allocator (double buffer, step policies,
-//!   claims and leases, zombie reclaim, degraded mode) and its lock-free concurrent front.
+//!   claims and leases, zombie reclaim, degraded mode).
 //! - [`snowflake`]: Snowflake IDs with clock-rollback policies and persisted time reservations,
 //!   and the seed's semantic IDs done right.
 //! - [`token`]: JWT, revocation, one-time submit tokens, the renewing token cache.
 //! - [`lottery`]: the TCC lottery: fence, participants, coordinator, compensation scheduler.
 //! - [`flaw`]: the catalog of known broken designs, each an off-by-default switch of the above.
+//! - `testkit` (feature `testkit`, and in this crate's tests): store-generic test drivers that
+//!   `sut-server`'s tests run over the SQLite stores.
 
 pub mod clock;
 pub mod flaw;
@@ -28,5 +37,6 @@ pub mod snowflake;
 pub mod store;
 
 pub mod lottery;
-pub mod server;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod token;

@@ -18,8 +18,9 @@
 //! - [`ledger`]: the business state (wallets, stock, participations, fence rows, coordinator
 //!   log) as plain ordered data; the in-memory store *is* a ledger.
 //! - [`log`]: the coordinator's durable log (begin, verdict, finished) and its rules.
-//! - [`store`]: the store trait at the level of domain operations and the in-memory store.
-//! - [`sqlite`]: the SQLite store (WAL, `synchronous=FULL`, one transaction per operation).
+//! - [`store`]: the store trait at the level of domain operations and the in-memory store (the
+//!   SQLite store, WAL, `synchronous=FULL`, one transaction per operation, lives in
+//!   `sut-server` and calls the same [`rules`]).
 //! - [`participant`]: participants as message handlers over a store.
 //! - [`coordinator`]: the sans-IO coordinator: Try all, durable verdict, Confirm/Cancel all,
 //!   timeouts, bounded retries with exponential backoff, recovery from its log.
@@ -50,7 +51,6 @@ pub mod ledger;
 pub mod log;
 pub mod participant;
 pub mod rules;
-pub mod sqlite;
 pub mod store;
 pub mod wheel;
 
@@ -70,7 +70,6 @@ pub use rules::{
     AMOUNT_MAX, BranchDecision, BranchOp, BranchOutcome, BranchView, BusinessRow, Effect, Quantity,
     Refusal,
 };
-pub use sqlite::SqliteStore;
 pub use store::{LotteryStore, MemoryStore, StoreError};
 
 /// A global transaction id: one draw. Must be unique for the lifetime of the fence log (it comes

@@ -1,7 +1,7 @@
 //! The participants' decision logic, in ONE place: pure functions from an operation and the rows
 //! it reads (the branch's fence row and its business row) to the reply and the rows to write.
 //!
-//! Both stores ([`crate::lottery::MemoryStore`], [`crate::lottery::SqliteStore`]) run every
+//! Both stores ([`crate::lottery::MemoryStore`], `sut-server`'s `SqliteLotteryStore`) run every
 //! participant operation as: read the fence row and the business row, call [`decide`], write
 //! what it returns, in one atomic step (one transaction). The fence rules are Seata's
 //! ([`super::fence`]); the business rules are seed 002 ch. 4's "freeze first, then pay"

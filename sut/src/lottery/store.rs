@@ -4,8 +4,8 @@
 //!
 //! Every implementation runs a participant operation as ONE atomic step: read the fence row and
 //! the business row, call [`super::rules::decide`], write what it returns. The SQLite store
-//! ([`super::SqliteStore`]) does it in one transaction; the in-memory store in one `&mut self`
-//! call. A conformance property test keeps the two identical.
+//! (`SqliteLotteryStore` in `sut-server`) does it in one transaction; the in-memory store in one
+//! `&mut self` call. A conformance property test there keeps the two identical.
 
 use serde::{Deserialize, Serialize};
 

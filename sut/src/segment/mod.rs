@@ -31,10 +31,8 @@
 //! each call (see [`crate::store::StoreCall::execute`]); feed answers to `handle_reply`; sleep
 //! until `poll_timeout` and call `handle_timeout`.
 
-mod concurrent;
 mod step;
 
-pub use concurrent::{BLOCK_IDS_MAX, ConcurrentIds, IdError};
 pub use step::{LEAF_FAST_MS, LEAF_SLOW_MS, StepPolicy};
 
 use std::collections::VecDeque;

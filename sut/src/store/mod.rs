@@ -21,14 +21,15 @@
 //!   policy (every write synced; synced every second like `appendfsync everysec`; snapshots),
 //!   so the bench can show what each policy re-issues after a crash.
 //!
-//! Two implementations, [`MemoryIdStore`] (the simulator's database node, the models) and
-//! [`SqliteIdStore`] (the real server), are kept identical by a conformance property test.
+//! [`MemoryIdStore`] (the simulator's database node, the models) is the implementation here;
+//! the real server's `SqliteIdStore` lives in the `sut-server` crate, and a conformance property
+//! test there keeps the two identical. The rules both share (validation, fresh and pooled
+//! grants, initial claims, refusals) are the public functions at the end of this module, so that
+//! each is written once.
 
 mod memory;
-mod sqlite;
 
 pub use memory::MemoryIdStore;
-pub use sqlite::SqliteIdStore;
 
 use serde::{Deserialize, Serialize};
 
@@ -430,7 +431,10 @@ pub enum StoreError {
 /// the blind-write flaw moved `max_id` back and gave the range out once already. The grant is
 /// refused and nothing changes (SQLite: the lease row's primary key refuses the insert and the
 /// transaction rolls back); the memory store answers the same.
-pub(crate) fn lease_taken(tag: &str, segment_start: u64) -> StoreError {
+///
+/// Shared by every [`IdStore`] implementation so that the refusal reads the same in all.
+#[must_use]
+pub fn lease_taken(tag: &str, segment_start: u64) -> StoreError {
     StoreError::Backend(format!(
         "a lease of the segment starting at {segment_start} of `{tag}` is already held"
     ))
@@ -439,7 +443,10 @@ pub(crate) fn lease_taken(tag: &str, segment_start: u64) -> StoreError {
 /// A tail returned to the pool where a pooled range already starts: possible only after the
 /// blind-write flaw gave one range out twice. Refused with nothing changed, as SQLite's primary
 /// key on the pool row refuses it and rolls the transaction back.
-pub(crate) fn pool_taken(tag: &str, start: u64) -> StoreError {
+///
+/// Shared by every [`IdStore`] implementation so that the refusal reads the same in all.
+#[must_use]
+pub fn pool_taken(tag: &str, start: u64) -> StoreError {
     StoreError::Backend(format!(
         "a pooled range starting at {start} of `{tag}` already exists"
     ))
@@ -580,8 +587,11 @@ impl StoreCall {
     }
 }
 
-/// Shared validation of an allocation request.
-fn check_alloc(req: &AllocRequest) -> Result<(), StoreError> {
+/// Shared validation of an allocation request: every [`IdStore::allocate`] calls it first.
+///
+/// # Errors
+/// [`StoreError::InvalidSpec`] naming `ids` or `claim_ids` when it is 0.
+pub fn check_alloc(req: &AllocRequest) -> Result<(), StoreError> {
     if req.ids == 0 {
         return Err(StoreError::InvalidSpec {
             field: "ids".into(),
@@ -597,8 +607,12 @@ fn check_alloc(req: &AllocRequest) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The segment a fresh (non-pool) allocation grants, or `Exhausted`.
-fn fresh_segment(row: &TagRow, ids: u64) -> Result<Segment, StoreError> {
+/// The segment a fresh (non-pool) allocation of `ids` IDs grants from a tag at `row`: from
+/// `max_id` on, cut short at [`SEGMENT_ID_LIMIT`] (a short final segment, never a wrap).
+///
+/// # Errors
+/// [`StoreError::Exhausted`] when the tag's ID space is used up.
+pub fn fresh_segment(row: &TagRow, ids: u64) -> Result<Segment, StoreError> {
     let span = ids
         .checked_mul(row.delta)
         .ok_or_else(|| StoreError::Exhausted(row.tag.clone()))?;
@@ -625,8 +639,10 @@ fn fresh_segment(row: &TagRow, ids: u64) -> Result<Segment, StoreError> {
 }
 
 /// Picks from `pool` the first range with IDs at or above `min_id`, clipped to `ids` IDs.
-/// Returns the granted segment and the pool as it must be stored afterwards.
-fn take_from_pool(pool: &[Segment], min_id: u64, ids: u64) -> Option<(Segment, Vec<Segment>)> {
+/// Returns the granted segment and the pool as it must be stored afterwards (`None`: nothing
+/// in the pool qualifies, grant a fresh segment).
+#[must_use]
+pub fn take_from_pool(pool: &[Segment], min_id: u64, ids: u64) -> Option<(Segment, Vec<Segment>)> {
     let mut rest = Vec::with_capacity(pool.len() + 1);
     let mut granted = None;
     for range in pool {
@@ -665,8 +681,10 @@ fn take_from_pool(pool: &[Segment], min_id: u64, ids: u64) -> Option<(Segment, V
     granted.map(|segment| (segment, rest))
 }
 
-/// The initial claim of a fresh grant.
-fn initial_claim(segment: &Segment, claim_ids: u64) -> u64 {
+/// The initial claim of a fresh grant: `claim_ids` IDs from the segment's start, at most its
+/// end.
+#[must_use]
+pub fn initial_claim(segment: &Segment, claim_ids: u64) -> u64 {
     segment
         .start
         .saturating_add(claim_ids.saturating_mul(segment.delta))
@@ -682,4 +700,4 @@ fn pool_insert(pool: &mut Vec<Segment>, tail: Segment) {
 }
 
 #[cfg(test)]
-mod conformance;
+mod tests;

@@ -148,9 +148,7 @@ impl Default for JwtConfig {
 
 /// The claims every token carries (all required). Times are RFC 7519 `NumericDate`s: seconds
 /// since the Unix epoch.
-#[derive(
-    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Claims {
     /// Token id, unique per token: the revocation key.
     pub jti: String,

@@ -19,9 +19,10 @@
 //!   issued idempotently, consumed by **one** atomic store operation. The seed's own code
 //!   (`GET` then `SET`) is a check-then-act; the bench keeps it as the off-by-default flaw
 //!   [`TokenFlaws::once_check_then_delete`].
-//! - **stores** ([`store`], [`sqlite`]): the [`TokenStore`] trait at the level of domain
-//!   operations, with [`MemoryTokenStore`] (simulator, models) and [`SqliteTokenStore`] (the
-//!   real server; WAL, `synchronous=FULL`), kept identical by a conformance property test.
+//! - **stores** ([`store`]): the [`TokenStore`] trait at the level of domain operations, with
+//!   [`MemoryTokenStore`] (simulator, models); the real server's `SqliteTokenStore` (WAL,
+//!   `synchronous=FULL`) lives in `sut-server`, kept identical by a conformance property test
+//!   there.
 //! - **invariants** ([`check`]): `tokens.single_use` and `tokens.revoked_rejected` as plain
 //!   functions over a [`TokenEvent`] history.
 //! - [`service`]: [`TokenService`], everything above bundled for a server node.
@@ -31,13 +32,10 @@
 
 pub mod cache;
 pub mod check;
-#[cfg(test)]
-mod conformance;
 pub mod jwt;
 pub mod once;
 pub mod revocation;
 pub mod service;
-pub mod sqlite;
 pub mod store;
 
 pub use cache::{CacheAnswer, CacheConfig, TokenCache};
@@ -50,7 +48,6 @@ pub use once::{
 };
 pub use revocation::{RevocationConfig, RevocationFilter, RevocationStats, Revocations};
 pub use service::{TokenConfig, TokenService};
-pub use sqlite::SqliteTokenStore;
 pub use store::{
     MemoryTokenStore, PurgeCounts, RevokeOutcome, TokenStore, TokenStoreError, TokenStoreLimits,
 };

@@ -170,13 +170,13 @@ pub enum RevokeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::token::interleaved_double_submit;
     use crate::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
-    use crate::token::sqlite::SqliteTokenStore;
     use crate::token::store::MemoryTokenStore;
 
     /// 2024-05-30 00:00 UTC, hour-aligned. (Seed §3.3's example `1717036800` is 02:40 UTC and not
     /// a multiple of 3600, so its own `ts // 3600 * 3600` could never produce it.)
-    const T0_MS: u64 = 1_717_027_200_000;
+    const T0_MS: u64 = crate::testkit::token::T0_MS;
 
     fn cfg(flaws: TokenFlaws) -> TokenConfig {
         let limits = TokenStoreLimits {
@@ -265,32 +265,6 @@ mod tests {
     }
 
     #[test]
-    fn a_restarted_service_rebuilds_its_filter_from_the_sqlite_store() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tokens.db");
-        let c = cfg(TokenFlaws::default());
-        let now = Now::both(T0_MS);
-        let token = {
-            let mut svc = TokenService::new(
-                c.clone(),
-                key(),
-                SqliteTokenStore::open(&path, c.limits).unwrap(),
-            )
-            .unwrap();
-            let t = svc.issue(UserId(1), 5, now).unwrap();
-            assert_eq!(svc.revoke(&t.token, now).unwrap(), RevokeOutcome::Revoked);
-            t.token
-        };
-        let mut svc = TokenService::new(
-            c.clone(),
-            key(),
-            SqliteTokenStore::open(&path, c.limits).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(svc.verify(&token, now), Err(Rejection::Revoked));
-    }
-
-    #[test]
     fn one_time_tokens_reject_each_misuse_distinctly() {
         let mut svc = memory(TokenFlaws::default());
         let now = Now::both(T0_MS + 10);
@@ -357,52 +331,12 @@ mod tests {
         );
     }
 
-    /// Two consumes of one token, their store operations interleaved as a driver may: A's first
-    /// op, B's first op, then the rest. Returns the history of acceptances.
-    fn interleaved_double_submit<S: TokenStore>(
-        store: &mut S,
-        flaws: TokenFlaws,
-    ) -> (Vec<TokenEvent>, u32) {
-        let o = OnceConfig::default();
-        let now = Now::both(T0_MS);
-        let issued = once::issue_once(store, &o, UserId(1), act("A"), 77, now).unwrap();
-        let mut a = OnceConsume::new(issued.token, UserId(1), now, flaws);
-        let mut b = OnceConsume::new(issued.token, UserId(1), now, flaws);
-        let mut at = 0;
-        let mut history = vec![TokenEvent::OnceIssued {
-            token: issued.token,
-            at,
-        }];
-        for _ in 0..2 {
-            for c in [&mut a, &mut b] {
-                if let Some(op) = c.poll_op() {
-                    let r = once::apply_once_op(store, op).unwrap();
-                    c.handle_op_result(r).unwrap();
-                }
-            }
-        }
-        for c in [&a, &b] {
-            at += 1;
-            let token = issued.token;
-            history.push(match c.outcome().unwrap() {
-                Ok(_) => TokenEvent::OnceConsumeOk { token, at },
-                Err(_) => TokenEvent::OnceConsumeRejected { token, at },
-            });
-        }
-        (history, a.ops_issued() + b.ops_issued())
-    }
-
     #[test]
     fn the_correct_consume_is_one_op_and_survives_interleaving() {
         let limits = TokenStoreLimits::default();
         let (h, ops) =
             interleaved_double_submit(&mut MemoryTokenStore::new(limits), TokenFlaws::default());
         assert_eq!(ops, 2, "one store operation per consume");
-        assert_eq!(check_single_use(&h), Ok(()));
-        let (h, _) = interleaved_double_submit(
-            &mut SqliteTokenStore::open_in_memory(limits).unwrap(),
-            TokenFlaws::default(),
-        );
         assert_eq!(check_single_use(&h), Ok(()));
     }
 
@@ -412,19 +346,15 @@ mod tests {
         let flaw = TokenFlaws {
             once_check_then_delete: true,
         };
-        for (h, ops) in [
-            interleaved_double_submit(&mut MemoryTokenStore::new(limits), flaw),
-            interleaved_double_submit(&mut SqliteTokenStore::open_in_memory(limits).unwrap(), flaw),
-        ] {
-            assert_eq!(ops, 4, "two store operations per consume");
-            assert!(
-                matches!(
-                    check_single_use(&h),
-                    Err(crate::token::TokenViolation::SingleUse { index: 2, .. })
-                ),
-                "{h:?}"
-            );
-        }
+        let (h, ops) = interleaved_double_submit(&mut MemoryTokenStore::new(limits), flaw);
+        assert_eq!(ops, 4, "two store operations per consume");
+        assert!(
+            matches!(
+                check_single_use(&h),
+                Err(crate::token::TokenViolation::SingleUse { index: 2, .. })
+            ),
+            "{h:?}"
+        );
         // Run sequentially, the flawed path still rejects a second consume (it shares the rules).
         let mut svc = memory(flaw);
         let now = Now::both(T0_MS);

@@ -18,8 +18,8 @@
 //! and if it is still full the write is refused with [`TokenStoreError::Full`] — never by
 //! forgetting a live revocation, which would let a revoked token through.
 //!
-//! [`MemoryTokenStore`] and [`SqliteTokenStore`](super::SqliteTokenStore) are kept identical by
-//! the conformance property test in this module's tests.
+//! [`MemoryTokenStore`] and `sut-server`'s `SqliteTokenStore` are kept identical by the
+//! conformance property test beside the latter.
 
 use super::UserId;
 use super::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, judge_consume};
@@ -74,7 +74,7 @@ pub enum TokenStoreError {
 }
 
 /// What a revocation did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[must_use]
 pub enum RevokeOutcome {
     /// Newly remembered.

@@ -1,12 +1,24 @@
 //! `sut-server`: the real HTTP driver of the `sut` state machines (DESIGN.md, "One state
-//! machine, three drivers": tokio + axum + SQLite).
+//! machine, three drivers": tokio + axum + SQLite). `sut` is the pure, sans-IO core (no runtime,
+//! no database); everything here does the I/O it leaves out, as quinn does for quinn-proto.
+//!
+//! Besides the HTTP server, this crate holds:
+//!
+//! - [`sqlite`]: the SQLite stores ([`sqlite::SqliteIdStore`], [`sqlite::SqliteTokenStore`],
+//!   [`sqlite::SqliteLotteryStore`]), each implementing a `sut` store trait with the rules `sut`
+//!   shares with its memory store, and kept identical to that store by a conformance property
+//!   test beside it;
+//! - [`front`]: [`front::ConcurrentIds`], the lock-free front of a segment allocator that
+//!   performs its store calls inline;
+//! - [`openapi`]: the OpenAPI description (`GET /openapi.json`, `docs/openapi.json`);
+//! - the `sut-server` binary (`src/bin/sut-server.rs`).
 //!
 //! Handlers are thin: they parse, call a state machine or store through its driver here, and
 //! map typed answers to HTTP. The drivers:
 //!
-//! - [`ids`]: segment IDs per tag through [`crate::segment::ConcurrentIds`] (lock-free hot
+//! - [`ids`]: segment IDs per tag through [`front::ConcurrentIds`] (lock-free hot
 //!   path), a Snowflake worker on a leased worker id with persisted time reservations;
-//! - [`tokens`]: [`crate::token::TokenService`] over the SQLite token store;
+//! - [`tokens`]: [`sut::token::TokenService`] over the SQLite token store;
 //! - [`lottery`]: the TCC coordinator and participants on one writer thread with group commit;
 //! - [`admission`]: bounded concurrency and queueing, 503 + `Retry-After` beyond;
 //! - [`metrics`]: Prometheus counters; [`clock`]: the one place clocks are read.
@@ -26,10 +38,12 @@ pub mod admission;
 pub mod clock;
 pub mod error;
 pub mod extract;
+pub mod front;
 pub mod ids;
 pub mod lottery;
 pub mod metrics;
 pub mod openapi;
+pub mod sqlite;
 pub mod tokens;
 
 use std::net::SocketAddr;
@@ -57,11 +71,12 @@ use self::extract::JsonBody;
 use self::ids::{Snowflake, Tags, lock};
 use self::lottery::{Lottery, LotteryStoreKind};
 use self::metrics::Metrics;
+use self::sqlite::{SqliteIdStore, SqliteTokenStore};
 use self::tokens::Tokens;
-use crate::lottery::{ActivityId, DrawArgs, UserId, Xid};
-use crate::snowflake::WorkerConfig;
-use crate::store::{CounterDurability, IdStore, SqliteIdStore, TagSpec};
-use crate::token::{SigningKey, SqliteTokenStore, TokenConfig, TokenService};
+use sut::lottery::{ActivityId, DrawArgs, UserId, Xid};
+use sut::snowflake::WorkerConfig;
+use sut::store::{CounterDurability, IdStore, TagSpec};
+use sut::token::{SigningKey, TokenConfig, TokenService};
 
 /// Largest request body, in bytes.
 pub const BODY_MAX_BYTES: usize = 16 * 1024;
@@ -95,8 +110,8 @@ pub struct ServerConfig {
     pub lottery_store: LotteryStoreKind,
     /// A documented flaw switched on in the allocators, the Snowflake worker, the token
     /// service and the lottery participants (each takes the flaws that are its own; see
-    /// [`crate::flaw`]). `None`: the correct paths.
-    pub flaw: Option<crate::flaw::Flaw>,
+    /// [`sut::flaw`]). `None`: the correct paths.
+    pub flaw: Option<sut::flaw::Flaw>,
     /// Cap of the allocators' dynamic step (`None`: Leaf's 1,000,000). The lost-ID bound of a
     /// crash is a multiple of it.
     pub step_max: Option<u64>,
@@ -188,7 +203,7 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
             let instance = ids::next_instance(&mut control, clock.now())
                 .map_err(|e| format!("instance id: {e}"))?;
             match control.create_tag(XID_TAG, &TagSpec::simple(1000)) {
-                Ok(_) | Err(crate::store::StoreError::TagExists(_)) => {}
+                Ok(_) | Err(sut::store::StoreError::TagExists(_)) => {}
                 Err(e) => return Err(format!("xid tag: {e}")),
             }
             let control = Arc::new(Mutex::new(control));
@@ -210,7 +225,7 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
             )?);
             let key = SigningKey::new("sut-server", secret(&cfg)?).map_err(|e| e.to_string())?;
             let token_cfg = TokenConfig {
-                flaws: crate::flaw::token_flaws(cfg.flaw),
+                flaws: sut::flaw::token_flaws(cfg.flaw),
                 ..TokenConfig::default()
             };
             let token_store = SqliteTokenStore::open(&sibling(&db, ".tokens"), token_cfg.limits)
@@ -223,8 +238,8 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
                 &sibling(&db, ".lottery"),
                 clock,
                 metrics,
-                crate::lottery::ParticipantConfig {
-                    flaws: crate::flaw::lottery_flaws(cfg.flaw),
+                sut::lottery::ParticipantConfig {
+                    flaws: sut::flaw::lottery_flaws(cfg.flaw),
                 },
             )?);
             Ok((control, tags, snowflake, tokens, lottery))
@@ -650,7 +665,7 @@ async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiErr
     summary = "The parts of a Snowflake ID",
     params(("id" = u64, Path, description = "A Snowflake ID")),
     responses(
-        (status = 200, description = "The parts", body = crate::snowflake::Decoded),
+        (status = 200, description = "The parts", body = openapi::DecodedSchema),
         (status = 400, description = "Not a non-negative 64-bit integer (`field: id`)", body = ErrorBody),
         (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait"))),
@@ -659,7 +674,7 @@ async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiErr
 async fn decode(
     State(state): State<AppState>,
     id: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<crate::snowflake::Decoded>, ApiError> {
+) -> Result<Json<sut::snowflake::Decoded>, ApiError> {
     let id: u64 = segment(id, "id")?
         .parse()
         .map_err(|_| ApiError::bad("id", "id must be a non-negative 64-bit integer"))?;
@@ -671,7 +686,7 @@ struct HealthBody {
     instance: u64,
     /// Per-tag allocator health (`sut::segment::Health`).
     #[schema(value_type = Vec<Object>)]
-    tags: Vec<crate::segment::Health>,
+    tags: Vec<sut::segment::Health>,
     snowflake: ids::SnowflakeView,
     in_flight: usize,
     queued: usize,
@@ -816,7 +831,7 @@ const fn one() -> u64 {
     summary = "Create a tag",
     request_body = TagBody,
     responses(
-        (status = 201, description = "Created", body = crate::store::TagRow),
+        (status = 201, description = "Created", body = openapi::TagRowSchema),
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
         (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
         (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
@@ -828,7 +843,7 @@ const fn one() -> u64 {
 async fn create_tag(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<TagBody>,
-) -> Result<(StatusCode, Json<crate::store::TagRow>), ApiError> {
+) -> Result<(StatusCode, Json<sut::store::TagRow>), ApiError> {
     ids::validate_tag(&body.tag)?;
     let spec = TagSpec {
         first_id: body.first_id,
@@ -891,7 +906,7 @@ async fn open_accounts(
     if body.user.checked_add(body.count).is_none() {
         return Err(ApiError::bad("count", "user + count overflows"));
     }
-    if body.balance_minor > crate::lottery::AMOUNT_MAX {
+    if body.balance_minor > sut::lottery::AMOUNT_MAX {
         return Err(ApiError::bad(
             "balance_minor",
             "balance exceeds the maximum",
@@ -938,7 +953,7 @@ async fn add_stock(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<StockBody>,
 ) -> Result<Json<Ok1>, ApiError> {
-    if body.units > crate::lottery::AMOUNT_MAX {
+    if body.units > sut::lottery::AMOUNT_MAX {
         return Err(ApiError::bad("units", "units exceed the maximum"));
     }
     state.lottery.add_stock(body.activity, body.units).await?;
@@ -977,7 +992,7 @@ async fn draw(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<DrawBody>,
 ) -> Result<Json<lottery::DrawAnswer>, ApiError> {
-    if body.price_minor > crate::lottery::AMOUNT_MAX {
+    if body.price_minor > sut::lottery::AMOUNT_MAX {
         return Err(ApiError::bad("price_minor", "price exceeds the maximum"));
     }
     let won = match body.won {

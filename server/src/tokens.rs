@@ -16,9 +16,11 @@ use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::ids::lock;
-use crate::token::{
-    ActivityId, OnceRejection, OnceToken, Rejection, RevokeOutcome, SqliteTokenStore, TokenService,
-    TokenStoreError, UserId, service::RevokeError,
+use super::openapi::{ClaimsSchema, RevokeOutcomeSchema};
+use super::sqlite::SqliteTokenStore;
+use sut::token::{
+    ActivityId, OnceRejection, OnceToken, Rejection, RevokeOutcome, TokenService, TokenStoreError,
+    UserId, service::RevokeError,
 };
 
 /// The server's token service.
@@ -68,7 +70,8 @@ pub struct IssuedBody {
     /// The compact JWS.
     pub token: String,
     /// Its claims.
-    pub claims: crate::token::Claims,
+    #[schema(value_type = ClaimsSchema)]
+    pub claims: sut::token::Claims,
 }
 
 /// `POST /tokens`.
@@ -116,7 +119,8 @@ pub struct VerifiedBody {
     /// Always true (a rejection is a 401).
     pub valid: bool,
     /// The claims.
-    pub claims: crate::token::Claims,
+    #[schema(value_type = ClaimsSchema)]
+    pub claims: sut::token::Claims,
 }
 
 /// `POST /tokens/verify`: 200 with the claims, or 401 naming `token` with the reason.
@@ -158,6 +162,7 @@ pub async fn verify(
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RevokedBody {
     /// What the revocation did.
+    #[schema(value_type = RevokeOutcomeSchema)]
     pub outcome: RevokeOutcome,
 }
 
@@ -244,7 +249,7 @@ pub async fn once_issue(
             "activity",
             format!(
                 "activity must be 1..={} bytes",
-                crate::token::ACTIVITY_ID_LEN_MAX_BYTES
+                sut::token::ACTIVITY_ID_LEN_MAX_BYTES
             ),
         )
     })?;

@@ -2,11 +2,12 @@
 //! to [`MemoryTokenStore`] and [`SqliteTokenStore`] must give identical results, step by step
 //! (DESIGN.md rule 4).
 
-use super::once::{OnceGrant, OnceKey, OnceToken};
-use super::sqlite::SqliteTokenStore;
-use super::store::{MemoryTokenStore, TokenStore, TokenStoreLimits};
-use super::{ActivityId, UserId};
 use proptest::prelude::*;
+use sut::token::once::{OnceGrant, OnceKey, OnceToken};
+use sut::token::store::{MemoryTokenStore, TokenStore, TokenStoreLimits};
+use sut::token::{ActivityId, UserId};
+
+use super::SqliteTokenStore;
 
 #[derive(Clone, Debug)]
 enum Op {

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
-use super::{
+use sut::store::{
     AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
     ReleaseRequest, RenewRequest, Segment, StoreError, TagRow, TagSpec, WorkerLease, WorkerRequest,
     align_up, check_alloc, fresh_segment, initial_claim, lease_taken, pool_taken, take_from_pool,
@@ -150,7 +150,7 @@ fn read_counter(tx: &Transaction<'_>, key: &str) -> Result<u64, StoreError> {
     value.map_or(Ok(0), |v| from_sql(v, "counter"))
 }
 
-/// FLAW [`crate::flaw::Flaw::SegmentNoVersionCheck`]: `UPDATE id_tag SET max_id = ?` with the
+/// FLAW [`sut::flaw::Flaw::SegmentNoVersionCheck`]: `UPDATE id_tag SET max_id = ?` with the
 /// requester's stale read and no version in the WHERE clause; the lease row replaces any other
 /// holder's of the same range.
 fn allocate_blind(
@@ -705,3 +705,6 @@ impl IdStore for SqliteIdStore {
         Ok(value)
     }
 }
+
+#[cfg(test)]
+mod conformance;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use reqwest::{Client, Method};
 use serde_json::Value;
-use sut::server::{ServerConfig, start};
+use sut_server::{ServerConfig, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_described_operation_is_routed_and_answers_as_described() {
@@ -31,10 +31,10 @@ async fn every_described_operation_is_routed_and_answers_as_described() {
     assert_eq!(served.status(), 200);
     assert_eq!(
         served.text().await.unwrap(),
-        sut::server::openapi::openapi_json()
+        sut_server::openapi::openapi_json()
     );
 
-    let doc: Value = serde_json::from_str(&sut::server::openapi::openapi_json()).unwrap();
+    let doc: Value = serde_json::from_str(&sut_server::openapi::openapi_json()).unwrap();
     let mut operations = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
@@ -69,6 +69,6 @@ async fn every_described_operation_is_routed_and_answers_as_described() {
             }
         }
     }
-    assert_eq!(operations, sut::server::ROUTES.len());
+    assert_eq!(operations, sut_server::ROUTES.len());
     server.shutdown().await.unwrap();
 }

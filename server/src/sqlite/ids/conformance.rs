@@ -3,10 +3,12 @@
 
 use proptest::prelude::*;
 
-use super::{
+use sut::store::{
     AllocRequest, CounterDurability, IdStore, InstanceId, MemoryIdStore, ReleaseRequest,
-    RenewRequest, SqliteIdStore, TagSpec, WorkerRequest,
+    RenewRequest, StoreError, TagSpec, WorkerRequest,
 };
+
+use super::SqliteIdStore;
 
 const TAGS: [&str; 2] = ["order", "user"];
 
@@ -345,35 +347,6 @@ fn sqlite_store_survives_reopen() {
 }
 
 #[test]
-fn periodic_counter_loses_the_unsynced_tail_on_crash() {
-    // What `appendfsync everysec` costs: increments within the last interval are lost, so a
-    // counter-engine ID generator re-issues them after a crash.
-    let mut store =
-        MemoryIdStore::with_counter_durability(CounterDurability::Periodic { interval_ms: 1000 });
-    let mut issued = Vec::new();
-    for t in 0..1500 {
-        issued.push(store.incr_by("id", 1, t).expect("incr"));
-    }
-    let lost = store.crash_counters();
-    assert_eq!(
-        lost.get("id"),
-        Some(&499),
-        "synced at t=1000 (value 1001); 499 increments after it are lost"
-    );
-    let reissued = store.incr_by("id", 1, 1600).expect("incr");
-    assert!(
-        issued.contains(&reissued),
-        "the crash made the engine hand out {reissued} a second time"
-    );
-
-    let mut durable = MemoryIdStore::with_counter_durability(CounterDurability::EveryWrite);
-    for t in 0..1500 {
-        durable.incr_by("id", 1, t).expect("incr");
-    }
-    assert!(durable.crash_counters().is_empty());
-}
-
-#[test]
 fn sqlite_periodic_counter_loses_the_unsynced_tail_when_the_process_dies() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ids.db");
@@ -402,7 +375,7 @@ fn bad_input_gets_typed_errors_naming_the_field() {
     ] {
         let err = store.create_tag("t", &TagSpec::simple(0)).unwrap_err();
         assert!(
-            matches!(&err, super::StoreError::InvalidSpec { field, .. } if field == "step"),
+            matches!(&err, StoreError::InvalidSpec { field, .. } if field == "step"),
             "{err}"
         );
         let err = store
@@ -417,7 +390,7 @@ fn bad_input_gets_typed_errors_naming_the_field() {
             )
             .unwrap_err();
         assert!(
-            matches!(&err, super::StoreError::InvalidSpec { field, .. } if field == "remainder"),
+            matches!(&err, StoreError::InvalidSpec { field, .. } if field == "remainder"),
             "{err}"
         );
         let err = store
@@ -430,12 +403,12 @@ fn bad_input_gets_typed_errors_naming_the_field() {
             )
             .unwrap_err();
         assert!(
-            matches!(&err, super::StoreError::InvalidSpec { field, .. } if field == "first_id"),
+            matches!(&err, StoreError::InvalidSpec { field, .. } if field == "first_id"),
             "{err}"
         );
         assert_eq!(
             store.read_tag("nope").unwrap_err(),
-            super::StoreError::UnknownTag("nope".into())
+            StoreError::UnknownTag("nope".into())
         );
         assert_eq!(
             store.read_tag("nope").unwrap_err().to_string(),
@@ -444,46 +417,7 @@ fn bad_input_gets_typed_errors_naming_the_field() {
         store.create_tag("t", &TagSpec::simple(5)).unwrap();
         assert_eq!(
             store.create_tag("t", &TagSpec::simple(5)).unwrap_err(),
-            super::StoreError::TagExists("t".into())
+            StoreError::TagExists("t".into())
         );
     }
-}
-
-#[test]
-fn the_id_space_ends_with_exhausted_never_a_wrap() {
-    let mut store = MemoryIdStore::new();
-    let first_id = super::SEGMENT_ID_LIMIT - 15;
-    store
-        .create_tag(
-            "t",
-            &TagSpec {
-                first_id,
-                ..TagSpec::simple(10)
-            },
-        )
-        .unwrap();
-    let mut req = AllocRequest {
-        tag: "t".into(),
-        expected_version: 0,
-        ids: 10,
-        min_id: 0,
-        claim_ids: 10,
-        instance: InstanceId(1),
-        lease_ms: 10,
-        now_ms: 0,
-        blind_max_id: None,
-    };
-    assert_eq!(store.allocate(&req).unwrap().segment.len(), 10);
-    req.expected_version = 1;
-    let last = store.allocate(&req).unwrap();
-    assert_eq!(
-        last.segment.end,
-        super::SEGMENT_ID_LIMIT,
-        "a short final segment up to the limit"
-    );
-    req.expected_version = 2;
-    assert_eq!(
-        store.allocate(&req).unwrap_err(),
-        super::StoreError::Exhausted("t".into())
-    );
 }

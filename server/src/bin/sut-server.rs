@@ -1,4 +1,4 @@
-//! `sut-server`: the real HTTP server over the `sut` state machines (see `sut::server`).
+//! `sut-server`: the real HTTP server over the `sut` state machines (see `sut_server`).
 //!
 //! Prints `listening on ADDR` as its first line of standard output, serves until SIGTERM or
 //! Ctrl-C, then shuts down gracefully (in-flight requests finish, segment leases and the
@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use sut::server::admission::AdmissionConfig;
-use sut::server::lottery::LotteryStoreKind;
-use sut::server::{ServerConfig, start};
+use sut_server::admission::AdmissionConfig;
+use sut_server::lottery::LotteryStoreKind;
+use sut_server::{ServerConfig, start};
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -63,7 +63,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.print_openapi {
-        print!("{}", sut::server::openapi::openapi_json());
+        print!("{}", sut_server::openapi::openapi_json());
         return ExitCode::SUCCESS;
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();

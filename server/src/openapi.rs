@@ -1,11 +1,17 @@
 //! The OpenAPI 3.1 description of every route, generated from the handlers' `#[utoipa::path]`
 //! attributes and the request/answer types' `ToSchema` derives. Served at `GET /openapi.json`
 //! and checked into `docs/openapi.json` (a test fails when the two differ; regenerate with
-//! `cargo run -p sut --bin sut-server -- --print-openapi > docs/openapi.json`).
+//! `cargo run -p sut-server --bin sut-server -- --print-openapi > docs/openapi.json`).
 //!
-//! Two answer types live in modules the server does not own (`snowflake::Decoded`,
-//! `store::TagRow`); their schemas are written here by hand, and a test checks them against the
+//! Four answer types belong to `sut` (`snowflake::Decoded`, `store::TagRow`, `token::Claims`,
+//! `token::RevokeOutcome`), which is the pure core and knows nothing of OpenAPI. Rust's orphan
+//! rule keeps this crate from implementing `ToSchema` for them, so each has a local stand-in here
+//! ([`DecodedSchema`], [`TagRowSchema`], [`ClaimsSchema`], [`RevokeOutcomeSchema`]) with the
+//! sut type's name and a schema written by hand; handlers and bodies point at the stand-in
+//! (`body = ...`, `#[schema(value_type = ...)]`). A test checks every stand-in against the
 //! serialized values so that the two cannot drift apart unnoticed.
+
+use std::borrow::Cow;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -23,9 +29,6 @@ use super::tokens::{
 use super::{
     AccountsBody, DrawBody, HealthBody, IdBody, IdsBody, Ok1, OpenedBody, StockBody, TagBody,
 };
-use crate::snowflake::Decoded;
-use crate::store::TagRow;
-use crate::token::{Claims, RevokeOutcome};
 
 /// The description (derive).
 #[derive(Debug, OpenApi)]
@@ -76,14 +79,14 @@ use crate::token::{Claims, RevokeOutcome};
         TokenBody,
         VerifiedBody,
         RevokedBody,
-        RevokeOutcome,
+        RevokeOutcomeSchema,
         OnceIssueBody,
         OnceBody,
         ConsumeBody,
         ConsumedBody,
-        Claims,
-        Decoded,
-        TagRow,
+        ClaimsSchema,
+        DecodedSchema,
+        TagRowSchema,
     ))
 )]
 pub struct ApiDoc;
@@ -124,7 +127,28 @@ fn u64_schema(description: &str) -> ObjectBuilder {
         .description(Some(description))
 }
 
-impl PartialSchema for Decoded {
+/// A `u64` as `#[derive(ToSchema)]` describes it (the `non_strict_integers` format).
+fn derived_u64_schema(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+            utoipa::openapi::KnownFormat::UInt64,
+        )))
+        .minimum(Some(0))
+        .description(Some(description))
+}
+
+fn string_schema(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(description))
+}
+
+/// The OpenAPI schema of [`sut::snowflake::Decoded`] (component `Decoded`).
+#[derive(Debug)]
+pub enum DecodedSchema {}
+
+impl PartialSchema for DecodedSchema {
     fn schema() -> RefOr<Schema> {
         ObjectBuilder::new()
             .description(Some("The parts of a Snowflake ID."))
@@ -143,9 +167,17 @@ impl PartialSchema for Decoded {
     }
 }
 
-impl ToSchema for Decoded {}
+impl ToSchema for DecodedSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Decoded")
+    }
+}
 
-impl PartialSchema for TagRow {
+/// The OpenAPI schema of [`sut::store::TagRow`] (component `TagRow`).
+#[derive(Debug)]
+pub enum TagRowSchema {}
+
+impl PartialSchema for TagRowSchema {
     fn schema() -> RefOr<Schema> {
         let segment = ObjectBuilder::new()
             .property("start", u64_schema("First ID of the run."))
@@ -184,12 +216,81 @@ impl PartialSchema for TagRow {
     }
 }
 
-impl ToSchema for TagRow {}
+impl ToSchema for TagRowSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("TagRow")
+    }
+}
+
+/// The OpenAPI schema of [`sut::token::Claims`] (component `Claims`; the texts are that type's
+/// doc comments, as `#[derive(ToSchema)]` took them while the derive lived in `sut`).
+#[derive(Debug)]
+pub enum ClaimsSchema {}
+
+impl PartialSchema for ClaimsSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "The claims every token carries (all required). Times are RFC 7519 \
+                 `NumericDate`s: seconds\nsince the Unix epoch.",
+            ))
+            .property(
+                "jti",
+                string_schema("Token id, unique per token: the revocation key."),
+            )
+            .required("jti")
+            .property(
+                "sub",
+                string_schema("Subject: the user, as decimal text of a [`UserId`](super::UserId)."),
+            )
+            .required("sub")
+            .property("iss", string_schema("Issuer."))
+            .required("iss")
+            .property("aud", string_schema("Audience."))
+            .required("aud")
+            .property("exp", derived_u64_schema("Expiry, seconds."))
+            .required("exp")
+            .property("nbf", derived_u64_schema("Not before, seconds."))
+            .required("nbf")
+            .property("iat", derived_u64_schema("Issued at, seconds."))
+            .required("iat")
+            .into()
+    }
+}
+
+impl ToSchema for ClaimsSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Claims")
+    }
+}
+
+/// The OpenAPI schema of [`sut::token::RevokeOutcome`] (component `RevokeOutcome`).
+#[derive(Debug)]
+pub enum RevokeOutcomeSchema {}
+
+impl PartialSchema for RevokeOutcomeSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("What a revocation did."))
+            .enum_values(Some(["Revoked", "AlreadyRevoked", "NotNeeded"]))
+            .into()
+    }
+}
+
+impl ToSchema for RevokeOutcomeSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("RevokeOutcome")
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Segment;
+    use sut::snowflake::Decoded;
+    use sut::store::{Segment, TagRow};
+    use sut::token::{Claims, RevokeOutcome};
 
     fn properties(schema: &RefOr<Schema>) -> Vec<String> {
         let value = serde_json::to_value(schema).unwrap();
@@ -218,7 +319,7 @@ mod tests {
             seq: 4,
         })
         .unwrap();
-        assert_eq!(properties(&Decoded::schema()), keys(&decoded));
+        assert_eq!(properties(&DecodedSchema::schema()), keys(&decoded));
         let row = serde_json::to_value(TagRow {
             tag: "t".to_owned(),
             max_id: 1,
@@ -233,8 +334,8 @@ mod tests {
             }],
         })
         .unwrap();
-        assert_eq!(properties(&TagRow::schema()), keys(&row));
-        let pool = serde_json::to_value(TagRow::schema()).unwrap();
+        assert_eq!(properties(&TagRowSchema::schema()), keys(&row));
+        let pool = serde_json::to_value(TagRowSchema::schema()).unwrap();
         let mut segment_keys: Vec<String> = pool["properties"]["pool"]["items"]["properties"]
             .as_object()
             .unwrap()
@@ -243,6 +344,27 @@ mod tests {
             .collect();
         segment_keys.sort();
         assert_eq!(segment_keys, keys(&row["pool"][0]));
+        let claims = serde_json::to_value(Claims {
+            jti: "j".to_owned(),
+            sub: "1".to_owned(),
+            iss: "i".to_owned(),
+            aud: "a".to_owned(),
+            exp: 1,
+            nbf: 2,
+            iat: 3,
+        })
+        .unwrap();
+        assert_eq!(properties(&ClaimsSchema::schema()), keys(&claims));
+        let outcomes: Vec<serde_json::Value> = [
+            RevokeOutcome::Revoked,
+            RevokeOutcome::AlreadyRevoked,
+            RevokeOutcome::NotNeeded,
+        ]
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect();
+        let schema = serde_json::to_value(RevokeOutcomeSchema::schema()).unwrap();
+        assert_eq!(schema["enum"], serde_json::Value::Array(outcomes));
     }
 
     #[test]
@@ -255,11 +377,11 @@ mod tests {
             .map(String::as_str)
             .collect();
         paths.sort_unstable();
-        let mut routed: Vec<&str> = super::super::ROUTES.iter().map(|(_, p)| *p).collect();
+        let mut routed: Vec<&str> = crate::ROUTES.iter().map(|(_, p)| *p).collect();
         routed.sort_unstable();
         routed.dedup();
         assert_eq!(paths, routed);
-        for (method, path) in super::super::ROUTES {
+        for (method, path) in crate::ROUTES {
             assert!(
                 doc["paths"][path][method].is_object(),
                 "{method} {path} is routed but not described"
@@ -275,7 +397,7 @@ mod tests {
         assert!(
             checked_in == openapi_json(),
             "docs/openapi.json differs from the description generated from the code; \
-             regenerate it with `cargo run -p sut --bin sut-server -- --print-openapi > docs/openapi.json` \
+             regenerate it with `cargo run -p sut-server --bin sut-server -- --print-openapi > docs/openapi.json` \
              and review the diff"
         );
     }

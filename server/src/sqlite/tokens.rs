@@ -14,16 +14,16 @@
 //!
 //! Integers: SQLite's are signed 64-bit. User ids are stored bit-for-bit (compared only for
 //! equality); times saturate at `i64::MAX` ms (year 292 million), the only place where this
-//! store could differ from [`MemoryTokenStore`](super::MemoryTokenStore).
+//! store could differ from [`MemoryTokenStore`](sut::token::MemoryTokenStore).
 
-use super::ActivityId;
-use super::UserId;
-use super::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, judge_consume};
-use super::store::{
-    PurgeCounts, RevokeOutcome, Table, TokenStore, TokenStoreError, TokenStoreLimits,
-};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use std::path::Path;
+use sut::token::ActivityId;
+use sut::token::UserId;
+use sut::token::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, judge_consume};
+use sut::token::store::{
+    PurgeCounts, RevokeOutcome, Table, TokenStore, TokenStoreError, TokenStoreLimits,
+};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS token_revoked (
@@ -378,7 +378,7 @@ impl TokenStore for SqliteTokenStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::token::once::OnceGrant;
+    use sut::token::once::OnceGrant;
 
     fn grant(nonce: u128) -> OnceGrant {
         OnceGrant {
@@ -470,3 +470,8 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
+mod service;

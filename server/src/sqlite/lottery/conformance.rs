@@ -5,10 +5,12 @@
 
 use proptest::prelude::*;
 
-use super::super::{
+use sut::lottery::{
     AMOUNT_MAX, ActivityId, BranchOp, BranchView, DrawArgs, FenceMode, Flaws, LogEntry,
-    LotteryStore, MemoryStore, Participant, Phase, SqliteStore, UserId, Verdict, Xid,
+    LotteryStore, MemoryStore, Participant, Phase, UserId, Verdict, Xid,
 };
+
+use super::SqliteLotteryStore;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -106,7 +108,7 @@ proptest! {
     #[test]
     fn memory_and_sqlite_stores_agree(ops in prop::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
-        let mut sql = SqliteStore::open(dir.path().join("conf.db")).unwrap();
+        let mut sql = SqliteLotteryStore::open(dir.path().join("conf.db")).unwrap();
         let mut mem = MemoryStore::new();
         let (mut mem_slots, mut sql_slots): (Slots, Slots) = Default::default();
         for (i, op) in ops.iter().enumerate() {
@@ -120,7 +122,7 @@ proptest! {
         }
         // Reopening the SQLite file gives the same state (durability of committed steps).
         drop(sql);
-        let mut reopened = SqliteStore::open(dir.path().join("conf.db")).unwrap();
+        let mut reopened = SqliteLotteryStore::open(dir.path().join("conf.db")).unwrap();
         prop_assert_eq!(mem.snapshot().unwrap(), reopened.snapshot().unwrap());
     }
 }

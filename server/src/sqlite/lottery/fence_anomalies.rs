@@ -1,10 +1,12 @@
 //! Every classic TCC anomaly, through the participant message handler, on both stores.
 
-use super::super::{
+use sut::lottery::{
     ActivityId, Effect, FenceStatus, Ledger, LotteryStore, MemoryStore, Participant, Phase,
-    Refusal, SqliteStore, UserId, Xid, invariants,
+    Refusal, UserId, Xid, invariants,
 };
-use super::{draw, send};
+use sut::testkit::lottery::{draw, send};
+
+use super::SqliteLotteryStore;
 
 fn setup<S: LotteryStore>(mut s: S) -> S {
     s.open_account(UserId(1), 100).unwrap();
@@ -12,9 +14,9 @@ fn setup<S: LotteryStore>(mut s: S) -> S {
     s
 }
 
-fn sqlite() -> (tempfile::TempDir, SqliteStore) {
+fn sqlite() -> (tempfile::TempDir, SqliteLotteryStore) {
     let dir = tempfile::tempdir().unwrap();
-    let s = SqliteStore::open(dir.path().join("fence.db")).unwrap();
+    let s = SqliteLotteryStore::open(dir.path().join("fence.db")).unwrap();
     (dir, s)
 }
 

@@ -23,16 +23,15 @@ use serde::Serialize;
 
 use super::clock::RealClock;
 use super::error::ApiError;
-use crate::clock::Now;
-use crate::segment::{
-    AllocatorConfig, ConcurrentIds, Health, IdError, SegmentAllocator, Unavailable,
-};
-use crate::snowflake::{
+use super::front::{ConcurrentIds, IdError};
+use super::sqlite::SqliteIdStore;
+use sut::clock::Now;
+use sut::segment::{AllocatorConfig, Health, SegmentAllocator, Unavailable};
+use sut::snowflake::{
     Decoded, NextId, SequencerError, SequencerStats, SnowflakeWorker, WorkerConfig,
 };
-use crate::store::{
-    CounterDurability, IdStore, InstanceId, SqliteIdStore, StoreError, TagRow, TagSpec,
-    WorkerRequest,
+use sut::store::{
+    CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec, WorkerRequest,
 };
 
 /// Longest tag name, in bytes.
@@ -159,7 +158,7 @@ pub struct Tags {
     clock: RealClock,
     block_ids: u64,
     control: Arc<Mutex<SqliteIdStore>>,
-    flaw: Option<crate::flaw::Flaw>,
+    flaw: Option<sut::flaw::Flaw>,
     step_max: Option<u64>,
 }
 
@@ -188,7 +187,7 @@ impl Tags {
     /// Switches a documented flaw on in every allocator this registry creates (the
     /// allocator ignores flaws that are not its own).
     #[must_use]
-    pub fn with_flaw(mut self, flaw: Option<crate::flaw::Flaw>) -> Self {
+    pub fn with_flaw(mut self, flaw: Option<sut::flaw::Flaw>) -> Self {
         self.flaw = flaw;
         self
     }
@@ -245,7 +244,7 @@ impl Tags {
         let mut alloc_cfg = AllocatorConfig::new(tag, self.instance);
         alloc_cfg.flaw = self.flaw;
         if let Some(step_max) = self.step_max {
-            alloc_cfg.step = crate::segment::StepPolicy::Leaf { step_max };
+            alloc_cfg.step = sut::segment::StepPolicy::Leaf { step_max };
         }
         let alloc = SegmentAllocator::new(alloc_cfg, now)
             .map_err(|e| ApiError::internal(format!("allocator config: {e}")))?;

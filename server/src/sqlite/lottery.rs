@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::fence::FenceStatus;
-use super::ledger::{Account, Ledger, ParticipationRow, Stock};
-use super::log::{self, CoordLog, LogEntry, LogRecord, Verdict};
-use super::rules::{self, BranchDecision, BranchOp, BranchOutcome, BranchView, BusinessRow};
-use super::store::{LotteryStore, StoreError};
-use super::{ActivityId, DrawArgs, Flaws, Participant, UserId, Xid};
+use sut::lottery::fence::FenceStatus;
+use sut::lottery::ledger::{Account, Ledger, ParticipationRow, Stock};
+use sut::lottery::log::{self, CoordLog, LogEntry, LogRecord, Verdict};
+use sut::lottery::rules::{self, BranchDecision, BranchOp, BranchOutcome, BranchView, BusinessRow};
+use sut::lottery::store::{LotteryStore, StoreError};
+use sut::lottery::{ActivityId, DrawArgs, Flaws, Participant, UserId, Xid};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tcc_fence_log (
@@ -63,11 +63,10 @@ CREATE TABLE IF NOT EXISTS coord_log (
 );
 ";
 
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        Self::Backend {
-            message: e.to_string(),
-        }
+/// A SQLite failure as the store's backend error.
+fn backend(e: rusqlite::Error) -> StoreError {
+    StoreError::Backend {
+        message: e.to_string(),
     }
 }
 
@@ -95,18 +94,20 @@ fn unamount(v: i64, what: &str) -> Result<u64, StoreError> {
 
 /// The SQLite store.
 #[derive(Debug)]
-pub struct SqliteStore {
+pub struct SqliteLotteryStore {
     conn: Connection,
 }
 
-impl SqliteStore {
+impl SqliteLotteryStore {
     /// Opens (creating if needed) the database at `path`, in WAL mode with `synchronous=FULL`.
     ///
     /// # Errors
     /// Backend failures, or a journal mode other than WAL.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let conn = Connection::open(path)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        let conn = Connection::open(path).map_err(backend)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(backend)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Backend {
                 message: format!("journal_mode is {mode}, not wal"),
@@ -120,13 +121,14 @@ impl SqliteStore {
     /// # Errors
     /// Backend failures.
     pub fn open_in_memory() -> Result<Self, StoreError> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory().map_err(backend)?)
     }
 
     fn init(conn: Connection) -> Result<Self, StoreError> {
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        conn.execute_batch(SCHEMA)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(backend)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(backend)?;
+        conn.execute_batch(SCHEMA).map_err(backend)?;
         Ok(Self { conn })
     }
 
@@ -138,11 +140,12 @@ impl SqliteStore {
     ) -> Result<BranchOutcome, StoreError> {
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
         let fresh = read_view(&tx, op)?;
         let decision = rules::decide(op, checked.unwrap_or(&fresh), &fresh, flaws);
         write(&tx, op, &decision)?;
-        tx.commit()?;
+        tx.commit().map_err(backend)?;
         Ok(decision.outcome)
     }
 }
@@ -158,7 +161,8 @@ fn read_fence(
             params![id(xid.0), i64::from(branch.code())],
             |r| r.get(0),
         )
-        .optional()?;
+        .optional()
+        .map_err(backend)?;
     code.map(|c| {
         u8::try_from(c)
             .ok()
@@ -169,11 +173,13 @@ fn read_fence(
 }
 
 fn read_house(conn: &Connection) -> Result<(u64, u64), StoreError> {
-    let (minted, collected): (i64, i64) = conn.query_row(
-        "SELECT minted, collected FROM house WHERE id = 0",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+    let (minted, collected): (i64, i64) = conn
+        .query_row(
+            "SELECT minted, collected FROM house WHERE id = 0",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(backend)?;
     Ok((
         unamount(minted, "minted")?,
         unamount(collected, "collected")?,
@@ -187,7 +193,8 @@ fn read_account(conn: &Connection, user: UserId) -> Result<Option<Account>, Stor
             params![id(user.0)],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
-        .optional()?;
+        .optional()
+        .map_err(backend)?;
     row.map(|(b, f)| {
         Ok(Account {
             balance_minor: unamount(b, "balance")?,
@@ -204,7 +211,8 @@ fn read_stock(conn: &Connection, activity: ActivityId) -> Result<Option<Stock>, 
             params![id(activity.0)],
             |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?]),
         )
-        .optional()?;
+        .optional()
+        .map_err(backend)?;
     row.map(stock_from).transpose()
 }
 
@@ -242,7 +250,7 @@ fn read_participation(
             params![id(user.0), id(activity.0)],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )
-        .optional()?;
+        .optional().map_err(backend)?;
     row.map(|(x, p, w, c)| participation_from(x, p, w, c))
         .transpose()
 }
@@ -276,7 +284,8 @@ fn write_account(conn: &Connection, user: UserId, a: &Account) -> Result<(), Sto
             amount(a.balance_minor)?,
             amount(a.frozen_minor)?
         ],
-    )?;
+    )
+    .map_err(backend)?;
     Ok(())
 }
 
@@ -286,7 +295,7 @@ fn write_stock(conn: &Connection, activity: ActivityId, s: &Stock) -> Result<(),
          ON CONFLICT (activity) DO UPDATE SET total = excluded.total, available = excluded.available,
              reserved = excluded.reserved, issued = excluded.issued",
         params![id(activity.0), amount(s.total)?, amount(s.available)?, amount(s.reserved)?, amount(s.issued)?],
-    )?;
+    ).map_err(backend)?;
     Ok(())
 }
 
@@ -301,7 +310,8 @@ fn write(conn: &Connection, op: &BranchOp, decision: &BranchDecision) -> Result<
                 i64::from(op.branch.code()),
                 i64::from(status.code())
             ],
-        )?;
+        )
+        .map_err(backend)?;
     }
     match &decision.business_write {
         None => {}
@@ -315,7 +325,8 @@ fn write(conn: &Connection, op: &BranchOp, decision: &BranchDecision) -> Result<
             conn.execute(
                 "UPDATE house SET collected = ?1 WHERE id = 0",
                 params![amount(*collected_minor)?],
-            )?;
+            )
+            .map_err(backend)?;
         }
         Some(BusinessRow::Inventory { stock: Some(stock) }) => {
             write_stock(conn, d.activity, stock)?
@@ -328,13 +339,14 @@ fn write(conn: &Connection, op: &BranchOp, decision: &BranchDecision) -> Result<
                  ON CONFLICT (user_id, activity) DO UPDATE SET xid = excluded.xid, price = excluded.price,
                      won = excluded.won, confirmed = excluded.confirmed",
                 params![id(d.user.0), id(d.activity.0), id(row.xid.0), amount(row.price_minor)?, row.won, row.confirmed],
-            )?;
+            ).map_err(backend)?;
         }
         Some(BusinessRow::Participation { row: None }) => {
             conn.execute(
                 "DELETE FROM participation WHERE user_id = ?1 AND activity = ?2",
                 params![id(d.user.0), id(d.activity.0)],
-            )?;
+            )
+            .map_err(backend)?;
         }
     }
     Ok(())
@@ -356,7 +368,8 @@ fn read_log_record(conn: &Connection, xid: Xid) -> Result<Option<LogRecord>, Sto
                 ))
             },
         )
-        .optional()?;
+        .optional()
+        .map_err(backend)?;
     row.map(log_record_from).transpose()
 }
 
@@ -383,11 +396,12 @@ fn log_record_from(
     })
 }
 
-impl LotteryStore for SqliteStore {
+impl LotteryStore for SqliteLotteryStore {
     fn open_account(&mut self, user: UserId, balance_minor: u64) -> Result<(), StoreError> {
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
         let (minted, _) = read_house(&tx)?;
         let (account, minted) =
             rules::open_account(read_account(&tx, user)?, minted, user, balance_minor)?;
@@ -395,18 +409,20 @@ impl LotteryStore for SqliteStore {
         tx.execute(
             "UPDATE house SET minted = ?1 WHERE id = 0",
             params![amount(minted)?],
-        )?;
-        tx.commit()?;
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
         Ok(())
     }
 
     fn add_stock(&mut self, activity: ActivityId, units: u64) -> Result<(), StoreError> {
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
         let stock = rules::add_stock(read_stock(&tx, activity)?, activity, units)?;
         write_stock(&tx, activity, &stock)?;
-        tx.commit()?;
+        tx.commit().map_err(backend)?;
         Ok(())
     }
 
@@ -415,9 +431,9 @@ impl LotteryStore for SqliteStore {
     }
 
     fn read_branch(&mut self, op: &BranchOp) -> Result<BranchView, StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction().map_err(backend)?;
         let view = read_view(&tx, op)?;
-        tx.commit()?;
+        tx.commit().map_err(backend)?;
         Ok(view)
     }
 
@@ -433,7 +449,8 @@ impl LotteryStore for SqliteStore {
     fn log_append(&mut self, entry: &LogEntry) -> Result<(), StoreError> {
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
         let xid = entry.xid();
         match log::apply_entry(read_log_record(&tx, xid)?, entry)? {
             Some(r) => {
@@ -449,86 +466,101 @@ impl LotteryStore for SqliteStore {
                         r.draw.won,
                         r.verdict.map(|v| i64::from(v.code()))
                     ],
-                )?;
+                )
+                .map_err(backend)?;
             }
             None => {
-                tx.execute("DELETE FROM coord_log WHERE xid = ?1", params![id(xid.0)])?;
+                tx.execute("DELETE FROM coord_log WHERE xid = ?1", params![id(xid.0)])
+                    .map_err(backend)?;
             }
         }
-        tx.commit()?;
+        tx.commit().map_err(backend)?;
         Ok(())
     }
 
     fn log_load(&mut self) -> Result<CoordLog, StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction().map_err(backend)?;
         let log = load_log(&tx)?;
-        tx.commit()?;
+        tx.commit().map_err(backend)?;
         Ok(log)
     }
 
     fn snapshot(&mut self) -> Result<Ledger, StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction().map_err(backend)?;
         let mut ledger = Ledger::default();
         (ledger.minted_minor, ledger.collected_minor) = read_house(&tx)?;
         {
-            let mut st = tx.prepare("SELECT user_id, balance, frozen FROM account")?;
-            let rows = st.query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
-            })?;
+            let mut st = tx
+                .prepare("SELECT user_id, balance, frozen FROM account")
+                .map_err(backend)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(backend)?;
             for row in rows {
-                let (u, b, f) = row?;
+                let (u, b, f) = row.map_err(backend)?;
                 let account = Account {
                     balance_minor: unamount(b, "balance")?,
                     frozen_minor: unamount(f, "frozen")?,
                 };
                 ledger.accounts.insert(UserId(unid(u)), account);
             }
-            let mut st =
-                tx.prepare("SELECT activity, total, available, reserved, issued FROM stock")?;
-            let rows = st.query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?],
-                ))
-            })?;
+            let mut st = tx
+                .prepare("SELECT activity, total, available, reserved, issued FROM stock")
+                .map_err(backend)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?],
+                    ))
+                })
+                .map_err(backend)?;
             for row in rows {
-                let (a, s) = row?;
+                let (a, s) = row.map_err(backend)?;
                 ledger.stock.insert(ActivityId(unid(a)), stock_from(s)?);
             }
-            let mut st = tx.prepare(
-                "SELECT user_id, activity, xid, price, won, confirmed FROM participation",
-            )?;
-            let rows = st.query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, bool>(4)?,
-                    r.get::<_, bool>(5)?,
-                ))
-            })?;
+            let mut st = tx
+                .prepare("SELECT user_id, activity, xid, price, won, confirmed FROM participation")
+                .map_err(backend)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, bool>(4)?,
+                        r.get::<_, bool>(5)?,
+                    ))
+                })
+                .map_err(backend)?;
             for row in rows {
-                let (u, a, x, p, w, c) = row?;
+                let (u, a, x, p, w, c) = row.map_err(backend)?;
                 ledger.participations.insert(
                     (UserId(unid(u)), ActivityId(unid(a))),
                     participation_from(x, p, w, c)?,
                 );
             }
-            let mut st = tx.prepare("SELECT xid, branch, status FROM tcc_fence_log")?;
-            let rows = st.query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
-            })?;
+            let mut st = tx
+                .prepare("SELECT xid, branch, status FROM tcc_fence_log")
+                .map_err(backend)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(backend)?;
             for row in rows {
-                let (x, b, s) = row?;
+                let (x, b, s) = row.map_err(backend)?;
                 let branch = u8::try_from(b)
                     .ok()
                     .and_then(Participant::from_code)
@@ -541,27 +573,30 @@ impl LotteryStore for SqliteStore {
             }
         }
         ledger.coord_log = load_log(&tx)?;
-        tx.commit()?;
+        tx.commit().map_err(backend)?;
         Ok(ledger)
     }
 }
 
 fn load_log(conn: &Connection) -> Result<CoordLog, StoreError> {
     let mut log = CoordLog::default();
-    let mut st =
-        conn.prepare("SELECT xid, user_id, activity, price, won, verdict FROM coord_log")?;
-    let rows = st.query_map([], |r| {
-        Ok((
-            r.get(0)?,
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            r.get(4)?,
-            r.get(5)?,
-        ))
-    })?;
+    let mut st = conn
+        .prepare("SELECT xid, user_id, activity, price, won, verdict FROM coord_log")
+        .map_err(backend)?;
+    let rows = st
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .map_err(backend)?;
     for row in rows {
-        let record = log_record_from(row?)?;
+        let record = log_record_from(row.map_err(backend)?)?;
         log.records.insert(record.draw.xid, record);
     }
     Ok(log)
@@ -576,7 +611,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lottery.db");
         {
-            let mut s = SqliteStore::open(&path).unwrap();
+            let mut s = SqliteLotteryStore::open(&path).unwrap();
             s.open_account(UserId(u64::MAX), 100).unwrap();
             s.add_stock(ActivityId(1), 2).unwrap();
             s.log_append(&LogEntry::Begin(DrawArgs {
@@ -588,7 +623,7 @@ mod tests {
             }))
             .unwrap();
         }
-        let mut s = SqliteStore::open(&path).unwrap();
+        let mut s = SqliteLotteryStore::open(&path).unwrap();
         let mode: String = s
             .conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -612,3 +647,10 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
+mod driver;
+#[cfg(test)]
+mod fence_anomalies;

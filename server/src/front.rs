@@ -1,5 +1,6 @@
 //! The concurrent front of a segment allocator, for the real server: many threads take IDs
-//! with one atomic `fetch_add` and two plain loads, no lock on the hot path.
+//! with one atomic `fetch_add` and two plain loads, no lock on the hot path. A driver, not
+//! protocol: it drives `sut`'s sans-IO [`SegmentAllocator`] and performs its store calls inline.
 //!
 //! IDs of a tag are `index · delta + remainder` (delta = 1 for a single store). The front keeps
 //! a cursor over indexes and a *window* `[start, end)` of indexes it may issue: the current
@@ -22,9 +23,9 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{IdBlock, SegmentAllocator, Take, Unavailable};
-use crate::clock::Now;
-use crate::store::IdStore;
+use sut::clock::Now;
+use sut::segment::{IdBlock, SegmentAllocator, Take, Unavailable};
+use sut::store::IdStore;
 
 /// Slow-path rounds (allocator step + store calls) before giving up with `Busy`.
 const SLOW_ROUNDS_MAX: usize = 16;
@@ -320,8 +321,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::segment::AllocatorConfig;
-    use crate::store::{InstanceId, MemoryIdStore, TagSpec};
+    use sut::segment::AllocatorConfig;
+    use sut::store::{InstanceId, MemoryIdStore, TagSpec};
 
     fn front(step: u64, block_ids: u64) -> ConcurrentIds<MemoryIdStore, impl Fn() -> Now> {
         let mut store = MemoryIdStore::new();

@@ -4,7 +4,7 @@
 //! ## Why a journal, and why group commit is safe
 //!
 //! A draw is about nine store operations (log `Begin`, two or three Tries, log `Decided`, two or
-//! three Confirms/Cancels, log `Finished`). With [`SqliteStore`] each is its own
+//! three Confirms/Cancels, log `Finished`). With [`SqliteLotteryStore`] each is its own
 //! `synchronous=FULL` transaction, i.e. one `fsync` of the WAL each (~0.25 ms on this machine):
 //! a few hundred draws per second, whatever the CPU. Its connection is private and fixed at
 //! `FULL`, so the writer cannot lower it. The default store here, [`JournaledStore`], is
@@ -38,7 +38,7 @@
 //! The cost of one `fsync` is shared by the whole batch; with 256 concurrent clients, batches
 //! of dozens of draws make ~10k durable draws per second possible on two cores.
 //!
-//! `--lottery-store sqlite` runs the lottery on [`SqliteStore`] instead (each operation `FULL`,
+//! `--lottery-store sqlite` runs the lottery on [`SqliteLotteryStore`] instead (each operation `FULL`,
 //! the commit step is a no-op), for comparison.
 //!
 //! Limit: the journal grows with every operation and replay time with it; a snapshot of the
@@ -59,13 +59,15 @@ use tokio::sync::oneshot;
 use super::clock::RealClock;
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::lottery::invariants;
-use crate::lottery::{
+use sut::lottery::invariants;
+use sut::lottery::{
     ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, CoordLog, Coordinator,
     CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, Flaws, Handled, Ledger,
-    LogEntry, LotteryStore, MemoryStore, ParticipantConfig, ParticipantReply, Refusal, SqliteStore,
-    StoreError, UserId, Xid,
+    LogEntry, LotteryStore, MemoryStore, ParticipantConfig, ParticipantReply, Refusal, StoreError,
+    UserId, Xid,
 };
+
+use crate::sqlite::SqliteLotteryStore;
 
 /// Most commands answered by one group commit.
 pub const BATCH_MAX: usize = 512;
@@ -124,7 +126,7 @@ fn open_range<S: LotteryStore + ?Sized>(
     Ok((opened, existing))
 }
 
-impl DurableLottery for SqliteStore {
+impl DurableLottery for SqliteLotteryStore {
     fn commit(&mut self) -> Result<(), StoreError> {
         // Every operation was its own synchronous=FULL transaction already.
         Ok(())
@@ -432,7 +434,7 @@ pub struct LedgerReport {
     pub safe: bool,
 }
 
-fn check(name: &'static str, r: Result<(), crate::lottery::LotteryViolation>) -> Check {
+fn check(name: &'static str, r: Result<(), sut::lottery::LotteryViolation>) -> Check {
     Check {
         name,
         ok: r.is_ok(),
@@ -966,7 +968,7 @@ impl Lottery {
 pub enum LotteryStoreKind {
     /// Command journal + in-memory store, group commit (default).
     Journal,
-    /// `sut::lottery::SqliteStore`, one `synchronous=FULL` transaction per operation.
+    /// `sut_server::sqlite::SqliteLotteryStore`, one `synchronous=FULL` transaction per operation.
     Sqlite,
 }
 
@@ -1001,7 +1003,7 @@ pub fn open_with(
             Lottery::start_with(store, replayed, clock, metrics, participants)
         }
         LotteryStoreKind::Sqlite => {
-            let store = SqliteStore::open(path).map_err(|e| e.to_string())?;
+            let store = SqliteLotteryStore::open(path).map_err(|e| e.to_string())?;
             Lottery::start_with(store, 0, clock, metrics, participants)
         }
     }
@@ -1035,7 +1037,7 @@ mod tests {
                 for p in d.branches() {
                     let op = BranchOp {
                         branch: p,
-                        phase: crate::lottery::Phase::Try,
+                        phase: sut::lottery::Phase::Try,
                         draw: d,
                     };
                     let _ = s.execute(&op, Flaws::NONE).unwrap();

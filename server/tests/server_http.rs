@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use sut::server::admission::AdmissionConfig;
-use sut::server::{Server, ServerConfig, start};
+use sut_server::admission::AdmissionConfig;
+use sut_server::{Server, ServerConfig, start};
 
 fn local() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()

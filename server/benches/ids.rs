@@ -2,16 +2,18 @@
 //! same run (the baseline: one uncontended atomic increment is the least any shared counter can
 //! cost). Read the results as ratios to `baseline/atomic_fetch_add`.
 //!
-//! `cargo bench -p sut --bench ids`
+//! The pure state machines come from `sut`, the lock-free front (`ConcurrentIds`) from this
+//! crate. `cargo bench -p sut-server --bench ids`
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sut::clock::Now;
-use sut::segment::{AllocatorConfig, ConcurrentIds, SegmentAllocator, StepPolicy, Take};
+use sut::segment::{AllocatorConfig, SegmentAllocator, StepPolicy, Take};
 use sut::snowflake::{NextId, SnowflakeWorker, WorkerConfig};
 use sut::store::{IdStore, InstanceId, MemoryIdStore, StoreCall, TagSpec};
+use sut_server::front::ConcurrentIds;
 
 const STEP: u64 = 1_000_000;
 

@@ -7,7 +7,7 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::clock::Now;
+use sut::clock::Now;
 
 /// Reads the process's clocks.
 #[derive(Clone, Copy, Debug)]

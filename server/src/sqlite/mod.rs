@@ -1,0 +1,19 @@
+//! The SQLite stores of the real server: WAL journal, `synchronous=FULL`, every domain operation
+//! one transaction. Each implements a store trait of `sut` and shares its rules with the memory
+//! store there (the rules are public functions of `sut`, written once); a conformance property
+//! test beside each store applies random operation sequences to both and requires identical
+//! results.
+//!
+//! - [`SqliteIdStore`]: [`sut::store::IdStore`] (tags, segment grants, leases, the reclaim pool,
+//!   worker leases, the counter engine);
+//! - [`SqliteTokenStore`]: [`sut::token::TokenStore`] (revocations, one-time tokens);
+//! - [`SqliteLotteryStore`]: [`sut::lottery::LotteryStore`] (fence rows, wallets, stock,
+//!   participations, the coordinator log).
+
+mod ids;
+mod lottery;
+mod tokens;
+
+pub use ids::SqliteIdStore;
+pub use lottery::SqliteLotteryStore;
+pub use tokens::SqliteTokenStore;
