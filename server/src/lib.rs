@@ -30,7 +30,7 @@
 //! Routes: `GET /id/{tag}`, `GET /id/{tag}/batch?n=`, `GET /snowflake`,
 //! `GET /snowflake/decode/{id}`, `GET /health`, `POST /tokens`, `POST /tokens/verify`,
 //! `POST /tokens/revoke`, `POST /tokens/once`, `POST /tokens/once/consume`,
-//! `POST /lottery/draw`, `GET /ledger`, `GET /metrics`, `POST /admin/tags`,
+//! `POST /lottery/draw`, `GET /lottery/draws/{xid}`, `GET /ledger`, `GET /admin/dead-letters`, `GET /metrics`, `POST /admin/tags`,
 //! `POST /admin/accounts`, `POST /admin/stock`, and `GET /noop` (an empty handler: the
 //! baseline for throughput ratios; `?delay_ms=` holds the request, for overload tests).
 
@@ -115,6 +115,11 @@ pub struct ServerConfig {
     /// Cap of the allocators' dynamic step (`None`: Leaf's 1,000,000). The lost-ID bound of a
     /// crash is a multiple of it.
     pub step_max: Option<u64>,
+    /// The lottery coordinator's timing, limits and compensation schedule.
+    pub coordinator: sut::lottery::CoordinatorConfig,
+    /// Test hook: messages to in-process participants to lose (see
+    /// [`lottery::ParticipantFaults`]). Empty by default.
+    pub participant_faults: lottery::ParticipantFaults,
 }
 
 impl ServerConfig {
@@ -133,6 +138,8 @@ impl ServerConfig {
             lottery_store: LotteryStoreKind::Journal,
             flaw: None,
             step_max: None,
+            coordinator: sut::lottery::CoordinatorConfig::default(),
+            participant_faults: lottery::ParticipantFaults::default(),
         }
     }
 }
@@ -238,8 +245,12 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
                 &sibling(&db, ".lottery"),
                 clock,
                 metrics,
-                sut::lottery::ParticipantConfig {
-                    flaws: sut::flaw::lottery_flaws(cfg.flaw),
+                lottery::LotteryOptions {
+                    coordinator: cfg.coordinator,
+                    participants: sut::lottery::ParticipantConfig {
+                        flaws: sut::flaw::lottery_flaws(cfg.flaw),
+                    },
+                    faults: cfg.participant_faults.clone(),
                 },
             )?);
             Ok((control, tags, snowflake, tokens, lottery))
@@ -408,7 +419,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/tokens/once"),
     ("post", "/tokens/once/consume"),
     ("post", "/lottery/draw"),
+    ("get", "/lottery/draws/{xid}"),
     ("get", "/ledger"),
+    ("get", "/admin/dead-letters"),
     ("post", "/admin/tags"),
     ("post", "/admin/accounts"),
     ("post", "/admin/stock"),
@@ -431,6 +444,8 @@ pub fn router(state: AppState) -> Router {
         .route("/tokens/once", post(tokens::once_issue))
         .route("/tokens/once/consume", post(tokens::once_consume))
         .route("/lottery/draw", post(draw))
+        .route("/lottery/draws/{xid}", get(draw_status))
+        .route("/admin/dead-letters", get(dead_letters))
         .route("/ledger", get(ledger))
         .route("/admin/tags", post(create_tag))
         .route("/admin/accounts", post(open_accounts))
@@ -980,6 +995,7 @@ struct DrawBody {
     request_body = DrawBody,
     responses(
         (status = 200, description = "Confirmed", body = lottery::DrawAnswer),
+        (status = 202, description = "Pending: the verdict is logged and compensation is redelivering it; follow `GET /lottery/draws/{xid}`", body = lottery::DrawAnswer),
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
         (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
         (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
@@ -991,7 +1007,7 @@ struct DrawBody {
 async fn draw(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<DrawBody>,
-) -> Result<Json<lottery::DrawAnswer>, ApiError> {
+) -> Result<(StatusCode, Json<lottery::DrawAnswer>), ApiError> {
     if body.price_minor > sut::lottery::AMOUNT_MAX {
         return Err(ApiError::bad("price_minor", "price exceeds the maximum"));
     }
@@ -1014,7 +1030,60 @@ async fn draw(
         })
         .await?;
     state.metrics.lottery_draws.fetch_add(1, Ordering::Relaxed);
-    Ok(Json(answer))
+    let status = if answer.outcome == "pending" {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(answer)))
+}
+
+#[utoipa::path(
+    get,
+    path = "/lottery/draws/{xid}",
+    tag = "lottery",
+    summary = "Where a draw is: in progress, pending (compensation), dead-lettered, confirmed or cancelled",
+    params(("xid" = u64, Path, description = "The draw's xid (from its answer)")),
+    responses(
+        (status = 200, description = "The draw's status", body = lottery::DrawStatusBody),
+        (status = 400, description = "Not a non-negative 64-bit integer (`field: xid`)", body = ErrorBody),
+        (status = 404, description = "No such draw (or finished long ago and forgotten)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn draw_status(
+    State(state): State<AppState>,
+    xid: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<lottery::DrawStatusBody>, ApiError> {
+    let xid: u64 = segment(xid, "xid")?
+        .parse()
+        .map_err(|_| ApiError::bad("xid", "xid must be a non-negative 64-bit integer"))?;
+    match state.lottery.status(Xid(xid)).await? {
+        Some(body) => Ok(Json(body)),
+        None => Err(ApiError::field(
+            StatusCode::NOT_FOUND,
+            "xid",
+            format!("no draw {xid} (unknown, or finished long ago and forgotten)"),
+        )),
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/admin/dead-letters",
+    tag = "admin",
+    summary = "Draws compensation gave up on: each still has a logged verdict to deliver",
+    responses(
+        (status = 200, description = "The dead letters, in xid order", body = Vec<lottery::DeadLetterBody>),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn dead_letters(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<lottery::DeadLetterBody>>, ApiError> {
+    state.lottery.dead_letters().await.map(Json)
 }
 
 #[utoipa::path(

@@ -62,9 +62,9 @@ use super::metrics::Metrics;
 use sut::lottery::invariants;
 use sut::lottery::{
     ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, CoordLog, Coordinator,
-    CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, Flaws, Handled, Ledger,
-    LogEntry, LotteryStore, MemoryStore, ParticipantConfig, ParticipantReply, Refusal, StoreError,
-    UserId, Xid,
+    CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, DrawStage, Flaws,
+    Handled, Ledger, LogEntry, LotteryStore, MemoryStore, Participant, ParticipantConfig,
+    ParticipantReply, Phase, Refusal, StoreError, UserId, Verdict, Xid,
 };
 
 use crate::sqlite::SqliteLotteryStore;
@@ -77,6 +77,98 @@ pub const QUEUE_MAX: usize = 4096;
 pub const HISTORY_MAX: usize = 100_000;
 /// Most accounts opened by one request.
 pub const ACCOUNTS_PER_REQUEST_MAX: u64 = 1_000_000;
+
+/// Final outcomes remembered for `GET /lottery/draws/{xid}` (the oldest xids are forgotten).
+pub const OUTCOMES_KEPT_MAX: usize = 100_000;
+
+/// How the writer runs the lottery.
+#[derive(Clone, Debug, Default)]
+pub struct LotteryOptions {
+    /// The coordinator's timing, limits and compensation schedule.
+    pub coordinator: CoordinatorConfig,
+    /// The participants' configuration (documented flaws).
+    pub participants: ParticipantConfig,
+    /// Messages between the coordinator and the participants to lose (tests only).
+    pub faults: ParticipantFaults,
+}
+
+/// Test hook: the participants run in this process, so a participant that fails or never
+/// answers is simulated by losing the coordinator's messages to it. Each rule loses the
+/// messages of one phase to one branch, `times` times (`None`: always). Empty by default; the
+/// server logs loudly when a rule is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParticipantFaults {
+    /// The rules, first match wins.
+    pub rules: Vec<LoseMessages>,
+}
+
+/// One [`ParticipantFaults`] rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoseMessages {
+    /// The branch whose messages are lost.
+    pub branch: Participant,
+    /// The phase.
+    pub phase: Phase,
+    /// How many messages are still to lose (`None`: every one).
+    pub times: Option<u32>,
+}
+
+impl ParticipantFaults {
+    /// Whether the message of `phase` to `branch` is lost (and counts it).
+    fn lose(&mut self, branch: Participant, phase: Phase) -> bool {
+        let Some(rule) = self
+            .rules
+            .iter_mut()
+            .find(|r| r.branch == branch && r.phase == phase && r.times != Some(0))
+        else {
+            return false;
+        };
+        if let Some(left) = rule.times.as_mut() {
+            *left -= 1;
+        }
+        true
+    }
+}
+
+/// Where a draw is, as `GET /lottery/draws/{xid}` tells it.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct DrawStatusBody {
+    /// The draw's xid.
+    pub xid: u64,
+    /// `in_progress` (not answered yet), `pending` (its verdict is being redelivered by
+    /// compensation), `dead_lettered` (compensation gave up: an operator must act),
+    /// `confirmed` or `cancelled`.
+    pub status: &'static str,
+    /// The verdict the coordinator logged, once decided (`confirm` or `cancel`).
+    pub verdict: Option<&'static str>,
+    /// The final outcome in full, once there is one.
+    #[schema(value_type = Object)]
+    pub detail: Option<DrawOutcome>,
+}
+
+/// A dead-lettered draw (`GET /admin/dead-letters`).
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct DeadLetterBody {
+    /// The draw's xid.
+    pub xid: u64,
+    /// The user.
+    pub user: u64,
+    /// The activity.
+    pub activity: u64,
+    /// The ticket price.
+    pub price_minor: u64,
+    /// Whether the draw won.
+    pub won: bool,
+    /// The verdict still to deliver (`confirm` or `cancel`).
+    pub verdict: &'static str,
+}
+
+const fn verdict_name(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Confirm => "confirm",
+        Verdict::Cancel => "cancel",
+    }
+}
 
 /// A lottery store the writer can commit.
 pub trait DurableLottery: LotteryStore + Send + 'static {
@@ -510,7 +602,9 @@ pub struct DrawAnswer {
     pub xid: u64,
     /// Whether the draw was a winning one.
     pub won: bool,
-    /// `confirmed`, `cancelled` or `gave_up`.
+    /// `confirmed`, or `pending` (answered 202: the verdict is logged and compensation is
+    /// redelivering it; `GET /lottery/draws/{xid}` follows it to the end). Cancelled draws are
+    /// answered with an error.
     pub outcome: &'static str,
     /// The coordinator's outcome in full.
     #[schema(value_type = Object)]
@@ -535,6 +629,8 @@ enum Command {
         reply: Reply<()>,
     },
     Ledger(Reply<LedgerReport>),
+    Status(Xid, Reply<Option<DrawStatusBody>>),
+    DeadLetters(Reply<Vec<DeadLetterBody>>),
     Stop,
 }
 
@@ -544,6 +640,8 @@ enum Held {
     Opened(Reply<(u64, u64)>, Result<(u64, u64), ApiError>),
     Stocked(Reply<()>, Result<(), ApiError>),
     Ledger(Reply<LedgerReport>, Result<LedgerReport, ApiError>),
+    Status(Reply<Option<DrawStatusBody>>, Option<DrawStatusBody>),
+    DeadLetters(Reply<Vec<DeadLetterBody>>, Vec<DeadLetterBody>),
 }
 
 impl Held {
@@ -554,6 +652,8 @@ impl Held {
             Self::Opened(tx, r) => drop(tx.send(r)),
             Self::Stocked(tx, r) => drop(tx.send(r)),
             Self::Ledger(tx, r) => drop(tx.send(r)),
+            Self::Status(tx, r) => drop(tx.send(Ok(r))),
+            Self::DeadLetters(tx, r) => drop(tx.send(Ok(r))),
         }
     }
 
@@ -563,6 +663,8 @@ impl Held {
             Self::Opened(tx, _) => drop(tx.send(Err(e.clone()))),
             Self::Stocked(tx, _) => drop(tx.send(Err(e.clone()))),
             Self::Ledger(tx, _) => drop(tx.send(Err(e.clone()))),
+            Self::Status(tx, _) => drop(tx.send(Err(e.clone()))),
+            Self::DeadLetters(tx, _) => drop(tx.send(Err(e.clone()))),
         }
     }
 }
@@ -605,6 +707,8 @@ fn answer(event: &DrawEvent) -> Result<DrawAnswer, ApiError> {
     match &event.outcome {
         DrawOutcome::Confirmed { .. } => ok("confirmed"),
         DrawOutcome::Parked { .. } => ok("pending"),
+        // Never a first answer: a draw is parked (and its client answered) before compensation
+        // can dead-letter it.
         DrawOutcome::DeadLettered { .. } => ok("dead_lettered"),
         DrawOutcome::Cancelled { reason } => Err(match reason {
             CancelReason::TryRefused { refusal, .. } => ApiError {
@@ -626,8 +730,13 @@ struct Writer<S> {
     store: S,
     coordinator: Coordinator,
     participants: ParticipantConfig,
+    faults: ParticipantFaults,
     clock: RealClock,
     waiting: BTreeMap<Xid, Reply<DrawAnswer>>,
+    /// Draws told `pending` and not final yet.
+    pending: std::collections::BTreeSet<Xid>,
+    /// Final outcomes of recent draws (bounded by [`OUTCOMES_KEPT_MAX`]).
+    finished: BTreeMap<Xid, DrawOutcome>,
     history: VecDeque<ParticipantReply>,
     events: VecDeque<DrawEvent>,
     held: Vec<Held>,
@@ -689,8 +798,81 @@ impl<S: DurableLottery> Writer<S> {
                     .map_err(|e| store_error(&e));
                 self.held.push(Held::Ledger(reply, r));
             }
+            Command::Status(xid, reply) => {
+                let status = self.status(xid);
+                self.held.push(Held::Status(reply, status));
+            }
+            Command::DeadLetters(reply) => {
+                let letters = self
+                    .coordinator
+                    .dead_letters()
+                    .map(|(d, verdict)| DeadLetterBody {
+                        xid: d.xid.0,
+                        user: d.user.0,
+                        activity: d.activity.0,
+                        price_minor: d.price_minor,
+                        won: d.won,
+                        verdict: verdict_name(verdict),
+                    })
+                    .collect();
+                self.held.push(Held::DeadLetters(reply, letters));
+            }
             Command::Stop => {}
         }
+    }
+
+    /// Where draw `xid` is: in flight (its stage), else its remembered final outcome.
+    fn status(&self, xid: Xid) -> Option<DrawStatusBody> {
+        let body = |status, verdict: Option<Verdict>, detail| DrawStatusBody {
+            xid: xid.0,
+            status,
+            verdict: verdict.map(verdict_name),
+            detail,
+        };
+        if let Some(stage) = self.coordinator.stage(xid) {
+            let verdict = match stage {
+                DrawStage::LoggingBegin | DrawStage::Trying => None,
+                DrawStage::LoggingVerdict(v)
+                | DrawStage::Finishing(v)
+                | DrawStage::Parked(v)
+                | DrawStage::DeadLettered(v)
+                | DrawStage::LoggingFinished(v) => Some(v),
+            };
+            let status = match stage {
+                DrawStage::DeadLettered(_) => "dead_lettered",
+                DrawStage::Parked(_) => "pending",
+                _ if self.pending.contains(&xid) => "pending",
+                _ => "in_progress",
+            };
+            return Some(body(status, verdict, None));
+        }
+        let outcome = self.finished.get(&xid)?;
+        let (status, verdict) = match outcome {
+            DrawOutcome::Confirmed { .. } => ("confirmed", Verdict::Confirm),
+            _ => ("cancelled", Verdict::Cancel),
+        };
+        Some(body(status, Some(verdict), Some(outcome.clone())))
+    }
+
+    /// Books an outcome event: the status the draw routes report, the metrics.
+    fn book(&mut self, event: &DrawEvent) {
+        let xid = event.draw.xid;
+        let counter = match event.outcome {
+            DrawOutcome::Parked { .. } => {
+                self.pending.insert(xid);
+                &self.metrics.lottery_draws_parked
+            }
+            DrawOutcome::DeadLettered { .. } => &self.metrics.lottery_draws_dead_lettered,
+            DrawOutcome::Confirmed { .. } | DrawOutcome::Cancelled { .. } => {
+                self.pending.remove(&xid);
+                self.finished.insert(xid, event.outcome.clone());
+                if self.finished.len() > OUTCOMES_KEPT_MAX {
+                    self.finished.pop_first();
+                }
+                return;
+            }
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Runs everything the coordinator asks for until it asks for nothing.
@@ -714,6 +896,9 @@ impl<S: DurableLottery> Writer<S> {
             }
             while let Some((to, msg)) = self.coordinator.poll_send() {
                 progressed = true;
+                if self.faults.lose(to, msg.phase) {
+                    continue;
+                }
                 let reply = match to.handle(&mut self.store, &self.participants, &msg) {
                     Handled::Reply(r) => r,
                     Handled::Resume(resume) => {
@@ -732,11 +917,16 @@ impl<S: DurableLottery> Writer<S> {
                     self.events.pop_front();
                 }
                 self.events.push_back(event.clone());
+                self.book(&event);
                 if let Some(reply) = self.waiting.remove(&event.draw.xid) {
                     self.held.push(Held::Draw(reply, answer(&event)));
                 }
             }
             if !progressed {
+                let dead = self.coordinator.dead_letters().count() as u64;
+                self.metrics
+                    .lottery_dead_letters
+                    .store(dead, std::sync::atomic::Ordering::Relaxed);
                 return;
             }
         }
@@ -826,6 +1016,8 @@ fn refuse(cmd: Command, err: &ApiError) {
         Command::OpenAccounts { reply, .. } => drop(reply.send(Err(err.clone()))),
         Command::AddStock { reply, .. } => drop(reply.send(Err(err.clone()))),
         Command::Ledger(tx) => drop(tx.send(Err(err.clone()))),
+        Command::Status(_, tx) => drop(tx.send(Err(err.clone()))),
+        Command::DeadLetters(tx) => drop(tx.send(Err(err.clone()))),
         Command::Stop => {}
     }
 }
@@ -848,16 +1040,10 @@ impl Lottery {
         clock: RealClock,
         metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
-        Self::start_with(
-            store,
-            replayed,
-            clock,
-            metrics,
-            ParticipantConfig::default(),
-        )
+        Self::start_with(store, replayed, clock, metrics, LotteryOptions::default())
     }
 
-    /// [`Lottery::start`] with the participants' configuration (documented flaws).
+    /// [`Lottery::start`] with the coordinator's and the participants' configuration.
     ///
     /// # Errors
     /// As [`Lottery::start`].
@@ -866,17 +1052,20 @@ impl Lottery {
         replayed: u64,
         clock: RealClock,
         metrics: Arc<Metrics>,
-        participants: ParticipantConfig,
+        options: LotteryOptions,
     ) -> Result<Self, String> {
         let log = store.log_load().map_err(|e| e.to_string())?;
-        let coordinator = Coordinator::recover(CoordinatorConfig::default(), &log, clock.now())
+        let coordinator = Coordinator::recover(options.coordinator, &log, clock.now())
             .map_err(|e| e.to_string())?;
         let mut writer = Writer {
             store,
             coordinator,
-            participants,
+            participants: options.participants,
+            faults: options.faults,
             clock,
             waiting: BTreeMap::new(),
+            pending: std::collections::BTreeSet::new(),
+            finished: BTreeMap::new(),
             history: VecDeque::new(),
             events: VecDeque::new(),
             held: Vec::new(),
@@ -949,6 +1138,16 @@ impl Lottery {
         self.ask(Command::Ledger).await
     }
 
+    /// Where draw `xid` is (`None`: unknown, or finished long ago and forgotten).
+    pub async fn status(&self, xid: Xid) -> Result<Option<DrawStatusBody>, ApiError> {
+        self.ask(|reply| Command::Status(xid, reply)).await
+    }
+
+    /// The dead-lettered draws.
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetterBody>, ApiError> {
+        self.ask(Command::DeadLetters).await
+    }
+
     /// Stops the writer after the commands already queued (blocking).
     pub fn stop(&self) {
         let _ = self.tx.send(Command::Stop);
@@ -982,7 +1181,7 @@ pub fn open(
     clock: RealClock,
     metrics: Arc<Metrics>,
 ) -> Result<Lottery, String> {
-    open_with(kind, path, clock, metrics, ParticipantConfig::default())
+    open_with(kind, path, clock, metrics, LotteryOptions::default())
 }
 
 /// [`open`] with the participants' configuration (documented flaws).
@@ -994,17 +1193,23 @@ pub fn open_with(
     path: &Path,
     clock: RealClock,
     metrics: Arc<Metrics>,
-    participants: ParticipantConfig,
+    options: LotteryOptions,
 ) -> Result<Lottery, String> {
+    if !options.faults.rules.is_empty() {
+        eprintln!(
+            "sut-server: WARNING: test hook on: messages to participants are lost: {:?}",
+            options.faults.rules
+        );
+    }
     match kind {
         LotteryStoreKind::Journal => {
             let store = JournaledStore::open(path).map_err(|e| e.to_string())?;
             let replayed = store.replayed();
-            Lottery::start_with(store, replayed, clock, metrics, participants)
+            Lottery::start_with(store, replayed, clock, metrics, options)
         }
         LotteryStoreKind::Sqlite => {
             let store = SqliteLotteryStore::open(path).map_err(|e| e.to_string())?;
-            Lottery::start_with(store, 0, clock, metrics, participants)
+            Lottery::start_with(store, 0, clock, metrics, options)
         }
     }
 }

@@ -56,6 +56,12 @@ pub struct Metrics {
     pub reclaimed_tails: AtomicU64,
     /// Snowflake reservations persisted.
     pub snowflake_reservations: AtomicU64,
+    /// Draws parked: their verdict ran out of attempts and compensation took them over.
+    pub lottery_draws_parked: AtomicU64,
+    /// Draws dead-lettered: compensation spent its retry budget.
+    pub lottery_draws_dead_lettered: AtomicU64,
+    /// Draws dead-lettered now (a gauge, set by the lottery writer).
+    pub lottery_dead_letters: AtomicU64,
 }
 
 impl Metrics {
@@ -129,7 +135,7 @@ impl Metrics {
                 }
             }
         }
-        let plain: [(&str, &str, &AtomicU64); 10] = [
+        let plain: [(&str, &str, &AtomicU64); 12] = [
             (
                 "sut_ids_issued_total",
                 "Segment IDs issued over HTTP.",
@@ -180,6 +186,16 @@ impl Metrics {
                 "Snowflake time reservations persisted.",
                 &self.snowflake_reservations,
             ),
+            (
+                "sut_lottery_draws_parked_total",
+                "Draws whose verdict ran out of attempts and went to compensation.",
+                &self.lottery_draws_parked,
+            ),
+            (
+                "sut_lottery_draws_dead_lettered_total",
+                "Draws compensation gave up on (dead letters).",
+                &self.lottery_draws_dead_lettered,
+            ),
         ];
         for (name, help, c) in plain {
             let _ = writeln!(
@@ -188,6 +204,12 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP sut_lottery_dead_letters Draws dead-lettered now (GET /admin/dead-letters).\n\
+             # TYPE sut_lottery_dead_letters gauge\nsut_lottery_dead_letters {}",
+            self.lottery_dead_letters.load(Ordering::Relaxed)
+        );
         let mut last_name = "";
         for (series, help, value) in extra {
             let name = series.split('{').next().unwrap_or(series);

@@ -21,7 +21,7 @@ use utoipa::{OpenApi, PartialSchema, ToSchema};
 
 use super::error::ErrorBody;
 use super::ids::SnowflakeView;
-use super::lottery::{Check, DrawAnswer, LedgerReport, StockView};
+use super::lottery::{Check, DeadLetterBody, DrawAnswer, DrawStatusBody, LedgerReport, StockView};
 use super::tokens::{
     ConsumeBody, ConsumedBody, IssueBody, IssuedBody, OnceBody, OnceIssueBody, RevokedBody,
     TokenBody, VerifiedBody,
@@ -52,6 +52,8 @@ use super::{
         super::tokens::once_issue,
         super::tokens::once_consume,
         super::draw,
+        super::draw_status,
+        super::dead_letters,
         super::ledger,
         super::create_tag,
         super::open_accounts,
@@ -71,6 +73,8 @@ use super::{
         StockBody,
         DrawBody,
         DrawAnswer,
+        DrawStatusBody,
+        DeadLetterBody,
         LedgerReport,
         StockView,
         Check,

@@ -26,9 +26,8 @@
 //!   timeouts, bounded retries with exponential backoff, recovery from its log.
 //! - [`invariants`]: the `lottery.*` checkers shared by tests, the simulator, the models and the
 //!   load verifier.
-//!
-//! The compensation scheduler's timing wheel lives in `wheel` (written separately); the
-//! coordinator hands it draws it gave up on (see [`coordinator::DrawOutcome::GaveUp`]).
+//! - [`wheel`]: the timing wheel the coordinator's compensation schedule runs on (parked draws,
+//!   retry rounds with backoff, dead letters; see [`coordinator`]).
 //!
 //! ## Known flaws (off by default, see [`Flaws`])
 //!
