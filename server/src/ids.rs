@@ -24,15 +24,13 @@ use serde::Serialize;
 use super::clock::RealClock;
 use super::error::ApiError;
 use super::front::{ConcurrentIds, IdError};
+use super::metrics::Metrics;
 use super::sqlite::SqliteIdStore;
 use sut::clock::Now;
 use sut::segment::{AllocatorConfig, Health, SegmentAllocator, Unavailable};
-use sut::snowflake::{
-    Decoded, NextId, SequencerError, SequencerStats, SnowflakeWorker, WorkerConfig,
-};
-use sut::store::{
-    CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec, WorkerRequest,
-};
+use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
+use sut::snowflake::{Decoded, NextId, SequencerError, SequencerStats, WorkerConfig};
+use sut::store::{CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec};
 
 /// Longest tag name, in bytes.
 pub const TAG_LEN_MAX_BYTES: usize = 64;
@@ -318,19 +316,20 @@ pub struct SnowflakeView {
     pub stats: SequencerStats,
 }
 
-/// The server's Snowflake worker.
+/// The server's Snowflake worker: the lease holder of `sut` (the same reply handling the
+/// simulator and the model run), its store calls performed inline on the ID store.
 #[derive(Debug)]
 pub struct Snowflake {
-    worker: Mutex<SnowflakeWorker>,
+    holder: Mutex<WorkerLeaseHolder>,
     store: Arc<Mutex<SqliteIdStore>>,
-    instance: InstanceId,
-    lease_ms: u64,
-    lease_expiry_ms: Mutex<u64>,
-    /// Monotonic time of the last successful renewal.
-    renewed_mono_ms: Mutex<u64>,
     clock: RealClock,
     released: AtomicBool,
+    metrics: Arc<Metrics>,
 }
+
+/// Most store calls one [`Snowflake::drive`] performs (acquire, then a reservation, then a
+/// renewal at most).
+const HOLDER_CALLS_MAX: usize = 4;
 
 impl Snowflake {
     /// Leases a worker id and builds the worker above the reservation the lease carried.
@@ -340,88 +339,76 @@ impl Snowflake {
         instance: InstanceId,
         lease_ms: u64,
         clock: RealClock,
+        metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
-        let now = clock.now();
-        let lease = lock(&store)
-            .acquire_worker(&WorkerRequest {
-                namespace: SNOWFLAKE_NAMESPACE.to_owned(),
-                worker_count: cfg.layout.worker_count(),
-                instance,
-                lease_ms,
-                now_ms: now.wall_ms,
-            })
-            .map_err(|e| format!("snowflake worker lease: {e}"))?;
-        let worker = SnowflakeWorker::new(cfg, lease.worker_id, lease.reserved_ts, now.wall_ms)
-            .map_err(|e| format!("snowflake worker: {e}"))?;
-        Ok(Self {
-            worker: Mutex::new(worker),
+        // Calls run inline: an answer is never late, so calls never time out.
+        let holder = HolderConfig::new(SNOWFLAKE_NAMESPACE, instance, cfg, lease_ms, u64::MAX);
+        let snowflake = Self {
+            holder: Mutex::new(WorkerLeaseHolder::new(holder)),
             store,
-            instance,
-            lease_ms,
-            lease_expiry_ms: Mutex::new(lease.lease_expiry_ms),
-            renewed_mono_ms: Mutex::new(now.mono_ms),
             clock,
             released: AtomicBool::new(false),
-        })
+            metrics,
+        };
+        snowflake
+            .drive()
+            .map_err(|e| format!("snowflake worker lease: {e}"))?;
+        if lock(&snowflake.holder).worker().is_none() {
+            return Err("snowflake worker lease: none acquired".to_owned());
+        }
+        Ok(snowflake)
     }
 
     /// The layout's decoding of `id`.
     pub fn decode(&self, id: u64) -> Decoded {
-        lock(&self.worker).layout().decode(id)
+        lock(&self.holder).config().worker.layout.decode(id)
     }
 
-    /// Persists `reserve_ts` (and renews the lease); feeds the answer to the worker. Blocking.
-    pub fn persist(&self, reserve_ts: u64) -> Result<(), String> {
-        let now = self.clock.now();
-        let (worker_id, reserve_ts) = {
-            let w = lock(&self.worker);
-            (w.worker_id(), reserve_ts.max(w.sequencer().reserved_ts()))
-        };
-        let result = lock(&self.store).renew_worker(
-            SNOWFLAKE_NAMESPACE,
-            worker_id,
-            self.instance,
-            reserve_ts,
-            self.lease_ms,
-            now.wall_ms,
-        );
-        let mut w = lock(&self.worker);
-        match result {
-            Ok(lease) => {
-                w.handle_reserved(lease.reserved_ts);
-                *lock(&self.lease_expiry_ms) = lease.lease_expiry_ms;
-                *lock(&self.renewed_mono_ms) = now.mono_ms;
-                Ok(())
-            }
-            Err(e @ StoreError::WorkerLeaseLost { .. }) => {
-                w.handle_lease_lost();
-                Err(e.to_string())
-            }
-            Err(e) => {
-                w.handle_reservation_failed();
-                Err(e.to_string())
+    /// Performs the store calls the lease holder asks for (a lease, a reservation, a renewal),
+    /// each outside the holder's lock. Blocking.
+    pub fn drive(&self) -> Result<(), String> {
+        for _ in 0..HOLDER_CALLS_MAX {
+            let now = self.clock.now();
+            let Some((id, mut call)) = lock(&self.holder).poll_request(now) else {
+                return Ok(());
+            };
+            call.set_store_now(now.wall_ms);
+            let reply = call.execute(&mut *lock(&self.store));
+            match lock(&self.holder).handle_reply(id, reply, now) {
+                HolderEvent::Failed => return Err("the store refused the call".to_owned()),
+                HolderEvent::LeaseLost => return Err("the worker lease was lost".to_owned()),
+                HolderEvent::Unusable(e) => return Err(format!("the leased worker: {e}")),
+                HolderEvent::Renewed => {
+                    self.metrics
+                        .snowflake_reservations
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                HolderEvent::Ignored | HolderEvent::Acquired { .. } => {}
             }
         }
+        Ok(())
     }
 
-    /// Background upkeep: keep the reservation ahead of the clock, and renew the lease every
-    /// third of its length. Blocking.
+    /// Background upkeep: keep the reservation ahead of the clock; the holder renews the lease
+    /// every third of its length (and acquires a new one after a lost lease). Blocking.
     pub fn tick(&self) -> Result<(), String> {
         if self.released.load(Ordering::Acquire) {
             return Ok(());
         }
         let now = self.clock.now();
-        let wanted = {
-            let mut w = lock(&self.worker);
-            w.reserve_ahead(now.wall_ms);
-            w.poll_reservation()
-        };
-        let renew_due =
-            now.mono_ms.saturating_sub(*lock(&self.renewed_mono_ms)) >= self.lease_ms / 3;
-        match wanted {
-            Some(ts) => self.persist(ts),
-            None if renew_due => self.persist(0),
-            None => Ok(()),
+        if let Some(worker) = lock(&self.holder).worker_mut() {
+            worker.reserve_ahead(now.wall_ms);
+        }
+        self.drive()
+    }
+
+    /// Runs [`Self::drive`] on the blocking pool.
+    async fn drive_async(self: &Arc<Self>) -> Result<(), ApiError> {
+        let me = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || me.drive()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(ApiError::unavailable(format!("snowflake: {e}"), 1)),
+            Err(e) => Err(ApiError::internal(format!("snowflake task: {e}"))),
         }
     }
 
@@ -430,23 +417,24 @@ impl Snowflake {
     pub async fn next_id(self: &Arc<Self>) -> Result<u64, ApiError> {
         for _ in 0..SNOWFLAKE_ROUNDS_MAX {
             let now = self.clock.now();
-            let (step, wanted) = {
-                let mut w = lock(&self.worker);
-                let step = w.next_id(now.wall_ms);
-                (step, w.poll_reservation())
+            let (step, wants_call) = {
+                let mut h = lock(&self.holder);
+                let step = h.worker_mut().map(|w| w.next_id(now.wall_ms));
+                (step, h.wants_call(now))
             };
-            if let Some(ts) = wanted {
-                let me = Arc::clone(self);
-                let persisted = tokio::task::spawn_blocking(move || me.persist(ts));
+            let Some(step) = step else {
+                // No lease (lost, or not acquired yet): the holder asks for one.
+                self.drive_async().await?;
+                continue;
+            };
+            if wants_call {
                 if matches!(step, Ok(NextId::WaitReservation)) {
-                    match persisted.await {
-                        Ok(Ok(())) => continue,
-                        Ok(Err(e)) => {
-                            return Err(ApiError::unavailable(format!("reservation: {e}"), 1));
-                        }
-                        Err(e) => return Err(ApiError::internal(format!("reservation task: {e}"))),
-                    }
+                    self.drive_async().await?;
+                    continue;
                 }
+                // Persist ahead in the background; this answer does not depend on it.
+                let me = Arc::clone(self);
+                drop(tokio::task::spawn_blocking(move || me.drive()));
             }
             match step {
                 Ok(NextId::Id(id)) => return Ok(id),
@@ -477,12 +465,22 @@ impl Snowflake {
 
     /// The worker's state.
     pub fn view(&self) -> SnowflakeView {
-        let w = lock(&self.worker);
+        let h = lock(&self.holder);
+        let Some(w) = h.worker() else {
+            return SnowflakeView {
+                worker_id: 0,
+                reserved_ts: 0,
+                last_ts: 0,
+                lease_expiry_ms: h.lease_expiry_ms(),
+                stopped: true,
+                stats: SequencerStats::default(),
+            };
+        };
         SnowflakeView {
             worker_id: w.worker_id(),
             reserved_ts: w.sequencer().reserved_ts(),
             last_ts: w.sequencer().last_ts(),
-            lease_expiry_ms: *lock(&self.lease_expiry_ms),
+            lease_expiry_ms: h.lease_expiry_ms(),
             stopped: w.sequencer().is_stopped(),
             stats: w.sequencer().stats(),
         }
@@ -494,9 +492,15 @@ impl Snowflake {
         if self.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let worker_id = lock(&self.worker).worker_id();
+        let (worker_id, instance) = {
+            let h = lock(&self.holder);
+            let Some(w) = h.worker() else {
+                return Ok(()); // no lease to give back
+            };
+            (w.worker_id(), h.config().instance)
+        };
         lock(&self.store)
-            .release_worker(SNOWFLAKE_NAMESPACE, worker_id, self.instance)
+            .release_worker(SNOWFLAKE_NAMESPACE, worker_id, instance)
             .map_err(|e| e.to_string())
     }
 }

@@ -229,6 +229,7 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
                 instance,
                 cfg.worker_lease_ms,
                 clock,
+                Arc::clone(&metrics),
             )?);
             let key = SigningKey::new("sut-server", secret(&cfg)?).map_err(|e| e.to_string())?;
             let token_cfg = TokenConfig {

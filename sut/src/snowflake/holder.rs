@@ -106,6 +106,8 @@ pub struct WorkerLeaseHolder {
     requests: u64,
     /// When the store last acknowledged a call (monotonic ms).
     renewed_mono_ms: u64,
+    /// The lease's expiry as the store last reported it (store clock, ms).
+    lease_expiry_ms: u64,
 }
 
 impl WorkerLeaseHolder {
@@ -118,6 +120,7 @@ impl WorkerLeaseHolder {
             in_flight: None,
             requests: 0,
             renewed_mono_ms: 0,
+            lease_expiry_ms: 0,
         }
     }
 
@@ -136,6 +139,24 @@ impl WorkerLeaseHolder {
     #[must_use]
     pub const fn config(&self) -> &HolderConfig {
         &self.cfg
+    }
+
+    /// The lease's expiry as the store last reported it (store clock, ms; 0 before any).
+    #[must_use]
+    pub const fn lease_expiry_ms(&self) -> u64 {
+        self.lease_expiry_ms
+    }
+
+    /// Whether [`Self::poll_request`] would make a call at `now` (cheap: no state changes).
+    #[must_use]
+    pub fn wants_call(&self, now: Now) -> bool {
+        if self.in_flight.is_some() || self.cfg.unleased_ip.is_some() {
+            return false;
+        }
+        self.worker.as_ref().is_none_or(|w| {
+            w.sequencer().wants_reservation()
+                || now.mono_ms.saturating_sub(self.renewed_mono_ms) >= self.cfg.renew_interval_ms
+        })
     }
 
     /// Whether a call is in flight.
@@ -205,6 +226,7 @@ impl WorkerLeaseHolder {
                     Ok(worker) => {
                         self.worker = Some(worker);
                         self.renewed_mono_ms = now.mono_ms;
+                        self.lease_expiry_ms = lease.lease_expiry_ms;
                         HolderEvent::Acquired {
                             worker_id: lease.worker_id,
                         }
@@ -215,6 +237,7 @@ impl WorkerLeaseHolder {
             (Some(worker), Ok(lease)) => {
                 worker.handle_reserved(lease.reserved_ts);
                 self.renewed_mono_ms = now.mono_ms;
+                self.lease_expiry_ms = lease.lease_expiry_ms;
                 HolderEvent::Renewed
             }
             (Some(worker), Err(StoreError::WorkerLeaseLost { .. })) => {

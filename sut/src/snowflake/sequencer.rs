@@ -382,6 +382,12 @@ impl Sequencer {
         }
     }
 
+    /// Whether a reservation waits to be taken by [`Self::poll_reservation`].
+    #[must_use]
+    pub const fn wants_reservation(&self) -> bool {
+        self.reservation_wanted.is_some()
+    }
+
     /// A reservation the driver must persist (then call [`Self::handle_reserved`]).
     #[must_use]
     pub fn poll_reservation(&mut self) -> Option<u64> {
