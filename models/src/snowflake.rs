@@ -25,11 +25,10 @@ use std::borrow::Cow;
 
 use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, Id, LossyNetwork, Out, model_timeout};
-use sut::snowflake::{Layout, NextId, RollbackPolicy, SnowflakeWorker, WorkerConfig};
-use sut::store::{
-    IdStore, InstanceId, MemoryIdStore, StoreCall, StoreError, StoreReply, WorkerLease,
-    WorkerRequest,
-};
+use sut::clock::Now;
+use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
+use sut::snowflake::{Layout, NextId, RollbackPolicy, WorkerConfig};
+use sut::store::{InstanceId, MemoryIdStore, StoreCall, StoreReply};
 
 use crate::hashed::{HashedActor, Stored, stored};
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
@@ -134,29 +133,16 @@ impl Cast for SnowflakeSetup {
 /// Messages.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SnowMsg {
-    /// Worker → store: lease a worker id (`id` names the incarnation's request).
-    Acquire {
-        /// Request id.
-        id: u64,
-        /// The request.
-        req: WorkerRequest,
-    },
-    /// Store → worker.
-    Acquired {
-        /// Request id.
-        id: u64,
-        /// The lease.
-        lease: Result<WorkerLease, StoreError>,
-    },
-    /// Worker → store: persist a reservation (a [`StoreCall::RenewWorker`]).
-    Reserve {
-        /// Request id.
+    /// Worker → store: a call of the lease holder (acquire a worker id, or persist a
+    /// reservation with a [`StoreCall::RenewWorker`]).
+    Call {
+        /// Request id (the incarnation in the high 32 bits).
         id: u64,
         /// The call.
         call: StoreCall,
     },
     /// Store → worker.
-    Reserved {
+    Answer {
         /// Request id.
         id: u64,
         /// The answer.
@@ -167,27 +153,26 @@ ord_by_total_cmp!(SnowMsg);
 
 impl Brief for SnowMsg {
     fn brief(&self) -> String {
+        let n = |id: &u64| id & 0xffff_ffff;
         match self {
-            Self::Acquire { req, .. } => format!("Acquire{{{}}}", req.instance),
-            Self::Acquired {
-                lease: Ok(lease),
+            Self::Call {
+                call: StoreCall::AcquireWorker(req),
+                ..
+            } => format!("Acquire{{{}}}", req.instance),
+            Self::Call {
                 id,
-            } => format!("Lease#{}{{reserved_ts={}}}", id >> 32, lease.reserved_ts),
-            Self::Acquired {
-                lease: Err(err), ..
+                call: StoreCall::RenewWorker { reserve_ts, .. },
+            } => format!("Reserve#{}{{ts={reserve_ts}}}", n(id)),
+            Self::Call { call, .. } => format!("{call:?}"),
+            Self::Answer {
+                id,
+                reply: StoreReply::Worker(Ok(lease)),
+            } => format!("Lease#{}{{reserved_ts={}}}", n(id), lease.reserved_ts),
+            Self::Answer {
+                reply: StoreReply::Worker(Err(err)),
+                ..
             } => format!("{err}"),
-            Self::Reserve { id, call } => match call {
-                StoreCall::RenewWorker { reserve_ts, .. } => {
-                    format!("Reserve#{}{{ts={reserve_ts}}}", id & 0xffff_ffff)
-                }
-                other => format!("{other:?}"),
-            },
-            Self::Reserved { id, reply } => match reply {
-                StoreReply::Worker(Ok(lease)) => {
-                    format!("Reserved#{}{{ts={}}}", id & 0xffff_ffff, lease.reserved_ts)
-                }
-                other => format!("#{} {other:?}", id & 0xffff_ffff),
-            },
+            Self::Answer { id, reply } => format!("#{} {reply:?}", n(id)),
         }
     }
 }
@@ -219,16 +204,24 @@ pub struct Machine {
 /// The worker process.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct WorkerNode {
-    /// `None` until the lease arrives (or after the restarts are used up).
-    pub worker: Option<SnowflakeWorker>,
-    /// Reservation in flight: request id.
-    pub reserving: Option<u64>,
-    /// Request ids issued so far.
-    pub requests: u64,
+    /// The worker's lease holder (`sut`'s, as in the simulator and the server): the worker once
+    /// leased.
+    pub holder: WorkerLeaseHolder,
     /// The client waits for the clock to move or a reservation to be acknowledged.
     pub blocked: bool,
     /// The machine record (mirrored into `Storage`).
     pub machine: Machine,
+}
+
+impl WorkerNode {
+    /// The process's time: the machine's wall clock; no monotonic time (the holder's renewals
+    /// and call timeouts are off in this model: only reservations make calls).
+    const fn now(&self) -> Now {
+        Now {
+            wall_ms: self.machine.wall_ms,
+            mono_ms: 0,
+        }
+    }
 }
 
 /// Actor states.
@@ -254,31 +247,27 @@ impl SnowActor {
         InstanceId(u64::from(machine.incarnation) + 1)
     }
 
+    fn holder(setup: &SnowflakeSetup, machine: &Machine) -> WorkerLeaseHolder {
+        let mut cfg = HolderConfig::new(
+            NAMESPACE,
+            Self::instance(machine),
+            setup.worker_config(),
+            0,
+            u64::MAX,
+        );
+        cfg.renew_interval_ms = u64::MAX;
+        cfg.request_id_base = u64::from(machine.incarnation) << 32;
+        WorkerLeaseHolder::new(cfg)
+    }
+
     fn drive(setup: &SnowflakeSetup, node: &mut WorkerNode, o: &mut Out<Self>) {
-        let instance = Self::instance(&node.machine);
-        if let Some(worker) = node.worker.as_mut()
-            && let Some(reserve_ts) = worker.poll_reservation()
+        if node.machine.incarnation <= setup.restarts_max
+            && let Some((id, call)) = node.holder.poll_request(node.now())
         {
-            node.requests += 1;
-            let id = (u64::from(node.machine.incarnation) << 32) | node.requests;
-            node.reserving = Some(id);
-            o.send(
-                Id::from(STORE),
-                SnowMsg::Reserve {
-                    id,
-                    call: StoreCall::RenewWorker {
-                        namespace: NAMESPACE.to_owned(),
-                        worker_id: worker.worker_id(),
-                        instance,
-                        reserve_ts,
-                        lease_ms: 0,
-                        now_ms: 0,
-                    },
-                },
-            );
+            o.send(Id::from(STORE), SnowMsg::Call { id, call });
         }
         let budget_left = node.machine.issued.len() < setup.ids_max as usize;
-        if node.worker.is_some() && budget_left && !node.blocked {
+        if node.holder.worker().is_some() && budget_left && !node.blocked {
             o.set_timer(SnowTimer::Issue, model_timeout());
         } else {
             o.cancel_timer(SnowTimer::Issue);
@@ -309,28 +298,11 @@ impl Actor for SnowActor {
                 if storage.is_some() {
                     machine.incarnation = (machine.incarnation + 1).min(setup.restarts_max + 1);
                 }
-                if machine.incarnation <= setup.restarts_max {
-                    o.send(
-                        Id::from(STORE),
-                        SnowMsg::Acquire {
-                            id: u64::from(machine.incarnation) << 32,
-                            req: WorkerRequest {
-                                namespace: NAMESPACE.to_owned(),
-                                worker_count: 1,
-                                instance: Self::instance(&machine),
-                                lease_ms: 0,
-                                now_ms: 0,
-                            },
-                        },
-                    );
-                }
                 for timer in [SnowTimer::Forward, SnowTimer::Back, SnowTimer::BackFar] {
                     o.set_timer(timer, model_timeout());
                 }
                 let mut node = WorkerNode {
-                    worker: None,
-                    reserving: None,
-                    requests: 0,
+                    holder: Self::holder(setup, &machine),
                     blocked: false,
                     machine,
                 };
@@ -349,70 +321,26 @@ impl Actor for SnowActor {
         o: &mut Out<Self>,
     ) {
         match (self, &**state, msg) {
-            (Self::Store, SnowState::Store(store), SnowMsg::Acquire { id, req }) => {
-                let mut next = store.clone();
-                let lease = next.acquire_worker(&req);
-                o.send(src, SnowMsg::Acquired { id, lease });
-                if &next != store {
-                    *state = Cow::Owned(SnowState::Store(next));
-                }
-            }
-            (Self::Store, SnowState::Store(store), SnowMsg::Reserve { id, call }) => {
+            (Self::Store, SnowState::Store(store), SnowMsg::Call { id, mut call }) => {
+                // The store's lease clock stays at 0: with zero-length leases a dead
+                // incarnation's lease is always expired (see the module documentation).
+                call.set_store_now(0);
                 let mut next = store.clone();
                 let reply = call.execute(&mut next);
-                o.send(src, SnowMsg::Reserved { id, reply });
+                o.send(src, SnowMsg::Answer { id, reply });
                 if &next != store {
                     *state = Cow::Owned(SnowState::Store(next));
                 }
             }
-            (
-                Self::Worker(setup),
-                SnowState::Worker(node),
-                SnowMsg::Acquired {
-                    id,
-                    lease: Ok(lease),
-                },
-            ) => {
-                // Only this incarnation's answer: a late lease meant for a predecessor carries
-                // a stale reservation.
-                if node.worker.is_some()
-                    || node.machine.incarnation > setup.restarts_max
-                    || id != u64::from(node.machine.incarnation) << 32
-                {
-                    return;
+            (Self::Worker(setup), SnowState::Worker(node), SnowMsg::Answer { id, reply }) => {
+                let mut next = node.clone();
+                let now = next.now();
+                if next.holder.handle_reply(id, reply, now) == HolderEvent::Ignored {
+                    return; // late, duplicate, or meant for a predecessor
                 }
-                let worker = SnowflakeWorker::new(
-                    setup.worker_config(),
-                    lease.worker_id,
-                    lease.reserved_ts,
-                    node.machine.wall_ms,
-                )
-                .expect("the model's layout is valid");
-                let SnowState::Worker(node) = state.to_mut() else {
-                    unreachable!()
-                };
-                node.worker = Some(worker);
-                Self::drive(setup, node, o);
-            }
-            (Self::Worker(setup), SnowState::Worker(node), SnowMsg::Reserved { id, reply }) => {
-                if node.reserving != Some(id) {
-                    return;
-                }
-                let SnowState::Worker(node) = state.to_mut() else {
-                    unreachable!()
-                };
-                node.reserving = None;
-                node.blocked = false;
-                if let Some(worker) = node.worker.as_mut() {
-                    match reply {
-                        StoreReply::Worker(Ok(lease)) => worker.handle_reserved(lease.reserved_ts),
-                        StoreReply::Worker(Err(StoreError::WorkerLeaseLost { .. })) => {
-                            worker.handle_lease_lost();
-                        }
-                        _ => worker.handle_reservation_failed(),
-                    }
-                }
-                Self::drive(setup, node, o);
+                next.blocked = false;
+                Self::drive(setup, &mut next, o);
+                *state = Cow::Owned(SnowState::Worker(next));
             }
             _ => {}
         }
@@ -449,7 +377,7 @@ impl Actor for SnowActor {
         if *timer != SnowTimer::Issue {
             node.machine.wall_ms = moved;
             node.blocked = false;
-        } else if let Some(worker) = node.worker.as_mut() {
+        } else if let Some(worker) = node.holder.worker_mut() {
             match worker.next_id(wall) {
                 Ok(NextId::Id(id)) => node.machine.issued.push((node.machine.incarnation, id)),
                 Ok(NextId::WaitUntil { .. } | NextId::WaitReservation) | Err(_) => {
@@ -475,7 +403,7 @@ fn worker_stats(
     sys: &stateright::actor::ActorModelState<HashedActor<SnowActor>>,
 ) -> Option<sut::snowflake::SequencerStats> {
     sys.actor_states.iter().find_map(|s| match &***s {
-        SnowState::Worker(node) => node.worker.as_ref().map(|w| w.sequencer().stats()),
+        SnowState::Worker(node) => node.holder.worker().map(|w| w.sequencer().stats()),
         SnowState::Store(_) => None,
     })
 }
@@ -544,7 +472,7 @@ mod tests {
         assert_eq!(report.unique_states, PINNED_UNIQUE, "regression guard");
     }
 
-    const PINNED_UNIQUE: usize = 180_809;
+    const PINNED_UNIQUE: usize = 226_244;
 
     #[test]
     fn the_order_check_fires_on_a_repeat_or_a_step_back() {
