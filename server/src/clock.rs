@@ -1,9 +1,9 @@
 //! The real clock: the one place in the server (and in `sut`) where clocks are read.
 //!
-//! Every state machine takes a [`Now`] as a parameter (DESIGN.md rule 1); this struct is what
-//! produces it for the real server: the wall clock from [`SystemTime`] (which NTP or an
-//! operator may move) and a monotonic reading from an [`Instant`] taken at start-up (TigerBeetle's
-//! `realtime()`/`monotonic()` split, see `sut::clock`).
+//! Every state machine takes a [`Now`] as a parameter (docs/architecture.md, "The rule", item
+//! 1); this struct is what produces it for the real server: the wall clock from [`SystemTime`]
+//! (which NTP or an operator may move) and a monotonic reading from an [`Instant`] taken at
+//! start-up (TigerBeetle's `realtime()`/`monotonic()` split, see `sut::clock`).
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 

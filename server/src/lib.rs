@@ -1,6 +1,6 @@
-//! `sut-server`: the real HTTP driver of the `sut` state machines (DESIGN.md, "One state
-//! machine, three drivers": tokio + axum + SQLite). `sut` is the pure, sans-IO core (no runtime,
-//! no database); everything here does the I/O it leaves out, as quinn does for quinn-proto.
+//! `sut-server`: the real HTTP driver of the `sut` state machines (tokio + axum + SQLite; see
+//! docs/architecture.md, "The rule"). `sut` is the pure, sans-IO core (no runtime, no
+//! database); everything here does the I/O it leaves out, as quinn does for quinn-proto.
 //!
 //! Besides the HTTP server, this crate holds:
 //!

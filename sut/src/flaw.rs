@@ -1,4 +1,4 @@
-//! The catalog of known flaws: broken designs the bench must catch (DESIGN.md "Known flaws").
+//! The catalog of known flaws: broken designs the bench must catch (docs/flaws.md).
 //!
 //! Each flaw is a named, off-by-default switch of the reference implementation. Correct and
 //! flawed code share everything but the switch: a component's config carries an
@@ -7,8 +7,9 @@
 //! broken design differs. No checker anywhere looks for a particular flaw: the bench must catch
 //! each one through its generic invariants (`ids.unique`, `lottery.conservation`, ...).
 //!
-//! The rows come from the seeds' own anti-pattern table and from bugs that the anchors' users
-//! hit; [`Flaw::source`] cites each.
+//! The rows come from the source designs' own anti-pattern table and sections and from bugs
+//! that the anchors' users hit (both summarised in docs/sources.md); [`Flaw::source`] cites
+//! each.
 
 use std::fmt;
 use std::str::FromStr;
@@ -31,9 +32,9 @@ pub enum Flaw {
     /// The database acknowledges before its log is durable and syncs once a second (a Redis
     /// `INCRBY` counter with `appendfsync everysec`): a crash forgets acknowledged grants.
     CounterEverysec,
-    /// The seed's zombie reclaim as written: the holder reports its usage after the fact and
-    /// times its lease by its wall clock against the store's expiry, with no drift margin; the
-    /// store reclaims everything above the last report.
+    /// The segment-ID design's zombie reclaim as written: the holder reports its usage after
+    /// the fact and times its lease by its wall clock against the store's expiry, with no drift
+    /// margin; the store reclaims everything above the last report.
     ReclaimNoDriftMargin,
     /// Snowflake resets the sequence before checking for a backward clock, so a refused or
     /// waited-out rollback restarts the last millisecond's sequence.
@@ -96,24 +97,32 @@ impl Flaw {
         }
     }
 
-    /// Where the flaw comes from.
+    /// Where the flaw comes from: a section of a source design or an anchor, both summarised in
+    /// docs/sources.md.
     #[must_use]
     pub const fn source(self) -> &'static str {
         match self {
             Self::SegmentNoVersionCheck => {
-                "seed 000 §1 and anti-pattern table (Tinyid version CAS)"
+                "segment-ID design §1, anti-pattern table; Tinyid version CAS (docs/sources.md)"
             }
-            Self::CounterNoPersist => "seed 000 anti-pattern table (AtomicLong without max_id)",
-            Self::CounterEverysec => "seed 000 anti-pattern table (Redis INCRBY); seed 002 §2.2",
-            Self::ReclaimNoDriftMargin => "seed 000 §3.4 zombie reclaim; Gray & Cheriton 1989",
+            Self::CounterNoPersist => {
+                "segment-ID design anti-pattern table: AtomicLong without max_id (docs/sources.md)"
+            }
+            Self::CounterEverysec => {
+                "segment-ID design, anti-pattern table: Redis INCRBY; ID, token and lottery \
+                 design §2.2 (docs/sources.md)"
+            }
+            Self::ReclaimNoDriftMargin => {
+                "segment-ID design §3.4 zombie reclaim (docs/sources.md); Gray & Cheriton 1989"
+            }
             Self::SnowflakeSeqResetFirst => "twitter/snowflake issue #6",
             Self::SnowflakeNoPersistedTs => "Meituan Leaf issues #104, #216",
-            Self::MachineIdHashIp => "seed 002 §2.3",
-            Self::SemanticSeqWrap => "seed 002 §2.3",
+            Self::MachineIdHashIp => "ID, token and lottery design §2.3 (docs/sources.md)",
+            Self::SemanticSeqWrap => "ID, token and lottery design §2.3 (docs/sources.md)",
             Self::TccNoFence => "Seata TCC fence; DTM barrier",
             Self::FenceCheckThenAct => "DTM barrier (against check-then-change)",
-            Self::StockTwoStep => "seed 002 ch. 1",
-            Self::OnceCheckThenDelete => "seed 002 §3",
+            Self::StockTwoStep => "ID, token and lottery design ch. 1 (docs/sources.md)",
+            Self::OnceCheckThenDelete => "ID, token and lottery design §3.3 (docs/sources.md)",
             Self::TimeFieldNarrow => "baidu/uid-generator issue #100",
         }
     }

@@ -23,7 +23,7 @@
 //! - [`segment`]: the Leaf/Tinyid-style segment allocator (double buffer, step policies,
 //!   claims and leases, zombie reclaim, degraded mode).
 //! - [`snowflake`]: Snowflake IDs with clock-rollback policies and persisted time reservations,
-//!   and the seed's semantic IDs done right.
+//!   and the semantic IDs of the ID, token and lottery design (§2.3) done right.
 //! - [`token`]: JWT, revocation, one-time submit tokens, the renewing token cache.
 //! - [`lottery`]: the TCC lottery: fence, participants, coordinator, compensation scheduler.
 //! - [`flaw`]: the catalog of known broken designs, each an off-by-default switch of the above.

@@ -1,5 +1,5 @@
-//! The TCC fence: Seata's `tcc_fence_log` rules (`TCCFenceHandler.java`; `shared/ANCHORS.md`,
-//! "Seata TCC fence") as a pure function of the phase and the branch's fence row.
+//! The TCC fence: Seata's `tcc_fence_log` rules (`TCCFenceHandler.java`; docs/sources.md,
+//! "Anchors", "Seata TCC fence") as a pure function of the phase and the branch's fence row.
 //!
 //! The table is keyed by `(xid, branch)`; a row is in one of four states. The rules:
 //!

@@ -1,8 +1,9 @@
-//! The `lottery.*` invariants (DESIGN.md, "Invariants") as plain functions over a [`Ledger`]
-//! snapshot and, where the property is about order, a history of participant replies (in the
-//! order the participants produced them). Tests, the simulator, the stateright models and the
-//! load verifier all call these. Each returns the first violation found, naming the offending
-//! entity or event (its index in the history).
+//! The `lottery.*` invariants (docs/architecture.md, "The invariants, and where each is
+//! checked") as plain functions over a [`Ledger`] snapshot and, where the property is about
+//! order, a history of participant replies (in the order the participants produced them).
+//! Tests, the simulator, the stateright models and the load verifier all call these. Each
+//! returns the first violation found, naming the offending entity or event (its index in the
+//! history).
 //!
 //! Safety (must hold at every instant, under any fault): [`no_duplicate_participation`],
 //! [`no_over_issue`], [`conservation`], [`no_hanging`]. Liveness, checked once faults have healed

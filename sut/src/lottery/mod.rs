@@ -1,9 +1,10 @@
-//! The TCC lottery of seed 002 (chapters 1 and 4): a draw freezes the ticket price in the user's
-//! wallet, reserves one unit of the activity's prize stock (winning draws only) and records that
-//! the user took part; a coordinator then confirms or cancels all three branches.
+//! The TCC lottery of the ID, token and lottery design (chapters 1 and 4, docs/sources.md): a
+//! draw freezes the ticket price in the user's wallet, reserves one unit of the activity's prize
+//! stock (winning draws only) and records that the user took part; a coordinator then confirms
+//! or cancels all three branches.
 //!
 //! Every participant operation passes a **fence** that follows Seata's `tcc_fence_log`
-//! (`TCCFenceHandler.java`, see `shared/ANCHORS.md`): one row per `(xid, branch)` in state
+//! (`TCCFenceHandler.java`; docs/sources.md, "Anchors"): one row per `(xid, branch)` in state
 //! tried / committed / rollbacked / suspended, changed in the same local transaction as the
 //! business effect. That rules out the three classic TCC anomalies: empty rollback (a Cancel with
 //! no Try records `suspended`), hanging Try (a Try after a Cancel finds the row and is refused)
@@ -38,8 +39,9 @@
 //! - [`FenceMode::CheckThenAct`]: the fence row is checked in one store operation and changed in
 //!   a second one (DTM's argument against "check then change": a pause between the two lets a
 //!   Cancel slip in, and the Try then hangs).
-//! - [`Flaws::two_step_stock`]: the stock check and the decrement are two steps (seed 002 ch. 1
-//!   insists "查-扣-判" must be indivisible; split, two draws both see the last unit: over-issue).
+//! - [`Flaws::two_step_stock`]: the stock check and the decrement are two steps (the ID, token
+//!   and lottery design, ch. 1, insists "查-扣-判" must be indivisible; split, two draws both
+//!   see the last unit: over-issue).
 
 use serde::{Deserialize, Serialize};
 

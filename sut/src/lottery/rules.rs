@@ -4,9 +4,9 @@
 //! Both stores ([`crate::lottery::MemoryStore`], `sut-server`'s `SqliteLotteryStore`) run every
 //! participant operation as: read the fence row and the business row, call [`decide`], write
 //! what it returns, in one atomic step (one transaction). The fence rules are Seata's
-//! ([`super::fence`]); the business rules are seed 002 ch. 4's "freeze first, then pay"
-//! (Try-Freeze / Confirm-Transfer / Cancel-Unfreeze) and ch. 1's indivisible "check, decrement,
-//! decide" on the stock.
+//! ([`super::fence`]); the business rules follow the ID, token and lottery design
+//! (docs/sources.md): ch. 4's "freeze first, then pay" (Try-Freeze / Confirm-Transfer /
+//! Cancel-Unfreeze) and ch. 1's indivisible "check, decrement, decide" on the stock.
 //!
 //! [`decide`] takes two views: `checked` (what the decision is based on) and `fresh` (what the
 //! write is applied to). On the correct path they are the same read. The two documented flaws
@@ -386,7 +386,7 @@ fn business(
             let mut collected_minor = *collected_minor;
             match op.phase {
                 // Try-Freeze: `UPDATE .. SET balance = balance - ?, frozen = frozen + ? WHERE
-                // balance >= ?` (seed 002 §4.1).
+                // balance >= ?` (ID, token and lottery design §4.1).
                 Phase::Try => {
                     if account.balance_minor < price {
                         return Err(Refusal::InsufficientBalance {
@@ -422,8 +422,9 @@ fn business(
             };
             match op.phase {
                 Phase::Try => {
-                    // Correct: check and decrement on the same read (seed 002 ch. 1). Flawed:
-                    // check what an earlier operation read and write that value minus one.
+                    // Correct: check and decrement on the same read (ID, token and lottery
+                    // design ch. 1). Flawed: check what an earlier operation read and write
+                    // that value minus one.
                     let seen = if two_step_stock {
                         match checked {
                             BusinessRow::Inventory { stock: Some(seen) } => seen.available,
@@ -462,7 +463,8 @@ fn business(
                 activity: draw.activity,
             };
             let row = match (op.phase, row) {
-                // `INSERT` under the unique key (user, activity) (seed 002 ch. 1: 幂等表).
+                // `INSERT` under the unique key (user, activity) (ID, token and lottery
+                // design ch. 1: 幂等表).
                 (Phase::Try, Some(holder)) => {
                     return Err(Refusal::AlreadyParticipated {
                         user: draw.user,

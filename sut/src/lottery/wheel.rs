@@ -1,17 +1,17 @@
-//! The compensation scheduler of seed 002 §4.4: a hierarchical timing wheel with priorities and
-//! per-task retry budgets, sans-IO.
+//! The compensation scheduler of the ID, token and lottery design §4.4 (docs/sources.md): a
+//! hierarchical timing wheel with priorities and per-task retry budgets, sans-IO.
 //!
 //! # What it is for
 //!
 //! TCC compensation (Cancel/Confirm retries) must run at a given time, again and again with
-//! backoff while it fails, until it succeeds or a budget runs out, and never be lost. The seed
+//! backoff while it fails, until it succeeds or a budget runs out, and never be lost. The design
 //! asks for a timing wheel (O(1) insert and expiry detection) combined with a priority queue so
 //! that urgent tasks due in the same tick run first. This module is that scheduler as a
 //! deterministic state machine: it never reads a clock, never sleeps, never spawns.
 //!
 //! # Anchors and how this follows (and departs from) them
 //!
-//! - **Kafka's `TimingWheel`** (`kafka.utils.timer`, see `/work/shared/ANCHORS.md`): tick 1 ms,
+//! - **Kafka's `TimingWheel`** (`kafka.utils.timer`; docs/sources.md, "Anchors"): tick 1 ms,
 //!   20 slots per level; a task that does not fit the range of a level (`tick * slots`) goes to
 //!   the next, coarser level whose tick is the whole range of the one below, so level `k` has a
 //!   slot span of `tick * slots^k` and covers `tick * slots^(k+1)`. Each slot is a doubly linked
@@ -23,7 +23,7 @@
 //!   until [`TimingWheel::poll_timeout`], which is the first entry of that set.
 //! - **Netty's `HashedWheelTimer`**: a single level whose slots carry a "remaining rounds"
 //!   counter, ticked by a worker thread every tick whether or not anything is due, and late by
-//!   up to one tick. The seed's own sketch (`slot = (triggerTime / tickMs) % wheelSize`, 64
+//!   up to one tick. The design's own sketch (`slot = (triggerTime / tickMs) % wheelSize`, 64
 //!   slots of 100 ms) is that single-level design without the rounds counter: a task 6.4 s
 //!   ahead would alias into a slot that fires now. Here nothing is ticked while idle (a jump of
 //!   hours visits only non-empty buckets), and aliasing is impossible: the invariant checker
@@ -40,7 +40,7 @@
 //! - **Priority**: ready tasks are handed out by [`TimingWheel::poll_ready`] in the order
 //!   `(due tick, higher priority first, insertion order)`. Priority therefore orders tasks due
 //!   in the same tick; a late driver still gets older ticks first (earliest deadline first).
-//!   The seed's per-slot heap is replaced by one ordered ready queue: the priority order only
+//!   The design's per-slot heap is replaced by one ordered ready queue: the priority order only
 //!   matters once tasks are due.
 //! - Tasks scheduled in the past (or in the current tick) fire at the next `handle_timeout`
 //!   (`poll_timeout` then returns the wheel's current time, which is `<=` any `now`).
@@ -106,7 +106,7 @@ pub const TASKS_MAX_LIMIT: u32 = 1 << 30;
 pub struct WheelConfig {
     /// Length of one tick of the finest level, in ms. Firing is late by less than one tick.
     pub tick_ms: u64,
-    /// Slots per level (Kafka: 20; the seed: 64). At least 2.
+    /// Slots per level (Kafka: 20; the ID, token and lottery design: 64). At least 2.
     pub slots_per_level: u32,
     /// Number of levels. Level `k` covers `tick_ms * slots_per_level^(k+1)`; later tasks wait
     /// in the overflow list. `slots_per_level^levels` ticks must fit in a `u64`.

@@ -11,18 +11,19 @@
 //! its answer is an input ([`SegmentAllocator::handle_reply`]). Lost, late, duplicated answers
 //! are harmless: answers are matched by request id and a timeout retries.
 //!
-//! **Claims and leases** (seed 000 §3: 租约驱动分配, 状态快照, 故障自愈). A grant carries a lease
-//! and an initial *claim*: the allocator issues only IDs strictly below a claim the store has
-//! acknowledged, and raises the claim (with the lease) by renewing ahead of need. When a lease
-//! expires unrenewed, the store returns the unclaimed tail to the tag's pool — never an ID the
-//! holder may have issued, whatever the clocks say. On top of that the holder stops using a
-//! segment whose lease it cannot prove valid by its *own monotonic clock*: the lease is timed
-//! from when the request was sent, minus `drift_ms_max` (Gray & Cheriton's leases).
+//! **Claims and leases** (segment-ID design §3, docs/sources.md: 租约驱动分配, 状态快照,
+//! 故障自愈). A grant carries a lease and an initial *claim*: the allocator issues only IDs
+//! strictly below a claim the store has acknowledged, and raises the claim (with the lease) by
+//! renewing ahead of need. When a lease expires unrenewed, the store returns the unclaimed tail
+//! to the tag's pool — never an ID the holder may have issued, whatever the clocks say. On top
+//! of that the holder stops using a segment whose lease it cannot prove valid by its *own
+//! monotonic clock*: the lease is timed from when the request was sent, minus `drift_ms_max`
+//! (Gray & Cheriton's leases).
 //!
 //! **Monotonic per instance.** Each request carries `min_id` (above every ID this instance may
 //! have issued), so pooled tails below it are never granted to it.
 //!
-//! **Degraded mode** (seed 000 §6, off by default): with both buffers empty and the store
+//! **Degraded mode** (segment-ID design §6, off by default): with both buffers empty and the store
 //! unreachable, issue Snowflake IDs with bit 62 set ([`DEGRADED_FLAG`]). Segment IDs stay below
 //! 2^62, so the two can never collide. The degraded worker keeps a time reservation persisted
 //! ahead while the store is reachable.
@@ -103,8 +104,8 @@ pub struct AllocatorConfig {
 }
 
 impl AllocatorConfig {
-    /// Defaults after Leaf and the seed: 10% prefetch, 30 s leases, 3 conflict retries, 50 ms
-    /// backoff.
+    /// Defaults after Leaf and the segment-ID design: 10% prefetch, 30 s leases, 3 conflict
+    /// retries, 50 ms backoff.
     #[must_use]
     pub fn new(tag: &str, instance: InstanceId) -> Self {
         Self {
@@ -354,7 +355,7 @@ pub struct BufferView {
     pub lease_left_ms: u64,
 }
 
-/// The health snapshot of one tag (Leaf's `/cache`, the seed's `/id/health`).
+/// The health snapshot of one tag (Leaf's `/cache`, the segment-ID design's `/id/health`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Health {
     /// The tag.
@@ -739,7 +740,8 @@ impl SegmentAllocator {
 
     /// FLAW [`Flaw::CounterNoPersist`]: take `[max_id, max_id + step)` as read and start
     /// issuing from it at once; the write of the new `max_id` follows and its outcome is
-    /// ignored (seed 000's anti-pattern: a local `AtomicLong` never synced with the database).
+    /// ignored (an anti-pattern of the segment-ID design: a local `AtomicLong` never synced
+    /// with the database).
     fn use_before_persist(&mut self, row: &crate::store::TagRow, now: Now) {
         self.send_allocate(row, self.cfg.cas_retries_max, now);
         let span = self.step.saturating_mul(row.delta);

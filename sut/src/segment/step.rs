@@ -4,8 +4,8 @@
 //! - [`StepPolicy::Leaf`]: Meituan Leaf's dynamic step — if the previous segment lasted less than
 //!   15 minutes the step doubles (up to a cap, Leaf's 1,000,000); 15–30 minutes it stays; 30
 //!   minutes or more it halves, never below the database's step.
-//! - [`StepPolicy::SeedLog`]: the seed's `step = base * (1 + log2(qps/1000 + 1))`, with the QPS
-//!   measured over the previous segment.
+//! - [`StepPolicy::SeedLog`]: the segment-ID design's `step = base * (1 + log2(qps/1000 + 1))`
+//!   (§6, docs/sources.md), with the QPS measured over the previous segment.
 
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +27,7 @@ pub enum StepPolicy {
         /// The cap (Leaf: 1,000,000).
         step_max: u64,
     },
-    /// The seed's logarithmic formula.
+    /// The segment-ID design's logarithmic formula.
     SeedLog {
         /// The base step.
         base: u64,

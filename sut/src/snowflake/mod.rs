@@ -1,4 +1,5 @@
-//! Snowflake IDs that survive clock jumps, and the seed's semantic IDs done right.
+//! Snowflake IDs that survive clock jumps, and the semantic IDs of the ID, token and lottery
+//! design (docs/sources.md) done right.
 //!
 //! A Snowflake ID packs `time | worker | sequence` into the low 63 bits of a `u64` (default:
 //! 41 bits of milliseconds since a custom epoch, 10 bits of worker id, 12 bits of sequence —
@@ -6,9 +7,9 @@
 //! checked: the fields must fit in 63 bits, the epoch must not lie in the future.
 //!
 //! Worker ids come from a lease in the store ([`crate::store::IdStore::acquire_worker`]), never
-//! from a hash of the IP (seed 002 §2.3's `hash(IP) % 1000` collides). The time logic — waits,
-//! rollback policies, reservations, exhaustion — lives in [`Sequencer`], shared with
-//! [`semantic`].
+//! from a hash of the IP (the `hash(IP) % 1000` of the ID, token and lottery design §2.3
+//! collides). The time logic — waits, rollback policies, reservations, exhaustion — lives in
+//! [`Sequencer`], shared with [`semantic`].
 
 pub mod holder;
 pub mod semantic;
@@ -188,10 +189,10 @@ impl Layout {
     }
 }
 
-/// FLAW [`crate::flaw::Flaw::MachineIdHashIp`] (seed 002 §2.3): the machine id as
-/// `hash(IP) % 1000`, with Java's `String.hashCode` of the dotted address. Distinct hosts
-/// collide (the birthday bound: about 1 in 2 among 38 hosts); the correct path leases worker ids
-/// from the store instead.
+/// FLAW [`crate::flaw::Flaw::MachineIdHashIp`] (ID, token and lottery design §2.3): the
+/// machine id as `hash(IP) % 1000`, with Java's `String.hashCode` of the dotted address.
+/// Distinct hosts collide (the birthday bound: about 1 in 2 among 38 hosts); the correct path
+/// leases worker ids from the store instead.
 #[must_use]
 pub fn machine_id_from_ip(ip: [u8; 4]) -> u32 {
     let text = format!("{}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]);

@@ -1,7 +1,7 @@
-//! Semantic IDs: `BB` + 10-digit seconds + 3-digit machine + 5-digit sequence (seed 002 §2.3),
-//! e.g. `OD171702345612700042`.
+//! Semantic IDs: `BB` + 10-digit seconds + 3-digit machine + 5-digit sequence (ID, token and
+//! lottery design §2.3, docs/sources.md), e.g. `OD171702345612700042`.
 //!
-//! The seed's version takes the machine number from `hash(IP) % 1000` (collisions) and the
+//! The design's version takes the machine number from `hash(IP) % 1000` (collisions) and the
 //! sequence from `seq % 100000` (wraps within a busy second): both duplicate. Here the machine
 //! number is a lease from the store (namespace `semantic`, 1,000 ids) and the sequence is the
 //! shared [`Sequencer`] with one-second units and at most 100,000 IDs per second per machine:
@@ -51,7 +51,7 @@ pub struct SemanticConfig {
     pub rollback: RollbackPolicy,
     /// Reach of each persisted time reservation.
     pub reserve_ahead_ms: u64,
-    /// IDs per second per machine (the seed: 100,000, five digits). Smaller values keep the
+    /// IDs per second per machine (the design: 100,000, five digits). Smaller values keep the
     /// five-digit format; the simulator shrinks it to reach the overflow at simulated rates.
     #[serde(default = "default_per_second")]
     pub per_second: u64,

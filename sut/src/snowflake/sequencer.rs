@@ -7,8 +7,9 @@
 //!   with the wall time to retry at, never a sleep);
 //! - **clock behind** the last issued unit by at most `rollback_ms_max` (Leaf: 5 ms) → wait;
 //!   by more → refuse with [`SequencerError::ClockBehind`], or, in logical-clock mode (a
-//!   hybrid logical clock, seed 002 §2.5), keep issuing from the last unit and borrow future
-//!   units up to `borrow_ms_max` (uid-generator's cached mode, sonyflake), refusing past that;
+//!   hybrid logical clock, ID, token and lottery design §2.5), keep issuing from the last unit
+//!   and borrow future units up to `borrow_ms_max` (uid-generator's cached mode, sonyflake),
+//!   refusing past that;
 //! - **time-field exhaustion** (the epoch ran out; uid-generator issue #100) → refuse, never wrap;
 //! - **persisted reservations**: before issuing at a unit beyond its reservation, the sequencer
 //!   asks the driver to persist a new one (`reserve_ahead_ms` ahead, Leaf's 3 s cadence turned
@@ -299,7 +300,8 @@ impl Sequencer {
                 return Ok(Ok(pair));
             }
             if self.cfg.flaw == Some(Flaw::SemanticSeqWrap) {
-                // The flaw (seed 002 §2.3): `seq % capacity` wraps within the unit.
+                // The flaw (ID, token and lottery design §2.3): `seq % capacity` wraps within
+                // the unit.
                 return Ok(Ok((self.last_ts, 0)));
             }
             // Sequence overflow: wait for the next unit (or borrow it in logical mode).

@@ -5,14 +5,16 @@
 //! - **tags and segment grants** — create a tag, read it, and allocate the next range of a tag
 //!   *only if its version is still the one read* (Tinyid's optimistic lock
 //!   `UPDATE ... SET max_id = max_id + step, version = version + 1 WHERE biz_tag = ? AND
-//!   version = ?`). A grant names its holder and carries a lease (the seed's "租约驱动分配").
+//!   version = ?`). A grant names its holder and carries a lease (the segment-ID design's
+//!   "租约驱动分配", §3.1 in docs/sources.md).
 //! - **claims and leases** — a holder may issue IDs of a granted segment only below its
 //!   *claim*, a high-water mark it records in the store *before* using the IDs beneath it (the
-//!   seed's "状态快照" done write-ahead). Renewing extends the lease and may raise the claim.
+//!   design's "状态快照", §3.3, done write-ahead). Renewing extends the lease and may raise the
+//!   claim.
 //! - **zombie reclaim** — when a holder's lease expires unrenewed, the unclaimed tail of its
-//!   segment returns to the tag's pool, and later grants draw from the pool first (seed 000
-//!   §3.4 "故障自愈"). Because the holder never issues at or above its recorded claim, the tail
-//!   is never issued twice, whatever the clocks do.
+//!   segment returns to the tag's pool, and later grants draw from the pool first (segment-ID
+//!   design §3.4 "故障自愈"). Because the holder never issues at or above its recorded claim,
+//!   the tail is never issued twice, whatever the clocks do.
 //! - **worker leases** — Snowflake worker ids (and semantic-ID machine numbers) come from a
 //!   lease, never from a hash of the IP, and carry the holder's *time reservation*: the largest
 //!   timestamp it may issue without writing again. A new holder of the same worker id starts

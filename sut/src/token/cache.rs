@@ -1,6 +1,7 @@
-//! The renewing token cache, seed 002 §3.2, sans-IO.
+//! The renewing token cache of the ID, token and lottery design §3.2 (docs/sources.md),
+//! sans-IO.
 //!
-//! The seed keeps one token per process in an `atomic.Value` and starts a goroutine to renew it
+//! The design keeps one token per process in an `atomic.Value` and starts a goroutine to renew it
 //! when fewer than 30 s remain. Here the cache is a plain state machine over many keys; the
 //! driver does the renewing:
 //!
@@ -25,7 +26,7 @@ use std::collections::BTreeMap;
 /// Cache settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CacheConfig {
-    /// Renew when `exp_ms - now.wall_ms <= renew_before_ms` (seed: 30 s).
+    /// Renew when `exp_ms - now.wall_ms <= renew_before_ms` (the design: 30 s).
     pub renew_before_ms: u64,
     /// A renewal silent for this long (monotonic ms) no longer blocks a new one.
     pub renew_timeout_ms: u64,

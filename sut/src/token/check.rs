@@ -1,5 +1,6 @@
-//! Token invariants as plain functions over a history (DESIGN.md "Invariants"), for the unit
-//! tests, the simulator, the models and the load verifier alike.
+//! Token invariants as plain functions over a history (docs/architecture.md, "The invariants,
+//! and where each is checked"), for the unit tests, the simulator, the models and the load
+//! verifier alike.
 //!
 //! - `tokens.single_use` ([`check_single_use`]): a one-time token is accepted at most once.
 //! - `tokens.revoked_rejected` ([`check_revoked_rejected`]): a token is never accepted after its

@@ -1,4 +1,5 @@
-//! Issuing and verifying JWTs (RFC 7519, JWS compact form), seed 002 §3.1.
+//! Issuing and verifying JWTs (RFC 7519, JWS compact form), the ID, token and lottery design
+//! §3.1 (docs/sources.md).
 //!
 //! The signature itself is checked by the `jsonwebtoken` crate (pure-Rust `rust_crypto`
 //! backend). Everything else is checked here, because the library's own `exp`/`nbf` validation

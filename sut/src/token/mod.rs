@@ -1,7 +1,8 @@
 //! Idempotency tokens: signed JWTs with a revocation list, one-time submit tokens, a renewing
 //! token cache, and the invariant checkers that judge histories of all of them.
 //!
-//! This follows seed 002 chapter 3 ("幂等令牌机制"), with its gaps closed:
+//! This follows chapter 3 ("幂等令牌机制") of the ID, token and lottery design
+//! (docs/sources.md), with its gaps closed:
 //!
 //! - **§3.1 JWT + Bloom filter** ([`jwt`], [`revocation`]): tokens carry `jti`, `exp`, `nbf`,
 //!   `iat`, issuer, audience and subject, signed with HS256 by default. Verification rejects
@@ -10,13 +11,13 @@
 //!   [`Rejection`]. Time is a parameter: `exp`/`nbf` are checked against the node's
 //!   [`Now::wall_ms`](crate::clock::Now) with an explicit leeway, never the system clock.
 //!   Revocations go through a deterministic (seeded) Bloom filter in front of an exact set kept
-//!   by a [`TokenStore`]; a Bloom negative skips the exact lookup, as in the seed's flow chart.
-//!   Unlike the seed, a revocation is remembered until the token's `exp` plus the leeway (not a
+//!   by a [`TokenStore`]; a Bloom negative skips the exact lookup, as in the design's flow chart.
+//!   Unlike the design, a revocation is remembered until the token's `exp` plus the leeway (not a
 //!   fixed 3600 s), and the set is bounded.
 //! - **§3.2 renewing cache** ([`cache`]): renews 30 s before expiry, at most one renewal in
 //!   flight per key, bounded in size. Sans-IO: the cache says "renew", the driver renews.
 //! - **§3.3 one-time submit tokens** ([`once`]): one token per (user, activity, hour window),
-//!   issued idempotently, consumed by **one** atomic store operation. The seed's own code
+//!   issued idempotently, consumed by **one** atomic store operation. The design's own code
 //!   (`GET` then `SET`) is a check-then-act; the bench keeps it as the off-by-default flaw
 //!   [`TokenFlaws::once_check_then_delete`].
 //! - **stores** ([`store`]): the [`TokenStore`] trait at the level of domain operations, with
@@ -55,7 +56,7 @@ pub use store::{
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A user (the JWT `sub`, the "uid" of seed §3.3).
+/// A user (the JWT `sub`, the "uid" of the ID, token and lottery design §3.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct UserId(pub u64);
 
@@ -68,8 +69,8 @@ impl fmt::Display for UserId {
 /// Longest accepted [`ActivityId`], in bytes.
 pub const ACTIVITY_ID_LEN_MAX_BYTES: usize = 64;
 
-/// A lottery activity (seed §3.3 `activity_id`, e.g. `A2024`). At most
-/// [`ACTIVITY_ID_LEN_MAX_BYTES`] bytes; construct with [`ActivityId::new`].
+/// A lottery activity (`activity_id` of the ID, token and lottery design §3.3, e.g. `A2024`).
+/// At most [`ACTIVITY_ID_LEN_MAX_BYTES`] bytes; construct with [`ActivityId::new`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ActivityId(String);
@@ -110,14 +111,15 @@ impl fmt::Display for ActivityId {
     }
 }
 
-/// Documented flaws of the token protocols, each off by default (DESIGN.md "Known flaws").
+/// Documented flaws of the token protocols, each off by default (docs/flaws.md).
 /// Correct and flawed code share everything but the flaw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TokenFlaws {
     /// Consume a one-time token as **two** store operations: check that it is present,
     /// unconsumed, unexpired and owned by the caller, then mark it consumed unconditionally.
     /// Two requests that both pass the check before either marks it are both accepted (double
-    /// submit). Source: seed 002 §3.3, whose flow is `GET key` then `SET key ...` as separate
-    /// Redis commands; DESIGN.md lists it as "one-time token check then delete as two steps".
+    /// submit). Source: the ID, token and lottery design §3.3 (docs/sources.md), whose flow is
+    /// `GET key` then `SET key ...` as separate Redis commands; docs/flaws.md lists it as
+    /// `once_check_then_delete`.
     pub once_check_then_delete: bool,
 }

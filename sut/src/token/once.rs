@@ -1,6 +1,7 @@
-//! One-time submit tokens keyed by (user, activity, hour window), seed 002 §3.3.
+//! One-time submit tokens keyed by (user, activity, hour window), the ID, token and lottery
+//! design §3.3 (docs/sources.md).
 //!
-//! The seed's key is `{uid}_{activity_id}_{window_start}` with `window_start = ts // 3600 *
+//! The design's key is `{uid}_{activity_id}_{window_start}` with `window_start = ts // 3600 *
 //! 3600`: one token per user, activity and hour. Here:
 //!
 //! - **issue** ([`issue_once`]) is idempotent: issuing again for the same key returns the same
@@ -26,7 +27,7 @@ use std::fmt;
 /// One-time token settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OnceConfig {
-    /// Window length in ms (seed: one hour). Must be positive.
+    /// Window length in ms (the design: one hour). Must be positive.
     pub window_ms: u64,
 }
 
@@ -39,7 +40,7 @@ impl Default for OnceConfig {
 }
 
 impl OnceConfig {
-    /// Start of the window holding `wall_ms` (seed: `timestamp // 3600 * 3600`, in ms here).
+    /// Start of the window holding `wall_ms` (the design: `timestamp // 3600 * 3600`, in ms here).
     #[must_use]
     pub const fn window_start_ms(&self, wall_ms: u64) -> u64 {
         assert!(self.window_ms > 0, "window_ms must be positive");
@@ -47,7 +48,7 @@ impl OnceConfig {
     }
 }
 
-/// What a one-time token is issued for: the seed's three-dimensional key.
+/// What a one-time token is issued for: the design's three-dimensional key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct OnceKey {
     /// The user.

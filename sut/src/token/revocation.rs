@@ -1,6 +1,7 @@
-//! The revocation list: a Bloom filter in front of the exact set, seed 002 §3.1.
+//! The revocation list: a Bloom filter in front of the exact set, the ID, token and lottery
+//! design §3.1 (docs/sources.md).
 //!
-//! The seed's flow: "布隆过滤器 contains jti?" — false: accept without touching the exact list;
+//! The design's flow: "布隆过滤器 contains jti?" — false: accept without touching the exact list;
 //! true: ask the exact list (the filter can say yes wrongly, never no wrongly). Here:
 //!
 //! - The filter is the `bloomfilter` crate's, built with `new_for_fp_rate_with_seed` from
@@ -13,7 +14,7 @@
 //! - **Every node's filter must see every revocation its store holds.** A filter that misses one
 //!   (e.g. one filter per server node over a shared store, fed only by that node's revokes)
 //!   turns into a false negative and lets a revoked token through; `tokens.revoked_rejected`
-//!   catches that. Keep the filter next to the store, as the seed keeps it in Redis beside the
+//!   catches that. Keep the filter next to the store, as the design keeps it in Redis beside the
 //!   exact list, or rebuild it before trusting it.
 //! - A store failure during the exact lookup fails closed ([`Rejection::StoreUnavailable`]).
 
@@ -32,7 +33,7 @@ pub const PER_MILLION: u32 = 1_000_000;
 pub struct RevocationConfig {
     /// Items the filter is sized for; keep it equal to the store's `revocations_max`.
     pub capacity: u64,
-    /// Target false-positive rate at `capacity` items, per million (seed: 0.1% = 1000).
+    /// Target false-positive rate at `capacity` items, per million (the design: 0.1% = 1000).
     pub fp_rate_per_million: u32,
     /// Hash seed: deterministic, never OS randomness.
     pub seed: [u8; 32],
@@ -343,9 +344,10 @@ mod tests {
 
     #[test]
     fn false_positive_rate_meets_the_configured_rate() {
-        // Seed §3.1's setting (0.1%), and a looser 1%. N inserted = capacity, M probes never
-        // inserted; the measured rate must be within 2x of the configured one (and not
-        // suspiciously far below, which would mean the probes never reach the filter).
+        // The setting of the ID, token and lottery design §3.1 (0.1%), and a looser 1%. N
+        // inserted = capacity, M probes never inserted; the measured rate must be within 2x of
+        // the configured one (and not suspiciously far below, which would mean the probes never
+        // reach the filter).
         for (n, per_million, m) in [(20_000u64, 1_000u32, 200_000u64), (20_000, 10_000, 100_000)] {
             let target = f64::from(per_million) / 1e6;
             let measured = measured_fp_rate(n, per_million, m);
@@ -363,7 +365,7 @@ mod tests {
 
     #[test]
     fn seed_settings_size_the_filter_as_the_seed_says() {
-        // Seed §3.1: capacity 100 000 at 0.1% "仅需约180KB".
+        // ID, token and lottery design §3.1: capacity 100 000 at 0.1% "仅需约180KB".
         let f = RevocationFilter::new(RevocationConfig::default()).unwrap();
         let bytes = f.bits() / 8;
         assert!((175_000..=185_000).contains(&bytes), "{bytes} bytes");

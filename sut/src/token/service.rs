@@ -174,8 +174,9 @@ mod tests {
     use crate::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
     use crate::token::store::MemoryTokenStore;
 
-    /// 2024-05-30 00:00 UTC, hour-aligned. (Seed §3.3's example `1717036800` is 02:40 UTC and not
-    /// a multiple of 3600, so its own `ts // 3600 * 3600` could never produce it.)
+    /// 2024-05-30 00:00 UTC, hour-aligned. (The example `1717036800` in the ID, token and
+    /// lottery design §3.3 is 02:40 UTC and not a multiple of 3600, so its own
+    /// `ts // 3600 * 3600` could never produce it.)
     const T0_MS: u64 = crate::testkit::token::T0_MS;
 
     fn cfg(flaws: TokenFlaws) -> TokenConfig {

@@ -1,14 +1,16 @@
 //! The token store: the exact revocation set and the one-time tokens, at the level of domain
-//! operations (DESIGN.md rule 4), with the in-memory implementation.
+//! operations (docs/architecture.md, "The state machines"), with the in-memory
+//! implementation.
 //!
 //! The operations are exactly what the protocols need, each one atomic:
 //!
 //! - [`revoke`](TokenStore::revoke) / [`is_revoked`](TokenStore::is_revoked) /
-//!   [`revoked_jtis`](TokenStore::revoked_jtis): the exact set behind the Bloom filter (seed
-//!   002 §3.1 "Redis精确库"). A revocation is kept until `keep_until_ms` (the token's `exp` plus
-//!   the verifier's leeway): after that the token fails verification on its own.
-//! - [`issue_once`](TokenStore::issue_once) / [`consume_once`](TokenStore::consume_once): seed
-//!   §3.3's one-time tokens; consume is **one** conditional update.
+//!   [`revoked_jtis`](TokenStore::revoked_jtis): the exact set behind the Bloom filter (the ID,
+//!   token and lottery design §3.1, "Redis精确库"). A revocation is kept until `keep_until_ms`
+//!   (the token's `exp` plus the verifier's leeway): after that the token fails verification on
+//!   its own.
+//! - [`issue_once`](TokenStore::issue_once) / [`consume_once`](TokenStore::consume_once): the
+//!   design's §3.3 one-time tokens; consume is **one** conditional update.
 //! - [`check_once`](TokenStore::check_once) / [`mark_once_consumed`](TokenStore::mark_once_consumed):
 //!   the two halves of the documented flaw (check then delete), used only when
 //!   [`TokenFlaws::once_check_then_delete`](super::TokenFlaws) is on.
@@ -37,7 +39,7 @@ pub struct TokenStoreLimits {
 
 impl Default for TokenStoreLimits {
     fn default() -> Self {
-        // Seed §3.1: "capacity=100000 # 预估最大注销令牌数".
+        // ID, token and lottery design §3.1: "capacity=100000 # 预估最大注销令牌数".
         Self {
             revocations_max: 100_000,
             once_tokens_max: 1_000_000,

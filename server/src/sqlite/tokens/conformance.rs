@@ -1,6 +1,6 @@
 //! Conformance: random sequences of token-store operations, several users interleaved, applied
 //! to [`MemoryTokenStore`] and [`SqliteTokenStore`] must give identical results, step by step
-//! (DESIGN.md rule 4).
+//! (docs/architecture.md, "The state machines").
 
 use proptest::prelude::*;
 use sut::token::once::{OnceGrant, OnceKey, OnceToken};
