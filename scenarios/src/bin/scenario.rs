@@ -386,9 +386,14 @@ fn main() -> ExitCode {
             report,
         }) => {
             if list {
+                let width = sut::flaw::Flaw::ALL
+                    .iter()
+                    .map(|f| f.source().chars().count())
+                    .max()
+                    .unwrap_or(0);
                 for flaw in sut::flaw::Flaw::ALL {
                     println!(
-                        "{:<28} {:<58} {}",
+                        "{:<28} {:<width$} {}",
                         flaw.name(),
                         flaw.source(),
                         flaw.description()
