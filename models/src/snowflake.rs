@@ -226,6 +226,9 @@ impl WorkerNode {
 
 /// Actor states.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+// Each state already sits behind stateright's `Arc`; boxing a variant would add an allocation
+// to every step.
+#[allow(clippy::large_enum_variant)]
 pub enum SnowState {
     /// The lease store.
     Store(MemoryIdStore),

@@ -8,17 +8,19 @@
 //! `synchronous=FULL` transaction, i.e. one `fsync` of the WAL each (~0.25 ms on this machine):
 //! a few hundred draws per second, whatever the CPU. Its connection is private and fixed at
 //! `FULL`, so the writer cannot lower it. The default store here, [`JournaledStore`], is
-//! therefore a *command journal* in front of the in-memory store ([`MemoryStore`], the same
-//! `rules::decide` the SQLite store runs): every store operation is first appended to the table
-//! `server_lottery_journal` on the writer's own connection, then applied in memory. On start the
-//! journal is replayed in order; the operations are deterministic functions of the state, so
+//! therefore a *command journal* in front of the in-memory store (`sut`'s
+//! [`sut::lottery::journal::Journaled`], the same journal the simulator's participant disks
+//! keep, over the memory store that runs the same `rules::decide` as the SQLite store): every
+//! store operation is applied in memory and its record queued; the batch's records are written
+//! to the table `server_lottery_journal` on the writer's own connection at the group commit. On
+//! start the journal is replayed in order ([`sut::lottery::journal::replay`]); the operations are deterministic functions of the state, so
 //! the replay rebuilds exactly the state that was on disk, and [`Coordinator::recover`] then
 //! finishes or cancels the draws the log shows open, exactly as after a crash with the SQLite
 //! store.
 //!
 //! The writer drains up to [`BATCH_MAX`] pending commands from its bounded channel, runs them
-//! (and everything the coordinator asks for as a consequence) with all journal appends inside
-//! ONE SQLite transaction, then commits that transaction with `synchronous=FULL` (in WAL mode,
+//! (and everything the coordinator asks for as a consequence), writes all their journal records
+//! in ONE SQLite transaction, then commits that transaction with `synchronous=FULL` (in WAL mode,
 //! one `fsync` of the WAL file, which covers every frame appended before it), and only then
 //! answers the batch. So:
 //!
@@ -53,18 +55,19 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use rusqlite::{Connection, params};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::oneshot;
 
 use super::clock::RealClock;
 use super::error::ApiError;
 use super::metrics::Metrics;
 use sut::lottery::invariants;
+use sut::lottery::journal::{self, JournalOp, Journaled};
 use sut::lottery::{
     ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, CoordLog, Coordinator,
     CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, DrawStage, Flaws,
-    Handled, Ledger, LogEntry, LotteryStore, MemoryStore, Participant, ParticipantConfig,
-    ParticipantReply, Phase, Refusal, StoreError, UserId, Verdict, Xid,
+    Handled, Ledger, LogEntry, LotteryStore, Participant, ParticipantConfig, ParticipantReply,
+    Phase, Refusal, StoreError, UserId, Verdict, Xid,
 };
 
 use crate::sqlite::SqliteLotteryStore;
@@ -189,7 +192,7 @@ pub trait DurableLottery: LotteryStore + Send + 'static {
         count: u64,
         balance_minor: u64,
     ) -> Result<(u64, u64), StoreError> {
-        open_range(self, first, count, balance_minor)
+        journal::open_range(self, first, count, balance_minor)
     }
 
     /// Runs `f` on the current ledger.
@@ -201,52 +204,11 @@ pub trait DurableLottery: LotteryStore + Send + 'static {
     }
 }
 
-fn open_range<S: LotteryStore + ?Sized>(
-    store: &mut S,
-    first: u64,
-    count: u64,
-    balance_minor: u64,
-) -> Result<(u64, u64), StoreError> {
-    let (mut opened, mut existing) = (0, 0);
-    for user in first..first.saturating_add(count) {
-        match store.open_account(UserId(user), balance_minor) {
-            Ok(()) => opened += 1,
-            Err(StoreError::AccountExists { .. }) => existing += 1,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((opened, existing))
-}
-
 impl DurableLottery for SqliteLotteryStore {
     fn commit(&mut self) -> Result<(), StoreError> {
         // Every operation was its own synchronous=FULL transaction already.
         Ok(())
     }
-}
-
-/// One journal record: a store operation, replayed in order on start.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-enum JournalOp {
-    OpenAccounts {
-        first: u64,
-        count: u64,
-        balance_minor: u64,
-    },
-    AddStock {
-        activity: ActivityId,
-        units: u64,
-    },
-    Execute {
-        op: BranchOp,
-        flaws: Flaws,
-    },
-    ExecuteChecked {
-        op: BranchOp,
-        checked: BranchView,
-        flaws: Flaws,
-    },
-    LogAppend(LogEntry),
 }
 
 fn backend(e: &rusqlite::Error) -> StoreError {
@@ -255,12 +217,13 @@ fn backend(e: &rusqlite::Error) -> StoreError {
     }
 }
 
-/// The in-memory store behind a write-ahead command journal in SQLite (see the module doc).
+/// The in-memory store behind a write-ahead command journal in SQLite (see the module doc):
+/// `sut`'s [`Journaled`] store, whose records a commit writes to the table
+/// `server_lottery_journal` in one transaction.
 #[derive(Debug)]
 pub struct JournaledStore {
-    mem: MemoryStore,
+    journal: Journaled,
     conn: Connection,
-    in_batch: bool,
     replayed: u64,
 }
 
@@ -288,20 +251,18 @@ impl JournaledStore {
             );",
         )
         .map_err(|e| backend(&e))?;
-        let mut store = Self {
-            mem: MemoryStore::new(),
+        let records = Self::read(&conn)?;
+        let (mem, _) = journal::replay(&records);
+        Ok(Self {
+            journal: Journaled::new(mem),
             conn,
-            in_batch: false,
-            replayed: 0,
-        };
-        store.replay()?;
-        Ok(store)
+            replayed: records.len() as u64,
+        })
     }
 
-    fn replay(&mut self) -> Result<(), StoreError> {
-        let ops: Vec<String> = {
-            let mut stmt = self
-                .conn
+    fn read(conn: &Connection) -> Result<Vec<JournalOp>, StoreError> {
+        let texts: Vec<String> = {
+            let mut stmt = conn
                 .prepare("SELECT op FROM server_lottery_journal ORDER BY seq")
                 .map_err(|e| backend(&e))?;
             stmt.query_map([], |r| r.get(0))
@@ -309,15 +270,15 @@ impl JournaledStore {
                 .collect::<Result<_, _>>()
                 .map_err(|e| backend(&e))?
         };
-        for text in ops {
-            let op: JournalOp = serde_json::from_str(&text).map_err(|e| StoreError::Backend {
-                message: format!("corrupt journal record: {e}"),
-            })?;
-            // Results are those the operation had the first time (deterministic): ignore.
-            let _ = self.apply(&op);
-            self.replayed += 1;
-        }
-        Ok(())
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                serde_json::from_str(text).map_err(|e| StoreError::Backend {
+                    message: format!("corrupt journal record #{}: {e}", i + 1),
+                })
+            })
+            .collect()
     }
 
     /// Journal records replayed at start.
@@ -326,84 +287,39 @@ impl JournaledStore {
         self.replayed
     }
 
-    fn apply(&mut self, op: &JournalOp) -> Result<JournalAnswer, StoreError> {
-        Ok(match op {
-            JournalOp::OpenAccounts {
-                first,
-                count,
-                balance_minor,
-            } => JournalAnswer::Opened(open_range(&mut self.mem, *first, *count, *balance_minor)?),
-            JournalOp::AddStock { activity, units } => {
-                self.mem.add_stock(*activity, *units)?;
-                JournalAnswer::Done
-            }
-            JournalOp::Execute { op, flaws } => {
-                JournalAnswer::Outcome(self.mem.execute(op, *flaws)?)
-            }
-            JournalOp::ExecuteChecked { op, checked, flaws } => {
-                JournalAnswer::Outcome(self.mem.execute_checked(op, checked, *flaws)?)
-            }
-            JournalOp::LogAppend(entry) => {
-                self.mem.log_append(entry)?;
-                JournalAnswer::Done
-            }
-        })
-    }
-
-    /// Appends `op` to the journal (inside the batch transaction), then applies it.
-    fn record(&mut self, op: &JournalOp) -> Result<JournalAnswer, StoreError> {
-        if !self.in_batch {
-            self.conn
-                .execute_batch("BEGIN IMMEDIATE")
+    /// Writes `records` in one transaction; `synchronous=FULL` makes its COMMIT fsync the WAL.
+    fn write(&mut self, records: &[JournalOp]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction().map_err(|e| backend(&e))?;
+        {
+            let mut stmt = tx
+                .prepare_cached("INSERT INTO server_lottery_journal (op) VALUES (?1)")
                 .map_err(|e| backend(&e))?;
-            self.in_batch = true;
+            for record in records {
+                let text = serde_json::to_string(record).map_err(|e| StoreError::Backend {
+                    message: format!("journal encoding: {e}"),
+                })?;
+                stmt.execute(params![text]).map_err(|e| backend(&e))?;
+            }
         }
-        let text = serde_json::to_string(op).map_err(|e| StoreError::Backend {
-            message: format!("journal encoding: {e}"),
-        })?;
-        self.conn
-            .prepare_cached("INSERT INTO server_lottery_journal (op) VALUES (?1)")
-            .and_then(|mut stmt| stmt.execute(params![text]))
-            .map_err(|e| backend(&e))?;
-        self.apply(op)
-    }
-}
-
-enum JournalAnswer {
-    Done,
-    Opened((u64, u64)),
-    Outcome(BranchOutcome),
-}
-
-fn outcome(answer: JournalAnswer) -> BranchOutcome {
-    match answer {
-        JournalAnswer::Outcome(o) => o,
-        JournalAnswer::Done | JournalAnswer::Opened(_) => Err(Refusal::Unavailable {
-            message: "journal answered the wrong kind".to_owned(),
-        }),
+        tx.commit().map_err(|e| backend(&e))
     }
 }
 
 impl LotteryStore for JournaledStore {
     fn open_account(&mut self, user: UserId, balance_minor: u64) -> Result<(), StoreError> {
-        match self.open_accounts(user.0, 1, balance_minor)? {
-            (1, _) => Ok(()),
-            _ => Err(StoreError::AccountExists { user }),
-        }
+        self.journal.open_account(user, balance_minor)
     }
 
     fn add_stock(&mut self, activity: ActivityId, units: u64) -> Result<(), StoreError> {
-        self.record(&JournalOp::AddStock { activity, units })
-            .map(|_| ())
+        self.journal.add_stock(activity, units)
     }
 
     fn execute(&mut self, op: &BranchOp, flaws: Flaws) -> Result<BranchOutcome, StoreError> {
-        self.record(&JournalOp::Execute { op: *op, flaws })
-            .map(outcome)
+        self.journal.execute(op, flaws)
     }
 
     fn read_branch(&mut self, op: &BranchOp) -> Result<BranchView, StoreError> {
-        self.mem.read_branch(op)
+        self.journal.read_branch(op)
     }
 
     fn execute_checked(
@@ -412,38 +328,32 @@ impl LotteryStore for JournaledStore {
         checked: &BranchView,
         flaws: Flaws,
     ) -> Result<BranchOutcome, StoreError> {
-        self.record(&JournalOp::ExecuteChecked {
-            op: *op,
-            checked: checked.clone(),
-            flaws,
-        })
-        .map(outcome)
+        self.journal.execute_checked(op, checked, flaws)
     }
 
     fn log_append(&mut self, entry: &LogEntry) -> Result<(), StoreError> {
-        self.record(&JournalOp::LogAppend(*entry)).map(|_| ())
+        self.journal.log_append(entry)
     }
 
     fn log_load(&mut self) -> Result<CoordLog, StoreError> {
-        self.mem.log_load()
+        self.journal.log_load()
     }
 
     fn snapshot(&mut self) -> Result<Ledger, StoreError> {
-        self.mem.snapshot()
+        self.journal.snapshot()
     }
 }
 
 impl DurableLottery for JournaledStore {
+    /// Writes the batch's records in one transaction (one fsync). On failure the records are
+    /// lost and memory is ahead of disk: the writer stops answering (fail-stop), and a restart
+    /// replays what is on disk.
     fn commit(&mut self) -> Result<(), StoreError> {
-        if !self.in_batch {
+        let records = self.journal.take_records();
+        if records.is_empty() {
             return Ok(());
         }
-        self.in_batch = false;
-        // synchronous=FULL on this connection: COMMIT fsyncs the WAL before returning.
-        self.conn.execute_batch("COMMIT").map_err(|e| {
-            let _ = self.conn.execute_batch("ROLLBACK");
-            backend(&e)
-        })
+        self.write(&records)
     }
 
     fn open_accounts(
@@ -452,20 +362,11 @@ impl DurableLottery for JournaledStore {
         count: u64,
         balance_minor: u64,
     ) -> Result<(u64, u64), StoreError> {
-        match self.record(&JournalOp::OpenAccounts {
-            first,
-            count,
-            balance_minor,
-        })? {
-            JournalAnswer::Opened(counts) => Ok(counts),
-            JournalAnswer::Done | JournalAnswer::Outcome(_) => Err(StoreError::Backend {
-                message: "journal answered the wrong kind".to_owned(),
-            }),
-        }
+        self.journal.open_accounts(first, count, balance_minor)
     }
 
     fn with_ledger<R>(&mut self, f: impl FnOnce(&Ledger) -> R) -> Result<R, StoreError> {
-        Ok(f(self.mem.ledger()))
+        Ok(f(self.journal.memory().ledger()))
     }
 }
 

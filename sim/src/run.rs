@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use madsim::rand::{Rng, thread_rng};
 use madsim::runtime::{Handle, Runtime};
 use serde::{Deserialize, Serialize};
+use sut::lottery::journal::{self, JournalOp};
 use sut::lottery::{CoordLog, Ledger, LotteryStore, ParticipantReply};
 use sut::store::TagSpec;
 
@@ -20,7 +21,7 @@ use crate::history::{Event, EventKind, Outcome};
 use crate::net::{Ctx, PORT};
 use crate::nodes;
 use crate::scenario::{FaultKind, RunSpec, Scenario};
-use crate::world::{DbRec, FaultSpan, PartRec, World};
+use crate::world::{DbRec, FaultSpan, World};
 
 /// One bucket of the operations-over-time series.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,12 +131,19 @@ fn setup_disks(world: &World) {
         w.disks.db.sync();
         let wallet = w.disks.parts.entry("wallet".into()).or_default();
         for user in 1..=u64::from(s.workload.users) {
-            wallet.append(PartRec::OpenAccount(user, s.workload.balance));
+            wallet.append(JournalOp::OpenAccounts {
+                first: user,
+                count: 1,
+                balance_minor: s.workload.balance,
+            });
         }
         wallet.sync();
         let inventory = w.disks.parts.entry("inventory".into()).or_default();
         for activity in 1..=u64::from(s.workload.activities) {
-            inventory.append(PartRec::AddStock(activity, s.workload.stock));
+            inventory.append(JournalOp::AddStock {
+                activity: sut::lottery::ActivityId(activity),
+                units: s.workload.stock,
+            });
         }
         inventory.sync();
     });
@@ -219,17 +227,9 @@ fn effective_replies(world: &World) -> Vec<ParticipantReply> {
             .map(|wal| wal.clone().recover().0)
             .collect()
     });
-    let cfg = nodes::tcc::participant_config(world.with(|w| w.spec.scenario.run.flaw));
-    let mut replies = Vec::new();
-    for records in logs {
-        let mut store = sut::lottery::MemoryStore::default();
-        replies.extend(
-            records
-                .iter()
-                .filter_map(|rec| nodes::tcc::replay(&mut store, &cfg, rec)),
-        );
-    }
-    replies
+    logs.iter()
+        .flat_map(|records| journal::replay(records).1)
+        .collect()
 }
 
 fn final_ledger(world: &World) -> Result<Ledger, String> {

@@ -11,7 +11,8 @@ use madsim::task::NodeId;
 use madsim::time::Instant;
 use serde::{Deserialize, Serialize};
 use sut::clock::Now;
-use sut::lottery::{LogEntry, MemoryStore, ParticipantMsg};
+use sut::lottery::LogEntry;
+use sut::lottery::journal::{JournalOp, Journaled};
 use sut::store::{StoreCall, TagSpec};
 
 use crate::clock::NodeClock;
@@ -67,20 +68,6 @@ pub enum TokenRec {
     },
 }
 
-/// A participant-node log record.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum PartRec {
-    /// Setup: an account.
-    OpenAccount(u64, u64),
-    /// Setup: stock.
-    AddStock(u64, u64),
-    /// A handled message.
-    Msg(sut::lottery::Participant, ParticipantMsg),
-    /// The second half of a two-step operation (flawed paths only), with what its first half
-    /// read: replaying it reproduces the effect exactly as it took place.
-    Resume(sut::lottery::Participant, sut::lottery::Resume),
-}
-
 /// The simulated disks.
 #[derive(Clone, Debug, Default)]
 pub struct Disks {
@@ -90,8 +77,8 @@ pub struct Disks {
     pub token: Wal<TokenRec>,
     /// The coordinator's log.
     pub coord: Wal<LogEntry>,
-    /// Participant nodes' logs, by node name.
-    pub parts: BTreeMap<String, Wal<PartRec>>,
+    /// Participant nodes' command journals (`sut::lottery::journal`), by node name.
+    pub parts: BTreeMap<String, Wal<JournalOp>>,
 }
 
 /// A fault as it happened (for reports).
@@ -113,7 +100,7 @@ pub struct FaultSpan {
 #[derive(Clone, Debug, Default)]
 pub struct Published {
     /// Participant stores by node name.
-    pub ledgers: BTreeMap<String, Arc<Mutex<MemoryStore>>>,
+    pub ledgers: BTreeMap<String, Arc<Mutex<Journaled>>>,
 }
 
 /// Everything shared.

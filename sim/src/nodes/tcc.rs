@@ -7,15 +7,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use madsim::task::spawn;
+use sut::lottery::journal::{self, JournalOp, Journaled};
 use sut::lottery::{
     ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawOutcome, Handled, LogEntry,
-    LotteryStore, MemoryStore, Participant, ParticipantConfig, ParticipantReply, UserId, Xid,
+    Participant, ParticipantConfig, ParticipantReply, UserId, Xid,
 };
 
 use super::{GroupCommit, commit, sleep_ms};
 use crate::history::{Answer, EventKind, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
-use crate::world::PartRec;
 
 /// The node hosting a participant.
 #[must_use]
@@ -201,33 +201,6 @@ pub fn participant_config(flaw: Option<sut::flaw::Flaw>) -> ParticipantConfig {
     }
 }
 
-/// Applies one log record to a participant store; for a message, returns the reply it made.
-/// Recovery and the checkers both use it: replaying the durable log is exactly what took
-/// effect, in the order it took effect.
-pub fn replay(
-    store: &mut MemoryStore,
-    cfg: &ParticipantConfig,
-    rec: &PartRec,
-) -> Option<ParticipantReply> {
-    match rec {
-        PartRec::OpenAccount(user, balance) => {
-            let _ = store.open_account(UserId(*user), *balance);
-            None
-        }
-        PartRec::AddStock(activity, units) => {
-            let _ = store.add_stock(ActivityId(*activity), *units);
-            None
-        }
-        PartRec::Msg(p, msg) => match p.handle(store, cfg, msg) {
-            Handled::Reply(reply) => Some(reply),
-            // The first half of a two-step operation changed nothing; its `Resume` record
-            // (if it reached the disk) carries the effect.
-            Handled::Resume(_) => None,
-        },
-        PartRec::Resume(p, resume) => Some(p.handle_resume(store, cfg, resume)),
-    }
-}
-
 /// Runs a participant node (`wallet` or `inventory`).
 pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     let name = ctx.name.clone();
@@ -237,11 +210,9 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     });
     ctx.world.count("crash.torn_records_discarded", torn);
     let cfg = participant_config(flaw);
-    let mut store = MemoryStore::default();
-    for rec in &records {
-        replay(&mut store, &cfg, rec);
-    }
-    let store = Arc::new(Mutex::new(store));
+    // The store behind its command journal: the records of every operation go to this node's
+    // disk (the same journal the real server keeps), and recovery replays them.
+    let store = Arc::new(Mutex::new(Journaled::new(journal::replay(&records).0)));
     ctx.world
         .with(|w| w.published.ledgers.insert(name.clone(), Arc::clone(&store)));
 
@@ -251,16 +222,15 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
             d.parts.entry(name.clone()).or_default().sync();
         })
     };
-    // Logs the participant's record and answers once it is durable.
+    // Journals what the operation did and answers once it is durable.
     let answer = {
         let (ctx, name) = (ctx.clone(), name.clone());
-        move |from: String, reply: ParticipantReply, record: PartRec| {
+        move |from: String, reply: ParticipantReply, records: Vec<JournalOp>| {
             ctx.world.with(|w| {
-                w.disks
-                    .parts
-                    .entry(name.clone())
-                    .or_default()
-                    .append(record)
+                let disk = w.disks.parts.entry(name.clone()).or_default();
+                for record in records {
+                    disk.append(record);
+                }
             });
             let ctx = ctx.clone();
             group.then(move || {
@@ -271,25 +241,28 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     };
     while let Some((msg, from)) = inbox.recv().await {
         let Msg::Tcc(p, msg) = msg else { continue };
-        let handled = {
+        let (handled, records) = {
             let mut s = store.lock().expect("participant store");
-            p.handle(&mut *s, &cfg, &msg)
+            let handled = p.handle(&mut *s, &cfg, &msg);
+            (handled, s.take_records())
         };
         match handled {
-            Handled::Reply(reply) => answer(from, reply, PartRec::Msg(p, msg)),
+            Handled::Reply(reply) => answer(from, reply, records),
             Handled::Resume(resume) => {
                 // Flawed two-step paths only: the second store operation is a round trip
                 // later, and other messages run in between (the correct path never gets
-                // here, so its timing is unchanged).
+                // here, so its timing is unchanged). The first half only read.
+                debug_assert!(records.is_empty(), "a two-step first half writes nothing");
                 ctx.world.count("tcc.two_step_gaps", 1);
                 let (store, answer) = (Arc::clone(&store), answer.clone());
                 spawn(async move {
                     sleep_ms(1).await;
-                    let reply = {
+                    let (reply, records) = {
                         let mut s = store.lock().expect("participant store");
-                        p.handle_resume(&mut *s, &cfg, &resume)
+                        let reply = p.handle_resume(&mut *s, &cfg, &resume);
+                        (reply, s.take_records())
                     };
-                    answer(from, reply, PartRec::Resume(p, resume));
+                    answer(from, reply, records);
                 });
             }
         }

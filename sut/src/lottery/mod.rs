@@ -22,6 +22,8 @@
 //! - [`store`]: the store trait at the level of domain operations and the in-memory store (the
 //!   SQLite store, WAL, `synchronous=FULL`, one transaction per operation, lives in
 //!   `sut-server` and calls the same [`rules`]).
+//! - [`journal`]: the command journal: every mutating store operation as a record, replayed
+//!   to recover (the server's SQLite journal and the simulator's participant disks).
 //! - [`participant`]: participants as message handlers over a store.
 //! - [`coordinator`]: the sans-IO coordinator: Try all, durable verdict, Confirm/Cancel all,
 //!   timeouts, bounded retries with exponential backoff, recovery from its log.
@@ -48,6 +50,7 @@ use serde::{Deserialize, Serialize};
 pub mod coordinator;
 pub mod fence;
 pub mod invariants;
+pub mod journal;
 pub mod ledger;
 pub mod log;
 pub mod participant;

@@ -1,7 +1,9 @@
 //! The conformance property: random operation sequences (several xids interleaved, duplicates,
 //! out-of-order Confirm/Cancel, flawed two-step operations, setup mistakes, coordinator log
-//! entries) applied to the in-memory store and to the SQLite store give identical results and
-//! identical snapshots after every step.
+//! entries) applied to the in-memory store, to the SQLite store and to the server's default
+//! store (the journaled memory store, `crate::lottery::JournaledStore`, committed after every
+//! step) give identical results and identical snapshots after every step; reopening either file
+//! gives the same state.
 
 use proptest::prelude::*;
 
@@ -11,6 +13,7 @@ use sut::lottery::{
 };
 
 use super::SqliteLotteryStore;
+use crate::lottery::{DurableLottery, JournaledStore};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -109,20 +112,30 @@ proptest! {
     fn memory_and_sqlite_stores_agree(ops in prop::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
         let mut sql = SqliteLotteryStore::open(dir.path().join("conf.db")).unwrap();
+        let mut journaled = JournaledStore::open(&dir.path().join("journal.db")).unwrap();
         let mut mem = MemoryStore::new();
-        let (mut mem_slots, mut sql_slots): (Slots, Slots) = Default::default();
+        let (mut mem_slots, mut sql_slots, mut journal_slots): (Slots, Slots, Slots) =
+            Default::default();
         for (i, op) in ops.iter().enumerate() {
             let m = apply(&mut mem, &mut mem_slots, op);
             let s = apply(&mut sql, &mut sql_slots, op);
+            let j = apply(&mut journaled, &mut journal_slots, op);
+            journaled.commit().unwrap();
             prop_assert_eq!(&m, &s, "step {} {:?}", i, op);
+            prop_assert_eq!(&m, &j, "journaled, step {} {:?}", i, op);
             prop_assert!(!m.contains("Backend"), "no backend error: {}", m);
             let mem_snapshot = mem.snapshot().unwrap();
             prop_assert_eq!(&mem_snapshot, &sql.snapshot().unwrap(), "snapshot after step {} {:?}", i, op);
+            prop_assert_eq!(&mem_snapshot, &journaled.snapshot().unwrap(), "journaled snapshot after step {} {:?}", i, op);
             prop_assert_eq!(mem.log_load().unwrap(), sql.log_load().unwrap());
+            prop_assert_eq!(mem.log_load().unwrap(), journaled.log_load().unwrap());
         }
-        // Reopening the SQLite file gives the same state (durability of committed steps).
+        // Reopening either file gives the same state (durability of committed steps).
         drop(sql);
+        drop(journaled);
         let mut reopened = SqliteLotteryStore::open(dir.path().join("conf.db")).unwrap();
         prop_assert_eq!(mem.snapshot().unwrap(), reopened.snapshot().unwrap());
+        let mut replayed = JournaledStore::open(&dir.path().join("journal.db")).unwrap();
+        prop_assert_eq!(mem.snapshot().unwrap(), replayed.snapshot().unwrap());
     }
 }
