@@ -22,6 +22,7 @@ use proptest::collection::vec;
 use proptest::sample::{select, subsequence};
 use proptest::strategy::{BoxedStrategy, Strategy, Union};
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use sim::faults::{self, Param, Targets, Value};
 use sim::run::{SeedOutcome, node_names};
 use sim::scenario::{FaultKind, Scenario, ScheduledFault};
 use sut::flaw::Flaw;
@@ -156,7 +157,7 @@ pub enum SearchError {
 
 /// Every node of the scenario's topology (for network faults) and the server nodes node faults
 /// may hit (`[faults] targets` when set).
-fn nodes_of(scenario: &Scenario) -> (Vec<String>, Vec<String>) {
+fn targets_of(scenario: &Scenario) -> Targets {
     let all = node_names(scenario);
     let targets = &scenario.faults.targets;
     let servers: Vec<String> = all
@@ -165,155 +166,42 @@ fn nodes_of(scenario: &Scenario) -> (Vec<String>, Vec<String>) {
         .filter(|n| targets.is_empty() || targets.contains(n))
         .cloned()
         .collect();
-    (all, servers)
+    Targets { all, servers }
 }
 
-/// The strategy of one event of `kind` (None: the topology gives it no target).
+/// The proptest strategy of one parameter: the same range the random nemesis draws from
+/// (`sim::faults`), shrinking towards its simplest value.
+fn param_strategy(param: &Param) -> BoxedStrategy<Value> {
+    match param.clone() {
+        Param::Node(of) => select(of).prop_map(Value::Node).boxed(),
+        Param::Nodes { of, min, max } => subsequence(of, min..=max).prop_map(Value::Nodes).boxed(),
+        Param::Flag => proptest::bool::ANY.prop_map(Value::Flag).boxed(),
+        Param::Int { lo, hi } => (lo..=hi).prop_map(Value::Int).boxed(),
+        Param::LogMagnitude { max } => (0..=1_000i64)
+            .prop_map(move |x| Value::Int(faults::log_magnitude(max, x)))
+            .boxed(),
+    }
+}
+
+/// The strategy of one event of `kind` (None: the topology gives it no target): a time in the
+/// safety phase and every parameter of the kind's space.
 fn event_strategy(
     scenario: &Scenario,
     kind: FaultKind,
-    all: &[String],
-    servers: &[String],
+    targets: &Targets,
 ) -> Option<BoxedStrategy<ScheduledFault>> {
-    let safety_ms = scenario.run.safety_ms.max(1);
-    let f = &scenario.faults;
-    let at = 0..safety_ms;
-    let duration = f.duration_ms[0].max(1)..=f.duration_ms[1].max(1);
-    let node = select(servers.to_vec());
-    let base = move |at_ms, duration_ms| {
-        let mut e = ScheduledFault::new(at_ms, kind);
-        e.duration_ms = Some(duration_ms);
-        e
-    };
-    Some(match kind {
-        FaultKind::Partition => {
-            if all.len() < 2 {
-                return None;
-            }
-            (
-                at,
-                duration,
-                subsequence(all.to_vec(), 1..all.len()),
-                proptest::bool::ANY,
-            )
-                .prop_map(move |(at_ms, d, side, one_way)| {
-                    let mut e = base(at_ms, d);
-                    e.nodes = side;
-                    e.one_way = one_way;
-                    e
-                })
-                .boxed()
-        }
-        FaultKind::Swizzle => (
-            at,
-            duration,
-            subsequence(all.to_vec(), 1..=all.len()),
-            20..200u64,
-        )
-            .prop_map(move |(at_ms, d, nodes, period)| {
-                let mut e = base(at_ms, d);
-                e.nodes = nodes;
-                e.period_ms = Some(period);
-                e
-            })
+    let space = faults::space(kind, &scenario.faults, targets)?;
+    let params: Vec<BoxedStrategy<Value>> = space
+        .params
+        .iter()
+        .map(|(_, p)| param_strategy(p))
+        .collect();
+    let at = 0..scenario.run.safety_ms.max(1);
+    Some(
+        (at, params)
+            .prop_map(move |(at_ms, values)| space.event(at_ms, &values))
             .boxed(),
-        FaultKind::Loss => (at, duration, 1..=f.loss_pct_max.clamp(1, 100))
-            .prop_map(move |(at_ms, d, pct)| {
-                let mut e = base(at_ms, d);
-                e.loss_pct = Some(pct);
-                e
-            })
-            .boxed(),
-        FaultKind::Latency => (at, duration, 50..500u64)
-            .prop_map(move |(at_ms, d, ms)| {
-                let mut e = base(at_ms, d);
-                e.latency_ms = Some(ms);
-                e
-            })
-            .boxed(),
-        FaultKind::Kill | FaultKind::Pause => {
-            if servers.is_empty() {
-                return None;
-            }
-            (at, duration, node, proptest::bool::ANY)
-                .prop_map(move |(at_ms, d, n, tear)| {
-                    let mut e = base(at_ms, d);
-                    e.node = Some(n);
-                    e.tear = tear && kind == FaultKind::Kill;
-                    e
-                })
-                .boxed()
-        }
-        FaultKind::ClockBump => {
-            if servers.is_empty() {
-                return None;
-            }
-            // Log-uniform magnitude as the random nemesis draws it; shrinks towards 1 ms.
-            let max = f.bump_ms_max.clamp(2, 3_600_000) as f64;
-            (at, node, proptest::bool::ANY, 0..=1_000u32)
-                .prop_map(move |(at_ms, n, forward, x)| {
-                    let magnitude = max.powf(f64::from(x) / 1_000.0).round() as i64;
-                    let mut e = ScheduledFault::new(at_ms, kind);
-                    e.node = Some(n);
-                    e.delta_ms = Some(if forward { magnitude } else { -magnitude });
-                    e
-                })
-                .boxed()
-        }
-        FaultKind::ClockStrobe => {
-            if servers.is_empty() {
-                return None;
-            }
-            (at, duration, node, 2..2_000i64, 5..100u64)
-                .prop_map(move |(at_ms, d, n, delta, period)| {
-                    let mut e = base(at_ms, d);
-                    e.node = Some(n);
-                    e.delta_ms = Some(delta);
-                    e.period_ms = Some(period);
-                    e
-                })
-                .boxed()
-        }
-        FaultKind::ClockDrift => {
-            if servers.is_empty() {
-                return None;
-            }
-            let ppm = f.drift_ppm_max.clamp(1, 1_000_000);
-            (at, duration, node, -ppm..=ppm)
-                .prop_map(move |(at_ms, d, n, ppm)| {
-                    let mut e = base(at_ms, d);
-                    e.node = Some(n);
-                    e.ppm = Some(ppm);
-                    e
-                })
-                .boxed()
-        }
-        FaultKind::ClockRestart => {
-            let ids: Vec<String> = servers
-                .iter()
-                .filter(|n| n.starts_with("id"))
-                .cloned()
-                .collect();
-            if ids.is_empty() {
-                return None;
-            }
-            (
-                at,
-                10..100u64,
-                select(ids),
-                10..5_000i64,
-                proptest::bool::ANY,
-            )
-                .prop_map(move |(at_ms, down, n, back, tear)| {
-                    let mut e = base(at_ms, down);
-                    e.node = Some(n);
-                    e.delta_ms = Some(back);
-                    e.tear = tear;
-                    e
-                })
-                .boxed()
-        }
-    })
+    )
 }
 
 /// The strategy of a case for `scenario`: a schedule of up to `events_max` events of the
@@ -328,12 +216,12 @@ pub fn strategy(
     events_max: usize,
     run_seeds: u64,
 ) -> Result<BoxedStrategy<Case>, SearchError> {
-    let (all, servers) = nodes_of(scenario);
+    let targets = targets_of(scenario);
     let kinds: Vec<BoxedStrategy<ScheduledFault>> = scenario
         .faults
         .kinds
         .iter()
-        .filter_map(|kind| event_strategy(scenario, *kind, &all, &servers))
+        .filter_map(|kind| event_strategy(scenario, *kind, &targets))
         .collect();
     if kinds.is_empty() {
         return Err(SearchError::NoKinds(scenario.name.clone()));

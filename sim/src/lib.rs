@@ -26,6 +26,7 @@ pub mod bench;
 pub mod checkers;
 pub mod clock;
 pub mod disk;
+pub mod faults;
 pub mod history;
 pub mod nemesis;
 pub mod net;

@@ -9,6 +9,7 @@ use madsim::rand::{Rng, thread_rng};
 use madsim::runtime::Handle;
 use madsim::task::spawn;
 
+use crate::faults::{self, Targets};
 use crate::history::EventKind;
 use crate::nodes::sleep_ms;
 use crate::scenario::{FaultKind, ScheduledFault};
@@ -16,10 +17,6 @@ use crate::world::{FaultSpan, World};
 
 fn between(range: [u64; 2]) -> u64 {
     thread_rng().gen_range(range[0]..=range[1])
-}
-
-fn pick(list: &[String]) -> Option<String> {
-    (!list.is_empty()).then(|| list[thread_rng().gen_range(0..list.len())].clone())
 }
 
 /// Records a fault; returns its span index (to close it at heal).
@@ -198,9 +195,10 @@ pub async fn run(world: World, stop_ms: u64) {
             })
             .map(|(kind, _)| *kind)
             .expect("weights sum to total");
-        let duration_ms = between(faults.duration_ms);
-        if let Some(action) = choose(&world, kind) {
-            apply(&world, action, duration_ms);
+        let targets = live_targets(&world);
+        if let Some(space) = faults::space(kind, &faults, &targets) {
+            let event = space.draw(&mut thread_rng(), world.sim_ms());
+            inject(&world, &event, stop_ms);
         }
     }
 }
@@ -218,19 +216,44 @@ async fn play(world: &World, mut schedule: Vec<ScheduledFault>, stop_ms: u64) {
         if event.at_ms > now {
             sleep_ms(event.at_ms - now).await;
         }
-        let duration_ms = event
-            .duration_ms
-            .unwrap_or_else(|| stop_ms.saturating_sub(event.at_ms).max(1));
-        match scripted(world, &event) {
-            Ok(action) => apply(world, action, duration_ms),
-            Err(why) => {
-                world.record("nemesis", |_| EventKind::Fault {
-                    kind: event.fault.name().into(),
-                    detail: format!("skipped: {why}"),
-                });
-            }
+        inject(world, &event, stop_ms);
+    }
+}
+
+/// Carries out one event, the random nemesis's or a schedule's: a fault without a duration
+/// lasts until the safety phase ends (`stop_ms`); an event whose node is down is skipped and
+/// recorded as such.
+fn inject(world: &World, event: &ScheduledFault, stop_ms: u64) {
+    let duration_ms = event
+        .duration_ms
+        .unwrap_or_else(|| stop_ms.saturating_sub(event.at_ms).max(1));
+    match scripted(world, event) {
+        Ok(action) => apply(world, action, duration_ms),
+        Err(why) => {
+            world.record("nemesis", |_| EventKind::Fault {
+                kind: event.fault.name().into(),
+                detail: format!("skipped: {why}"),
+            });
         }
     }
+}
+
+/// Where the random nemesis may strike now: every node for network faults, and the server
+/// nodes that are up (and among the scenario's `[faults] targets`, if set) for node faults.
+fn live_targets(world: &World) -> Targets {
+    world.with(|w| {
+        let targets = &w.spec.scenario.faults.targets;
+        let servers = w
+            .server_nodes()
+            .into_iter()
+            .filter(|n| targets.is_empty() || targets.contains(n))
+            .filter(|n| !w.killed.contains(n) && !w.paused.contains_key(n))
+            .collect();
+        Targets {
+            all: w.addrs.keys().cloned().collect(),
+            servers,
+        }
+    })
 }
 
 /// A fault with every parameter decided.
@@ -240,10 +263,10 @@ enum Action {
         side: Vec<String>,
         one_way: bool,
     },
-    /// `step_ms` `None`: the random nemesis's 20–200 ms steps and random heal order.
+    /// Nodes are clogged one by one, `step_ms` apart, and healed in the same order.
     Swizzle {
         nodes: Vec<String>,
-        step_ms: Option<u64>,
+        step_ms: u64,
     },
     Loss {
         ppm: u32,
@@ -271,12 +294,12 @@ enum Action {
         node: String,
         ppm: i64,
     },
-    /// `down_ms` `None`: the random nemesis's 10–100 ms, drawn when the node goes down.
+    /// The node stays down `down_ms`.
     ClockRestart {
         node: String,
         back_ms: i64,
         tear: bool,
-        down_ms: Option<u64>,
+        down_ms: u64,
     },
 }
 
@@ -284,105 +307,6 @@ enum Action {
 const SWIZZLE_STEP_MS: u64 = 100;
 /// Default ms a `clock_restart` node stays down in a schedule (within the random 10–100 ms).
 const CLOCK_RESTART_DOWN_MS: u64 = 50;
-
-/// The random nemesis's choice of target and parameters for `kind` (draws in the same order as
-/// it always has, so seeds of unscripted scenarios replay as before).
-fn choose(world: &World, kind: FaultKind) -> Option<Action> {
-    let (servers, all, faults) = world.with(|w| {
-        let targets = &w.spec.scenario.faults.targets;
-        let servers: Vec<String> = w
-            .server_nodes()
-            .into_iter()
-            .filter(|n| targets.is_empty() || targets.contains(n))
-            .filter(|n| !w.killed.contains(n) && !w.paused.contains_key(n))
-            .collect();
-        (
-            servers,
-            w.addrs.keys().cloned().collect::<Vec<_>>(),
-            w.spec.scenario.faults.clone(),
-        )
-    });
-    let mut rng = thread_rng();
-    Some(match kind {
-        FaultKind::Partition => {
-            let mut side: Vec<String> = all.iter().filter(|_| rng.gen_bool(0.4)).cloned().collect();
-            if side.is_empty() || side.len() == all.len() {
-                side = vec![all[rng.gen_range(0..all.len())].clone()];
-            }
-            let one_way = rng.gen_bool(0.3);
-            Action::Partition { side, one_way }
-        }
-        FaultKind::Swizzle => {
-            let mut nodes: Vec<String> =
-                all.iter().filter(|_| rng.gen_bool(0.5)).cloned().collect();
-            if nodes.is_empty() {
-                nodes.push(all[0].clone());
-            }
-            Action::Swizzle {
-                nodes,
-                step_ms: None,
-            }
-        }
-        FaultKind::Loss => Action::Loss {
-            ppm: rng.gen_range(1..=faults.loss_pct_max.max(1)) * 10_000,
-        },
-        FaultKind::Latency => Action::Latency {
-            high_ms: rng.gen_range(50..500),
-        },
-        FaultKind::Kill => {
-            let node = pick(&servers)?;
-            let tear = thread_rng().gen_bool(0.5);
-            Action::Kill { node, tear }
-        }
-        FaultKind::Pause => Action::Pause {
-            node: pick(&servers)?,
-        },
-        FaultKind::ClockBump => {
-            let node = pick(&servers)?;
-            // Log-uniform magnitude: millisecond bumps (inside Snowflake's wait window) as
-            // often as minute-long ones.
-            let max = faults.bump_ms_max.max(2) as f64;
-            let magnitude = max.powf(rng.gen_range(0.0..1.0)).round() as i64;
-            let delta_ms = if rng.gen_bool(0.5) {
-                -magnitude
-            } else {
-                magnitude
-            };
-            Action::ClockBump { node, delta_ms }
-        }
-        FaultKind::ClockStrobe => {
-            let node = pick(&servers)?;
-            let delta_ms = rng.gen_range(2..2_000);
-            let period_ms = rng.gen_range(5..100);
-            Action::ClockStrobe {
-                node,
-                delta_ms,
-                period_ms,
-            }
-        }
-        FaultKind::ClockDrift => {
-            let node = pick(&servers)?;
-            let ppm = rng.gen_range(-faults.drift_ppm_max..=faults.drift_ppm_max);
-            Action::ClockDrift { node, ppm }
-        }
-        FaultKind::ClockRestart => {
-            let ids: Vec<String> = servers
-                .iter()
-                .filter(|n| n.starts_with("id"))
-                .cloned()
-                .collect();
-            let node = pick(&ids)?;
-            let back_ms = rng.gen_range(10..5_000);
-            let tear = thread_rng().gen_bool(0.5);
-            Action::ClockRestart {
-                node,
-                back_ms,
-                tear,
-                down_ms: None,
-            }
-        }
-    })
-}
 
 /// A scheduled event as an action; `Err` says why it cannot happen now (its node is down).
 fn scripted(world: &World, event: &ScheduledFault) -> Result<Action, String> {
@@ -402,7 +326,7 @@ fn scripted(world: &World, event: &ScheduledFault) -> Result<Action, String> {
         },
         FaultKind::Swizzle => Action::Swizzle {
             nodes: event.nodes.clone(),
-            step_ms: Some(event.period_ms.unwrap_or(SWIZZLE_STEP_MS)),
+            step_ms: event.period_ms.unwrap_or(SWIZZLE_STEP_MS),
         },
         FaultKind::Loss => Action::Loss {
             ppm: event.loss_pct.unwrap_or(1).min(100) * 10_000,
@@ -432,7 +356,7 @@ fn scripted(world: &World, event: &ScheduledFault) -> Result<Action, String> {
             node: node_up()?,
             back_ms: event.delta_ms.unwrap_or(1),
             tear: event.tear,
-            down_ms: Some(event.duration_ms.unwrap_or(CLOCK_RESTART_DOWN_MS)),
+            down_ms: event.duration_ms.unwrap_or(CLOCK_RESTART_DOWN_MS),
         },
     })
 }
@@ -482,22 +406,15 @@ fn apply(world: &World, action: Action, duration_ms: u64) {
             let kind = FaultKind::Swizzle;
             let span = begin(world, "net", kind, format!("{nodes:?}"));
             let world = world.clone();
-            let step = move || step_ms.unwrap_or_else(|| thread_rng().gen_range(20..200));
             spawn(async move {
                 for node in &nodes {
                     clog_node(&world, node);
-                    sleep_ms(step()).await;
+                    sleep_ms(step_ms).await;
                 }
                 sleep_ms(duration_ms).await;
-                let mut order = nodes.clone();
-                if step_ms.is_none() {
-                    for i in (1..order.len()).rev() {
-                        order.swap(i, thread_rng().gen_range(0..=i));
-                    }
-                }
-                for node in &order {
+                for node in &nodes {
                     unclog_node(&world, node);
-                    sleep_ms(step()).await;
+                    sleep_ms(step_ms).await;
                 }
                 end(&world, span);
             });
@@ -639,7 +556,7 @@ fn apply(world: &World, action: Action, duration_ms: u64) {
             );
             let world = world.clone();
             spawn(async move {
-                sleep_ms(down_ms.unwrap_or_else(|| thread_rng().gen_range(10..100))).await;
+                sleep_ms(down_ms).await;
                 restart(&world, &node);
                 end(&world, span);
             });
