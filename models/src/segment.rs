@@ -55,6 +55,9 @@ pub const FLAWS: &[&str] = &["segment_no_version_check", "counter_no_persist"];
 /// explores every path up to this many steps.
 pub const DEPTH_DEFAULT: usize = 14;
 
+/// The `always` property that runs [`SegmentAllocator::check_invariants`] on every allocator.
+pub const ALLOCATOR_INVARIANTS: &str = "allocator.invariants";
+
 /// The tag every allocator draws from.
 pub const TAG: &str = "t";
 
@@ -622,6 +625,9 @@ pub fn model(
         })
         .property(Expectation::Always, "ids.monotonic", |_, state| {
             ghosts(state).all(ids_monotonic)
+        })
+        .property(Expectation::Always, ALLOCATOR_INVARIANTS, |_, state| {
+            allocators(state).all(|a| a.check_invariants().is_ok())
         })
         .property(Expectation::Sometimes, "buffer switch", |_, state| {
             allocators(state).any(|a| a.stats().buffer_switches > 0)

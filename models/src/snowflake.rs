@@ -49,6 +49,9 @@ pub const FLAWS: &[&str] = &[
 /// `docs/models.md`).
 pub const DEPTH_DEFAULT: usize = 18;
 
+/// The `always` property that runs the lease holder's (and its worker's) `check_invariants`.
+pub const WORKER_INVARIANTS: &str = "worker.invariants";
+
 const NAMESPACE: &str = "snowflake";
 const STORE: usize = 0;
 
@@ -433,6 +436,12 @@ pub fn model(setup: &SnowflakeSetup) -> NetModel<HashedActor<SnowActor>, Snowfla
         })
         .property(Expectation::Always, "ids.monotonic", |_, sys| {
             machine(sys).is_none_or(|m| strictly_increasing(&m.issued))
+        })
+        .property(Expectation::Always, WORKER_INVARIANTS, |_, sys| {
+            sys.actor_states.iter().all(|s| match &***s {
+                SnowState::Worker(node) => node.holder.check_invariants().is_ok(),
+                SnowState::Store(_) => true,
+            })
         })
         .property(Expectation::Sometimes, "issued after restart", |_, sys| {
             machine(sys).is_some_and(|m| m.issued.iter().any(|(inc, _)| *inc > 0))

@@ -96,6 +96,27 @@ impl State {
         }
     }
 
+    /// The state machines' own invariants, after every tick of a debug build.
+    fn debug_check_invariants(&self) {
+        if cfg!(debug_assertions) {
+            let checks = [
+                ("segment allocator", self.alloc.check_invariants()),
+                ("worker-lease holder", self.holder.check_invariants()),
+                (
+                    "semantic generator",
+                    self.semantic
+                        .as_ref()
+                        .map_or(Ok(()), |(_, g)| g.check_invariants()),
+                ),
+            ];
+            for (name, check) in checks {
+                if let Err(violation) = check {
+                    panic!("{name} of {}: {violation}", self.generator());
+                }
+            }
+        }
+    }
+
     /// Performs what the worker-lease holder asks for: its calls go to the database node.
     fn worker_upkeep(&mut self, ctx: &Ctx, now: Now, out: &mut Outbox) {
         if self
@@ -489,6 +510,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
                     s.worker_upkeep(&ctx, now, &mut out);
                     s.retry_parked(&ctx, now, &mut out);
                     s.report_stats(&ctx);
+                    s.debug_check_invariants();
                 }
                 flush(&ctx, out);
             }

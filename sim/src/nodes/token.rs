@@ -84,6 +84,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
                     let mut s = svc.lock().expect("token service");
                     let rec = TokenRec::Purge { now };
                     apply(&mut s, &rec);
+                    debug_assert_eq!(s.check_invariants(), Ok(()), "token service");
                     ctx.world.with(|w| w.disks.token.append(rec))
                 };
                 commit(&ctx.world, |d| &mut d.token, pos).await;

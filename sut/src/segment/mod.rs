@@ -461,6 +461,90 @@ impl SegmentAllocator {
         self.last_issued
     }
 
+    /// Checks the allocator's invariants: each buffer's claim lies inside its segment and
+    /// nothing was issued beyond the claim the store acknowledged (unless the buffer is used
+    /// up), the prefetched buffer lies above everything issued, at most one store call per
+    /// purpose is queued, every call in flight has an id below the next one, and the degraded
+    /// worker's ([`SnowflakeWorker::check_invariants`]). For simulators (after every step in
+    /// debug builds), models (an `always` property) and tests.
+    ///
+    /// # Errors
+    /// The first violation, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (name, held) in [("current", &self.current), ("next", &self.next)] {
+            if let Some(held) = held {
+                self.check_held(name, held)?;
+            }
+        }
+        if let (Some(next), Some(last)) = (&self.next, self.last_issued)
+            && next.next <= last
+            && self.cfg.flaw.is_none()
+        {
+            return Err(format!(
+                "the prefetched buffer would issue {} after {last} was issued",
+                next.next
+            ));
+        }
+        if self.outbox.len() > OUTBOX_MAX {
+            return Err(format!(
+                "{} store calls queued (most {OUTBOX_MAX})",
+                self.outbox.len()
+            ));
+        }
+        let flights = [self.fetch_flight(), self.degraded_reservation.as_ref()];
+        if let Some(f) = flights
+            .into_iter()
+            .flatten()
+            .find(|f| f.id >= self.next_request_id)
+        {
+            return Err(format!(
+                "call {} in flight, next id {}",
+                f.id, self.next_request_id
+            ));
+        }
+        self.degraded
+            .as_ref()
+            .map_or(Ok(()), SnowflakeWorker::check_invariants)
+    }
+
+    fn fetch_flight(&self) -> Option<&InFlight> {
+        match &self.fetch {
+            Fetch::Reading { flight, .. } | Fetch::Allocating { flight, .. } => Some(flight),
+            Fetch::Idle | Fetch::Backoff { .. } => None,
+        }
+    }
+
+    fn check_held(&self, name: &str, held: &Held) -> Result<(), String> {
+        let segment = held.segment;
+        if held.claim_end < segment.start || held.claim_end > segment.end {
+            return Err(format!(
+                "{name} buffer: claim {} outside {segment:?}",
+                held.claim_end
+            ));
+        }
+        if held.next < segment.start {
+            return Err(format!(
+                "{name} buffer: next {} below {segment:?}",
+                held.next
+            ));
+        }
+        if held.next > held.claim_end && !held.used_up() && self.cfg.flaw.is_none() {
+            return Err(format!(
+                "{name} buffer: issued up to {} beyond the acknowledged claim {}",
+                held.next, held.claim_end
+            ));
+        }
+        if let Some(renewing) = &held.renewing
+            && renewing.id >= self.next_request_id
+        {
+            return Err(format!(
+                "{name} buffer: renewal {} not yet made",
+                renewing.id
+            ));
+        }
+        Ok(())
+    }
+
     /// One ID (see [`Self::take_block`]).
     pub fn next_id(&mut self, now: Now) -> Take {
         self.take_block(now, 1)

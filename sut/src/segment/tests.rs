@@ -607,3 +607,42 @@ fn flaw_reclaim_no_drift_margin_lets_a_zombie_overlap() {
         "the reclaimed tail starts at the last usage report, below what the zombie issued"
     );
 }
+
+/// Every invariant [`SegmentAllocator::check_invariants`] states fires on a crafted state, and
+/// holds along a correct run.
+#[test]
+fn allocator_invariants_hold_on_a_run_and_fire_on_crafted_states() {
+    let mut store = store_with(10);
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    for t in 0..30 {
+        let _ = take(&mut alloc, &mut store, Now::both(t));
+        alloc.check_invariants().unwrap();
+    }
+    let held = alloc
+        .current
+        .clone()
+        .expect("a current buffer after issuing");
+    let mut bad = alloc.clone();
+    bad.current.as_mut().unwrap().claim_end = held.segment.end + 1;
+    assert!(bad.check_invariants().unwrap_err().contains("claim"));
+    let mut bad = alloc.clone();
+    let current = bad.current.as_mut().unwrap();
+    current.claim_end = current.segment.start;
+    current.next = current.segment.start + current.segment.delta;
+    assert!(
+        bad.check_invariants()
+            .unwrap_err()
+            .contains("beyond the acknowledged claim")
+    );
+    let mut bad = alloc.clone();
+    let mut next = held.clone();
+    next.next = alloc.last_issued().unwrap();
+    bad.next = Some(next);
+    assert!(bad.check_invariants().unwrap_err().contains("prefetched"));
+    let mut bad = alloc.clone();
+    bad.current.as_mut().unwrap().renewing = Some(InFlight {
+        id: bad.next_request_id,
+        sent_mono: 0,
+    });
+    assert!(bad.check_invariants().unwrap_err().contains("renewal"));
+}

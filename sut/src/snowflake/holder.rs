@@ -159,6 +159,25 @@ impl WorkerLeaseHolder {
         })
     }
 
+    /// Checks the holder's invariants: call ids stay below the next one it would use, and the
+    /// worker's ([`SnowflakeWorker::check_invariants`]).
+    ///
+    /// # Errors
+    /// The first violation, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some((id, _)) = self.in_flight {
+            let last = self.cfg.request_id_base.wrapping_add(self.requests);
+            if id != last {
+                return Err(format!(
+                    "call {id} in flight, but the last call made was {last}"
+                ));
+            }
+        }
+        self.worker
+            .as_ref()
+            .map_or(Ok(()), SnowflakeWorker::check_invariants)
+    }
+
     /// Whether a call is in flight.
     #[must_use]
     pub const fn in_flight(&self) -> bool {
@@ -428,6 +447,19 @@ mod tests {
             .poll_request(now(1_001))
             .expect("a new lease is asked for");
         assert!(matches!(call, StoreCall::AcquireWorker(_)));
+    }
+
+    #[test]
+    fn the_holder_invariants_fire_on_a_call_it_never_made() {
+        let mut store = MemoryIdStore::new();
+        let mut h = holder(1);
+        let _ = pump(&mut h, &mut store, now(0));
+        h.check_invariants().unwrap();
+        let _ = h.worker_mut().unwrap().next_id(WALL_MS);
+        let (id, _) = h.poll_request(now(1)).unwrap();
+        h.check_invariants().unwrap();
+        h.in_flight = Some((id + 1, 1));
+        assert!(h.check_invariants().unwrap_err().contains("in flight"));
     }
 
     #[test]

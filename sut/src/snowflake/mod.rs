@@ -369,6 +369,22 @@ impl SnowflakeWorker {
     pub fn handle_lease_lost(&mut self) {
         self.sequencer.handle_lease_lost();
     }
+
+    /// Checks the worker's invariants: its id fits the layout, and its sequencer's
+    /// ([`Sequencer::check_invariants`]).
+    ///
+    /// # Errors
+    /// The first violation, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.worker_id >= self.layout.worker_count() {
+            return Err(format!(
+                "worker id {} outside the layout's {} ids",
+                self.worker_id,
+                self.layout.worker_count()
+            ));
+        }
+        self.sequencer.check_invariants()
+    }
 }
 
 #[cfg(test)]

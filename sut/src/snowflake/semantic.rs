@@ -167,6 +167,21 @@ impl SemanticGenerator {
     pub fn sequencer(&self) -> &Sequencer {
         &self.sequencer
     }
+
+    /// Checks the generator's invariants: its machine number fits three digits, and its
+    /// sequencer's ([`Sequencer::check_invariants`]).
+    ///
+    /// # Errors
+    /// The first violation, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.machine >= MACHINE_COUNT {
+            return Err(format!(
+                "machine {} outside 0..{MACHINE_COUNT}",
+                self.machine
+            ));
+        }
+        self.sequencer.check_invariants()
+    }
 }
 
 /// Splits a semantic ID into its parts.

@@ -148,15 +148,15 @@ pub struct SequencerStats {
 pub struct Sequencer {
     cfg: SequencerConfig,
     /// The unit of the last pair issued (or the start-up floor).
-    last_ts: u64,
+    pub(super) last_ts: u64,
     /// The sequence of the last pair issued (`seq_max` at start-up: the floor unit is full).
     last_seq: u64,
     /// Persisted: no pair above this unit may be issued.
-    reserved_ts: u64,
+    pub(super) reserved_ts: u64,
     /// A reservation handed to the driver and not yet acknowledged.
-    reservation_in_flight: Option<u64>,
+    pub(super) reservation_in_flight: Option<u64>,
     /// A reservation waiting to be polled.
-    reservation_wanted: Option<u64>,
+    pub(super) reservation_wanted: Option<u64>,
     stopped: bool,
     stats: SequencerStats,
 }
@@ -423,5 +423,41 @@ impl Sequencer {
     #[must_use]
     pub fn is_stopped(&self) -> bool {
         self.stopped
+    }
+
+    /// Checks the sequencer's invariants: nothing was issued above the persisted reservation
+    /// (the promise a restart relies on), the sequence fits its field, and a reservation in
+    /// flight or wanted lies above what is already persisted. The documented flaws that break
+    /// the first promise on purpose (`snowflake_no_persisted_ts`, `time_field_narrow`) are
+    /// exempt from it. For simulators (after every step in debug builds), models and tests.
+    ///
+    /// # Errors
+    /// The first violation, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let exempt = matches!(
+            self.cfg.flaw,
+            Some(Flaw::SnowflakeNoPersistedTs | Flaw::TimeFieldNarrow)
+        );
+        if !exempt && self.last_ts > self.reserved_ts {
+            return Err(format!(
+                "issued in unit {} above the persisted reservation {}",
+                self.last_ts, self.reserved_ts
+            ));
+        }
+        if self.last_seq > self.cfg.seq_max {
+            return Err(format!(
+                "sequence {} above {}",
+                self.last_seq, self.cfg.seq_max
+            ));
+        }
+        if let (Some(wanted), Some(flight)) = (self.reservation_wanted, self.reservation_in_flight)
+            && wanted <= flight
+            && !exempt
+        {
+            return Err(format!(
+                "wanted reservation {wanted} not above the one in flight {flight}"
+            ));
+        }
+        Ok(())
     }
 }

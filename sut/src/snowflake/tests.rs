@@ -519,3 +519,42 @@ fn flaw_machine_id_hash_ip_collides_between_hosts() {
     assert_ne!(a, b);
     assert!(seen.len() <= 1_000);
 }
+
+/// [`Sequencer::check_invariants`] and [`SnowflakeWorker::check_invariants`] hold along a
+/// correct run and fire on crafted states.
+#[test]
+fn worker_invariants_hold_on_a_run_and_fire_on_crafted_states() {
+    let mut w = worker(WorkerConfig::default(), 0);
+    for t in 0..50 {
+        let _ = issue(&mut w, T0 + t);
+        w.check_invariants().unwrap();
+    }
+    let mut bad = w.clone();
+    bad.sequencer.last_ts = bad.sequencer.reserved_ts + 1;
+    assert!(
+        bad.check_invariants()
+            .unwrap_err()
+            .contains("above the persisted reservation")
+    );
+    let mut bad = w.clone();
+    bad.worker_id = bad.layout.worker_count();
+    assert!(bad.check_invariants().unwrap_err().contains("worker id"));
+    let mut bad = w.clone();
+    bad.sequencer.reservation_in_flight = Some(10);
+    bad.sequencer.reservation_wanted = Some(10);
+    assert!(
+        bad.check_invariants()
+            .unwrap_err()
+            .contains("wanted reservation")
+    );
+    // The flaw that issues above the reservation on purpose is exempt.
+    let mut flawed = worker(
+        WorkerConfig {
+            flaw: Some(crate::flaw::Flaw::SnowflakeNoPersistedTs),
+            ..WorkerConfig::default()
+        },
+        0,
+    );
+    flawed.sequencer.last_ts = flawed.sequencer.reserved_ts + 1;
+    flawed.check_invariants().unwrap();
+}

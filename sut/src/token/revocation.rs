@@ -220,6 +220,12 @@ impl Revocations {
         })
     }
 
+    /// Whether the filter may hold `jti` (false: it certainly does not).
+    #[must_use]
+    pub fn might_contain(&self, jti: &str) -> bool {
+        self.filter.might_contain(jti)
+    }
+
     /// Reload the filter from the store's exact set (start-up, after a purge).
     pub fn rebuild<S: TokenStore + ?Sized>(&mut self, store: &S) -> Result<(), TokenStoreError> {
         let jtis = store.revoked_jtis()?;

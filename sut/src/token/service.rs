@@ -72,6 +72,21 @@ impl<S: TokenStore> TokenService<S> {
         })
     }
 
+    /// Checks the service's invariant: every revocation the store holds is in the Bloom filter
+    /// (a filter miss would let a revoked token through without a store lookup).
+    ///
+    /// # Errors
+    /// The first jti the filter does not know, or a store failure, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let jtis = self.store.revoked_jtis().map_err(|e| e.to_string())?;
+        match jtis.iter().find(|jti| !self.revocations.might_contain(jti)) {
+            Some(jti) => Err(format!(
+                "revoked jti {jti} is missing from the Bloom filter"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Issue a JWT for `subject` with `jti` from the caller's random `nonce`.
     pub fn issue(&self, subject: UserId, nonce: u128, now: Now) -> Result<IssuedJwt, JwtError> {
         jwt::issue(&self.key, &self.cfg.jwt, subject, nonce, now)
@@ -212,6 +227,20 @@ mod tests {
 
     fn act(s: &str) -> ActivityId {
         ActivityId::new(s).unwrap()
+    }
+
+    #[test]
+    fn a_revocation_missing_from_the_filter_breaks_the_invariant() {
+        let mut svc = memory(TokenFlaws::default());
+        let now = Now::both(T0_MS);
+        let t = svc.issue(UserId(7), 99, now).unwrap();
+        svc.check_invariants().unwrap();
+        svc.revoke(&t.token, now).unwrap();
+        svc.check_invariants().unwrap();
+        // A filter that lost the revocation (as a rebuild from a stale list would).
+        svc.revocations = Revocations::new(svc.cfg.revocation, svc.cfg.jwt.leeway_ms).unwrap();
+        let err = svc.check_invariants().unwrap_err();
+        assert!(err.contains("missing from the Bloom filter"), "{err}");
     }
 
     #[test]
