@@ -235,7 +235,7 @@ mod tests {
         let now = Now::both(T0_MS);
         let t = svc.issue(UserId(7), 99, now).unwrap();
         svc.check_invariants().unwrap();
-        svc.revoke(&t.token, now).unwrap();
+        assert_eq!(svc.revoke(&t.token, now).unwrap(), RevokeOutcome::Revoked);
         svc.check_invariants().unwrap();
         // A filter that lost the revocation (as a rebuild from a stale list would).
         svc.revocations = Revocations::new(svc.cfg.revocation, svc.cfg.jwt.leeway_ms).unwrap();
