@@ -40,3 +40,16 @@ pub mod lottery;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod token;
+
+/// A user: the owner of one wallet (lottery), the subject of a JWT and the holder of one-time
+/// tokens (tokens). One type for both, so that a token's user is the draw's user.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct UserId(pub u64);
+
+impl std::fmt::Display for UserId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

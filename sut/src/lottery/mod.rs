@@ -81,9 +81,7 @@ pub use store::{LotteryStore, MemoryStore, StoreError};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Xid(pub u64);
 
-/// A user (owner of one wallet).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct UserId(pub u64);
+pub use crate::UserId;
 
 /// A lottery activity; each activity has one prize with its own stock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

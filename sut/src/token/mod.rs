@@ -56,15 +56,7 @@ pub use store::{
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A user (the JWT `sub`, the "uid" of the ID, token and lottery design §3.3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct UserId(pub u64);
-
-impl fmt::Display for UserId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+pub use crate::UserId;
 
 /// Longest accepted [`ActivityId`], in bytes.
 pub const ACTIVITY_ID_LEN_MAX_BYTES: usize = 64;
