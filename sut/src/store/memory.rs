@@ -3,7 +3,7 @@
 //! Everything is an ordered collection so that the whole store can be cloned, hashed and
 //! compared (stateright), and so that iteration order never depends on a hasher. Every
 //! mutating operation reads its rows, calls its rule in [`super::rules`] and stores what the
-//! rule decided.
+//! rule decided; [`MemoryIdStore::check_invariants`] states what the rules promise of the rows.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,14 +15,23 @@ use super::{
     ReleaseRequest, RenewRequest, StoreError, Tag, TagRow, TagSpec, WorkerLease, WorkerRequest,
 };
 
+mod invariants;
+
 /// The in-memory ID store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemoryIdStore {
-    tags: BTreeMap<Tag, TagRow>,
-    leases: BTreeMap<(Tag, u64), LeaseRow>,
-    workers: BTreeMap<(String, u32), WorkerRow>,
-    counters: BTreeMap<String, Counter>,
-    durability: CounterDurability,
+    pub(crate) tags: BTreeMap<Tag, TagRow>,
+    /// Each tag's first ID (its `max_id` at creation), the floor of everything it grants.
+    #[serde(default)]
+    pub(crate) first_ids: BTreeMap<Tag, u64>,
+    pub(crate) leases: BTreeMap<(Tag, u64), LeaseRow>,
+    pub(crate) workers: BTreeMap<(String, u32), WorkerRow>,
+    /// Each namespace's worker count, while every acquire of it has named the same one
+    /// (`None` once two differ: the count is then unknown).
+    #[serde(default)]
+    pub(crate) worker_counts: BTreeMap<String, Option<u32>>,
+    pub(crate) counters: BTreeMap<String, Counter>,
+    pub(crate) durability: CounterDurability,
 }
 
 impl MemoryIdStore {
@@ -65,11 +74,23 @@ impl MemoryIdStore {
             .map(|((_, start), _)| *start)
             .collect()
     }
+
+    /// Remembers the worker count an acquire named (unknown once two differ).
+    fn note_worker_count(&mut self, namespace: &str, worker_count: u32) {
+        let known = self
+            .worker_counts
+            .entry(namespace.to_owned())
+            .or_insert(Some(worker_count));
+        if *known != Some(worker_count) {
+            *known = None;
+        }
+    }
 }
 
 impl IdStore for MemoryIdStore {
     fn create_tag(&mut self, tag: &str, spec: &TagSpec) -> Result<TagRow, StoreError> {
         let row = rules::create_tag(tag, spec, self.tags.contains_key(tag))?;
+        self.first_ids.insert(tag.to_owned(), row.max_id);
         self.tags.insert(tag.to_owned(), row.clone());
         Ok(row)
     }
@@ -144,7 +165,11 @@ impl IdStore for MemoryIdStore {
             .range((ns.clone(), 0)..(ns.clone(), req.worker_count))
             .map(|((_, id), row)| (*id, row.clone()))
             .collect();
-        let (worker_id, row) = rules::acquire_worker(req, &rows)?;
+        let chosen = rules::acquire_worker(req, &rows);
+        if req.worker_count > 0 {
+            self.note_worker_count(ns, req.worker_count);
+        }
+        let (worker_id, row) = chosen?;
         let lease = row.lease(worker_id);
         self.workers.insert((ns.clone(), worker_id), row);
         Ok(lease)
