@@ -30,6 +30,8 @@ use super::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod invariants;
+
 /// Size bounds of a token store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TokenStoreLimits {
@@ -158,11 +160,11 @@ pub trait TokenStore {
 /// it can be hashed and compared as state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MemoryTokenStore {
-    limits: TokenStoreLimits,
-    revoked: BTreeMap<String, u64>,
-    once_by_token: BTreeMap<OnceToken, OnceRow>,
+    pub(crate) limits: TokenStoreLimits,
+    pub(crate) revoked: BTreeMap<String, u64>,
+    pub(crate) once_by_token: BTreeMap<OnceToken, OnceRow>,
     /// The index of the unique key: each key's token.
-    once_by_key: BTreeMap<OnceKey, OnceToken>,
+    pub(crate) once_by_key: BTreeMap<OnceKey, OnceToken>,
 }
 
 impl MemoryTokenStore {
