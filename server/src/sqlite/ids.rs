@@ -327,20 +327,42 @@ fn lease_from_sql(row: LeaseSqlRow) -> Result<LeaseRow, StoreError> {
     })
 }
 
+/// The leases `filter` (a WHERE and/or ORDER BY clause over `params`) selects.
+fn query_leases(
+    conn: &Connection,
+    filter: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<LeaseRow>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease {filter}"
+        ))
+        .map_err(backend)?;
+    stmt.query_map(params, |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+        ))
+    })
+    .map_err(backend)?
+    .map(|row| lease_from_sql(row.map_err(backend)?))
+    .collect()
+}
+
 fn read_lease(
     tx: &Transaction<'_>,
     tag: &str,
     segment_start: u64,
 ) -> Result<Option<LeaseRow>, StoreError> {
-    tx.query_row(
-        "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease WHERE tag = ?1 AND seg_start = ?2",
-        params![tag, to_sql(segment_start)],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)),
-    )
-    .optional()
-    .map_err(backend)?
-    .map(lease_from_sql)
-    .transpose()
+    let filter = "WHERE tag = ?1 AND seg_start = ?2";
+    let mut leases = query_leases(tx, filter, params![tag, to_sql(segment_start)])?;
+    assert!(leases.len() <= 1, "(tag, seg_start) is the primary key");
+    Ok(leases.pop())
 }
 
 fn worker_from_sql(
@@ -427,26 +449,8 @@ fn write_worker(
 /// The leases expired at `now_ms`, by tag then segment start. The WHERE clause only narrows
 /// the read; [`rules::reclaim_expired`] decides which leases are expired.
 fn expired_leases(tx: &Transaction<'_>, now_ms: u64) -> Result<Vec<LeaseRow>, StoreError> {
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease \
-             WHERE lease_expiry_ms <= ?1 ORDER BY tag, seg_start",
-        )
-        .map_err(backend)?;
-    stmt.query_map([to_sql(now_ms)], |r| {
-        Ok((
-            r.get(0)?,
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            r.get(4)?,
-            r.get(5)?,
-            r.get(6)?,
-        ))
-    })
-    .map_err(backend)?
-    .map(|row| lease_from_sql(row.map_err(backend)?))
-    .collect()
+    let filter = "WHERE lease_expiry_ms <= ?1 ORDER BY tag, seg_start";
+    query_leases(tx, filter, [to_sql(now_ms)])
 }
 
 impl SqliteIdStore {
@@ -568,26 +572,7 @@ impl IdStore for SqliteIdStore {
     }
 
     fn leases(&mut self) -> Result<Vec<LeaseRow>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease ORDER BY tag, seg_start",
-            )
-            .map_err(backend)?;
-        stmt.query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-            ))
-        })
-        .map_err(backend)?
-        .map(|row| lease_from_sql(row.map_err(backend)?))
-        .collect()
+        query_leases(&self.conn, "ORDER BY tag, seg_start", [])
     }
 
     fn acquire_worker(&mut self, req: &WorkerRequest) -> Result<WorkerLease, StoreError> {
