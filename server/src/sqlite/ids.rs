@@ -5,19 +5,23 @@
 //! allocation cannot interleave with another process's (Tinyid's optimistic lock, with SQLite's
 //! writer lock underneath).
 //!
+//! The store decides nothing: each operation reads the rows its rule in [`sut::store::rules`]
+//! names, calls the rule, and writes what the rule returns in the same transaction (the memory
+//! store does the same, so the two cannot drift).
+//!
 //! The counter engine honours its durability policy for real: with `Periodic`/`Snapshot` the
 //! live values sit in process memory and are written only every interval, so a `kill -9`
 //! re-issues the tail exactly as Redis with `appendfsync everysec` would.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
+use sut::store::rules::{self, AllocWrite, Counter, WorkerRenewal, WorkerRow};
 use sut::store::{
     AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
     ReleaseRequest, RenewRequest, Segment, StoreError, TagRow, TagSpec, WorkerLease, WorkerRequest,
-    align_up, check_alloc, fresh_segment, initial_claim, lease_taken, pool_taken, take_from_pool,
 };
 
 const SCHEMA: &str = "
@@ -60,19 +64,13 @@ CREATE TABLE IF NOT EXISTS id_counter (
 );
 ";
 
-/// A counter held in memory between syncs (non-`EveryWrite` durability).
-#[derive(Clone, Debug)]
-struct LiveCounter {
-    value: u64,
-    synced_at_ms: u64,
-}
-
 /// The SQLite ID store.
 #[derive(Debug)]
 pub struct SqliteIdStore {
     conn: Connection,
     durability: CounterDurability,
-    live_counters: BTreeMap<String, LiveCounter>,
+    /// Counters held in memory between syncs (non-`EveryWrite` durability).
+    live_counters: BTreeMap<String, Counter>,
 }
 
 fn backend(err: rusqlite::Error) -> StoreError {
@@ -150,47 +148,52 @@ fn read_counter(tx: &Transaction<'_>, key: &str) -> Result<u64, StoreError> {
     value.map_or(Ok(0), |v| from_sql(v, "counter"))
 }
 
-/// FLAW [`sut::flaw::Flaw::SegmentNoVersionCheck`]: `UPDATE id_tag SET max_id = ?` with the
-/// requester's stale read and no version in the WHERE clause; the lease row replaces any other
-/// holder's of the same range.
-fn allocate_blind(
-    tx: Transaction<'_>,
-    req: &AllocRequest,
-    row: &TagRow,
-    read_max_id: u64,
-) -> Result<Grant, StoreError> {
-    let read = TagRow {
-        max_id: read_max_id,
-        ..row.clone()
-    };
-    let segment = fresh_segment(&read, req.ids)?;
-    tx.execute(
-        "UPDATE id_tag SET max_id = ?1, version = version + 1 WHERE tag = ?2",
-        params![to_sql(segment.end), &req.tag],
-    )
+/// Persists an allocation the rule decided: the tag's `max_id` and version (the correct path
+/// re-checks the version it read in the WHERE clause, Tinyid's optimistic lock; the blind-write
+/// flaw writes without it), the pool if it changed, and the lease (the flaw's replaces another
+/// holder's lease of the same range).
+fn persist_allocation(
+    tx: &Transaction<'_>,
+    read_version: u64,
+    write: &AllocWrite,
+) -> Result<(), StoreError> {
+    let row = &write.row;
+    let updated = if write.replace_lease {
+        tx.execute(
+            "UPDATE id_tag SET max_id = ?1, version = ?2 WHERE tag = ?3",
+            params![to_sql(row.max_id), to_sql(row.version), &row.tag],
+        )
+    } else {
+        tx.execute(
+            "UPDATE id_tag SET max_id = ?1, version = ?2 WHERE tag = ?3 AND version = ?4",
+            params![
+                to_sql(row.max_id),
+                to_sql(row.version),
+                &row.tag,
+                to_sql(read_version)
+            ],
+        )
+    }
     .map_err(backend)?;
-    let grant = Grant {
-        tag: req.tag.clone(),
-        segment,
-        version: row.version + 1,
-        claim_end: initial_claim(&segment, req.claim_ids),
-        lease_expiry_ms: req.now_ms.saturating_add(req.lease_ms),
-        from_pool: false,
-        tag_step: row.step,
-    };
-    insert_lease(&tx, req, &grant, true)?;
-    tx.commit().map_err(backend)?;
-    Ok(grant)
+    if updated != 1 {
+        return Err(StoreError::Backend(format!(
+            "version of `{}` changed inside a write transaction",
+            row.tag
+        )));
+    }
+    if write.pool_changed {
+        tx.execute("DELETE FROM id_pool WHERE tag = ?1", [&row.tag])
+            .map_err(backend)?;
+        for range in &row.pool {
+            insert_pool(tx, &row.tag, range)?;
+        }
+    }
+    insert_lease(tx, &write.lease, write.replace_lease)
 }
 
-/// Records the lease of `grant`; `replace` (the blind-write flaw only) overwrites another
-/// holder's lease of the same range instead of failing on it.
-fn insert_lease(
-    tx: &Transaction<'_>,
-    req: &AllocRequest,
-    grant: &Grant,
-    replace: bool,
-) -> Result<(), StoreError> {
+/// Records a lease; `replace` (the blind-write flaw only) overwrites another holder's lease of
+/// the same range.
+fn insert_lease(tx: &Transaction<'_>, lease: &LeaseRow, replace: bool) -> Result<(), StoreError> {
     let verb = if replace {
         "INSERT OR REPLACE"
     } else {
@@ -201,22 +204,46 @@ fn insert_lease(
             "{verb} INTO id_lease (tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
         ),
         params![
-            &req.tag,
-            to_sql(grant.segment.start),
-            to_sql(grant.segment.end),
-            to_sql(grant.segment.delta),
-            to_sql(req.instance.0),
-            to_sql(grant.claim_end),
-            to_sql(grant.lease_expiry_ms)
+            &lease.tag,
+            to_sql(lease.segment.start),
+            to_sql(lease.segment.end),
+            to_sql(lease.segment.delta),
+            to_sql(lease.instance.0),
+            to_sql(lease.claim_end),
+            to_sql(lease.lease_expiry_ms)
         ],
     )
-    .map_err(|e| match e.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::ConstraintViolation) => {
-            lease_taken(&req.tag, grant.segment.start)
-        }
-        _ => backend(e),
-    })?;
+    .map_err(backend)?;
     Ok(())
+}
+
+fn delete_lease(tx: &Transaction<'_>, tag: &str, segment_start: u64) -> Result<(), StoreError> {
+    tx.execute(
+        "DELETE FROM id_lease WHERE tag = ?1 AND seg_start = ?2",
+        params![tag, to_sql(segment_start)],
+    )
+    .map_err(backend)?;
+    Ok(())
+}
+
+/// The segment starts of `tag`'s leases.
+fn lease_starts(tx: &Transaction<'_>, tag: &str) -> Result<BTreeSet<u64>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached("SELECT seg_start FROM id_lease WHERE tag = ?1")
+        .map_err(backend)?;
+    stmt.query_map([tag], |r| r.get::<_, i64>(0))
+        .map_err(backend)?
+        .map(|start| from_sql(start.map_err(backend)?, "seg_start"))
+        .collect()
+}
+
+/// The tag row with its pool, if the tag exists.
+fn find_tag(tx: &Transaction<'_>, tag: &str) -> Result<Option<TagRow>, StoreError> {
+    match read_tag_tx(tx, tag) {
+        Ok(row) => Ok(Some(row)),
+        Err(StoreError::UnknownTag(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn read_tag_tx(tx: &Transaction<'_>, tag: &str) -> Result<TagRow, StoreError> {
@@ -231,27 +258,7 @@ fn read_tag_tx(tx: &Transaction<'_>, tag: &str) -> Result<TagRow, StoreError> {
     let Some((max_id, step, delta, remainder, version)) = row else {
         return Err(StoreError::UnknownTag(tag.to_owned()));
     };
-    let mut stmt = tx
-        .prepare_cached("SELECT start, end, delta FROM id_pool WHERE tag = ?1 ORDER BY start")
-        .map_err(backend)?;
-    let pool = stmt
-        .query_map([tag], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })
-        .map_err(backend)?
-        .map(|row| {
-            let (start, end, delta) = row.map_err(backend)?;
-            Ok(Segment {
-                start: from_sql(start, "pool start")?,
-                end: from_sql(end, "pool end")?,
-                delta: from_sql(delta, "pool delta")?,
-            })
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+    let pool = read_pool(tx, tag)?;
     Ok(TagRow {
         tag: tag.to_owned(),
         max_id: from_sql(max_id, "max_id")?,
@@ -261,6 +268,30 @@ fn read_tag_tx(tx: &Transaction<'_>, tag: &str) -> Result<TagRow, StoreError> {
         version: from_sql(version, "version")?,
         pool,
     })
+}
+
+/// `tag`'s pooled ranges, lowest first.
+fn read_pool(tx: &Transaction<'_>, tag: &str) -> Result<Vec<Segment>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached("SELECT start, end, delta FROM id_pool WHERE tag = ?1 ORDER BY start")
+        .map_err(backend)?;
+    stmt.query_map([tag], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })
+    .map_err(backend)?
+    .map(|row| {
+        let (start, end, delta) = row.map_err(backend)?;
+        Ok(Segment {
+            start: from_sql(start, "pool start")?,
+            end: from_sql(end, "pool end")?,
+            delta: from_sql(delta, "pool delta")?,
+        })
+    })
+    .collect()
 }
 
 fn insert_pool(tx: &Transaction<'_>, tag: &str, tail: &Segment) -> Result<(), StoreError> {
@@ -274,10 +305,7 @@ fn insert_pool(tx: &Transaction<'_>, tag: &str, tail: &Segment) -> Result<(), St
                 to_sql(tail.delta)
             ],
         )
-        .map_err(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::ConstraintViolation) => pool_taken(tag, tail.start),
-            _ => backend(e),
-        })?;
+        .map_err(backend)?;
     }
     Ok(())
 }
@@ -299,20 +327,164 @@ fn lease_from_sql(row: LeaseSqlRow) -> Result<LeaseRow, StoreError> {
     })
 }
 
+/// The leases `filter` (a WHERE and/or ORDER BY clause over `params`) selects.
+fn query_leases(
+    conn: &Connection,
+    filter: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<LeaseRow>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease {filter}"
+        ))
+        .map_err(backend)?;
+    stmt.query_map(params, |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+        ))
+    })
+    .map_err(backend)?
+    .map(|row| lease_from_sql(row.map_err(backend)?))
+    .collect()
+}
+
 fn read_lease(
     tx: &Transaction<'_>,
     tag: &str,
     segment_start: u64,
 ) -> Result<Option<LeaseRow>, StoreError> {
+    let filter = "WHERE tag = ?1 AND seg_start = ?2";
+    let mut leases = query_leases(tx, filter, params![tag, to_sql(segment_start)])?;
+    assert!(leases.len() <= 1, "(tag, seg_start) is the primary key");
+    Ok(leases.pop())
+}
+
+fn worker_from_sql(
+    holder: Option<i64>,
+    expiry: i64,
+    reserved: i64,
+) -> Result<WorkerRow, StoreError> {
+    Ok(WorkerRow {
+        holder: holder
+            .map(|h| from_sql(h, "holder").map(InstanceId))
+            .transpose()?,
+        lease_expiry_ms: from_sql(expiry, "lease_expiry_ms")?,
+        reserved_ts: from_sql(reserved, "reserved_ts")?,
+    })
+}
+
+/// The worker rows of `namespace` with ids below `worker_count`.
+fn read_workers(
+    tx: &Transaction<'_>,
+    namespace: &str,
+    worker_count: u32,
+) -> Result<BTreeMap<u32, WorkerRow>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT worker_id, holder, lease_expiry_ms, reserved_ts FROM id_worker WHERE namespace = ?1 AND worker_id < ?2",
+        )
+        .map_err(backend)?;
+    stmt.query_map(params![namespace, i64::from(worker_count)], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, Option<i64>>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, i64>(3)?,
+        ))
+    })
+    .map_err(backend)?
+    .map(|row| {
+        let (id, holder, expiry, reserved) = row.map_err(backend)?;
+        let id = u32::try_from(id)
+            .map_err(|_| StoreError::Backend(format!("corrupt row: worker id {id}")))?;
+        Ok((id, worker_from_sql(holder, expiry, reserved)?))
+    })
+    .collect()
+}
+
+fn read_worker(
+    tx: &Transaction<'_>,
+    namespace: &str,
+    worker_id: u32,
+) -> Result<Option<WorkerRow>, StoreError> {
     tx.query_row(
-        "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease WHERE tag = ?1 AND seg_start = ?2",
-        params![tag, to_sql(segment_start)],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)),
+        "SELECT holder, lease_expiry_ms, reserved_ts FROM id_worker WHERE namespace = ?1 AND worker_id = ?2",
+        params![namespace, i64::from(worker_id)],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )
     .optional()
     .map_err(backend)?
-    .map(lease_from_sql)
+    .map(|(holder, expiry, reserved)| worker_from_sql(holder, expiry, reserved))
     .transpose()
+}
+
+fn write_worker(
+    tx: &Transaction<'_>,
+    namespace: &str,
+    worker_id: u32,
+    row: &WorkerRow,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO id_worker (namespace, worker_id, holder, lease_expiry_ms, reserved_ts) VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT(namespace, worker_id) DO UPDATE SET holder = excluded.holder, \
+         lease_expiry_ms = excluded.lease_expiry_ms, reserved_ts = excluded.reserved_ts",
+        params![
+            namespace,
+            i64::from(worker_id),
+            row.holder.map(|h| to_sql(h.0)),
+            to_sql(row.lease_expiry_ms),
+            to_sql(row.reserved_ts)
+        ],
+    )
+    .map_err(backend)?;
+    Ok(())
+}
+
+/// The leases expired at `now_ms`, by tag then segment start. The WHERE clause only narrows
+/// the read; [`rules::reclaim_expired`] decides which leases are expired.
+fn expired_leases(tx: &Transaction<'_>, now_ms: u64) -> Result<Vec<LeaseRow>, StoreError> {
+    let filter = "WHERE lease_expiry_ms <= ?1 ORDER BY tag, seg_start";
+    query_leases(tx, filter, [to_sql(now_ms)])
+}
+
+impl SqliteIdStore {
+    /// Runs the counter rule on a counter loaded from (or to be synced to) the database.
+    fn incr_synced(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
+        let durability = self.durability;
+        let tx = self.begin()?;
+        let counter = Counter::loaded(read_counter(&tx, key)?, now_ms);
+        let write = rules::incr_by(key, counter, n, now_ms, durability)?;
+        assert!(write.sync, "every write is synced");
+        write_counter(&tx, key, write.counter.value)?;
+        tx.commit().map_err(backend)?;
+        Ok(write.counter.value)
+    }
+
+    /// Runs the counter rule on a counter held in memory, syncing when the rule says so.
+    fn incr_live(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
+        if !self.live_counters.contains_key(key) {
+            let tx = self.begin()?;
+            let durable = read_counter(&tx, key)?;
+            tx.commit().map_err(backend)?;
+            let loaded = Counter::loaded(durable, now_ms);
+            self.live_counters.insert(key.to_owned(), loaded);
+        }
+        let counter = self.live_counters[key];
+        let write = rules::incr_by(key, counter, n, now_ms, self.durability)?;
+        if write.sync {
+            let tx = self.begin()?;
+            write_counter(&tx, key, write.counter.value)?;
+            tx.commit().map_err(backend)?;
+        }
+        self.live_counters.insert(key.to_owned(), write.counter);
+        Ok(write.counter.value)
+    }
 }
 
 impl IdStore for SqliteIdStore {
@@ -323,16 +495,12 @@ impl IdStore for SqliteIdStore {
             .query_row("SELECT 1 FROM id_tag WHERE tag = ?1", [tag], |r| r.get(0))
             .optional()
             .map_err(backend)?;
-        if exists.is_some() {
-            return Err(StoreError::TagExists(tag.to_owned()));
-        }
-        let max_id = align_up(spec.first_id, spec.remainder, spec.delta);
+        let row = rules::create_tag(tag, spec, exists.is_some())?;
         tx.execute(
-            "INSERT INTO id_tag (tag, max_id, step, delta, remainder, version) VALUES (?1, ?2, ?3, ?4, ?5, 0)",
-            params![tag, to_sql(max_id), to_sql(spec.step), to_sql(spec.delta), to_sql(spec.remainder)],
+            "INSERT INTO id_tag (tag, max_id, step, delta, remainder, version) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![tag, to_sql(row.max_id), to_sql(row.step), to_sql(row.delta), to_sql(row.remainder), to_sql(row.version)],
         )
         .map_err(backend)?;
-        let row = read_tag_tx(&tx, tag)?;
         tx.commit().map_err(backend)?;
         Ok(row)
     }
@@ -345,258 +513,75 @@ impl IdStore for SqliteIdStore {
     }
 
     fn allocate(&mut self, req: &AllocRequest) -> Result<Grant, StoreError> {
-        check_alloc(req)?;
+        rules::check_alloc(req)?;
         let tx = self.begin()?;
-        let row = read_tag_tx(&tx, &req.tag)?;
-        if let Some(read_max_id) = req.blind_max_id {
-            return allocate_blind(tx, req, &row, read_max_id);
-        }
-        if row.version != req.expected_version {
-            return Err(StoreError::VersionConflict {
-                tag: req.tag.clone(),
-                expected: req.expected_version,
-                actual: row.version,
-            });
-        }
-        let (segment, from_pool) = match take_from_pool(&row.pool, req.min_id, req.ids) {
-            Some((segment, rest)) => {
-                tx.execute("DELETE FROM id_pool WHERE tag = ?1", [&req.tag])
-                    .map_err(backend)?;
-                for range in &rest {
-                    insert_pool(&tx, &req.tag, range)?;
-                }
-                (segment, true)
-            }
-            None => (fresh_segment(&row, req.ids)?, false),
-        };
-        let max_id = if from_pool { row.max_id } else { segment.end };
-        // The optimistic lock itself: the WHERE clause re-checks the version inside the write.
-        let updated = tx
-            .execute(
-                "UPDATE id_tag SET max_id = ?1, version = version + 1 WHERE tag = ?2 AND version = ?3",
-                params![to_sql(max_id), &req.tag, to_sql(req.expected_version)],
-            )
-            .map_err(backend)?;
-        if updated != 1 {
-            return Err(StoreError::Backend(format!(
-                "version of `{}` changed inside a write transaction",
-                req.tag
-            )));
-        }
-        let grant = Grant {
-            tag: req.tag.clone(),
-            segment,
-            version: row.version + 1,
-            claim_end: initial_claim(&segment, req.claim_ids),
-            lease_expiry_ms: req.now_ms.saturating_add(req.lease_ms),
-            from_pool,
-            tag_step: row.step,
-        };
-        insert_lease(&tx, req, &grant, false)?;
+        let row = find_tag(&tx, &req.tag)?;
+        let write = rules::allocate(req, row.as_ref(), &lease_starts(&tx, &req.tag)?)?;
+        let read_version = row.map_or(0, |row| row.version);
+        persist_allocation(&tx, read_version, &write)?;
         tx.commit().map_err(backend)?;
-        Ok(grant)
+        Ok(write.grant)
     }
 
     fn renew(&mut self, req: &RenewRequest) -> Result<Lease, StoreError> {
-        let lost = || StoreError::LeaseLost {
-            tag: req.tag.clone(),
-            segment_start: req.segment_start,
-            instance: req.instance,
-        };
         let tx = self.begin()?;
-        let lease = read_lease(&tx, &req.tag, req.segment_start)?.ok_or_else(lost)?;
-        if lease.instance != req.instance {
-            return Err(lost());
-        }
-        let claim_end = lease.claim_end.max(req.claim_end.min(lease.segment.end));
-        let lease_expiry_ms = lease
-            .lease_expiry_ms
-            .max(req.now_ms.saturating_add(req.lease_ms));
+        let lease = read_lease(&tx, &req.tag, req.segment_start)?;
+        let renewed = rules::renew(req, lease.as_ref())?;
         tx.execute(
             "UPDATE id_lease SET claim_end = ?1, lease_expiry_ms = ?2 WHERE tag = ?3 AND seg_start = ?4",
-            params![to_sql(claim_end), to_sql(lease_expiry_ms), &req.tag, to_sql(req.segment_start)],
+            params![to_sql(renewed.claim_end), to_sql(renewed.lease_expiry_ms), &req.tag, to_sql(req.segment_start)],
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        Ok(Lease {
-            claim_end,
-            lease_expiry_ms,
-        })
+        Ok(renewed)
     }
 
     fn release(&mut self, req: &ReleaseRequest) -> Result<(), StoreError> {
-        let lost = || StoreError::LeaseLost {
-            tag: req.tag.clone(),
-            segment_start: req.segment_start,
-            instance: req.instance,
-        };
         let tx = self.begin()?;
-        let lease = read_lease(&tx, &req.tag, req.segment_start)?.ok_or_else(lost)?;
-        if lease.instance != req.instance {
-            return Err(lost());
+        let lease = read_lease(&tx, &req.tag, req.segment_start)?;
+        let tail = rules::release(req, lease.as_ref(), &read_pool(&tx, &req.tag)?)?;
+        delete_lease(&tx, &req.tag, req.segment_start)?;
+        if let Some(tail) = tail {
+            insert_pool(&tx, &req.tag, &tail)?;
         }
-        let segment = lease.segment;
-        tx.execute(
-            "DELETE FROM id_lease WHERE tag = ?1 AND seg_start = ?2",
-            params![&req.tag, to_sql(req.segment_start)],
-        )
-        .map_err(backend)?;
-        let from = segment
-            .align_up(req.used_end.clamp(segment.start, segment.end))
-            .min(segment.end);
-        insert_pool(
-            &tx,
-            &req.tag,
-            &Segment {
-                start: from,
-                end: segment.end,
-                delta: segment.delta,
-            },
-        )?;
         tx.commit().map_err(backend)
     }
 
     fn reclaim_expired(&mut self, now_ms: u64) -> Result<Vec<Reclaimed>, StoreError> {
         let tx = self.begin()?;
-        let expired = {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease \
-                     WHERE lease_expiry_ms <= ?1 ORDER BY tag, seg_start",
-                )
-                .map_err(backend)?;
-            stmt.query_map([to_sql(now_ms)], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                ))
-            })
-            .map_err(backend)?
-            .map(|row| lease_from_sql(row.map_err(backend)?))
-            .collect::<Result<Vec<_>, StoreError>>()?
-        };
+        let leases = expired_leases(&tx, now_ms)?;
+        let mut tags = BTreeMap::new();
+        for lease in &leases {
+            if !tags.contains_key(&lease.tag) {
+                tags.insert(lease.tag.clone(), read_tag_tx(&tx, &lease.tag)?);
+            }
+        }
+        let expired = rules::reclaim_expired(now_ms, &leases, &tags)?;
         let mut reclaimed = Vec::with_capacity(expired.len());
-        for lease in expired {
-            let segment = lease.segment;
-            tx.execute(
-                "DELETE FROM id_lease WHERE tag = ?1 AND seg_start = ?2",
-                params![&lease.tag, to_sql(segment.start)],
-            )
-            .map_err(backend)?;
-            let from = segment.align_up(lease.claim_end).min(segment.end);
-            let tail = Segment {
-                start: from,
-                end: segment.end,
-                delta: segment.delta,
-            };
-            insert_pool(&tx, &lease.tag, &tail)?;
-            reclaimed.push(Reclaimed {
-                tag: lease.tag,
-                instance: lease.instance,
-                tail,
-            });
+        for rules::Expired {
+            segment_start,
+            reclaimed: entry,
+        } in expired
+        {
+            delete_lease(&tx, &entry.tag, segment_start)?;
+            insert_pool(&tx, &entry.tag, &entry.tail)?;
+            reclaimed.push(entry);
         }
         tx.commit().map_err(backend)?;
         Ok(reclaimed)
     }
 
     fn leases(&mut self) -> Result<Vec<LeaseRow>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT tag, seg_start, seg_end, delta, instance, claim_end, lease_expiry_ms FROM id_lease ORDER BY tag, seg_start",
-            )
-            .map_err(backend)?;
-        stmt.query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-            ))
-        })
-        .map_err(backend)?
-        .map(|row| lease_from_sql(row.map_err(backend)?))
-        .collect()
+        query_leases(&self.conn, "ORDER BY tag, seg_start", [])
     }
 
     fn acquire_worker(&mut self, req: &WorkerRequest) -> Result<WorkerLease, StoreError> {
-        if req.worker_count == 0 {
-            return Err(StoreError::InvalidSpec {
-                field: "worker_count".into(),
-                reason: "must be at least 1".into(),
-            });
-        }
         let tx = self.begin()?;
-        let rows: BTreeMap<u32, (Option<u64>, u64, u64)> = {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT worker_id, holder, lease_expiry_ms, reserved_ts FROM id_worker WHERE namespace = ?1 AND worker_id < ?2",
-                )
-                .map_err(backend)?;
-            stmt.query_map(params![&req.namespace, i64::from(req.worker_count)], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, Option<i64>>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                ))
-            })
-            .map_err(backend)?
-            .map(|row| {
-                let (id, holder, expiry, reserved) = row.map_err(backend)?;
-                let id = u32::try_from(id)
-                    .map_err(|_| StoreError::Backend(format!("corrupt row: worker id {id}")))?;
-                let holder = holder.map(|h| from_sql(h, "holder")).transpose()?;
-                Ok((
-                    id,
-                    (
-                        holder,
-                        from_sql(expiry, "lease_expiry_ms")?,
-                        from_sql(reserved, "reserved_ts")?,
-                    ),
-                ))
-            })
-            .collect::<Result<_, StoreError>>()?
-        };
-        let mine = rows
-            .iter()
-            .find(|(_, (holder, _, _))| *holder == Some(req.instance.0))
-            .map(|(id, _)| *id);
-        let chosen = mine.or_else(|| {
-            (0..req.worker_count).find(|id| match rows.get(id) {
-                None => true,
-                Some((holder, expiry, _)) => holder.is_none() || *expiry <= req.now_ms,
-            })
-        });
-        let Some(worker_id) = chosen else {
-            return Err(StoreError::NoFreeWorker {
-                namespace: req.namespace.clone(),
-                worker_count: req.worker_count,
-            });
-        };
-        let reserved_ts = rows.get(&worker_id).map_or(0, |(_, _, reserved)| *reserved);
-        let lease_expiry_ms = req.now_ms.saturating_add(req.lease_ms);
-        tx.execute(
-            "INSERT INTO id_worker (namespace, worker_id, holder, lease_expiry_ms, reserved_ts) VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT(namespace, worker_id) DO UPDATE SET holder = excluded.holder, lease_expiry_ms = excluded.lease_expiry_ms",
-            params![&req.namespace, i64::from(worker_id), to_sql(req.instance.0), to_sql(lease_expiry_ms), to_sql(reserved_ts)],
-        )
-        .map_err(backend)?;
+        let rows = read_workers(&tx, &req.namespace, req.worker_count)?;
+        let (worker_id, row) = rules::acquire_worker(req, &rows)?;
+        write_worker(&tx, &req.namespace, worker_id, &row)?;
         tx.commit().map_err(backend)?;
-        Ok(WorkerLease {
-            worker_id,
-            lease_expiry_ms,
-            reserved_ts,
-        })
+        Ok(row.lease(worker_id))
     }
 
     fn renew_worker(
@@ -608,40 +593,19 @@ impl IdStore for SqliteIdStore {
         lease_ms: u64,
         now_ms: u64,
     ) -> Result<WorkerLease, StoreError> {
-        let lost = || StoreError::WorkerLeaseLost {
-            namespace: namespace.to_owned(),
+        let req = WorkerRenewal {
+            namespace,
             worker_id,
             instance,
+            reserve_ts,
+            lease_ms,
+            now_ms,
         };
         let tx = self.begin()?;
-        let row: Option<(Option<i64>, i64, i64)> = tx
-            .query_row(
-                "SELECT holder, lease_expiry_ms, reserved_ts FROM id_worker WHERE namespace = ?1 AND worker_id = ?2",
-                params![namespace, i64::from(worker_id)],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map_err(backend)?;
-        let Some((holder, expiry, reserved)) = row else {
-            return Err(lost());
-        };
-        if holder != Some(to_sql(instance.0)) {
-            return Err(lost());
-        }
-        let reserved_ts = from_sql(reserved, "reserved_ts")?.max(reserve_ts);
-        let lease_expiry_ms =
-            from_sql(expiry, "lease_expiry_ms")?.max(now_ms.saturating_add(lease_ms));
-        tx.execute(
-            "UPDATE id_worker SET lease_expiry_ms = ?1, reserved_ts = ?2 WHERE namespace = ?3 AND worker_id = ?4",
-            params![to_sql(lease_expiry_ms), to_sql(reserved_ts), namespace, i64::from(worker_id)],
-        )
-        .map_err(backend)?;
+        let row = rules::renew_worker(&req, read_worker(&tx, namespace, worker_id)?.as_ref())?;
+        write_worker(&tx, namespace, worker_id, &row)?;
         tx.commit().map_err(backend)?;
-        Ok(WorkerLease {
-            worker_id,
-            lease_expiry_ms,
-            reserved_ts,
-        })
+        Ok(row.lease(worker_id))
     }
 
     fn release_worker(
@@ -651,58 +615,18 @@ impl IdStore for SqliteIdStore {
         instance: InstanceId,
     ) -> Result<(), StoreError> {
         let tx = self.begin()?;
-        let updated = tx
-            .execute(
-                "UPDATE id_worker SET holder = NULL WHERE namespace = ?1 AND worker_id = ?2 AND holder = ?3",
-                params![namespace, i64::from(worker_id), to_sql(instance.0)],
-            )
-            .map_err(backend)?;
-        if updated != 1 {
-            return Err(StoreError::WorkerLeaseLost {
-                namespace: namespace.to_owned(),
-                worker_id,
-                instance,
-            });
-        }
+        let row = read_worker(&tx, namespace, worker_id)?;
+        let row = rules::release_worker(namespace, worker_id, instance, row.as_ref())?;
+        write_worker(&tx, namespace, worker_id, &row)?;
         tx.commit().map_err(backend)
     }
 
     fn incr_by(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
-        let interval_ms = self.durability.interval_ms();
-        if interval_ms == 0 {
-            let tx = self.begin()?;
-            let value = read_counter(&tx, key)?
-                .checked_add(n)
-                .ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
-            write_counter(&tx, key, value)?;
-            tx.commit().map_err(backend)?;
-            return Ok(value);
+        if self.durability.interval_ms() == 0 {
+            self.incr_synced(key, n, now_ms)
+        } else {
+            self.incr_live(key, n, now_ms)
         }
-        if !self.live_counters.contains_key(key) {
-            let tx = self.begin()?;
-            let value = read_counter(&tx, key)?;
-            tx.commit().map_err(backend)?;
-            self.live_counters.insert(
-                key.to_owned(),
-                LiveCounter {
-                    value,
-                    synced_at_ms: now_ms,
-                },
-            );
-        }
-        let counter = self.live_counters.get_mut(key).expect("inserted above");
-        let value = counter
-            .value
-            .checked_add(n)
-            .ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
-        counter.value = value;
-        if now_ms.saturating_sub(counter.synced_at_ms) >= interval_ms {
-            counter.synced_at_ms = now_ms;
-            let tx = self.begin()?;
-            write_counter(&tx, key, value)?;
-            tx.commit().map_err(backend)?;
-        }
-        Ok(value)
     }
 }
 

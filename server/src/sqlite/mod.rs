@@ -1,6 +1,7 @@
 //! The SQLite stores of the real server: WAL journal, `synchronous=FULL`, every domain operation
 //! one transaction. Each implements a store trait of `sut` and shares its rules with the memory
-//! store there (the rules are public functions of `sut`, written once); a conformance property
+//! store there: it reads the rows a rule of `sut` (`store::rules`, `token::rules`,
+//! `lottery::rules`) names, calls it, and persists what it decided; a conformance property
 //! test beside each store applies random operation sequences to both and requires identical
 //! results.
 //!

@@ -1,16 +1,16 @@
 //! The SQLite token store (the real server's), WAL mode with `synchronous=FULL`.
 //!
-//! Each trait method is one transaction (`BEGIN IMMEDIATE` where it writes). The one-time
-//! consume is a single conditional statement,
+//! Each trait method is one transaction (`BEGIN IMMEDIATE` where it writes, so nothing can
+//! change between its reads and its writes). The store decides nothing: it reads the rows the
+//! rules of [`sut::token::rules`] name, calls the rule, and writes what the rule returns, as the
+//! memory store does. The one-time consume writes its acceptance with a conditional statement,
 //!
 //! ```sql
-//! UPDATE token_once SET consumed_at_ms = :now
-//!  WHERE token = :token AND user_id = :user AND consumed_at_ms IS NULL AND expires_at_ms > :now
-//!  RETURNING user_id, activity, window_start_ms
+//! UPDATE token_once SET consumed_at_ms = :now WHERE token = :token AND consumed_at_ms IS NULL
 //! ```
 //!
-//! and acceptance is "it returned a row". Only when it returns none does a read inside the same
-//! transaction find the reason, which changes nothing.
+//! which must change exactly the row the rule accepted (belt and braces on top of the writer
+//! lock: a second consumer can never mark it too).
 //!
 //! Integers: SQLite's are signed 64-bit. User ids are stored bit-for-bit (compared only for
 //! equality); times saturate at `i64::MAX` ms (year 292 million), the only place where this
@@ -20,7 +20,8 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use std::path::Path;
 use sut::token::ActivityId;
 use sut::token::UserId;
-use sut::token::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, judge_consume};
+use sut::token::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken};
+use sut::token::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
 use sut::token::store::{
     PurgeCounts, RevokeOutcome, Table, TokenStore, TokenStoreError, TokenStoreLimits,
 };
@@ -96,6 +97,7 @@ fn count(tx: &Transaction<'_>, table: &str) -> Result<u64, TokenStoreError> {
     ms_from_sql(n, "count")
 }
 
+/// `DELETE` where [`rules::revocation_expired`] holds (the predicate, as SQL over the index).
 fn purge_revocations(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
     let n = conn
         .execute(
@@ -106,6 +108,7 @@ fn purge_revocations(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreEr
     Ok(n as u64)
 }
 
+/// `DELETE` where [`rules::once_expired`] holds (the predicate, as SQL over the index).
 fn purge_once(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
     let n = conn
         .execute(
@@ -116,13 +119,22 @@ fn purge_once(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
     Ok(n as u64)
 }
 
-/// Read-only verdict on a consume: the same rule as the memory store.
-fn judge(
-    conn: &Connection,
-    token: OnceToken,
-    user: UserId,
-    now_ms: u64,
-) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+fn once_row_from_sql(
+    key: OnceKey,
+    expires_at_ms: i64,
+    consumed_at_ms: Option<i64>,
+) -> Result<OnceRow, TokenStoreError> {
+    Ok(OnceRow {
+        key,
+        expires_at_ms: ms_from_sql(expires_at_ms, "expires_at_ms")?,
+        consumed_at_ms: consumed_at_ms
+            .map(|at| ms_from_sql(at, "consumed_at_ms"))
+            .transpose()?,
+    })
+}
+
+/// The row of one-time token `token`, if stored.
+fn read_once(conn: &Connection, token: OnceToken) -> Result<Option<OnceRow>, TokenStoreError> {
     let row = conn
         .query_row(
             "SELECT user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms FROM token_once WHERE token = ?1",
@@ -131,22 +143,78 @@ fn judge(
         )
         .optional()
         .map_err(backend)?;
-    let Some((row_user, activity, window_start_ms, expires_at_ms, consumed_at_ms)) = row else {
-        return Ok(Err(OnceRejection::Unknown));
+    let Some((user, activity, window_start_ms, expires_at_ms, consumed_at_ms)) = row else {
+        return Ok(None);
     };
-    let expires_at_ms = ms_from_sql(expires_at_ms, "expires_at_ms")?;
-    Ok(
-        match judge_consume(
-            Some(user_from_sql(row_user)),
-            consumed_at_ms.is_some(),
-            expires_at_ms,
-            user,
-            now_ms,
-        ) {
-            Some(rejection) => Err(rejection),
-            None => Ok(key_from_sql(row_user, activity, window_start_ms)?),
-        },
-    )
+    let key = key_from_sql(user, activity, window_start_ms)?;
+    once_row_from_sql(key, expires_at_ms, consumed_at_ms).map(Some)
+}
+
+/// The token and row of one-time key `key`, if it has one.
+fn read_once_by_key(
+    conn: &Connection,
+    key: &OnceKey,
+) -> Result<Option<(OnceToken, OnceRow)>, TokenStoreError> {
+    let row = conn
+        .query_row(
+            "SELECT token, expires_at_ms, consumed_at_ms FROM token_once WHERE user_id = ?1 AND activity = ?2 AND window_start_ms = ?3",
+            params![user_to_sql(key.user), key.activity.as_str(), ms_to_sql(key.window_start_ms)],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<i64>>(2)?)),
+        )
+        .optional()
+        .map_err(backend)?;
+    let Some((token, expires_at_ms, consumed_at_ms)) = row else {
+        return Ok(None);
+    };
+    let row = once_row_from_sql(key.clone(), expires_at_ms, consumed_at_ms)?;
+    Ok(Some((token_from_sql(&token)?, row)))
+}
+
+/// Sets the `consumed_at_ms` of token `token`; `only_unconsumed` adds the condition that it
+/// was not consumed yet. Whether a row changed.
+fn set_consumed(
+    conn: &Connection,
+    token: OnceToken,
+    consumed_at_ms: u64,
+    only_unconsumed: bool,
+) -> Result<bool, TokenStoreError> {
+    let condition = if only_unconsumed {
+        " AND consumed_at_ms IS NULL"
+    } else {
+        ""
+    };
+    let n = conn
+        .execute(
+            &format!("UPDATE token_once SET consumed_at_ms = ?1 WHERE token = ?2{condition}"),
+            params![ms_to_sql(consumed_at_ms), token.to_string()],
+        )
+        .map_err(backend)?;
+    Ok(n == 1)
+}
+
+/// Deletes a table's expired rows; how many.
+type Purge = fn(&Connection, u64) -> Result<u64, TokenStoreError>;
+
+/// Makes room for one row in `table`, purging its expired rows when the rules say so. A
+/// refusal after the purge commits the purge (the memory store keeps it too).
+fn make_room(
+    tx: Transaction<'_>,
+    table: Table,
+    max: u64,
+    now_ms: u64,
+) -> Result<Transaction<'_>, TokenStoreError> {
+    let (name, purge): (&str, Purge) = match table {
+        Table::Revocations => ("token_revoked", purge_revocations),
+        Table::OnceTokens => ("token_once", purge_once),
+    };
+    if rules::room(count(&tx, name)?, max) == Room::PurgeFirst {
+        purge(&tx, now_ms)?;
+        if let Err(full) = rules::after_purge(table, count(&tx, name)?, max) {
+            tx.commit().map_err(backend)?;
+            return Err(full);
+        }
+    }
+    Ok(tx)
 }
 
 impl SqliteTokenStore {
@@ -183,39 +251,42 @@ impl TokenStore for SqliteTokenStore {
         keep_until_ms: u64,
         now_ms: u64,
     ) -> Result<RevokeOutcome, TokenStoreError> {
-        if keep_until_ms <= now_ms {
-            return Ok(RevokeOutcome::NotNeeded);
-        }
         let max = self.limits.revocations_max;
         let tx = self.begin()?;
-        let updated = tx
-            .execute(
-                "UPDATE token_revoked SET keep_until_ms = max(keep_until_ms, ?2) WHERE jti = ?1",
-                params![jti, ms_to_sql(keep_until_ms)],
+        let existing: Option<i64> = tx
+            .query_row(
+                "SELECT keep_until_ms FROM token_revoked WHERE jti = ?1",
+                params![jti],
+                |r| r.get(0),
             )
+            .optional()
             .map_err(backend)?;
-        if updated == 1 {
-            tx.commit().map_err(backend)?;
-            return Ok(RevokeOutcome::AlreadyRevoked);
-        }
-        if count(&tx, "token_revoked")? >= max {
-            purge_revocations(&tx, now_ms)?;
-            if count(&tx, "token_revoked")? >= max {
-                // Commit the purge: the memory store keeps it too.
-                tx.commit().map_err(backend)?;
-                return Err(TokenStoreError::Full {
-                    table: Table::Revocations,
-                    max,
-                });
+        let existing = existing
+            .map(|ms| ms_from_sql(ms, "keep_until_ms"))
+            .transpose()?;
+        let step = rules::revoke(existing, keep_until_ms, now_ms);
+        let tx = match step {
+            RevokeStep::NotNeeded => return Ok(step.outcome()),
+            RevokeStep::Raise { keep_until_ms } => {
+                tx.execute(
+                    "UPDATE token_revoked SET keep_until_ms = ?2 WHERE jti = ?1",
+                    params![jti, ms_to_sql(keep_until_ms)],
+                )
+                .map_err(backend)?;
+                tx
             }
-        }
-        tx.execute(
-            "INSERT INTO token_revoked (jti, keep_until_ms) VALUES (?1, ?2)",
-            params![jti, ms_to_sql(keep_until_ms)],
-        )
-        .map_err(backend)?;
+            RevokeStep::Insert { keep_until_ms } => {
+                let tx = make_room(tx, Table::Revocations, max, now_ms)?;
+                tx.execute(
+                    "INSERT INTO token_revoked (jti, keep_until_ms) VALUES (?1, ?2)",
+                    params![jti, ms_to_sql(keep_until_ms)],
+                )
+                .map_err(backend)?;
+                tx
+            }
+        };
         tx.commit().map_err(backend)?;
-        Ok(RevokeOutcome::Revoked)
+        Ok(step.outcome())
     }
 
     fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
@@ -244,63 +315,30 @@ impl TokenStore for SqliteTokenStore {
     fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
         let max = self.limits.once_tokens_max;
         let tx = self.begin()?;
-        let existing = tx
-            .query_row(
-                "SELECT token, expires_at_ms, consumed_at_ms FROM token_once WHERE user_id = ?1 AND activity = ?2 AND window_start_ms = ?3",
-                params![user_to_sql(grant.key.user), grant.key.activity.as_str(), ms_to_sql(grant.key.window_start_ms)],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<i64>>(2)?)),
-            )
-            .optional()
-            .map_err(backend)?;
-        if let Some((token, expires_at_ms, consumed_at_ms)) = existing {
-            let issue = OnceIssue {
-                token: token_from_sql(&token)?,
-                expires_at_ms: ms_from_sql(expires_at_ms, "expires_at_ms")?,
-                fresh: false,
-                consumed: consumed_at_ms.is_some(),
-            };
-            tx.commit().map_err(backend)?;
-            return Ok(issue);
-        }
-        let taken = tx
-            .query_row(
-                "SELECT 1 FROM token_once WHERE token = ?1",
-                params![grant.token.to_string()],
-                |_| Ok(()),
-            )
-            .optional()
-            .map_err(backend)?;
-        if taken.is_some() {
-            return Err(TokenStoreError::TokenCollision);
-        }
-        if count(&tx, "token_once")? >= max {
-            purge_once(&tx, now_ms)?;
-            if count(&tx, "token_once")? >= max {
+        let existing = read_once_by_key(&tx, &grant.key)?;
+        let taken = read_once(&tx, grant.token)?.is_some();
+        let existing = existing.as_ref().map(|(token, row)| (*token, row));
+        let (row, answer) = match rules::issue_once(existing, taken, grant)? {
+            IssueStep::Existing(answer) => {
                 tx.commit().map_err(backend)?;
-                return Err(TokenStoreError::Full {
-                    table: Table::OnceTokens,
-                    max,
-                });
+                return Ok(answer);
             }
-        }
+            IssueStep::Insert { row, answer } => (row, answer),
+        };
+        let tx = make_room(tx, Table::OnceTokens, max, now_ms)?;
         tx.execute(
             "INSERT INTO token_once (token, user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, NULL)",
             params![
-                grant.token.to_string(),
-                user_to_sql(grant.key.user),
-                grant.key.activity.as_str(),
-                ms_to_sql(grant.key.window_start_ms),
-                ms_to_sql(grant.expires_at_ms)
+                answer.token.to_string(),
+                user_to_sql(row.key.user),
+                row.key.activity.as_str(),
+                ms_to_sql(row.key.window_start_ms),
+                ms_to_sql(row.expires_at_ms)
             ],
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        Ok(OnceIssue {
-            token: grant.token,
-            expires_at_ms: grant.expires_at_ms,
-            fresh: true,
-            consumed: false,
-        })
+        Ok(answer)
     }
 
     fn consume_once(
@@ -310,34 +348,17 @@ impl TokenStore for SqliteTokenStore {
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
         let tx = self.begin()?;
-        // The one store operation that decides acceptance.
-        let accepted = tx
-            .query_row(
-                "UPDATE token_once SET consumed_at_ms = ?1 \
-                 WHERE token = ?2 AND user_id = ?3 AND consumed_at_ms IS NULL AND expires_at_ms > ?1 \
-                 RETURNING user_id, activity, window_start_ms",
-                params![ms_to_sql(now_ms), token.to_string(), user_to_sql(user)],
-                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)),
-            )
-            .optional()
-            .map_err(backend)?;
-        let verdict = match accepted {
-            Some((u, activity, window_start_ms)) => Ok(key_from_sql(u, activity, window_start_ms)?),
-            None => {
-                let why = judge(&tx, token, user, now_ms)?;
-                // Nothing matched the UPDATE, so the read cannot accept.
-                match why {
-                    Err(rejection) => Err(rejection),
-                    Ok(_) => {
-                        return Err(TokenStoreError::Backend(
-                            "consume: UPDATE matched no row but the row is acceptable".to_owned(),
-                        ));
-                    }
-                }
+        let consume = rules::consume_once(read_once(&tx, token)?.as_ref(), user, now_ms);
+        if let Some(at) = consume.consumed_at_ms {
+            // The one write that makes the acceptance: it must find the row still unconsumed.
+            if !set_consumed(&tx, token, at, true)? {
+                return Err(TokenStoreError::Backend(
+                    "consume: the accepted token was consumed inside the transaction".to_owned(),
+                ));
             }
-        };
+        }
         tx.commit().map_err(backend)?;
-        Ok(verdict)
+        Ok(consume.verdict)
     }
 
     fn check_once(
@@ -346,7 +367,11 @@ impl TokenStore for SqliteTokenStore {
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        judge(&self.conn, token, user, now_ms)
+        Ok(rules::judge(
+            read_once(&self.conn, token)?.as_ref(),
+            user,
+            now_ms,
+        ))
     }
 
     fn mark_once_consumed(
@@ -354,14 +379,14 @@ impl TokenStore for SqliteTokenStore {
         token: OnceToken,
         now_ms: u64,
     ) -> Result<bool, TokenStoreError> {
-        let n = self
-            .conn
-            .execute(
-                "UPDATE token_once SET consumed_at_ms = ?1 WHERE token = ?2",
-                params![ms_to_sql(now_ms), token.to_string()],
-            )
-            .map_err(backend)?;
-        Ok(n == 1)
+        let tx = self.begin()?;
+        let mark = rules::mark_once_consumed(read_once(&tx, token)?.as_ref(), now_ms);
+        if let Some(at) = mark {
+            let marked = set_consumed(&tx, token, at, false)?;
+            assert!(marked, "the row read in this transaction is there");
+        }
+        tx.commit().map_err(backend)?;
+        Ok(mark.is_some())
     }
 
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {

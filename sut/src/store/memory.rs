@@ -1,44 +1,37 @@
 //! The in-memory ID store: the simulator's database node and the models use it.
 //!
 //! Everything is an ordered collection so that the whole store can be cloned, hashed and
-//! compared (stateright), and so that iteration order never depends on a hasher.
+//! compared (stateright), and so that iteration order never depends on a hasher. Every
+//! mutating operation reads its rows, calls its rule in [`super::rules`] and stores what the
+//! rule decided; [`MemoryIdStore::check_invariants`] states what the rules promise of the rows.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::rules::{self, Counter, WorkerRenewal, WorkerRow};
 use super::{
     AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
-    ReleaseRequest, RenewRequest, Segment, StoreError, Tag, TagRow, TagSpec, WorkerLease,
-    WorkerRequest, align_up, check_alloc, fresh_segment, initial_claim, pool_insert,
-    take_from_pool,
+    ReleaseRequest, RenewRequest, StoreError, Tag, TagRow, TagSpec, WorkerLease, WorkerRequest,
 };
 
-/// A worker id's row.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-struct WorkerRow {
-    /// `None` once released.
-    holder: Option<InstanceId>,
-    lease_expiry_ms: u64,
-    reserved_ts: u64,
-}
-
-/// A counter of the counter engine: its live value and what would survive a crash.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-struct Counter {
-    value: u64,
-    durable: u64,
-    synced_at_ms: u64,
-}
+mod invariants;
 
 /// The in-memory ID store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemoryIdStore {
-    tags: BTreeMap<Tag, TagRow>,
-    leases: BTreeMap<(Tag, u64), LeaseRow>,
-    workers: BTreeMap<(String, u32), WorkerRow>,
-    counters: BTreeMap<String, Counter>,
-    durability: CounterDurability,
+    pub(crate) tags: BTreeMap<Tag, TagRow>,
+    /// Each tag's first ID (its `max_id` at creation), the floor of everything it grants.
+    #[serde(default)]
+    pub(crate) first_ids: BTreeMap<Tag, u64>,
+    pub(crate) leases: BTreeMap<(Tag, u64), LeaseRow>,
+    pub(crate) workers: BTreeMap<(String, u32), WorkerRow>,
+    /// Each namespace's worker count, while every acquire of it has named the same one
+    /// (`None` once two differ: the count is then unknown).
+    #[serde(default)]
+    pub(crate) worker_counts: BTreeMap<String, Option<u32>>,
+    pub(crate) counters: BTreeMap<String, Counter>,
+    pub(crate) durability: CounterDurability,
 }
 
 impl MemoryIdStore {
@@ -72,23 +65,32 @@ impl MemoryIdStore {
         }
         lost
     }
+
+    /// The segment starts of `tag`'s leases.
+    fn lease_starts(&self, tag: &str) -> BTreeSet<u64> {
+        let tag = tag.to_owned();
+        self.leases
+            .range((tag.clone(), 0)..=(tag, u64::MAX))
+            .map(|((_, start), _)| *start)
+            .collect()
+    }
+
+    /// Remembers the worker count an acquire named (unknown once two differ).
+    fn note_worker_count(&mut self, namespace: &str, worker_count: u32) {
+        let known = self
+            .worker_counts
+            .entry(namespace.to_owned())
+            .or_insert(Some(worker_count));
+        if *known != Some(worker_count) {
+            *known = None;
+        }
+    }
 }
 
 impl IdStore for MemoryIdStore {
     fn create_tag(&mut self, tag: &str, spec: &TagSpec) -> Result<TagRow, StoreError> {
-        spec.validate()?;
-        if self.tags.contains_key(tag) {
-            return Err(StoreError::TagExists(tag.to_owned()));
-        }
-        let row = TagRow {
-            tag: tag.to_owned(),
-            max_id: align_up(spec.first_id, spec.remainder, spec.delta),
-            step: spec.step,
-            delta: spec.delta,
-            remainder: spec.remainder,
-            version: 0,
-            pool: Vec::new(),
-        };
+        let row = rules::create_tag(tag, spec, self.tags.contains_key(tag))?;
+        self.first_ids.insert(tag.to_owned(), row.max_id);
         self.tags.insert(tag.to_owned(), row.clone());
         Ok(row)
     }
@@ -101,179 +103,53 @@ impl IdStore for MemoryIdStore {
     }
 
     fn allocate(&mut self, req: &AllocRequest) -> Result<Grant, StoreError> {
-        check_alloc(req)?;
-        let row = self
-            .tags
-            .get_mut(&req.tag)
-            .ok_or_else(|| StoreError::UnknownTag(req.tag.clone()))?;
-        let (segment, from_pool) = if let Some(read_max_id) = req.blind_max_id {
-            // The flaw: no version check, no pool, a blind write of what the requester read.
-            let read = TagRow {
-                max_id: read_max_id,
-                ..row.clone()
-            };
-            let segment = fresh_segment(&read, req.ids)?;
-            row.max_id = segment.end;
-            (segment, false)
-        } else {
-            if row.version != req.expected_version {
-                return Err(StoreError::VersionConflict {
-                    tag: req.tag.clone(),
-                    expected: req.expected_version,
-                    actual: row.version,
-                });
-            }
-            let (segment, rest) = match take_from_pool(&row.pool, req.min_id, req.ids) {
-                Some((segment, rest)) => (segment, Some(rest)),
-                None => (fresh_segment(row, req.ids)?, None),
-            };
-            // SQLite rewrites the pool rows (primary key: start), then inserts the lease: the
-            // same checks, in the same order, before anything changes (both can fail only after
-            // the blind-write flaw overlapped ranges).
-            if let Some(rest) = &rest {
-                let mut starts = BTreeSet::new();
-                if let Some(dup) = rest
-                    .iter()
-                    .find(|s| !s.is_empty() && !starts.insert(s.start))
-                {
-                    return Err(super::pool_taken(&req.tag, dup.start));
-                }
-            }
-            if self.leases.contains_key(&(req.tag.clone(), segment.start)) {
-                return Err(super::lease_taken(&req.tag, segment.start));
-            }
-            let from_pool = rest.is_some();
-            match rest {
-                Some(rest) => row.pool = rest,
-                None => row.max_id = segment.end,
-            }
-            (segment, from_pool)
-        };
-        row.version += 1;
-        let grant = Grant {
-            tag: req.tag.clone(),
-            segment,
-            version: row.version,
-            claim_end: initial_claim(&segment, req.claim_ids),
-            lease_expiry_ms: req.now_ms.saturating_add(req.lease_ms),
-            from_pool,
-            tag_step: row.step,
-        };
-        let lease = LeaseRow {
-            tag: req.tag.clone(),
-            instance: req.instance,
-            segment,
-            claim_end: grant.claim_end,
-            lease_expiry_ms: grant.lease_expiry_ms,
-        };
-        let replaced = self.leases.insert((req.tag.clone(), segment.start), lease);
-        debug_assert!(
-            replaced.is_none() || req.blind_max_id.is_some(),
-            "segment {segment:?} of `{}` granted twice",
+        let lease_starts = self.lease_starts(&req.tag);
+        let write = rules::allocate(req, self.tags.get(&req.tag), &lease_starts)?;
+        let start = write.lease.segment.start;
+        self.tags.insert(req.tag.clone(), write.row);
+        let replaced = self.leases.insert((req.tag.clone(), start), write.lease);
+        assert!(
+            replaced.is_none() || write.replace_lease,
+            "segment at {start} of `{}` granted twice",
             req.tag
         );
-        Ok(grant)
+        Ok(write.grant)
     }
 
     fn renew(&mut self, req: &RenewRequest) -> Result<Lease, StoreError> {
-        let lost = || StoreError::LeaseLost {
-            tag: req.tag.clone(),
-            segment_start: req.segment_start,
-            instance: req.instance,
-        };
-        let lease = self
-            .leases
-            .get_mut(&(req.tag.clone(), req.segment_start))
-            .ok_or_else(lost)?;
-        if lease.instance != req.instance {
-            return Err(lost());
-        }
-        lease.claim_end = lease.claim_end.max(req.claim_end.min(lease.segment.end));
-        lease.lease_expiry_ms = lease
-            .lease_expiry_ms
-            .max(req.now_ms.saturating_add(req.lease_ms));
-        Ok(Lease {
-            claim_end: lease.claim_end,
-            lease_expiry_ms: lease.lease_expiry_ms,
-        })
+        let key = (req.tag.clone(), req.segment_start);
+        let renewed = rules::renew(req, self.leases.get(&key))?;
+        let lease = self.leases.get_mut(&key).expect("the rule found the lease");
+        lease.claim_end = renewed.claim_end;
+        lease.lease_expiry_ms = renewed.lease_expiry_ms;
+        Ok(renewed)
     }
 
     fn release(&mut self, req: &ReleaseRequest) -> Result<(), StoreError> {
         let key = (req.tag.clone(), req.segment_start);
-        let lost = || StoreError::LeaseLost {
-            tag: req.tag.clone(),
-            segment_start: req.segment_start,
-            instance: req.instance,
-        };
-        let lease = self.leases.get(&key).ok_or_else(lost)?;
-        if lease.instance != req.instance {
-            return Err(lost());
-        }
-        let segment = lease.segment;
-        let from = segment
-            .align_up(req.used_end.clamp(segment.start, segment.end))
-            .min(segment.end);
-        let tail = Segment {
-            start: from,
-            end: segment.end,
-            delta: segment.delta,
-        };
-        if let Some(row) = self.tags.get_mut(&req.tag) {
-            if !tail.is_empty() && super::pool_has_start(&row.pool, tail.start) {
-                return Err(super::pool_taken(&req.tag, tail.start));
-            }
-            pool_insert(&mut row.pool, tail);
-        }
+        let pool = self.tags.get(&req.tag).map_or(&[][..], |row| &row.pool);
+        let tail = rules::release(req, self.leases.get(&key), pool)?;
         self.leases.remove(&key);
+        if let (Some(tail), Some(row)) = (tail, self.tags.get_mut(&req.tag)) {
+            rules::pool_insert(&mut row.pool, tail);
+        }
         Ok(())
     }
 
     fn reclaim_expired(&mut self, now_ms: u64) -> Result<Vec<Reclaimed>, StoreError> {
-        let expired: Vec<(Tag, u64)> = self
-            .leases
-            .iter()
-            .filter(|(_, lease)| lease.lease_expiry_ms <= now_ms)
-            .map(|(key, _)| key.clone())
-            .collect();
-        let tail_of = |lease: &LeaseRow| {
-            let segment = lease.segment;
-            Segment {
-                start: segment.align_up(lease.claim_end).min(segment.end),
-                end: segment.end,
-                delta: segment.delta,
-            }
-        };
-        // All or nothing, as SQLite's transaction: a tail starting where a pooled range (or an
-        // earlier tail of this sweep) starts refuses the whole sweep (after the blind-write flaw
-        // only, see `pool_taken`).
-        let mut added: BTreeSet<(&str, u64)> = BTreeSet::new();
-        for key in &expired {
-            let lease = &self.leases[key];
-            let tail = tail_of(lease);
-            if tail.is_empty() {
-                continue;
-            }
-            let pooled = self
-                .tags
-                .get(&lease.tag)
-                .is_some_and(|row| super::pool_has_start(&row.pool, tail.start));
-            if pooled || !added.insert((lease.tag.as_str(), tail.start)) {
-                return Err(super::pool_taken(&lease.tag, tail.start));
-            }
-        }
-        drop(added);
+        let expired = rules::reclaim_expired(now_ms, self.leases.values(), &self.tags)?;
         let mut reclaimed = Vec::with_capacity(expired.len());
-        for key in expired {
-            let lease = self.leases.remove(&key).expect("key listed above");
-            let tail = tail_of(&lease);
-            if let Some(row) = self.tags.get_mut(&lease.tag) {
-                pool_insert(&mut row.pool, tail);
+        for rules::Expired {
+            segment_start,
+            reclaimed: entry,
+        } in expired
+        {
+            let removed = self.leases.remove(&(entry.tag.clone(), segment_start));
+            assert!(removed.is_some(), "the rule reclaims only held leases");
+            if let Some(row) = self.tags.get_mut(&entry.tag) {
+                rules::pool_insert(&mut row.pool, entry.tail);
             }
-            reclaimed.push(Reclaimed {
-                tag: lease.tag,
-                instance: lease.instance,
-                tail,
-            });
+            reclaimed.push(entry);
         }
         Ok(reclaimed)
     }
@@ -283,45 +159,20 @@ impl IdStore for MemoryIdStore {
     }
 
     fn acquire_worker(&mut self, req: &WorkerRequest) -> Result<WorkerLease, StoreError> {
-        if req.worker_count == 0 {
-            return Err(StoreError::InvalidSpec {
-                field: "worker_count".into(),
-                reason: "must be at least 1".into(),
-            });
-        }
         let ns = &req.namespace;
-        let mine = self
+        let rows: BTreeMap<u32, WorkerRow> = self
             .workers
             .range((ns.clone(), 0)..(ns.clone(), req.worker_count))
-            .find(|(_, row)| row.holder == Some(req.instance))
-            .map(|((_, id), _)| *id);
-        let chosen = mine.or_else(|| {
-            (0..req.worker_count).find(|id| match self.workers.get(&(ns.clone(), *id)) {
-                None => true,
-                Some(row) => row.holder.is_none() || row.lease_expiry_ms <= req.now_ms,
-            })
-        });
-        let Some(worker_id) = chosen else {
-            return Err(StoreError::NoFreeWorker {
-                namespace: ns.clone(),
-                worker_count: req.worker_count,
-            });
-        };
-        let row = self
-            .workers
-            .entry((ns.clone(), worker_id))
-            .or_insert(WorkerRow {
-                holder: None,
-                lease_expiry_ms: 0,
-                reserved_ts: 0,
-            });
-        row.holder = Some(req.instance);
-        row.lease_expiry_ms = req.now_ms.saturating_add(req.lease_ms);
-        Ok(WorkerLease {
-            worker_id,
-            lease_expiry_ms: row.lease_expiry_ms,
-            reserved_ts: row.reserved_ts,
-        })
+            .map(|((_, id), row)| (*id, row.clone()))
+            .collect();
+        let chosen = rules::acquire_worker(req, &rows);
+        if req.worker_count > 0 {
+            self.note_worker_count(ns, req.worker_count);
+        }
+        let (worker_id, row) = chosen?;
+        let lease = row.lease(worker_id);
+        self.workers.insert((ns.clone(), worker_id), row);
+        Ok(lease)
     }
 
     fn renew_worker(
@@ -333,25 +184,19 @@ impl IdStore for MemoryIdStore {
         lease_ms: u64,
         now_ms: u64,
     ) -> Result<WorkerLease, StoreError> {
-        let lost = || StoreError::WorkerLeaseLost {
-            namespace: namespace.to_owned(),
+        let req = WorkerRenewal {
+            namespace,
             worker_id,
             instance,
+            reserve_ts,
+            lease_ms,
+            now_ms,
         };
-        let row = self
-            .workers
-            .get_mut(&(namespace.to_owned(), worker_id))
-            .ok_or_else(lost)?;
-        if row.holder != Some(instance) {
-            return Err(lost());
-        }
-        row.reserved_ts = row.reserved_ts.max(reserve_ts);
-        row.lease_expiry_ms = row.lease_expiry_ms.max(now_ms.saturating_add(lease_ms));
-        Ok(WorkerLease {
-            worker_id,
-            lease_expiry_ms: row.lease_expiry_ms,
-            reserved_ts: row.reserved_ts,
-        })
+        let key = (namespace.to_owned(), worker_id);
+        let row = rules::renew_worker(&req, self.workers.get(&key))?;
+        let lease = row.lease(worker_id);
+        self.workers.insert(key, row);
+        Ok(lease)
     }
 
     fn release_worker(
@@ -360,38 +205,19 @@ impl IdStore for MemoryIdStore {
         worker_id: u32,
         instance: InstanceId,
     ) -> Result<(), StoreError> {
-        let lost = || StoreError::WorkerLeaseLost {
-            namespace: namespace.to_owned(),
-            worker_id,
-            instance,
-        };
-        let row = self
-            .workers
-            .get_mut(&(namespace.to_owned(), worker_id))
-            .ok_or_else(lost)?;
-        if row.holder != Some(instance) {
-            return Err(lost());
-        }
-        row.holder = None;
+        let key = (namespace.to_owned(), worker_id);
+        let row = rules::release_worker(namespace, worker_id, instance, self.workers.get(&key))?;
+        self.workers.insert(key, row);
         Ok(())
     }
 
     fn incr_by(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
-        let interval_ms = self.durability.interval_ms();
-        let counter = self.counters.entry(key.to_owned()).or_insert(Counter {
-            value: 0,
-            durable: 0,
-            synced_at_ms: now_ms,
-        });
-        let value = counter
-            .value
-            .checked_add(n)
-            .ok_or_else(|| StoreError::Exhausted(key.to_owned()))?;
-        counter.value = value;
-        if interval_ms == 0 || now_ms.saturating_sub(counter.synced_at_ms) >= interval_ms {
-            counter.durable = value;
-            counter.synced_at_ms = now_ms;
-        }
-        Ok(value)
+        let counter = self
+            .counters
+            .entry(key.to_owned())
+            .or_insert(Counter::loaded(0, now_ms));
+        let write = rules::incr_by(key, *counter, n, now_ms, self.durability)?;
+        *counter = write.counter;
+        Ok(write.counter.value)
     }
 }

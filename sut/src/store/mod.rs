@@ -25,13 +25,18 @@
 //!
 //! [`MemoryIdStore`] (the simulator's database node, the models) is the implementation here;
 //! the real server's `SqliteIdStore` lives in the `sut-server` crate, and a conformance property
-//! test there keeps the two identical. The rules both share (validation, fresh and pooled
-//! grants, initial claims, refusals) are the public functions at the end of this module, so that
-//! each is written once.
+//! test there keeps the two identical. Both only read rows and persist what the pure decision
+//! functions of [`rules`] decide (validation, version check, fresh and pooled grants, claims,
+//! tails, the reclaim sweep, worker choice, counter syncs, refusals), so that each rule is
+//! written once.
 
 mod memory;
+pub mod rules;
 
 pub use memory::MemoryIdStore;
+pub use rules::{
+    check_alloc, fresh_segment, initial_claim, lease_taken, pool_taken, take_from_pool,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -429,36 +434,6 @@ pub enum StoreError {
     Backend(String),
 }
 
-/// A correct grant whose range starts where another holder's lease starts: possible only after
-/// the blind-write flaw moved `max_id` back and gave the range out once already. The grant is
-/// refused and nothing changes (SQLite: the lease row's primary key refuses the insert and the
-/// transaction rolls back); the memory store answers the same.
-///
-/// Shared by every [`IdStore`] implementation so that the refusal reads the same in all.
-#[must_use]
-pub fn lease_taken(tag: &str, segment_start: u64) -> StoreError {
-    StoreError::Backend(format!(
-        "a lease of the segment starting at {segment_start} of `{tag}` is already held"
-    ))
-}
-
-/// A tail returned to the pool where a pooled range already starts: possible only after the
-/// blind-write flaw gave one range out twice. Refused with nothing changed, as SQLite's primary
-/// key on the pool row refuses it and rolls the transaction back.
-///
-/// Shared by every [`IdStore`] implementation so that the refusal reads the same in all.
-#[must_use]
-pub fn pool_taken(tag: &str, start: u64) -> StoreError {
-    StoreError::Backend(format!(
-        "a pooled range starting at {start} of `{tag}` already exists"
-    ))
-}
-
-/// Whether `pool` holds a range starting at `start` (see [`pool_taken`]).
-fn pool_has_start(pool: &[Segment], start: u64) -> bool {
-    pool.iter().any(|s| s.start == start)
-}
-
 /// The ID store's domain operations. Both implementations must behave identically.
 pub trait IdStore {
     /// Creates a tag.
@@ -586,118 +561,6 @@ impl StoreCall {
             Self::AcquireWorker(req) => req.now_ms = now_ms,
             Self::Read { .. } | Self::Release(_) => {}
         }
-    }
-}
-
-/// Shared validation of an allocation request: every [`IdStore::allocate`] calls it first.
-///
-/// # Errors
-/// [`StoreError::InvalidSpec`] naming `ids` or `claim_ids` when it is 0.
-pub fn check_alloc(req: &AllocRequest) -> Result<(), StoreError> {
-    if req.ids == 0 {
-        return Err(StoreError::InvalidSpec {
-            field: "ids".into(),
-            reason: "must be at least 1".into(),
-        });
-    }
-    if req.claim_ids == 0 {
-        return Err(StoreError::InvalidSpec {
-            field: "claim_ids".into(),
-            reason: "must be at least 1".into(),
-        });
-    }
-    Ok(())
-}
-
-/// The segment a fresh (non-pool) allocation of `ids` IDs grants from a tag at `row`: from
-/// `max_id` on, cut short at [`SEGMENT_ID_LIMIT`] (a short final segment, never a wrap).
-///
-/// # Errors
-/// [`StoreError::Exhausted`] when the tag's ID space is used up.
-pub fn fresh_segment(row: &TagRow, ids: u64) -> Result<Segment, StoreError> {
-    let span = ids
-        .checked_mul(row.delta)
-        .ok_or_else(|| StoreError::Exhausted(row.tag.clone()))?;
-    let end = row
-        .max_id
-        .checked_add(span)
-        .filter(|end| *end <= SEGMENT_ID_LIMIT);
-    match end {
-        Some(end) => Ok(Segment {
-            start: row.max_id,
-            end,
-            delta: row.delta,
-        }),
-        None if row.max_id < SEGMENT_ID_LIMIT => {
-            // A short final segment up to the limit, then Exhausted forever after.
-            Ok(Segment {
-                start: row.max_id,
-                end: SEGMENT_ID_LIMIT,
-                delta: row.delta,
-            })
-        }
-        None => Err(StoreError::Exhausted(row.tag.clone())),
-    }
-}
-
-/// Picks from `pool` the first range with IDs at or above `min_id`, clipped to `ids` IDs.
-/// Returns the granted segment and the pool as it must be stored afterwards (`None`: nothing
-/// in the pool qualifies, grant a fresh segment).
-#[must_use]
-pub fn take_from_pool(pool: &[Segment], min_id: u64, ids: u64) -> Option<(Segment, Vec<Segment>)> {
-    let mut rest = Vec::with_capacity(pool.len() + 1);
-    let mut granted = None;
-    for range in pool {
-        if granted.is_some() {
-            rest.push(*range);
-            continue;
-        }
-        let from = range.align_up(range.start.max(min_id));
-        if from >= range.end {
-            rest.push(*range);
-            continue;
-        }
-        if from > range.start {
-            rest.push(Segment {
-                start: range.start,
-                end: from,
-                delta: range.delta,
-            });
-        }
-        let wanted_end = from.saturating_add(ids.saturating_mul(range.delta));
-        let end = wanted_end.min(range.end);
-        if end < range.end {
-            rest.push(Segment {
-                start: end,
-                end: range.end,
-                delta: range.delta,
-            });
-        }
-        granted = Some(Segment {
-            start: from,
-            end,
-            delta: range.delta,
-        });
-    }
-    rest.sort_unstable();
-    granted.map(|segment| (segment, rest))
-}
-
-/// The initial claim of a fresh grant: `claim_ids` IDs from the segment's start, at most its
-/// end.
-#[must_use]
-pub fn initial_claim(segment: &Segment, claim_ids: u64) -> u64 {
-    segment
-        .start
-        .saturating_add(claim_ids.saturating_mul(segment.delta))
-        .min(segment.end)
-}
-
-/// Adds a tail to a pool, keeping it sorted and merging nothing (ranges never overlap).
-fn pool_insert(pool: &mut Vec<Segment>, tail: Segment) {
-    if !tail.is_empty() {
-        pool.push(tail);
-        pool.sort_unstable();
     }
 }
 

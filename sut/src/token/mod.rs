@@ -36,6 +36,7 @@ pub mod check;
 pub mod jwt;
 pub mod once;
 pub mod revocation;
+pub mod rules;
 pub mod service;
 pub mod store;
 

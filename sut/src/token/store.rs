@@ -20,13 +20,17 @@
 //! and if it is still full the write is refused with [`TokenStoreError::Full`] — never by
 //! forgetting a live revocation, which would let a revoked token through.
 //!
-//! [`MemoryTokenStore`] and `sut-server`'s `SqliteTokenStore` are kept identical by the
-//! conformance property test beside the latter.
+//! [`MemoryTokenStore`] and `sut-server`'s `SqliteTokenStore` both read rows and persist what
+//! the pure rules of [`super::rules`] decide, and are kept identical by the conformance
+//! property test beside the latter.
 
 use super::UserId;
-use super::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, judge_consume};
+use super::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken};
+use super::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+mod invariants;
 
 /// Size bounds of a token store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -152,22 +156,15 @@ pub trait TokenStore {
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError>;
 }
 
-/// A stored one-time token.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct OnceRow {
-    key: OnceKey,
-    expires_at_ms: u64,
-    consumed_at_ms: Option<u64>,
-}
-
 /// The in-memory token store (simulator database node, models). Ordered collections only, so
 /// it can be hashed and compared as state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MemoryTokenStore {
-    limits: TokenStoreLimits,
-    revoked: BTreeMap<String, u64>,
-    once_by_token: BTreeMap<OnceToken, OnceRow>,
-    once_by_key: BTreeMap<OnceKey, OnceToken>,
+    pub(crate) limits: TokenStoreLimits,
+    pub(crate) revoked: BTreeMap<String, u64>,
+    pub(crate) once_by_token: BTreeMap<OnceToken, OnceRow>,
+    /// The index of the unique key: each key's token.
+    pub(crate) once_by_key: BTreeMap<OnceKey, OnceToken>,
 }
 
 impl MemoryTokenStore {
@@ -185,34 +182,18 @@ impl MemoryTokenStore {
     fn purge_revocations(&mut self, now_ms: u64) -> u64 {
         let before = self.revoked.len();
         self.revoked
-            .retain(|_, keep_until_ms| *keep_until_ms > now_ms);
+            .retain(|_, keep_until_ms| !rules::revocation_expired(*keep_until_ms, now_ms));
         (before - self.revoked.len()) as u64
     }
 
     fn purge_once(&mut self, now_ms: u64) -> u64 {
         let before = self.once_by_token.len();
         self.once_by_token
-            .retain(|_, row| row.expires_at_ms > now_ms);
+            .retain(|_, row| !rules::once_expired(row.expires_at_ms, now_ms));
         let live = &self.once_by_token;
         self.once_by_key.retain(|_, token| live.contains_key(token));
         debug_assert_eq!(self.once_by_key.len(), self.once_by_token.len());
         (before - self.once_by_token.len()) as u64
-    }
-
-    fn judge(&self, token: OnceToken, user: UserId, now_ms: u64) -> Result<OnceKey, OnceRejection> {
-        let Some(row) = self.once_by_token.get(&token) else {
-            return Err(OnceRejection::Unknown);
-        };
-        match judge_consume(
-            Some(row.key.user),
-            row.consumed_at_ms.is_some(),
-            row.expires_at_ms,
-            user,
-            now_ms,
-        ) {
-            Some(rejection) => Err(rejection),
-            None => Ok(row.key.clone()),
-        }
     }
 }
 
@@ -223,24 +204,22 @@ impl TokenStore for MemoryTokenStore {
         keep_until_ms: u64,
         now_ms: u64,
     ) -> Result<RevokeOutcome, TokenStoreError> {
-        if keep_until_ms <= now_ms {
-            return Ok(RevokeOutcome::NotNeeded);
-        }
-        if let Some(existing) = self.revoked.get_mut(jti) {
-            *existing = (*existing).max(keep_until_ms);
-            return Ok(RevokeOutcome::AlreadyRevoked);
-        }
-        if self.revoked.len() as u64 >= self.limits.revocations_max {
-            self.purge_revocations(now_ms);
-            if self.revoked.len() as u64 >= self.limits.revocations_max {
-                return Err(TokenStoreError::Full {
-                    table: Table::Revocations,
-                    max: self.limits.revocations_max,
-                });
+        let step = rules::revoke(self.revoked.get(jti).copied(), keep_until_ms, now_ms);
+        match step {
+            RevokeStep::NotNeeded => {}
+            RevokeStep::Raise { keep_until_ms } => {
+                self.revoked.insert(jti.to_owned(), keep_until_ms);
+            }
+            RevokeStep::Insert { keep_until_ms } => {
+                let max = self.limits.revocations_max;
+                if rules::room(self.revoked.len() as u64, max) == Room::PurgeFirst {
+                    self.purge_revocations(now_ms);
+                    rules::after_purge(Table::Revocations, self.revoked.len() as u64, max)?;
+                }
+                self.revoked.insert(jti.to_owned(), keep_until_ms);
             }
         }
-        self.revoked.insert(jti.to_owned(), keep_until_ms);
-        Ok(RevokeOutcome::Revoked)
+        Ok(step.outcome())
     }
 
     fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
@@ -252,42 +231,23 @@ impl TokenStore for MemoryTokenStore {
     }
 
     fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
-        if let Some(token) = self.once_by_key.get(&grant.key) {
-            let row = &self.once_by_token[token];
-            return Ok(OnceIssue {
-                token: *token,
-                expires_at_ms: row.expires_at_ms,
-                fresh: false,
-                consumed: row.consumed_at_ms.is_some(),
-            });
-        }
-        if self.once_by_token.contains_key(&grant.token) {
-            return Err(TokenStoreError::TokenCollision);
-        }
-        if self.once_by_token.len() as u64 >= self.limits.once_tokens_max {
+        let existing = self
+            .once_by_key
+            .get(&grant.key)
+            .map(|token| (*token, &self.once_by_token[token]));
+        let taken = self.once_by_token.contains_key(&grant.token);
+        let (row, answer) = match rules::issue_once(existing, taken, grant)? {
+            IssueStep::Existing(answer) => return Ok(answer),
+            IssueStep::Insert { row, answer } => (row, answer),
+        };
+        let max = self.limits.once_tokens_max;
+        if rules::room(self.once_by_token.len() as u64, max) == Room::PurgeFirst {
             self.purge_once(now_ms);
-            if self.once_by_token.len() as u64 >= self.limits.once_tokens_max {
-                return Err(TokenStoreError::Full {
-                    table: Table::OnceTokens,
-                    max: self.limits.once_tokens_max,
-                });
-            }
+            rules::after_purge(Table::OnceTokens, self.once_by_token.len() as u64, max)?;
         }
-        self.once_by_token.insert(
-            grant.token,
-            OnceRow {
-                key: grant.key.clone(),
-                expires_at_ms: grant.expires_at_ms,
-                consumed_at_ms: None,
-            },
-        );
-        self.once_by_key.insert(grant.key.clone(), grant.token);
-        Ok(OnceIssue {
-            token: grant.token,
-            expires_at_ms: grant.expires_at_ms,
-            fresh: true,
-            consumed: false,
-        })
+        self.once_by_key.insert(row.key.clone(), answer.token);
+        self.once_by_token.insert(answer.token, row);
+        Ok(answer)
     }
 
     fn consume_once(
@@ -296,19 +256,15 @@ impl TokenStore for MemoryTokenStore {
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        let verdict = self.judge(token, user, now_ms);
-        if verdict.is_ok() {
+        let consume = rules::consume_once(self.once_by_token.get(&token), user, now_ms);
+        if let Some(at) = consume.consumed_at_ms {
             let row = self
                 .once_by_token
                 .get_mut(&token)
                 .expect("accepted token exists");
-            assert!(
-                row.consumed_at_ms.is_none(),
-                "accepted token was unconsumed"
-            );
-            row.consumed_at_ms = Some(now_ms);
+            row.consumed_at_ms = Some(at);
         }
-        Ok(verdict)
+        Ok(consume.verdict)
     }
 
     fn check_once(
@@ -317,7 +273,7 @@ impl TokenStore for MemoryTokenStore {
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        Ok(self.judge(token, user, now_ms))
+        Ok(rules::judge(self.once_by_token.get(&token), user, now_ms))
     }
 
     fn mark_once_consumed(
@@ -325,11 +281,11 @@ impl TokenStore for MemoryTokenStore {
         token: OnceToken,
         now_ms: u64,
     ) -> Result<bool, TokenStoreError> {
-        Ok(self
-            .once_by_token
-            .get_mut(&token)
-            .map(|row| row.consumed_at_ms = Some(now_ms))
-            .is_some())
+        let mark = rules::mark_once_consumed(self.once_by_token.get(&token), now_ms);
+        if let (Some(at), Some(row)) = (mark, self.once_by_token.get_mut(&token)) {
+            row.consumed_at_ms = Some(at);
+        }
+        Ok(mark.is_some())
     }
 
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {

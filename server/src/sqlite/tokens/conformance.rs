@@ -135,6 +135,8 @@ proptest! {
             let m = apply(&mut mem, op);
             let q = apply(&mut sql, op);
             prop_assert_eq!(&m, &q, "step {} {:?}", i, op);
+            let checked = mem.check_invariants();
+            prop_assert!(checked.is_ok(), "step {} {:?}: {:?}", i, op, checked);
         }
         // Every token ends in the same state, for every user.
         for nonce in 0u128..10 {

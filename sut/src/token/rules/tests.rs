@@ -1,0 +1,140 @@
+//! Each token rule's refusals and writes, on hand-made rows (no store involved).
+
+use super::*;
+use crate::token::ActivityId;
+
+fn key(user: u64) -> OnceKey {
+    OnceKey {
+        user: UserId(user),
+        activity: ActivityId::new("A2024").unwrap(),
+        window_start_ms: 0,
+    }
+}
+
+fn row(user: u64, consumed_at_ms: Option<u64>) -> OnceRow {
+    OnceRow {
+        key: key(user),
+        expires_at_ms: 100,
+        consumed_at_ms,
+    }
+}
+
+fn grant(user: u64, nonce: u128) -> OnceGrant {
+    OnceGrant {
+        key: key(user),
+        token: OnceToken(nonce),
+        expires_at_ms: 100,
+    }
+}
+
+#[test]
+fn expiry_is_inclusive_of_now() {
+    assert!(revocation_expired(10, 10) && !revocation_expired(11, 10));
+    assert!(once_expired(10, 10) && !once_expired(11, 10));
+}
+
+#[test]
+fn a_full_table_purges_first_and_refuses_only_if_still_full() {
+    assert_eq!(room(3, 4), Room::Free);
+    assert_eq!(room(4, 4), Room::PurgeFirst);
+    assert_eq!(after_purge(Table::Revocations, 3, 4), Ok(()));
+    assert_eq!(
+        after_purge(Table::OnceTokens, 4, 4),
+        Err(TokenStoreError::Full {
+            table: Table::OnceTokens,
+            max: 4
+        })
+    );
+}
+
+#[test]
+fn revoke_forgets_the_expired_keeps_the_later_time_and_inserts_the_new() {
+    let not_needed = revoke(None, 10, 10);
+    assert_eq!(not_needed, RevokeStep::NotNeeded);
+    assert_eq!(not_needed.outcome(), RevokeOutcome::NotNeeded);
+    assert_eq!(revoke(Some(50), 10, 10), RevokeStep::NotNeeded);
+    let later = revoke(Some(50), 80, 10);
+    assert_eq!(later, RevokeStep::Raise { keep_until_ms: 80 });
+    assert_eq!(later.outcome(), RevokeOutcome::AlreadyRevoked);
+    assert_eq!(
+        revoke(Some(50), 20, 10),
+        RevokeStep::Raise { keep_until_ms: 50 },
+        "never shortened"
+    );
+    let new = revoke(None, 20, 10);
+    assert_eq!(new, RevokeStep::Insert { keep_until_ms: 20 });
+    assert_eq!(new.outcome(), RevokeOutcome::Revoked);
+}
+
+#[test]
+fn issue_returns_the_keys_token_refuses_a_taken_value_and_inserts_a_fresh_one() {
+    let held = row(1, Some(5));
+    assert_eq!(
+        issue_once(Some((OnceToken(7), &held)), true, &grant(1, 9)),
+        Ok(IssueStep::Existing(OnceIssue {
+            token: OnceToken(7),
+            expires_at_ms: 100,
+            fresh: false,
+            consumed: true
+        })),
+        "the key's token wins over the grant's, taken or not"
+    );
+    assert_eq!(
+        issue_once(None, true, &grant(1, 9)),
+        Err(TokenStoreError::TokenCollision)
+    );
+    assert_eq!(
+        issue_once(None, false, &grant(1, 9)),
+        Ok(IssueStep::Insert {
+            row: row(1, None),
+            answer: OnceIssue {
+                token: OnceToken(9),
+                expires_at_ms: 100,
+                fresh: true,
+                consumed: false
+            }
+        })
+    );
+}
+
+#[test]
+fn judge_rejects_in_order_unknown_foreign_consumed_expired() {
+    assert_eq!(judge(None, UserId(1), 0), Err(OnceRejection::Unknown));
+    let used_and_old = row(1, Some(5));
+    assert_eq!(
+        judge(Some(&used_and_old), UserId(2), 200),
+        Err(OnceRejection::Foreign)
+    );
+    assert_eq!(
+        judge(Some(&used_and_old), UserId(1), 200),
+        Err(OnceRejection::AlreadyConsumed)
+    );
+    assert_eq!(
+        judge(Some(&row(1, None)), UserId(1), 100),
+        Err(OnceRejection::Expired)
+    );
+    assert_eq!(judge(Some(&row(1, None)), UserId(1), 99), Ok(key(1)));
+}
+
+#[test]
+fn consume_marks_only_what_it_accepts() {
+    let fresh = row(1, None);
+    assert_eq!(
+        consume_once(Some(&fresh), UserId(1), 30),
+        Consume {
+            verdict: Ok(key(1)),
+            consumed_at_ms: Some(30)
+        }
+    );
+    let refused = consume_once(Some(&fresh), UserId(2), 30);
+    assert_eq!(refused.verdict, Err(OnceRejection::Foreign));
+    assert_eq!(refused.consumed_at_ms, None);
+    assert_eq!(consume_once(None, UserId(1), 30).consumed_at_ms, None);
+}
+
+#[test]
+fn the_flaws_mark_is_unconditional_on_an_existing_token() {
+    assert_eq!(mark_once_consumed(Some(&row(1, Some(5))), 30), Some(30));
+    assert_eq!(mark_once_consumed(Some(&row(1, None)), 30), Some(30));
+    assert_eq!(mark_once_consumed(None, 30), None);
+}
