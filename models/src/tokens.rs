@@ -274,6 +274,12 @@ pub fn model(
         .property(Expectation::Always, "tokens.single_use", |_, sys| {
             check_single_use(&history(&states(sys))).is_ok()
         })
+        .property(Expectation::Always, "store.invariants", |_, sys| {
+            states(sys).iter().all(|s| match s {
+                TokenState::Store(store) => store.check_invariants().is_ok(),
+                TokenState::Consumer(_) => true,
+            })
+        })
         .property(Expectation::Sometimes, "a consume accepted", |_, sys| {
             history(&states(sys))
                 .iter()

@@ -95,6 +95,10 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     let group = GroupCommit::new(ctx.world.clone(), |d| {
         d.db.sync();
     });
+    // The store's own invariants after every call, in debug builds of correct runs (a flaw may
+    // break the store's promises on purpose: the checkers judge those runs).
+    let check_store =
+        cfg!(debug_assertions) && ctx.world.with(|w| w.spec.scenario.run.flaw).is_none();
     while let Some((msg, from)) = inbox.recv().await {
         let Msg::Store { req, mut call } = msg else {
             continue;
@@ -103,6 +107,11 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         let (reply, logged) = {
             let mut s = store.lock().expect("db store");
             let reply = call.execute(&mut *s);
+            if check_store {
+                if let Err(violation) = s.check_invariants() {
+                    panic!("id store invariant after {call:?}: {violation}");
+                }
+            }
             let logged = mutates(&call);
             if logged {
                 ctx.world

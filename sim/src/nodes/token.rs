@@ -85,6 +85,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
                     let rec = TokenRec::Purge { now };
                     apply(&mut s, &rec);
                     debug_assert_eq!(s.check_invariants(), Ok(()), "token service");
+                    debug_assert_eq!(s.store().check_invariants(), Ok(()), "token store");
                     ctx.world.with(|w| w.disks.token.append(rec))
                 };
                 commit(&ctx.world, |d| &mut d.token, pos).await;
