@@ -107,10 +107,8 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         let (reply, logged) = {
             let mut s = store.lock().expect("db store");
             let reply = call.execute(&mut *s);
-            if check_store {
-                if let Err(violation) = s.check_invariants() {
-                    panic!("id store invariant after {call:?}: {violation}");
-                }
+            if check_store && let Err(violation) = s.check_invariants() {
+                panic!("id store invariant after {call:?}: {violation}");
             }
             let logged = mutates(&call);
             if logged {
