@@ -95,78 +95,130 @@ struct KillerOutcome {
     samples: Vec<ResourceSample>,
 }
 
+/// How the server is started, and started again after a kill: the binary, its database and
+/// its extra arguments.
+struct Launcher {
+    bin: PathBuf,
+    db: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Launcher {
+    fn start(&self, listen: &str) -> Result<ServerProcess, LoadError> {
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        ServerProcess::start(&self.bin, &self.db, listen, &extra)
+    }
+
+    /// Starts the server on `addr` again, trying 20 times 100 ms apart.
+    fn restart(&self, addr: &str) -> Result<ServerProcess, LoadError> {
+        let mut last_err = None;
+        for _ in 0..20 {
+            match self.start(addr) {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    last_err = Some(e);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| LoadError::Server("restart failed".to_owned())))
+    }
+}
+
+/// The kill instants: `kills` evenly spaced over the measured `duration_s`.
+fn kill_times(measure_start: Instant, duration_s: u64, kills: u32) -> Vec<Instant> {
+    (1..=u64::from(kills))
+        .map(|i| {
+            measure_start
+                + Duration::from_secs(duration_s) * u32::try_from(i).unwrap_or(u32::MAX)
+                    / (kills + 1)
+        })
+        .collect()
+}
+
+/// The killer thread: at each instant, SIGKILLs the server and restarts it, sampling its
+/// resources between kills.
+fn kill_and_restart(
+    mut server: ServerProcess,
+    kill_at: Vec<Instant>,
+    started: Instant,
+    launcher: &Launcher,
+) -> Result<KillerOutcome, LoadError> {
+    let mut windows = Vec::new();
+    let mut samples = Vec::new();
+    let mut sampler = Sampler::start(server.pid(), started);
+    for (n, at) in kill_at.into_iter().enumerate() {
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        samples.extend(sampler.finish());
+        let start_s = started.elapsed().as_secs_f64();
+        server.kill();
+        let addr = server.addr.clone();
+        server = launcher.restart(&addr)?;
+        windows.push(FaultWindow {
+            start_s,
+            end_s: started.elapsed().as_secs_f64(),
+            label: format!("kill -9 #{} and restart", n + 1),
+        });
+        sampler = Sampler::start(server.pid(), started);
+    }
+    samples.extend(sampler.finish());
+    Ok(KillerOutcome {
+        server,
+        windows,
+        samples,
+    })
+}
+
+/// Recovery: polls the ledger until the restarted coordinator has settled the draws that were
+/// open at the kills, or [`SETTLE_WAIT_MS`] passes.
+async fn wait_settled(admin: &crate::Admin) -> Result<(), LoadError> {
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    loop {
+        let (status, v) = admin.send("GET", "/ledger", None).await?;
+        let settled = status == 200
+            && v.get("checks").and_then(Value::as_array).is_some_and(|cs| {
+                cs.iter().all(|c| {
+                    c.get("name").and_then(Value::as_str) != Some("lottery.settled")
+                        || c.get("ok").and_then(Value::as_bool) == Some(true)
+                })
+            });
+        if settled || Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `crash.kills_done`, violated when fewer kills happened than asked for.
+fn kills_not_done(done: usize, kills: u32) -> Option<reports::model::InvariantResult> {
+    (done != kills as usize).then(|| reports::model::InvariantResult {
+        name: "crash.kills_done".to_owned(),
+        verdict: Verdict::Violated,
+        seed: None,
+        first_offending_event: Some(format!("{done} of {kills} kills done")),
+        detail: None,
+    })
+}
+
 async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
     let wall_start = SystemTime::now();
     let bin = crate::target::find_server_binary()?;
     let dir = tempfile::tempdir()?;
-    let db = dir.path().join("ids.db");
     let mut extra = crate::flaw_args(opts.flaw);
     extra.extend(["--step-max".to_owned(), CRASH_STEP_MAX.to_string()]);
-    let server = {
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        ServerProcess::start(&bin, &db, "127.0.0.1:0", &extra)?
+    let launcher = Launcher {
+        bin,
+        db: dir.path().join("ids.db"),
+        extra,
     };
+    let server = launcher.start("127.0.0.1:0")?;
     let base = server.base_url.clone();
     let prep = crate::prepare(&base, &opts, CRASH_STEP).await?;
     let shared = crate::shared_state(&base, &opts, &prep)?;
 
-    let kill_at: Vec<Instant> = (1..=u64::from(kills))
-        .map(|i| {
-            shared.measure_start
-                + Duration::from_secs(opts.duration_s) * u32::try_from(i).unwrap_or(u32::MAX)
-                    / (kills + 1)
-        })
-        .collect();
-    let killer = std::thread::spawn(move || -> Result<KillerOutcome, LoadError> {
-        let mut server = server;
-        let mut windows = Vec::new();
-        let mut samples = Vec::new();
-        let mut sampler = Sampler::start(server.pid(), started);
-        for (n, at) in kill_at.into_iter().enumerate() {
-            std::thread::sleep(at.saturating_duration_since(Instant::now()));
-            samples.extend(sampler.finish());
-            let start_s = started.elapsed().as_secs_f64();
-            server.kill();
-            let addr = server.addr.clone();
-            let mut restarted = None;
-            let mut last_err = None;
-            for _ in 0..20 {
-                let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                match ServerProcess::start(&bin, &db, &addr, &extra) {
-                    Ok(s) => {
-                        restarted = Some(s);
-                        break;
-                    }
-                    Err(e) => {
-                        last_err = Some(e);
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-            }
-            server = match restarted {
-                Some(s) => s,
-                None => {
-                    return Err(
-                        last_err.unwrap_or_else(|| LoadError::Server("restart failed".to_owned()))
-                    );
-                }
-            };
-            windows.push(FaultWindow {
-                start_s,
-                end_s: started.elapsed().as_secs_f64(),
-                label: format!("kill -9 #{} and restart", n + 1),
-            });
-            sampler = Sampler::start(server.pid(), started);
-        }
-        samples.extend(sampler.finish());
-        Ok(KillerOutcome {
-            server,
-            windows,
-            samples,
-        })
-    });
-
+    let kill_at = kill_times(shared.measure_start, opts.duration_s, kills);
+    let killer = std::thread::spawn(move || kill_and_restart(server, kill_at, started, &launcher));
     let attacked = crate::attack(&base, &opts, &shared).await;
     let outcome = tokio::task::spawn_blocking(move || killer.join())
         .await
@@ -179,22 +231,7 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
         samples,
     } = outcome;
 
-    // Recovery: the restarted coordinator settles the draws that were open at the kills.
-    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
-    loop {
-        let (status, v) = prep.admin.send("GET", "/ledger", None).await?;
-        let settled = status == 200
-            && v.get("checks").and_then(Value::as_array).is_some_and(|cs| {
-                cs.iter().all(|c| {
-                    c.get("name").and_then(Value::as_str) != Some("lottery.settled")
-                        || c.get("ok").and_then(Value::as_bool) == Some(true)
-                })
-            });
-        if settled || Instant::now() >= deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_settled(&prep.admin).await?;
     let mut verification = crate::verification(&prep, &shared).await?;
     let ids = crate::workload_lock(&shared.segment_ids).clone();
     verification.push(verify::lost_ids_bounded(
@@ -202,15 +239,7 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
         u64::from(kills),
         lost_ids_bound_per_crash(CRASH_STEP_MAX, opts.users),
     ));
-    if windows.len() != kills as usize {
-        verification.push(reports::model::InvariantResult {
-            name: "crash.kills_done".to_owned(),
-            verdict: Verdict::Violated,
-            seed: None,
-            first_offending_event: Some(format!("{} of {kills} kills done", windows.len())),
-            detail: None,
-        });
-    }
+    verification.extend(kills_not_done(windows.len(), kills));
     server.stop();
     let hlog_start = wall_start + shared.measure_start.duration_since(started);
     Ok(LoadReport {

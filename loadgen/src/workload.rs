@@ -439,7 +439,39 @@ async fn call<T: DeserializeOwned>(
         },
     };
     let start = Instant::now();
-    let answer = match (&sh.target, sh.conns.get(origin.user)) {
+    let answer = send(user, sh, endpoint, json, origin.user).await;
+    let (result, class) = match answer {
+        Ok((status, bytes)) => {
+            let v: Option<T> = serde_json::from_slice(&bytes).ok();
+            let class = if ok_statuses.contains(&status) {
+                None
+            } else {
+                status_class(status).or(Some("http_unexpected"))
+            };
+            (Some((status, v)), class)
+        }
+        Err(class) => (None, Some(class)),
+    };
+    let done = Instant::now();
+    sh.set_last_done(origin.user, done);
+    record_latency(sh, name, origin, (start, done), class);
+    if class == Some("connect") {
+        // the server is down (killed, restarting): do not spin on refused connections
+        tokio::time::sleep(Duration::from_millis(CONNECT_BACKOFF_MS)).await;
+    }
+    result
+}
+
+/// Sends on user `k`'s raw connection (plain HTTP), else through its reqwest client: the
+/// status and body, or the error class.
+async fn send(
+    user: &GooseUser,
+    sh: &Shared,
+    endpoint: &Endpoint,
+    json: Option<bytes::Bytes>,
+    k: usize,
+) -> Result<(u16, bytes::Bytes), &'static str> {
+    match (&sh.target, sh.conns.get(k)) {
         (Some(target), Some(slot)) => {
             // the user's connection, out of its slot while in use (one operation at a time
             // per user, so nobody else waits for it)
@@ -458,21 +490,18 @@ async fn call<T: DeserializeOwned>(
             r
         }
         _ => reqwest_call(user, &endpoint.url, json).await,
-    };
-    let (result, class) = match answer {
-        Ok((status, bytes)) => {
-            let v: Option<T> = serde_json::from_slice(&bytes).ok();
-            let class = if ok_statuses.contains(&status) {
-                None
-            } else {
-                status_class(status).or(Some("http_unexpected"))
-            };
-            (Some((status, v)), class)
-        }
-        Err(class) => (None, Some(class)),
-    };
-    let done = Instant::now();
-    sh.set_last_done(origin.user, done);
+    }
+}
+
+/// Records an operation intended within the measured window: uncorrected (from its send at
+/// `start`), corrected (plus the server's lag) and from the schedule, until `done`.
+fn record_latency(
+    sh: &Shared,
+    name: &'static str,
+    origin: &Origin,
+    (start, done): (Instant, Instant),
+    class: Option<&'static str>,
+) {
     let intended = origin.intended;
     if intended >= sh.measure_start && intended < sh.end {
         let at_ms = intended.duration_since(sh.measure_start).as_millis() as u64;
@@ -487,11 +516,6 @@ async fn call<T: DeserializeOwned>(
             class,
         );
     }
-    if class == Some("connect") {
-        // the server is down (killed, restarting): do not spin on refused connections
-        tokio::time::sleep(Duration::from_millis(CONNECT_BACKOFF_MS)).await;
-    }
-    result
 }
 
 /// One request through the goose user's reqwest client (https targets): the status and body,
@@ -582,104 +606,116 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
                 lock(&sh.snowflake_ids).push(id);
             }
         }
-        Kind::Tokens => {
-            let n = sh.seq.fetch_add(1, Ordering::Relaxed);
-            let body = json!({"user": sh.user_base + n});
-            let issued = call::<Value>(
-                user,
-                sh,
-                names::TOKEN_ISSUE,
-                &urls.tokens,
-                Body::Post(&body),
-                lag,
-                &[200, 201],
-            )
-            .await;
-            if let Some((_, Some(v))) = issued
-                && let Some(tok) = v.get("token").and_then(Value::as_str)
-            {
-                let body = json!({"token": tok});
-                let _ = call::<serde::de::IgnoredAny>(
-                    user,
-                    sh,
-                    names::TOKEN_VERIFY,
-                    &urls.tokens_verify,
-                    Body::Post(&body),
-                    lag,
-                    &[200],
-                )
-                .await;
-            }
+        Kind::Tokens => tokens_operation(user, sh, lag).await,
+        Kind::Once => once_operation(user, sh, lag).await,
+        Kind::Lottery => lottery_operation(user, sh, lag).await,
+    }
+}
+
+/// Issues a JWT for a fresh user, then verifies it.
+async fn tokens_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
+    let urls = &sh.urls;
+    let n = sh.seq.fetch_add(1, Ordering::Relaxed);
+    let body = json!({"user": sh.user_base + n});
+    let issued = call::<Value>(
+        user,
+        sh,
+        names::TOKEN_ISSUE,
+        &urls.tokens,
+        Body::Post(&body),
+        lag,
+        &[200, 201],
+    )
+    .await;
+    if let Some((_, Some(v))) = issued
+        && let Some(tok) = v.get("token").and_then(Value::as_str)
+    {
+        let body = json!({"token": tok});
+        let _ = call::<serde::de::IgnoredAny>(
+            user,
+            sh,
+            names::TOKEN_VERIFY,
+            &urls.tokens_verify,
+            Body::Post(&body),
+            lag,
+            &[200],
+        )
+        .await;
+    }
+}
+
+/// Issues a one-time token for a fresh user and consumes it; every fourth is consumed a
+/// second time (a replay, refused with 409). Accepted consumes are counted per token.
+async fn once_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
+    let urls = &sh.urls;
+    let n = sh.seq.fetch_add(1, Ordering::Relaxed);
+    let uid = sh.user_base + n;
+    let body = json!({"user": uid, "activity": "loadgen"});
+    let issued = call::<Value>(
+        user,
+        sh,
+        names::ONCE_ISSUE,
+        &urls.once,
+        Body::Post(&body),
+        lag,
+        &[200, 201],
+    )
+    .await;
+    let Some((_, Some(v))) = issued else { return };
+    let Some(tok) = v.get("token").and_then(Value::as_str).map(str::to_owned) else {
+        return;
+    };
+    let body = json!({"user": uid, "token": tok});
+    let tries = if n % 4 == 3 { 2 } else { 1 };
+    for t in 0..tries {
+        let (name, ok): (&'static str, &[u16]) = if t == 0 {
+            (names::ONCE_CONSUME, &[200])
+        } else {
+            (names::ONCE_REPLAY, &[409])
+        };
+        let ans = call::<Value>(
+            user,
+            sh,
+            name,
+            &urls.once_consume,
+            Body::Post(&body),
+            lag,
+            ok,
+        )
+        .await;
+        if let Some((_, Some(v))) = ans
+            && v.get("accepted").and_then(Value::as_bool) == Some(true)
+        {
+            *lock(&sh.once_accepted).entry(tok.clone()).or_insert(0) += 1;
         }
-        Kind::Once => {
-            let n = sh.seq.fetch_add(1, Ordering::Relaxed);
-            let uid = sh.user_base + n;
-            let body = json!({"user": uid, "activity": "loadgen"});
-            let issued = call::<Value>(
-                user,
-                sh,
-                names::ONCE_ISSUE,
-                &urls.once,
-                Body::Post(&body),
-                lag,
-                &[200, 201],
-            )
-            .await;
-            let Some((_, Some(v))) = issued else { return };
-            let Some(tok) = v.get("token").and_then(Value::as_str).map(str::to_owned) else {
-                return;
-            };
-            let body = json!({"user": uid, "token": tok});
-            let tries = if n % 4 == 3 { 2 } else { 1 };
-            for t in 0..tries {
-                let (name, ok): (&'static str, &[u16]) = if t == 0 {
-                    (names::ONCE_CONSUME, &[200])
-                } else {
-                    (names::ONCE_REPLAY, &[409])
-                };
-                let ans = call::<Value>(
-                    user,
-                    sh,
-                    name,
-                    &urls.once_consume,
-                    Body::Post(&body),
-                    lag,
-                    ok,
-                )
-                .await;
-                if let Some((_, Some(v))) = ans
-                    && v.get("accepted").and_then(Value::as_bool) == Some(true)
-                {
-                    *lock(&sh.once_accepted).entry(tok.clone()).or_insert(0) += 1;
-                }
-            }
-        }
-        Kind::Lottery => {
-            let Some(plan) = sh.lottery else { return };
-            let n = sh.seq.fetch_add(1, Ordering::Relaxed);
-            let activity = n / LOTTERY_USERS;
-            if activity >= plan.activities {
-                return; // plan exhausted (bounded by LOTTERY_RATE_MAX)
-            }
-            let body = json!({
-                "user": plan.user_base + n % LOTTERY_USERS,
-                "activity": plan.activity_base + activity,
-                "price_minor": PRICE_MINOR,
-            });
-            if let Some((200, _)) = call::<serde::de::IgnoredAny>(
-                user,
-                sh,
-                names::DRAW,
-                &urls.draw,
-                Body::Post(&body),
-                lag,
-                &[200],
-            )
-            .await
-            {
-                sh.draws_confirmed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+    }
+}
+
+/// One lottery draw of the plan (a user drawing in its activity); confirmed draws are counted.
+async fn lottery_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
+    let Some(plan) = sh.lottery else { return };
+    let n = sh.seq.fetch_add(1, Ordering::Relaxed);
+    let activity = n / LOTTERY_USERS;
+    if activity >= plan.activities {
+        return; // plan exhausted (bounded by LOTTERY_RATE_MAX)
+    }
+    let body = json!({
+        "user": plan.user_base + n % LOTTERY_USERS,
+        "activity": plan.activity_base + activity,
+        "price_minor": PRICE_MINOR,
+    });
+    if let Some((200, _)) = call::<serde::de::IgnoredAny>(
+        user,
+        sh,
+        names::DRAW,
+        &sh.urls.draw,
+        Body::Post(&body),
+        lag,
+        &[200],
+    )
+    .await
+    {
+        sh.draws_confirmed.fetch_add(1, Ordering::Relaxed);
     }
 }
 

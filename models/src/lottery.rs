@@ -684,6 +684,9 @@ fn initial_store(setup: &LotterySetup, node: usize) -> Result<MemoryStore, Model
     Ok(store)
 }
 
+/// The lottery's actors before their properties.
+type LotActors = ActorModel<HashedActor<LotActor>, LotterySetup, ()>;
+
 /// The model, or why its setup cannot be modelled.
 pub fn model(
     setup: &LotterySetup,
@@ -694,8 +697,17 @@ pub fn model(
             setup.draws.len()
         )));
     }
+    let actors = with_setup_properties(with_properties(actors(setup)?), setup);
+    Ok(NetModel::new(actors, setup.duplicates_max)
+        .with_atomic_restarts(&[COORDINATOR])
+        .with_drops(setup.drops_max)
+        .with_slow_timeouts(deadline_races, setup.slow_timeouts_max))
+}
+
+/// The coordinator and the two participant nodes, and the crash boundary.
+fn actors(setup: &LotterySetup) -> Result<LotActors, ModelError> {
     let config = setup.participant_config();
-    let actors = ActorModel::new(setup.clone(), ())
+    Ok(ActorModel::new(setup.clone(), ())
         .actor(HashedActor(LotActor::Coordinator {
             setup: Box::new(setup.clone()),
         }))
@@ -713,7 +725,12 @@ pub fn model(
         // Only the coordinator crashes (the participants are databases: their durability is not
         // what this model checks), and a crash is its restart (`with_atomic_restarts` below), at
         // most `crashes_max` times: a restart beyond that is outside.
-        .within_boundary(|setup, sys| disk(sys).map_or(0, |d| d.restarts) <= setup.crashes_max)
+        .within_boundary(|setup, sys| disk(sys).map_or(0, |d| d.restarts) <= setup.crashes_max))
+}
+
+/// The properties every setup checks.
+fn with_properties(actors: LotActors) -> LotActors {
+    actors
         .property(Expectation::Always, COORDINATOR_INVARIANTS, |_, sys| {
             sys.crashed[COORDINATOR] || coordinator(sys).coord.check_invariants().is_ok()
         })
@@ -748,7 +765,12 @@ pub fn model(
             histories(sys)
                 .iter()
                 .any(|h| h.iter().any(|r| r.outcome == Ok(Effect::EmptyRollback)))
-        });
+        })
+}
+
+/// The `sometimes` properties only some setups can reach: out of stock (more winners than
+/// stock), a draw finished after a restart (crashes allowed).
+fn with_setup_properties(actors: LotActors, setup: &LotterySetup) -> LotActors {
     let winners = setup.draws.iter().filter(|d| d.won).count() as u64;
     let actors = if winners > setup.stock {
         actors.property(
@@ -771,7 +793,7 @@ pub fn model(
     } else {
         actors
     };
-    let actors = if setup.crashes_max > 0 {
+    if setup.crashes_max > 0 {
         actors.property(
             Expectation::Sometimes,
             "a draw finished after a restart",
@@ -783,11 +805,7 @@ pub fn model(
         )
     } else {
         actors
-    };
-    Ok(NetModel::new(actors, setup.duplicates_max)
-        .with_atomic_restarts(&[COORDINATOR])
-        .with_drops(setup.drops_max)
-        .with_slow_timeouts(deadline_races, setup.slow_timeouts_max))
+    }
 }
 
 fn setup_named(name: &str, flaw: Option<&str>) -> LotterySetup {

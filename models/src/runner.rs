@@ -659,6 +659,49 @@ where
     }
 }
 
+/// Refuses options the checker cannot run with.
+fn check_options(opts: &ModelOptions) -> Result<(), ModelError> {
+    if opts.threads == 0 {
+        return Err(ModelError::InvalidOptions(
+            "threads must be at least 1".into(),
+        ));
+    }
+    if opts.depth == Some(0) {
+        return Err(ModelError::InvalidOptions(
+            "depth must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A property's verdict from the path the checker found for it, if any.
+fn property_report<M: Model>(p: &Property<M>, found: Option<Vec<String>>) -> PropertyReport {
+    let (kind, verdict, counterexample, example) = match p.expectation {
+        Expectation::Always | Expectation::Eventually => {
+            let kind = if p.expectation == Expectation::Always {
+                PropertyKind::Always
+            } else {
+                PropertyKind::Eventually
+            };
+            match found {
+                Some(path) => (kind, Verdict::Violated, Some(path), None),
+                None => (kind, Verdict::Holds, None, None),
+            }
+        }
+        Expectation::Sometimes => match found {
+            Some(path) => (PropertyKind::Sometimes, Verdict::Found, None, Some(path)),
+            None => (PropertyKind::Sometimes, Verdict::NotFound, None, None),
+        },
+    };
+    PropertyReport {
+        name: p.name.to_owned(),
+        kind,
+        verdict,
+        counterexample,
+        example,
+    }
+}
+
 /// Runs `model` with the options and reports.
 pub(crate) fn run<A, C, H>(
     model: NetModel<A, C, H>,
@@ -675,16 +718,7 @@ where
     C: Cast + Send + Sync + 'static,
     H: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
 {
-    if opts.threads == 0 {
-        return Err(ModelError::InvalidOptions(
-            "threads must be at least 1".into(),
-        ));
-    }
-    if opts.depth == Some(0) {
-        return Err(ModelError::InvalidOptions(
-            "depth must be at least 1".into(),
-        ));
-    }
+    check_options(opts)?;
     let started = Instant::now();
     let mut builder = model.checker().threads(opts.threads);
     // stateright's breadth-first search records a property's discovery again at every state
@@ -713,33 +747,7 @@ where
     let properties: Vec<PropertyReport> = model
         .properties()
         .iter()
-        .map(|p| {
-            let found = discoveries.remove(p.name).map(&render);
-            let (kind, verdict, counterexample, example) = match p.expectation {
-                Expectation::Always | Expectation::Eventually => {
-                    let kind = if p.expectation == Expectation::Always {
-                        PropertyKind::Always
-                    } else {
-                        PropertyKind::Eventually
-                    };
-                    match found {
-                        Some(path) => (kind, Verdict::Violated, Some(path), None),
-                        None => (kind, Verdict::Holds, None, None),
-                    }
-                }
-                Expectation::Sometimes => match found {
-                    Some(path) => (PropertyKind::Sometimes, Verdict::Found, None, Some(path)),
-                    None => (PropertyKind::Sometimes, Verdict::NotFound, None, None),
-                },
-            };
-            PropertyReport {
-                name: p.name.to_owned(),
-                kind,
-                verdict,
-                counterexample,
-                example,
-            }
-        })
+        .map(|p| property_report(p, discoveries.remove(p.name).map(&render)))
         .collect();
     Ok(ModelReport {
         model: name.to_owned(),

@@ -36,13 +36,8 @@ fn in_span(t: u64, start: u64, end: u64) -> bool {
     (start..end).contains(&t)
 }
 
-/// A failing clock-skew simulation (fake).
-pub fn sample_simulation() -> SimulationReport {
-    let mut n = Noise(0x5EED_1042);
-    let nodes: Vec<String> = ["alloc-1", "alloc-2", "alloc-3", "db-1"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+/// The injected faults of the fake simulation.
+fn sample_faults() -> Vec<FaultSpan> {
     let fault =
         |node: &str, kind: &str, start_ms: u64, end_ms: Option<u64>, detail: &str| FaultSpan {
             node: node.into(),
@@ -51,7 +46,7 @@ pub fn sample_simulation() -> SimulationReport {
             end_ms,
             detail: detail.into(),
         };
-    let faults = vec![
+    vec![
         fault(
             "net",
             "loss",
@@ -97,10 +92,13 @@ pub fn sample_simulation() -> SimulationReport {
             Some(56_000),
             "one-way db-1 -> alloc-1",
         ),
-    ];
+    ]
+}
+
+/// Each node's clock offset, every 250 ms (so the strobe's back-and-forth is visible).
+fn sample_clock_offsets(nodes: &[String]) -> Vec<ClockSeries> {
     let mut clock_offsets = Vec::new();
-    for node in &nodes {
-        // Every 250 ms, so the strobe's back-and-forth is visible.
+    for node in nodes {
         let points = (0..=360u64)
             .map(|i| {
                 let t = i * 250;
@@ -124,7 +122,12 @@ pub fn sample_simulation() -> SimulationReport {
             points,
         });
     }
-    let ops_over_time = (0..90u64)
+    clock_offsets
+}
+
+/// Operations per second, fewer and failing during the disturbances.
+fn sample_ops(n: &mut Noise) -> Vec<OpsBucket> {
+    (0..90u64)
         .map(|s| {
             let t = s * 1000;
             let disturbed = in_span(t, 10_000, 18_000)
@@ -148,8 +151,11 @@ pub fn sample_simulation() -> SimulationReport {
                 indeterminate,
             }
         })
-        .collect();
-    let offending = "#18231 t=40.002s alloc-2 issued 7340032001 after 7340032017 (wall clock stepped back 1500 ms)";
+        .collect()
+}
+
+/// The invariants: one violated (at `offending`), one not checked, the rest held.
+fn sample_invariants(offending: &str) -> Vec<InvariantResult> {
     let mut invariants: Vec<InvariantResult> = [
         "ids.unique",
         "ids.gap_bounded",
@@ -177,7 +183,12 @@ pub fn sample_simulation() -> SimulationReport {
         first_offending_event: None,
         detail: Some("scenario runs no lottery".into()),
     });
-    let fault_effects: BTreeMap<String, u64> = [
+    invariants
+}
+
+/// How often each fault took effect (one never did).
+fn sample_fault_effects() -> BTreeMap<String, u64> {
+    [
         ("partition.dropped_messages", 1843),
         ("crash.lost_pending_writes", 37),
         ("crash.torn_writes", 2),
@@ -190,7 +201,17 @@ pub fn sample_simulation() -> SimulationReport {
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), *v))
-    .collect();
+    .collect()
+}
+
+/// A failing clock-skew simulation (fake).
+pub fn sample_simulation() -> SimulationReport {
+    let mut n = Noise(0x5EED_1042);
+    let nodes: Vec<String> = ["alloc-1", "alloc-2", "alloc-3", "db-1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let offending = "#18231 t=40.002s alloc-2 issued 7340032001 after 7340032017 (wall clock stepped back 1500 ms)";
     SimulationReport {
         scenario: "clock_skew".into(),
         seeds: Seeds::Range {
@@ -203,6 +224,7 @@ pub fn sample_simulation() -> SimulationReport {
         sim_seconds: 9000.0,
         wall_seconds: 41.7,
         events: 18_422_113,
+        clock_offsets: sample_clock_offsets(&nodes),
         nodes,
         phases: vec![
             Phase {
@@ -216,16 +238,15 @@ pub fn sample_simulation() -> SimulationReport {
                 end_ms: 90_000,
             },
         ],
-        faults,
-        clock_offsets,
-        ops_over_time,
-        invariants,
+        faults: sample_faults(),
+        ops_over_time: sample_ops(&mut n),
+        invariants: sample_invariants(offending),
         violations: vec![Violation {
             seed: 1042,
             invariant: "ids.monotonic".into(),
             detail: offending.into(),
         }],
-        fault_effects,
+        fault_effects: sample_fault_effects(),
     }
 }
 
@@ -296,13 +317,9 @@ struct EndpointShape {
     error_rate: f64,
 }
 
-/// A constant-rate load run with a server kill at 60 s (fake).
-pub fn sample_load() -> LoadReport {
-    let mut n = Noise(0x10AD);
-    let rate = 2000.0;
-    let duration_s = 120.0;
-    let kill = (60.0, 66.0);
-    let shapes = [
+/// The fake load's endpoints: their share of the rate, median latency and error rate.
+fn endpoint_shapes() -> [EndpointShape; 5] {
+    [
         EndpointShape {
             name: "health",
             share: 0.10,
@@ -333,85 +350,117 @@ pub fn sample_load() -> LoadReport {
             p50_us: 2100.0,
             error_rate: 0.004,
         },
-    ];
-    let endpoints = shapes
-        .iter()
-        .map(|s| {
-            let rps = rate * s.share;
-            let requests = (rps * duration_s) as u64;
-            // Corrected latency: the kill window (6 s of 120 s = 5%) shows up from P95 on,
-            // up to the 6 s outage; uncorrected hides it (the client simply did not send).
-            let corrected_at = |q: f64| -> u64 {
-                let base = s.p50_us * (1.0 / (1.0 - q)).powf(0.45) / 2f64.powf(0.45);
-                let outage = if q > 0.95 {
-                    6_000_000.0 * ((q - 0.95) / 0.05).powf(0.8)
-                } else {
-                    0.0
-                };
-                (base + outage) as u64
+    ]
+}
+
+/// The fake run: its rate, length and kill window (seconds).
+struct LoadRun {
+    rate: f64,
+    duration_s: f64,
+    kill: (f64, f64),
+}
+
+/// One endpoint's per-second figures: nothing during the kill, a catch-up after the restart.
+fn sample_over_time(
+    s: &EndpointShape,
+    n: &mut Noise,
+    rps: f64,
+    run: &LoadRun,
+) -> Vec<IntervalStats> {
+    let kill = run.kill;
+    (0..run.duration_s as u64)
+        .map(|t| {
+            let t_s = t as f64;
+            let (p50, p99, p999, rps_t) = if t_s >= kill.0 && t_s < kill.1 {
+                (0.0, 0.0, 0.0, 0.0)
+            } else if t_s >= kill.1 && t_s < kill.1 + 4.0 {
+                // Catch-up after restart: queued requests are sent late.
+                let late = (kill.1 + 4.0 - t_s) * 1_500_000.0;
+                (late * 0.5, late, late * 1.05, rps * 2.2 * n.around(0.1))
+            } else {
+                (
+                    s.p50_us * n.around(0.1),
+                    s.p50_us * 4.0 * n.around(0.25),
+                    s.p50_us * 9.0 * n.around(0.35),
+                    rps * n.around(0.03),
+                )
             };
-            let uncorrected_at = |q: f64| -> u64 {
-                (s.p50_us * (1.0 / (1.0 - q)).powf(0.5) / 2f64.powf(0.5)) as u64
-            };
-            let pct = |f: &dyn Fn(f64) -> u64| Percentiles {
-                p50_us: f(0.5),
-                p90_us: f(0.9),
-                p99_us: f(0.99),
-                p999_us: f(0.999),
-                p9999_us: f(0.9999),
-                max_us: f(0.99999),
-            };
-            let over_time = (0..duration_s as u64)
-                .map(|t| {
-                    let t_s = t as f64;
-                    let (p50, p99, p999, rps_t) = if t_s >= kill.0 && t_s < kill.1 {
-                        (0.0, 0.0, 0.0, 0.0)
-                    } else if t_s >= kill.1 && t_s < kill.1 + 4.0 {
-                        // Catch-up after restart: queued requests are sent late.
-                        let late = (kill.1 + 4.0 - t_s) * 1_500_000.0;
-                        (late * 0.5, late, late * 1.05, rps * 2.2 * n.around(0.1))
-                    } else {
-                        (
-                            s.p50_us * n.around(0.1),
-                            s.p50_us * 4.0 * n.around(0.25),
-                            s.p50_us * 9.0 * n.around(0.35),
-                            rps * n.around(0.03),
-                        )
-                    };
-                    IntervalStats {
-                        t_s,
-                        p50_us: p50 as u64,
-                        p99_us: p99 as u64,
-                        p999_us: p999 as u64,
-                        rps: rps_t,
-                    }
-                })
-                .collect();
-            let mut errors = BTreeMap::new();
-            if s.error_rate > 0.0 {
-                errors.insert(
-                    "connection_refused".to_string(),
-                    (rps * (kill.1 - kill.0) * 0.02) as u64,
-                );
-                errors.insert(
-                    "http_409".to_string(),
-                    (requests as f64 * s.error_rate) as u64,
-                );
-            }
-            EndpointStats {
-                name: s.name.into(),
-                requests,
-                errors,
-                throughput_rps: rps * (duration_s - 2.0) / duration_s,
-                corrected: pct(&corrected_at),
-                uncorrected: pct(&uncorrected_at),
-                distribution: quantiles()
-                    .into_iter()
-                    .map(|q| (q, corrected_at(q)))
-                    .collect(),
-                over_time,
+            IntervalStats {
+                t_s,
+                p50_us: p50 as u64,
+                p99_us: p99 as u64,
+                p999_us: p999 as u64,
+                rps: rps_t,
             }
         })
+        .collect()
+}
+
+/// One endpoint's statistics.
+fn sample_endpoint(s: &EndpointShape, n: &mut Noise, run: &LoadRun) -> EndpointStats {
+    let (duration_s, kill) = (run.duration_s, run.kill);
+    let rps = run.rate * s.share;
+    let requests = (rps * duration_s) as u64;
+    // Corrected latency: the kill window (6 s of 120 s = 5%) shows up from P95 on,
+    // up to the 6 s outage; uncorrected hides it (the client simply did not send).
+    let corrected_at = |q: f64| -> u64 {
+        let base = s.p50_us * (1.0 / (1.0 - q)).powf(0.45) / 2f64.powf(0.45);
+        let outage = if q > 0.95 {
+            6_000_000.0 * ((q - 0.95) / 0.05).powf(0.8)
+        } else {
+            0.0
+        };
+        (base + outage) as u64
+    };
+    let uncorrected_at =
+        |q: f64| -> u64 { (s.p50_us * (1.0 / (1.0 - q)).powf(0.5) / 2f64.powf(0.5)) as u64 };
+    let pct = |f: &dyn Fn(f64) -> u64| Percentiles {
+        p50_us: f(0.5),
+        p90_us: f(0.9),
+        p99_us: f(0.99),
+        p999_us: f(0.999),
+        p9999_us: f(0.9999),
+        max_us: f(0.99999),
+    };
+    let over_time = sample_over_time(s, n, rps, run);
+    let mut errors = BTreeMap::new();
+    if s.error_rate > 0.0 {
+        errors.insert(
+            "connection_refused".to_string(),
+            (rps * (kill.1 - kill.0) * 0.02) as u64,
+        );
+        errors.insert(
+            "http_409".to_string(),
+            (requests as f64 * s.error_rate) as u64,
+        );
+    }
+    EndpointStats {
+        name: s.name.into(),
+        requests,
+        errors,
+        throughput_rps: rps * (duration_s - 2.0) / duration_s,
+        corrected: pct(&corrected_at),
+        uncorrected: pct(&uncorrected_at),
+        distribution: quantiles()
+            .into_iter()
+            .map(|q| (q, corrected_at(q)))
+            .collect(),
+        over_time,
+    }
+}
+
+/// A constant-rate load run with a server kill at 60 s (fake).
+pub fn sample_load() -> LoadReport {
+    let mut n = Noise(0x10AD);
+    let run = LoadRun {
+        rate: 2000.0,
+        duration_s: 120.0,
+        kill: (60.0, 66.0),
+    };
+    let kill = run.kill;
+    let endpoints = endpoint_shapes()
+        .iter()
+        .map(|s| sample_endpoint(s, &mut n, &run))
         .collect();
     let server = (0..60u64)
         .map(|i| {
@@ -431,9 +480,9 @@ pub fn sample_load() -> LoadReport {
     LoadReport {
         scenario: "mixed_constant_rate_kill".into(),
         target: "http://127.0.0.1:8080".into(),
-        duration_s,
+        duration_s: run.duration_s,
         warmup_s: 10.0,
-        rate: Some(rate),
+        rate: Some(run.rate),
         users: 64,
         endpoints,
         server,

@@ -366,9 +366,8 @@ impl Ranged for KeyedAxis {
     }
 }
 
-/// Draws a line chart; returns the `<svg>` element.
-pub fn line_chart(spec: &LineChart) -> Result<String, ChartError> {
-    let name = spec.title.as_str();
+/// The x range of a line chart: its points and shades (0..1 when there are none).
+fn line_x_range(spec: &LineChart) -> std::ops::Range<f64> {
     let xs = spec
         .series
         .iter()
@@ -379,23 +378,30 @@ pub fn line_chart(spec: &LineChart) -> Result<String, ChartError> {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
             (lo.min(v), hi.max(v))
         });
-    let x_range = if x0.is_finite() && x1 > x0 {
+    if x0.is_finite() && x1 > x0 {
         x0..x1
     } else if x0.is_finite() {
         x0..x0 + 1.0
     } else {
         0.0..1.0
-    };
-    // Missing values (NaN) and, on a log axis, values ≤ 0 are gaps.
-    let to_y = |v: f64| match spec.y_scale {
+    }
+}
+
+/// The plotted y of value `v`: missing values (NaN) and, on a log axis, values ≤ 0 are gaps.
+fn plotted_y(scale: Scale, v: f64) -> Option<f64> {
+    match scale {
         Scale::Linear => v.is_finite().then_some(v),
         Scale::Log10 => (v.is_finite() && v > 0.0).then(|| v.log10()),
-    };
+    }
+}
+
+/// The y axis of a line chart: its range and, on a log axis, its key points (whole decades).
+fn line_y_axis(spec: &LineChart) -> (f64, f64, Option<Vec<f64>>) {
     let ys = spec
         .series
         .iter()
-        .flat_map(|s| s.points.iter().filter_map(move |p| to_y(p.1)));
-    let (y0, y1, key_points) = match spec.y_scale {
+        .flat_map(|s| s.points.iter().filter_map(|p| plotted_y(spec.y_scale, p.1)));
+    match spec.y_scale {
         Scale::Linear => {
             let (lo, hi) = padded_range(ys, true);
             (lo, hi, None)
@@ -405,7 +411,35 @@ pub fn line_chart(spec: &LineChart) -> Result<String, ChartError> {
             let (lo, hi) = (lo.floor(), hi.ceil());
             (lo, hi, Some(log_key_points(lo, hi)))
         }
-    };
+    }
+}
+
+/// Draws each series of a line chart, broken at its gaps.
+fn draw_lines<DB: DrawingBackend, X: Ranged<ValueType = f64>, Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    spec: &LineChart,
+    name: &str,
+) -> Result<(), ChartError> {
+    for (i, s) in spec.series.iter().enumerate() {
+        let color = series_color(i);
+        for run in runs(
+            s.points
+                .iter()
+                .map(|&(x, y)| (x, plotted_y(spec.y_scale, y))),
+        ) {
+            chart
+                .draw_series(LineSeries::new(run, color.stroke_width(2)))
+                .map_err(chart_err(name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Draws a line chart; returns the `<svg>` element.
+pub fn line_chart(spec: &LineChart) -> Result<String, ChartError> {
+    let name = spec.title.as_str();
+    let x_range = line_x_range(spec);
+    let (y0, y1, key_points) = line_y_axis(spec);
     let mut svg = String::new();
     {
         let legend = line_legend(
@@ -458,14 +492,7 @@ pub fn line_chart(spec: &LineChart) -> Result<String, ChartError> {
             .draw()
             .map_err(chart_err(name))?;
         draw_shades(&mut chart, &spec.shades, (y0, y1), name)?;
-        for (i, s) in spec.series.iter().enumerate() {
-            let color = series_color(i);
-            for run in runs(s.points.iter().map(|&(x, y)| (x, to_y(y)))) {
-                chart
-                    .draw_series(LineSeries::new(run, color.stroke_width(2)))
-                    .map_err(chart_err(name))?;
-            }
-        }
+        draw_lines(&mut chart, spec, name)?;
         draw_legend(&legend_area, &legend, spec.size.0, name)?;
         root.present().map_err(chart_err(name))?;
     }
@@ -565,6 +592,119 @@ pub struct TimelineBar {
     pub end_s: Option<f64>,
 }
 
+/// Where the timeline's bars go: lane i (top = 0) spans y in [n - i - 1, n - i]; within a lane,
+/// each kind present gets its own sub-row so overlapping faults stay visible.
+struct TimelineLayout<'a> {
+    /// Lanes drawn (at least 1).
+    n: usize,
+    lane_index: BTreeMap<&'a str, usize>,
+    /// Per lane, its kinds in order of first appearance (one sub-row each).
+    lane_kinds: BTreeMap<usize, Vec<&'a str>>,
+}
+
+impl<'a> TimelineLayout<'a> {
+    fn new(lanes: &'a [String], bars: &'a [TimelineBar]) -> Self {
+        let lane_index: BTreeMap<&str, usize> = lanes
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.as_str(), i))
+            .collect();
+        let mut lane_kinds: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        for b in bars {
+            if let Some(&i) = lane_index.get(b.lane.as_str()) {
+                let ks = lane_kinds.entry(i).or_default();
+                if !ks.contains(&b.kind.as_str()) {
+                    ks.push(b.kind.as_str());
+                }
+            }
+        }
+        Self {
+            n: lanes.len().max(1),
+            lane_index,
+            lane_kinds,
+        }
+    }
+
+    /// The corners of bar `b` (of `kind`), at least `instant_w` wide; `None` when its lane is
+    /// not drawn.
+    fn rect(&self, b: &TimelineBar, kind: &str, instant_w: f64) -> Option<[(f64, f64); 2]> {
+        let n = self.n;
+        let i = *self.lane_index.get(b.lane.as_str())?;
+        let ks = &self.lane_kinds[&i];
+        let sub = ks.iter().position(|k| *k == kind)? as f64;
+        let rows = ks.len() as f64;
+        let top = (n - i) as f64 - 0.15 - sub * 0.7 / rows;
+        let bottom = top - 0.7 / rows + 0.04;
+        let end = b
+            .end_s
+            .unwrap_or(b.start_s + instant_w)
+            .max(b.start_s + instant_w);
+        Some([(b.start_s, bottom), (end, top)])
+    }
+}
+
+/// Shades the timeline's phases across every lane, each labelled at its top left.
+fn draw_phases<DB: DrawingBackend, X: Ranged<ValueType = f64>, Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    shades: &[Shade],
+    (n, end_s): (usize, f64),
+    title: &str,
+) -> Result<(), ChartError> {
+    for s in shades {
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(s.start, 0.0), (s.end, n as f64)],
+                RGBColor(44, 160, 44).mix(0.07).filled(),
+            )))
+            .map_err(chart_err(title))?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("{} phase", s.label),
+                (s.start + end_s / 200.0, n as f64 - 0.02),
+                ("sans-serif", 15).into_font().color(&BLACK.mix(0.6)),
+            )))
+            .map_err(chart_err(title))?;
+    }
+    Ok(())
+}
+
+/// The fault kinds of the bars, sorted: one colour each.
+fn timeline_kinds(bars: &[TimelineBar]) -> Vec<&str> {
+    bars.iter()
+        .map(|b| b.kind.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The colour of fault kind `kind`: its place among the sorted `kinds`.
+fn kind_color(kinds: &[&str], kind: &str) -> RGBColor {
+    series_color(kinds.iter().position(|k| *k == kind).unwrap_or(0))
+}
+
+/// Draws the bars of each kind in turn, in the kind's colour.
+fn draw_fault_bars<DB: DrawingBackend, X: Ranged<ValueType = f64>, Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    layout: &TimelineLayout<'_>,
+    (bars, kinds): (&[TimelineBar], &[&str]),
+    instant_w: f64,
+    title: &str,
+) -> Result<(), ChartError> {
+    for kind in kinds {
+        let color = kind_color(kinds, kind);
+        let rects: Vec<_> = bars
+            .iter()
+            .filter(|b| b.kind == *kind)
+            .filter_map(|b| {
+                let corners = layout.rect(b, kind, instant_w)?;
+                Some(Rectangle::new(corners, color.mix(0.85).filled()))
+            })
+            .collect();
+        chart.draw_series(rects).map_err(chart_err(title))?;
+    }
+    Ok(())
+}
+
 /// The fault timeline: one lane per node (top to bottom in `lanes` order), a bar per fault,
 /// coloured by kind, over `0..end_s` simulated seconds; `shades` marks phases.
 pub fn timeline_chart(
@@ -575,7 +715,8 @@ pub fn timeline_chart(
     end_s: f64,
     width: u32,
 ) -> Result<String, ChartError> {
-    let n = lanes.len().max(1);
+    let layout = TimelineLayout::new(lanes, bars);
+    let n = layout.n;
     let height = 110 + 34 * n as u32;
     let end_s = bars
         .iter()
@@ -583,26 +724,19 @@ pub fn timeline_chart(
         .fold(end_s, f64::max)
         .max(1e-3);
     let instant_w = end_s / 150.0;
-    let kinds: Vec<&str> = bars
-        .iter()
-        .map(|b| b.kind.as_str())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let color_of = |kind: &str| series_color(kinds.iter().position(|k| *k == kind).unwrap_or(0));
-    // Lane i (top = 0) spans y in [n - i - 1, n - i].
-    let lane_index: BTreeMap<&str, usize> = lanes
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (l.as_str(), i))
-        .collect();
+    let kinds = timeline_kinds(bars);
     let centers: Vec<f64> = (0..n).map(|i| (n - i) as f64 - 0.5).collect();
     let lane_names: Vec<String> = lanes.to_vec();
     let mut svg = String::new();
     {
         let legend: Vec<(String, Swatch)> = kinds
             .iter()
-            .map(|k| (k.to_string(), Swatch::Block(color_of(k).mix(0.85))))
+            .map(|k| {
+                (
+                    k.to_string(),
+                    Swatch::Block(kind_color(&kinds, k).mix(0.85)),
+                )
+            })
             .collect();
         let legend_h = legend_height(&legend, width);
         let root =
@@ -634,55 +768,8 @@ pub fn timeline_chart(
             .label_style(("sans-serif", 16))
             .draw()
             .map_err(chart_err(title))?;
-        for s in shades {
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(s.start, 0.0), (s.end, n as f64)],
-                    RGBColor(44, 160, 44).mix(0.07).filled(),
-                )))
-                .map_err(chart_err(title))?;
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    format!("{} phase", s.label),
-                    (s.start + end_s / 200.0, n as f64 - 0.02),
-                    ("sans-serif", 15).into_font().color(&BLACK.mix(0.6)),
-                )))
-                .map_err(chart_err(title))?;
-        }
-        // Within a lane, each kind present gets its own sub-row so overlapping faults stay visible.
-        let mut lane_kinds: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
-        for b in bars {
-            if let Some(&i) = lane_index.get(b.lane.as_str()) {
-                let ks = lane_kinds.entry(i).or_default();
-                if !ks.contains(&b.kind.as_str()) {
-                    ks.push(b.kind.as_str());
-                }
-            }
-        }
-        for kind in &kinds {
-            let color = color_of(kind);
-            let rects: Vec<_> = bars
-                .iter()
-                .filter(|b| b.kind == *kind)
-                .filter_map(|b| {
-                    let i = *lane_index.get(b.lane.as_str())?;
-                    let ks = &lane_kinds[&i];
-                    let sub = ks.iter().position(|k| k == kind)? as f64;
-                    let rows = ks.len() as f64;
-                    let top = (n - i) as f64 - 0.15 - sub * 0.7 / rows;
-                    let bottom = top - 0.7 / rows + 0.04;
-                    let end = b
-                        .end_s
-                        .unwrap_or(b.start_s + instant_w)
-                        .max(b.start_s + instant_w);
-                    Some(Rectangle::new(
-                        [(b.start_s, bottom), (end, top)],
-                        color.mix(0.85).filled(),
-                    ))
-                })
-                .collect();
-            chart.draw_series(rects).map_err(chart_err(title))?;
-        }
+        draw_phases(&mut chart, shades, (n, end_s), title)?;
+        draw_fault_bars(&mut chart, &layout, (bars, &kinds), instant_w, title)?;
         draw_legend(&legend_area, &legend, width, title)?;
         root.present().map_err(chart_err(title))?;
     }
@@ -744,6 +831,141 @@ const SEQ_LABEL_CHARS_MAX: usize = 64;
 /// Most counterexample steps drawn; the rest are summarized in a final note.
 pub const SEQ_STEPS_MAX: usize = 200;
 
+/// The sequence chart's geometry: one column per actor, one row per step.
+struct SeqLayout<'a> {
+    actors: Vec<&'a str>,
+    col_w: f64,
+    left: f64,
+    head_h: f64,
+    row_h: f64,
+    width: f64,
+    height: f64,
+}
+
+impl<'a> SeqLayout<'a> {
+    /// The actors in order of first appearance, and the chart's size for `parsed`.
+    fn new(parsed: &'a [SeqLine]) -> Self {
+        let mut actors: Vec<&str> = Vec::new();
+        for l in parsed {
+            if let SeqLine::Message { from, to, .. } = l {
+                for a in [from, to] {
+                    if !actors.contains(&a.as_str()) {
+                        actors.push(a);
+                    }
+                }
+            }
+        }
+        let col_w = 220.0;
+        let left = 30.0;
+        let head_h = 44.0;
+        let row_h = 30.0;
+        let width = left * 2.0 + col_w * actors.len().max(1) as f64;
+        let height = head_h + 20.0 + row_h * parsed.len() as f64 + 20.0;
+        Self {
+            actors,
+            col_w,
+            left,
+            head_h,
+            row_h,
+            width,
+            height,
+        }
+    }
+
+    /// The x of actor `a`'s lifeline.
+    fn x_of(&self, a: &str) -> f64 {
+        self.left
+            + self.col_w * (self.actors.iter().position(|b| *b == a).unwrap_or(0) as f64 + 0.5)
+    }
+
+    /// The y of step `i`'s row.
+    fn y_of(&self, i: usize) -> f64 {
+        self.head_h + 20.0 + self.row_h * i as f64 + self.row_h / 2.0
+    }
+
+    /// Each actor's dashed lifeline under its name box.
+    fn write_lifelines(&self, s: &mut String) {
+        let (col_w, head_h, height) = (self.col_w, self.head_h, self.height);
+        for a in &self.actors {
+            let x = self.x_of(a);
+            let _ = write!(
+                s,
+                r##"<line class="lifeline" x1="{x}" y1="{y1}" x2="{x}" y2="{y2}" stroke="#888" stroke-dasharray="4 3"/><rect x="{rx}" y="6" width="{rw}" height="28" rx="4" fill="#e8eef7" stroke="#1f77b4"/><text x="{x}" y="25" text-anchor="middle" font-size="13" font-weight="bold">{name}</text>"##,
+                y1 = head_h - 10.0,
+                y2 = height - 10.0,
+                rx = x - col_w / 2.0 + 12.0,
+                rw = col_w - 24.0,
+                name = xml_escape(a),
+            );
+        }
+    }
+
+    /// Step `i`, a message: an arrow (a loop for a message to oneself), numbered and labelled.
+    fn write_message(&self, s: &mut String, i: usize, (from, to): (&str, &str), message: &str) {
+        let y = self.y_of(i);
+        let (x1, x2) = (self.x_of(from), self.x_of(to));
+        let short: String = if message.chars().count() > SEQ_LABEL_CHARS_MAX {
+            message
+                .chars()
+                .take(SEQ_LABEL_CHARS_MAX - 1)
+                .chain(std::iter::once('…'))
+                .collect()
+        } else {
+            message.to_owned()
+        };
+        let label = format!("{}. {}", i + 1, short);
+        let _ = write!(
+            s,
+            r#"<g class="msg"><title>{}</title>"#,
+            xml_escape(&format!("{from} -> {to}: {message}"))
+        );
+        if from == to {
+            let _ = write!(
+                s,
+                r##"<path d="M {x1} {y0} h 28 v 12 h -24" fill="none" stroke="#333" stroke-width="1.5"/><polygon points="{x1},{y1} {xa},{ya} {xa},{yb}" fill="#333"/><text x="{tx}" y="{ty}" font-size="12" text-anchor="start" stroke="white" stroke-width="4" paint-order="stroke">{label}</text>"##,
+                y0 = y - 6.0,
+                y1 = y + 6.0,
+                xa = x1 + 7.0,
+                ya = y + 2.0,
+                yb = y + 10.0,
+                tx = x1 + 34.0,
+                ty = y + 2.0,
+                label = xml_escape(&label),
+            );
+        } else {
+            let dir = if x2 > x1 { 1.0 } else { -1.0 };
+            let _ = write!(
+                s,
+                r##"<line x1="{x1}" y1="{y}" x2="{xl}" y2="{y}" stroke="#333" stroke-width="1.5"/><polygon points="{x2},{y} {xa},{ya} {xa},{yb}" fill="#333"/><text x="{tx}" y="{ty}" font-size="12" text-anchor="middle" stroke="white" stroke-width="4" paint-order="stroke">{label}</text>"##,
+                xl = x2 - dir * 8.0,
+                xa = x2 - dir * 9.0,
+                ya = y - 4.5,
+                yb = y + 4.5,
+                tx = (x1 + x2) / 2.0,
+                ty = y - 5.0,
+                label = xml_escape(&label),
+            );
+        }
+        s.push_str("</g>");
+    }
+
+    /// Step `i`, a note across the chart.
+    fn write_note(&self, s: &mut String, i: usize, text: &str) {
+        let y = self.y_of(i);
+        let _ = write!(
+            s,
+            r##"<g class="note"><rect x="{x}" y="{ry}" width="{w}" height="20" fill="#fff7d6" stroke="#d4b106"/><text x="{tx}" y="{ty}" font-size="12" font-style="italic" text-anchor="middle">{i1}. {t}</text></g>"##,
+            x = self.left,
+            ry = y - 12.0,
+            w = self.width - 2.0 * self.left,
+            tx = self.width / 2.0,
+            ty = y + 2.0,
+            i1 = i + 1,
+            t = xml_escape(text),
+        );
+    }
+}
+
 /// A message sequence chart: one vertical lifeline per actor (in order of first appearance),
 /// one arrow per message, numbered in order; notes span the chart.
 pub fn sequence_chart(lines: &[String]) -> String {
@@ -754,104 +976,21 @@ pub fn sequence_chart(lines: &[String]) -> String {
             lines.len() - SEQ_STEPS_MAX
         )));
     }
-    let mut actors: Vec<&str> = Vec::new();
-    for l in &parsed {
-        if let SeqLine::Message { from, to, .. } = l {
-            for a in [from, to] {
-                if !actors.contains(&a.as_str()) {
-                    actors.push(a);
-                }
-            }
-        }
-    }
-    let col_w = 220.0;
-    let left = 30.0;
-    let head_h = 44.0;
-    let row_h = 30.0;
-    let width = left * 2.0 + col_w * actors.len().max(1) as f64;
-    let height = head_h + 20.0 + row_h * parsed.len() as f64 + 20.0;
-    let x_of =
-        |a: &str| left + col_w * (actors.iter().position(|b| *b == a).unwrap_or(0) as f64 + 0.5);
+    let layout = SeqLayout::new(&parsed);
+    let (width, height) = (layout.width, layout.height);
     let mut s = String::new();
     let _ = write!(
         s,
         r#"<svg class="seq" width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" font-family="sans-serif">"#
     );
     s.push_str(r#"<rect x="0" y="0" width="100%" height="100%" fill="white"/>"#);
-    for a in &actors {
-        let x = x_of(a);
-        let _ = write!(
-            s,
-            r##"<line class="lifeline" x1="{x}" y1="{y1}" x2="{x}" y2="{y2}" stroke="#888" stroke-dasharray="4 3"/><rect x="{rx}" y="6" width="{rw}" height="28" rx="4" fill="#e8eef7" stroke="#1f77b4"/><text x="{x}" y="25" text-anchor="middle" font-size="13" font-weight="bold">{name}</text>"##,
-            y1 = head_h - 10.0,
-            y2 = height - 10.0,
-            rx = x - col_w / 2.0 + 12.0,
-            rw = col_w - 24.0,
-            name = xml_escape(a),
-        );
-    }
+    layout.write_lifelines(&mut s);
     for (i, l) in parsed.iter().enumerate() {
-        let y = head_h + 20.0 + row_h * i as f64 + row_h / 2.0;
         match l {
             SeqLine::Message { from, to, message } => {
-                let (x1, x2) = (x_of(from), x_of(to));
-                let short: String = if message.chars().count() > SEQ_LABEL_CHARS_MAX {
-                    message
-                        .chars()
-                        .take(SEQ_LABEL_CHARS_MAX - 1)
-                        .chain(std::iter::once('…'))
-                        .collect()
-                } else {
-                    message.clone()
-                };
-                let label = format!("{}. {}", i + 1, short);
-                let _ = write!(
-                    s,
-                    r#"<g class="msg"><title>{}</title>"#,
-                    xml_escape(&format!("{from} -> {to}: {message}"))
-                );
-                if from == to {
-                    let _ = write!(
-                        s,
-                        r##"<path d="M {x1} {y0} h 28 v 12 h -24" fill="none" stroke="#333" stroke-width="1.5"/><polygon points="{x1},{y1} {xa},{ya} {xa},{yb}" fill="#333"/><text x="{tx}" y="{ty}" font-size="12" text-anchor="start" stroke="white" stroke-width="4" paint-order="stroke">{label}</text>"##,
-                        y0 = y - 6.0,
-                        y1 = y + 6.0,
-                        xa = x1 + 7.0,
-                        ya = y + 2.0,
-                        yb = y + 10.0,
-                        tx = x1 + 34.0,
-                        ty = y + 2.0,
-                        label = xml_escape(&label),
-                    );
-                } else {
-                    let dir = if x2 > x1 { 1.0 } else { -1.0 };
-                    let _ = write!(
-                        s,
-                        r##"<line x1="{x1}" y1="{y}" x2="{xl}" y2="{y}" stroke="#333" stroke-width="1.5"/><polygon points="{x2},{y} {xa},{ya} {xa},{yb}" fill="#333"/><text x="{tx}" y="{ty}" font-size="12" text-anchor="middle" stroke="white" stroke-width="4" paint-order="stroke">{label}</text>"##,
-                        xl = x2 - dir * 8.0,
-                        xa = x2 - dir * 9.0,
-                        ya = y - 4.5,
-                        yb = y + 4.5,
-                        tx = (x1 + x2) / 2.0,
-                        ty = y - 5.0,
-                        label = xml_escape(&label),
-                    );
-                }
-                s.push_str("</g>");
+                layout.write_message(&mut s, i, (from, to), message);
             }
-            SeqLine::Note(text) => {
-                let _ = write!(
-                    s,
-                    r##"<g class="note"><rect x="{x}" y="{ry}" width="{w}" height="20" fill="#fff7d6" stroke="#d4b106"/><text x="{tx}" y="{ty}" font-size="12" font-style="italic" text-anchor="middle">{i1}. {t}</text></g>"##,
-                    x = left,
-                    ry = y - 12.0,
-                    w = width - 2.0 * left,
-                    tx = width / 2.0,
-                    ty = y + 2.0,
-                    i1 = i + 1,
-                    t = xml_escape(text),
-                );
-            }
+            SeqLine::Note(text) => layout.write_note(&mut s, i, text),
         }
     }
     s.push_str("</svg>");

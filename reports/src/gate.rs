@@ -336,53 +336,59 @@ impl Baseline {
                     catalog: r.catalog.clone(),
                     caught: r.flaws.iter().map(|f| f.flaw.clone()).collect(),
                 }),
-                RunResult::Load(r) => {
-                    let prev =
-                        previous.and_then(|p| p.load.iter().find(|l| l.scenario == r.scenario));
-                    let reference = prev
-                        .map(|p| p.reference_endpoint.clone())
-                        .filter(|name| r.endpoint(name).is_some())
-                        .or_else(|| r.endpoints.first().map(|e| e.name.clone()))
-                        .unwrap_or_default();
-                    let tolerance = prev.map_or(TOLERANCE_DEFAULT, |p| p.tolerance);
-                    let ref_stats = r.endpoint(&reference);
-                    let endpoints = r
-                        .endpoints
-                        .iter()
-                        .map(|e| {
-                            let is_ref = e.name == reference;
-                            let ratios = ref_stats
-                                .filter(|_| !is_ref)
-                                .map(|rs| LoadRatios::of(e, rs));
-                            let error_rate = error_rate(e.error_count(), e.requests);
-                            (
-                                e.name.clone(),
-                                EndpointBaseline {
-                                    throughput_ratio: ratios.and_then(|r| r.throughput).map(round4),
-                                    p99_ratio: ratios.and_then(|r| r.p99).map(round4),
-                                    error_rate_max: round4(
-                                        (error_rate * (1.0 + tolerance)).max(ERROR_RATE_FLOOR),
-                                    ),
-                                },
-                            )
-                        })
-                        .collect();
-                    b.load.push(LoadBaseline {
-                        scenario: r.scenario.clone(),
-                        reference_endpoint: reference,
-                        tolerance,
-                        verification: r
-                            .verification
-                            .iter()
-                            .filter(|v| v.verdict != Verdict::NotChecked)
-                            .map(|v| v.name.clone())
-                            .collect(),
-                        endpoints,
-                    });
-                }
+                RunResult::Load(r) => b.load.push(LoadBaseline::observed(r, previous)),
             }
         }
         b
+    }
+}
+
+impl LoadBaseline {
+    /// The expectations `r` meets: its ratios against the reference endpoint (kept from
+    /// `previous` if it has the scenario, else the first endpoint) and its error rates with
+    /// `previous`'s tolerance.
+    fn observed(r: &LoadReport, previous: Option<&Baseline>) -> LoadBaseline {
+        let prev = previous.and_then(|p| p.load.iter().find(|l| l.scenario == r.scenario));
+        let reference = prev
+            .map(|p| p.reference_endpoint.clone())
+            .filter(|name| r.endpoint(name).is_some())
+            .or_else(|| r.endpoints.first().map(|e| e.name.clone()))
+            .unwrap_or_default();
+        let tolerance = prev.map_or(TOLERANCE_DEFAULT, |p| p.tolerance);
+        let ref_stats = r.endpoint(&reference);
+        let endpoints = r
+            .endpoints
+            .iter()
+            .map(|e| {
+                let is_ref = e.name == reference;
+                let ratios = ref_stats
+                    .filter(|_| !is_ref)
+                    .map(|rs| LoadRatios::of(e, rs));
+                let error_rate = error_rate(e.error_count(), e.requests);
+                (
+                    e.name.clone(),
+                    EndpointBaseline {
+                        throughput_ratio: ratios.and_then(|r| r.throughput).map(round4),
+                        p99_ratio: ratios.and_then(|r| r.p99).map(round4),
+                        error_rate_max: round4(
+                            (error_rate * (1.0 + tolerance)).max(ERROR_RATE_FLOOR),
+                        ),
+                    },
+                )
+            })
+            .collect();
+        LoadBaseline {
+            scenario: r.scenario.clone(),
+            reference_endpoint: reference,
+            tolerance,
+            verification: r
+                .verification
+                .iter()
+                .filter(|v| v.verdict != Verdict::NotChecked)
+                .map(|v| v.name.clone())
+                .collect(),
+            endpoints,
+        }
     }
 }
 
@@ -544,6 +550,10 @@ impl Rows {
             status,
         });
     }
+    /// A baseline result absent from the summary.
+    fn missing(&mut self, check: String) {
+        self.push(check, "present", "absent", GateStatus::Missing);
+    }
 }
 
 /// Compares `summary` with `baseline`.
@@ -552,76 +562,52 @@ pub fn compare(baseline: &Baseline, summary: &Summary) -> GateOutcome {
     let mut seen: BTreeSet<(&str, &str)> = BTreeSet::new();
     for sb in &baseline.simulation {
         seen.insert(("simulation", &sb.scenario));
-        match find(summary, |r| {
-            if let RunResult::Simulation(s) = r {
-                (s.scenario == sb.scenario).then_some(s)
-            } else {
-                None
-            }
+        match find(summary, |r| match r {
+            RunResult::Simulation(s) if s.scenario == sb.scenario => Some(s),
+            _ => None,
         }) {
             Some(s) => compare_simulation(&mut rows, sb, s),
-            None => rows.push(
-                format!("simulation {}", sb.scenario),
-                "present",
-                "absent",
-                GateStatus::Missing,
-            ),
+            None => rows.missing(format!("simulation {}", sb.scenario)),
         }
     }
     for mb in &baseline.model {
         seen.insert(("model", &mb.model));
-        match find(summary, |r| {
-            if let RunResult::Model(m) = r {
-                (m.model == mb.model).then_some(m)
-            } else {
-                None
-            }
+        match find(summary, |r| match r {
+            RunResult::Model(m) if m.model == mb.model => Some(m),
+            _ => None,
         }) {
             Some(m) => compare_model(&mut rows, mb, m),
-            None => rows.push(
-                format!("model {}", mb.model),
-                "present",
-                "absent",
-                GateStatus::Missing,
-            ),
+            None => rows.missing(format!("model {}", mb.model)),
         }
     }
     for fb in &baseline.flaws {
         seen.insert(("flaws", &fb.catalog));
-        match find(summary, |r| {
-            if let RunResult::Flaws(f) = r {
-                (f.catalog == fb.catalog).then_some(f)
-            } else {
-                None
-            }
+        match find(summary, |r| match r {
+            RunResult::Flaws(f) if f.catalog == fb.catalog => Some(f),
+            _ => None,
         }) {
             Some(f) => compare_flaws(&mut rows, fb, f),
-            None => rows.push(
-                format!("flaws {}", fb.catalog),
-                "present",
-                "absent",
-                GateStatus::Missing,
-            ),
+            None => rows.missing(format!("flaws {}", fb.catalog)),
         }
     }
     for lb in &baseline.load {
         seen.insert(("load", &lb.scenario));
-        match find(summary, |r| {
-            if let RunResult::Load(l) = r {
-                (l.scenario == lb.scenario).then_some(l)
-            } else {
-                None
-            }
+        match find(summary, |r| match r {
+            RunResult::Load(l) if l.scenario == lb.scenario => Some(l),
+            _ => None,
         }) {
             Some(l) => compare_load(&mut rows, lb, l),
-            None => rows.push(
-                format!("load {}", lb.scenario),
-                "present",
-                "absent",
-                GateStatus::Missing,
-            ),
+            None => rows.missing(format!("load {}", lb.scenario)),
         }
     }
+    compare_unexpected(&mut rows, &seen, summary);
+    let rows = rows.0;
+    let passed = rows.iter().all(|r| r.status.ok());
+    GateOutcome { rows, passed }
+}
+
+/// Results the baseline does not know: new when they pass, regressed when they fail.
+fn compare_unexpected(rows: &mut Rows, seen: &BTreeSet<(&str, &str)>, summary: &Summary) {
     for r in &summary.results {
         if !seen.contains(&(r.kind(), r.name())) {
             let (status, actual) = if r.passed() {
@@ -637,9 +623,6 @@ pub fn compare(baseline: &Baseline, summary: &Summary) -> GateOutcome {
             );
         }
     }
-    let rows = rows.0;
-    let passed = rows.iter().all(|r| r.status.ok());
-    GateOutcome { rows, passed }
 }
 
 fn find<'a, T>(
@@ -647,6 +630,24 @@ fn find<'a, T>(
     pick: impl Fn(&'a RunResult) -> Option<&'a T>,
 ) -> Option<&'a T> {
     summary.results.iter().find_map(pick)
+}
+
+/// `Pass` if `ok`, else `Regressed`.
+fn pass_if(ok: bool) -> GateStatus {
+    if ok {
+        GateStatus::Pass
+    } else {
+        GateStatus::Regressed
+    }
+}
+
+/// `New` if `ok`, else `Regressed` (a check the baseline does not have).
+fn new_if(ok: bool) -> GateStatus {
+    if ok {
+        GateStatus::New
+    } else {
+        GateStatus::Regressed
+    }
 }
 
 fn compare_simulation(rows: &mut Rows, b: &SimulationBaseline, s: &SimulationReport) {
@@ -667,11 +668,7 @@ fn compare_simulation(rows: &mut Rows, b: &SimulationBaseline, s: &SimulationRep
         } else {
             format!("{violations} (seeds {})", seeds.join(", "))
         },
-        if violations == 0 {
-            GateStatus::Pass
-        } else {
-            GateStatus::Regressed
-        },
+        pass_if(violations == 0),
     );
     for inv in &b.invariants {
         let check = format!("{name}: invariant {inv}");
@@ -680,11 +677,7 @@ fn compare_simulation(rows: &mut Rows, b: &SimulationBaseline, s: &SimulationRep
                 check,
                 "held",
                 i.verdict.label(),
-                if i.verdict == Verdict::Held {
-                    GateStatus::Pass
-                } else {
-                    GateStatus::Regressed
-                },
+                pass_if(i.verdict == Verdict::Held),
             ),
             None => rows.push(check, "held", "absent", GateStatus::Missing),
         }
@@ -698,37 +691,30 @@ fn compare_simulation(rows: &mut Rows, b: &SimulationBaseline, s: &SimulationRep
             format!("{name}: invariant {}", i.name),
             "not in baseline",
             i.verdict.label(),
-            if i.verdict == Verdict::Held {
-                GateStatus::New
-            } else {
-                GateStatus::Regressed
-            },
+            new_if(i.verdict == Verdict::Held),
         );
     }
+    compare_fault_effects(rows, &name, b, s);
+}
+
+/// The fault effects: some effect at all, each expected one, and the new ones.
+fn compare_fault_effects(
+    rows: &mut Rows,
+    name: &str,
+    b: &SimulationBaseline,
+    s: &SimulationReport,
+) {
     let total: u64 = s.fault_effects.values().sum();
     rows.push(
         format!("{name}: fault coverage (all effects)"),
         "> 0",
         total.to_string(),
-        if total > 0 {
-            GateStatus::Pass
-        } else {
-            GateStatus::Regressed
-        },
+        pass_if(total > 0),
     );
     for effect in &b.fault_effects {
         let check = format!("{name}: fault effect {effect}");
         match s.fault_effects.get(effect) {
-            Some(&n) => rows.push(
-                check,
-                "> 0",
-                n.to_string(),
-                if n > 0 {
-                    GateStatus::Pass
-                } else {
-                    GateStatus::Regressed
-                },
-            ),
+            Some(&n) => rows.push(check, "> 0", n.to_string(), pass_if(n > 0)),
             None => rows.push(check, "> 0", "absent", GateStatus::Missing),
         }
     }
@@ -752,11 +738,7 @@ fn compare_model(rows: &mut Rows, b: &ModelBaseline, m: &ModelReport) {
         format!("{name}: unique states"),
         b.unique_states.to_string(),
         m.unique_states.to_string(),
-        if b.unique_states == m.unique_states {
-            GateStatus::Pass
-        } else {
-            GateStatus::Regressed
-        },
+        pass_if(b.unique_states == m.unique_states),
     );
     for (prop, expected) in &b.properties {
         let check = format!("{name}: property {prop}");
@@ -765,11 +747,7 @@ fn compare_model(rows: &mut Rows, b: &ModelBaseline, m: &ModelReport) {
                 check,
                 expected.label(),
                 p.verdict.label(),
-                if p.verdict == *expected {
-                    GateStatus::Pass
-                } else {
-                    GateStatus::Regressed
-                },
+                pass_if(p.verdict == *expected),
             ),
             None => rows.push(check, expected.label(), "absent", GateStatus::Missing),
         }
@@ -783,11 +761,7 @@ fn compare_model(rows: &mut Rows, b: &ModelBaseline, m: &ModelReport) {
             format!("{name}: property {}", p.name),
             "not in baseline",
             p.verdict.label(),
-            if p.verdict.passed() {
-                GateStatus::New
-            } else {
-                GateStatus::Regressed
-            },
+            new_if(p.verdict.passed()),
         );
     }
 }
@@ -805,11 +779,7 @@ fn compare_flaws(rows: &mut Rows, b: &FlawsBaseline, f: &FlawCatalogReport) {
                 check,
                 "caught",
                 caught_label(&x.caught_by),
-                if x.caught_by.is_some() {
-                    GateStatus::Pass
-                } else {
-                    GateStatus::Regressed
-                },
+                pass_if(x.caught_by.is_some()),
             ),
             None => rows.push(check, "caught", "absent", GateStatus::Missing),
         }
@@ -819,11 +789,7 @@ fn compare_flaws(rows: &mut Rows, b: &FlawsBaseline, f: &FlawCatalogReport) {
             format!("{name}: {}", x.flaw),
             "not in baseline",
             caught_label(&x.caught_by),
-            if x.caught_by.is_some() {
-                GateStatus::New
-            } else {
-                GateStatus::Regressed
-            },
+            new_if(x.caught_by.is_some()),
         );
     }
 }
@@ -834,38 +800,7 @@ fn fmt_ratio(v: f64) -> String {
 
 fn compare_load(rows: &mut Rows, b: &LoadBaseline, l: &LoadReport) {
     let name = format!("load {}", l.scenario);
-    for v in &b.verification {
-        let check = format!("{name}: verification {v}");
-        match l.verification.iter().find(|x| &x.name == v) {
-            Some(x) => rows.push(
-                check,
-                "held",
-                x.verdict.label(),
-                if x.verdict == Verdict::Held {
-                    GateStatus::Pass
-                } else {
-                    GateStatus::Regressed
-                },
-            ),
-            None => rows.push(check, "held", "absent", GateStatus::Missing),
-        }
-    }
-    for x in l
-        .verification
-        .iter()
-        .filter(|x| !b.verification.contains(&x.name) && x.verdict != Verdict::NotChecked)
-    {
-        rows.push(
-            format!("{name}: verification {}", x.name),
-            "not in baseline",
-            x.verdict.label(),
-            if x.verdict == Verdict::Held {
-                GateStatus::New
-            } else {
-                GateStatus::Regressed
-            },
-        );
-    }
+    compare_verification(rows, &name, b, l);
     let reference = l.endpoint(&b.reference_endpoint);
     if reference.is_none() {
         rows.push(
@@ -875,7 +810,6 @@ fn compare_load(rows: &mut Rows, b: &LoadBaseline, l: &LoadReport) {
             GateStatus::Missing,
         );
     }
-    let tol = b.tolerance;
     for (ep, eb) in &b.endpoints {
         let prefix = format!("{name}: {ep}");
         let Some(e) = l.endpoint(ep) else {
@@ -892,67 +826,20 @@ fn compare_load(rows: &mut Rows, b: &LoadBaseline, l: &LoadReport) {
             format!("{prefix}: error rate"),
             format!("≤ {}", eb.error_rate_max),
             format!("{rate:.5}"),
-            if rate <= eb.error_rate_max {
-                GateStatus::Pass
-            } else {
-                GateStatus::Regressed
-            },
+            pass_if(rate <= eb.error_rate_max),
         );
         let Some(reference) = reference else { continue };
         let ratios = LoadRatios::of(e, reference);
+        let check = LoadCheck {
+            prefix: &prefix,
+            reference: &b.reference_endpoint,
+            tolerance: b.tolerance,
+        };
         if let Some(expected) = eb.throughput_ratio {
-            let floor = expected * (1.0 - tol);
-            let check = format!("{prefix}: throughput / {}", b.reference_endpoint);
-            match ratios.throughput {
-                Some(a) => rows.push(
-                    check,
-                    format!(
-                        "≥ {} ({} − {:.0}%)",
-                        fmt_ratio(floor),
-                        fmt_ratio(expected),
-                        tol * 100.0
-                    ),
-                    fmt_ratio(a),
-                    if a >= floor {
-                        GateStatus::Pass
-                    } else {
-                        GateStatus::Regressed
-                    },
-                ),
-                None => rows.push(
-                    check,
-                    format!("≥ {}", fmt_ratio(floor)),
-                    "undefined (reference rps is 0)",
-                    GateStatus::Regressed,
-                ),
-            }
+            check.throughput(rows, expected, ratios.throughput);
         }
         if let Some(expected) = eb.p99_ratio {
-            let ceiling = expected * (1.0 + tol);
-            let check = format!("{prefix}: P99 / {} P99", b.reference_endpoint);
-            match ratios.p99 {
-                Some(a) => rows.push(
-                    check,
-                    format!(
-                        "≤ {} ({} + {:.0}%)",
-                        fmt_ratio(ceiling),
-                        fmt_ratio(expected),
-                        tol * 100.0
-                    ),
-                    fmt_ratio(a),
-                    if a <= ceiling {
-                        GateStatus::Pass
-                    } else {
-                        GateStatus::Regressed
-                    },
-                ),
-                None => rows.push(
-                    check,
-                    format!("≤ {}", fmt_ratio(ceiling)),
-                    "undefined (reference P99 is 0)",
-                    GateStatus::Regressed,
-                ),
-            }
+            check.p99(rows, expected, ratios.p99);
         }
     }
     for e in l
@@ -966,5 +853,95 @@ fn compare_load(rows: &mut Rows, b: &LoadBaseline, l: &LoadReport) {
             format!("{:.1} req/s", e.throughput_rps),
             GateStatus::New,
         );
+    }
+}
+
+/// The load run's verification checks: each expected one held, and the new ones.
+fn compare_verification(rows: &mut Rows, name: &str, b: &LoadBaseline, l: &LoadReport) {
+    for v in &b.verification {
+        let check = format!("{name}: verification {v}");
+        match l.verification.iter().find(|x| &x.name == v) {
+            Some(x) => rows.push(
+                check,
+                "held",
+                x.verdict.label(),
+                pass_if(x.verdict == Verdict::Held),
+            ),
+            None => rows.push(check, "held", "absent", GateStatus::Missing),
+        }
+    }
+    for x in l
+        .verification
+        .iter()
+        .filter(|x| !b.verification.contains(&x.name) && x.verdict != Verdict::NotChecked)
+    {
+        rows.push(
+            format!("{name}: verification {}", x.name),
+            "not in baseline",
+            x.verdict.label(),
+            new_if(x.verdict == Verdict::Held),
+        );
+    }
+}
+
+/// The ratio checks of one endpoint against the reference endpoint.
+struct LoadCheck<'a> {
+    /// `load SCENARIO: ENDPOINT`.
+    prefix: &'a str,
+    reference: &'a str,
+    tolerance: f64,
+}
+
+impl LoadCheck<'_> {
+    /// Throughput ratio: at least `expected` less the tolerance.
+    fn throughput(&self, rows: &mut Rows, expected: f64, actual: Option<f64>) {
+        let tol = self.tolerance;
+        let floor = expected * (1.0 - tol);
+        let check = format!("{}: throughput / {}", self.prefix, self.reference);
+        match actual {
+            Some(a) => rows.push(
+                check,
+                format!(
+                    "≥ {} ({} − {:.0}%)",
+                    fmt_ratio(floor),
+                    fmt_ratio(expected),
+                    tol * 100.0
+                ),
+                fmt_ratio(a),
+                pass_if(a >= floor),
+            ),
+            None => rows.push(
+                check,
+                format!("≥ {}", fmt_ratio(floor)),
+                "undefined (reference rps is 0)",
+                GateStatus::Regressed,
+            ),
+        }
+    }
+
+    /// P99 ratio: at most `expected` plus the tolerance.
+    fn p99(&self, rows: &mut Rows, expected: f64, actual: Option<f64>) {
+        let tol = self.tolerance;
+        let ceiling = expected * (1.0 + tol);
+        let check = format!("{}: P99 / {} P99", self.prefix, self.reference);
+        match actual {
+            Some(a) => rows.push(
+                check,
+                format!(
+                    "≤ {} ({} + {:.0}%)",
+                    fmt_ratio(ceiling),
+                    fmt_ratio(expected),
+                    tol * 100.0
+                ),
+                fmt_ratio(a),
+                pass_if(a <= ceiling),
+            ),
+            None => rows.push(
+                check,
+                format!("≤ {}", fmt_ratio(ceiling)),
+                "undefined (reference P99 is 0)",
+                GateStatus::Regressed,
+            ),
+        }
     }
 }

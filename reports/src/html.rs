@@ -188,7 +188,8 @@ fn lanes(r: &SimulationReport) -> Vec<String> {
     lanes
 }
 
-fn simulation(r: &SimulationReport) -> Markup {
+/// The fault timeline: one lane per node, phases shaded, up to the run's last moment.
+fn fault_timeline(r: &SimulationReport) -> Result<String, charts::ChartError> {
     let end_ms = r
         .phases
         .iter()
@@ -217,95 +218,91 @@ fn simulation(r: &SimulationReport) -> Markup {
             end_s: f.end_ms.map(ms_to_s),
         })
         .collect();
-    let timeline = charts::timeline_chart(
+    charts::timeline_chart(
         "Fault timeline (one lane per node)",
         &lanes(r),
         &bars,
         &phase_shades,
         ms_to_s(end_ms),
         CHART_W,
-    );
-    let clock = (!r.clock_offsets.is_empty()).then(|| {
-        charts::line_chart(&LineChart {
-            title: "Clock offset per node".into(),
-            x_desc: "simulated time (s)".into(),
-            y_desc: "offset from true time (ms)".into(),
-            y_scale: Scale::Linear,
-            series: r
-                .clock_offsets
-                .iter()
-                .map(|c| Series {
-                    label: c.node.clone(),
-                    points: c
-                        .points
-                        .iter()
-                        .map(|&(t, o)| (ms_to_s(t), o as f64))
-                        .collect(),
-                })
-                .collect(),
-            shades: vec![],
-            size: (CHART_W, 340),
-        })
-    });
-    let ops = (!r.ops_over_time.is_empty()).then(|| {
-        let pick = |f: fn(&crate::model::OpsBucket) -> u64| {
-            r.ops_over_time
-                .iter()
-                .map(|b| (ms_to_s(b.t_ms), f(b) as f64))
-                .collect()
-        };
-        charts::line_chart(&LineChart {
-            title: "Client operations over time".into(),
-            x_desc: "simulated time (s)".into(),
-            y_desc: "operations per bucket".into(),
-            y_scale: Scale::Linear,
-            series: vec![
-                Series {
-                    label: "ok".into(),
-                    points: pick(|b| b.ok),
-                },
-                Series {
-                    label: "failed".into(),
-                    points: pick(|b| b.failed),
-                },
-                Series {
-                    label: "indeterminate".into(),
-                    points: pick(|b| b.indeterminate),
-                },
-            ],
-            shades: r
-                .faults
-                .iter()
-                .filter(|f| matches!(f.kind.as_str(), "partition" | "kill" | "pause"))
-                .filter_map(|f| {
-                    Some(Shade {
-                        start: ms_to_s(f.start_ms),
-                        end: ms_to_s(f.end_ms?),
-                        label: format!("fault: {}", f.kind),
-                    })
-                })
-                .collect(),
-            size: (CHART_W, 340),
-        })
-    });
-    let events_per_s = if r.wall_seconds > 0.0 {
-        r.events as f64 / r.wall_seconds
-    } else {
-        0.0
+    )
+}
+
+/// Each node's clock offset over time.
+fn clock_chart(r: &SimulationReport) -> Result<String, charts::ChartError> {
+    charts::line_chart(&LineChart {
+        title: "Clock offset per node".into(),
+        x_desc: "simulated time (s)".into(),
+        y_desc: "offset from true time (ms)".into(),
+        y_scale: Scale::Linear,
+        series: r
+            .clock_offsets
+            .iter()
+            .map(|c| Series {
+                label: c.node.clone(),
+                points: c
+                    .points
+                    .iter()
+                    .map(|&(t, o)| (ms_to_s(t), o as f64))
+                    .collect(),
+            })
+            .collect(),
+        shades: vec![],
+        size: (CHART_W, 340),
+    })
+}
+
+/// Client operations (ok, failed, indeterminate) over time, with partitions, kills and pauses
+/// shaded.
+fn ops_chart(r: &SimulationReport) -> Result<String, charts::ChartError> {
+    let pick = |f: fn(&crate::model::OpsBucket) -> u64| {
+        r.ops_over_time
+            .iter()
+            .map(|b| (ms_to_s(b.t_ms), f(b) as f64))
+            .collect()
     };
+    charts::line_chart(&LineChart {
+        title: "Client operations over time".into(),
+        x_desc: "simulated time (s)".into(),
+        y_desc: "operations per bucket".into(),
+        y_scale: Scale::Linear,
+        series: vec![
+            Series {
+                label: "ok".into(),
+                points: pick(|b| b.ok),
+            },
+            Series {
+                label: "failed".into(),
+                points: pick(|b| b.failed),
+            },
+            Series {
+                label: "indeterminate".into(),
+                points: pick(|b| b.indeterminate),
+            },
+        ],
+        shades: r
+            .faults
+            .iter()
+            .filter(|f| matches!(f.kind.as_str(), "partition" | "kill" | "pause"))
+            .filter_map(|f| {
+                Some(Shade {
+                    start: ms_to_s(f.start_ms),
+                    end: ms_to_s(f.end_ms?),
+                    label: format!("fault: {}", f.kind),
+                })
+            })
+            .collect(),
+        size: (CHART_W, 340),
+    })
+}
+
+fn simulation(r: &SimulationReport) -> Markup {
+    let timeline = fault_timeline(r);
+    let clock = (!r.clock_offsets.is_empty()).then(|| clock_chart(r));
+    let ops = (!r.ops_over_time.is_empty()).then(|| ops_chart(r));
     html! {
         h2 { "Simulation: " (r.scenario) " " (badge(r.passed())) }
-        table.facts {
-            tr { th { "seeds" } td { (r.seeds.describe()) } }
-            tr { th { "seeds run" } td { (r.seeds_run) } }
-            @if let Some(s) = r.timeline_seed { tr { th { "timeline shows seed" } td { (s) } } }
-            tr { th { "replay" } td { @if let Some(c) = &r.replay_command { code { (c) } } @else { span.muted { "no replay command recorded" } } } }
-            tr { th { "simulated time" } td { (format!("{:.1} s", r.sim_seconds)) } }
-            tr { th { "wall time" } td { (format!("{:.2} s ({:.1}× real time)", r.wall_seconds, if r.wall_seconds > 0.0 { r.sim_seconds / r.wall_seconds } else { 0.0 })) } }
-            tr { th { "events" } td { (r.events) " (" (format!("{events_per_s:.0}")) " events/s)" } }
-            tr { th { "nodes" } td { (r.nodes.join(", ")) } }
-            @for p in &r.phases { tr { th { (p.name) " phase" } td { (format!("{:.1} s – {:.1} s", ms_to_s(p.start_ms), ms_to_s(p.end_ms))) } } }
-        }
+        (simulation_facts(r))
         @if !r.violations.is_empty() {
             h3 { "Violations" }
             table {
@@ -318,6 +315,44 @@ fn simulation(r: &SimulationReport) -> Markup {
         h3 { "Faults" }
         (svg_or_error(timeline))
         @if let Some(c) = clock { (svg_or_error(c)) }
+        (fault_table(r))
+        @if let Some(o) = ops { h3 { "Operations" } (svg_or_error(o)) }
+        h3 { "Fault coverage" }
+        p.note { "How often each injected fault actually took effect (summed over seeds). A zero means the run did not exercise that fault." }
+        @if r.fault_effects.is_empty() { p.err { "no fault effect was recorded" } } @else {
+            table {
+                tr { th { "effect" } th.num { "count" } }
+                @for (k, v) in &r.fault_effects { tr { td { code { (k) } } @if *v == 0 { td.num.zero { "0" } } @else { td.num { (v) } } } }
+            }
+        }
+    }
+}
+
+/// The simulation's facts: seeds, replay command, times, events, nodes, phases.
+fn simulation_facts(r: &SimulationReport) -> Markup {
+    let events_per_s = if r.wall_seconds > 0.0 {
+        r.events as f64 / r.wall_seconds
+    } else {
+        0.0
+    };
+    html! {
+        table.facts {
+            tr { th { "seeds" } td { (r.seeds.describe()) } }
+            tr { th { "seeds run" } td { (r.seeds_run) } }
+            @if let Some(s) = r.timeline_seed { tr { th { "timeline shows seed" } td { (s) } } }
+            tr { th { "replay" } td { @if let Some(c) = &r.replay_command { code { (c) } } @else { span.muted { "no replay command recorded" } } } }
+            tr { th { "simulated time" } td { (format!("{:.1} s", r.sim_seconds)) } }
+            tr { th { "wall time" } td { (format!("{:.2} s ({:.1}× real time)", r.wall_seconds, if r.wall_seconds > 0.0 { r.sim_seconds / r.wall_seconds } else { 0.0 })) } }
+            tr { th { "events" } td { (r.events) " (" (format!("{events_per_s:.0}")) " events/s)" } }
+            tr { th { "nodes" } td { (r.nodes.join(", ")) } }
+            @for p in &r.phases { tr { th { (p.name) " phase" } td { (format!("{:.1} s – {:.1} s", ms_to_s(p.start_ms), ms_to_s(p.end_ms))) } } }
+        }
+    }
+}
+
+/// The injected faults as a collapsed table (the first [`FAULT_ROWS_MAX`] of them).
+fn fault_table(r: &SimulationReport) -> Markup {
+    html! {
         @if !r.faults.is_empty() {
             details {
                 summary { (r.faults.len()) " injected fault(s)" }
@@ -335,15 +370,6 @@ fn simulation(r: &SimulationReport) -> Markup {
             }
         }
         @if r.faults.len() > FAULT_ROWS_MAX { p.note { "(first " (FAULT_ROWS_MAX) " faults listed; all are in summary.json)" } }
-        @if let Some(o) = ops { h3 { "Operations" } (svg_or_error(o)) }
-        h3 { "Fault coverage" }
-        p.note { "How often each injected fault actually took effect (summed over seeds). A zero means the run did not exercise that fault." }
-        @if r.fault_effects.is_empty() { p.err { "no fault effect was recorded" } } @else {
-            table {
-                tr { th { "effect" } th.num { "count" } }
-                @for (k, v) in &r.fault_effects { tr { td { code { (k) } } @if *v == 0 { td.num.zero { "0" } } @else { td.num { (v) } } } }
-            }
-        }
     }
 }
 
@@ -398,27 +424,11 @@ fn percentile_cells(p: &Percentiles) -> Markup {
     }
 }
 
-fn load(r: &LoadReport) -> Markup {
-    let shades: Vec<Shade> = r
-        .fault_windows
-        .iter()
-        .map(|w| Shade {
-            start: w.start_s,
-            end: w.end_s,
-            label: format!("fault: {}", w.label),
-        })
-        .collect();
-    let dist: Vec<(String, Vec<(f64, u64)>)> = r
-        .endpoints
-        .iter()
-        .filter(|e| !e.distribution.is_empty())
-        .map(|e| (e.name.clone(), e.distribution.clone()))
-        .collect();
-    let percentile = (!dist.is_empty()).then(|| {
-        charts::percentile_chart("Latency by percentile (corrected)", &dist, (CHART_W, 420))
-    });
-    let over_time: Vec<(String, Result<String, charts::ChartError>)> = r
-        .endpoints
+type Chart = Result<String, charts::ChartError>;
+
+/// Each endpoint's latency over time (P50, P99, P99.9), fault windows shaded.
+fn latency_charts(r: &LoadReport, shades: &[Shade]) -> Vec<(String, Chart)> {
+    r.endpoints
         .iter()
         .filter(|e| !e.over_time.is_empty())
         .map(|e| {
@@ -457,72 +467,113 @@ fn load(r: &LoadReport) -> Markup {
                         points: pick(|i| i.p999_us),
                     },
                 ],
-                shades: shades.clone(),
+                shades: shades.to_vec(),
                 size: (CHART_W, 340),
             });
             (e.name.clone(), chart)
         })
+        .collect()
+}
+
+/// Every endpoint's requests per second over time, fault windows shaded.
+fn throughput_chart(r: &LoadReport, shades: &[Shade]) -> Chart {
+    charts::line_chart(&LineChart {
+        title: "Throughput over time".into(),
+        x_desc: "time since start (s)".into(),
+        y_desc: "requests/s".into(),
+        y_scale: Scale::Linear,
+        series: r
+            .endpoints
+            .iter()
+            .map(|e| Series {
+                label: e.name.clone(),
+                points: e.over_time.iter().map(|i| (i.t_s, i.rps)).collect(),
+            })
+            .collect(),
+        shades: shades.to_vec(),
+        size: (CHART_W, 340),
+    })
+}
+
+/// The server's CPU and memory over time, side by side.
+fn server_charts(r: &LoadReport, shades: &[Shade]) -> (Chart, Chart) {
+    let cpu = charts::line_chart(&LineChart {
+        title: "Server CPU".into(),
+        x_desc: "time since start (s)".into(),
+        y_desc: "CPU (%)".into(),
+        y_scale: Scale::Linear,
+        series: vec![Series {
+            label: "cpu %".into(),
+            points: r.server.iter().map(|s| (s.t_s, s.cpu_pct)).collect(),
+        }],
+        shades: shades.to_vec(),
+        size: (CHART_W / 2 - 10, 280),
+    });
+    let rss = charts::line_chart(&LineChart {
+        title: "Server memory".into(),
+        x_desc: "time since start (s)".into(),
+        y_desc: "RSS (MiB)".into(),
+        y_scale: Scale::Linear,
+        series: vec![Series {
+            label: "rss MiB".into(),
+            points: r
+                .server
+                .iter()
+                .map(|s| (s.t_s, s.rss_bytes as f64 / 1_048_576.0))
+                .collect(),
+        }],
+        shades: shades.to_vec(),
+        size: (CHART_W / 2 - 10, 280),
+    });
+    (cpu, rss)
+}
+
+fn load(r: &LoadReport) -> Markup {
+    let shades: Vec<Shade> = r
+        .fault_windows
+        .iter()
+        .map(|w| Shade {
+            start: w.start_s,
+            end: w.end_s,
+            label: format!("fault: {}", w.label),
+        })
         .collect();
+    let dist: Vec<(String, Vec<(f64, u64)>)> = r
+        .endpoints
+        .iter()
+        .filter(|e| !e.distribution.is_empty())
+        .map(|e| (e.name.clone(), e.distribution.clone()))
+        .collect();
+    let percentile = (!dist.is_empty()).then(|| {
+        charts::percentile_chart("Latency by percentile (corrected)", &dist, (CHART_W, 420))
+    });
+    let over_time = latency_charts(r, &shades);
     let throughput = r
         .endpoints
         .iter()
         .any(|e| !e.over_time.is_empty())
-        .then(|| {
-            charts::line_chart(&LineChart {
-                title: "Throughput over time".into(),
-                x_desc: "time since start (s)".into(),
-                y_desc: "requests/s".into(),
-                y_scale: Scale::Linear,
-                series: r
-                    .endpoints
-                    .iter()
-                    .map(|e| Series {
-                        label: e.name.clone(),
-                        points: e.over_time.iter().map(|i| (i.t_s, i.rps)).collect(),
-                    })
-                    .collect(),
-                shades: shades.clone(),
-                size: (CHART_W, 340),
-            })
-        });
-    let server = (!r.server.is_empty()).then(|| {
-        let cpu = charts::line_chart(&LineChart {
-            title: "Server CPU".into(),
-            x_desc: "time since start (s)".into(),
-            y_desc: "CPU (%)".into(),
-            y_scale: Scale::Linear,
-            series: vec![Series {
-                label: "cpu %".into(),
-                points: r.server.iter().map(|s| (s.t_s, s.cpu_pct)).collect(),
-            }],
-            shades: shades.clone(),
-            size: (CHART_W / 2 - 10, 280),
-        });
-        let rss = charts::line_chart(&LineChart {
-            title: "Server memory".into(),
-            x_desc: "time since start (s)".into(),
-            y_desc: "RSS (MiB)".into(),
-            y_scale: Scale::Linear,
-            series: vec![Series {
-                label: "rss MiB".into(),
-                points: r
-                    .server
-                    .iter()
-                    .map(|s| (s.t_s, s.rss_bytes as f64 / 1_048_576.0))
-                    .collect(),
-            }],
-            shades: shades.clone(),
-            size: (CHART_W / 2 - 10, 280),
-        });
-        (cpu, rss)
-    });
-    let all_error_kinds: BTreeSet<&str> = r
-        .endpoints
-        .iter()
-        .flat_map(|e| e.errors.keys().map(String::as_str))
-        .collect();
+        .then(|| throughput_chart(r, &shades));
+    let server = (!r.server.is_empty()).then(|| server_charts(r, &shades));
     html! {
         h2 { "Load: " (r.scenario) " " (badge(r.passed())) }
+        (load_facts(r))
+        (endpoint_tables(r))
+        @if let Some(p) = percentile { h3 { "Latency distribution" } (svg_or_error(p)) }
+        @if !over_time.is_empty() || throughput.is_some() {
+            h3 { "Over time" }
+            @if !shades.is_empty() { p.note { "Shaded: fault windows." } }
+            @if let Some(t) = throughput { (svg_or_error(t)) }
+            @for (_, chart) in over_time { (svg_or_error(chart)) }
+        }
+        @if let Some((cpu, rss)) = server { h3 { "Server resources" } div style="display:flex;gap:16px;flex-wrap:wrap" { (svg_or_error(cpu)) (svg_or_error(rss)) } }
+        h3 { "Verification" }
+        @if r.verification.is_empty() { p.muted { "no post-run verification recorded" } } @else { (invariant_table(&r.verification)) }
+    }
+}
+
+/// The load run's facts: target, duration, mode, users, fault windows.
+fn load_facts(r: &LoadReport) -> Markup {
+    html! {
         table.facts {
             tr { th { "target" } td { code { (display_target(&r.target)) } } }
             tr { th { "duration" } td { (format!("{:.0} s (+ {:.0} s warm-up, excluded)", r.duration_s, r.warmup_s)) } }
@@ -530,6 +581,17 @@ fn load(r: &LoadReport) -> Markup {
             tr { th { "users" } td { (r.users) } }
             @for w in &r.fault_windows { tr { th { "fault window" } td { (format!("{:.1} s – {:.1} s: {}", w.start_s, w.end_s, w.label)) } } }
         }
+    }
+}
+
+/// Per endpoint: requests, throughput, errors and latency percentiles; then errors by kind.
+fn endpoint_tables(r: &LoadReport) -> Markup {
+    let all_error_kinds: BTreeSet<&str> = r
+        .endpoints
+        .iter()
+        .flat_map(|e| e.errors.keys().map(String::as_str))
+        .collect();
+    html! {
         h3 { "Endpoints" }
         p.note { "Latencies in milliseconds. Corrected: measured from the intended send time (coordinated omission corrected). Uncorrected: from the actual send time, as a naive client reports." }
         table {
@@ -556,16 +618,6 @@ fn load(r: &LoadReport) -> Markup {
                 @for e in &r.endpoints { tr { td { code { (e.name) } } @for k in &all_error_kinds { td.num { (e.errors.get(*k).copied().unwrap_or(0)) } } } }
             }
         }
-        @if let Some(p) = percentile { h3 { "Latency distribution" } (svg_or_error(p)) }
-        @if !over_time.is_empty() || throughput.is_some() {
-            h3 { "Over time" }
-            @if !shades.is_empty() { p.note { "Shaded: fault windows." } }
-            @if let Some(t) = throughput { (svg_or_error(t)) }
-            @for (_, chart) in over_time { (svg_or_error(chart)) }
-        }
-        @if let Some((cpu, rss)) = server { h3 { "Server resources" } div style="display:flex;gap:16px;flex-wrap:wrap" { (svg_or_error(cpu)) (svg_or_error(rss)) } }
-        h3 { "Verification" }
-        @if r.verification.is_empty() { p.muted { "no post-run verification recorded" } } @else { (invariant_table(&r.verification)) }
     }
 }
 

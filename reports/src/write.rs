@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use crate::model::{RunResult, Summary, ValidationError, Verdict};
+use crate::model::{
+    PropertyReport, RunResult, SimulationReport, Summary, ValidationError, Verdict,
+};
 
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -139,69 +141,11 @@ pub fn junit_report(summary: &Summary) -> Report {
         let classname = format!("{}.{}", result.kind(), result.name());
         let mut suite = TestSuite::new(classname.as_str());
         match result {
-            RunResult::Simulation(r) => {
-                suite.set_time(Duration::from_secs_f64(r.wall_seconds.max(0.0)));
-                for inv in &r.invariants {
-                    let mut msg = format!("{} violated", inv.name);
-                    if let Some(seed) = inv.seed {
-                        msg.push_str(&format!(" (seed {seed})"));
-                    }
-                    let mut desc = Vec::new();
-                    if let Some(e) = &inv.first_offending_event {
-                        desc.push(format!("first offending event: {e}"));
-                    }
-                    if let Some(d) = &inv.detail {
-                        desc.push(d.clone());
-                    }
-                    for v in r.violations.iter().filter(|v| v.invariant == inv.name) {
-                        desc.push(format!("seed {}: {}", v.seed, v.detail));
-                    }
-                    if let Some(c) = &r.replay_command {
-                        desc.push(format!("replay: {c}"));
-                    }
-                    suite.add_test_case(invariant_case(
-                        &classname,
-                        &inv.name,
-                        inv.verdict,
-                        Some(msg),
-                        (!desc.is_empty()).then(|| desc.join("\n")),
-                    ));
-                }
-                // Violations of invariants not listed in `invariants` must still fail the suite.
-                for v in r
-                    .violations
-                    .iter()
-                    .filter(|v| !r.invariants.iter().any(|i| i.name == v.invariant))
-                {
-                    suite.add_test_case(invariant_case(
-                        &classname,
-                        &v.invariant,
-                        Verdict::Violated,
-                        Some(format!("{} violated (seed {})", v.invariant, v.seed)),
-                        Some(v.detail.clone()),
-                    ));
-                }
-            }
+            RunResult::Simulation(r) => simulation_cases(&mut suite, &classname, r),
             RunResult::Model(r) => {
                 suite.set_time(Duration::from_secs_f64(r.wall_seconds.max(0.0)));
                 for p in &r.properties {
-                    let status = if p.verdict.passed() {
-                        TestCaseStatus::success()
-                    } else {
-                        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                        s.set_type(p.verdict.label());
-                        s.set_message(
-                            format!("{:?} property {} {}", p.kind, p.name, p.verdict.label())
-                                .to_lowercase(),
-                        );
-                        if let Some(c) = &p.counterexample {
-                            s.set_description(c.join("\n"));
-                        }
-                        s
-                    };
-                    let mut case = TestCase::new(p.name.as_str(), status);
-                    case.set_classname(classname.as_str());
-                    suite.add_test_case(case);
+                    suite.add_test_case(property_case(&classname, p));
                 }
             }
             RunResult::Load(r) => {
@@ -238,6 +182,72 @@ pub fn junit_report(summary: &Summary) -> Report {
         report.add_test_suite(suite);
     }
     report
+}
+
+/// A simulation's cases: one per invariant (a violation's seeds and replay in its
+/// description), then one per violated invariant the report does not list.
+fn simulation_cases(suite: &mut TestSuite, classname: &str, r: &SimulationReport) {
+    suite.set_time(Duration::from_secs_f64(r.wall_seconds.max(0.0)));
+    for inv in &r.invariants {
+        let mut msg = format!("{} violated", inv.name);
+        if let Some(seed) = inv.seed {
+            msg.push_str(&format!(" (seed {seed})"));
+        }
+        let mut desc = Vec::new();
+        if let Some(e) = &inv.first_offending_event {
+            desc.push(format!("first offending event: {e}"));
+        }
+        if let Some(d) = &inv.detail {
+            desc.push(d.clone());
+        }
+        for v in r.violations.iter().filter(|v| v.invariant == inv.name) {
+            desc.push(format!("seed {}: {}", v.seed, v.detail));
+        }
+        if let Some(c) = &r.replay_command {
+            desc.push(format!("replay: {c}"));
+        }
+        suite.add_test_case(invariant_case(
+            classname,
+            &inv.name,
+            inv.verdict,
+            Some(msg),
+            (!desc.is_empty()).then(|| desc.join("\n")),
+        ));
+    }
+    // Violations of invariants not listed in `invariants` must still fail the suite.
+    for v in r
+        .violations
+        .iter()
+        .filter(|v| !r.invariants.iter().any(|i| i.name == v.invariant))
+    {
+        suite.add_test_case(invariant_case(
+            classname,
+            &v.invariant,
+            Verdict::Violated,
+            Some(format!("{} violated (seed {})", v.invariant, v.seed)),
+            Some(v.detail.clone()),
+        ));
+    }
+}
+
+/// A model property's case: a failure carries the counterexample.
+fn property_case(classname: &str, p: &PropertyReport) -> TestCase {
+    let status = if p.verdict.passed() {
+        TestCaseStatus::success()
+    } else {
+        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        s.set_type(p.verdict.label());
+        s.set_message(
+            format!("{:?} property {} {}", p.kind, p.name, p.verdict.label()).to_lowercase(),
+        );
+        if let Some(c) = &p.counterexample {
+            s.set_description(c.join("\n"));
+        }
+        s
+    };
+    let mut case = TestCase::new(p.name.as_str(), status);
+    case.set_classname(classname);
+    case
 }
 
 /// Writes the JUnit XML for `summary` to `path`, atomically.

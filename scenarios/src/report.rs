@@ -26,23 +26,27 @@ pub fn replay_command(scenario: &Scenario, seed: u64, duration: Option<f64>) -> 
     )
 }
 
-/// Builds the report of a sweep. The timeline shows the first failing seed (re-run with its
-/// history kept, so the first offending event can be printed), else the first seed.
-#[must_use]
-pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> SimulationReport {
+/// The seed whose timeline the report shows: the first failing seed, re-run with its history
+/// kept (so the first offending event can be printed), else the first seed.
+fn shown_seed(scenario: &Scenario, sweep: &Sweep) -> Option<SeedOutcome> {
     let failing = sweep.seeds.iter().find(|s| s.violations().next().is_some());
-    let shown: Option<SeedOutcome> = match failing.or(sweep.seeds.first()) {
+    match failing.or(sweep.seeds.first()) {
         Some(seed) if failing.is_some() => Some(sim::run::run_seed(scenario, seed.seed, true)),
         Some(seed) => Some(seed.clone()),
         None => None,
-    };
+    }
+}
+
+/// Each invariant: held, or violated with its first failing seed (and, when that is the shown
+/// seed, its first offending event); then whether every fault took effect.
+fn invariant_results(sweep: &Sweep, shown: Option<&SeedOutcome>) -> Vec<InvariantResult> {
     let event_text = |seq: Option<u64>| -> Option<String> {
-        let history = shown.as_ref()?.history.as_ref()?;
+        let history = shown?.history.as_ref()?;
         history
             .get(usize::try_from(seq?).ok()?)
             .map(ToString::to_string)
     };
-    let invariants = sim::checkers::INVARIANTS
+    sim::checkers::INVARIANTS
         .iter()
         .map(|name| {
             let first = sweep.seeds.iter().find_map(|s| {
@@ -55,7 +59,7 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
                 None => InvariantResult::held(*name),
                 Some((seed, violation)) => {
                     let violation = violation.expect("filtered on Some");
-                    let same_seed = shown.as_ref().is_some_and(|s| s.seed == seed);
+                    let same_seed = shown.is_some_and(|s| s.seed == seed);
                     InvariantResult {
                         name: (*name).to_owned(),
                         verdict: Verdict::Violated,
@@ -70,26 +74,85 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
                 }
             }
         })
-        .chain(std::iter::once(if sweep.vacuous_faults.is_empty() {
-            InvariantResult::held("faults.took_effect")
-        } else {
-            InvariantResult {
-                name: "faults.took_effect".into(),
-                verdict: Verdict::Violated,
-                seed: None,
-                first_offending_event: None,
-                detail: Some(format!(
-                    "never took effect in the sweep: {}",
-                    sweep
-                        .vacuous_faults
-                        .iter()
-                        .map(|k| k.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )),
-            }
-        }))
+        .chain(std::iter::once(faults_took_effect(sweep)))
+        .collect()
+}
+
+/// `faults.took_effect`: violated when a fault kind never took effect in the sweep.
+fn faults_took_effect(sweep: &Sweep) -> InvariantResult {
+    if sweep.vacuous_faults.is_empty() {
+        InvariantResult::held("faults.took_effect")
+    } else {
+        InvariantResult {
+            name: "faults.took_effect".into(),
+            verdict: Verdict::Violated,
+            seed: None,
+            first_offending_event: None,
+            detail: Some(format!(
+                "never took effect in the sweep: {}",
+                sweep
+                    .vacuous_faults
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+}
+
+/// The shown seed's timeline: its faults, clock offsets (of the nodes whose clock moved), and
+/// operations over time.
+fn timeline(s: &SeedOutcome) -> (Vec<FaultSpan>, Vec<ClockSeries>, Vec<OpsBucket>) {
+    let mut series: BTreeMap<String, Vec<(u64, i64)>> = s
+        .nodes
+        .iter()
+        .filter(|n| !n.starts_with("client"))
+        .map(|n| (n.clone(), vec![(0, 0)]))
         .collect();
+    for (node, t, skew) in &s.clock_samples {
+        series.entry(node.clone()).or_default().push((*t, *skew));
+    }
+    let end_ms = s.sim_ms;
+    let clock_offsets = series
+        .into_iter()
+        .filter(|(_, points)| points.len() > 1)
+        .map(|(node, mut points)| {
+            let last = points.last().map_or(0, |p| p.1);
+            points.push((end_ms, last));
+            ClockSeries { node, points }
+        })
+        .collect();
+    let faults = s
+        .faults
+        .iter()
+        .map(|f| FaultSpan {
+            node: f.node.clone(),
+            kind: f.kind.clone(),
+            start_ms: f.start_ms,
+            end_ms: f.end_ms.filter(|end| *end > f.start_ms),
+            detail: f.detail.clone(),
+        })
+        .collect();
+    let ops = s
+        .ops
+        .iter()
+        .map(|b| OpsBucket {
+            t_ms: b.t_ms,
+            ok: b.ok,
+            failed: b.failed,
+            indeterminate: b.indeterminate,
+        })
+        .collect();
+    (faults, clock_offsets, ops)
+}
+
+/// Builds the report of a sweep. The timeline shows the first failing seed (re-run with its
+/// history kept, so the first offending event can be printed), else the first seed.
+#[must_use]
+pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> SimulationReport {
+    let shown = shown_seed(scenario, sweep);
+    let invariants = invariant_results(sweep, shown.as_ref());
     let violations = sweep
         .violations()
         .map(|(seed, v)| Violation {
@@ -101,46 +164,7 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
     let (faults, clock_offsets, ops_over_time, nodes, timeline_seed) = match &shown {
         None => (Vec::new(), Vec::new(), Vec::new(), Vec::new(), None),
         Some(s) => {
-            let mut series: BTreeMap<String, Vec<(u64, i64)>> = s
-                .nodes
-                .iter()
-                .filter(|n| !n.starts_with("client"))
-                .map(|n| (n.clone(), vec![(0, 0)]))
-                .collect();
-            for (node, t, skew) in &s.clock_samples {
-                series.entry(node.clone()).or_default().push((*t, *skew));
-            }
-            let end_ms = s.sim_ms;
-            let clock_offsets = series
-                .into_iter()
-                .filter(|(_, points)| points.len() > 1)
-                .map(|(node, mut points)| {
-                    let last = points.last().map_or(0, |p| p.1);
-                    points.push((end_ms, last));
-                    ClockSeries { node, points }
-                })
-                .collect();
-            let faults = s
-                .faults
-                .iter()
-                .map(|f| FaultSpan {
-                    node: f.node.clone(),
-                    kind: f.kind.clone(),
-                    start_ms: f.start_ms,
-                    end_ms: f.end_ms.filter(|end| *end > f.start_ms),
-                    detail: f.detail.clone(),
-                })
-                .collect();
-            let ops = s
-                .ops
-                .iter()
-                .map(|b| OpsBucket {
-                    t_ms: b.t_ms,
-                    ok: b.ok,
-                    failed: b.failed,
-                    indeterminate: b.indeterminate,
-                })
-                .collect();
+            let (faults, clock_offsets, ops) = timeline(s);
             (faults, clock_offsets, ops, s.nodes.clone(), Some(s.seed))
         }
     };

@@ -427,6 +427,202 @@ fn rng_of(seed: u64) -> TestRng {
     TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
 }
 
+/// The first regression file of this scenario and flaw that still fails (with its expected
+/// invariant, and the invariant asked for if any), as a finding; `None` with `fresh` set.
+fn replay_regressions(
+    scenario: &Scenario,
+    opts: &SearchOptions,
+    progress: &dyn Fn(&Progress),
+    started: Instant,
+) -> Result<Option<Box<Found>>, SearchError> {
+    let (Some(dir), false) = (&opts.regressions, opts.fresh) else {
+        return Ok(None);
+    };
+    for (path, kept) in regressions(dir, &scenario.name, scenario.run.flaw)? {
+        progress(&Progress::Regression(path.clone()));
+        let outcome = run_scripted(&kept);
+        let hit = match kept.run.expect.as_deref() {
+            Some(invariant) => violation_of(&outcome, invariant).map(|d| (invariant.to_owned(), d)),
+            None => first_violation(&outcome),
+        };
+        let hit = hit.filter(|(invariant, _)| {
+            opts.invariant
+                .as_ref()
+                .is_none_or(|wanted| wanted == invariant)
+        });
+        if let Some((invariant, detail)) = hit {
+            let events = kept.schedule.as_ref().map_or(0, Vec::len);
+            return Ok(Some(Box::new(Found {
+                scenario: kept,
+                invariant,
+                detail,
+                events_before: events,
+                events_after: events,
+                cases_run: 0,
+                shrink_steps: 0,
+                from_regression: Some(path),
+                wall_seconds: started.elapsed().as_secs_f64(),
+            })));
+        }
+    }
+    Ok(None)
+}
+
+/// The property proptest tests, and what it has seen: a case fails when it violates the
+/// target invariant (the first one violated, or the one asked for); once one has, every
+/// further case is a shrink step.
+struct Judge<'a> {
+    scenario: &'a Scenario,
+    opts: &'a SearchOptions,
+    progress: &'a dyn Fn(&Progress),
+    /// The invariant of the first failure (or the one asked for): later cases fail only by
+    /// violating it again.
+    target: RefCell<Option<String>>,
+    shrinking: Cell<bool>,
+    cases_run: Cell<u32>,
+    shrink_steps: Cell<u32>,
+    events_before: Cell<usize>,
+    events_min: Cell<usize>,
+}
+
+impl<'a> Judge<'a> {
+    fn new(
+        scenario: &'a Scenario,
+        opts: &'a SearchOptions,
+        progress: &'a dyn Fn(&Progress),
+    ) -> Self {
+        Self {
+            scenario,
+            opts,
+            progress,
+            target: RefCell::new(opts.invariant.clone()),
+            shrinking: Cell::new(false),
+            cases_run: Cell::new(0),
+            shrink_steps: Cell::new(0),
+            events_before: Cell::new(0),
+            events_min: Cell::new(usize::MAX),
+        }
+    }
+
+    /// Runs one case.
+    fn judge(&self, case: &Case) -> Result<(), TestCaseError> {
+        let events = case.schedule.len();
+        let outcome = run_scripted(&scripted(self.scenario, case));
+        let wanted = self.target.borrow().clone();
+        if self.shrinking.get() {
+            self.judge_shrink_step(&outcome, wanted, events)
+        } else {
+            self.judge_new_case(&outcome, wanted.as_deref(), events)
+        }
+    }
+
+    /// A new case: the first to fail starts the shrinking and fixes the target invariant.
+    fn judge_new_case(
+        &self,
+        outcome: &SeedOutcome,
+        wanted: Option<&str>,
+        events: usize,
+    ) -> Result<(), TestCaseError> {
+        self.cases_run.set(self.cases_run.get() + 1);
+        (self.progress)(&Progress::Case {
+            n: self.cases_run.get(),
+            total: self.opts.cases,
+        });
+        let failure = match wanted {
+            None => first_violation(outcome),
+            Some(invariant) => violation_of(outcome, invariant).map(|d| (invariant.to_owned(), d)),
+        };
+        match failure {
+            None => Ok(()),
+            Some((invariant, detail)) => {
+                self.shrinking.set(true);
+                (self.progress)(&Progress::Failed {
+                    invariant: invariant.clone(),
+                    events,
+                });
+                self.events_before.set(events);
+                self.events_min.set(events);
+                *self.target.borrow_mut() = Some(invariant.clone());
+                Err(TestCaseError::fail(format!("{invariant}: {detail}")))
+            }
+        }
+    }
+
+    /// A shrink step: fails only by violating the target invariant again.
+    fn judge_shrink_step(
+        &self,
+        outcome: &SeedOutcome,
+        wanted: Option<String>,
+        events: usize,
+    ) -> Result<(), TestCaseError> {
+        let Some(invariant) = wanted else {
+            return Err(TestCaseError::fail("shrinking without an invariant"));
+        };
+        self.shrink_steps.set(self.shrink_steps.get() + 1);
+        let failed = violation_of(outcome, &invariant);
+        if failed.is_some() {
+            self.events_min.set(self.events_min.get().min(events));
+        }
+        (self.progress)(&Progress::Shrink {
+            step: self.shrink_steps.get(),
+            events: self.events_min.get(),
+        });
+        match failed {
+            None => Ok(()),
+            Some(detail) => Err(TestCaseError::fail(format!("{invariant}: {detail}"))),
+        }
+    }
+
+    /// proptest's minimal case, run once more (the detail to report, and proof it replays),
+    /// pruned, as the scenario that replays it.
+    fn found(&self, minimal: Case, started: Instant) -> Result<SearchOutcome, SearchError> {
+        let (scenario, progress) = (self.scenario, self.progress);
+        let invariant = self
+            .target
+            .borrow()
+            .clone()
+            .ok_or_else(|| SearchError::Aborted("a failure without an invariant".into()))?;
+        let detail = violation_of(&run_scripted(&scripted(scenario, &minimal)), &invariant)
+            .ok_or_else(|| {
+                SearchError::Aborted(format!(
+                    "the shrunk schedule did not violate {invariant} again (not deterministic?)"
+                ))
+            })?;
+        let (minimal, detail) = prune(
+            scenario,
+            minimal,
+            &invariant,
+            detail,
+            self.opts,
+            &|events| {
+                self.shrink_steps.set(self.shrink_steps.get() + 1);
+                progress(&Progress::Shrink {
+                    step: self.shrink_steps.get(),
+                    events,
+                });
+            },
+        );
+        let mut replay = scripted(scenario, &minimal);
+        replay.run.expect = Some(invariant.clone());
+        replay.description = format!(
+            "{} [shrunk by `scenario search`: {} fault event(s) violate {invariant}]",
+            scenario.description,
+            minimal.schedule.len()
+        );
+        Ok(SearchOutcome::Found(Box::new(Found {
+            scenario: replay,
+            invariant,
+            detail,
+            events_before: self.events_before.get(),
+            events_after: minimal.schedule.len(),
+            cases_run: self.cases_run.get(),
+            shrink_steps: self.shrink_steps.get(),
+            from_regression: None,
+            wall_seconds: started.elapsed().as_secs_f64(),
+        })))
+    }
+}
+
 /// Searches `scenario` (with its `[run] flaw`) for a failing schedule and shrinks it.
 /// Regression files of the same scenario and flaw are replayed first (unless `fresh`); the
 /// first that still fails with its expected invariant is the result, and no search runs.
@@ -439,36 +635,8 @@ pub fn search(
     progress: &dyn Fn(&Progress),
 ) -> Result<SearchOutcome, SearchError> {
     let started = Instant::now();
-    if let (Some(dir), false) = (&opts.regressions, opts.fresh) {
-        for (path, kept) in regressions(dir, &scenario.name, scenario.run.flaw)? {
-            progress(&Progress::Regression(path.clone()));
-            let outcome = run_scripted(&kept);
-            let hit = match kept.run.expect.as_deref() {
-                Some(invariant) => {
-                    violation_of(&outcome, invariant).map(|d| (invariant.to_owned(), d))
-                }
-                None => first_violation(&outcome),
-            };
-            let hit = hit.filter(|(invariant, _)| {
-                opts.invariant
-                    .as_ref()
-                    .is_none_or(|wanted| wanted == invariant)
-            });
-            if let Some((invariant, detail)) = hit {
-                let events = kept.schedule.as_ref().map_or(0, Vec::len);
-                return Ok(SearchOutcome::Found(Box::new(Found {
-                    scenario: kept,
-                    invariant,
-                    detail,
-                    events_before: events,
-                    events_after: events,
-                    cases_run: 0,
-                    shrink_steps: 0,
-                    from_regression: Some(path),
-                    wall_seconds: started.elapsed().as_secs_f64(),
-                })));
-            }
-        }
+    if let Some(found) = replay_regressions(scenario, opts, progress, started)? {
+        return Ok(SearchOutcome::Found(found));
     }
     let strategy = strategy(scenario, opts.events_max, opts.run_seeds)?;
     let config = Config {
@@ -479,106 +647,15 @@ pub fn search(
         ..Config::default()
     };
     let mut runner = TestRunner::new_with_rng(config, rng_of(opts.seed));
-    // The invariant of the first failure (or the one asked for): later cases fail only by
-    // violating it again.
-    let target: RefCell<Option<String>> = RefCell::new(opts.invariant.clone());
-    let shrinking = Cell::new(false);
-    let (cases_run, shrink_steps) = (Cell::new(0u32), Cell::new(0u32));
-    let (events_before, events_min) = (Cell::new(0usize), Cell::new(usize::MAX));
-    let result = runner.run(&strategy, |case: Case| {
-        let events = case.schedule.len();
-        let outcome = run_scripted(&scripted(scenario, &case));
-        let wanted = target.borrow().clone();
-        if !shrinking.get() {
-            cases_run.set(cases_run.get() + 1);
-            progress(&Progress::Case {
-                n: cases_run.get(),
-                total: opts.cases,
-            });
-            let failure = match &wanted {
-                None => first_violation(&outcome),
-                Some(invariant) => {
-                    violation_of(&outcome, invariant).map(|d| (invariant.clone(), d))
-                }
-            };
-            return match failure {
-                None => Ok(()),
-                Some((invariant, detail)) => {
-                    shrinking.set(true);
-                    progress(&Progress::Failed {
-                        invariant: invariant.clone(),
-                        events,
-                    });
-                    events_before.set(events);
-                    events_min.set(events);
-                    *target.borrow_mut() = Some(invariant.clone());
-                    Err(TestCaseError::fail(format!("{invariant}: {detail}")))
-                }
-            };
-        }
-        match wanted {
-            None => Err(TestCaseError::fail("shrinking without an invariant")),
-            Some(invariant) => {
-                shrink_steps.set(shrink_steps.get() + 1);
-                let failed = violation_of(&outcome, &invariant);
-                if failed.is_some() {
-                    events_min.set(events_min.get().min(events));
-                }
-                progress(&Progress::Shrink {
-                    step: shrink_steps.get(),
-                    events: events_min.get(),
-                });
-                match failed {
-                    None => Ok(()),
-                    Some(detail) => Err(TestCaseError::fail(format!("{invariant}: {detail}"))),
-                }
-            }
-        }
-    });
+    let judge = Judge::new(scenario, opts, progress);
+    let result = runner.run(&strategy, |case: Case| judge.judge(&case));
     match result {
         Ok(()) => Ok(SearchOutcome::Nothing {
-            cases_run: cases_run.get(),
+            cases_run: judge.cases_run.get(),
             wall_seconds: started.elapsed().as_secs_f64(),
         }),
         Err(TestError::Abort(why)) => Err(SearchError::Aborted(why.to_string())),
-        Err(TestError::Fail(_, minimal)) => {
-            let invariant = target
-                .borrow()
-                .clone()
-                .ok_or_else(|| SearchError::Aborted("a failure without an invariant".into()))?;
-            // Run the minimal case once more: the detail to report, and proof it replays.
-            let detail = violation_of(&run_scripted(&scripted(scenario, &minimal)), &invariant)
-                .ok_or_else(|| {
-                    SearchError::Aborted(format!(
-                        "the shrunk schedule did not violate {invariant} again (not deterministic?)"
-                    ))
-                })?;
-            let (minimal, detail) = prune(scenario, minimal, &invariant, detail, opts, &|events| {
-                shrink_steps.set(shrink_steps.get() + 1);
-                progress(&Progress::Shrink {
-                    step: shrink_steps.get(),
-                    events,
-                });
-            });
-            let mut replay = scripted(scenario, &minimal);
-            replay.run.expect = Some(invariant.clone());
-            replay.description = format!(
-                "{} [shrunk by `scenario search`: {} fault event(s) violate {invariant}]",
-                scenario.description,
-                minimal.schedule.len()
-            );
-            Ok(SearchOutcome::Found(Box::new(Found {
-                scenario: replay,
-                invariant,
-                detail,
-                events_before: events_before.get(),
-                events_after: minimal.schedule.len(),
-                cases_run: cases_run.get(),
-                shrink_steps: shrink_steps.get(),
-                from_regression: None,
-                wall_seconds: started.elapsed().as_secs_f64(),
-            })))
-        }
+        Err(TestError::Fail(_, minimal)) => judge.found(minimal, started),
     }
 }
 

@@ -192,6 +192,86 @@ fn secret(cfg: &ServerConfig) -> Result<Vec<u8>, String> {
     Ok(buf)
 }
 
+/// The stores and drivers [`start`] opens before it serves.
+struct Stores {
+    control: Arc<Mutex<SqliteIdStore>>,
+    tags: Arc<Tags>,
+    snowflake: Arc<Snowflake>,
+    tokens: Tokens,
+    lottery: Arc<Lottery>,
+}
+
+/// Opens the ID store (a new instance id, the xid tag), the tags, the Snowflake worker, the
+/// token service and the lottery (blocking).
+fn open_stores(
+    cfg: &ServerConfig,
+    clock: RealClock,
+    metrics: Arc<Metrics>,
+) -> Result<Stores, String> {
+    let db = &cfg.db;
+    let mut control = SqliteIdStore::open(db, CounterDurability::EveryWrite)
+        .map_err(|e| format!("id store {}: {e}", db.display()))?;
+    let instance =
+        ids::next_instance(&mut control, clock.now()).map_err(|e| format!("instance id: {e}"))?;
+    match control.create_tag(XID_TAG, &TagSpec::simple(1000)) {
+        Ok(_) | Err(sut::store::StoreError::TagExists(_)) => {}
+        Err(e) => return Err(format!("xid tag: {e}")),
+    }
+    let control = Arc::new(Mutex::new(control));
+    let tags = Arc::new(
+        Tags::new(db, instance, clock, cfg.block_ids, Arc::clone(&control))
+            .with_flaw(cfg.flaw)
+            .with_step_max(cfg.step_max),
+    );
+    let snowflake = Arc::new(Snowflake::start(
+        WorkerConfig {
+            reserve_ahead_ms: ids::SNOWFLAKE_RESERVE_AHEAD_MS,
+            flaw: cfg.flaw,
+            ..WorkerConfig::default()
+        },
+        Arc::clone(&control),
+        instance,
+        cfg.worker_lease_ms,
+        clock,
+        Arc::clone(&metrics),
+    )?);
+    let tokens = open_tokens(cfg)?;
+    let lottery = Arc::new(lottery::open_with(
+        cfg.lottery_store,
+        &sibling(db, ".lottery"),
+        clock,
+        metrics,
+        lottery::LotteryOptions {
+            coordinator: cfg.coordinator,
+            participants: sut::lottery::ParticipantConfig {
+                flaws: sut::flaw::lottery_flaws(cfg.flaw),
+            },
+            faults: cfg.participant_faults.clone(),
+        },
+    )?);
+    Ok(Stores {
+        control,
+        tags,
+        snowflake,
+        tokens,
+        lottery,
+    })
+}
+
+/// The token service over its SQLite store beside the ID store.
+fn open_tokens(cfg: &ServerConfig) -> Result<Tokens, String> {
+    let key = SigningKey::new("sut-server", secret(cfg)?).map_err(|e| e.to_string())?;
+    let token_cfg = TokenConfig {
+        flaws: sut::flaw::token_flaws(cfg.flaw),
+        ..TokenConfig::default()
+    };
+    let token_store = SqliteTokenStore::open(&sibling(&cfg.db, ".tokens"), token_cfg.limits)
+        .map_err(|e| format!("token store: {e}"))?;
+    Ok(Arc::new(Mutex::new(
+        TokenService::new(token_cfg, key, token_store).map_err(|e| e.to_string())?,
+    )))
+}
+
 /// Opens the stores, leases the Snowflake worker, binds `listen` and serves until
 /// [`Server::shutdown`].
 ///
@@ -200,65 +280,18 @@ fn secret(cfg: &ServerConfig) -> Result<Vec<u8>, String> {
 pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, String> {
     let clock = RealClock::new();
     let metrics = Arc::new(Metrics::default());
-    let db = cfg.db.clone();
     let setup = {
         let cfg = cfg.clone();
         let metrics = Arc::clone(&metrics);
-        tokio::task::spawn_blocking(move || -> Result<_, String> {
-            let mut control = SqliteIdStore::open(&db, CounterDurability::EveryWrite)
-                .map_err(|e| format!("id store {}: {e}", db.display()))?;
-            let instance = ids::next_instance(&mut control, clock.now())
-                .map_err(|e| format!("instance id: {e}"))?;
-            match control.create_tag(XID_TAG, &TagSpec::simple(1000)) {
-                Ok(_) | Err(sut::store::StoreError::TagExists(_)) => {}
-                Err(e) => return Err(format!("xid tag: {e}")),
-            }
-            let control = Arc::new(Mutex::new(control));
-            let tags = Arc::new(
-                Tags::new(&db, instance, clock, cfg.block_ids, Arc::clone(&control))
-                    .with_flaw(cfg.flaw)
-                    .with_step_max(cfg.step_max),
-            );
-            let snowflake = Arc::new(Snowflake::start(
-                WorkerConfig {
-                    reserve_ahead_ms: ids::SNOWFLAKE_RESERVE_AHEAD_MS,
-                    flaw: cfg.flaw,
-                    ..WorkerConfig::default()
-                },
-                Arc::clone(&control),
-                instance,
-                cfg.worker_lease_ms,
-                clock,
-                Arc::clone(&metrics),
-            )?);
-            let key = SigningKey::new("sut-server", secret(&cfg)?).map_err(|e| e.to_string())?;
-            let token_cfg = TokenConfig {
-                flaws: sut::flaw::token_flaws(cfg.flaw),
-                ..TokenConfig::default()
-            };
-            let token_store = SqliteTokenStore::open(&sibling(&db, ".tokens"), token_cfg.limits)
-                .map_err(|e| format!("token store: {e}"))?;
-            let tokens = Arc::new(Mutex::new(
-                TokenService::new(token_cfg, key, token_store).map_err(|e| e.to_string())?,
-            ));
-            let lottery = Arc::new(lottery::open_with(
-                cfg.lottery_store,
-                &sibling(&db, ".lottery"),
-                clock,
-                metrics,
-                lottery::LotteryOptions {
-                    coordinator: cfg.coordinator,
-                    participants: sut::lottery::ParticipantConfig {
-                        flaws: sut::flaw::lottery_flaws(cfg.flaw),
-                    },
-                    faults: cfg.participant_faults.clone(),
-                },
-            )?);
-            Ok((control, tags, snowflake, tokens, lottery))
-        })
+        tokio::task::spawn_blocking(move || open_stores(&cfg, clock, metrics))
     };
-    let (control, tags, snowflake, tokens, lottery) =
-        setup.await.map_err(|e| format!("setup task: {e}"))??;
+    let Stores {
+        control,
+        tags,
+        snowflake,
+        tokens,
+        lottery,
+    } = setup.await.map_err(|e| format!("setup task: {e}"))??;
     let state = AppState {
         clock,
         tags,
@@ -757,8 +790,26 @@ async fn metrics(State(state): State<AppState>) -> Response {
     })
     .await
     .unwrap_or_default();
+    let mut extra = allocator_lines(&healths);
+    extra.extend(gauge_lines(&state));
+    let body = state.metrics.render(&extra);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// A metrics line: series, help, value.
+type MetricLine = (String, &'static str, String);
+
+/// The allocators' counters, per tag: reloads, issued, fetch failures (each series together).
+fn allocator_lines(healths: &[sut::segment::Health]) -> Vec<MetricLine> {
     let mut extra = Vec::new();
-    for h in &healths {
+    for h in healths {
         let tag = metrics::escape(&h.tag);
         extra.push((
             format!("sut_allocator_reloads_total{{tag=\"{tag}\"}}"),
@@ -766,7 +817,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
             h.stats.reloads.to_string(),
         ));
     }
-    for h in &healths {
+    for h in healths {
         let tag = metrics::escape(&h.tag);
         extra.push((
             format!("sut_allocator_issued_total{{tag=\"{tag}\"}}"),
@@ -774,7 +825,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
             h.stats.issued.to_string(),
         ));
     }
-    for h in &healths {
+    for h in healths {
         let tag = metrics::escape(&h.tag);
         extra.push((
             format!("sut_allocator_fetch_failures_total{{tag=\"{tag}\"}}"),
@@ -782,6 +833,12 @@ async fn metrics(State(state): State<AppState>) -> Response {
             h.stats.fetch_failures.to_string(),
         ));
     }
+    extra
+}
+
+/// Snowflake, admission and revocation figures read at scrape time.
+fn gauge_lines(state: &AppState) -> Vec<MetricLine> {
+    let mut extra = Vec::new();
     let sf = state.snowflake.view();
     extra.push((
         "sut_snowflake_reserved_ts".to_owned(),
@@ -814,15 +871,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         "Revocation checks that went on to the exact set.",
         stats.exact_lookups.to_string(),
     ));
-    let body = state.metrics.render(&extra);
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+    extra
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -650,23 +650,7 @@ impl<S: DurableLottery> Writer<S> {
     fn command(&mut self, cmd: Command) {
         let now = self.clock.now();
         match cmd {
-            Command::Draw(args, reply) => match self.coordinator.start_draw(args, now) {
-                Ok(()) => {
-                    self.waiting.insert(args.xid, reply);
-                }
-                Err(e) => {
-                    let err = match e {
-                        CoordinatorError::AmountTooLarge { .. } => {
-                            ApiError::bad("price_minor", e.to_string())
-                        }
-                        CoordinatorError::DuplicateXid { .. } => {
-                            ApiError::field(StatusCode::CONFLICT, "xid", e.to_string())
-                        }
-                        _ => ApiError::unavailable(e.to_string(), 1),
-                    };
-                    drop(reply.send(Err(err)));
-                }
-            },
+            Command::Draw(args, reply) => self.start_draw(args, reply, now),
             Command::OpenAccounts {
                 first,
                 count,
@@ -704,22 +688,47 @@ impl<S: DurableLottery> Writer<S> {
                 self.held.push(Held::Status(reply, status));
             }
             Command::DeadLetters(reply) => {
-                let letters = self
-                    .coordinator
-                    .dead_letters()
-                    .map(|(d, verdict)| DeadLetterBody {
-                        xid: d.xid.0,
-                        user: d.user.0,
-                        activity: d.activity.0,
-                        price_minor: d.price_minor,
-                        won: d.won,
-                        verdict: verdict_name(verdict),
-                    })
-                    .collect();
+                let letters = self.dead_letters();
                 self.held.push(Held::DeadLetters(reply, letters));
             }
             Command::Stop => {}
         }
+    }
+
+    /// Starts a draw; its reply waits for the outcome, or carries why it cannot start.
+    fn start_draw(&mut self, args: DrawArgs, reply: Reply<DrawAnswer>, now: sut::clock::Now) {
+        match self.coordinator.start_draw(args, now) {
+            Ok(()) => {
+                self.waiting.insert(args.xid, reply);
+            }
+            Err(e) => {
+                let err = match e {
+                    CoordinatorError::AmountTooLarge { .. } => {
+                        ApiError::bad("price_minor", e.to_string())
+                    }
+                    CoordinatorError::DuplicateXid { .. } => {
+                        ApiError::field(StatusCode::CONFLICT, "xid", e.to_string())
+                    }
+                    _ => ApiError::unavailable(e.to_string(), 1),
+                };
+                drop(reply.send(Err(err)));
+            }
+        }
+    }
+
+    /// The dead-lettered draws, as the admin endpoint shows them.
+    fn dead_letters(&self) -> Vec<DeadLetterBody> {
+        self.coordinator
+            .dead_letters()
+            .map(|(d, verdict)| DeadLetterBody {
+                xid: d.xid.0,
+                user: d.user.0,
+                activity: d.activity.0,
+                price_minor: d.price_minor,
+                won: d.won,
+                verdict: verdict_name(verdict),
+            })
+            .collect()
     }
 
     /// Where draw `xid` is: in flight (its stage), else its remembered final outcome.

@@ -112,30 +112,65 @@ impl Metrics {
     #[must_use]
     pub fn render(&self, extra: &[(String, &str, String)]) -> String {
         let mut out = String::new();
+        self.render_requests(&mut out);
+        for (name, help, c) in self.plain_counters() {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sut_lottery_dead_letters Draws dead-lettered now (GET /admin/dead-letters).\n\
+             # TYPE sut_lottery_dead_letters gauge\nsut_lottery_dead_letters {}",
+            self.lottery_dead_letters.load(Ordering::Relaxed)
+        );
+        let mut last_name = "";
+        for (series, help, value) in extra {
+            let name = series.split('{').next().unwrap_or(series);
+            if name != last_name {
+                let kind = if name.ends_with("_total") {
+                    "counter"
+                } else {
+                    "gauge"
+                };
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            }
+            let _ = writeln!(out, "{series} {value}");
+            last_name = name;
+        }
+        out
+    }
+
+    /// `sut_http_requests_total`, one line per route and status seen.
+    fn render_requests(&self, out: &mut String) {
         out.push_str(
             "# HELP sut_http_requests_total HTTP requests answered, by route and status.\n",
         );
         out.push_str("# TYPE sut_http_requests_total counter\n");
-        {
-            let routes = self
-                .routes
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for (route, row) in routes.iter() {
-                for (i, c) in row.by_status.iter().enumerate() {
-                    let n = c.load(Ordering::Relaxed);
-                    if n > 0 {
-                        let status = usize::from(STATUS_MIN) + i;
-                        let _ = writeln!(
-                            out,
-                            "sut_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}",
-                            escape(route)
-                        );
-                    }
+        let routes = self
+            .routes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (route, row) in routes.iter() {
+            for (i, c) in row.by_status.iter().enumerate() {
+                let n = c.load(Ordering::Relaxed);
+                if n > 0 {
+                    let status = usize::from(STATUS_MIN) + i;
+                    let _ = writeln!(
+                        out,
+                        "sut_http_requests_total{{route=\"{}\",status=\"{status}\"}} {n}",
+                        escape(route)
+                    );
                 }
             }
         }
-        let plain: [(&str, &str, &AtomicU64); 12] = [
+    }
+
+    /// The plain counters: name, help, value.
+    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 12] {
+        [
             (
                 "sut_ids_issued_total",
                 "Segment IDs issued over HTTP.",
@@ -196,35 +231,7 @@ impl Metrics {
                 "Draws compensation gave up on (dead letters).",
                 &self.lottery_draws_dead_lettered,
             ),
-        ];
-        for (name, help, c) in plain {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                c.load(Ordering::Relaxed)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP sut_lottery_dead_letters Draws dead-lettered now (GET /admin/dead-letters).\n\
-             # TYPE sut_lottery_dead_letters gauge\nsut_lottery_dead_letters {}",
-            self.lottery_dead_letters.load(Ordering::Relaxed)
-        );
-        let mut last_name = "";
-        for (series, help, value) in extra {
-            let name = series.split('{').next().unwrap_or(series);
-            if name != last_name {
-                let kind = if name.ends_with("_total") {
-                    "counter"
-                } else {
-                    "gauge"
-                };
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            }
-            let _ = writeln!(out, "{series} {value}");
-            last_name = name;
-        }
-        out
+        ]
     }
 }
 

@@ -125,29 +125,9 @@ pub fn space(kind: FaultKind, faults: &Faults, targets: &Targets) -> Option<Faul
         (!targets.servers.is_empty()).then(|| (Field::Node, Param::Node(targets.servers.clone())))
     };
     let params = match kind {
-        FaultKind::Partition => {
-            if targets.all.len() < 2 {
-                return None;
-            }
-            let side = nodes(&targets.all, 1, targets.all.len() - 1);
-            vec![duration, (Field::Nodes, side), (Field::OneWay, Param::Flag)]
+        FaultKind::Partition | FaultKind::Swizzle | FaultKind::Loss | FaultKind::Latency => {
+            network_params(kind, faults, targets, duration)?
         }
-        FaultKind::Swizzle => {
-            if targets.all.is_empty() {
-                return None;
-            }
-            let clogged = nodes(&targets.all, 1, targets.all.len());
-            vec![
-                duration,
-                (Field::Nodes, clogged),
-                (Field::PeriodMs, int(20, 199)),
-            ]
-        }
-        FaultKind::Loss => {
-            let pct = u64::from(faults.loss_pct_max.clamp(1, 100));
-            vec![duration, (Field::LossPct, int(1, pct))]
-        }
-        FaultKind::Latency => vec![duration, (Field::LatencyMs, int(50, 499))],
         FaultKind::Kill => vec![duration, node()?, (Field::Tear, Param::Flag)],
         FaultKind::Pause => vec![duration, node()?],
         FaultKind::ClockBump => {
@@ -186,6 +166,42 @@ pub fn space(kind: FaultKind, faults: &Faults, targets: &Targets) -> Option<Faul
         }
     };
     Some(FaultSpace { kind, params })
+}
+
+/// The parameters of a network fault (partition, swizzle, loss, latency); `None` when there
+/// are too few nodes.
+fn network_params(
+    kind: FaultKind,
+    faults: &Faults,
+    targets: &Targets,
+    duration: (Field, Param),
+) -> Option<Vec<(Field, Param)>> {
+    Some(match kind {
+        FaultKind::Partition => {
+            if targets.all.len() < 2 {
+                return None;
+            }
+            let side = nodes(&targets.all, 1, targets.all.len() - 1);
+            vec![duration, (Field::Nodes, side), (Field::OneWay, Param::Flag)]
+        }
+        FaultKind::Swizzle => {
+            if targets.all.is_empty() {
+                return None;
+            }
+            let clogged = nodes(&targets.all, 1, targets.all.len());
+            vec![
+                duration,
+                (Field::Nodes, clogged),
+                (Field::PeriodMs, int(20, 199)),
+            ]
+        }
+        FaultKind::Loss => {
+            let pct = u64::from(faults.loss_pct_max.clamp(1, 100));
+            vec![duration, (Field::LossPct, int(1, pct))]
+        }
+        FaultKind::Latency => vec![duration, (Field::LatencyMs, int(50, 499))],
+        _ => return None, // not a network fault
+    })
 }
 
 fn int(lo: u64, hi: u64) -> Param {

@@ -371,197 +371,225 @@ fn apply(world: &World, action: Action, duration_ms: u64) {
     });
     match action {
         Action::Partition { side, one_way } => {
-            let kind = FaultKind::Partition;
-            let rest: Vec<String> = all.iter().filter(|n| !side.contains(n)).cloned().collect();
-            let mode = if one_way {
-                "one-way"
-            } else if side.len() * 2 < all.len() {
-                "minority"
-            } else {
-                "majority"
-            };
-            let mut links = Vec::new();
-            for a in &side {
-                for b in &rest {
-                    links.push((a.clone(), b.clone()));
-                    if !one_way {
-                        links.push((b.clone(), a.clone()));
-                    }
-                }
-            }
-            for (a, b) in &links {
-                clog_link(world, a, b);
-            }
-            let span = begin(world, "net", kind, format!("{mode} {side:?} | rest"));
-            let world = world.clone();
-            spawn(async move {
-                sleep_ms(duration_ms).await;
-                for (a, b) in &links {
-                    unclog_link(&world, a, b);
-                }
-                end(&world, span);
-            });
+            apply_partition(world, &all, side, one_way, duration_ms);
         }
-        Action::Swizzle { nodes, step_ms } => {
-            let kind = FaultKind::Swizzle;
-            let span = begin(world, "net", kind, format!("{nodes:?}"));
-            let world = world.clone();
-            spawn(async move {
-                for node in &nodes {
-                    clog_node(&world, node);
-                    sleep_ms(step_ms).await;
-                }
-                sleep_ms(duration_ms).await;
-                for node in &nodes {
-                    unclog_node(&world, node);
-                    sleep_ms(step_ms).await;
-                }
-                end(&world, span);
-            });
-        }
-        Action::Loss { ppm } => {
-            let kind = FaultKind::Loss;
-            world.with(|w| w.loss_ppm = ppm);
-            let span = begin(world, "net", kind, format!("{}% loss", ppm / 10_000));
-            let world = world.clone();
-            spawn(async move {
-                sleep_ms(duration_ms).await;
-                world.with(|w| w.loss_ppm = 0);
-                end(&world, span);
-            });
-        }
-        Action::Latency { high_ms: high } => {
-            let kind = FaultKind::Latency;
-            NetSim::current().update_config(|c| {
-                c.send_latency = Duration::from_millis(high / 2)..Duration::from_millis(high)
-            });
-            world.with(|w| w.latency_spike = true);
-            let span = begin(world, "net", kind, format!("latency up to {high} ms"));
-            let world = world.clone();
-            spawn(async move {
-                sleep_ms(duration_ms).await;
-                NetSim::current().update_config(|c| {
-                    c.send_latency = Duration::from_millis(1)..Duration::from_millis(10)
-                });
-                world.with(|w| w.latency_spike = false);
-                end(&world, span);
-            });
-        }
-        Action::Kill { node, tear } => {
-            let kind = FaultKind::Kill;
-            kill(world, &node, tear);
-            let span = begin(world, &node, kind, format!("down for {duration_ms} ms"));
-            let world = world.clone();
-            spawn(async move {
-                sleep_ms(duration_ms).await;
-                restart(&world, &node);
-                end(&world, span);
-            });
-        }
-        Action::Pause { node } => {
-            let kind = FaultKind::Pause;
-            world.with(|w| {
-                let now = w.sim_ms();
-                w.paused.insert(node.clone(), now);
-                w.count("pause.stalled_ms", duration_ms);
-                if node.starts_with("id") && duration_ms > lease_ms {
-                    w.count("pause.outlived_lease", 1);
-                }
-            });
-            if let Some(id) = node_id(world, &node) {
-                Handle::current().pause(id);
-            }
-            let span = begin(world, &node, kind, format!("paused for {duration_ms} ms"));
-            let world = world.clone();
-            spawn(async move {
-                sleep_ms(duration_ms).await;
-                resume(&world, &node);
-                end(&world, span);
-            });
-        }
-        Action::ClockBump {
-            node,
-            delta_ms: delta,
-        } => {
-            let kind = FaultKind::ClockBump;
-            world.with(|w| w.adjust_clock(&node, |c, _| c.bump(delta)));
-            let span = begin(world, &node, kind, format!("{delta:+} ms"));
-            end(world, span);
-        }
+        Action::Swizzle { nodes, step_ms } => apply_swizzle(world, nodes, step_ms, duration_ms),
+        Action::Loss { ppm } => apply_loss(world, ppm, duration_ms),
+        Action::Latency { high_ms } => apply_latency(world, high_ms, duration_ms),
+        Action::Kill { node, tear } => apply_kill(world, node, tear, duration_ms),
+        Action::Pause { node } => apply_pause(world, node, lease_ms, duration_ms),
+        Action::ClockBump { node, delta_ms } => apply_clock_bump(world, &node, delta_ms),
         Action::ClockStrobe {
             node,
-            delta_ms: delta,
-            period_ms: period,
-        } => {
-            let kind = FaultKind::ClockStrobe;
-            let span = begin(
-                world,
-                &node,
-                kind,
-                format!("±{delta} ms every {period} ms for {duration_ms} ms"),
-            );
-            let world = world.clone();
-            spawn(async move {
-                let flips = (duration_ms / period).max(2) & !1;
-                for i in 0..flips {
-                    let d = if i % 2 == 0 { -delta } else { delta };
-                    world.with(|w| w.adjust_clock(&node, |c, _| c.bump(d)));
-                    sleep_ms(period).await;
-                }
-                end(&world, span);
-            });
-        }
-        Action::ClockDrift { node, ppm } => {
-            let kind = FaultKind::ClockDrift;
-            world.with(|w| {
-                let now = w.sim_ms();
-                w.clocks
-                    .entry(node.clone())
-                    .or_default()
-                    .set_drift(now, ppm);
-            });
-            let span = begin(
-                world,
-                &node,
-                kind,
-                format!("{ppm:+} ppm for {duration_ms} ms"),
-            );
-            let world = world.clone();
-            spawn(async move {
-                sleep_ms(duration_ms).await;
-                world.with(|w| {
-                    w.adjust_clock(&node, |c, now| c.set_drift(now, 0));
-                    w.count(
-                        "clock.drifted_ms",
-                        ppm.unsigned_abs() * duration_ms / 1_000_000,
-                    );
-                });
-                end(&world, span);
-            });
-        }
+            delta_ms,
+            period_ms,
+        } => apply_clock_strobe(world, node, delta_ms, period_ms, duration_ms),
+        Action::ClockDrift { node, ppm } => apply_clock_drift(world, node, ppm, duration_ms),
         Action::ClockRestart {
             node,
-            back_ms: back,
+            back_ms,
             tear,
             down_ms,
-        } => {
-            let kind = FaultKind::ClockRestart;
-            world.with(|w| w.adjust_clock(&node, |c, _| c.bump(-back)));
-            kill(world, &node, tear);
-            let span = begin(
-                world,
-                &node,
-                kind,
-                format!("clock -{back} ms, then restart"),
-            );
-            let world = world.clone();
-            spawn(async move {
-                sleep_ms(down_ms).await;
-                restart(&world, &node);
-                end(&world, span);
-            });
+        } => apply_clock_restart(world, node, back_ms, tear, down_ms),
+    }
+}
+
+/// Clogs the links between `side` and the rest of `all` (both ways unless `one_way`).
+fn apply_partition(
+    world: &World,
+    all: &[String],
+    side: Vec<String>,
+    one_way: bool,
+    duration_ms: u64,
+) {
+    let kind = FaultKind::Partition;
+    let rest: Vec<String> = all.iter().filter(|n| !side.contains(n)).cloned().collect();
+    let mode = if one_way {
+        "one-way"
+    } else if side.len() * 2 < all.len() {
+        "minority"
+    } else {
+        "majority"
+    };
+    let mut links = Vec::new();
+    for a in &side {
+        for b in &rest {
+            links.push((a.clone(), b.clone()));
+            if !one_way {
+                links.push((b.clone(), a.clone()));
+            }
         }
     }
+    for (a, b) in &links {
+        clog_link(world, a, b);
+    }
+    let span = begin(world, "net", kind, format!("{mode} {side:?} | rest"));
+    let world = world.clone();
+    spawn(async move {
+        sleep_ms(duration_ms).await;
+        for (a, b) in &links {
+            unclog_link(&world, a, b);
+        }
+        end(&world, span);
+    });
+}
+
+/// Clogs `nodes` one by one, `step_ms` apart, and heals them in the same order.
+fn apply_swizzle(world: &World, nodes: Vec<String>, step_ms: u64, duration_ms: u64) {
+    let kind = FaultKind::Swizzle;
+    let span = begin(world, "net", kind, format!("{nodes:?}"));
+    let world = world.clone();
+    spawn(async move {
+        for node in &nodes {
+            clog_node(&world, node);
+            sleep_ms(step_ms).await;
+        }
+        sleep_ms(duration_ms).await;
+        for node in &nodes {
+            unclog_node(&world, node);
+            sleep_ms(step_ms).await;
+        }
+        end(&world, span);
+    });
+}
+
+fn apply_loss(world: &World, ppm: u32, duration_ms: u64) {
+    let kind = FaultKind::Loss;
+    world.with(|w| w.loss_ppm = ppm);
+    let span = begin(world, "net", kind, format!("{}% loss", ppm / 10_000));
+    let world = world.clone();
+    spawn(async move {
+        sleep_ms(duration_ms).await;
+        world.with(|w| w.loss_ppm = 0);
+        end(&world, span);
+    });
+}
+
+fn apply_latency(world: &World, high: u64, duration_ms: u64) {
+    let kind = FaultKind::Latency;
+    NetSim::current().update_config(|c| {
+        c.send_latency = Duration::from_millis(high / 2)..Duration::from_millis(high)
+    });
+    world.with(|w| w.latency_spike = true);
+    let span = begin(world, "net", kind, format!("latency up to {high} ms"));
+    let world = world.clone();
+    spawn(async move {
+        sleep_ms(duration_ms).await;
+        NetSim::current().update_config(|c| {
+            c.send_latency = Duration::from_millis(1)..Duration::from_millis(10)
+        });
+        world.with(|w| w.latency_spike = false);
+        end(&world, span);
+    });
+}
+
+fn apply_kill(world: &World, node: String, tear: bool, duration_ms: u64) {
+    let kind = FaultKind::Kill;
+    kill(world, &node, tear);
+    let span = begin(world, &node, kind, format!("down for {duration_ms} ms"));
+    let world = world.clone();
+    spawn(async move {
+        sleep_ms(duration_ms).await;
+        restart(&world, &node);
+        end(&world, span);
+    });
+}
+
+fn apply_pause(world: &World, node: String, lease_ms: u64, duration_ms: u64) {
+    let kind = FaultKind::Pause;
+    world.with(|w| {
+        let now = w.sim_ms();
+        w.paused.insert(node.clone(), now);
+        w.count("pause.stalled_ms", duration_ms);
+        if node.starts_with("id") && duration_ms > lease_ms {
+            w.count("pause.outlived_lease", 1);
+        }
+    });
+    if let Some(id) = node_id(world, &node) {
+        Handle::current().pause(id);
+    }
+    let span = begin(world, &node, kind, format!("paused for {duration_ms} ms"));
+    let world = world.clone();
+    spawn(async move {
+        sleep_ms(duration_ms).await;
+        resume(&world, &node);
+        end(&world, span);
+    });
+}
+
+fn apply_clock_bump(world: &World, node: &str, delta: i64) {
+    let kind = FaultKind::ClockBump;
+    world.with(|w| w.adjust_clock(node, |c, _| c.bump(delta)));
+    let span = begin(world, node, kind, format!("{delta:+} ms"));
+    end(world, span);
+}
+
+fn apply_clock_strobe(world: &World, node: String, delta: i64, period: u64, duration_ms: u64) {
+    let kind = FaultKind::ClockStrobe;
+    let span = begin(
+        world,
+        &node,
+        kind,
+        format!("±{delta} ms every {period} ms for {duration_ms} ms"),
+    );
+    let world = world.clone();
+    spawn(async move {
+        let flips = (duration_ms / period).max(2) & !1;
+        for i in 0..flips {
+            let d = if i % 2 == 0 { -delta } else { delta };
+            world.with(|w| w.adjust_clock(&node, |c, _| c.bump(d)));
+            sleep_ms(period).await;
+        }
+        end(&world, span);
+    });
+}
+
+fn apply_clock_drift(world: &World, node: String, ppm: i64, duration_ms: u64) {
+    let kind = FaultKind::ClockDrift;
+    world.with(|w| {
+        let now = w.sim_ms();
+        w.clocks
+            .entry(node.clone())
+            .or_default()
+            .set_drift(now, ppm);
+    });
+    let span = begin(
+        world,
+        &node,
+        kind,
+        format!("{ppm:+} ppm for {duration_ms} ms"),
+    );
+    let world = world.clone();
+    spawn(async move {
+        sleep_ms(duration_ms).await;
+        world.with(|w| {
+            w.adjust_clock(&node, |c, now| c.set_drift(now, 0));
+            w.count(
+                "clock.drifted_ms",
+                ppm.unsigned_abs() * duration_ms / 1_000_000,
+            );
+        });
+        end(&world, span);
+    });
+}
+
+/// Steps the node's clock back by `back`, kills it, and restarts it after `down_ms`.
+fn apply_clock_restart(world: &World, node: String, back: i64, tear: bool, down_ms: u64) {
+    let kind = FaultKind::ClockRestart;
+    world.with(|w| w.adjust_clock(&node, |c, _| c.bump(-back)));
+    kill(world, &node, tear);
+    let span = begin(
+        world,
+        &node,
+        kind,
+        format!("clock -{back} ms, then restart"),
+    );
+    let world = world.clone();
+    spawn(async move {
+        sleep_ms(down_ms).await;
+        restart(&world, &node);
+        end(&world, span);
+    });
 }
 
 /// Heals every fault: the start of the liveness phase.

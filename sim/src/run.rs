@@ -254,15 +254,8 @@ fn final_ledger(world: &World) -> Result<Ledger, String> {
     Ok(ledger)
 }
 
-async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
-    let enabled_faults = resolve_faults(&scenario);
-    let names = node_names(&scenario);
-    let world = World::new(RunSpec {
-        scenario: scenario.clone(),
-        seed,
-        faults: enabled_faults.clone(),
-    });
-    setup_disks(&world);
+/// Gives every node its address and clock, then creates the madsim nodes, in `names` order.
+fn create_nodes(world: &World, names: &[String]) {
     for (i, name) in names.iter().enumerate() {
         let ip = IpAddr::V4(Ipv4Addr::new(
             10,
@@ -276,7 +269,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
             w.clocks.insert(name.clone(), NodeClock::default());
         });
     }
-    for name in &names {
+    for name in names {
         let ip = world.with(|w| w.addrs[name].ip());
         let (node_world, node_name) = (world.clone(), name.clone());
         let node = Handle::current()
@@ -293,6 +286,10 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
             .build();
         world.with(|w| w.node_ids.insert(name.clone(), node.id()));
     }
+}
+
+/// The safety phase (workload and nemesis), then the liveness phase (every fault healed).
+async fn run_phases(world: &World, scenario: &Scenario) {
     world.record("nemesis", |_| EventKind::Phase("safety".into()));
     madsim::task::spawn(crate::nemesis::run(world.clone(), scenario.run.safety_ms));
     madsim::time::sleep(Duration::from_millis(scenario.run.safety_ms)).await;
@@ -300,8 +297,60 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         w.workload_stopped = true;
         w.record("nemesis", |_| EventKind::Phase("liveness".into()));
     });
-    crate::nemesis::heal_all(&world);
+    crate::nemesis::heal_all(world);
     madsim::time::sleep(Duration::from_millis(scenario.run.liveness_ms)).await;
+}
+
+/// Events that can strand segment IDs: ID-node boots, failed fetches, expired or lost leases.
+fn stranding_events(history: &[Event], coverage: &BTreeMap<String, u64>) -> u64 {
+    let id_boots = history
+        .iter()
+        .filter(|e| e.node.starts_with("id") && matches!(e.kind, EventKind::Boot { .. }))
+        .count() as u64;
+    id_boots
+        + [
+            "segment.fetch_failures",
+            "segment.leases_expired",
+            "segment.leases_lost",
+        ]
+        .iter()
+        .map(|k| coverage.get(*k).copied().unwrap_or(0))
+        .sum::<u64>()
+}
+
+/// Runs the checkers; a ledger that could not be read is a violation of its own.
+fn judge(
+    history: &[Event],
+    state: &FinalState,
+    ledger_error: Option<String>,
+) -> (Vec<(String, Option<Violation>)>, u64) {
+    let (checked, ids_lost) = check_all(history, state);
+    let mut results: Vec<(String, Option<Violation>)> =
+        checked.into_iter().map(|(n, r)| (n, r.err())).collect();
+    if let Some(err) = ledger_error {
+        results.push((
+            "lottery.ledger".into(),
+            Some(Violation {
+                invariant: "lottery.ledger".into(),
+                event: None,
+                detail: err,
+            }),
+        ));
+    }
+    (results, ids_lost)
+}
+
+async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
+    let enabled_faults = resolve_faults(&scenario);
+    let names = node_names(&scenario);
+    let world = World::new(RunSpec {
+        scenario: scenario.clone(),
+        seed,
+        faults: enabled_faults.clone(),
+    });
+    setup_disks(&world);
+    create_nodes(&world, &names);
+    run_phases(&world, &scenario).await;
 
     let ledger = final_ledger(&world);
     let (history, coverage, faults, clock_samples, sim_ms) = world.with(|w| {
@@ -314,37 +363,13 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         )
     });
     let datagrams = madsim::net::NetSim::current().stat().msg_count;
-    let id_boots = history
-        .iter()
-        .filter(|e| e.node.starts_with("id") && matches!(e.kind, EventKind::Boot { .. }))
-        .count() as u64;
-    let stranding = id_boots
-        + [
-            "segment.fetch_failures",
-            "segment.leases_expired",
-            "segment.leases_lost",
-        ]
-        .iter()
-        .map(|k| coverage.get(*k).copied().unwrap_or(0))
-        .sum::<u64>();
+    let stranding = stranding_events(&history, &coverage);
     let state = FinalState {
         ledger: ledger.clone().unwrap_or_default(),
         replies: effective_replies(&world),
         gap_bound_ids: gap_bound(scenario.ids.step_max, stranding),
     };
-    let (checked, ids_lost) = check_all(&history, &state);
-    let mut results: Vec<(String, Option<Violation>)> =
-        checked.into_iter().map(|(n, r)| (n, r.err())).collect();
-    if let Err(err) = ledger {
-        results.push((
-            "lottery.ledger".into(),
-            Some(Violation {
-                invariant: "lottery.ledger".into(),
-                event: None,
-                detail: err,
-            }),
-        ));
-    }
+    let (results, ids_lost) = judge(&history, &state, ledger.err());
     SeedOutcome {
         seed,
         enabled_faults,

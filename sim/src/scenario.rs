@@ -410,74 +410,62 @@ impl ScheduledFault {
     #[must_use]
     pub fn describe(&self) -> String {
         let node = self.node.as_deref().unwrap_or("?");
-        let lasting = |d: Option<u64>| {
-            d.map_or_else(
-                || " until the liveness phase".to_owned(),
-                |ms| format!(" for {ms} ms"),
-            )
-        };
+        let lasting = lasting(self.duration_ms);
         let what = match self.fault {
             FaultKind::Partition => format!(
-                "partition {}{:?} | rest{}",
+                "partition {}{:?} | rest{lasting}",
                 if self.one_way { "one-way " } else { "" },
                 self.nodes,
-                lasting(self.duration_ms)
             ),
             FaultKind::Swizzle => format!(
-                "swizzle {:?} one by one every {} ms{}",
+                "swizzle {:?} one by one every {} ms{lasting}",
                 self.nodes,
                 self.period_ms.unwrap_or(100),
-                lasting(self.duration_ms)
             ),
-            FaultKind::Loss => format!(
-                "loss {}%{}",
-                self.loss_pct.unwrap_or(0),
-                lasting(self.duration_ms)
-            ),
-            FaultKind::Latency => format!(
-                "latency up to {} ms{}",
-                self.latency_ms.unwrap_or(0),
-                lasting(self.duration_ms)
-            ),
+            FaultKind::Loss => format!("loss {}%{lasting}", self.loss_pct.unwrap_or(0)),
+            FaultKind::Latency => {
+                format!("latency up to {} ms{lasting}", self.latency_ms.unwrap_or(0))
+            }
             FaultKind::Kill => format!(
                 "kill {node}{}{}",
-                if self.tear {
-                    " (tearing its last write)"
-                } else {
-                    ""
-                },
+                self.tear_note(),
                 self.duration_ms.map_or_else(
                     || ", restart at the liveness phase".to_owned(),
                     |ms| format!(", restart after {ms} ms")
                 )
             ),
-            FaultKind::Pause => format!("pause {node}{}", lasting(self.duration_ms)),
+            FaultKind::Pause => format!("pause {node}{lasting}"),
             FaultKind::ClockBump => {
                 format!("clock_bump {node} by {:+} ms", self.delta_ms.unwrap_or(0))
             }
             FaultKind::ClockStrobe => format!(
-                "clock_strobe {node} ±{} ms every {} ms{}",
+                "clock_strobe {node} ±{} ms every {} ms{lasting}",
                 self.delta_ms.unwrap_or(0),
                 self.period_ms.unwrap_or(0),
-                lasting(self.duration_ms)
             ),
-            FaultKind::ClockDrift => format!(
-                "clock_drift {node} {:+} ppm{}",
-                self.ppm.unwrap_or(0),
-                lasting(self.duration_ms)
-            ),
+            FaultKind::ClockDrift => {
+                format!(
+                    "clock_drift {node} {:+} ppm{lasting}",
+                    self.ppm.unwrap_or(0)
+                )
+            }
             FaultKind::ClockRestart => format!(
                 "clock_restart {node}: clock -{} ms, killed{}, restart after {} ms",
                 self.delta_ms.unwrap_or(0),
-                if self.tear {
-                    " (tearing its last write)"
-                } else {
-                    ""
-                },
+                self.tear_note(),
                 self.duration_ms.unwrap_or(50)
             ),
         };
         format!("{:>6} ms  {what}", self.at_ms)
+    }
+
+    /// What [`Self::describe`] says of a torn last write.
+    fn tear_note(&self) -> &'static str {
+        if self.tear {
+            " (tearing its last write)"
+        } else {
+            ""
+        }
     }
 
     /// The fields this fault kind requires and those it allows, by TOML name.
@@ -545,8 +533,14 @@ impl ScheduledFault {
                 ),
             ));
         }
+        self.validate_nodes(&scenario.topology)?;
+        self.validate_values()
+    }
+
+    /// Checks `node` and `nodes` against the topology.
+    fn validate_nodes(&self, topology: &Topology) -> Result<(), (&'static str, String)> {
         if let Some(node) = &self.node
-            && !known_node(node, &scenario.topology)
+            && !known_node(node, topology)
         {
             return Err(("node", format!("no server node is called `{node}`")));
         }
@@ -558,7 +552,6 @@ impl ScheduledFault {
                 "a `clock_restart` hits an ID node (id1, id2, ...)".into(),
             ));
         }
-        let topology = &scenario.topology;
         let is_node = |n: &str| {
             known_node(n, topology)
                 || n.strip_prefix("client")
@@ -582,6 +575,12 @@ impl ScheduledFault {
                 "one side of a partition cannot hold every node".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// Checks the numeric parameters' ranges.
+    fn validate_values(&self) -> Result<(), (&'static str, String)> {
+        let kind = self.fault.name();
         if self.duration_ms == Some(0) {
             return Err(("duration_ms", "must be positive".into()));
         }
@@ -616,6 +615,14 @@ impl ScheduledFault {
         }
         Ok(())
     }
+}
+
+/// ` for N ms`, or ` until the liveness phase` for a fault without a duration.
+fn lasting(duration_ms: Option<u64>) -> String {
+    duration_ms.map_or_else(
+        || " until the liveness phase".to_owned(),
+        |ms| format!(" for {ms} ms"),
+    )
 }
 
 /// A scenario file that cannot be used.

@@ -86,28 +86,7 @@ enum Command {
     /// Print one scenario per line: name, then a one-line description.
     List,
     /// Model-check NAME with stateright (exhaustive within the model's bounds).
-    Model {
-        /// The model (`scenario model --list` shows them).
-        name: Option<String>,
-        /// List the models.
-        #[arg(long)]
-        list: bool,
-        /// Checker threads.
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-        /// Depth bound (default: exhaust the model).
-        #[arg(long)]
-        depth: Option<usize>,
-        /// Switch on a documented flaw of the reference implementation.
-        #[arg(long)]
-        flaw: Option<String>,
-        /// Write the results as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write a self-contained HTML report, summary.json and junit.xml into this folder.
-        #[arg(long)]
-        report: Option<PathBuf>,
-    },
+    Model(ModelArgs),
     /// Serve stateright's Explorer web UI for a model.
     Explore {
         /// The model.
@@ -121,89 +100,14 @@ enum Command {
     },
     /// The CI regression gate: every named scenario over a fixed seed range (and every model),
     /// compared with the committed baseline. Prints a table, writes the reports, exits 0/1.
-    Gate {
-        /// The baseline file.
-        #[arg(long, default_value = "scenarios/baseline.toml")]
-        baseline: PathBuf,
-        /// Write the observed results as the new baseline instead of comparing.
-        #[arg(long)]
-        update_baseline: bool,
-        /// Where to write index.html, summary.json and junit.xml.
-        #[arg(long, default_value = "target/gate-report")]
-        report: PathBuf,
-        /// Seeds per scenario (the fixed range 0..N). Eight, so that `chaos` injects every one
-        /// of its ten fault kinds (with six, its swarm never chose `latency`).
-        #[arg(long, default_value_t = 8)]
-        seeds: u64,
-        /// Threads running seeds.
-        #[arg(long)]
-        jobs: Option<usize>,
-    },
+    Gate(GateArgs),
     /// Run the known-flaws catalog: each flaw switched on in the scenario that should catch it,
     /// swept until a generic invariant fails (and in the model that covers it, if any).
-    Flaws {
-        /// Print the catalog (name, source, description) without running it.
-        #[arg(long)]
-        list: bool,
-        /// Only these flaws (repeat the option); default all.
-        #[arg(long)]
-        only: Vec<sut::flaw::Flaw>,
-        /// Disjoint sweeps per flaw; the median of their seeds-to-failure is reported.
-        #[arg(long, default_value_t = 3)]
-        sweeps: u64,
-        /// Seeds per sweep before a flaw counts as not caught.
-        #[arg(long, default_value_t = 100)]
-        seeds_max: u64,
-        /// Threads running seeds.
-        #[arg(long)]
-        jobs: Option<usize>,
-        /// Skip the model checks.
-        #[arg(long)]
-        no_models: bool,
-        /// Write the rows as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write a self-contained HTML report, summary.json and junit.xml into this folder.
-        #[arg(long)]
-        report: Option<PathBuf>,
-    },
+    Flaws(FlawsArgs),
     /// Search for a minimal failing fault schedule (proptest generates schedules and shrinks
     /// the first failure); prints it as a timeline and writes it as a scenario file that
     /// replays it. Exit 0 nothing found, 1 a violation found (and shrunk), 2 bad usage.
-    Search {
-        /// The scenario (default with --flaw: the scenario the flaw catalog uses for it).
-        name: Option<String>,
-        /// New cases (one simulated run each) before giving up.
-        #[arg(long, default_value_t = 64)]
-        cases: u32,
-        /// Switch on a documented flaw of the reference implementation.
-        #[arg(long)]
-        flaw: Option<sut::flaw::Flaw>,
-        /// Seed of the search (the same seed generates the same cases).
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Write the shrunk scenario file here (besides the regression file).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Most fault events in a generated schedule.
-        #[arg(long, default_value_t = 10)]
-        events_max: usize,
-        /// Most shrink steps (one simulated run each).
-        #[arg(long, default_value_t = 96)]
-        shrink_max: u32,
-        /// Where failures are kept and replayed first by later searches.
-        #[arg(long, default_value = "scenarios/regressions")]
-        regressions: PathBuf,
-        /// Do not replay the regression files first (a failure found is still kept).
-        #[arg(long)]
-        fresh: bool,
-        /// Look for a violation of this invariant only (default: whichever fails first).
-        #[arg(long)]
-        invariant: Option<String>,
-        /// Safety-phase length in simulated seconds (overrides the scenario).
-        #[arg(long)]
-        duration: Option<f64>,
-    },
+    Search(SearchArgs),
     /// Run a scenario file once (its own seed) and say whether it reproduces the violation it
     /// expects (`[run] expect`, set in the files `scenario search` writes).
     Replay {
@@ -222,6 +126,116 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+}
+
+// The options of the longer subcommands (their help text is the variant's doc comment).
+
+#[derive(Debug, clap::Args)]
+struct ModelArgs {
+    /// The model (`scenario model --list` shows them).
+    name: Option<String>,
+    /// List the models.
+    #[arg(long)]
+    list: bool,
+    /// Checker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Depth bound (default: exhaust the model).
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Switch on a documented flaw of the reference implementation.
+    #[arg(long)]
+    flaw: Option<String>,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML report, summary.json and junit.xml into this folder.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct GateArgs {
+    /// The baseline file.
+    #[arg(long, default_value = "scenarios/baseline.toml")]
+    baseline: PathBuf,
+    /// Write the observed results as the new baseline instead of comparing.
+    #[arg(long)]
+    update_baseline: bool,
+    /// Where to write index.html, summary.json and junit.xml.
+    #[arg(long, default_value = "target/gate-report")]
+    report: PathBuf,
+    /// Seeds per scenario (the fixed range 0..N). Eight, so that `chaos` injects every one
+    /// of its ten fault kinds (with six, its swarm never chose `latency`).
+    #[arg(long, default_value_t = 8)]
+    seeds: u64,
+    /// Threads running seeds.
+    #[arg(long)]
+    jobs: Option<usize>,
+}
+
+#[derive(Debug, clap::Args)]
+struct FlawsArgs {
+    /// Print the catalog (name, source, description) without running it.
+    #[arg(long)]
+    list: bool,
+    /// Only these flaws (repeat the option); default all.
+    #[arg(long)]
+    only: Vec<sut::flaw::Flaw>,
+    /// Disjoint sweeps per flaw; the median of their seeds-to-failure is reported.
+    #[arg(long, default_value_t = 3)]
+    sweeps: u64,
+    /// Seeds per sweep before a flaw counts as not caught.
+    #[arg(long, default_value_t = 100)]
+    seeds_max: u64,
+    /// Threads running seeds.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Skip the model checks.
+    #[arg(long)]
+    no_models: bool,
+    /// Write the rows as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML report, summary.json and junit.xml into this folder.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct SearchArgs {
+    /// The scenario (default with --flaw: the scenario the flaw catalog uses for it).
+    name: Option<String>,
+    /// New cases (one simulated run each) before giving up.
+    #[arg(long, default_value_t = 64)]
+    cases: u32,
+    /// Switch on a documented flaw of the reference implementation.
+    #[arg(long)]
+    flaw: Option<sut::flaw::Flaw>,
+    /// Seed of the search (the same seed generates the same cases).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the shrunk scenario file here (besides the regression file).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Most fault events in a generated schedule.
+    #[arg(long, default_value_t = 10)]
+    events_max: usize,
+    /// Most shrink steps (one simulated run each).
+    #[arg(long, default_value_t = 96)]
+    shrink_max: u32,
+    /// Where failures are kept and replayed first by later searches.
+    #[arg(long, default_value = "scenarios/regressions")]
+    regressions: PathBuf,
+    /// Do not replay the regression files first (a failure found is still kept).
+    #[arg(long)]
+    fresh: bool,
+    /// Look for a violation of this invariant only (default: whichever fails first).
+    #[arg(long)]
+    invariant: Option<String>,
+    /// Safety-phase length in simulated seconds (overrides the scenario).
+    #[arg(long)]
+    duration: Option<f64>,
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -326,110 +340,20 @@ fn main() -> ExitCode {
         return ExitCode::from(USAGE);
     }
     match cli.command {
-        Some(Command::List) => {
-            for (name, description) in scenarios::load_list() {
-                println!("{name:<20} {description}");
-            }
-            for (name, _) in scenarios::NAMED {
-                let description = scenarios::load(name)
-                    .map(|s| s.description)
-                    .unwrap_or_else(|e| format!("(broken: {e})"));
-                println!("{name:<20} {description}");
-            }
-            ExitCode::SUCCESS
-        }
-        Some(Command::Bench { name, seeds, json }) => bench(&name, seeds, json.as_deref()),
-        Some(Command::Search {
-            name,
-            cases,
-            flaw,
-            seed,
-            out,
-            events_max,
-            shrink_max,
-            regressions,
-            fresh,
-            invariant,
-            duration,
-        }) => {
-            if let Some(name) = invariant
-                .as_deref()
-                .filter(|i| !sim::checkers::INVARIANTS.contains(i))
-            {
-                eprintln!(
-                    "scenario search: no invariant is called `{name}` (they are: {})",
-                    sim::checkers::INVARIANTS.join(", ")
-                );
-                return ExitCode::from(USAGE);
-            }
-            let opts = scenarios::search::SearchOptions {
-                cases,
-                seed,
-                events_max,
-                shrink_iters_max: shrink_max,
-                regressions: Some(regressions),
-                fresh,
-                invariant,
-                ..scenarios::search::SearchOptions::default()
-            };
-            search(name.as_deref(), flaw, duration, &opts, out.as_deref())
-        }
-        Some(Command::Replay { file }) => replay(&file),
-        Some(Command::Flaws {
-            list,
-            only,
-            sweeps,
-            seeds_max,
-            jobs,
-            no_models,
-            json,
-            report,
-        }) => {
-            if list {
-                let width = sut::flaw::Flaw::ALL
-                    .iter()
-                    .map(|f| f.source().chars().count())
-                    .max()
-                    .unwrap_or(0);
-                for flaw in sut::flaw::Flaw::ALL {
-                    println!(
-                        "{:<28} {:<width$} {}",
-                        flaw.name(),
-                        flaw.source(),
-                        flaw.description()
-                    );
-                }
-                return ExitCode::SUCCESS;
-            }
-            let opts = scenarios::flaws::FlawOptions {
-                sweeps,
-                seeds_max,
-                jobs: jobs
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-                    .max(1),
-                models: !no_models,
-                only,
-            };
-            flaws(&opts, json.as_deref(), report.as_deref())
-        }
-        Some(Command::Model {
-            name,
-            list,
-            threads,
-            depth,
-            flaw,
-            json,
-            report,
-        }) => model(
-            name.as_deref(),
-            list,
-            threads,
-            depth,
-            flaw,
-            json.as_deref(),
-            report.as_deref(),
-        ),
-        Some(Command::Explore { name, listen, flaw }) => {
+        Some(command) => subcommand(command),
+        None => named(&cli.run),
+    }
+}
+
+fn subcommand(command: Command) -> ExitCode {
+    match command {
+        Command::List => list(),
+        Command::Bench { name, seeds, json } => bench(&name, seeds, json.as_deref()),
+        Command::Search(args) => search(&args),
+        Command::Replay { file } => replay(&file),
+        Command::Flaws(args) => flaws(args),
+        Command::Model(args) => model(&args),
+        Command::Explore { name, listen, flaw } => {
             match models::serve_with_flaw(&name, &listen, flaw.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
@@ -438,28 +362,53 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Some(Command::Gate {
-            baseline,
-            update_baseline,
-            report,
-            seeds,
-            jobs,
-        }) => gate(&baseline, update_baseline, &report, seeds, jobs),
-        None => match cli.run.name.clone() {
-            None => {
-                eprintln!("scenario: name a scenario (`scenario list` shows them)");
+        Command::Gate(args) => gate(&args),
+    }
+}
+
+/// `scenario list`: the load scenarios, then the simulated ones.
+fn list() -> ExitCode {
+    for (name, description) in scenarios::load_list() {
+        println!("{name:<20} {description}");
+    }
+    for (name, _) in scenarios::NAMED {
+        let description = scenarios::load(name)
+            .map(|s| s.description)
+            .unwrap_or_else(|e| format!("(broken: {e})"));
+        println!("{name:<20} {description}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `scenario NAME`: a load scenario, or a simulated one (named, or a file).
+fn named(args: &RunArgs) -> ExitCode {
+    match args.name.clone() {
+        None => {
+            eprintln!("scenario: name a scenario (`scenario list` shows them)");
+            ExitCode::from(USAGE)
+        }
+        Some(name) if scenarios::is_load_scenario(&name) => load(&name, args),
+        Some(name) => match scenarios::load(&name) {
+            Err(err) => {
+                eprintln!("scenario: {err}");
                 ExitCode::from(USAGE)
             }
-            Some(name) if scenarios::is_load_scenario(&name) => load(&name, &cli.run),
-            Some(name) => match scenarios::load(&name) {
-                Err(err) => {
-                    eprintln!("scenario: {err}");
-                    ExitCode::from(USAGE)
-                }
-                Ok(scenario) => run(scenario, &cli.run),
-            },
+            Ok(scenario) => run(scenario, args),
         },
     }
+}
+
+/// The threads to run seeds on: `jobs`, else the machine's cores.
+fn jobs_or_cores(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+/// A load run's size: the scenario's, overridden by the command line.
+struct LoadPlan {
+    users: u64,
+    rate: Option<f64>,
+    duration_s: u64,
 }
 
 fn load(name: &str, args: &RunArgs) -> ExitCode {
@@ -476,56 +425,103 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
     };
     let flaw = args.flaw;
     let spec = &scenario.load;
-    let duration_s = args
-        .duration
-        .map_or(spec.duration_s, |d| d.round().max(1.0) as u64);
-    let users = args.users.unwrap_or(spec.users);
-    let rate = match args.rate {
-        Some(r) => (r != 0.0).then_some(r),
-        None => spec.rate,
+    let plan = LoadPlan {
+        duration_s: args
+            .duration
+            .map_or(spec.duration_s, |d| d.round().max(1.0) as u64),
+        users: args.users.unwrap_or(spec.users),
+        rate: match args.rate {
+            Some(r) => (r != 0.0).then_some(r),
+            None => spec.rate,
+        },
     };
     let name = scenario.name.as_str();
     eprintln!(
-        "scenario {name}: {users} users, {duration_s} s measured, rate {}{}",
-        rate.map_or("closed loop".into(), |r| format!("{r}/s")),
+        "scenario {name}: {} users, {} s measured, rate {}{}",
+        plan.users,
+        plan.duration_s,
+        plan.rate.map_or("closed loop".into(), |r| format!("{r}/s")),
         flaw.map(|f| format!(", FLAW {f} switched on in the server"))
             .unwrap_or_default()
     );
+    let mut report = match run_load(name, spec, args, &plan) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    report.scenario = name.to_owned();
+    print_load_report(&report, flaw);
+    let passed = report.passed();
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(std::io::Error::other);
+        if let Err(err) = text.and_then(|t| write_atomic(path, &t)) {
+            eprintln!("scenario: cannot write {}: {err}", path.display());
+            return ExitCode::from(USAGE);
+        }
+    }
+    if let Some(dir) = &args.report {
+        let mut summary = reports::model::Summary::new(format!("load: {name}"));
+        summary.meta.insert(
+            "flaw".into(),
+            flaw.map_or_else(|| "none".to_owned(), |f| f.name().to_owned()),
+        );
+        let summary = summary.with(report);
+        if let Err(err) = write_reports(dir, &summary) {
+            eprintln!("scenario: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+        eprintln!("report written to {}", dir.join("index.html").display());
+    }
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Runs the load: a crash run (which starts and kills its own server) when the scenario has
+/// kills, else a load against `--host` or a fresh server.
+fn run_load(
+    name: &str,
+    spec: &scenarios::loadfile::LoadSpec,
+    args: &RunArgs,
+    plan: &LoadPlan,
+) -> Result<reports::model::LoadReport, ExitCode> {
     let result = if spec.kills > 0 {
         if args.host.is_some() {
             eprintln!("scenario {name}: a crash run starts and kills its own server: no --host");
-            return ExitCode::from(USAGE);
+            return Err(ExitCode::from(USAGE));
         }
         loadgen::crash_under_load(loadgen::CrashOptions {
-            users,
-            rate,
-            duration_s,
+            users: plan.users,
+            rate: plan.rate,
+            duration_s: plan.duration_s,
             kills: spec.kills,
             hlog_dir: args.report.clone(),
             mix: Some(spec.mix),
-            flaw,
+            flaw: args.flaw,
         })
     } else {
         loadgen::run(loadgen::LoadOptions {
             workload: name.to_owned(),
-            users,
-            rate,
-            duration_s,
+            users: plan.users,
+            rate: plan.rate,
+            duration_s: plan.duration_s,
             warmup_s: spec.warmup_s,
             host: args.host.clone(),
             hlog_dir: args.report.clone(),
             mix: Some(spec.mix),
-            flaw,
+            flaw: args.flaw,
         })
     };
-    let mut report = match result {
-        Ok(r) => r,
-        Err(err) => {
-            eprintln!("scenario {name}: {err}");
-            return ExitCode::from(USAGE);
-        }
-    };
-    report.scenario = name.to_owned();
+    result.map_err(|err| {
+        eprintln!("scenario {name}: {err}");
+        ExitCode::from(USAGE)
+    })
+}
+
+/// The load report on stdout: per endpoint its corrected latencies, throughput and errors,
+/// then the verification, then the flaw if one was on.
+fn print_load_report(report: &reports::model::LoadReport, flaw: Option<sut::flaw::Flaw>) {
     println!(
         "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>8}",
         "endpoint", "requests", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us", "rps", "errors"
@@ -560,62 +556,21 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
     if let Some(f) = flaw {
         println!("flaw: {f} ({})", f.description());
     }
-    let passed = report.passed();
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report).map_err(std::io::Error::other);
-        if let Err(err) = text.and_then(|t| write_atomic(path, &t)) {
-            eprintln!("scenario: cannot write {}: {err}", path.display());
-            return ExitCode::from(USAGE);
-        }
-    }
-    if let Some(dir) = &args.report {
-        let mut summary = reports::model::Summary::new(format!("load: {name}"));
-        summary.meta.insert(
-            "flaw".into(),
-            flaw.map_or_else(|| "none".to_owned(), |f| f.name().to_owned()),
-        );
-        let summary = summary.with(report);
-        if let Err(err) = write_reports(dir, &summary) {
-            eprintln!("scenario: cannot write the report: {err}");
-            return ExitCode::from(USAGE);
-        }
-        eprintln!("report written to {}", dir.join("index.html").display());
-    }
-    if passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }
 
-fn model(
-    name: Option<&str>,
-    list: bool,
-    threads: usize,
-    depth: Option<usize>,
-    flaw: Option<String>,
-    json: Option<&std::path::Path>,
-    report_dir: Option<&std::path::Path>,
-) -> ExitCode {
-    let Some(name) = name.filter(|_| !list) else {
-        for info in models::catalog() {
-            let flaws = if info.flaws.is_empty() {
-                String::new()
-            } else {
-                format!("  [flaws: {}]", info.flaws.join(", "))
-            };
-            println!("{:<20} {}{flaws}", info.name, info.description);
-        }
-        return if list {
+fn model(args: &ModelArgs) -> ExitCode {
+    let Some(name) = args.name.as_deref().filter(|_| !args.list) else {
+        print_model_list();
+        return if args.list {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(USAGE)
         };
     };
     let options = models::ModelOptions {
-        threads: threads.max(1),
-        depth,
-        flaw,
+        threads: args.threads.max(1),
+        depth: args.depth,
+        flaw: args.flaw.clone(),
     };
     let report = match models::check(name, options) {
         Ok(r) => r,
@@ -624,6 +579,44 @@ fn model(
             return ExitCode::from(USAGE);
         }
     };
+    let failed = print_model_report(&report);
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(std::io::Error::other);
+        if let Err(err) = text.and_then(|t| write_atomic(path, &t)) {
+            eprintln!("scenario model: cannot write {}: {err}", path.display());
+            return ExitCode::from(USAGE);
+        }
+    }
+    if let Some(dir) = &args.report {
+        let summary = reports::model::Summary::new(format!("model: {name}"))
+            .with(scenarios::report::model(&report));
+        if let Err(err) = write_reports(dir, &summary) {
+            eprintln!("scenario model: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// One model per line: name, description, and the flaws it can switch on.
+fn print_model_list() {
+    for info in models::catalog() {
+        let flaws = if info.flaws.is_empty() {
+            String::new()
+        } else {
+            format!("  [flaws: {}]", info.flaws.join(", "))
+        };
+        println!("{:<20} {}{flaws}", info.name, info.description);
+    }
+}
+
+/// The model check on stdout: states, speed, and each property's verdict (with the
+/// counterexample of a failed one). Returns whether a property failed.
+fn print_model_report(report: &models::ModelReport) -> bool {
     println!("model           {}", report.model);
     if let Some(flaw) = &report.flaw {
         println!("flaw            {flaw}");
@@ -664,112 +657,27 @@ fn model(
             }
         }
     }
-    if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&report).map_err(std::io::Error::other);
-        if let Err(err) = text.and_then(|t| write_atomic(path, &t)) {
-            eprintln!("scenario model: cannot write {}: {err}", path.display());
-            return ExitCode::from(USAGE);
-        }
-    }
-    if let Some(dir) = report_dir {
-        let summary = reports::model::Summary::new(format!("model: {name}"))
-            .with(scenarios::report::model(&report));
-        if let Err(err) = write_reports(dir, &summary) {
-            eprintln!("scenario model: cannot write the report: {err}");
-            return ExitCode::from(USAGE);
-        }
-    }
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    failed
 }
 
-fn gate(
-    baseline_path: &std::path::Path,
-    update: bool,
-    report: &std::path::Path,
-    seeds: u64,
-    jobs: Option<usize>,
-) -> ExitCode {
-    use reports::gate::{Baseline, compare};
-    let jobs = jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
-    let previous = if baseline_path.exists() {
-        match Baseline::load(baseline_path) {
-            Ok(b) => Some(b),
-            Err(err) => {
-                eprintln!("scenario gate: {err}");
-                return ExitCode::from(USAGE);
-            }
-        }
-    } else {
-        None
+fn gate(args: &GateArgs) -> ExitCode {
+    use reports::gate::compare;
+    let (baseline_path, update, report) = (&args.baseline, args.update_baseline, &args.report);
+    let jobs = jobs_or_cores(args.jobs);
+    let previous = match previous_baseline(baseline_path, update) {
+        Ok(b) => b,
+        Err(code) => return code,
     };
-    if previous.is_none() && !update {
-        eprintln!(
-            "scenario gate: no baseline at {} (create it with --update-baseline)",
-            baseline_path.display()
-        );
-        return ExitCode::from(USAGE);
-    }
-    let mut summary = reports::model::Summary::new("regression gate");
-    summary
-        .meta
-        .insert("seeds per scenario".into(), format!("0..{seeds}"));
-    let seed_list: Vec<u64> = (0..seeds).collect();
-    for (name, _) in scenarios::NAMED {
-        let scenario = match scenarios::load(name) {
-            Ok(s) => s,
-            Err(err) => {
-                eprintln!("scenario gate: {err}");
-                return ExitCode::from(USAGE);
-            }
-        };
-        eprintln!("gate: simulation {name} over seeds 0..{seeds}");
-        let sweep = sim::run::sweep(&scenario, &seed_list, jobs, &|_| {});
-        summary
-            .results
-            .push(scenarios::report::simulation(&scenario, &sweep, None).into());
-    }
-    for result in scenarios::gate_extras(jobs) {
-        summary.results.push(result);
-    }
+    let summary = match gate_summary(args.seeds, jobs) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
     if let Err(err) = write_reports(report, &summary) {
         eprintln!("scenario gate: cannot write the report: {err}");
         return ExitCode::from(USAGE);
     }
     if update {
-        // The baseline expects every simulation, flaw and verification to pass: say loudly
-        // which did not, so a failure is not pinned unnoticed (the next gate flags it).
-        for result in summary.results.iter().filter(|r| !r.passed()) {
-            eprintln!(
-                "scenario gate: WARNING: {} {} did not pass in this run; the baseline still expects it to",
-                result.kind(),
-                result.name()
-            );
-        }
-        let mut baseline = Baseline::from_summary(&summary, previous.as_ref());
-        // Latency ratios are reported, not gated: on a shared 2-core machine the P99 of a short
-        // run swings by more than any useful tolerance. Throughput ratios of a constant-rate run
-        // and error rates are stable, and verification must hold.
-        for load in &mut baseline.load {
-            for endpoint in load.endpoints.values_mut() {
-                endpoint.p99_ratio = None;
-            }
-        }
-        if let Err(err) = baseline.save(baseline_path) {
-            eprintln!("scenario gate: {err}");
-            return ExitCode::from(USAGE);
-        }
-        println!(
-            "baseline written to {} ({} results)",
-            baseline_path.display(),
-            summary.results.len()
-        );
-        return ExitCode::SUCCESS;
+        return update_baseline(baseline_path, &summary, previous.as_ref());
     }
     let outcome = compare(previous.as_ref().expect("checked above"), &summary);
     println!("{}", outcome.table());
@@ -781,6 +689,95 @@ fn gate(
         println!("gate: FAIL");
         ExitCode::FAILURE
     }
+}
+
+/// The committed baseline, if there is one; none is an error unless it is being written.
+fn previous_baseline(
+    baseline_path: &std::path::Path,
+    update: bool,
+) -> Result<Option<reports::gate::Baseline>, ExitCode> {
+    let previous = if baseline_path.exists() {
+        match reports::gate::Baseline::load(baseline_path) {
+            Ok(b) => Some(b),
+            Err(err) => {
+                eprintln!("scenario gate: {err}");
+                return Err(ExitCode::from(USAGE));
+            }
+        }
+    } else {
+        None
+    };
+    if previous.is_none() && !update {
+        eprintln!(
+            "scenario gate: no baseline at {} (create it with --update-baseline)",
+            baseline_path.display()
+        );
+        return Err(ExitCode::from(USAGE));
+    }
+    Ok(previous)
+}
+
+/// Every named scenario swept over seeds `0..seeds`, then the models and the flaws catalog.
+fn gate_summary(seeds: u64, jobs: usize) -> Result<reports::model::Summary, ExitCode> {
+    let mut summary = reports::model::Summary::new("regression gate");
+    summary
+        .meta
+        .insert("seeds per scenario".into(), format!("0..{seeds}"));
+    let seed_list: Vec<u64> = (0..seeds).collect();
+    for (name, _) in scenarios::NAMED {
+        let scenario = match scenarios::load(name) {
+            Ok(s) => s,
+            Err(err) => {
+                eprintln!("scenario gate: {err}");
+                return Err(ExitCode::from(USAGE));
+            }
+        };
+        eprintln!("gate: simulation {name} over seeds 0..{seeds}");
+        let sweep = sim::run::sweep(&scenario, &seed_list, jobs, &|_| {});
+        summary
+            .results
+            .push(scenarios::report::simulation(&scenario, &sweep, None).into());
+    }
+    for result in scenarios::gate_extras(jobs) {
+        summary.results.push(result);
+    }
+    Ok(summary)
+}
+
+/// `--update-baseline`: writes what this run observed as the new baseline.
+fn update_baseline(
+    baseline_path: &std::path::Path,
+    summary: &reports::model::Summary,
+    previous: Option<&reports::gate::Baseline>,
+) -> ExitCode {
+    // The baseline expects every simulation, flaw and verification to pass: say loudly
+    // which did not, so a failure is not pinned unnoticed (the next gate flags it).
+    for result in summary.results.iter().filter(|r| !r.passed()) {
+        eprintln!(
+            "scenario gate: WARNING: {} {} did not pass in this run; the baseline still expects it to",
+            result.kind(),
+            result.name()
+        );
+    }
+    let mut baseline = reports::gate::Baseline::from_summary(summary, previous);
+    // Latency ratios are reported, not gated: on a shared 2-core machine the P99 of a short
+    // run swings by more than any useful tolerance. Throughput ratios of a constant-rate run
+    // and error rates are stable, and verification must hold.
+    for load in &mut baseline.load {
+        for endpoint in load.endpoints.values_mut() {
+            endpoint.p99_ratio = None;
+        }
+    }
+    if let Err(err) = baseline.save(baseline_path) {
+        eprintln!("scenario gate: {err}");
+        return ExitCode::from(USAGE);
+    }
+    println!(
+        "baseline written to {} ({} results)",
+        baseline_path.display(),
+        summary.results.len()
+    );
+    ExitCode::SUCCESS
 }
 
 fn bench(name: &str, seeds: u64, json: Option<&std::path::Path>) -> ExitCode {
@@ -845,22 +842,8 @@ fn bench(name: &str, seeds: u64, json: Option<&std::path::Path>) -> ExitCode {
 }
 
 fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
-    if args.flaw.is_some() {
-        scenario.run.flaw = args.flaw;
-    }
-    if let Some(flaw) = scenario.run.flaw {
-        eprintln!(
-            "scenario {}: FLAW `{flaw}` switched on ({}): violations are expected",
-            scenario.name,
-            flaw.description()
-        );
-    }
-    if let Some(secs) = args.duration {
-        if !(secs > 0.0 && secs <= 3_600.0) {
-            eprintln!("scenario: --duration {secs} is not within (0, 3600] seconds");
-            return ExitCode::from(USAGE);
-        }
-        scenario.run.safety_ms = (secs * 1_000.0).round() as u64;
+    if let Err(code) = apply_run_args(&mut scenario, args) {
+        return code;
     }
     let count = args.seeds.unwrap_or(scenario.run.seeds);
     let first_seed = args.seed.or(scenario.run.seed).unwrap_or(0);
@@ -868,10 +851,7 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
     if let Some((i, n)) = args.shard {
         seeds.retain(|s| s % n == i);
     }
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let jobs = jobs_or_cores(args.jobs);
     eprintln!(
         "scenario {}: {} seed(s) from {} on {jobs} thread(s), {} ms safety + {} ms liveness each",
         scenario.name,
@@ -880,29 +860,7 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         scenario.run.safety_ms,
         scenario.run.liveness_ms
     );
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(seeds.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} seeds  {elapsed_precise}  {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
-    let progress = |outcome: &SeedOutcome| {
-        if let Some(bar) = &bar {
-            bar.inc(1);
-            let bad = outcome.violations().count();
-            if bad > 0 {
-                bar.set_message(format!("seed {} violated {bad} invariant(s)", outcome.seed));
-            }
-        }
-    };
-    let sweep = sim::run::sweep(&scenario, &seeds, jobs, &progress);
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    let sweep = sweep_with_progress(&scenario, &seeds, jobs);
     let mut nondeterministic = Vec::new();
     if args.check_determinism {
         for outcome in &sweep.seeds {
@@ -923,23 +881,10 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         }
         eprintln!("report written to {}", dir.join("index.html").display());
     }
-    if let (Some(path), Some(first)) = (&args.history, sweep.seeds.first()) {
-        let outcome = sim::run::run_seed(&scenario, first.seed, true);
-        let lines: Vec<String> = outcome
-            .history
-            .unwrap_or_default()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        if let Err(err) = write_atomic(path, &(lines.join("\n") + "\n")) {
-            eprintln!("scenario: cannot write {}: {err}", path.display());
-            return ExitCode::from(USAGE);
-        }
-        eprintln!(
-            "history of seed {} written to {}",
-            first.seed,
-            path.display()
-        );
+    if let (Some(path), Some(first)) = (&args.history, sweep.seeds.first())
+        && let Err(code) = write_history(path, &scenario, first.seed)
+    {
+        return code;
     }
     if let Some(path) = &args.json
         && let Err(err) = write_json(path, &scenario, &sweep, &nondeterministic)
@@ -955,6 +900,73 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Applies `--flaw` (and says a flaw is on) and `--duration` to the scenario.
+fn apply_run_args(scenario: &mut Scenario, args: &RunArgs) -> Result<(), ExitCode> {
+    if args.flaw.is_some() {
+        scenario.run.flaw = args.flaw;
+    }
+    if let Some(flaw) = scenario.run.flaw {
+        eprintln!(
+            "scenario {}: FLAW `{flaw}` switched on ({}): violations are expected",
+            scenario.name,
+            flaw.description()
+        );
+    }
+    if let Some(secs) = args.duration {
+        if !(secs > 0.0 && secs <= 3_600.0) {
+            eprintln!("scenario: --duration {secs} is not within (0, 3600] seconds");
+            return Err(ExitCode::from(USAGE));
+        }
+        scenario.run.safety_ms = (secs * 1_000.0).round() as u64;
+    }
+    Ok(())
+}
+
+/// Sweeps the seeds, with a progress bar on a terminal.
+fn sweep_with_progress(scenario: &Scenario, seeds: &[u64], jobs: usize) -> Sweep {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(seeds.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} seeds  {elapsed_precise}  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let progress = |outcome: &SeedOutcome| {
+        if let Some(bar) = &bar {
+            bar.inc(1);
+            let bad = outcome.violations().count();
+            if bad > 0 {
+                bar.set_message(format!("seed {} violated {bad} invariant(s)", outcome.seed));
+            }
+        }
+    };
+    let sweep = sim::run::sweep(scenario, seeds, jobs, &progress);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    sweep
+}
+
+/// Runs `seed` again with its history kept and writes the history, one event per line.
+fn write_history(path: &std::path::Path, scenario: &Scenario, seed: u64) -> Result<(), ExitCode> {
+    let outcome = sim::run::run_seed(scenario, seed, true);
+    let lines: Vec<String> = outcome
+        .history
+        .unwrap_or_default()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if let Err(err) = write_atomic(path, &(lines.join("\n") + "\n")) {
+        eprintln!("scenario: cannot write {}: {err}", path.display());
+        return Err(ExitCode::from(USAGE));
+    }
+    eprintln!("history of seed {} written to {}", seed, path.display());
+    Ok(())
 }
 
 fn replay_command(scenario: &Scenario, seed: u64, args: &RunArgs) -> String {
@@ -995,39 +1007,12 @@ fn print_summary(
     );
     let lost: u64 = sweep.seeds.iter().map(|s| s.ids_lost).sum();
     println!("segment IDs lost to faults (never issued, within the bound): {lost}");
-    let mut outcomes: std::collections::BTreeMap<&str, [u64; 3]> =
-        std::collections::BTreeMap::new();
-    for seed in &sweep.seeds {
-        for (kind, counts) in &seed.op_outcomes {
-            let slot = outcomes.entry(kind.as_str()).or_default();
-            for i in 0..3 {
-                slot[i] += counts[i];
-            }
-        }
-    }
-    println!("operations (ok / failed / no answer):");
-    for (kind, [ok, failed, timeout]) in &outcomes {
-        println!("  {kind:<40} {ok} / {failed} / {timeout}");
-    }
+    print_operations(sweep);
     println!("fault effects:");
     for (key, value) in &sweep.coverage {
         println!("  {key:<40} {value}");
     }
-    println!("invariants:");
-    for name in sim::checkers::INVARIANTS {
-        let bad: Vec<u64> = sweep
-            .seeds
-            .iter()
-            .filter(|s| s.results.iter().any(|(n, v)| n == name && v.is_some()))
-            .map(|s| s.seed)
-            .collect();
-        let verdict = if bad.is_empty() {
-            "held".to_owned()
-        } else {
-            format!("VIOLATED in {} seed(s)", bad.len())
-        };
-        println!("  {name:<40} {verdict}");
-    }
+    print_invariants(sweep);
     for kind in &sweep.vacuous_faults {
         println!(
             "FAULT NEVER TOOK EFFECT: {} (counters {:?} stayed 0): the sweep proves nothing about it",
@@ -1048,6 +1033,43 @@ fn print_summary(
             println!("  first offending event: #{event}");
         }
         println!("  replay: {}", replay_command(scenario, seed, args));
+    }
+}
+
+/// Per operation kind, over all seeds: ok / failed / no answer.
+fn print_operations(sweep: &Sweep) {
+    let mut outcomes: std::collections::BTreeMap<&str, [u64; 3]> =
+        std::collections::BTreeMap::new();
+    for seed in &sweep.seeds {
+        for (kind, counts) in &seed.op_outcomes {
+            let slot = outcomes.entry(kind.as_str()).or_default();
+            for i in 0..3 {
+                slot[i] += counts[i];
+            }
+        }
+    }
+    println!("operations (ok / failed / no answer):");
+    for (kind, [ok, failed, timeout]) in &outcomes {
+        println!("  {kind:<40} {ok} / {failed} / {timeout}");
+    }
+}
+
+/// Per invariant: held, or in how many seeds it was violated.
+fn print_invariants(sweep: &Sweep) {
+    println!("invariants:");
+    for name in sim::checkers::INVARIANTS {
+        let bad: Vec<u64> = sweep
+            .seeds
+            .iter()
+            .filter(|s| s.results.iter().any(|(n, v)| n == name && v.is_some()))
+            .map(|s| s.seed)
+            .collect();
+        let verdict = if bad.is_empty() {
+            "held".to_owned()
+        } else {
+            format!("VIOLATED in {} seed(s)", bad.len())
+        };
+        println!("  {name:<40} {verdict}");
     }
 }
 
@@ -1099,11 +1121,18 @@ fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn flaws(
-    opts: &scenarios::flaws::FlawOptions,
-    json: Option<&std::path::Path>,
-    report_dir: Option<&std::path::Path>,
-) -> ExitCode {
+fn flaws(args: FlawsArgs) -> ExitCode {
+    if args.list {
+        print_flaw_list();
+        return ExitCode::SUCCESS;
+    }
+    let opts = scenarios::flaws::FlawOptions {
+        sweeps: args.sweeps,
+        seeds_max: args.seeds_max,
+        jobs: jobs_or_cores(args.jobs),
+        models: !args.no_models,
+        only: args.only,
+    };
     eprintln!(
         "flaws: {} sweep(s) of at most {} seeds per flaw on {} thread(s){}",
         opts.sweeps,
@@ -1118,13 +1147,63 @@ fn flaws(
             row.caught_by.as_deref().unwrap_or("NOT CAUGHT")
         );
     };
-    let catalog = match scenarios::flaws::run_catalog(opts, &progress) {
+    let catalog = match scenarios::flaws::run_catalog(&opts, &progress) {
         Ok(c) => c,
         Err(err) => {
             eprintln!("scenario flaws: {err}");
             return ExitCode::from(USAGE);
         }
     };
+    print_flaw_table(&catalog);
+    if let Some(path) = &args.json
+        && let Err(err) = write_flaws_json(path, &catalog)
+    {
+        eprintln!("scenario flaws: cannot write {}: {err}", path.display());
+        return ExitCode::from(USAGE);
+    }
+    let silent_models = scenarios::flaws::models_without_counterexample(&catalog);
+    for row in &silent_models {
+        println!(
+            "MODEL GAVE NO COUNTEREXAMPLE: {} in model {} ({})",
+            row.flaw,
+            row.model.as_deref().unwrap_or("?"),
+            row.detail.as_deref().unwrap_or("")
+        );
+    }
+    let passed = catalog.passed() && silent_models.is_empty();
+    if let Some(dir) = &args.report {
+        let summary = reports::model::Summary::new("known flaws").with(catalog);
+        if let Err(err) = write_reports(dir, &summary) {
+            eprintln!("scenario flaws: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+    }
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `scenario flaws --list`: name, source (as wide as the longest) and description.
+fn print_flaw_list() {
+    let width = sut::flaw::Flaw::ALL
+        .iter()
+        .map(|f| f.source().chars().count())
+        .max()
+        .unwrap_or(0);
+    for flaw in sut::flaw::Flaw::ALL {
+        println!(
+            "{:<28} {:<width$} {}",
+            flaw.name(),
+            flaw.source(),
+            flaw.description()
+        );
+    }
+}
+
+/// The catalog's rows, the models' counterexamples, and how many flaws were caught.
+fn print_flaw_table(catalog: &reports::model::FlawCatalogReport) {
     println!(
         "{:<27} {:<20} {:<30} {:>8} {:<16} {:<12} {:>5}",
         "flaw", "scenario", "caught by", "seeds", "per sweep", "model", "depth"
@@ -1167,94 +1246,64 @@ fn flaws(
         .filter(|r| r.caught_by.is_some())
         .count();
     println!("\n{caught} of {} flaws caught", catalog.flaws.len());
-    if let Some(path) = json {
-        let rows: Vec<serde_json::Value> = catalog
-            .flaws
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "flaw": r.flaw,
-                    "source": r.source,
-                    "scenario": r.scenario,
-                    "caught": r.caught_by.is_some(),
-                    "caught_by": r.caught_by,
-                    "seeds_to_failure": r.seeds_to_failure,
-                    "sweeps": r.sweeps,
-                    "first_failing_seed": r.seed,
-                    "detail": r.detail,
-                    "model": r.model,
-                    "model_depth": r.model_depth,
-                    "counterexample": r.counterexample,
-                })
-            })
-            .collect();
-        let text = serde_json::to_string_pretty(&rows).map_err(std::io::Error::other);
-        if let Err(err) = text.and_then(|t| write_atomic(path, &t)) {
-            eprintln!("scenario flaws: cannot write {}: {err}", path.display());
-            return ExitCode::from(USAGE);
-        }
-    }
-    let silent_models = scenarios::flaws::models_without_counterexample(&catalog);
-    for row in &silent_models {
-        println!(
-            "MODEL GAVE NO COUNTEREXAMPLE: {} in model {} ({})",
-            row.flaw,
-            row.model.as_deref().unwrap_or("?"),
-            row.detail.as_deref().unwrap_or("")
-        );
-    }
-    let passed = catalog.passed() && silent_models.is_empty();
-    if let Some(dir) = report_dir {
-        let summary = reports::model::Summary::new("known flaws").with(catalog);
-        if let Err(err) = write_reports(dir, &summary) {
-            eprintln!("scenario flaws: cannot write the report: {err}");
-            return ExitCode::from(USAGE);
-        }
-    }
-    if passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }
 
-fn search(
-    name: Option<&str>,
-    flaw: Option<sut::flaw::Flaw>,
-    duration: Option<f64>,
-    opts: &scenarios::search::SearchOptions,
-    out: Option<&std::path::Path>,
-) -> ExitCode {
-    use scenarios::search::{Progress, SearchOutcome};
-    let catalog = flaw.and_then(|f| {
-        scenarios::flaws::CATALOG
-            .iter()
-            .find(|(c, _)| *c == f)
-            .map(|(_, s)| *s)
-    });
-    let Some(name) = name.or(catalog) else {
-        eprintln!("scenario search: name a scenario, or a flaw with --flaw");
+/// The catalog's rows as JSON.
+fn write_flaws_json(
+    path: &std::path::Path,
+    catalog: &reports::model::FlawCatalogReport,
+) -> std::io::Result<()> {
+    let rows: Vec<serde_json::Value> = catalog
+        .flaws
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "flaw": r.flaw,
+                "source": r.source,
+                "scenario": r.scenario,
+                "caught": r.caught_by.is_some(),
+                "caught_by": r.caught_by,
+                "seeds_to_failure": r.seeds_to_failure,
+                "sweeps": r.sweeps,
+                "first_failing_seed": r.seed,
+                "detail": r.detail,
+                "model": r.model,
+                "model_depth": r.model_depth,
+                "counterexample": r.counterexample,
+            })
+        })
+        .collect();
+    let text = serde_json::to_string_pretty(&rows).map_err(std::io::Error::other)?;
+    write_atomic(path, &text)
+}
+
+fn search(args: &SearchArgs) -> ExitCode {
+    use scenarios::search::SearchOutcome;
+    if let Some(name) = args
+        .invariant
+        .as_deref()
+        .filter(|i| !sim::checkers::INVARIANTS.contains(i))
+    {
+        eprintln!(
+            "scenario search: no invariant is called `{name}` (they are: {})",
+            sim::checkers::INVARIANTS.join(", ")
+        );
         return ExitCode::from(USAGE);
+    }
+    let opts = scenarios::search::SearchOptions {
+        cases: args.cases,
+        seed: args.seed,
+        events_max: args.events_max,
+        shrink_iters_max: args.shrink_max,
+        regressions: Some(args.regressions.clone()),
+        fresh: args.fresh,
+        invariant: args.invariant.clone(),
+        ..scenarios::search::SearchOptions::default()
     };
-    let mut scenario = match scenarios::load(name) {
+    let scenario = match search_scenario(args.name.as_deref(), args.flaw, args.duration) {
         Ok(s) => s,
-        Err(err) => {
-            eprintln!("scenario search: {err}");
-            return ExitCode::from(USAGE);
-        }
+        Err(code) => return code,
     };
-    if flaw.is_some() {
-        scenario.run.flaw = flaw;
-    }
-    if let Some(secs) = duration {
-        if !(secs > 0.0 && secs <= 3_600.0) {
-            eprintln!("scenario search: --duration {secs} is not within (0, 3600] seconds");
-            return ExitCode::from(USAGE);
-        }
-        scenario.run.safety_ms = (secs * 1_000.0).round() as u64;
-    }
-    // A file that already has a schedule is searched over its scenario's fault kinds.
-    scenario.schedule = None;
     eprintln!(
         "search {}{}: up to {} cases of up to {} fault events ({}), search seed {}",
         scenario.name,
@@ -1274,6 +1323,74 @@ fn search(
             .join(", "),
         opts.seed
     );
+    let found = match search_with_progress(&scenario, &opts) {
+        Err(err) => {
+            eprintln!("scenario search: {err}");
+            return ExitCode::from(USAGE);
+        }
+        Ok(SearchOutcome::Nothing {
+            cases_run,
+            wall_seconds,
+        }) => {
+            println!(
+                "search {}: no violation in {cases_run} case(s) ({wall_seconds:.1} s)",
+                scenario.name
+            );
+            return ExitCode::SUCCESS;
+        }
+        Ok(SearchOutcome::Found(found)) => found,
+    };
+    print_found(&scenario, &opts, &found);
+    write_found(&scenario, &opts, &found, args.out.as_deref())
+}
+
+/// The scenario to search: named, or the one the flaw catalog uses for `flaw`; with the flaw
+/// switched on, the duration applied, and no schedule (a file that has one is searched over
+/// its fault kinds).
+fn search_scenario(
+    name: Option<&str>,
+    flaw: Option<sut::flaw::Flaw>,
+    duration: Option<f64>,
+) -> Result<Scenario, ExitCode> {
+    let catalog = flaw.and_then(|f| {
+        scenarios::flaws::CATALOG
+            .iter()
+            .find(|(c, _)| *c == f)
+            .map(|(_, s)| *s)
+    });
+    let Some(name) = name.or(catalog) else {
+        eprintln!("scenario search: name a scenario, or a flaw with --flaw");
+        return Err(ExitCode::from(USAGE));
+    };
+    let mut scenario = match scenarios::load(name) {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("scenario search: {err}");
+            return Err(ExitCode::from(USAGE));
+        }
+    };
+    if flaw.is_some() {
+        scenario.run.flaw = flaw;
+    }
+    if let Some(secs) = duration {
+        if !(secs > 0.0 && secs <= 3_600.0) {
+            eprintln!("scenario search: --duration {secs} is not within (0, 3600] seconds");
+            return Err(ExitCode::from(USAGE));
+        }
+        scenario.run.safety_ms = (secs * 1_000.0).round() as u64;
+    }
+    // A file that already has a schedule is searched over its scenario's fault kinds.
+    scenario.schedule = None;
+    Ok(scenario)
+}
+
+/// Runs the search with a progress bar (cases, then shrink steps) on a terminal, and a line
+/// on stderr when the first failure is found otherwise.
+fn search_with_progress(
+    scenario: &Scenario,
+    opts: &scenarios::search::SearchOptions,
+) -> Result<scenarios::search::SearchOutcome, scenarios::search::SearchError> {
+    use scenarios::search::Progress;
     let bar = indicatif::ProgressBar::new(u64::from(opts.cases));
     if std::io::stderr().is_terminal() {
         bar.set_style(
@@ -1305,25 +1422,17 @@ fn search(
             bar.set_message(format!("smallest failing schedule: {events} event(s)"));
         }
     };
-    let outcome = scenarios::search::search(&scenario, opts, &progress);
+    let outcome = scenarios::search::search(scenario, opts, &progress);
     bar.finish_and_clear();
-    let found = match outcome {
-        Err(err) => {
-            eprintln!("scenario search: {err}");
-            return ExitCode::from(USAGE);
-        }
-        Ok(SearchOutcome::Nothing {
-            cases_run,
-            wall_seconds,
-        }) => {
-            println!(
-                "search {}: no violation in {cases_run} case(s) ({wall_seconds:.1} s)",
-                scenario.name
-            );
-            return ExitCode::SUCCESS;
-        }
-        Ok(SearchOutcome::Found(found)) => found,
-    };
+    outcome
+}
+
+/// The finding on stdout: the violation, how it was found, the run and the timeline.
+fn print_found(
+    scenario: &Scenario,
+    opts: &scenarios::search::SearchOptions,
+    found: &scenarios::search::Found,
+) {
     println!("scenario        {}", scenario.name);
     if let Some(flaw) = scenario.run.flaw {
         println!("flaw            {flaw}");
@@ -1358,6 +1467,16 @@ fn search(
     for line in scenarios::search::timeline(&found.scenario) {
         println!("  {line}");
     }
+}
+
+/// Writes the finding as a scenario file that replays it: as a regression file (unless it
+/// came from one) and to `out`. Exit code 1: a violation was found.
+fn write_found(
+    scenario: &Scenario,
+    opts: &scenarios::search::SearchOptions,
+    found: &scenarios::search::Found,
+    out: Option<&std::path::Path>,
+) -> ExitCode {
     let command = format!(
         "scenario search {}{}{} --seed {} --cases {} --events-max {}",
         scenario.name,
@@ -1374,7 +1493,7 @@ fn search(
         opts.cases,
         opts.events_max
     );
-    let text = match scenarios::search::replay_text(&found, &command) {
+    let text = match scenarios::search::replay_text(found, &command) {
         Ok(t) => t,
         Err(err) => {
             eprintln!("scenario search: {err}");

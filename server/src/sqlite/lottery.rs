@@ -489,93 +489,115 @@ impl LotteryStore for SqliteLotteryStore {
         let tx = self.conn.transaction().map_err(backend)?;
         let mut ledger = Ledger::default();
         (ledger.minted_minor, ledger.collected_minor) = read_house(&tx)?;
-        {
-            let mut st = tx
-                .prepare("SELECT user_id, balance, frozen FROM account")
-                .map_err(backend)?;
-            let rows = st
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
-                })
-                .map_err(backend)?;
-            for row in rows {
-                let (u, b, f) = row.map_err(backend)?;
-                let account = Account {
-                    balance_minor: unamount(b, "balance")?,
-                    frozen_minor: unamount(f, "frozen")?,
-                };
-                ledger.accounts.insert(UserId(unid(u)), account);
-            }
-            let mut st = tx
-                .prepare("SELECT activity, total, available, reserved, issued FROM stock")
-                .map_err(backend)?;
-            let rows = st
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?],
-                    ))
-                })
-                .map_err(backend)?;
-            for row in rows {
-                let (a, s) = row.map_err(backend)?;
-                ledger.stock.insert(ActivityId(unid(a)), stock_from(s)?);
-            }
-            let mut st = tx
-                .prepare("SELECT user_id, activity, xid, price, won, confirmed FROM participation")
-                .map_err(backend)?;
-            let rows = st
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, i64>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, bool>(4)?,
-                        r.get::<_, bool>(5)?,
-                    ))
-                })
-                .map_err(backend)?;
-            for row in rows {
-                let (u, a, x, p, w, c) = row.map_err(backend)?;
-                ledger.participations.insert(
-                    (UserId(unid(u)), ActivityId(unid(a))),
-                    participation_from(x, p, w, c)?,
-                );
-            }
-            let mut st = tx
-                .prepare("SELECT xid, branch, status FROM tcc_fence_log")
-                .map_err(backend)?;
-            let rows = st
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
-                })
-                .map_err(backend)?;
-            for row in rows {
-                let (x, b, s) = row.map_err(backend)?;
-                let branch = u8::try_from(b)
-                    .ok()
-                    .and_then(Participant::from_code)
-                    .ok_or_else(|| corrupt("branch"))?;
-                let status = u8::try_from(s)
-                    .ok()
-                    .and_then(FenceStatus::from_code)
-                    .ok_or_else(|| corrupt("status"))?;
-                ledger.fences.insert((Xid(unid(x)), branch), status);
-            }
-        }
+        snapshot_accounts(&tx, &mut ledger)?;
+        snapshot_stock(&tx, &mut ledger)?;
+        snapshot_participations(&tx, &mut ledger)?;
+        snapshot_fences(&tx, &mut ledger)?;
         ledger.coord_log = load_log(&tx)?;
         tx.commit().map_err(backend)?;
         Ok(ledger)
     }
+}
+
+/// Every `account` row into the ledger.
+fn snapshot_accounts(conn: &Connection, ledger: &mut Ledger) -> Result<(), StoreError> {
+    let mut st = conn
+        .prepare("SELECT user_id, balance, frozen FROM account")
+        .map_err(backend)?;
+    let rows = st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .map_err(backend)?;
+    for row in rows {
+        let (u, b, f) = row.map_err(backend)?;
+        let account = Account {
+            balance_minor: unamount(b, "balance")?,
+            frozen_minor: unamount(f, "frozen")?,
+        };
+        ledger.accounts.insert(UserId(unid(u)), account);
+    }
+    Ok(())
+}
+
+/// Every `stock` row into the ledger.
+fn snapshot_stock(conn: &Connection, ledger: &mut Ledger) -> Result<(), StoreError> {
+    let mut st = conn
+        .prepare("SELECT activity, total, available, reserved, issued FROM stock")
+        .map_err(backend)?;
+    let rows = st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                [r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?],
+            ))
+        })
+        .map_err(backend)?;
+    for row in rows {
+        let (a, s) = row.map_err(backend)?;
+        ledger.stock.insert(ActivityId(unid(a)), stock_from(s)?);
+    }
+    Ok(())
+}
+
+/// Every `participation` row into the ledger.
+fn snapshot_participations(conn: &Connection, ledger: &mut Ledger) -> Result<(), StoreError> {
+    let mut st = conn
+        .prepare("SELECT user_id, activity, xid, price, won, confirmed FROM participation")
+        .map_err(backend)?;
+    let rows = st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, bool>(4)?,
+                r.get::<_, bool>(5)?,
+            ))
+        })
+        .map_err(backend)?;
+    for row in rows {
+        let (u, a, x, p, w, c) = row.map_err(backend)?;
+        ledger.participations.insert(
+            (UserId(unid(u)), ActivityId(unid(a))),
+            participation_from(x, p, w, c)?,
+        );
+    }
+    Ok(())
+}
+
+/// Every `tcc_fence_log` row into the ledger.
+fn snapshot_fences(conn: &Connection, ledger: &mut Ledger) -> Result<(), StoreError> {
+    let mut st = conn
+        .prepare("SELECT xid, branch, status FROM tcc_fence_log")
+        .map_err(backend)?;
+    let rows = st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
+        .map_err(backend)?;
+    for row in rows {
+        let (x, b, s) = row.map_err(backend)?;
+        let branch = u8::try_from(b)
+            .ok()
+            .and_then(Participant::from_code)
+            .ok_or_else(|| corrupt("branch"))?;
+        let status = u8::try_from(s)
+            .ok()
+            .and_then(FenceStatus::from_code)
+            .ok_or_else(|| corrupt("status"))?;
+        ledger.fences.insert((Xid(unid(x)), branch), status);
+    }
+    Ok(())
 }
 
 fn load_log(conn: &Connection) -> Result<CoordLog, StoreError> {

@@ -17,8 +17,8 @@ fn mutates(call: &StoreCall) -> bool {
     !matches!(call, StoreCall::Read { .. })
 }
 
-/// Runs the database node.
-pub async fn run(ctx: Ctx, mut inbox: Inbox) {
+/// The store as the durable log leaves it (torn records discarded and counted).
+fn recover(ctx: &Ctx) -> MemoryIdStore {
     let (records, torn) = ctx.world.with(|w| w.disks.db.recover());
     ctx.world.count("crash.torn_records_discarded", torn);
     let mut store = MemoryIdStore::new();
@@ -35,59 +35,63 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
             }
         }
     }
-    let store = Arc::new(Mutex::new(store));
+    store
+}
 
-    // The reclaim sweeper: zombie segments' unclaimed tails go back to the pool.
-    let sweeper = {
-        let (ctx, store) = (ctx.clone(), Arc::clone(&store));
-        async move {
-            loop {
-                sleep_ms(250).await;
-                let now_ms = ctx.now().mono_ms;
-                let pos = {
-                    let mut s = store.lock().expect("db store");
-                    // A refused sweep changes nothing (all or nothing, as SQLite's transaction);
-                    // only a flaw that gave a range out twice leads to one. It is counted, and
-                    // the checkers judge the duplicates it stems from.
-                    let reclaimed = match s.reclaim_expired(now_ms) {
-                        Ok(reclaimed) => reclaimed,
-                        Err(_) => {
-                            ctx.world.count("segment.reclaims_refused", 1);
-                            continue;
-                        }
-                    };
-                    if reclaimed.is_empty() {
-                        continue;
-                    }
-                    let ids: u64 = reclaimed.iter().map(|r| r.tail.len()).sum();
-                    ctx.world
-                        .count("segment.reclaimed_leases", reclaimed.len() as u64);
-                    ctx.world.count("segment.reclaimed_ids", ids);
-                    ctx.world
-                        .with(|w| w.disks.db.append(DbRec::Reclaim(now_ms)))
-                };
-                commit(&ctx.world, |d| &mut d.db, pos).await;
+/// The reclaim sweeper: zombie segments' unclaimed tails go back to the pool.
+async fn sweep_forever(ctx: Ctx, store: Arc<Mutex<MemoryIdStore>>) {
+    loop {
+        sleep_ms(250).await;
+        let now_ms = ctx.now().mono_ms;
+        let pos = {
+            let mut s = store.lock().expect("db store");
+            // A refused sweep changes nothing (all or nothing, as SQLite's transaction);
+            // only a flaw that gave a range out twice leads to one. It is counted, and
+            // the checkers judge the duplicates it stems from.
+            let reclaimed = match s.reclaim_expired(now_ms) {
+                Ok(reclaimed) => reclaimed,
+                Err(_) => {
+                    ctx.world.count("segment.reclaims_refused", 1);
+                    continue;
+                }
+            };
+            if reclaimed.is_empty() {
+                continue;
             }
-        }
-    };
-    spawn(sweeper);
+            let ids: u64 = reclaimed.iter().map(|r| r.tail.len()).sum();
+            ctx.world
+                .count("segment.reclaimed_leases", reclaimed.len() as u64);
+            ctx.world.count("segment.reclaimed_ids", ids);
+            ctx.world
+                .with(|w| w.disks.db.append(DbRec::Reclaim(now_ms)))
+        };
+        commit(&ctx.world, |d| &mut d.db, pos).await;
+    }
+}
+
+/// FLAW `counter_everysec`: syncs the log once a second.
+async fn sync_every_second(ctx: Ctx) {
+    loop {
+        sleep_ms(1_000).await;
+        let lost = ctx.world.with(|w| {
+            let unsynced = w.disks.db.pending_len() as u64;
+            w.disks.db.sync();
+            unsynced
+        });
+        ctx.world.count("db.everysec_synced_records", lost);
+    }
+}
+
+/// Runs the database node.
+pub async fn run(ctx: Ctx, mut inbox: Inbox) {
+    let store = Arc::new(Mutex::new(recover(&ctx)));
+    spawn(sweep_forever(ctx.clone(), Arc::clone(&store)));
 
     // FLAW `counter_everysec`: acknowledge at once and sync the log once a second (Redis
     // `appendfsync everysec`); a crash loses up to a second of acknowledged grants.
     let everysec = ctx.world.with(|w| w.spec.scenario.run.flaw) == Some(Flaw::CounterEverysec);
     if everysec {
-        let ctx = ctx.clone();
-        spawn(async move {
-            loop {
-                sleep_ms(1_000).await;
-                let lost = ctx.world.with(|w| {
-                    let unsynced = w.disks.db.pending_len() as u64;
-                    w.disks.db.sync();
-                    unsynced
-                });
-                ctx.world.count("db.everysec_synced_records", lost);
-            }
-        });
+        spawn(sync_every_second(ctx.clone()));
     }
 
     // Each call is handled as it arrives (the store is one lock, as in a real database);

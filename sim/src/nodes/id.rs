@@ -423,18 +423,17 @@ fn flush(ctx: &Ctx, out: Outbox) {
     }
 }
 
-/// Runs an ID-service node.
-pub async fn run(ctx: Ctx, mut inbox: Inbox) {
-    let (ids, timeout_ms, instance, flaw) = ctx.world.with(|w| {
-        (
-            w.spec.scenario.ids.clone(),
-            w.spec.scenario.workload.timeout_ms,
-            InstanceId(w.next_instance()),
-            w.spec.scenario.run.flaw,
-        )
-    });
-    let now = ctx.now();
-    let cfg = AllocatorConfig {
+/// The ID settings and flaw of the run, and this incarnation's instance id.
+struct Setup {
+    ids: crate::scenario::Ids,
+    instance: InstanceId,
+    flaw: Option<Flaw>,
+}
+
+/// The segment allocator's configuration for this node.
+fn allocator_config(setup: &Setup) -> AllocatorConfig {
+    let ids = &setup.ids;
+    AllocatorConfig {
         step: StepPolicy::Leaf {
             step_max: ids.step_max,
         },
@@ -442,15 +441,19 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         drift_ms_max: ids.drift_ms_max,
         renew_interval_ms: ids.lease_ms / 4,
         request_timeout_ms: 300,
-        flaw,
-        ..AllocatorConfig::new(TAG, instance)
-    };
-    let alloc = SegmentAllocator::new(cfg, now).expect("the scenario validated the ID settings");
+        flaw: setup.flaw,
+        ..AllocatorConfig::new(TAG, setup.instance)
+    }
+}
+
+/// The Snowflake worker's configuration (its layout moved for the end-of-life test).
+fn worker_config(setup: &Setup) -> WorkerConfig {
+    let ids = &setup.ids;
     let mut worker_cfg = WorkerConfig {
         rollback_ms_max: ids.rollback_ms_max,
         rollback: RollbackPolicy::Refuse,
         reserve_ahead_ms: ids.reserve_ahead_ms,
-        flaw,
+        flaw: setup.flaw,
         ..WorkerConfig::default()
     };
     worker_cfg.layout.time_bits = ids.snowflake_time_bits;
@@ -460,8 +463,15 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         let span_ms = (layout.ts_max() + 1).saturating_mul(layout.unit_ms);
         layout.epoch_ms = (crate::clock::WALL_EPOCH_MS + left_ms).saturating_sub(span_ms);
     }
+    worker_cfg
+}
+
+/// The worker-lease holder's configuration; under the `machine_id_hash_ip` flaw it draws this
+/// incarnation's address from the RNG.
+fn holder_config(setup: &Setup, worker_cfg: WorkerConfig) -> HolderConfig {
+    let instance = setup.instance;
     // FLAW `machine_id_hash_ip`: this incarnation's address, as a container would get one.
-    let host_ip = (flaw == Some(Flaw::MachineIdHashIp)).then(|| {
+    let host_ip = (setup.flaw == Some(Flaw::MachineIdHashIp)).then(|| {
         let mut rng = madsim::rand::thread_rng();
         [10, 0, rng.gen_range(0..=255u8), rng.gen_range(1..=254u8)]
     });
@@ -474,7 +484,30 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     );
     holder.request_id_base = (instance.0 << 32) | (1 << 31);
     holder.unleased_ip = host_ip;
-    let state = Arc::new(Mutex::new(State {
+    holder
+}
+
+/// A fresh incarnation's state.
+fn new_state(ctx: &Ctx) -> State {
+    let (ids, timeout_ms, instance, flaw) = ctx.world.with(|w| {
+        (
+            w.spec.scenario.ids.clone(),
+            w.spec.scenario.workload.timeout_ms,
+            InstanceId(w.next_instance()),
+            w.spec.scenario.run.flaw,
+        )
+    });
+    let setup = Setup {
+        ids,
+        instance,
+        flaw,
+    };
+    let now = ctx.now();
+    let alloc = SegmentAllocator::new(allocator_config(&setup), now)
+        .expect("the scenario validated the ID settings");
+    let holder = holder_config(&setup, worker_config(&setup));
+    let ids = &setup.ids;
+    State {
         instance,
         alloc,
         holder: WorkerLeaseHolder::new(holder),
@@ -492,82 +525,92 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         semantic: None,
         timeout_ms,
         reported: AllocatorStats::default(),
-    }));
+    }
+}
 
-    let ticker = {
-        let (ctx, state) = (ctx.clone(), Arc::clone(&state));
-        async move {
-            loop {
-                sleep_ms(5).await;
-                let now = ctx.now();
-                let mut out = Vec::new();
-                {
-                    let mut s = state.lock().expect("id state");
-                    if s.alloc.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
-                        s.alloc.handle_timeout(now);
-                    }
-                    s.pump_allocator(&mut out);
-                    s.worker_upkeep(&ctx, now, &mut out);
-                    s.retry_parked(&ctx, now, &mut out);
-                    s.report_stats(&ctx);
-                    s.debug_check_invariants();
-                }
-                flush(&ctx, out);
-            }
-        }
-    };
-    spawn(ticker);
-
-    while let Some((msg, from)) = inbox.recv().await {
+/// Every 5 ms: the allocator's timeouts, the worker lease, the parked requests, the counters.
+async fn tick_forever(ctx: Ctx, state: Arc<Mutex<State>>) {
+    loop {
+        sleep_ms(5).await;
         let now = ctx.now();
         let mut out = Vec::new();
         {
             let mut s = state.lock().expect("id state");
-            match msg {
-                Msg::Request {
-                    op_id,
-                    op: Op::SegmentId,
-                } => {
-                    if let Some(parked) = s.serve_segment(&ctx, from, op_id, now, &mut out)
-                        && s.parked_segment.len() < PARKED_MAX
-                    {
-                        s.parked_segment.push_back(parked);
-                    }
-                }
-                Msg::Request {
-                    op_id,
-                    op: Op::SnowflakeId,
-                } => {
-                    if let Some(parked) = s.serve_snowflake(&ctx, from, op_id, now, &mut out)
-                        && s.parked_snowflake.len() < PARKED_MAX
-                    {
-                        s.parked_snowflake.push_back(parked);
-                    }
-                }
-                Msg::Request {
-                    op_id,
-                    op: Op::SemanticId,
-                } => {
-                    if let Some(parked) = s.serve_semantic(&ctx, from, op_id, now, &mut out)
-                        && s.parked_semantic.len() < PARKED_MAX
-                    {
-                        s.parked_semantic.push_back(parked);
-                    }
-                }
-                Msg::StoreReply { req, reply } => {
-                    if req & (1 << 31) != 0 {
-                        let event = s.holder.handle_reply(req, reply, now);
-                        s.on_holder_event(&ctx, event);
-                    } else {
-                        s.alloc.handle_reply(req, reply, now);
-                    }
-                    s.pump_allocator(&mut out);
-                    s.worker_upkeep(&ctx, now, &mut out);
-                    s.retry_parked(&ctx, now, &mut out);
-                }
-                _ => {}
+            if s.alloc.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
+                s.alloc.handle_timeout(now);
             }
+            s.pump_allocator(&mut out);
+            s.worker_upkeep(&ctx, now, &mut out);
+            s.retry_parked(&ctx, now, &mut out);
+            s.report_stats(&ctx);
+            s.debug_check_invariants();
         }
+        flush(&ctx, out);
+    }
+}
+
+impl State {
+    /// Handles one incoming message; what to send goes to `out`.
+    fn on_message(&mut self, ctx: &Ctx, msg: Msg, from: String, now: Now, out: &mut Outbox) {
+        match msg {
+            Msg::Request {
+                op_id,
+                op: Op::SegmentId,
+            } => {
+                if let Some(parked) = self.serve_segment(ctx, from, op_id, now, out)
+                    && self.parked_segment.len() < PARKED_MAX
+                {
+                    self.parked_segment.push_back(parked);
+                }
+            }
+            Msg::Request {
+                op_id,
+                op: Op::SnowflakeId,
+            } => {
+                if let Some(parked) = self.serve_snowflake(ctx, from, op_id, now, out)
+                    && self.parked_snowflake.len() < PARKED_MAX
+                {
+                    self.parked_snowflake.push_back(parked);
+                }
+            }
+            Msg::Request {
+                op_id,
+                op: Op::SemanticId,
+            } => {
+                if let Some(parked) = self.serve_semantic(ctx, from, op_id, now, out)
+                    && self.parked_semantic.len() < PARKED_MAX
+                {
+                    self.parked_semantic.push_back(parked);
+                }
+            }
+            Msg::StoreReply { req, reply } => {
+                if req & (1 << 31) != 0 {
+                    let event = self.holder.handle_reply(req, reply, now);
+                    self.on_holder_event(ctx, event);
+                } else {
+                    self.alloc.handle_reply(req, reply, now);
+                }
+                self.pump_allocator(out);
+                self.worker_upkeep(ctx, now, out);
+                self.retry_parked(ctx, now, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Runs an ID-service node.
+pub async fn run(ctx: Ctx, mut inbox: Inbox) {
+    let state = Arc::new(Mutex::new(new_state(&ctx)));
+    spawn(tick_forever(ctx.clone(), Arc::clone(&state)));
+
+    while let Some((msg, from)) = inbox.recv().await {
+        let now = ctx.now();
+        let mut out = Vec::new();
+        state
+            .lock()
+            .expect("id state")
+            .on_message(&ctx, msg, from, now, &mut out);
         flush(&ctx, out);
     }
 }

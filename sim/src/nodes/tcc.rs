@@ -100,8 +100,8 @@ async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
     }
 }
 
-/// Runs the coordinator node.
-pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
+/// The coordinator as its durable log leaves it (torn records discarded and counted).
+fn recover_coordinator(ctx: &Ctx) -> Coord {
     let (entries, torn) = ctx.world.with(|w| w.disks.coord.recover());
     ctx.world.count("crash.torn_records_discarded", torn);
     let mut log = CoordLog::default();
@@ -116,30 +116,62 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
         ..CoordinatorConfig::default()
     };
     let coord = Coordinator::recover(config, &log, now).expect("a valid coordinator config");
-    let state = Arc::new(Mutex::new(Coord {
+    Coord {
         coord,
         waiting: BTreeMap::new(),
-    }));
-    let price = ctx.world.with(|w| w.spec.scenario.workload.price);
+    }
+}
 
-    let ticker = {
-        let (ctx, state) = (ctx.clone(), Arc::clone(&state));
-        async move {
-            loop {
-                sleep_ms(5).await;
-                let now = ctx.now();
-                {
-                    let mut s = state.lock().expect("coordinator");
-                    if s.coord.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
-                        s.coord.handle_timeout(now);
-                    }
-                    debug_assert_eq!(s.coord.check_invariants(), Ok(()));
-                }
-                drive(&ctx, &state).await;
+/// Every 5 ms: the coordinator's timeouts, then whatever it has to say.
+async fn tick_forever(ctx: Ctx, state: Arc<Mutex<Coord>>) {
+    loop {
+        sleep_ms(5).await;
+        let now = ctx.now();
+        {
+            let mut s = state.lock().expect("coordinator");
+            if s.coord.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
+                s.coord.handle_timeout(now);
             }
+            debug_assert_eq!(s.coord.check_invariants(), Ok(()));
         }
+        drive(&ctx, &state).await;
+    }
+}
+
+/// Starts a client's draw; the client waits for its outcome, or is told at once why it
+/// cannot start.
+fn start_draw(
+    ctx: &Ctx,
+    state: &Arc<Mutex<Coord>>,
+    draw: DrawArgs,
+    (from, op_id): (String, u64),
+    now: sut::clock::Now,
+) {
+    let xid = draw.xid;
+    let started = {
+        let mut s = state.lock().expect("coordinator");
+        let started = s.coord.start_draw(draw, now);
+        if started.is_ok() {
+            s.waiting.insert(xid, (from.clone(), op_id));
+        }
+        started
     };
-    spawn(ticker);
+    if let Err(err) = started {
+        ctx.send(
+            &from,
+            Msg::Response {
+                op_id,
+                outcome: Outcome::Fail(err.to_string()),
+            },
+        );
+    }
+}
+
+/// Runs the coordinator node.
+pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
+    let state = Arc::new(Mutex::new(recover_coordinator(&ctx)));
+    let price = ctx.world.with(|w| w.spec.scenario.workload.price);
+    spawn(tick_forever(ctx.clone(), Arc::clone(&state)));
 
     while let Some((msg, from)) = inbox.recv().await {
         let now = ctx.now();
@@ -153,31 +185,14 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
                         won,
                     },
             } => {
-                let xid = Xid(ctx.world.with(|w| w.next_xid()));
                 let draw = DrawArgs {
-                    xid,
+                    xid: Xid(ctx.world.with(|w| w.next_xid())),
                     user: UserId(user),
                     activity: ActivityId(activity),
                     price_minor: price,
                     won,
                 };
-                let started = {
-                    let mut s = state.lock().expect("coordinator");
-                    let started = s.coord.start_draw(draw, now);
-                    if started.is_ok() {
-                        s.waiting.insert(xid, (from.clone(), op_id));
-                    }
-                    started
-                };
-                if let Err(err) = started {
-                    ctx.send(
-                        &from,
-                        Msg::Response {
-                            op_id,
-                            outcome: Outcome::Fail(err.to_string()),
-                        },
-                    );
-                }
+                start_draw(&ctx, &state, draw, (from, op_id), now);
             }
             Msg::TccReply(reply) => {
                 state

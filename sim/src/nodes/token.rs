@@ -175,119 +175,138 @@ fn log(ctx: &Ctx, rec: TokenRec) {
 fn handle(ctx: &Ctx, svc: &Arc<Mutex<Service>>, op: Op) -> Answered {
     let now: Now = ctx.now();
     match op {
-        Op::JwtIssue { user } => {
-            let nonce: u128 = madsim::rand::thread_rng().r#gen();
-            let issued = svc
-                .lock()
-                .expect("token service")
-                .issue(UserId(user), nonce, now);
-            Answered::Now(match issued {
-                Ok(jwt) => Outcome::Ok(Answer::Jwt {
-                    token: jwt.token,
-                    jti: jwt.claims.jti,
-                }),
-                Err(err) => Outcome::Fail(err.to_string()),
-            })
-        }
-        Op::JwtVerify { token } => {
-            let invoked_at = ctx.world.with(|w| w.history.len() as u64);
-            let verdict = svc.lock().expect("token service").verify(&token, now);
-            Answered::Now(match verdict {
-                Ok(claims) => {
-                    ctx.record(|at| {
-                        EventKind::Token(TokenEvent::VerifyOk {
-                            jti: claims.jti.clone(),
-                            invoked_at,
-                            at,
-                        })
-                    });
-                    Outcome::Ok(Answer::Verified)
-                }
-                Err(rejection) => {
-                    if matches!(
-                        rejection,
-                        Rejection::Expired { .. } | Rejection::NotYetValid { .. }
-                    ) {
-                        ctx.world.count("token.skewed_rejections", 1);
-                    }
-                    ctx.record(|at| EventKind::Token(TokenEvent::VerifyRejected { jti: None, at }));
-                    Outcome::Fail(rejection.to_string())
-                }
-            })
-        }
-        Op::JwtRevoke { token } => {
-            let result = {
-                let mut s = svc.lock().expect("token service");
-                let result = s.revoke(&token, now);
-                if result.is_ok() {
-                    log(
-                        ctx,
-                        TokenRec::Revoke {
-                            token: token.clone(),
-                            now,
-                        },
-                    );
-                }
-                result
-            };
-            match result {
-                Ok(_) => {
-                    let ctx = ctx.clone();
-                    Answered::Durable(Box::new(move || {
-                        let jti = sut::token::jwt::unverified_jti(&token).unwrap_or_default();
-                        ctx.record(|at| EventKind::Token(TokenEvent::RevokeAck { jti, at }));
-                        Outcome::Ok(Answer::Revoked)
-                    }))
-                }
-                Err(err) => Answered::Now(Outcome::Fail(err.to_string())),
-            }
-        }
-        Op::OnceIssue { user, activity } => {
-            let Some(activity_id) = ActivityId::new(activity.clone()) else {
-                return Answered::Now(Outcome::Fail(format!("bad activity `{activity}`")));
-            };
-            let nonce: u128 = madsim::rand::thread_rng().r#gen();
-            let (result, fresh) = {
-                let mut s = svc.lock().expect("token service");
-                let result = s.issue_once(UserId(user), activity_id, nonce, now);
-                let fresh = result.as_ref().is_ok_and(|issue| issue.fresh);
-                if fresh {
-                    log(
-                        ctx,
-                        TokenRec::IssueOnce {
-                            user,
-                            activity,
-                            nonce,
-                            now,
-                        },
-                    );
-                }
-                (result, fresh)
-            };
-            match result {
-                Ok(issue) => {
-                    let ctx = ctx.clone();
-                    let acknowledge = move || {
-                        ctx.record(|at| {
-                            EventKind::Token(TokenEvent::OnceIssued {
-                                token: issue.token,
-                                at,
-                            })
-                        });
-                        Outcome::Ok(Answer::Once(issue.token.0))
-                    };
-                    if fresh {
-                        Answered::Durable(Box::new(acknowledge))
-                    } else {
-                        Answered::Now(acknowledge())
-                    }
-                }
-                Err(err) => Answered::Now(Outcome::Fail(err.to_string())),
-            }
-        }
+        Op::JwtIssue { user } => jwt_issue(svc, user, now),
+        Op::JwtVerify { token } => jwt_verify(ctx, svc, &token, now),
+        Op::JwtRevoke { token } => jwt_revoke(ctx, svc, token, now),
+        Op::OnceIssue { user, activity } => once_issue(ctx, svc, user, activity, now),
         other => Answered::Now(Outcome::Fail(format!(
             "the token node does not serve {other:?}"
         ))),
+    }
+}
+
+/// Issues a JWT with a nonce from the RNG; answered at once (nothing is logged).
+fn jwt_issue(svc: &Arc<Mutex<Service>>, user: u64, now: Now) -> Answered {
+    let nonce: u128 = madsim::rand::thread_rng().r#gen();
+    let issued = svc
+        .lock()
+        .expect("token service")
+        .issue(UserId(user), nonce, now);
+    Answered::Now(match issued {
+        Ok(jwt) => Outcome::Ok(Answer::Jwt {
+            token: jwt.token,
+            jti: jwt.claims.jti,
+        }),
+        Err(err) => Outcome::Fail(err.to_string()),
+    })
+}
+
+/// Verifies a JWT and records the verdict (counting rejections for a skewed clock).
+fn jwt_verify(ctx: &Ctx, svc: &Arc<Mutex<Service>>, token: &str, now: Now) -> Answered {
+    let invoked_at = ctx.world.with(|w| w.history.len() as u64);
+    let verdict = svc.lock().expect("token service").verify(token, now);
+    Answered::Now(match verdict {
+        Ok(claims) => {
+            ctx.record(|at| {
+                EventKind::Token(TokenEvent::VerifyOk {
+                    jti: claims.jti.clone(),
+                    invoked_at,
+                    at,
+                })
+            });
+            Outcome::Ok(Answer::Verified)
+        }
+        Err(rejection) => {
+            if matches!(
+                rejection,
+                Rejection::Expired { .. } | Rejection::NotYetValid { .. }
+            ) {
+                ctx.world.count("token.skewed_rejections", 1);
+            }
+            ctx.record(|at| EventKind::Token(TokenEvent::VerifyRejected { jti: None, at }));
+            Outcome::Fail(rejection.to_string())
+        }
+    })
+}
+
+/// Revokes a JWT; a revocation is logged and acknowledged once durable.
+fn jwt_revoke(ctx: &Ctx, svc: &Arc<Mutex<Service>>, token: String, now: Now) -> Answered {
+    let result = {
+        let mut s = svc.lock().expect("token service");
+        let result = s.revoke(&token, now);
+        if result.is_ok() {
+            log(
+                ctx,
+                TokenRec::Revoke {
+                    token: token.clone(),
+                    now,
+                },
+            );
+        }
+        result
+    };
+    match result {
+        Ok(_) => {
+            let ctx = ctx.clone();
+            Answered::Durable(Box::new(move || {
+                let jti = sut::token::jwt::unverified_jti(&token).unwrap_or_default();
+                ctx.record(|at| EventKind::Token(TokenEvent::RevokeAck { jti, at }));
+                Outcome::Ok(Answer::Revoked)
+            }))
+        }
+        Err(err) => Answered::Now(Outcome::Fail(err.to_string())),
+    }
+}
+
+/// Issues a one-time token with a nonce from the RNG; a fresh issue is logged and
+/// acknowledged once durable, a repeated one at once.
+fn once_issue(
+    ctx: &Ctx,
+    svc: &Arc<Mutex<Service>>,
+    user: u64,
+    activity: String,
+    now: Now,
+) -> Answered {
+    let Some(activity_id) = ActivityId::new(activity.clone()) else {
+        return Answered::Now(Outcome::Fail(format!("bad activity `{activity}`")));
+    };
+    let nonce: u128 = madsim::rand::thread_rng().r#gen();
+    let (result, fresh) = {
+        let mut s = svc.lock().expect("token service");
+        let result = s.issue_once(UserId(user), activity_id, nonce, now);
+        let fresh = result.as_ref().is_ok_and(|issue| issue.fresh);
+        if fresh {
+            log(
+                ctx,
+                TokenRec::IssueOnce {
+                    user,
+                    activity,
+                    nonce,
+                    now,
+                },
+            );
+        }
+        (result, fresh)
+    };
+    match result {
+        Ok(issue) => {
+            let ctx = ctx.clone();
+            let acknowledge = move || {
+                ctx.record(|at| {
+                    EventKind::Token(TokenEvent::OnceIssued {
+                        token: issue.token,
+                        at,
+                    })
+                });
+                Outcome::Ok(Answer::Once(issue.token.0))
+            };
+            if fresh {
+                Answered::Durable(Box::new(acknowledge))
+            } else {
+                Answered::Now(acknowledge())
+            }
+        }
+        Err(err) => Answered::Now(Outcome::Fail(err.to_string())),
     }
 }
 

@@ -308,47 +308,61 @@ pub fn check_safety(ledger: &Ledger, history: &[ParticipantReply]) -> Result<(),
 /// # Errors
 /// [`LotteryViolation::Unsettled`] naming what is still open.
 pub fn settled(ledger: &Ledger) -> Result<(), LotteryViolation> {
-    let open = |u| Err(LotteryViolation::Unsettled(u));
+    match still_open(ledger).or_else(|| totals_mismatch(ledger)) {
+        Some(u) => Err(LotteryViolation::Unsettled(u)),
+        None => Ok(()),
+    }
+}
+
+/// The first record still open: a coordinator record, a `tried` fence, frozen money, reserved
+/// stock, or an unconfirmed participation.
+fn still_open(ledger: &Ledger) -> Option<Unsettled> {
     if let Some(xid) = ledger.coord_log.records.keys().next() {
-        return open(Unsettled::OpenDraw { xid: *xid });
+        return Some(Unsettled::OpenDraw { xid: *xid });
     }
     if let Some(((xid, branch), _)) = ledger
         .fences
         .iter()
         .find(|(_, s)| **s == super::FenceStatus::Tried)
     {
-        return open(Unsettled::FenceTried {
+        return Some(Unsettled::FenceTried {
             xid: *xid,
             branch: *branch,
         });
     }
     if let Some((user, a)) = ledger.accounts.iter().find(|(_, a)| a.frozen_minor != 0) {
-        return open(Unsettled::Frozen {
+        return Some(Unsettled::Frozen {
             user: *user,
             frozen_minor: a.frozen_minor,
         });
     }
     if let Some((activity, s)) = ledger.stock.iter().find(|(_, s)| s.reserved != 0) {
-        return open(Unsettled::Reserved {
+        return Some(Unsettled::Reserved {
             activity: *activity,
             reserved: s.reserved,
         });
     }
     if let Some(((user, activity), row)) = ledger.participations.iter().find(|(_, r)| !r.confirmed)
     {
-        return open(Unsettled::PendingParticipation {
+        return Some(Unsettled::PendingParticipation {
             user: *user,
             activity: *activity,
             xid: row.xid,
         });
     }
+    None
+}
+
+/// The first total that disagrees with the confirmed draws: the house's collected money, or an
+/// activity's issued prizes.
+fn totals_mismatch(ledger: &Ledger) -> Option<Unsettled> {
     let confirmed_minor: u128 = ledger
         .participations
         .values()
         .map(|r| u128::from(r.price_minor))
         .sum();
     if confirmed_minor != u128::from(ledger.collected_minor) {
-        return open(Unsettled::CollectedMismatch {
+        return Some(Unsettled::CollectedMismatch {
             collected_minor: ledger.collected_minor,
             confirmed_minor,
         });
@@ -362,7 +376,7 @@ pub fn settled(ledger: &Ledger) -> Result<(), LotteryViolation> {
     for (activity, stock) in &ledger.stock {
         let confirmed_wins = wins.remove(activity).unwrap_or(0);
         if confirmed_wins != stock.issued {
-            return open(Unsettled::IssuedMismatch {
+            return Some(Unsettled::IssuedMismatch {
                 activity: *activity,
                 issued: stock.issued,
                 confirmed_wins,
@@ -370,11 +384,11 @@ pub fn settled(ledger: &Ledger) -> Result<(), LotteryViolation> {
         }
     }
     if let Some((activity, confirmed_wins)) = wins.into_iter().next() {
-        return open(Unsettled::IssuedMismatch {
+        return Some(Unsettled::IssuedMismatch {
             activity,
             issued: 0,
             confirmed_wins,
         });
     }
-    Ok(())
+    None
 }

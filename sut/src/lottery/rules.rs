@@ -373,123 +373,146 @@ fn business(
     fresh: &BusinessRow,
     two_step_stock: bool,
 ) -> Result<BusinessRow, Refusal> {
-    let draw = &op.draw;
-    let price = draw.price_minor;
     match fresh {
         BusinessRow::Wallet {
             account,
             collected_minor,
-        } => {
-            let Some(mut account) = *account else {
-                return Err(Refusal::UnknownAccount { user: draw.user });
-            };
-            let mut collected_minor = *collected_minor;
-            match op.phase {
-                // Try-Freeze: `UPDATE .. SET balance = balance - ?, frozen = frozen + ? WHERE
-                // balance >= ?` (ID, token and lottery design §4.1).
-                Phase::Try => {
-                    if account.balance_minor < price {
-                        return Err(Refusal::InsufficientBalance {
-                            user: draw.user,
-                            balance_minor: account.balance_minor,
-                            price_minor: price,
-                        });
-                    }
-                    account.balance_minor -= price;
-                    account.frozen_minor = add(account.frozen_minor, price, Quantity::Frozen)?;
-                }
-                // Confirm-Transfer: the frozen ticket money goes to the house.
-                Phase::Confirm => {
-                    account.frozen_minor = sub(account.frozen_minor, price, Quantity::Frozen)?;
-                    collected_minor = add(collected_minor, price, Quantity::Collected)?;
-                }
-                // Cancel-Unfreeze.
-                Phase::Cancel => {
-                    account.frozen_minor = sub(account.frozen_minor, price, Quantity::Frozen)?;
-                    account.balance_minor = add(account.balance_minor, price, Quantity::Balance)?;
-                }
-            }
-            Ok(BusinessRow::Wallet {
-                account: Some(account),
-                collected_minor,
-            })
-        }
-        BusinessRow::Inventory { stock } => {
-            let Some(mut stock) = *stock else {
-                return Err(Refusal::UnknownActivity {
-                    activity: draw.activity,
+        } => wallet_effect(op, *account, *collected_minor),
+        BusinessRow::Inventory { stock } => inventory_effect(op, checked, *stock, two_step_stock),
+        BusinessRow::Participation { row } => participation_effect(op, row.as_ref()),
+    }
+}
+
+/// The wallet branch: freeze the price, transfer it to the house, or unfreeze it.
+fn wallet_effect(
+    op: &BranchOp,
+    account: Option<Account>,
+    collected_minor: u64,
+) -> Result<BusinessRow, Refusal> {
+    let draw = &op.draw;
+    let price = draw.price_minor;
+    let Some(mut account) = account else {
+        return Err(Refusal::UnknownAccount { user: draw.user });
+    };
+    let mut collected_minor = collected_minor;
+    match op.phase {
+        // Try-Freeze: `UPDATE .. SET balance = balance - ?, frozen = frozen + ? WHERE
+        // balance >= ?` (ID, token and lottery design §4.1).
+        Phase::Try => {
+            if account.balance_minor < price {
+                return Err(Refusal::InsufficientBalance {
+                    user: draw.user,
+                    balance_minor: account.balance_minor,
+                    price_minor: price,
                 });
-            };
-            match op.phase {
-                Phase::Try => {
-                    // Correct: check and decrement on the same read (ID, token and lottery
-                    // design ch. 1). Flawed: check what an earlier operation read and write
-                    // that value minus one.
-                    let seen = if two_step_stock {
-                        match checked {
-                            BusinessRow::Inventory { stock: Some(seen) } => seen.available,
-                            _ => {
-                                return Err(Refusal::UnknownActivity {
-                                    activity: draw.activity,
-                                });
-                            }
-                        }
-                    } else {
-                        stock.available
-                    };
-                    if seen == 0 {
-                        return Err(Refusal::OutOfStock {
+            }
+            account.balance_minor -= price;
+            account.frozen_minor = add(account.frozen_minor, price, Quantity::Frozen)?;
+        }
+        // Confirm-Transfer: the frozen ticket money goes to the house.
+        Phase::Confirm => {
+            account.frozen_minor = sub(account.frozen_minor, price, Quantity::Frozen)?;
+            collected_minor = add(collected_minor, price, Quantity::Collected)?;
+        }
+        // Cancel-Unfreeze.
+        Phase::Cancel => {
+            account.frozen_minor = sub(account.frozen_minor, price, Quantity::Frozen)?;
+            account.balance_minor = add(account.balance_minor, price, Quantity::Balance)?;
+        }
+    }
+    Ok(BusinessRow::Wallet {
+        account: Some(account),
+        collected_minor,
+    })
+}
+
+/// The inventory branch: reserve a prize unit, issue it, or put it back.
+fn inventory_effect(
+    op: &BranchOp,
+    checked: &BusinessRow,
+    stock: Option<Stock>,
+    two_step_stock: bool,
+) -> Result<BusinessRow, Refusal> {
+    let draw = &op.draw;
+    let Some(mut stock) = stock else {
+        return Err(Refusal::UnknownActivity {
+            activity: draw.activity,
+        });
+    };
+    match op.phase {
+        Phase::Try => {
+            // Correct: check and decrement on the same read (ID, token and lottery
+            // design ch. 1). Flawed: check what an earlier operation read and write
+            // that value minus one.
+            let seen = if two_step_stock {
+                match checked {
+                    BusinessRow::Inventory { stock: Some(seen) } => seen.available,
+                    _ => {
+                        return Err(Refusal::UnknownActivity {
                             activity: draw.activity,
                         });
                     }
-                    stock.available = seen - 1;
-                    stock.reserved = add(stock.reserved, 1, Quantity::Reserved)?;
                 }
-                Phase::Confirm => {
-                    stock.reserved = sub(stock.reserved, 1, Quantity::Reserved)?;
-                    stock.issued = add(stock.issued, 1, Quantity::Issued)?;
-                }
-                Phase::Cancel => {
-                    stock.reserved = sub(stock.reserved, 1, Quantity::Reserved)?;
-                    stock.available = add(stock.available, 1, Quantity::Available)?;
-                }
+            } else {
+                stock.available
+            };
+            if seen == 0 {
+                return Err(Refusal::OutOfStock {
+                    activity: draw.activity,
+                });
             }
-            Ok(BusinessRow::Inventory { stock: Some(stock) })
+            stock.available = seen - 1;
+            stock.reserved = add(stock.reserved, 1, Quantity::Reserved)?;
         }
-        BusinessRow::Participation { row } => {
-            let not_participating = Refusal::NotParticipating {
-                xid: draw.xid,
-                user: draw.user,
-                activity: draw.activity,
-            };
-            let row = match (op.phase, row) {
-                // `INSERT` under the unique key (user, activity) (ID, token and lottery
-                // design ch. 1: 幂等表).
-                (Phase::Try, Some(holder)) => {
-                    return Err(Refusal::AlreadyParticipated {
-                        user: draw.user,
-                        activity: draw.activity,
-                        holder: holder.xid,
-                    });
-                }
-                (Phase::Try, None) => Some(ParticipationRow {
-                    xid: draw.xid,
-                    price_minor: price,
-                    won: draw.won,
-                    confirmed: false,
-                }),
-                (Phase::Confirm, Some(held)) if held.xid == draw.xid => Some(ParticipationRow {
-                    confirmed: true,
-                    ..*held
-                }),
-                // `DELETE .. WHERE xid = ?`: a flawed (unfenced) Cancel after Confirm erases a
-                // confirmed record; the fence makes that unreachable.
-                (Phase::Cancel, Some(held)) if held.xid == draw.xid => None,
-                (Phase::Confirm | Phase::Cancel, _) => return Err(not_participating),
-            };
-            Ok(BusinessRow::Participation { row })
+        Phase::Confirm => {
+            stock.reserved = sub(stock.reserved, 1, Quantity::Reserved)?;
+            stock.issued = add(stock.issued, 1, Quantity::Issued)?;
+        }
+        Phase::Cancel => {
+            stock.reserved = sub(stock.reserved, 1, Quantity::Reserved)?;
+            stock.available = add(stock.available, 1, Quantity::Available)?;
         }
     }
+    Ok(BusinessRow::Inventory { stock: Some(stock) })
+}
+
+/// The participation branch: record the draw under (user, activity), confirm it, or erase it.
+fn participation_effect(
+    op: &BranchOp,
+    row: Option<&ParticipationRow>,
+) -> Result<BusinessRow, Refusal> {
+    let draw = &op.draw;
+    let not_participating = Refusal::NotParticipating {
+        xid: draw.xid,
+        user: draw.user,
+        activity: draw.activity,
+    };
+    let row = match (op.phase, row) {
+        // `INSERT` under the unique key (user, activity) (ID, token and lottery
+        // design ch. 1: 幂等表).
+        (Phase::Try, Some(holder)) => {
+            return Err(Refusal::AlreadyParticipated {
+                user: draw.user,
+                activity: draw.activity,
+                holder: holder.xid,
+            });
+        }
+        (Phase::Try, None) => Some(ParticipationRow {
+            xid: draw.xid,
+            price_minor: draw.price_minor,
+            won: draw.won,
+            confirmed: false,
+        }),
+        (Phase::Confirm, Some(held)) if held.xid == draw.xid => Some(ParticipationRow {
+            confirmed: true,
+            ..*held
+        }),
+        // `DELETE .. WHERE xid = ?`: a flawed (unfenced) Cancel after Confirm erases a
+        // confirmed record; the fence makes that unreachable.
+        (Phase::Cancel, Some(held)) if held.xid == draw.xid => None,
+        (Phase::Confirm | Phase::Cancel, _) => return Err(not_participating),
+    };
+    Ok(BusinessRow::Participation { row })
 }
 
 #[cfg(test)]

@@ -806,73 +806,106 @@ impl<T> TimingWheel<T> {
     ///
     /// The first violation found.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
-        let fail = |message: String| Err(InvariantViolation(message));
-        let slots = self.config.slots_per_level;
-        let c = self.current_tick;
         let mut seen = vec![false; self.tasks.len()];
+        self.check_buckets(&mut seen)?;
+        self.check_overdue(&mut seen)?;
+        self.check_overflow_and_ready(&mut seen)?;
+        self.check_slab(&mut seen)
+    }
+
+    /// Every bucket of every level, and the expiry index against the non-empty ones.
+    fn check_buckets(&self, seen: &mut [bool]) -> Result<(), InvariantViolation> {
         let mut nonempty = 0_usize;
         for level in 0..self.config.levels {
-            let span = self.span(level);
-            for slot in 0..slots {
-                let list = &self.buckets[self.bucket_index(level, slot)];
-                let place = Place::Bucket { level, slot };
-                self.check_list(list, place, &mut seen)?;
-                if list.len == 0 {
-                    continue;
-                }
-                nonempty += 1;
-                let v = list.virtual_id;
-                if v % u64::from(slots) != u64::from(slot) {
-                    return fail(format!("bucket {level}/{slot} holds virtual slot {v}"));
-                }
-                let window_start = c / span;
-                if v < window_start || v - window_start >= u64::from(slots) {
-                    return fail(format!(
-                        "bucket {level}/{slot}: virtual slot {v} outside window starting {window_start}"
-                    ));
-                }
-                if !self.expiries.contains(&(v * span, level, slot)) {
-                    return fail(format!(
-                        "non-empty bucket {level}/{slot} missing from expiries"
-                    ));
-                }
-                let mut cursor = list.head;
-                while cursor != NIL {
-                    let task = self.task(cursor);
-                    if task.due_tick / span != v {
-                        return fail(format!(
-                            "task {} due at tick {} in bucket {level}/{slot} of virtual slot {v}",
-                            task.id, task.due_tick
-                        ));
-                    }
-                    if task.due_tick < c {
-                        return fail(format!(
-                            "task {} due at {} left behind at tick {c}",
-                            task.id, task.due_tick
-                        ));
-                    }
-                    cursor = task.next;
+            for slot in 0..self.config.slots_per_level {
+                if self.check_bucket(level, slot, seen)? {
+                    nonempty += 1;
                 }
             }
         }
         if self.expiries.len() != nonempty {
-            return fail(format!(
+            return Err(InvariantViolation(format!(
                 "{} expiries for {nonempty} non-empty buckets",
                 self.expiries.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// One bucket: its list, its virtual slot, its expiry entry, its tasks' due ticks.
+    /// Returns whether it is non-empty.
+    fn check_bucket(
+        &self,
+        level: u8,
+        slot: u32,
+        seen: &mut [bool],
+    ) -> Result<bool, InvariantViolation> {
+        let fail = |message: String| Err(InvariantViolation(message));
+        let slots = self.config.slots_per_level;
+        let c = self.current_tick;
+        let span = self.span(level);
+        let list = &self.buckets[self.bucket_index(level, slot)];
+        let place = Place::Bucket { level, slot };
+        self.check_list(list, place, seen)?;
+        if list.len == 0 {
+            return Ok(false);
+        }
+        let v = list.virtual_id;
+        if v % u64::from(slots) != u64::from(slot) {
+            return fail(format!("bucket {level}/{slot} holds virtual slot {v}"));
+        }
+        let window_start = c / span;
+        if v < window_start || v - window_start >= u64::from(slots) {
+            return fail(format!(
+                "bucket {level}/{slot}: virtual slot {v} outside window starting {window_start}"
             ));
         }
-        self.check_list(&self.overdue, Place::Overdue, &mut seen)?;
-        let mut cursor = self.overdue.head;
+        if !self.expiries.contains(&(v * span, level, slot)) {
+            return fail(format!(
+                "non-empty bucket {level}/{slot} missing from expiries"
+            ));
+        }
+        let mut cursor = list.head;
         while cursor != NIL {
             let task = self.task(cursor);
-            if task.due_tick > c {
+            if task.due_tick / span != v {
                 return fail(format!(
-                    "overdue task {} is due in the future (tick {})",
+                    "task {} due at tick {} in bucket {level}/{slot} of virtual slot {v}",
+                    task.id, task.due_tick
+                ));
+            }
+            if task.due_tick < c {
+                return fail(format!(
+                    "task {} due at {} left behind at tick {c}",
                     task.id, task.due_tick
                 ));
             }
             cursor = task.next;
         }
+        Ok(true)
+    }
+
+    /// The overdue list: linked correctly, and nothing in it due in the future.
+    fn check_overdue(&self, seen: &mut [bool]) -> Result<(), InvariantViolation> {
+        self.check_list(&self.overdue, Place::Overdue, seen)?;
+        let mut cursor = self.overdue.head;
+        while cursor != NIL {
+            let task = self.task(cursor);
+            if task.due_tick > self.current_tick {
+                return Err(InvariantViolation(format!(
+                    "overdue task {} is due in the future (tick {})",
+                    task.id, task.due_tick
+                )));
+            }
+            cursor = task.next;
+        }
+        Ok(())
+    }
+
+    /// The overflow and ready entries agree with their tasks and with the current tick.
+    fn check_overflow_and_ready(&self, seen: &mut [bool]) -> Result<(), InvariantViolation> {
+        let fail = |message: String| Err(InvariantViolation(message));
+        let c = self.current_tick;
         for (&(due_tick, seq), &index) in &self.overflow {
             let task = self.checked_task(index)?;
             if task.place != Place::Overflow || task.due_tick != due_tick || task.seq != seq {
@@ -884,7 +917,7 @@ impl<T> TimingWheel<T> {
             if due_tick <= c {
                 return fail(format!("overflow task {} is already due", task.id));
             }
-            mark_seen(&mut seen, index)?;
+            mark_seen(seen, index)?;
         }
         for (&(due_tick, Reverse(priority), seq), &index) in &self.ready {
             let task = self.checked_task(index)?;
@@ -901,8 +934,14 @@ impl<T> TimingWheel<T> {
             if due_tick > c {
                 return fail(format!("ready task {} is not due yet", task.id));
             }
-            mark_seen(&mut seen, index)?;
+            mark_seen(seen, index)?;
         }
+        Ok(())
+    }
+
+    /// Every live task is stored somewhere; the live count, free list and capacity agree.
+    fn check_slab(&self, seen: &mut [bool]) -> Result<(), InvariantViolation> {
+        let fail = |message: String| Err(InvariantViolation(message));
         let mut held = 0_u32;
         for (index, entry) in self.tasks.iter().enumerate() {
             let Some(task) = entry else { continue };
@@ -911,7 +950,7 @@ impl<T> TimingWheel<T> {
                 return fail(format!("task {} has an id or seq from the future", task.id));
             }
             if task.place == Place::InFlight {
-                mark_seen(&mut seen, u32::try_from(index).unwrap_or(NIL))?;
+                mark_seen(seen, u32::try_from(index).unwrap_or(NIL))?;
             } else if !seen[index] {
                 return fail(format!(
                     "task {} (place {:?}) is stored nowhere",

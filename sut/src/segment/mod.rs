@@ -918,40 +918,7 @@ impl SegmentAllocator {
             return;
         }
         match result {
-            Ok(grant) => {
-                debug_assert!(
-                    grant.segment.start >= self.min_id() || self.cfg.flaw.is_some(),
-                    "grant below this instance's IDs"
-                );
-                let lease_deadline_mono = if self.cfg.flaw == Some(Flaw::ReclaimNoDriftMargin) {
-                    // The flaw: timed from the answer, with no drift margin.
-                    now.mono_ms + self.cfg.lease_ms
-                } else {
-                    sent_mono + self.cfg.lease_ms - self.cfg.drift_ms_max
-                };
-                let held = Held {
-                    segment: grant.segment,
-                    next: grant.segment.start,
-                    claim_end: grant.claim_end,
-                    lease_deadline_mono,
-                    granted_mono: now.mono_ms,
-                    renew_due_mono: now.mono_ms + self.cfg.renew_interval_ms,
-                    renewing: None,
-                };
-                self.stats.reloads += 1;
-                self.stats.pool_grants += u64::from(grant.from_pool);
-                if self.current.is_none() {
-                    self.current = Some(held);
-                } else if self.next.is_none() {
-                    self.next = Some(held);
-                } else {
-                    // Both buffers full (cannot happen: fetches start only with a free buffer).
-                    debug_assert!(false, "grant with both buffers full");
-                }
-                self.fetch = Fetch::Idle;
-                self.consecutive_failures = 0;
-                self.last_error = None;
-            }
+            Ok(grant) => self.install_grant(&grant, sent_mono, now),
             Err(err @ StoreError::VersionConflict { .. }) => {
                 self.stats.conflicts += 1;
                 if conflicts < self.cfg.cas_retries_max {
@@ -972,6 +939,42 @@ impl SegmentAllocator {
             }
             Err(err) => self.fetch_failed(err, now),
         }
+    }
+
+    /// Puts a granted segment in the free buffer (current first, then next); the fetch is done.
+    fn install_grant(&mut self, grant: &crate::store::Grant, sent_mono: u64, now: Now) {
+        debug_assert!(
+            grant.segment.start >= self.min_id() || self.cfg.flaw.is_some(),
+            "grant below this instance's IDs"
+        );
+        let lease_deadline_mono = if self.cfg.flaw == Some(Flaw::ReclaimNoDriftMargin) {
+            // The flaw: timed from the answer, with no drift margin.
+            now.mono_ms + self.cfg.lease_ms
+        } else {
+            sent_mono + self.cfg.lease_ms - self.cfg.drift_ms_max
+        };
+        let held = Held {
+            segment: grant.segment,
+            next: grant.segment.start,
+            claim_end: grant.claim_end,
+            lease_deadline_mono,
+            granted_mono: now.mono_ms,
+            renew_due_mono: now.mono_ms + self.cfg.renew_interval_ms,
+            renewing: None,
+        };
+        self.stats.reloads += 1;
+        self.stats.pool_grants += u64::from(grant.from_pool);
+        if self.current.is_none() {
+            self.current = Some(held);
+        } else if self.next.is_none() {
+            self.next = Some(held);
+        } else {
+            // Both buffers full (cannot happen: fetches start only with a free buffer).
+            debug_assert!(false, "grant with both buffers full");
+        }
+        self.fetch = Fetch::Idle;
+        self.consecutive_failures = 0;
+        self.last_error = None;
     }
 
     fn fetch_failed(&mut self, err: StoreError, now: Now) {

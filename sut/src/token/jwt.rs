@@ -401,6 +401,26 @@ pub fn verify(
     if header_b64.is_empty() {
         return Err(Rejection::Malformed(MalformedPart::Shape));
     }
+    let header = checked_header(key, cfg, header_b64)?;
+    if payload_b64.is_empty() || sig_b64.is_empty() {
+        return Err(Rejection::Malformed(MalformedPart::Shape));
+    }
+    URL_SAFE_NO_PAD
+        .decode(sig_b64)
+        .map_err(|_| Rejection::Malformed(MalformedPart::SignatureBase64))?;
+    URL_SAFE_NO_PAD
+        .decode(payload_b64)
+        .map_err(|_| Rejection::Malformed(MalformedPart::PayloadBase64))?;
+    let claims = signed_claims(key, cfg, token, &header)?;
+    check_claims(cfg, claims, now)
+}
+
+/// The decoded header, if it names the configured algorithm and this key.
+fn checked_header(
+    key: &SigningKey,
+    cfg: &JwtConfig,
+    header_b64: &str,
+) -> Result<RawHeader, Rejection> {
     let header_json = URL_SAFE_NO_PAD
         .decode(header_b64)
         .map_err(|_| Rejection::Malformed(MalformedPart::HeaderBase64))?;
@@ -426,18 +446,18 @@ pub fn verify(
             found: header.kid.as_deref().map(|k| truncated(k, 64)),
         });
     }
-    if payload_b64.is_empty() || sig_b64.is_empty() {
-        return Err(Rejection::Malformed(MalformedPart::Shape));
-    }
-    URL_SAFE_NO_PAD
-        .decode(sig_b64)
-        .map_err(|_| Rejection::Malformed(MalformedPart::SignatureBase64))?;
-    URL_SAFE_NO_PAD
-        .decode(payload_b64)
-        .map_err(|_| Rejection::Malformed(MalformedPart::PayloadBase64))?;
+    Ok(header)
+}
 
+/// The claims, once the library has checked the signature (and parsed them).
+fn signed_claims(
+    key: &SigningKey,
+    cfg: &JwtConfig,
+    token: &str,
+    header: &RawHeader,
+) -> Result<Claims, Rejection> {
     // The library checks the signature before it parses the claims; its clock-based checks
-    // are all off (we check times against `now` below).
+    // are all off (`check_claims` checks times against `now`).
     let mut validation = jsonwebtoken::Validation::new(cfg.algorithm.library());
     validation.required_spec_claims.clear();
     validation.validate_exp = false;
@@ -460,7 +480,11 @@ pub fn verify(
             _ => Rejection::Malformed(MalformedPart::Claims),
         }
     })?;
-    let claims = data.claims;
+    Ok(data.claims)
+}
+
+/// Issuer, audience and validity window at `now`.
+fn check_claims(cfg: &JwtConfig, claims: Claims, now: Now) -> Result<Claims, Rejection> {
     if claims.iss != cfg.issuer {
         return Err(Rejection::WrongIssuer);
     }
