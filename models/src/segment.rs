@@ -622,7 +622,16 @@ pub fn model(
             !state.crashed[STORE]
                 && store.grants <= setup.grants_max
                 && store.clock_jumps <= setup.store_clock_jumps_max
-        })
+        });
+    Ok(NetModel::new(with_properties(actors), setup.duplicates_max))
+}
+
+type SegModel = ActorModel<HashedActor<SegActor>, SegmentSetup>;
+
+/// The model's properties: the `ids.*` promises, the machines' own invariants, and the
+/// `sometimes` edges a run must reach.
+fn with_properties(actors: SegModel) -> SegModel {
+    actors
         .property(Expectation::Always, "ids.unique", |_, state| {
             ids_unique(&ghosts(state).collect::<Vec<_>>())
         })
@@ -660,8 +669,7 @@ pub fn model(
             Expectation::Sometimes,
             "issued after restart",
             |_, state| ghosts(state).any(|g| g.issued.iter().any(|(inc, _)| *inc > 0)),
-        );
-    Ok(NetModel::new(actors, setup.duplicates_max))
+        )
 }
 
 #[cfg(test)]

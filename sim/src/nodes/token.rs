@@ -61,6 +61,24 @@ fn apply(svc: &mut Service, rec: &TokenRec) {
     }
 }
 
+/// Purges expired tokens once a simulated second, durably (and, in debug builds, checks the
+/// service's and its store's invariants).
+async fn purge_every_second(ctx: Ctx, svc: Arc<Mutex<Service>>) {
+    loop {
+        sleep_ms(1_000).await;
+        let now = ctx.now();
+        let pos = {
+            let mut s = svc.lock().expect("token service");
+            let rec = TokenRec::Purge { now };
+            apply(&mut s, &rec);
+            debug_assert_eq!(s.check_invariants(), Ok(()), "token service");
+            debug_assert_eq!(s.store().check_invariants(), Ok(()), "token store");
+            ctx.world.with(|w| w.disks.token.append(rec))
+        };
+        commit(&ctx.world, |d| &mut d.token, pos).await;
+    }
+}
+
 /// Runs the token node.
 pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     let (records, torn, flaw) = ctx.world.with(|w| {
@@ -74,25 +92,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     }
     let svc = Arc::new(Mutex::new(svc));
 
-    let purger = {
-        let (ctx, svc) = (ctx.clone(), Arc::clone(&svc));
-        async move {
-            loop {
-                sleep_ms(1_000).await;
-                let now = ctx.now();
-                let pos = {
-                    let mut s = svc.lock().expect("token service");
-                    let rec = TokenRec::Purge { now };
-                    apply(&mut s, &rec);
-                    debug_assert_eq!(s.check_invariants(), Ok(()), "token service");
-                    debug_assert_eq!(s.store().check_invariants(), Ok(()), "token store");
-                    ctx.world.with(|w| w.disks.token.append(rec))
-                };
-                commit(&ctx.world, |d| &mut d.token, pos).await;
-            }
-        }
-    };
-    spawn(purger);
+    spawn(purge_every_second(ctx.clone(), Arc::clone(&svc)));
 
     let group = GroupCommit::new(ctx.world.clone(), |d| {
         d.token.sync();
