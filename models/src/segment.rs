@@ -1,5 +1,5 @@
 //! Segment allocation: allocators ([`sut::segment::SegmentAllocator`]) and one ID store
-//! ([`sut::store::MemoryIdStore`]) over an unordered network with bounded duplication (optionally
+//! ([`sut::id_store::MemoryIdStore`]) over an unordered network with bounded duplication (optionally
 //! lossy; see [`crate::runner`]), with allocator crashes and restarts (segment-ID design §1 and
 //! §3, docs/sources.md; Tinyid's version CAS; Gray & Cheriton leases).
 //!
@@ -35,8 +35,10 @@ use std::collections::BTreeSet;
 use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, Id, LossyNetwork, Out, model_timeout};
 use sut::clock::Now;
+use sut::id_store::{
+    IdStore, InstanceId, MemoryIdStore, StoreCall, StoreError, StoreReply, TagSpec,
+};
 use sut::segment::{AllocatorConfig, Request, SegmentAllocator, StepPolicy, Take};
-use sut::store::{IdStore, InstanceId, MemoryIdStore, StoreCall, StoreError, StoreReply, TagSpec};
 
 use crate::ModelError;
 use crate::hashed::{HashedActor, Stored, stored};

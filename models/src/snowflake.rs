@@ -26,9 +26,9 @@ use std::borrow::Cow;
 use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, Id, LossyNetwork, Out, model_timeout};
 use sut::clock::Now;
+use sut::id_store::{InstanceId, MemoryIdStore, StoreCall, StoreReply};
 use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use sut::snowflake::{Layout, NextId, RollbackPolicy, WorkerConfig};
-use sut::store::{InstanceId, MemoryIdStore, StoreCall, StoreReply};
 
 use crate::hashed::{HashedActor, Stored, stored};
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};

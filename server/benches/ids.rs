@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sut::clock::Now;
+use sut::id_store::{IdStore, InstanceId, MemoryIdStore, StoreCall, TagSpec};
 use sut::segment::{AllocatorConfig, SegmentAllocator, StepPolicy, Take};
 use sut::snowflake::{NextId, SnowflakeWorker, WorkerConfig};
-use sut::store::{IdStore, InstanceId, MemoryIdStore, StoreCall, TagSpec};
 use sut_server::front::ConcurrentIds;
 
 const STEP: u64 = 1_000_000;

@@ -24,8 +24,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sut::clock::Now;
+use sut::id_store::IdStore;
 use sut::segment::{IdBlock, SegmentAllocator, Take, Unavailable};
-use sut::store::IdStore;
 
 /// Slow-path rounds (allocator step + store calls) before giving up with `Busy`.
 const SLOW_ROUNDS_MAX: usize = 16;
@@ -321,8 +321,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use sut::id_store::{InstanceId, MemoryIdStore, TagSpec};
     use sut::segment::AllocatorConfig;
-    use sut::store::{InstanceId, MemoryIdStore, TagSpec};
 
     fn front(step: u64, block_ids: u64) -> ConcurrentIds<MemoryIdStore, impl Fn() -> Now> {
         let mut store = MemoryIdStore::new();

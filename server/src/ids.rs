@@ -27,10 +27,10 @@ use super::front::{ConcurrentIds, IdError};
 use super::metrics::Metrics;
 use super::sqlite::SqliteIdStore;
 use sut::clock::Now;
+use sut::id_store::{CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec};
 use sut::segment::{AllocatorConfig, Health, SegmentAllocator, Unavailable};
 use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use sut::snowflake::{Decoded, NextId, SequencerError, SequencerStats, WorkerConfig};
-use sut::store::{CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec};
 
 /// Longest tag name, in bytes.
 pub const TAG_LEN_MAX_BYTES: usize = 64;

@@ -73,9 +73,9 @@ use self::lottery::{Lottery, LotteryStoreKind};
 use self::metrics::Metrics;
 use self::sqlite::{SqliteIdStore, SqliteTokenStore};
 use self::tokens::Tokens;
+use sut::id_store::{CounterDurability, IdStore, TagSpec};
 use sut::lottery::{ActivityId, DrawArgs, UserId, Xid};
 use sut::snowflake::WorkerConfig;
-use sut::store::{CounterDurability, IdStore, TagSpec};
 use sut::token::{SigningKey, TokenConfig, TokenService};
 
 /// Largest request body, in bytes.
@@ -214,7 +214,7 @@ fn open_stores(
     let instance =
         ids::next_instance(&mut control, clock.now()).map_err(|e| format!("instance id: {e}"))?;
     match control.create_tag(XID_TAG, &TagSpec::simple(1000)) {
-        Ok(_) | Err(sut::store::StoreError::TagExists(_)) => {}
+        Ok(_) | Err(sut::id_store::StoreError::TagExists(_)) => {}
         Err(e) => return Err(format!("xid tag: {e}")),
     }
     let control = Arc::new(Mutex::new(control));
@@ -908,7 +908,7 @@ const fn one() -> u64 {
 async fn create_tag(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<TagBody>,
-) -> Result<(StatusCode, Json<sut::store::TagRow>), ApiError> {
+) -> Result<(StatusCode, Json<sut::id_store::TagRow>), ApiError> {
     ids::validate_tag(&body.tag)?;
     let spec = TagSpec {
         first_id: body.first_id,

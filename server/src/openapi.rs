@@ -177,7 +177,7 @@ impl ToSchema for DecodedSchema {
     }
 }
 
-/// The OpenAPI schema of [`sut::store::TagRow`] (component `TagRow`).
+/// The OpenAPI schema of [`sut::id_store::TagRow`] (component `TagRow`).
 #[derive(Debug)]
 pub enum TagRowSchema {}
 
@@ -292,8 +292,8 @@ impl ToSchema for RevokeOutcomeSchema {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sut::id_store::{Segment, TagRow};
     use sut::snowflake::Decoded;
-    use sut::store::{Segment, TagRow};
     use sut::token::{Claims, RevokeOutcome};
 
     fn properties(schema: &RefOr<Schema>) -> Vec<String> {

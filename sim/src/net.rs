@@ -36,8 +36,8 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use madsim::net::Endpoint;
 use madsim::rand::Rng;
 use sut::clock::Now;
+use sut::id_store::{StoreCall, StoreReply};
 use sut::lottery::{ParticipantMsg, ParticipantReply};
-use sut::store::{StoreCall, StoreReply};
 
 use crate::history::{EventKind, Op, Outcome};
 use crate::world::World;

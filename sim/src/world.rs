@@ -11,9 +11,9 @@ use madsim::task::NodeId;
 use madsim::time::Instant;
 use serde::{Deserialize, Serialize};
 use sut::clock::Now;
+use sut::id_store::{StoreCall, TagSpec};
 use sut::lottery::LogEntry;
 use sut::lottery::journal::{JournalOp, Journaled};
-use sut::store::{StoreCall, TagSpec};
 
 use crate::clock::NodeClock;
 use crate::disk::Wal;

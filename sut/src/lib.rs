@@ -17,7 +17,7 @@
 //! Modules, in the order data flows through them:
 //!
 //! - [`clock`]: the time types every state machine takes as a parameter.
-//! - [`store`]: the ID store trait (tags and segment grants with version CAS, leases, the
+//! - [`id_store`]: the ID store trait (tags and segment grants with version CAS, leases, the
 //!   reclaim pool, Snowflake worker leases, the counter engine), the memory store and the rules
 //!   every implementation shares.
 //! - [`segment`]: the Leaf/Tinyid-style segment allocator (double buffer, step policies,
@@ -32,9 +32,9 @@
 
 pub mod clock;
 pub mod flaw;
+pub mod id_store;
 pub mod segment;
 pub mod snowflake;
-pub mod store;
 
 pub mod lottery;
 #[cfg(any(test, feature = "testkit"))]

@@ -5,7 +5,7 @@
 //! allocation cannot interleave with another process's (Tinyid's optimistic lock, with SQLite's
 //! writer lock underneath).
 //!
-//! The store decides nothing: each operation reads the rows its rule in [`sut::store::rules`]
+//! The store decides nothing: each operation reads the rows its rule in [`sut::id_store::rules`]
 //! names, calls the rule, and writes what the rule returns in the same transaction (the memory
 //! store does the same, so the two cannot drift).
 //!
@@ -18,8 +18,8 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
-use sut::store::rules::{self, AllocWrite, Counter, WorkerRenewal, WorkerRow};
-use sut::store::{
+use sut::id_store::rules::{self, AllocWrite, Counter, WorkerRenewal, WorkerRow};
+use sut::id_store::{
     AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
     ReleaseRequest, RenewRequest, Segment, StoreError, TagRow, TagSpec, WorkerLease, WorkerRequest,
 };

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use sut::lottery::fence::FenceStatus;
-use sut::lottery::ledger::{Account, Ledger, ParticipationRow, Stock};
+use sut::lottery::error::StoreError;
+use sut::lottery::ledger::Ledger;
 use sut::lottery::log::{self, CoordLog, LogEntry, LogRecord, Verdict};
-use sut::lottery::rules::{self, BranchDecision, BranchOp, BranchOutcome, BranchView, BusinessRow};
-use sut::lottery::store::{LotteryStore, StoreError};
+use sut::lottery::rows::{Account, BranchOutcome, FenceStatus, ParticipationRow, Stock};
+use sut::lottery::rules::{self, BranchDecision, BranchOp, BranchView, BusinessRow};
+use sut::lottery::store::LotteryStore;
 use sut::lottery::{ActivityId, DrawArgs, Flaws, Participant, UserId, Xid};
 
 const SCHEMA: &str = "

@@ -5,7 +5,7 @@
 //! test beside each store applies random operation sequences to both and requires identical
 //! results.
 //!
-//! - [`SqliteIdStore`]: [`sut::store::IdStore`] (tags, segment grants, leases, the reclaim pool,
+//! - [`SqliteIdStore`]: [`sut::id_store::IdStore`] (tags, segment grants, leases, the reclaim pool,
 //!   worker leases, the counter engine);
 //! - [`SqliteTokenStore`]: [`sut::token::TokenStore`] (revocations, one-time tokens);
 //! - [`SqliteLotteryStore`]: [`sut::lottery::LotteryStore`] (fence rows, wallets, stock,

@@ -20,11 +20,11 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use std::path::Path;
 use sut::token::ActivityId;
 use sut::token::UserId;
-use sut::token::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken};
-use sut::token::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
-use sut::token::store::{
-    PurgeCounts, RevokeOutcome, Table, TokenStore, TokenStoreError, TokenStoreLimits,
+use sut::token::rows::{
+    OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
 };
+use sut::token::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
+use sut::token::store::{PurgeCounts, TokenStore, TokenStoreLimits};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS token_revoked (
@@ -403,7 +403,7 @@ impl TokenStore for SqliteTokenStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sut::token::once::OnceGrant;
+    use sut::token::rows::OnceGrant;
 
     fn grant(nonce: u128) -> OnceGrant {
         OnceGrant {

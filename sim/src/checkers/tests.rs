@@ -5,7 +5,7 @@ use sut::lottery::{
     ParticipantReply, ParticipationRow, Phase, Stock, UserId, Xid,
 };
 use sut::token::check::TokenEvent;
-use sut::token::once::OnceToken;
+use sut::token::rows::OnceToken;
 
 use super::*;
 use crate::history::{Event, EventKind, IdSpace};

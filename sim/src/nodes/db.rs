@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use madsim::task::spawn;
 use sut::flaw::Flaw;
-use sut::store::{IdStore, MemoryIdStore, StoreCall};
+use sut::id_store::{IdStore, MemoryIdStore, StoreCall};
 
 use super::{GroupCommit, commit, sleep_ms};
 use crate::net::{Ctx, Inbox, Msg};

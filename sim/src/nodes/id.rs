@@ -10,11 +10,11 @@ use madsim::rand::Rng;
 use madsim::task::spawn;
 use sut::clock::Now;
 use sut::flaw::Flaw;
+use sut::id_store::InstanceId;
 use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
 use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use sut::snowflake::semantic::{self, NextSemantic, SemanticConfig, SemanticGenerator};
 use sut::snowflake::{NextId, RollbackPolicy, SequencerError, SnowflakeWorker, WorkerConfig};
-use sut::store::InstanceId;
 
 use super::sleep_ms;
 use crate::history::{Answer, EventKind, IdSpace, Op, Outcome};

@@ -11,9 +11,10 @@ use madsim::task::spawn;
 use sut::clock::Now;
 use sut::token::check::TokenEvent;
 use sut::token::jwt::{Rejection, SigningKey};
-use sut::token::once::{OnceConsume, OnceKey, OnceRejection, OnceToken};
+use sut::token::once::OnceConsume;
+use sut::token::rows::TokenStoreError;
+use sut::token::rows::{OnceKey, OnceRejection, OnceToken};
 use sut::token::store::MemoryTokenStore;
-use sut::token::store::TokenStoreError;
 use sut::token::{ActivityId, TokenConfig, TokenService, UserId};
 
 use super::{GroupCommit, commit, sleep_ms};

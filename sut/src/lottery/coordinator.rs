@@ -47,10 +47,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::fence::FenceStatus;
 use super::log::{CoordLog, LogEntry, Verdict};
 use super::participant::{ParticipantMsg, ParticipantReply};
-use super::rules::{AMOUNT_MAX, Refusal};
+use super::rows::{AMOUNT_MAX, FenceStatus, Refusal};
 use super::wheel::{FailOutcome, TaskHandle, TaskSpec, TaskStatus, TimingWheel, WheelConfig};
 use super::{DrawArgs, Participant, Phase, Xid};
 use crate::clock::Now;

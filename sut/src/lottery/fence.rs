@@ -19,46 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Phase;
-use super::rules::{Effect, Refusal};
-
-/// The state of a fence row (`tcc_fence_log.status`: 1 tried, 2 committed, 3 rollbacked,
-/// 4 suspended).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum FenceStatus {
-    /// Try ran (status 1).
-    Tried,
-    /// Confirm ran (status 2).
-    Committed,
-    /// Cancel undid a Try (status 3).
-    Rollbacked,
-    /// Cancel found no Try: empty rollback recorded, a late Try is blocked (status 4).
-    Suspended,
-}
-
-impl FenceStatus {
-    /// Seata's status code.
-    #[must_use]
-    pub const fn code(self) -> u8 {
-        match self {
-            Self::Tried => 1,
-            Self::Committed => 2,
-            Self::Rollbacked => 3,
-            Self::Suspended => 4,
-        }
-    }
-
-    /// Inverse of [`FenceStatus::code`].
-    #[must_use]
-    pub const fn from_code(code: u8) -> Option<Self> {
-        match code {
-            1 => Some(Self::Tried),
-            2 => Some(Self::Committed),
-            3 => Some(Self::Rollbacked),
-            4 => Some(Self::Suspended),
-            _ => None,
-        }
-    }
-}
+use super::rows::{Effect, FenceStatus, Refusal};
 
 /// How participants apply the fence. Only [`FenceMode::Atomic`] is correct.
 #[derive(

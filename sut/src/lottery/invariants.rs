@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 
 use super::coordinator::{DrawEvent, DrawOutcome};
-use super::ledger::{Ledger, Stock};
+use super::ledger::Ledger;
 use super::participant::ParticipantReply;
-use super::rules::Effect;
+use super::rows::{Effect, Stock};
 use super::{ActivityId, Participant, Phase, UserId, Xid};
 
 /// `lottery.no_duplicate_participation`

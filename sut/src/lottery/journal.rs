@@ -12,9 +12,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::error::StoreError;
 use super::participant::ParticipantReply;
-use super::rules::{BranchOp, BranchOutcome, BranchView};
-use super::store::{LotteryStore, MemoryStore, StoreError};
+use super::rows::BranchOutcome;
+use super::rules::{BranchOp, BranchView};
+use super::store::{LotteryStore, MemoryStore};
 use super::{ActivityId, CoordLog, Flaws, Ledger, LogEntry, UserId};
 
 /// One journal record: a mutating store operation.

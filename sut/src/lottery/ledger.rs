@@ -7,51 +7,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::fence::FenceStatus;
+use super::error::StoreError;
 use super::log::CoordLog;
-use super::rules::{self, AMOUNT_MAX, BranchDecision, BranchOp, BranchView, BusinessRow};
-use super::store::StoreError;
+use super::rows::{AMOUNT_MAX, Account, FenceStatus, ParticipationRow, Stock};
+use super::rules::{self, BranchDecision, BranchOp, BranchView, BusinessRow};
 use super::{ActivityId, Participant, UserId, Xid};
-
-/// A user's wallet, in minor units.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-pub struct Account {
-    /// Spendable money.
-    pub balance_minor: u64,
-    /// Money frozen by Tries that are neither confirmed nor cancelled yet.
-    pub frozen_minor: u64,
-}
-
-/// An activity's prize stock, in units. `available + reserved + issued == total` always holds on
-/// the correct path (checked by `lottery.no_over_issue`).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-pub struct Stock {
-    /// Units ever added.
-    pub total: u64,
-    /// Units free to reserve.
-    pub available: u64,
-    /// Units reserved by winning Tries, not yet confirmed or cancelled.
-    pub reserved: u64,
-    /// Units handed out by confirmed winning draws.
-    pub issued: u64,
-}
-
-/// A participation record, unique per (user, activity).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ParticipationRow {
-    /// The draw that holds the record.
-    pub xid: Xid,
-    /// Its ticket price.
-    pub price_minor: u64,
-    /// Whether it is a winning draw.
-    pub won: bool,
-    /// Whether it was confirmed (otherwise pending).
-    pub confirmed: bool,
-}
 
 /// Why two snapshots cannot be merged.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::AMOUNT_MAX;
+use super::rows::AMOUNT_MAX;
 use super::{DrawArgs, Phase, Xid};
 
 /// A draw's global verdict.

@@ -10,27 +10,31 @@
 //! no Try records `suspended`), hanging Try (a Try after a Cancel finds the row and is refused)
 //! and double Confirm/Cancel (idempotent no-ops).
 //!
-//! Layout, in the order data flows:
+//! Layout, in the order data flows (each module uses only those above it, never one below: no
+//! import cycles):
 //!
+//! - [`rows`]: the rows a participant's store holds (fence status, account, stock,
+//!   participation) and a participant's replies (effects, refusals); plain data.
+//! - [`log`]: the coordinator's durable log (begin, verdict, finished) and its rules.
+//! - [`error`]: how a store operation fails (as opposed to a participant's refusal).
 //! - [`fence`]: the Seata fence rules as a pure function of the phase and the fence row.
 //! - [`rules`]: the ONE place where participant decisions are made: a pure function from an
 //!   operation plus the fence row and business row it reads to the reply and the rows to write.
 //!   Both stores call it; so do the documented flaws, which differ only in what they read when.
 //! - [`ledger`]: the business state (wallets, stock, participations, fence rows, coordinator
 //!   log) as plain ordered data; the in-memory store *is* a ledger.
-//! - [`log`]: the coordinator's durable log (begin, verdict, finished) and its rules.
 //! - [`store`]: the store trait at the level of domain operations and the in-memory store (the
 //!   SQLite store, WAL, `synchronous=FULL`, one transaction per operation, lives in
 //!   `sut-server` and calls the same [`rules`]).
+//! - [`participant`]: participants as message handlers over a store.
 //! - [`journal`]: the command journal: every mutating store operation as a record, replayed
 //!   to recover (the server's SQLite journal and the simulator's participant disks).
-//! - [`participant`]: participants as message handlers over a store.
+//! - [`wheel`]: the timing wheel the coordinator's compensation schedule runs on (parked draws,
+//!   retry rounds with backoff, dead letters; see [`coordinator`]).
 //! - [`coordinator`]: the sans-IO coordinator: Try all, durable verdict, Confirm/Cancel all,
 //!   timeouts, bounded retries with exponential backoff, recovery from its log.
 //! - [`invariants`]: the `lottery.*` checkers shared by tests, the simulator, the models and the
 //!   load verifier.
-//! - [`wheel`]: the timing wheel the coordinator's compensation schedule runs on (parked draws,
-//!   retry rounds with backoff, dead letters; see [`coordinator`]).
 //!
 //! ## Known flaws (off by default, see [`Flaws`])
 //!
@@ -48,12 +52,14 @@
 use serde::{Deserialize, Serialize};
 
 pub mod coordinator;
+pub mod error;
 pub mod fence;
 pub mod invariants;
 pub mod journal;
 pub mod ledger;
 pub mod log;
 pub mod participant;
+pub mod rows;
 pub mod rules;
 pub mod store;
 pub mod wheel;
@@ -65,16 +71,18 @@ pub use coordinator::{
     CancelReason, Coordinator, CoordinatorConfig, CoordinatorError, DrawEvent, DrawOutcome,
     DrawStage,
 };
-pub use fence::{FenceMode, FenceStatus};
+pub use error::StoreError;
+pub use fence::FenceMode;
 pub use invariants::{LotteryViolation, Unsettled};
-pub use ledger::{Account, Ledger, MergeError, ParticipationRow, Stock};
+pub use ledger::{Ledger, MergeError};
 pub use log::{CoordLog, LogEntry, LogError, LogRecord, Verdict};
 pub use participant::{Handled, ParticipantConfig, ParticipantMsg, ParticipantReply, Resume};
-pub use rules::{
-    AMOUNT_MAX, BranchDecision, BranchOp, BranchOutcome, BranchView, BusinessRow, Effect, Quantity,
-    Refusal,
+pub use rows::{
+    AMOUNT_MAX, Account, BranchOutcome, Effect, FenceStatus, ParticipationRow, Quantity, Refusal,
+    Stock,
 };
-pub use store::{LotteryStore, MemoryStore, StoreError};
+pub use rules::{BranchDecision, BranchOp, BranchView, BusinessRow};
+pub use store::{LotteryStore, MemoryStore};
 
 /// A global transaction id: one draw. Must be unique for the lifetime of the fence log (it comes
 /// from the ID allocator); reusing one is refused by the fence.

@@ -11,8 +11,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::{BranchOp, BranchOutcome, BranchView, Refusal};
-use super::store::{LotteryStore, StoreError};
+use super::error::StoreError;
+use super::rows::{BranchOutcome, Refusal};
+use super::rules::{BranchOp, BranchView};
+use super::store::LotteryStore;
 use super::{DrawArgs, Flaws, Participant, Phase};
 
 /// A coordinator-to-participant message: run `phase` of the draw's branch on the receiver.

@@ -16,14 +16,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::fence::{FenceMode, FenceStatus, FenceStep, fence_step};
-use super::ledger::{Account, ParticipationRow, Stock};
-use super::store::StoreError;
-use super::{ActivityId, DrawArgs, Flaws, Participant, Phase, UserId, Xid};
-
-/// The largest amount or count any row may hold: `i64::MAX`, so that every value fits a SQLite
-/// INTEGER. Larger inputs and results are refused with a typed error, in both stores alike.
-pub const AMOUNT_MAX: u64 = i64::MAX as u64;
+use super::error::StoreError;
+use super::fence::{FenceMode, FenceStep, fence_step};
+use super::rows::{
+    AMOUNT_MAX, Account, BranchOutcome, Effect, FenceStatus, ParticipationRow, Quantity, Refusal,
+    Stock,
+};
+use super::{ActivityId, DrawArgs, Flaws, Participant, Phase, UserId};
 
 /// One participant operation: a phase of a draw's branch on one participant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -66,152 +65,6 @@ pub struct BranchView {
     /// The business row.
     pub business: BusinessRow,
 }
-
-/// What an accepted operation did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Effect {
-    /// The business effect ran (Try reserved, Confirm made final, Cancel undid).
-    Applied,
-    /// A repeat of a Confirm or Cancel that already ran: nothing changed.
-    AlreadyDone,
-    /// A Cancel with no Try before it: nothing to undo; `suspended` was recorded.
-    EmptyRollback,
-}
-
-/// Which quantity over- or underflowed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Quantity {
-    /// An account's balance.
-    Balance,
-    /// An account's frozen amount.
-    Frozen,
-    /// The house's collected total.
-    Collected,
-    /// An activity's available stock.
-    Available,
-    /// An activity's reserved stock.
-    Reserved,
-    /// An activity's issued prizes.
-    Issued,
-}
-
-/// Why a participant refused an operation. Nothing changed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
-pub enum Refusal {
-    /// Seata: Try found a fence row (duplicate key): a Cancel already ran, or this is a repeat.
-    #[error("fence: Try refused, the branch already has a fence row in state {existing:?}")]
-    TryFenced {
-        /// The row found.
-        existing: FenceStatus,
-    },
-    /// Seata: Confirm found no fence row.
-    #[error("fence: Confirm refused, no Try was recorded for this branch")]
-    ConfirmWithoutTry,
-    /// Seata: Confirm after the branch was rolled back or suspended.
-    #[error("fence: Confirm refused, the branch was already cancelled ({existing:?})")]
-    ConfirmAfterCancel {
-        /// The row found.
-        existing: FenceStatus,
-    },
-    /// Seata: Cancel after the branch was committed.
-    #[error("fence: Cancel refused, the branch was already confirmed")]
-    CancelAfterConfirm,
-    /// No such account.
-    #[error("user {user:?} has no account")]
-    UnknownAccount {
-        /// The user.
-        user: UserId,
-    },
-    /// The balance cannot pay the ticket.
-    #[error("user {user:?} has {balance_minor} but the ticket costs {price_minor}")]
-    InsufficientBalance {
-        /// The user.
-        user: UserId,
-        /// Their available balance.
-        balance_minor: u64,
-        /// The ticket price.
-        price_minor: u64,
-    },
-    /// No stock row for the activity.
-    #[error("activity {activity:?} has no prize stock")]
-    UnknownActivity {
-        /// The activity.
-        activity: ActivityId,
-    },
-    /// No unit left to reserve.
-    #[error("activity {activity:?} is out of stock")]
-    OutOfStock {
-        /// The activity.
-        activity: ActivityId,
-    },
-    /// The user already has a (pending or confirmed) draw in this activity.
-    #[error("user {user:?} already takes part in {activity:?} (draw {holder:?})")]
-    AlreadyParticipated {
-        /// The user.
-        user: UserId,
-        /// The activity.
-        activity: ActivityId,
-        /// The draw holding the participation record.
-        holder: Xid,
-    },
-    /// Confirm or Cancel of a participation record this draw does not hold.
-    #[error("draw {xid:?} holds no participation record for {user:?} in {activity:?}")]
-    NotParticipating {
-        /// The draw.
-        xid: Xid,
-        /// The user.
-        user: UserId,
-        /// The activity.
-        activity: ActivityId,
-    },
-    /// The draw has no branch on this participant (inventory for a losing draw).
-    #[error("draw has no branch on {branch:?}")]
-    NotInDraw {
-        /// The participant.
-        branch: Participant,
-    },
-    /// An amount above [`AMOUNT_MAX`].
-    #[error("amount {amount_minor} exceeds the maximum {AMOUNT_MAX}")]
-    AmountTooLarge {
-        /// The amount.
-        amount_minor: u64,
-    },
-    /// A quantity would go below zero (only reachable through a flaw or corrupt state).
-    #[error("{quantity:?} would go below zero")]
-    Underflow {
-        /// Which one.
-        quantity: Quantity,
-    },
-    /// A quantity would exceed [`AMOUNT_MAX`].
-    #[error("{quantity:?} would exceed {AMOUNT_MAX}")]
-    Overflow {
-        /// Which one.
-        quantity: Quantity,
-    },
-    /// A view handed back (e.g. in a resumed two-step operation) does not belong to this branch.
-    #[error("the view does not match the operation's participant {branch:?}")]
-    MalformedView {
-        /// The operation's participant.
-        branch: Participant,
-    },
-    /// A participant sent a message meant for another participant.
-    #[error("message for {expected:?} delivered to {actual:?}")]
-    WrongParticipant {
-        /// Where the operation belongs.
-        expected: Participant,
-        /// Who handled it.
-        actual: Participant,
-    },
-    /// The store failed (I/O, SQLite); nothing is known to have changed. Transient.
-    #[error("store unavailable: {message}")]
-    Unavailable {
-        /// The store's error message.
-        message: String,
-    },
-}
-
-/// A participant's answer to one operation.
-pub type BranchOutcome = Result<Effect, Refusal>;
 
 /// What [`decide`] returns: the reply and the rows to write (all or nothing).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -518,6 +371,7 @@ fn participation_effect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lottery::Xid;
 
     fn draw(won: bool) -> DrawArgs {
         DrawArgs {

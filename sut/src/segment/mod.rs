@@ -29,7 +29,7 @@
 //! ahead while the store is reachable.
 //!
 //! Call order: `take_block`/`next_id` to issue; after any call, drain `poll_request` and perform
-//! each call (see [`crate::store::StoreCall::execute`]); feed answers to `handle_reply`; sleep
+//! each call (see [`crate::id_store::StoreCall::execute`]); feed answers to `handle_reply`; sleep
 //! until `poll_timeout` and call `handle_timeout`.
 
 mod step;
@@ -42,11 +42,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Now;
 use crate::flaw::Flaw;
-use crate::snowflake::{NextId, SnowflakeWorker, WorkerConfig};
-use crate::store::{
+use crate::id_store::{
     AllocRequest, InstanceId, ReleaseRequest, RenewRequest, Segment, StoreCall, StoreError,
     StoreReply, Tag,
 };
+use crate::snowflake::{NextId, SnowflakeWorker, WorkerConfig};
 
 /// Bit 62: set on every degraded-mode ID, never on a segment ID.
 pub const DEGRADED_FLAG: u64 = 1 << 62;
@@ -176,7 +176,7 @@ impl AllocatorConfig {
         if let StepPolicy::Fixed { step }
         | StepPolicy::Leaf { step_max: step }
         | StepPolicy::SeedLog { step_max: step, .. } = self.step
-            && step >= crate::store::SEGMENT_ID_LIMIT
+            && step >= crate::id_store::SEGMENT_ID_LIMIT
         {
             return bad("step", format!("{step} exceeds the ID space"));
         }
@@ -805,7 +805,7 @@ impl SegmentAllocator {
         }
     }
 
-    fn on_read(&mut self, id: u64, result: Result<crate::store::TagRow, StoreError>, now: Now) {
+    fn on_read(&mut self, id: u64, result: Result<crate::id_store::TagRow, StoreError>, now: Now) {
         let Fetch::Reading { flight, conflicts } = &self.fetch else {
             return;
         };
@@ -826,13 +826,13 @@ impl SegmentAllocator {
     /// issuing from it at once; the write of the new `max_id` follows and its outcome is
     /// ignored (an anti-pattern of the segment-ID design: a local `AtomicLong` never synced
     /// with the database).
-    fn use_before_persist(&mut self, row: &crate::store::TagRow, now: Now) {
+    fn use_before_persist(&mut self, row: &crate::id_store::TagRow, now: Now) {
         self.send_allocate(row, self.cfg.cas_retries_max, now);
         let span = self.step.saturating_mul(row.delta);
         let end = row
             .max_id
             .saturating_add(span)
-            .min(crate::store::SEGMENT_ID_LIMIT);
+            .min(crate::id_store::SEGMENT_ID_LIMIT);
         if end <= row.max_id {
             return;
         }
@@ -857,7 +857,7 @@ impl SegmentAllocator {
         }
     }
 
-    fn send_allocate(&mut self, row: &crate::store::TagRow, conflicts: u32, now: Now) {
+    fn send_allocate(&mut self, row: &crate::id_store::TagRow, conflicts: u32, now: Now) {
         self.tag_step = row.step;
         if self.step == 0 {
             self.step = self.cfg.step.initial(row.step);
@@ -900,7 +900,12 @@ impl SegmentAllocator {
         held_end.max(self.last_issued.map_or(0, |last| last + 1))
     }
 
-    fn on_allocate(&mut self, id: u64, result: Result<crate::store::Grant, StoreError>, now: Now) {
+    fn on_allocate(
+        &mut self,
+        id: u64,
+        result: Result<crate::id_store::Grant, StoreError>,
+        now: Now,
+    ) {
         let Fetch::Allocating { flight, conflicts } = &self.fetch else {
             return;
         };
@@ -942,7 +947,7 @@ impl SegmentAllocator {
     }
 
     /// Puts a granted segment in the free buffer (current first, then next); the fetch is done.
-    fn install_grant(&mut self, grant: &crate::store::Grant, sent_mono: u64, now: Now) {
+    fn install_grant(&mut self, grant: &crate::id_store::Grant, sent_mono: u64, now: Now) {
         debug_assert!(
             grant.segment.start >= self.min_id() || self.cfg.flaw.is_some(),
             "grant below this instance's IDs"
@@ -992,7 +997,7 @@ impl SegmentAllocator {
         };
     }
 
-    fn on_renew(&mut self, id: u64, result: Result<crate::store::Lease, StoreError>, now: Now) {
+    fn on_renew(&mut self, id: u64, result: Result<crate::id_store::Lease, StoreError>, now: Now) {
         let Some(slot) = [&mut self.current, &mut self.next]
             .into_iter()
             .find(|slot| {
@@ -1027,7 +1032,7 @@ impl SegmentAllocator {
         }
     }
 
-    fn on_worker(&mut self, id: u64, result: Result<crate::store::WorkerLease, StoreError>) {
+    fn on_worker(&mut self, id: u64, result: Result<crate::id_store::WorkerLease, StoreError>) {
         if self
             .degraded_reservation
             .as_ref()

@@ -3,7 +3,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::*;
-use crate::store::{IdStore, MemoryIdStore, TagSpec};
+use crate::id_store::{IdStore, MemoryIdStore, TagSpec};
 
 const TAG: &str = "order";
 
@@ -216,7 +216,7 @@ fn lease_expiry_by_the_holders_own_clock_drops_the_segment() {
 fn degraded_mode_issues_flagged_snowflake_ids_when_the_store_is_gone() {
     let mut store = store_with(10);
     let lease = store
-        .acquire_worker(&crate::store::WorkerRequest {
+        .acquire_worker(&crate::id_store::WorkerRequest {
             namespace: DEGRADED_NAMESPACE.into(),
             worker_count: 512,
             instance: InstanceId(1),

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{LayoutError, SnowflakeWorker, WorkerConfig, machine_id_from_ip};
 use crate::clock::Now;
-use crate::store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
+use crate::id_store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
 
 /// How a holder leases and renews.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -321,7 +321,7 @@ impl WorkerLeaseHolder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{IdStore, MemoryIdStore};
+    use crate::id_store::{IdStore, MemoryIdStore};
 
     const WALL_MS: u64 = 1_700_000_000_000;
 

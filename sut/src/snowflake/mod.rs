@@ -6,7 +6,7 @@
 //! Twitter's layout, 4,096 IDs per millisecond per worker). The layout is configurable and
 //! checked: the fields must fit in 63 bits, the epoch must not lie in the future.
 //!
-//! Worker ids come from a lease in the store ([`crate::store::IdStore::acquire_worker`]), never
+//! Worker ids come from a lease in the store ([`crate::id_store::IdStore::acquire_worker`]), never
 //! from a hash of the IP (the `hash(IP) % 1000` of the ID, token and lottery design §2.3
 //! collides). The time logic — waits, rollback policies, reservations, exhaustion — lives in
 //! [`Sequencer`], shared with [`semantic`].
@@ -258,7 +258,7 @@ pub struct SnowflakeWorker {
 
 impl SnowflakeWorker {
     /// A worker for a leased id. `reserved_ts` is the reservation the lease carried
-    /// ([`crate::store::WorkerLease::reserved_ts`]); `wall_ms` is the clock at start-up.
+    /// ([`crate::id_store::WorkerLease::reserved_ts`]); `wall_ms` is the clock at start-up.
     pub fn new(
         cfg: WorkerConfig,
         worker_id: u32,

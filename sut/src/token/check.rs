@@ -16,7 +16,7 @@
 //! still succeed after it (it raced), so [`TokenEvent::VerifyOk`] carries when it was invoked,
 //! and only one invoked after the acknowledgement is a violation (Jepsen's real-time order).
 
-use super::once::OnceToken;
+use super::rows::OnceToken;
 use serde::{Deserialize, Serialize};
 
 /// One observed token event.

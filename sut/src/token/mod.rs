@@ -20,6 +20,9 @@
 //!   issued idempotently, consumed by **one** atomic store operation. The design's own code
 //!   (`GET` then `SET`) is a check-then-act; the bench keeps it as the off-by-default flaw
 //!   [`TokenFlaws::once_check_then_delete`].
+//! - **rows** ([`rows`]): the token store's rows and answers (one-time token keys, values and
+//!   rejections, revocation outcomes, store errors) as plain data, below every other module.
+//! - **rules** ([`rules`]): the store's decisions as pure functions, called by every store.
 //! - **stores** ([`store`]): the [`TokenStore`] trait at the level of domain operations, with
 //!   [`MemoryTokenStore`] (simulator, models); the real server's `SqliteTokenStore` (WAL,
 //!   `synchronous=FULL`) lives in `sut-server`, kept identical by a conformance property test
@@ -36,6 +39,7 @@ pub mod check;
 pub mod jwt;
 pub mod once;
 pub mod revocation;
+pub mod rows;
 pub mod rules;
 pub mod service;
 pub mod store;
@@ -45,14 +49,11 @@ pub use check::{TokenEvent, TokenViolation, check_revoked_rejected, check_single
 pub use jwt::{
     Claims, IssuedJwt, JwtAlgorithm, JwtConfig, JwtError, MalformedPart, Rejection, SigningKey,
 };
-pub use once::{
-    OnceConfig, OnceConsume, OnceIssue, OnceKey, OnceOp, OnceOpResult, OnceRejection, OnceToken,
-};
+pub use once::{OnceConfig, OnceConsume, OnceOp, OnceOpResult};
 pub use revocation::{RevocationConfig, RevocationFilter, RevocationStats, Revocations};
+pub use rows::{OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, TokenStoreError};
 pub use service::{TokenConfig, TokenService};
-pub use store::{
-    MemoryTokenStore, PurgeCounts, RevokeOutcome, TokenStore, TokenStoreError, TokenStoreLimits,
-};
+pub use store::{MemoryTokenStore, PurgeCounts, TokenStore, TokenStoreLimits};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

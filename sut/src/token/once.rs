@@ -18,11 +18,11 @@
 //!   other clients' operations. [`OnceConsume`] is the step machine both paths share; a
 //!   simulator feeds it one store result at a time.
 
-use super::store::{TokenStore, TokenStoreError};
+use super::rows::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, TokenStoreError};
+use super::store::TokenStore;
 use super::{ActivityId, TokenFlaws, UserId};
 use crate::clock::Now;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 /// One-time token settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -45,119 +45,6 @@ impl OnceConfig {
     pub const fn window_start_ms(&self, wall_ms: u64) -> u64 {
         assert!(self.window_ms > 0, "window_ms must be positive");
         wall_ms - wall_ms % self.window_ms
-    }
-}
-
-/// What a one-time token is issued for: the design's three-dimensional key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct OnceKey {
-    /// The user.
-    pub user: UserId,
-    /// The activity.
-    pub activity: ActivityId,
-    /// Start of the window, ms since the epoch.
-    pub window_start_ms: u64,
-}
-
-/// A one-time token value: 128 random bits supplied by the caller. Displayed (and stored in
-/// SQLite) as 32 lowercase hex digits. Unlike a JWT it is printed in full by `Debug`: it names
-/// the token in histories and violations, and only its owner can consume it (consume checks
-/// the user), so a leaked value lets nobody else submit.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct OnceToken(pub u128);
-
-impl OnceToken {
-    /// Parse the 32-hex-digit form; `None` for anything else.
-    #[must_use]
-    pub fn parse(text: &str) -> Option<Self> {
-        (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| u128::from_str_radix(text, 16).ok().map(Self))
-            .flatten()
-    }
-}
-
-impl fmt::Display for OnceToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
-    }
-}
-
-impl fmt::Debug for OnceToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "OnceToken({:032x})", self.0)
-    }
-}
-
-/// The result of issuing: the token for the key, fresh or already there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct OnceIssue {
-    /// The key's token.
-    pub token: OnceToken,
-    /// When it expires (end of its window), ms.
-    pub expires_at_ms: u64,
-    /// True if this call created it; false if it was issued before in this window.
-    pub fresh: bool,
-    /// True if it has already been consumed (the user has submitted in this window).
-    pub consumed: bool,
-}
-
-/// What [`TokenStore::issue_once`] is asked to store.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct OnceGrant {
-    /// The key.
-    pub key: OnceKey,
-    /// The token to store if the key has none yet.
-    pub token: OnceToken,
-    /// Its expiry, ms.
-    pub expires_at_ms: u64,
-}
-
-/// Why a one-time token was not accepted.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    thiserror::Error,
-)]
-pub enum OnceRejection {
-    /// No such token (never issued, or purged after expiry).
-    #[error("unknown one-time token")]
-    Unknown,
-    /// The token belongs to another user. Reported before any other state, so a foreign
-    /// caller learns nothing about the token.
-    #[error("one-time token belongs to another user")]
-    Foreign,
-    /// Already consumed.
-    #[error("one-time token already used")]
-    AlreadyConsumed,
-    /// Past its window (`now_ms >= expires_at_ms`) and not consumed.
-    #[error("one-time token expired")]
-    Expired,
-}
-
-/// Decide a consume against a stored row: the one rule both stores implement.
-/// Precedence: unknown, foreign, already consumed, expired.
-#[must_use]
-pub fn judge_consume(
-    row_user: Option<UserId>,
-    consumed: bool,
-    expires_at_ms: u64,
-    user: UserId,
-    now_ms: u64,
-) -> Option<OnceRejection> {
-    match row_user {
-        None => Some(OnceRejection::Unknown),
-        Some(owner) if owner != user => Some(OnceRejection::Foreign),
-        Some(_) if consumed => Some(OnceRejection::AlreadyConsumed),
-        Some(_) if now_ms >= expires_at_ms => Some(OnceRejection::Expired),
-        Some(_) => None,
     }
 }
 

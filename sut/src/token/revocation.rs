@@ -19,7 +19,8 @@
 //! - A store failure during the exact lookup fails closed ([`Rejection::StoreUnavailable`]).
 
 use super::jwt::{Claims, Rejection};
-use super::store::{RevokeOutcome, TokenStore, TokenStoreError};
+use super::rows::{RevokeOutcome, TokenStoreError};
+use super::store::TokenStore;
 use bloomfilter::Bloom;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -565,7 +566,7 @@ mod tests {
             }
             fn issue_once(
                 &mut self,
-                _: &crate::token::once::OnceGrant,
+                _: &crate::token::rows::OnceGrant,
                 _: u64,
             ) -> Result<crate::token::OnceIssue, TokenStoreError> {
                 Err(TokenStoreError::Backend("down".to_owned()))

@@ -22,8 +22,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::UserId;
-use super::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, judge_consume};
-use super::store::{RevokeOutcome, Table, TokenStoreError};
+use super::rows::{
+    OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
+};
 
 /// A stored one-time token (its value is the row's key).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -236,6 +237,25 @@ pub const fn mark_once_consumed(row: Option<&OnceRow>, now_ms: u64) -> Option<u6
     match row {
         Some(_) => Some(now_ms),
         None => None,
+    }
+}
+
+/// Decide a consume against a stored row: the one rule both stores implement.
+/// Precedence: unknown, foreign, already consumed, expired.
+#[must_use]
+pub fn judge_consume(
+    row_user: Option<UserId>,
+    consumed: bool,
+    expires_at_ms: u64,
+    user: UserId,
+    now_ms: u64,
+) -> Option<OnceRejection> {
+    match row_user {
+        None => Some(OnceRejection::Unknown),
+        Some(owner) if owner != user => Some(OnceRejection::Foreign),
+        Some(_) if consumed => Some(OnceRejection::AlreadyConsumed),
+        Some(_) if now_ms >= expires_at_ms => Some(OnceRejection::Expired),
+        Some(_) => None,
     }
 }
 

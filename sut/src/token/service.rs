@@ -7,9 +7,11 @@
 //! consumes (the simulator, the models), use [`OnceConsume`] directly.
 
 use super::jwt::{self, Claims, IssuedJwt, JwtConfig, JwtError, Rejection, SigningKey};
-use super::once::{self, OnceConfig, OnceConsume, OnceIssue, OnceKey, OnceRejection, OnceToken};
+use super::once::{self, OnceConfig, OnceConsume};
 use super::revocation::{RevocationConfig, RevocationConfigError, RevocationStats, Revocations};
-use super::store::{PurgeCounts, RevokeOutcome, TokenStore, TokenStoreError, TokenStoreLimits};
+use super::rows::{OnceIssue, OnceKey, OnceRejection, OnceToken};
+use super::rows::{RevokeOutcome, TokenStoreError};
+use super::store::{PurgeCounts, TokenStore, TokenStoreLimits};
 use super::{ActivityId, TokenFlaws, UserId};
 use crate::clock::Now;
 use serde::{Deserialize, Serialize};

@@ -25,7 +25,9 @@
 //! property test beside the latter.
 
 use super::UserId;
-use super::once::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken};
+use super::rows::{
+    OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
+};
 use super::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -49,46 +51,6 @@ impl Default for TokenStoreLimits {
             once_tokens_max: 1_000_000,
         }
     }
-}
-
-/// Which bounded table is full.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Table {
-    /// The revocation set.
-    Revocations,
-    /// The one-time tokens.
-    OnceTokens,
-}
-
-/// Store failures (not protocol rejections).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TokenStoreError {
-    /// The table is at its bound even after purging expired rows.
-    #[error("{table:?} table full ({max} rows)")]
-    Full {
-        /// The table.
-        table: Table,
-        /// Its bound.
-        max: u64,
-    },
-    /// A fresh one-time token value is already used by another key (a repeated nonce).
-    #[error("one-time token value already in use")]
-    TokenCollision,
-    /// The backend failed (SQLite error text, or a corrupt row).
-    #[error("token store backend: {0}")]
-    Backend(String),
-}
-
-/// What a revocation did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[must_use]
-pub enum RevokeOutcome {
-    /// Newly remembered.
-    Revoked,
-    /// Already remembered; its `keep_until_ms` is now the later of the two.
-    AlreadyRevoked,
-    /// `keep_until_ms <= now_ms`: the token can no longer verify, nothing to remember.
-    NotNeeded,
 }
 
 /// Rows removed by [`TokenStore::purge_expired`].

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use sut::store::{
+use sut::id_store::{
     AllocRequest, CounterDurability, IdStore, InstanceId, MemoryIdStore, ReleaseRequest,
     RenewRequest, StoreError, TagSpec, WorkerRequest,
 };

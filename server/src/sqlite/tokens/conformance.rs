@@ -3,7 +3,7 @@
 //! (docs/architecture.md, "The state machines").
 
 use proptest::prelude::*;
-use sut::token::once::{OnceGrant, OnceKey, OnceToken};
+use sut::token::rows::{OnceGrant, OnceKey, OnceToken};
 use sut::token::store::{MemoryTokenStore, TokenStore, TokenStoreLimits};
 use sut::token::{ActivityId, UserId};
 

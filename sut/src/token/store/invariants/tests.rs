@@ -1,7 +1,7 @@
 //! Each invariant of [`MemoryTokenStore::check_invariants`] holds after operations and fires on
 //! a store crafted to break it.
 
-use crate::token::once::{OnceGrant, OnceKey, OnceToken};
+use crate::token::rows::{OnceGrant, OnceKey, OnceToken};
 use crate::token::rules::OnceRow;
 use crate::token::store::{MemoryTokenStore, TokenStore, TokenStoreLimits};
 use crate::token::{ActivityId, UserId};

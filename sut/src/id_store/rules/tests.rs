@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use crate::store::{
+use crate::id_store::{
     AllocRequest, CounterDurability, InstanceId, LeaseRow, ReleaseRequest, RenewRequest,
     SEGMENT_ID_LIMIT, Segment, StoreError, TagRow, TagSpec, WorkerRequest,
 };

@@ -1,8 +1,8 @@
 //! Each invariant of [`MemoryIdStore::check_invariants`] holds after correct operations and
 //! fires on a store crafted to break it.
 
-use crate::store::rules::{Counter, WorkerRow};
-use crate::store::{
+use crate::id_store::rules::{Counter, WorkerRow};
+use crate::id_store::{
     AllocRequest, IdStore, InstanceId, MemoryIdStore, ReleaseRequest, Segment, TagSpec,
     WorkerRequest,
 };

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::MemoryIdStore;
-use crate::store::{SEGMENT_ID_LIMIT, Segment, TagRow};
+use crate::id_store::{SEGMENT_ID_LIMIT, Segment, TagRow};
 
 impl MemoryIdStore {
     /// Checks the store's structural invariants; the first violation found, described.
