@@ -549,6 +549,23 @@ pub enum Verdict {
     Found,
     /// `sometimes`: no example in the explored space (the property may be vacuous).
     NotFound,
+    /// Neither held nor failed: the check stopped at the first violation (a flawed run) before
+    /// this property was decided.
+    NotChecked,
+}
+
+impl Verdict {
+    /// How the verdict reads in a report.
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Holds => "holds",
+            Self::Violated => "violated",
+            Self::Found => "found",
+            Self::NotFound => "not found",
+            Self::NotChecked => "not checked (stopped at the first violation)",
+        }
+    }
 }
 
 /// One property's result.
@@ -702,6 +719,16 @@ fn property_report<M: Model>(p: &Property<M>, found: Option<Vec<String>>) -> Pro
     }
 }
 
+/// After a check that stopped at its first violation: a property with no discovery was not
+/// decided (an `always` not violated *yet*, a `sometimes` not found *yet*).
+fn mark_undecided(properties: &mut [PropertyReport]) {
+    for p in properties {
+        if matches!(p.verdict, Verdict::Holds | Verdict::NotFound) {
+            p.verdict = Verdict::NotChecked;
+        }
+    }
+}
+
 /// Runs `model` with the options and reports.
 pub(crate) fn run<A, C, H>(
     model: NetModel<A, C, H>,
@@ -744,21 +771,22 @@ where
             .map(|a| render_action::<A, C>(&model.inner.cfg, a, model.atomic_restarts.is_some()))
             .collect()
     };
-    let properties: Vec<PropertyReport> = model
+    let mut properties: Vec<PropertyReport> = model
         .properties()
         .iter()
         .map(|p| property_report(p, discoveries.remove(p.name).map(&render)))
         .collect();
+    let stopped_early =
+        stop_at_first_failure && properties.iter().any(|p| p.verdict == Verdict::Violated);
+    if stopped_early {
+        mark_undecided(&mut properties);
+    }
     Ok(ModelReport {
         model: name.to_owned(),
         flaw: opts.flaw.clone(),
         threads: opts.threads,
         depth_limit: opts.depth,
-        exhaustive: opts.depth.is_none_or(|d| max_depth < d)
-            && !(stop_at_first_failure
-                && properties
-                    .iter()
-                    .any(|p: &PropertyReport| p.verdict == Verdict::Violated)),
+        exhaustive: opts.depth.is_none_or(|d| max_depth < d) && !stopped_early,
         states,
         unique_states: checker.unique_state_count(),
         max_depth,
@@ -791,6 +819,7 @@ where
             reason: err.to_string(),
         })?,
     );
+    eprintln!("stateright Explorer: open http://{addr}/ in a browser (Ctrl-C stops it)");
     let _checker = model.checker().serve(addr);
     Ok(())
 }

@@ -406,12 +406,15 @@ pub enum PropertyVerdict {
     Violated,
     Found,
     NotFound,
+    /// Not decided: the check stopped at the first violation before reaching it.
+    NotChecked,
 }
 
 impl PropertyVerdict {
-    /// `holds` and `found` pass; `violated` and `not_found` fail.
+    /// `holds` and `found` pass; `violated` and `not_found` fail; `not_checked` neither (it
+    /// does not fail a run).
     pub fn passed(self) -> bool {
-        matches!(self, Self::Holds | Self::Found)
+        matches!(self, Self::Holds | Self::Found | Self::NotChecked)
     }
 
     /// Lower-case label: "holds", "violated", "found", "not found".
@@ -421,6 +424,7 @@ impl PropertyVerdict {
             Self::Violated => "violated",
             Self::Found => "found",
             Self::NotFound => "not found",
+            Self::NotChecked => "not checked (stopped at the first violation)",
         }
     }
 }

@@ -78,9 +78,22 @@ fn invariant_results(sweep: &Sweep, shown: Option<&SeedOutcome>) -> Vec<Invarian
         .collect()
 }
 
-/// `faults.took_effect`: violated when a fault kind never took effect in the sweep.
+/// `faults.took_effect`: violated when a fault kind never took effect in the sweep; not checked
+/// in a run too small to judge it (a replay).
 fn faults_took_effect(sweep: &Sweep) -> InvariantResult {
-    if sweep.vacuous_faults.is_empty() {
+    if !sweep.coverage_judged() {
+        InvariantResult {
+            name: "faults.took_effect".into(),
+            verdict: Verdict::NotChecked,
+            seed: None,
+            first_offending_event: None,
+            detail: Some(format!(
+                "judged over sweeps of {} seeds or more; this run had {}",
+                sim::run::COVERAGE_SEEDS_MIN,
+                sweep.seeds.len()
+            )),
+        }
+    } else if sweep.vacuous_faults.is_empty() {
         InvariantResult::held("faults.took_effect")
     } else {
         InvariantResult {
@@ -229,6 +242,7 @@ pub fn model(report: &models::ModelReport) -> reports::model::ModelReport {
                     models::Verdict::Holds => V::Holds,
                     models::Verdict::Violated => V::Violated,
                     models::Verdict::Found => V::Found,
+                    models::Verdict::NotChecked => V::NotChecked,
                     models::Verdict::NotFound => V::NotFound,
                 },
                 counterexample: p.counterexample.clone().or_else(|| p.example.clone()),

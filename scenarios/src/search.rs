@@ -379,6 +379,46 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), SearchError> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
+/// Writes `text` to `path`, or, if `path` exists, to the first of `STEM-2.EXT`, `STEM-3.EXT`, …
+/// that does not: never over an existing file. The file appears whole (written to a temporary
+/// file, then hard-linked into place, which fails rather than replace). Returns the path written.
+///
+/// # Errors
+/// The folder cannot be created, the file written, or a thousand names are taken.
+pub fn write_new(path: &Path, text: &str) -> Result<PathBuf, SearchError> {
+    let io = |p: &Path, e: std::io::Error| SearchError::Io(format!("{}: {e}", p.display()));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text).map_err(|e| io(&tmp, e))?;
+    let stem = path
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
+    let result = (1..=1_000)
+        .map(|n| match (n, &ext) {
+            (1, _) => path.to_path_buf(),
+            (n, Some(ext)) => path.with_file_name(format!("{stem}-{n}.{ext}")),
+            (n, None) => path.with_file_name(format!("{stem}-{n}")),
+        })
+        .find_map(|candidate| match std::fs::hard_link(&tmp, &candidate) {
+            Ok(()) => Some(Ok(candidate)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+            Err(e) => Some(Err(io(&candidate, e))),
+        })
+        .unwrap_or_else(|| {
+            Err(SearchError::Io(format!(
+                "{}: a thousand files of that name exist already",
+                path.display()
+            )))
+        });
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
 /// Most runs of the removal pass after proptest's shrinking.
 pub const PRUNE_RUNS_MAX: u32 = 48;
 
@@ -685,6 +725,30 @@ mod tests {
             }
         }
         assert!(saw_events);
+    }
+
+    #[test]
+    fn write_new_never_overwrites_a_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sub").join("case.toml");
+        assert_eq!(write_new(&path, "one").expect("first"), path);
+        let second = write_new(&path, "two").expect("second");
+        assert_eq!(second, dir.path().join("sub").join("case-2.toml"));
+        assert_eq!(
+            write_new(&path, "three").expect("third"),
+            dir.path().join("sub").join("case-3.toml")
+        );
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "one");
+        assert_eq!(std::fs::read_to_string(&second).expect("read"), "two");
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("sub"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(
+            names.len(),
+            3,
+            "no temporary file is left behind: {names:?}"
+        );
     }
 
     #[test]

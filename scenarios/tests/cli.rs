@@ -96,6 +96,108 @@ fn a_short_sweep_exits_0_and_writes_the_json_fields() {
     );
 }
 
+/// A scenario file whose only fault kind can never fire (its interval outlasts the run).
+fn scenario_with_a_fault_that_never_fires(dir: &std::path::Path) -> std::path::PathBuf {
+    let file = dir.join("quiet.toml");
+    std::fs::write(
+        &file,
+        "name = \"quiet\"\ndescription = \"a fault kind that never fires\"\n[run]\nsafety_ms = 300\nliveness_ms = 1000\n\
+         [workload]\nrate_per_s = 100\n[faults]\nkinds = [\"loss\"]\nswarm = false\ninterval_ms = [100000, 100000]\n",
+    )
+    .expect("write");
+    file
+}
+
+#[test]
+fn a_replayed_seed_warns_about_faults_that_did_not_occur_and_exits_0() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = scenario_with_a_fault_that_never_fires(dir.path());
+    let out = scenario()
+        .arg(&file)
+        .args(["--seed", "7", "--seeds", "1"])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("warning: seed 7: fault kinds that did not occur: loss"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("FAULT NEVER TOOK EFFECT"), "{stdout}");
+}
+
+#[test]
+fn a_sweep_in_which_a_fault_kind_never_took_effect_exits_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = scenario_with_a_fault_that_never_fires(dir.path());
+    let json = dir.path().join("out.json");
+    let out = scenario()
+        .arg(&file)
+        .args(["--seeds", "8", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("FAULT NEVER TOOK EFFECT: loss"), "{stdout}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid json");
+    assert_eq!(doc["coverage_judged"], true, "{doc}");
+    assert_eq!(doc["vacuous_faults"][0], "loss", "{doc}");
+}
+
+#[test]
+fn no_arguments_print_the_usage_and_exit_2() {
+    let out = scenario().output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Usage: scenario"), "{stderr}");
+    assert!(
+        stderr.contains("--seeds"),
+        "the options are listed: {stderr}"
+    );
+}
+
+#[test]
+fn flags_that_do_not_apply_to_the_run_are_refused_with_exit_2() {
+    let out = scenario()
+        .args(["clock_skew", "--rate", "100", "--users", "3"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`clock_skew` is a simulation; --rate, --users do not apply"),
+        "{stderr}"
+    );
+    let out = scenario()
+        .args(["load_id", "--seeds", "3"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`load_id` is a load run; --seeds does not apply"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_host_without_a_scheme_is_refused_with_exit_2() {
+    let out = scenario()
+        .args(["load_id", "--host", "127.0.0.1:9", "--duration", "1"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--host `127.0.0.1:9` has no scheme: give a base URL such as http://127.0.0.1:9"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn flaws_lists_the_catalog_and_runs_one_flaw_to_a_violation() {
     let out = scenario().args(["flaws", "--list"]).output().expect("run");
@@ -236,5 +338,14 @@ fn a_flawed_model_exits_1_with_a_counterexample() {
     assert!(
         text.contains("ids.unique") && text.contains("counterexample ("),
         "{text}"
+    );
+    // The check stopped at that violation: what it did not decide is not reported as holding.
+    assert!(
+        text.contains("not checked (stopped at the first violation)"),
+        "{text}"
+    );
+    assert!(
+        !text.lines().any(|l| l.trim_end().ends_with(" holds")),
+        "no property is said to hold after an early stop: {text}"
     );
 }

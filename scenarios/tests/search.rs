@@ -105,7 +105,14 @@ fn search_finds_shrinks_writes_and_replays_a_flaw() {
     let out = dir.path().join("found.toml");
     let run = scenario_cmd()
         .args(["search", &file, "--flaw", "tcc_no_fence", "--cases", "8"])
-        .args(["--events-max", "4", "--shrink-max", "4", "--regressions"])
+        .args([
+            "--events-max",
+            "4",
+            "--shrink-max",
+            "4",
+            "--keep",
+            "--regressions",
+        ])
         .arg(&regressions)
         .arg("--out")
         .arg(&out)
@@ -155,7 +162,7 @@ fn search_finds_shrinks_writes_and_replays_a_flaw() {
     let plain = scenario_cmd().arg(&out).output().expect("run file");
     assert_eq!(plain.status.code(), Some(1));
 
-    // The failure was kept, and the next search tries it first.
+    // The failure was kept (`--keep`), and the next search tries it first.
     let kept: Vec<_> = std::fs::read_dir(&regressions)
         .expect("regressions folder")
         .collect();

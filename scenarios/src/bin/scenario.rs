@@ -9,7 +9,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use sim::run::{SeedOutcome, Sweep};
 use sim::scenario::Scenario;
 
@@ -215,16 +215,21 @@ struct SearchArgs {
     /// Seed of the search (the same seed generates the same cases).
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Write the shrunk scenario file here (besides the regression file).
+    /// Write the shrunk scenario file here (default: a new file under `target/search/`; an
+    /// existing file is never overwritten).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also keep the finding as a regression file in `--regressions` (a new file there; an
+    /// existing one is never overwritten), so that later searches replay it first.
+    #[arg(long)]
+    keep: bool,
     /// Most fault events in a generated schedule.
     #[arg(long, default_value_t = 10)]
     events_max: usize,
     /// Most shrink steps (one simulated run each).
     #[arg(long, default_value_t = 96)]
     shrink_max: u32,
-    /// Where failures are kept and replayed first by later searches.
+    /// Regression files, replayed first (read; written only with `--keep`).
     #[arg(long, default_value = "scenarios/regressions")]
     regressions: PathBuf,
     /// Do not replay the regression files first (a failure found is still kept).
@@ -384,17 +389,66 @@ fn list() -> ExitCode {
 fn named(args: &RunArgs) -> ExitCode {
     match args.name.clone() {
         None => {
+            eprintln!("{}", Cli::command().render_help());
             eprintln!("scenario: name a scenario (`scenario list` shows them)");
             ExitCode::from(USAGE)
         }
-        Some(name) if scenarios::is_load_scenario(&name) => load(&name, args),
-        Some(name) => match scenarios::load(&name) {
-            Err(err) => {
-                eprintln!("scenario: {err}");
-                ExitCode::from(USAGE)
-            }
-            Ok(scenario) => run(scenario, args),
+        Some(name) if scenarios::is_load_scenario(&name) => match foreign_flags(args, true) {
+            Some(flags) => refuse_flags(&name, "a load run", &flags),
+            None => load(&name, args),
         },
+        Some(name) => match foreign_flags(args, false) {
+            Some(flags) => refuse_flags(&name, "a simulation", &flags),
+            None => named_simulation(&name, args),
+        },
+    }
+}
+
+/// The flags given that do not apply: the simulation's to a load run (`load` true), or the
+/// load run's to a simulation. `None` when every flag given applies.
+fn foreign_flags(args: &RunArgs, load: bool) -> Option<Vec<&'static str>> {
+    let simulation_only = [
+        ("--seed", args.seed.is_some()),
+        ("--seeds", args.seeds.is_some()),
+        ("--jobs", args.jobs.is_some()),
+        ("--shard", args.shard.is_some()),
+        ("--check-determinism", args.check_determinism),
+        ("--history", args.history.is_some()),
+    ];
+    let load_only = [
+        ("--rate", args.rate.is_some()),
+        ("--users", args.users.is_some()),
+        ("--host", args.host.is_some()),
+    ];
+    let foreign: Vec<&'static str> = if load {
+        &simulation_only[..]
+    } else {
+        &load_only[..]
+    }
+    .iter()
+    .filter(|(_, given)| *given)
+    .map(|(flag, _)| *flag)
+    .collect();
+    (!foreign.is_empty()).then_some(foreign)
+}
+
+fn refuse_flags(name: &str, what: &str, flags: &[&str]) -> ExitCode {
+    eprintln!(
+        "scenario: `{name}` is {what}; {} do{} not apply to it (`scenario --help` says which \
+         flags apply to which runs)",
+        flags.join(", "),
+        if flags.len() == 1 { "es" } else { "" }
+    );
+    ExitCode::from(USAGE)
+}
+
+fn named_simulation(name: &str, args: &RunArgs) -> ExitCode {
+    match scenarios::load(name) {
+        Err(err) => {
+            eprintln!("scenario: {err}");
+            ExitCode::from(USAGE)
+        }
+        Ok(scenario) => run(scenario, args),
     }
 }
 
@@ -486,6 +540,14 @@ fn run_load(
     args: &RunArgs,
     plan: &LoadPlan,
 ) -> Result<reports::model::LoadReport, ExitCode> {
+    if let Some(host) = &args.host
+        && !(host.starts_with("http://") || host.starts_with("https://"))
+    {
+        eprintln!(
+            "scenario {name}: --host `{host}` has no scheme: give a base URL such as http://{host}"
+        );
+        return Err(ExitCode::from(USAGE));
+    }
     let result = if spec.kills > 0 {
         if args.host.is_some() {
             eprintln!("scenario {name}: a crash run starts and kills its own server: no --host");
@@ -639,11 +701,11 @@ fn print_model_report(report: &models::ModelReport) -> bool {
     println!("properties:");
     let mut failed = false;
     for p in &report.properties {
-        let verdict = format!("{:?}", p.verdict).to_lowercase();
         println!(
-            "  {:<10} {:<45} {verdict}",
+            "  {:<10} {:<45} {}",
             format!("{:?}", p.kind).to_lowercase(),
-            p.name
+            p.name,
+            p.verdict.label()
         );
         let bad = matches!(
             p.verdict,
@@ -893,7 +955,7 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         return ExitCode::from(USAGE);
     }
     let failed = sweep.violations().next().is_some()
-        || !sweep.vacuous_faults.is_empty()
+        || sweep.coverage_failed()
         || !nondeterministic.is_empty();
     if failed {
         ExitCode::FAILURE
@@ -1013,13 +1075,7 @@ fn print_summary(
         println!("  {key:<40} {value}");
     }
     print_invariants(sweep);
-    for kind in &sweep.vacuous_faults {
-        println!(
-            "FAULT NEVER TOOK EFFECT: {} (counters {:?} stayed 0): the sweep proves nothing about it",
-            kind.name(),
-            kind.effect_counters()
-        );
-    }
+    print_fault_coverage(scenario, sweep);
     for (seed, a, b) in nondeterministic {
         println!("NOT DETERMINISTIC: seed {seed} gave history hashes {a:016x} and {b:016x}");
     }
@@ -1033,6 +1089,38 @@ fn print_summary(
             println!("  first offending event: #{event}");
         }
         println!("  replay: {}", replay_command(scenario, seed, args));
+    }
+}
+
+/// Fault coverage: judged over a sweep of at least `COVERAGE_SEEDS_MIN` seeds (a kind that never
+/// took effect fails it); for fewer seeds (a replay), said per seed as a warning.
+fn print_fault_coverage(scenario: &Scenario, sweep: &Sweep) {
+    if sweep.coverage_judged() {
+        for kind in &sweep.vacuous_faults {
+            println!(
+                "FAULT NEVER TOOK EFFECT: {} (counters {:?} stayed 0): the sweep proves nothing about it",
+                kind.name(),
+                kind.effect_counters()
+            );
+        }
+        return;
+    }
+    for seed in &sweep.seeds {
+        let missed: Vec<&str> = scenario
+            .fault_kinds()
+            .into_iter()
+            .filter(|kind| !sim::run::took_effect(*kind, &seed.coverage))
+            .map(|kind| kind.name())
+            .collect();
+        if !missed.is_empty() {
+            println!(
+                "warning: seed {}: fault kinds that did not occur: {} (coverage is judged over \
+                 sweeps of {} seeds or more, not over a replay)",
+                seed.seed,
+                missed.join(", "),
+                sim::run::COVERAGE_SEEDS_MIN
+            );
+        }
     }
 }
 
@@ -1106,6 +1194,7 @@ fn write_json(
         "events": sweep.seeds.iter().map(|s| s.events).sum::<u64>(),
         "fault_effects": sweep.coverage,
         "vacuous_faults": sweep.vacuous_faults.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "coverage_judged": sweep.coverage_judged(),
         "nondeterministic_seeds": nondeterministic.iter().map(|(s, _, _)| *s).collect::<Vec<_>>(),
         "ids_lost": sweep.seeds.iter().map(|s| s.ids_lost).sum::<u64>(),
     });
@@ -1341,7 +1430,7 @@ fn search(args: &SearchArgs) -> ExitCode {
         Ok(SearchOutcome::Found(found)) => found,
     };
     print_found(&scenario, &opts, &found);
-    write_found(&scenario, &opts, &found, args.out.as_deref())
+    write_found(&scenario, &opts, &found, args)
 }
 
 /// The scenario to search: named, or the one the flaw catalog uses for `flaw`; with the flaw
@@ -1469,13 +1558,15 @@ fn print_found(
     }
 }
 
-/// Writes the finding as a scenario file that replays it: as a regression file (unless it
-/// came from one) and to `out`. Exit code 1: a violation was found.
+/// Writes a new finding as a scenario file that replays it: to `--out` or a new file under
+/// `target/search/`, and with `--keep` as a new regression file (a finding replayed from a
+/// regression file is not written again). Never overwrites a file. Exit code 1: a violation
+/// was found.
 fn write_found(
     scenario: &Scenario,
     opts: &scenarios::search::SearchOptions,
     found: &scenarios::search::Found,
-    out: Option<&std::path::Path>,
+    args: &SearchArgs,
 ) -> ExitCode {
     let command = format!(
         "scenario search {}{}{} --seed {} --cases {} --events-max {}",
@@ -1500,25 +1591,39 @@ fn write_found(
             return ExitCode::from(USAGE);
         }
     };
-    let mut written = Vec::new();
-    if found.from_regression.is_none()
-        && let Some(dir) = &opts.regressions
-    {
-        written.push(dir.join(scenarios::search::regression_name(
-            &scenario.name,
-            scenario.run.flaw,
-            &found.invariant,
-        )));
-    }
-    written.extend(out.map(std::path::Path::to_path_buf));
-    for path in &written {
-        if let Err(err) = scenarios::search::write_atomic(path, &text) {
-            eprintln!("scenario search: {err}");
-            return ExitCode::from(USAGE);
+    let name =
+        scenarios::search::regression_name(&scenario.name, scenario.run.flaw, &found.invariant);
+    let mut targets = Vec::new();
+    if found.from_regression.is_none() {
+        targets.push(
+            args.out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("target/search").join(&name)),
+        );
+        if args.keep {
+            targets.push(args.regressions.join(&name));
         }
-        println!("written         {}", path.display());
     }
-    if let Some(path) = written.last().or(found.from_regression.as_ref()) {
+    let mut written = Vec::new();
+    for path in targets {
+        match scenarios::search::write_new(&path, &text) {
+            Ok(path) => {
+                println!("written         {}", path.display());
+                written.push(path);
+            }
+            Err(err) => {
+                eprintln!("scenario search: {err}");
+                return ExitCode::from(USAGE);
+            }
+        }
+    }
+    if found.from_regression.is_none() && !args.keep {
+        println!(
+            "keep it         rerun with --keep, or copy it into {}/, to replay it first in later searches",
+            args.regressions.display()
+        );
+    }
+    if let Some(path) = written.first().or(found.from_regression.as_ref()) {
         println!("replay          scenario replay {}", path.display());
     }
     ExitCode::FAILURE
