@@ -52,6 +52,8 @@ pub struct ModelOptions {
     pub depth: Option<usize>,
     /// A documented flaw to switch on (see [`ModelInfo::flaws`]).
     pub flaw: Option<String>,
+    /// Show the check's progress on stderr, once a second (for a terminal).
+    pub progress: bool,
 }
 
 impl Default for ModelOptions {
@@ -60,6 +62,7 @@ impl Default for ModelOptions {
             threads: 2,
             depth: None,
             flaw: None,
+            progress: false,
         }
     }
 }

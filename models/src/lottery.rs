@@ -845,6 +845,7 @@ mod tests {
             threads: 1,
             depth,
             flaw: None,
+            progress: false,
         };
         runner::run(model(setup).unwrap(), NAME, &opts).unwrap()
     }

@@ -554,20 +554,6 @@ pub enum Verdict {
     NotChecked,
 }
 
-impl Verdict {
-    /// How the verdict reads in a report.
-    #[must_use]
-    pub const fn label(self) -> &'static str {
-        match self {
-            Self::Holds => "holds",
-            Self::Violated => "violated",
-            Self::Found => "found",
-            Self::NotFound => "not found",
-            Self::NotChecked => "not checked (stopped at the first violation)",
-        }
-    }
-}
-
 /// One property's result.
 #[derive(Clone, Debug, Serialize)]
 pub struct PropertyReport {
@@ -729,6 +715,39 @@ fn mark_undecided(properties: &mut [PropertyReport]) {
     }
 }
 
+/// The check's progress on stderr, rewritten in place once a second.
+struct ProgressLine<'a> {
+    name: &'a str,
+}
+
+impl<M: Model> stateright::report::Reporter<M> for ProgressLine<'_> {
+    fn report_checking(&mut self, data: stateright::report::ReportData) {
+        eprint!(
+            "\r{}: {} states ({} unique), depth {}, {} s{}",
+            self.name,
+            data.total_states,
+            data.unique_states,
+            data.max_depth,
+            data.duration.as_secs(),
+            if data.done { ", done\n" } else { "   " }
+        );
+    }
+
+    fn report_discoveries(
+        &mut self,
+        _model: &M,
+        _discoveries: std::collections::BTreeMap<
+            &'static str,
+            stateright::report::ReportDiscovery<M>,
+        >,
+    ) where
+        M::Action: Debug + PartialEq,
+        M::State: Debug + Hash + PartialEq,
+    {
+        // The report that follows the check lists every property with its path.
+    }
+}
+
 /// Runs `model` with the options and reports.
 pub(crate) fn run<A, C, H>(
     model: NetModel<A, C, H>,
@@ -759,7 +778,13 @@ where
     if let Some(depth) = opts.depth {
         builder = builder.target_max_depth(depth);
     }
-    let checker = builder.spawn_bfs().join();
+    let checker = if opts.progress {
+        builder
+            .spawn_bfs()
+            .join_and_report(&mut ProgressLine { name })
+    } else {
+        builder.spawn_bfs().join()
+    };
     let wall_seconds = started.elapsed().as_secs_f64();
     let states = checker.state_count();
     let max_depth = checker.max_depth();

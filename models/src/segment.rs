@@ -684,6 +684,7 @@ mod tests {
             threads: 1,
             depth,
             flaw: None,
+            progress: false,
         };
         runner::run(model(setup).unwrap(), NAME, &opts).unwrap()
     }
@@ -756,6 +757,7 @@ mod tests {
             threads: 1,
             depth: None,
             flaw: Some("segment_no_version_check".to_owned()),
+            progress: false,
         };
         let report = crate::check(NAME, opts).unwrap();
         let unique = report.property("ids.unique").unwrap();

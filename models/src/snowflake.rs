@@ -470,6 +470,7 @@ mod tests {
             threads: 1,
             depth: Some(15),
             flaw: None,
+            progress: false,
         };
         let report = runner::run(model(&SnowflakeSetup::default()), NAME, &opts).unwrap();
         assert!(report.failures().is_empty(), "{:#?}", report.failures());
@@ -504,6 +505,7 @@ mod flaw_tests {
             threads: 1,
             depth: Some(DEPTH_DEFAULT),
             flaw: Some("snowflake_seq_reset_first".into()),
+            progress: false,
         };
         let report = crate::runner::run(
             model(&SnowflakeSetup::with_flaw(opts.flaw.as_deref())),

@@ -303,6 +303,7 @@ mod tests {
             threads: 1,
             depth: None,
             flaw: flaw.map(str::to_owned),
+            progress: false,
         };
         runner::run(model(&TokenSetup::with_flaw(flaw)).unwrap(), NAME, &opts).unwrap()
     }

@@ -181,6 +181,7 @@ fn check_model(flaw: Flaw, row: &mut FlawResult) {
         threads: 1,
         depth: None,
         flaw: Some(flaw.name().to_owned()),
+        progress: false,
     };
     let report = match models::check(info.name, options) {
         Ok(report) => report,

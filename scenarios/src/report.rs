@@ -213,10 +213,23 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
     }
 }
 
+/// A model checker's verdict in the `reports` data model (whose `label` is how it reads).
+#[must_use]
+pub fn property_verdict(verdict: models::Verdict) -> reports::model::PropertyVerdict {
+    use reports::model::PropertyVerdict as V;
+    match verdict {
+        models::Verdict::Holds => V::Holds,
+        models::Verdict::Violated => V::Violated,
+        models::Verdict::Found => V::Found,
+        models::Verdict::NotChecked => V::NotChecked,
+        models::Verdict::NotFound => V::NotFound,
+    }
+}
+
 /// Converts a model check into the `reports` data model.
 #[must_use]
 pub fn model(report: &models::ModelReport) -> reports::model::ModelReport {
-    use reports::model::{PropertyKind as K, PropertyReport, PropertyVerdict as V};
+    use reports::model::{PropertyKind as K, PropertyReport};
     let name = match &report.flaw {
         Some(flaw) => format!("{} (flaw: {flaw})", report.model),
         None => report.model.clone(),
@@ -238,13 +251,7 @@ pub fn model(report: &models::ModelReport) -> reports::model::ModelReport {
                     models::PropertyKind::Sometimes => K::Sometimes,
                     models::PropertyKind::Eventually => K::Eventually,
                 },
-                verdict: match p.verdict {
-                    models::Verdict::Holds => V::Holds,
-                    models::Verdict::Violated => V::Violated,
-                    models::Verdict::Found => V::Found,
-                    models::Verdict::NotChecked => V::NotChecked,
-                    models::Verdict::NotFound => V::NotFound,
-                },
+                verdict: property_verdict(p.verdict),
                 counterexample: p.counterexample.clone().or_else(|| p.example.clone()),
             })
             .collect(),

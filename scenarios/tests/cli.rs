@@ -87,6 +87,19 @@ fn a_short_sweep_exits_0_and_writes_the_json_fields() {
         assert!(doc.get(field).is_some(), "missing {field} in {doc}");
     }
     assert_eq!(doc["seeds_run"], 1);
+    for key in [
+        "date (UTC)",
+        "commit",
+        "host",
+        "cores",
+        "command",
+        "bench version",
+    ] {
+        assert!(
+            doc["meta"][key].is_string(),
+            "run metadata lacks {key}: {doc}"
+        );
+    }
     assert!(
         doc["fault_effects"]["net.dropped_by_loss"]
             .as_u64()
@@ -195,6 +208,39 @@ fn a_host_without_a_scheme_is_refused_with_exit_2() {
             "--host `127.0.0.1:9` has no scheme: give a base URL such as http://127.0.0.1:9"
         ),
         "{stderr}"
+    );
+}
+
+#[test]
+fn every_check_ends_with_a_one_line_verdict() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = scenario_with_a_fault_that_never_fires(dir.path());
+    let pass = scenario()
+        .arg(&file)
+        .args(["--seeds", "1"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&pass.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("PASS: scenario ") && last.contains("--seeds 1") && last.ends_with(" s)"),
+        "{stderr}"
+    );
+    let fail = scenario()
+        .arg(&file)
+        .args(["--seeds", "8"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&fail.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("FAIL (a finding: see above): scenario "),
+        "{stderr}"
+    );
+    let list = scenario().arg("list").output().expect("run");
+    assert!(
+        !String::from_utf8_lossy(&list.stderr).contains("PASS"),
+        "a list is not a check"
     );
 }
 

@@ -66,6 +66,10 @@ pub struct SeedOutcome {
     pub ops: Vec<OpsBucket>,
     /// Per operation kind: `[ok, failed, indeterminate]`.
     pub op_outcomes: BTreeMap<String, [u64; 3]>,
+    /// Per operation kind, why operations failed: the refusal's text with every number as `N`
+    /// (so that "user 12 has 5 …" and "user 40 has 0 …" count as one reason), and how often.
+    #[serde(default)]
+    pub op_failures: BTreeMap<String, BTreeMap<String, u64>>,
     /// Node names.
     pub nodes: Vec<String>,
     /// The history itself, when asked for.
@@ -216,6 +220,53 @@ fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
         }
     }
     out.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
+/// Per operation kind, the reasons of its failures (numbers replaced by `N`) and their counts.
+fn op_failures(history: &[Event]) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut kinds: rustc_hash::FxHashMap<(&str, u64), &'static str> =
+        rustc_hash::FxHashMap::default();
+    let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for e in history {
+        match &e.kind {
+            EventKind::Invoke { op_id, op } => {
+                kinds.insert((e.node.as_str(), *op_id), op_kind(op));
+            }
+            EventKind::Complete {
+                op_id,
+                outcome: Outcome::Fail(reason),
+            } => {
+                let kind = kinds
+                    .get(&(e.node.as_str(), *op_id))
+                    .copied()
+                    .unwrap_or("unknown");
+                *out.entry(kind.to_owned())
+                    .or_default()
+                    .entry(numbers_as_n(reason))
+                    .or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `text` with every run of digits replaced by `N`.
+fn numbers_as_n(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_number = false;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            if !in_number {
+                out.push('N');
+            }
+            in_number = true;
+        } else {
+            out.push(c);
+            in_number = false;
+        }
+    }
+    out
 }
 
 /// Replays the participants' durable logs: their replies in the order they took effect.
@@ -384,6 +435,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         clock_samples,
         ops: ops_series(&history),
         op_outcomes: op_outcomes(&history),
+        op_failures: op_failures(&history),
         nodes: names,
         history: keep_history.then_some(history),
         wall_seconds: 0.0,
@@ -548,5 +600,24 @@ pub fn sweep(
         coverage,
         vacuous_faults,
         wall_seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::numbers_as_n;
+
+    #[test]
+    fn failure_reasons_group_by_their_words() {
+        assert_eq!(
+            numbers_as_n("user 12 has 5 but the ticket costs 10"),
+            "user N has N but the ticket costs N"
+        );
+        assert_eq!(
+            numbers_as_n("user 40 has 0 but the ticket costs 10"),
+            numbers_as_n("user 12 has 5 but the ticket costs 10")
+        );
+        assert_eq!(numbers_as_n("out of stock"), "out of stock");
+        assert_eq!(numbers_as_n("id7x"), "idNx");
     }
 }

@@ -344,10 +344,45 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(USAGE);
     }
-    match cli.command {
+    let checks = checks_something(&cli);
+    let started = std::time::Instant::now();
+    let code = match cli.command {
         Some(command) => subcommand(command),
         None => named(&cli.run),
+    };
+    if checks {
+        print_verdict(code, started.elapsed().as_secs_f64());
     }
+    code
+}
+
+/// Whether the command checks something (and so ends with a verdict line): not the lists and
+/// not the Explorer.
+fn checks_something(cli: &Cli) -> bool {
+    match &cli.command {
+        None => cli.run.name.is_some(),
+        Some(Command::List | Command::Explore { .. }) => false,
+        Some(Command::Model(args)) => !args.list,
+        Some(Command::Flaws(args)) => !args.list,
+        Some(_) => true,
+    }
+}
+
+/// The last line of every checking command, on stderr: PASS or FAIL, what ran, how long.
+fn print_verdict(code: ExitCode, seconds: f64) {
+    let what = std::env::args()
+        .skip(1)
+        .map(|w| shell_word(&w))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let verdict = if code == ExitCode::SUCCESS {
+        "PASS"
+    } else if code == ExitCode::FAILURE {
+        "FAIL (a finding: see above)"
+    } else {
+        "FAIL (bad usage: see above)"
+    };
+    eprintln!("{verdict}: scenario {what} ({seconds:.1} s)");
 }
 
 fn subcommand(command: Command) -> ExitCode {
@@ -498,7 +533,12 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
         flaw.map(|f| format!(", FLAW {f} switched on in the server"))
             .unwrap_or_default()
     );
-    let mut report = match run_load(name, spec, args, &plan) {
+    let clock = load_clock(plan.duration_s + spec.warmup_s);
+    let result = run_load(name, spec, args, &plan);
+    if let Some(bar) = clock {
+        bar.finish_and_clear();
+    }
+    let mut report = match result {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -506,7 +546,13 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
     print_load_report(&report, flaw);
     let passed = report.passed();
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report).map_err(std::io::Error::other);
+        let text = serde_json::to_value(&report)
+            .map(|mut doc| {
+                doc["meta"] = serde_json::json!(run_metadata());
+                doc
+            })
+            .and_then(|doc| serde_json::to_string_pretty(&doc))
+            .map_err(std::io::Error::other);
         if let Err(err) = text.and_then(|t| write_atomic(path, &t)) {
             eprintln!("scenario: cannot write {}: {err}", path.display());
             return ExitCode::from(USAGE);
@@ -530,6 +576,28 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// On a terminal, a bar of the load run's planned seconds (warm-up included) that fills as they
+/// pass; `None` elsewhere. The load itself is measured by the run, not by this clock.
+fn load_clock(seconds: u64) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(seconds.max(1));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} s of load  {elapsed_precise}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let ticker = bar.clone();
+        std::thread::spawn(move || {
+            while !ticker.is_finished() && ticker.position() < ticker.length().unwrap_or(0) {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                ticker.inc(1);
+            }
+        });
+        bar
+    })
 }
 
 /// Runs the load: a crash run (which starts and kills its own server) when the scenario has
@@ -633,6 +701,7 @@ fn model(args: &ModelArgs) -> ExitCode {
         threads: args.threads.max(1),
         depth: args.depth,
         flaw: args.flaw.clone(),
+        progress: std::io::stderr().is_terminal(),
     };
     let report = match models::check(name, options) {
         Ok(r) => r,
@@ -705,7 +774,7 @@ fn print_model_report(report: &models::ModelReport) -> bool {
             "  {:<10} {:<45} {}",
             format!("{:?}", p.kind).to_lowercase(),
             p.name,
-            p.verdict.label()
+            scenarios::report::property_verdict(p.verdict).label()
         );
         let bad = matches!(
             p.verdict,
@@ -1044,10 +1113,62 @@ fn replay_command(scenario: &Scenario, seed: u64, args: &RunArgs) -> String {
     }
 }
 
+/// Writes the HTML report, `summary.json` and `junit.xml`, with the run's metadata added.
 fn write_reports(dir: &std::path::Path, summary: &reports::model::Summary) -> Result<(), String> {
+    let mut summary = summary.clone();
+    for (key, value) in run_metadata() {
+        summary.meta.entry(key).or_insert(value);
+    }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    reports::write::write_report(dir, summary).map_err(|e| e.to_string())?;
-    reports::write::write_junit(&dir.join("junit.xml"), summary).map_err(|e| e.to_string())
+    reports::write::write_report(dir, &summary).map_err(|e| e.to_string())?;
+    reports::write::write_junit(&dir.join("junit.xml"), &summary).map_err(|e| e.to_string())
+}
+
+/// What a report needs to be compared with another: when, which code, on what machine, how.
+fn run_metadata() -> std::collections::BTreeMap<String, String> {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map_or_else(
+            || "unknown (not a git checkout)".to_owned(),
+            |out| String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        );
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let command = std::env::args()
+        .map(|w| shell_word(&w))
+        .collect::<Vec<_>>()
+        .join(" ");
+    [
+        (
+            "date (UTC)",
+            chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string(),
+        ),
+        ("commit", commit),
+        ("host", host),
+        ("cores", cores.to_string()),
+        ("command", command),
+        (
+            "bench version",
+            format!("{} ({} build)", env!("CARGO_PKG_VERSION"), build_profile()),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// `release` or `debug`: figures from a debug build are not comparable with release ones.
+const fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
 }
 
 fn print_summary(
@@ -1070,10 +1191,7 @@ fn print_summary(
     let lost: u64 = sweep.seeds.iter().map(|s| s.ids_lost).sum();
     println!("segment IDs lost to faults (never issued, within the bound): {lost}");
     print_operations(sweep);
-    println!("fault effects:");
-    for (key, value) in &sweep.coverage {
-        println!("  {key:<40} {value}");
-    }
+    print_counters(&sweep.coverage);
     print_invariants(sweep);
     print_fault_coverage(scenario, sweep);
     for (seed, a, b) in nondeterministic {
@@ -1124,6 +1242,34 @@ fn print_fault_coverage(scenario: &Scenario, sweep: &Sweep) {
     }
 }
 
+/// The sweep's counters in three groups: the faults the nemesis injected, what they did (the
+/// counters fault coverage is judged on), and how the system responded (plus the traffic).
+fn print_counters(coverage: &std::collections::BTreeMap<String, u64>) {
+    const GROUPS: [&str; 3] = [
+        "faults injected:",
+        "fault effects (what the faults did):",
+        "the system's responses and traffic:",
+    ];
+    let group_of = |key: &str| {
+        if key.starts_with("fault.") || key == "crash.kills" {
+            0
+        } else if sim::scenario::FaultKind::ALL
+            .iter()
+            .any(|kind| kind.effect_counters().contains(&key))
+        {
+            1
+        } else {
+            2
+        }
+    };
+    for (group, title) in GROUPS.iter().enumerate() {
+        println!("{title}");
+        for (key, value) in coverage.iter().filter(|(k, _)| group_of(k) == group) {
+            println!("  {key:<40} {value}");
+        }
+    }
+}
+
 /// Per operation kind, over all seeds: ok / failed / no answer.
 fn print_operations(sweep: &Sweep) {
     let mut outcomes: std::collections::BTreeMap<&str, [u64; 3]> =
@@ -1136,9 +1282,32 @@ fn print_operations(sweep: &Sweep) {
             }
         }
     }
-    println!("operations (ok / failed / no answer):");
+    println!(
+        "operations (ok / failed: refused, with the reason / no answer: timed out, outcome unknown):"
+    );
+    let mut reasons: std::collections::BTreeMap<&str, std::collections::BTreeMap<&str, u64>> =
+        std::collections::BTreeMap::new();
+    for seed in &sweep.seeds {
+        for (kind, by_reason) in &seed.op_failures {
+            let slot = reasons.entry(kind.as_str()).or_default();
+            for (reason, n) in by_reason {
+                *slot.entry(reason.as_str()).or_default() += n;
+            }
+        }
+    }
     for (kind, [ok, failed, timeout]) in &outcomes {
         println!("  {kind:<40} {ok} / {failed} / {timeout}");
+        let mut top: Vec<(&str, u64)> = reasons
+            .get(kind)
+            .map(|r| r.iter().map(|(k, v)| (*k, *v)).collect())
+            .unwrap_or_default();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        for (reason, n) in top.iter().take(3) {
+            println!("      {n:>8} × {reason}");
+        }
+        if top.len() > 3 {
+            println!("      ... and {} other reasons", top.len() - 3);
+        }
     }
 }
 
@@ -1197,6 +1366,7 @@ fn write_json(
         "coverage_judged": sweep.coverage_judged(),
         "nondeterministic_seeds": nondeterministic.iter().map(|(s, _, _)| *s).collect::<Vec<_>>(),
         "ids_lost": sweep.seeds.iter().map(|s| s.ids_lost).sum::<u64>(),
+        "meta": run_metadata(),
     });
     let text = serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?;
     write_atomic(path, &text)

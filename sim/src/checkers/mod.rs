@@ -57,7 +57,13 @@ pub fn gap_bound(step_max: u64, stranding_events: u64) -> u64 {
     2 * step_max * (stranding_events + 1)
 }
 
+/// A violation of `invariant`; a `detail` that starts with the invariant's name (the core's
+/// checkers name it in their messages) is kept without it, so that it is said once.
 fn violation(invariant: &str, event: Option<u64>, detail: String) -> Violation {
+    let detail = detail
+        .strip_prefix(invariant)
+        .and_then(|rest| rest.strip_prefix(": "))
+        .map_or(detail.clone(), str::to_owned);
     Violation {
         invariant: invariant.to_owned(),
         event,

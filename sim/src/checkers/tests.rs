@@ -282,7 +282,16 @@ fn duplicate_participation_fires() {
         ),
     ]);
     let v = lottery_result(&h, &good_ledger(), "lottery.no_duplicate_participation").unwrap_err();
-    assert!(v.detail.contains("Xid(2)"), "{}", v.detail);
+    assert!(
+        v.detail.contains("draws 1 and 2 were both confirmed"),
+        "{}",
+        v.detail
+    );
+    assert!(
+        !v.detail.starts_with("lottery."),
+        "the invariant is named once, not again in the detail: {}",
+        v.detail
+    );
     // The coordinator's outcome events are checked too.
     let confirmed = |xid| {
         EventKind::Draw(DrawEvent {
@@ -308,7 +317,8 @@ fn hanging_try_fires() {
     ]);
     let v = lottery_result(&h, &good_ledger(), "lottery.no_hanging").unwrap_err();
     assert!(
-        v.detail.contains("Xid(1)") && v.detail.contains("Wallet"),
+        v.detail
+            .contains("the Try of draw 1 on the wallet participant took effect"),
         "{}",
         v.detail
     );
@@ -331,7 +341,7 @@ fn over_issue_conservation_and_settled_fire_on_bad_ledgers() {
     let mut leaked = good_ledger();
     leaked.collected_minor = 0; // 10 minor units vanished
     let v = lottery_result(&[], &leaked, "lottery.conservation").unwrap_err();
-    assert!(v.detail.contains("minted 100"), "{}", v.detail);
+    assert!(v.detail.contains("but 100 was ever put in"), "{}", v.detail);
 
     let mut open = good_ledger();
     open.accounts.insert(

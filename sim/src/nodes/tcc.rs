@@ -51,7 +51,7 @@ impl Coord {
                     Some(Outcome::Ok(Answer::Draw(format!("confirmed won={won}"))))
                 }
                 DrawOutcome::Cancelled { reason } => {
-                    Some(Outcome::Fail(format!("cancelled: {reason:?}")))
+                    Some(Outcome::Fail(format!("cancelled: {reason}")))
                 }
                 // Not final: the client keeps waiting (and may time out: indeterminate).
                 DrawOutcome::Parked { .. } => {

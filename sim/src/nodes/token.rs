@@ -340,7 +340,7 @@ fn finish_consume(
                     at,
                 })
             });
-            Answered::Now(Outcome::Fail(format!("{rejection:?}")))
+            Answered::Now(Outcome::Fail(rejection.to_string()))
         }
         Err(err) => Answered::Now(Outcome::Fail(err.to_string())),
     }

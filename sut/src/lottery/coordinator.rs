@@ -190,6 +190,22 @@ pub enum CancelReason {
     Recovered,
 }
 
+impl std::fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TryRefused { branch, refusal } => {
+                write!(f, "the {branch} participant refused the Try: {refusal}")
+            }
+            Self::TryTimedOut { branch } => {
+                write!(f, "the {branch} participant did not answer the Try in time")
+            }
+            Self::Recovered => {
+                f.write_str("the coordinator restarted and cancelled the undecided draw")
+            }
+        }
+    }
+}
+
 /// How a draw ended (or stalled).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DrawOutcome {

@@ -11,7 +11,7 @@ use super::{ActivityId, UserId};
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
 pub enum StoreError {
     /// The account already exists.
-    #[error("user {user:?} already has an account")]
+    #[error("user {user} already has an account")]
     AccountExists {
         /// The user.
         user: UserId,
@@ -23,7 +23,7 @@ pub enum StoreError {
         amount_minor: u64,
     },
     /// The stock would exceed `AMOUNT_MAX` units.
-    #[error("stock of {activity:?} would exceed the maximum")]
+    #[error("stock of {activity} would exceed the maximum")]
     StockTooLarge {
         /// The activity.
         activity: ActivityId,

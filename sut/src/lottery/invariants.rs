@@ -29,14 +29,16 @@ pub const NO_HANGING: &str = "lottery.no_hanging";
 pub const SETTLED: &str = "lottery.settled";
 
 /// What is still open when `lottery.settled` expected everything closed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Unsettled {
     /// The coordinator log still holds the draw.
+    #[error("draw {xid} is still open in the coordinator's log")]
     OpenDraw {
         /// The draw.
         xid: Xid,
     },
     /// A fence row still says `tried` (neither confirmed nor cancelled).
+    #[error("the {branch} branch of draw {xid} is still `tried` (neither confirmed nor cancelled)")]
     FenceTried {
         /// The draw.
         xid: Xid,
@@ -44,6 +46,7 @@ pub enum Unsettled {
         branch: Participant,
     },
     /// Money still frozen.
+    #[error("user {user} still has {frozen_minor} frozen")]
     Frozen {
         /// The user.
         user: UserId,
@@ -51,6 +54,7 @@ pub enum Unsettled {
         frozen_minor: u64,
     },
     /// Stock still reserved.
+    #[error("activity {activity} still has {reserved} prize unit(s) reserved")]
     Reserved {
         /// The activity.
         activity: ActivityId,
@@ -58,6 +62,9 @@ pub enum Unsettled {
         reserved: u64,
     },
     /// A participation record neither confirmed nor erased.
+    #[error(
+        "user {user} in activity {activity} still has a pending participation record (draw {xid})"
+    )]
     PendingParticipation {
         /// The user.
         user: UserId,
@@ -67,6 +74,9 @@ pub enum Unsettled {
         xid: Xid,
     },
     /// The house collected a different amount than the confirmed draws paid.
+    #[error(
+        "the house collected {collected_minor}, but the confirmed draws paid {confirmed_minor}"
+    )]
     CollectedMismatch {
         /// Collected by the house.
         collected_minor: u64,
@@ -74,6 +84,9 @@ pub enum Unsettled {
         confirmed_minor: u128,
     },
     /// An activity issued a different number of prizes than it has confirmed winning draws.
+    #[error(
+        "activity {activity} issued {issued} prize(s) for {confirmed_wins} confirmed winning draw(s)"
+    )]
     IssuedMismatch {
         /// The activity.
         activity: ActivityId,
@@ -89,7 +102,7 @@ pub enum Unsettled {
 pub enum LotteryViolation {
     /// Two different draws of one user in one activity were confirmed.
     #[error(
-        "{NO_DUPLICATE_PARTICIPATION}: {user:?} in {activity:?} confirmed by {first:?} and {second:?} (event {event_index})"
+        "{NO_DUPLICATE_PARTICIPATION}: user {user} took part in activity {activity} twice: draws {first} and {second} were both confirmed (the second at event {event_index})"
     )]
     DuplicateParticipation {
         /// The user.
@@ -104,7 +117,9 @@ pub enum LotteryViolation {
         event_index: usize,
     },
     /// More prizes issued than ever stocked.
-    #[error("{NO_OVER_ISSUE}: {activity:?} issued {issued} of {total}")]
+    #[error(
+        "{NO_OVER_ISSUE}: activity {activity} issued {issued} prize(s) but only {total} were ever stocked"
+    )]
     OverIssue {
         /// The activity.
         activity: ActivityId,
@@ -114,7 +129,10 @@ pub enum LotteryViolation {
         issued: u64,
     },
     /// Stock units created or lost: `available + reserved + issued != total`.
-    #[error("{NO_OVER_ISSUE}: {activity:?} stock does not add up: {stock:?}")]
+    #[error(
+        "{NO_OVER_ISSUE}: activity {activity}'s stock does not add up: available {} + reserved {} + issued {} != total {}",
+        stock.available, stock.reserved, stock.issued, stock.total
+    )]
     StockMismatch {
         /// The activity.
         activity: ActivityId,
@@ -122,7 +140,9 @@ pub enum LotteryViolation {
         stock: Stock,
     },
     /// Money created or lost.
-    #[error("{CONSERVATION}: balances + frozen + collected = {held_minor}, minted {minted_minor}")]
+    #[error(
+        "{CONSERVATION}: money was created or lost: balances + frozen + collected = {held_minor}, but {minted_minor} was ever put in"
+    )]
     Conservation {
         /// Money put in.
         minted_minor: u64,
@@ -131,7 +151,7 @@ pub enum LotteryViolation {
     },
     /// A Try took effect after a Cancel of the same branch had been accepted.
     #[error(
-        "{NO_HANGING}: Try of {xid:?} on {branch:?} took effect (event {try_index}) after its Cancel (event {cancel_index})"
+        "{NO_HANGING}: the Try of draw {xid} on the {branch} participant took effect (event {try_index}) after that branch's Cancel had been accepted (event {cancel_index}): a hanging Try"
     )]
     Hanging {
         /// The draw.
@@ -144,7 +164,7 @@ pub enum LotteryViolation {
         try_index: usize,
     },
     /// Something is still open after the system went quiet.
-    #[error("{SETTLED}: {0:?}")]
+    #[error("{SETTLED}: {0}")]
     Unsettled(Unsettled),
 }
 

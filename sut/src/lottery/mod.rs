@@ -91,9 +91,21 @@ pub struct Xid(pub u64);
 
 pub use crate::UserId;
 
+impl std::fmt::Display for Xid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// A lottery activity; each activity has one prize with its own stock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ActivityId(pub u64);
+
+impl std::fmt::Display for ActivityId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
 
 /// The three TCC participants of a draw. A draw's branch on a participant is identified by
 /// `(xid, participant)`; the participant is also the address messages are sent to.
@@ -107,6 +119,16 @@ pub enum Participant {
     /// Participation log, unique per (user, activity): Try records, Confirm marks confirmed,
     /// Cancel erases the record.
     Participation,
+}
+
+impl std::fmt::Display for Participant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Wallet => "wallet",
+            Self::Inventory => "inventory",
+            Self::Participation => "participation",
+        })
+    }
 }
 
 impl Participant {

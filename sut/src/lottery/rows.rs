@@ -62,13 +62,13 @@ pub enum Refusal {
     #[error("fence: Cancel refused, the branch was already confirmed")]
     CancelAfterConfirm,
     /// No such account.
-    #[error("user {user:?} has no account")]
+    #[error("user {user} has no account")]
     UnknownAccount {
         /// The user.
         user: UserId,
     },
     /// The balance cannot pay the ticket.
-    #[error("user {user:?} has {balance_minor} but the ticket costs {price_minor}")]
+    #[error("user {user} has {balance_minor} but the ticket costs {price_minor}")]
     InsufficientBalance {
         /// The user.
         user: UserId,
@@ -78,19 +78,19 @@ pub enum Refusal {
         price_minor: u64,
     },
     /// No stock row for the activity.
-    #[error("activity {activity:?} has no prize stock")]
+    #[error("activity {activity} has no prize stock")]
     UnknownActivity {
         /// The activity.
         activity: ActivityId,
     },
     /// No unit left to reserve.
-    #[error("activity {activity:?} is out of stock")]
+    #[error("activity {activity} is out of stock")]
     OutOfStock {
         /// The activity.
         activity: ActivityId,
     },
     /// The user already has a (pending or confirmed) draw in this activity.
-    #[error("user {user:?} already takes part in {activity:?} (draw {holder:?})")]
+    #[error("user {user} already takes part in activity {activity} (draw {holder})")]
     AlreadyParticipated {
         /// The user.
         user: UserId,
@@ -100,7 +100,7 @@ pub enum Refusal {
         holder: Xid,
     },
     /// Confirm or Cancel of a participation record this draw does not hold.
-    #[error("draw {xid:?} holds no participation record for {user:?} in {activity:?}")]
+    #[error("draw {xid} holds no participation record for user {user} in activity {activity}")]
     NotParticipating {
         /// The draw.
         xid: Xid,
@@ -110,7 +110,7 @@ pub enum Refusal {
         activity: ActivityId,
     },
     /// The draw has no branch on this participant (inventory for a losing draw).
-    #[error("draw has no branch on {branch:?}")]
+    #[error("the draw has no branch on the {branch} participant")]
     NotInDraw {
         /// The participant.
         branch: Participant,
@@ -134,13 +134,13 @@ pub enum Refusal {
         quantity: Quantity,
     },
     /// A view handed back (e.g. in a resumed two-step operation) does not belong to this branch.
-    #[error("the view does not match the operation's participant {branch:?}")]
+    #[error("the view does not match the operation's participant ({branch})")]
     MalformedView {
         /// The operation's participant.
         branch: Participant,
     },
     /// A participant sent a message meant for another participant.
-    #[error("message for {expected:?} delivered to {actual:?}")]
+    #[error("a message for the {expected} participant was delivered to the {actual} participant")]
     WrongParticipant {
         /// Where the operation belongs.
         expected: Participant,
