@@ -98,7 +98,8 @@ pub enum HolderEvent {
 /// The lease holder. See the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WorkerLeaseHolder {
-    cfg: HolderConfig,
+    /// Shared, not copied: a model checker clones the holder with every state it explores.
+    cfg: std::sync::Arc<HolderConfig>,
     worker: Option<SnowflakeWorker>,
     /// The call in flight: its id and when it was sent (monotonic ms).
     in_flight: Option<(u64, u64)>,
@@ -115,7 +116,7 @@ impl WorkerLeaseHolder {
     #[must_use]
     pub fn new(cfg: HolderConfig) -> Self {
         Self {
-            cfg,
+            cfg: std::sync::Arc::new(cfg),
             worker: None,
             in_flight: None,
             requests: 0,
@@ -137,7 +138,7 @@ impl WorkerLeaseHolder {
 
     /// The configuration.
     #[must_use]
-    pub const fn config(&self) -> &HolderConfig {
+    pub fn config(&self) -> &HolderConfig {
         &self.cfg
     }
 
