@@ -13,7 +13,7 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use crate::charts::{self, LineChart, Scale, Series, Shade, TimelineBar};
 use crate::model::{
     EndpointStats, FlawCatalogReport, InvariantResult, LoadReport, ModelReport, Percentiles,
-    RunResult, SimulationReport, Summary, Verdict,
+    RunResult, SimulationReport, Summary, Verdict, tail_samples_min,
 };
 
 /// Most rows of the injected-fault table (the timeline shows them all).
@@ -417,10 +417,19 @@ fn fmt_us(us: u64) -> String {
     }
 }
 
-fn percentile_cells(p: &Percentiles) -> Markup {
+/// The percentiles of a sample of `n`; a tail percentile the sample is too small to carry
+/// (see [`tail_samples_min`]) is shown as "—" rather than as the maximum under its name.
+fn percentile_cells(p: &Percentiles, n: u64) -> Markup {
+    let tail = |us: u64, nines: u32| {
+        if n >= tail_samples_min(nines) {
+            fmt_us(us)
+        } else {
+            "—".to_owned()
+        }
+    };
     html! {
-        td.num { (fmt_us(p.p50_us)) } td.num { (fmt_us(p.p90_us)) } td.num { (fmt_us(p.p99_us)) }
-        td.num { (fmt_us(p.p999_us)) } td.num { (fmt_us(p.p9999_us)) } td.num { (fmt_us(p.max_us)) }
+        td.num { (fmt_us(p.p50_us)) } td.num { (fmt_us(p.p90_us)) } td.num { (tail(p.p99_us, 2)) }
+        td.num { (tail(p.p999_us, 3)) } td.num { (tail(p.p9999_us, 4)) } td.num { (fmt_us(p.max_us)) }
     }
 }
 
@@ -593,7 +602,7 @@ fn endpoint_tables(r: &LoadReport) -> Markup {
         .collect();
     html! {
         h3 { "Endpoints" }
-        p.note { "Latencies in milliseconds. Corrected: measured from the intended send time (coordinated omission corrected). Uncorrected: from the actual send time, as a naive client reports." }
+        p.note { "Latencies in milliseconds. Corrected: measured from the intended send time (coordinated omission corrected). Uncorrected: from the actual send time, as a naive client reports. — : the endpoint has too few requests for that percentile to differ from its maximum (P99 needs 100, P99.9 1,000, P99.99 10,000)." }
         table {
             tr {
                 th rowspan="2" { "endpoint" } th.num rowspan="2" { "requests" } th.num rowspan="2" { "req/s" } th.num rowspan="2" { "errors" }
@@ -606,8 +615,8 @@ fn endpoint_tables(r: &LoadReport) -> Markup {
                     td.num { (e.requests) }
                     td.num { (format!("{:.1}", e.throughput_rps)) }
                     td.num { (e.error_count()) }
-                    (percentile_cells(&e.corrected))
-                    (percentile_cells(&e.uncorrected))
+                    (percentile_cells(&e.corrected, e.requests))
+                    (percentile_cells(&e.uncorrected, e.requests))
                 }
             }
         }

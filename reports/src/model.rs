@@ -466,6 +466,13 @@ impl ModelReport {
 // Load
 // ---------------------------------------------------------------------------------------------
 
+/// The fewest samples a percentile with `nines` nines (2: P99, 3: P99.9, 4: P99.99) needs to be
+/// more than the sample's maximum: `10^nines`. Reports show a percentile only from there on.
+#[must_use]
+pub const fn tail_samples_min(nines: u32) -> u64 {
+    10u64.pow(nines)
+}
+
 /// Latency percentiles in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Percentiles {

@@ -150,6 +150,11 @@ pub fn gate_extras(jobs: usize) -> Vec<reports::RunResult> {
                     check.name = format!("{}[id]", &check.name[..open]);
                 }
             }
+            // The file's thresholds (service-level objectives) hold on the gate's short run too.
+            if let Ok(Some(file)) = load_scenario("load_mixed") {
+                let slos = file.load.thresholds.check(&report);
+                report.verification.extend(slos);
+            }
             results.push(report.into());
         }
         Err(err) => eprintln!("gate: load run could not run: {err}"),

@@ -60,6 +60,132 @@ pub struct LoadSpec {
     pub kills: u32,
     /// Operation weights.
     pub mix: loadgen::Mix,
+    /// Service-level objectives the run must meet (k6's thresholds); none by default.
+    #[serde(default)]
+    pub thresholds: Thresholds,
+}
+
+/// `[load.thresholds]`: what the run must meet, checked after it like the verification (a
+/// threshold that is not met fails the run with exit 1, and the gate). Every field is optional.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Thresholds {
+    /// Every endpoint's corrected P99 latency at most this, ms.
+    pub p99_ms: Option<f64>,
+    /// Every endpoint's corrected P99.9 latency at most this, ms (judged only on an endpoint
+    /// with at least 1,000 requests: below that P99.9 is the maximum).
+    pub p999_ms: Option<f64>,
+    /// Errors (all endpoints) at most this percent of the requests.
+    pub error_rate_pct: Option<f64>,
+    /// Requests per second, all endpoints together, at least this.
+    pub rps_min: Option<f64>,
+}
+
+/// The fewest requests an endpoint needs before its P99.9 is more than its maximum.
+pub const P999_SAMPLES_MIN: u64 = reports::model::tail_samples_min(3);
+
+impl Thresholds {
+    /// Each threshold set, judged on `report`: `slo.p99_ms` and the like, held or violated
+    /// with what was measured.
+    #[must_use]
+    pub fn check(
+        &self,
+        report: &reports::model::LoadReport,
+    ) -> Vec<reports::model::InvariantResult> {
+        let mut results = Vec::new();
+        if let Some(max_ms) = self.p99_ms {
+            results.push(latency_slo("slo.p99_ms", max_ms, report, 0, |p| p.p99_us));
+        }
+        if let Some(max_ms) = self.p999_ms {
+            results.push(latency_slo(
+                "slo.p999_ms",
+                max_ms,
+                report,
+                P999_SAMPLES_MIN,
+                |p| p.p999_us,
+            ));
+        }
+        let requests: u64 = report.endpoints.iter().map(|e| e.requests).sum();
+        if let Some(max_pct) = self.error_rate_pct {
+            let errors: u64 = report
+                .endpoints
+                .iter()
+                .map(reports::model::EndpointStats::error_count)
+                .sum();
+            let pct = if requests == 0 {
+                0.0
+            } else {
+                errors as f64 * 100.0 / requests as f64
+            };
+            results.push(slo(
+                "slo.error_rate_pct",
+                pct <= max_pct,
+                format!(
+                    "{errors} errors in {requests} requests: {pct:.3} % (threshold {max_pct} %)"
+                ),
+            ));
+        }
+        if let Some(min_rps) = self.rps_min {
+            let rps: f64 = report.endpoints.iter().map(|e| e.throughput_rps).sum();
+            results.push(slo(
+                "slo.rps_min",
+                rps >= min_rps,
+                format!("{rps:.1} requests/s (threshold at least {min_rps})"),
+            ));
+        }
+        results
+    }
+}
+
+fn slo(name: &str, held: bool, detail: String) -> reports::model::InvariantResult {
+    use reports::model::{InvariantResult, Verdict};
+    InvariantResult {
+        name: name.to_owned(),
+        verdict: if held {
+            Verdict::Held
+        } else {
+            Verdict::Violated
+        },
+        seed: None,
+        first_offending_event: None,
+        detail: Some(detail),
+    }
+}
+
+/// A latency threshold over every endpoint with at least `samples_min` requests: held when each
+/// one's percentile (picked by `pick`, µs) is at most `max_ms`; the detail names the worst one.
+fn latency_slo(
+    name: &str,
+    max_ms: f64,
+    report: &reports::model::LoadReport,
+    samples_min: u64,
+    pick: fn(&reports::model::Percentiles) -> u64,
+) -> reports::model::InvariantResult {
+    let judged: Vec<(&str, f64)> = report
+        .endpoints
+        .iter()
+        .filter(|e| e.requests >= samples_min.max(1))
+        .map(|e| (e.name.as_str(), pick(&e.corrected) as f64 / 1_000.0))
+        .collect();
+    let worst = judged.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1));
+    match worst {
+        None => slo(
+            name,
+            true,
+            format!(
+                "no endpoint had {} requests to judge (threshold {max_ms} ms)",
+                samples_min.max(1)
+            ),
+        ),
+        Some((endpoint, ms)) => slo(
+            name,
+            ms <= max_ms,
+            format!(
+                "worst endpoint `{endpoint}`: {ms:.2} ms (threshold {max_ms} ms, {} endpoint(s) judged)",
+                judged.len()
+            ),
+        ),
+    }
 }
 
 fn default_users() -> u64 {
@@ -187,6 +313,22 @@ impl LoadScenario {
             ));
         }
         l.mix.validate().map_err(|m| ("mix", m))?;
+        let t = &l.thresholds;
+        for (field, value) in [
+            ("p99_ms", t.p99_ms),
+            ("p999_ms", t.p999_ms),
+            ("error_rate_pct", t.error_rate_pct),
+            ("rps_min", t.rps_min),
+        ] {
+            if let Some(v) = value
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err((field, format!("{v} is not a number >= 0")));
+            }
+        }
+        if t.error_rate_pct.is_some_and(|p| p > 100.0) {
+            return Err(("error_rate_pct", "is a percentage: at most 100".into()));
+        }
         Ok(())
     }
 }
@@ -254,6 +396,13 @@ mod tests {
             assert_eq!(err.line, line, "{err}\n{text}");
             assert!(err.to_string().contains(what), "{err}");
         }
+        let bad_slo = GOOD.to_owned() + "[load.thresholds]\np99_ms = -1\n";
+        let err = LoadScenario::parse("slo.toml", &bad_slo).unwrap_err();
+        assert_eq!(err.line, 10, "{err}");
+        assert!(err.to_string().contains("field `p99_ms`"), "{err}");
+        let unknown = GOOD.to_owned() + "[load.thresholds]\np95_ms = 3\n";
+        let err = LoadScenario::parse("slo.toml", &unknown).unwrap_err();
+        assert!(err.to_string().contains("unknown field `p95_ms`"), "{err}");
         let missing = LoadScenario::parse("m.toml", "name = \"x\"\ndescription = \"d\"\n[load]\n")
             .unwrap_err();
         assert!(missing.message.contains("mix"), "{missing}");
@@ -267,5 +416,97 @@ mod tests {
         ));
         assert!(!is_load_text("load = 5\n"));
         assert!(!is_load_text("not toml ["));
+    }
+
+    fn endpoint(
+        name: &str,
+        requests: u64,
+        errors: u64,
+        p99_us: u64,
+        p999_us: u64,
+    ) -> reports::model::EndpointStats {
+        let p = reports::model::Percentiles {
+            p50_us: 100,
+            p90_us: 200,
+            p99_us,
+            p999_us,
+            p9999_us: p999_us,
+            max_us: p999_us,
+        };
+        reports::model::EndpointStats {
+            name: name.to_owned(),
+            requests,
+            errors: [("http_503".to_owned(), errors)].into(),
+            throughput_rps: requests as f64 / 10.0,
+            corrected: p,
+            uncorrected: p,
+            distribution: Vec::new(),
+            over_time: Vec::new(),
+        }
+    }
+
+    fn report(endpoints: Vec<reports::model::EndpointStats>) -> reports::model::LoadReport {
+        reports::model::LoadReport {
+            scenario: "t".into(),
+            target: "test".into(),
+            duration_s: 10.0,
+            warmup_s: 0.0,
+            rate: None,
+            users: 1,
+            endpoints,
+            server: Vec::new(),
+            fault_windows: Vec::new(),
+            verification: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn thresholds_hold_and_fire_on_what_was_measured() {
+        use reports::model::Verdict;
+        let t = Thresholds {
+            p99_ms: Some(5.0),
+            p999_ms: Some(20.0),
+            error_rate_pct: Some(1.0),
+            rps_min: Some(100.0),
+        };
+        let good = report(vec![
+            endpoint("id", 2_000, 10, 4_000, 15_000),
+            endpoint("batch", 500, 0, 2_000, 90_000),
+        ]);
+        let results = t.check(&good);
+        assert_eq!(results.len(), 4);
+        assert!(
+            results.iter().all(|r| r.verdict == Verdict::Held),
+            "{results:?}"
+        );
+        // `batch` has too few requests for its P99.9 (its maximum) to be judged.
+        assert!(
+            results[1]
+                .detail
+                .as_deref()
+                .unwrap_or("")
+                .contains("1 endpoint(s) judged"),
+            "{results:?}"
+        );
+
+        let bad = report(vec![endpoint("id", 2_000, 30, 7_500, 25_000)]);
+        let results = t.check(&bad);
+        let verdict = |name: &str| results.iter().find(|r| r.name == name).map(|r| r.verdict);
+        assert_eq!(verdict("slo.p99_ms"), Some(Verdict::Violated));
+        assert_eq!(verdict("slo.p999_ms"), Some(Verdict::Violated));
+        assert_eq!(verdict("slo.error_rate_pct"), Some(Verdict::Violated));
+        assert_eq!(verdict("slo.rps_min"), Some(Verdict::Held));
+        let p99 = results
+            .iter()
+            .find(|r| r.name == "slo.p99_ms")
+            .and_then(|r| r.detail.clone());
+        assert_eq!(
+            p99.as_deref(),
+            Some("worst endpoint `id`: 7.50 ms (threshold 5 ms, 1 endpoint(s) judged)")
+        );
+        assert!(
+            Thresholds::default().check(&bad).is_empty(),
+            "no threshold, nothing judged"
+        );
     }
 }

@@ -543,6 +543,8 @@ fn load(name: &str, args: &RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     report.scenario = name.to_owned();
+    let slos = spec.thresholds.check(&report);
+    report.verification.extend(slos);
     print_load_report(&report, flaw);
     let passed = report.passed();
     if let Some(path) = &args.json {
@@ -658,14 +660,21 @@ fn print_load_report(report: &reports::model::LoadReport, flaw: Option<sut::flaw
     );
     for e in &report.endpoints {
         let c = &e.corrected;
+        let tail = |us: u64, nines: u32| {
+            if e.requests >= reports::model::tail_samples_min(nines) {
+                us.to_string()
+            } else {
+                "-".to_owned()
+            }
+        };
         println!(
             "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12.0} {:>8}",
             e.name,
             e.requests,
             c.p50_us,
             c.p90_us,
-            c.p99_us,
-            c.p999_us,
+            tail(c.p99_us, 2),
+            tail(c.p999_us, 3),
             c.max_us,
             e.throughput_rps,
             e.error_count()
