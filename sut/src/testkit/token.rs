@@ -51,3 +51,36 @@ pub fn interleaved_double_submit<S: TokenStore>(
     }
     (history, a.ops_issued() + b.ops_issued())
 }
+
+/// A small token service configuration for tests: JWTs of 60 s with 1 s of leeway, a
+/// revocation filter and store tables of 1,000 entries, and `flaws`.
+#[must_use]
+pub fn small_config(flaws: TokenFlaws) -> crate::token::TokenConfig {
+    use crate::token::{JwtConfig, RevocationConfig, TokenConfig, TokenStoreLimits};
+    TokenConfig {
+        jwt: JwtConfig {
+            leeway_ms: 1_000,
+            ttl_s: 60,
+            ..JwtConfig::default()
+        },
+        revocation: RevocationConfig {
+            capacity: 1000,
+            ..RevocationConfig::default()
+        },
+        limits: TokenStoreLimits {
+            revocations_max: 1000,
+            once_tokens_max: 1000,
+        },
+        flaws,
+        ..TokenConfig::default()
+    }
+}
+
+/// The signing key of the tests: id `k1`, 32 bytes of 42.
+///
+/// # Panics
+/// Never (the key is valid).
+#[must_use]
+pub fn test_key() -> crate::token::SigningKey {
+    crate::token::SigningKey::new("k1", vec![42u8; 32]).expect("a valid test key")
+}

@@ -196,30 +196,7 @@ mod tests {
     /// `ts // 3600 * 3600` could never produce it.)
     const T0_MS: u64 = crate::testkit::token::T0_MS;
 
-    fn cfg(flaws: TokenFlaws) -> TokenConfig {
-        let limits = TokenStoreLimits {
-            revocations_max: 1000,
-            once_tokens_max: 1000,
-        };
-        TokenConfig {
-            jwt: JwtConfig {
-                leeway_ms: 1_000,
-                ttl_s: 60,
-                ..JwtConfig::default()
-            },
-            revocation: RevocationConfig {
-                capacity: 1000,
-                ..RevocationConfig::default()
-            },
-            limits,
-            flaws,
-            ..TokenConfig::default()
-        }
-    }
-
-    fn key() -> SigningKey {
-        SigningKey::new("k1", vec![42u8; 32]).unwrap()
-    }
+    use crate::testkit::token::{small_config as cfg, test_key as key};
 
     fn memory(flaws: TokenFlaws) -> TokenService<MemoryTokenStore> {
         let c = cfg(flaws);

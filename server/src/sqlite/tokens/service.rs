@@ -5,36 +5,13 @@
 use sut::clock::Now;
 use sut::testkit::token::{T0_MS, interleaved_double_submit};
 use sut::token::{
-    JwtConfig, Rejection, RevocationConfig, RevokeOutcome, SigningKey, TokenConfig, TokenFlaws,
-    TokenService, TokenStoreLimits, TokenViolation, UserId, check_single_use,
+    Rejection, RevokeOutcome, TokenFlaws, TokenService, TokenStoreLimits, TokenViolation, UserId,
+    check_single_use,
 };
 
 use super::SqliteTokenStore;
 
-fn cfg(flaws: TokenFlaws) -> TokenConfig {
-    let limits = TokenStoreLimits {
-        revocations_max: 1000,
-        once_tokens_max: 1000,
-    };
-    TokenConfig {
-        jwt: JwtConfig {
-            leeway_ms: 1_000,
-            ttl_s: 60,
-            ..JwtConfig::default()
-        },
-        revocation: RevocationConfig {
-            capacity: 1000,
-            ..RevocationConfig::default()
-        },
-        limits,
-        flaws,
-        ..TokenConfig::default()
-    }
-}
-
-fn key() -> SigningKey {
-    SigningKey::new("k1", vec![42u8; 32]).unwrap()
-}
+use sut::testkit::token::{small_config as cfg, test_key as key};
 
 #[test]
 fn a_restarted_service_rebuilds_its_filter_from_the_sqlite_store() {
