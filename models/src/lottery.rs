@@ -748,6 +748,13 @@ fn with_properties(actors: LotActors) -> LotActors {
                     && invariants::no_duplicate_confirmed_draws(events(sys)).is_ok()
             },
         )
+        .property(Expectation::Always, invariants::AGREEMENT, |_, sys| {
+            let ledgers = [
+                part(sys, WALLET).store.ledger(),
+                part(sys, INVENTORY).store.ledger(),
+            ];
+            invariants::agreement(events(sys), &ledgers).is_ok()
+        })
         .property(Expectation::Always, invariants::NO_HANGING, |_, sys| {
             histories(sys)
                 .iter()

@@ -13,7 +13,7 @@ use sut::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
 use crate::history::{Event, EventKind, IdSpace};
 
 /// Every invariant, in report order.
-pub const INVARIANTS: [&str; 10] = [
+pub const INVARIANTS: [&str; 12] = [
     "ids.unique",
     "ids.monotonic",
     "ids.gap_bounded",
@@ -24,6 +24,8 @@ pub const INVARIANTS: [&str; 10] = [
     "lottery.conservation",
     "lottery.no_hanging",
     "lottery.settled",
+    "lottery.agreement",
+    "lottery.no_dead_letter_after_heal",
 ];
 
 /// An invariant that did not hold.
@@ -197,7 +199,7 @@ pub fn lottery(
     history: &[Event],
     replies: &[ParticipantReply],
     ledger: &Ledger,
-) -> [(&'static str, Result<(), Violation>); 5] {
+) -> [(&'static str, Result<(), Violation>); 7] {
     let reply_seqs: Vec<u64> = Vec::new();
     let (draws, draw_seqs): (Vec<DrawEvent>, Vec<u64>) = history
         .iter()
@@ -211,6 +213,12 @@ pub fn lottery(
             seqs.get(*event_index).copied()
         }
         invariants::LotteryViolation::Hanging { try_index, .. } => seqs.get(*try_index).copied(),
+        invariants::LotteryViolation::Disagreement { event_index, .. } => {
+            seqs.get(*event_index).copied()
+        }
+        invariants::LotteryViolation::ConflictingOutcomes { second_index, .. } => {
+            seqs.get(*second_index).copied()
+        }
         _ => None,
     };
     let dup = invariants::no_duplicate_participation(replies)
@@ -252,7 +260,50 @@ pub fn lottery(
             invariants::settled(ledger)
                 .map_err(|v| violation("lottery.settled", None, v.to_string())),
         ),
+        (
+            "lottery.agreement",
+            invariants::agreement(&draws, &[ledger])
+                .map_err(|v| violation("lottery.agreement", at(&draw_seqs, &v), v.to_string())),
+        ),
+        (
+            "lottery.no_dead_letter_after_heal",
+            no_dead_letter_after_heal(history),
+        ),
     ]
+}
+
+/// `lottery.no_dead_letter_after_heal`: once every fault has healed (the liveness phase), no
+/// draw is given up: a parked draw's compensation must then get through within its retry
+/// budget. A draw dead-lettered during the faults is allowed (its budget ran out while the
+/// network was down) but stays open, which `lottery.settled` reports.
+pub fn no_dead_letter_after_heal(history: &[Event]) -> Result<(), Violation> {
+    let healed_at = history
+        .iter()
+        .find(|e| matches!(&e.kind, EventKind::Phase(p) if p == "liveness"))
+        .map(|e| e.seq);
+    let Some(healed_at) = healed_at else {
+        return Ok(());
+    };
+    match history.iter().find(|e| {
+        e.seq > healed_at
+            && matches!(&e.kind, EventKind::Draw(d) if matches!(d.outcome, sut::lottery::DrawOutcome::DeadLettered { .. }))
+    }) {
+        None => Ok(()),
+        Some(e) => {
+            let xid = match &e.kind {
+                EventKind::Draw(d) => d.draw.xid.0,
+                _ => 0,
+            };
+            Err(violation(
+                "lottery.no_dead_letter_after_heal",
+                Some(e.seq),
+                format!(
+                    "draw {xid} was dead-lettered at {} ms, after every fault had healed (event #{healed_at})",
+                    e.sim_ms
+                ),
+            ))
+        }
+    }
 }
 
 /// One invariant's name and result.

@@ -220,6 +220,11 @@ fn good_ledger() -> Ledger {
             confirmed: true,
         },
     );
+    for branch in Participant::ALL {
+        ledger
+            .fences
+            .insert((Xid(1), branch), sut::lottery::FenceStatus::Committed);
+    }
     ledger
 }
 
@@ -362,4 +367,89 @@ fn check_all_reports_every_invariant_once() {
     let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, INVARIANTS.to_vec());
     assert_eq!(lost, 0);
+}
+
+fn outcome(xid: u64, outcome: DrawOutcome) -> EventKind {
+    EventKind::Draw(DrawEvent {
+        draw: draw(xid, 1),
+        outcome,
+    })
+}
+
+#[test]
+fn agreement_holds_when_every_branch_ends_as_reported() {
+    let h = history(vec![outcome(1, DrawOutcome::Confirmed { won: true })]);
+    assert_eq!(
+        lottery_result(&h, &good_ledger(), "lottery.agreement"),
+        Ok(())
+    );
+}
+
+#[test]
+fn agreement_fires_when_a_branch_contradicts_the_reported_outcome() {
+    use sut::lottery::FenceStatus;
+    // Confirmed, but the inventory branch was rolled back: the prize was never issued.
+    let mut torn = good_ledger();
+    torn.fences
+        .insert((Xid(1), Participant::Inventory), FenceStatus::Rollbacked);
+    let h = history(vec![outcome(1, DrawOutcome::Confirmed { won: true })]);
+    let v = lottery_result(&h, &torn, "lottery.agreement").unwrap_err();
+    assert_eq!(
+        v.detail,
+        "draw 1 was reported confirmed (event 0), but its inventory branch is rollbacked"
+    );
+    assert_eq!(v.event, Some(0));
+
+    // Cancelled, but a branch committed: the user paid for a draw they were told failed.
+    let cancelled = DrawOutcome::Cancelled {
+        reason: sut::lottery::CancelReason::Recovered,
+    };
+    let h = history(vec![outcome(1, cancelled.clone())]);
+    let v = lottery_result(&h, &good_ledger(), "lottery.agreement").unwrap_err();
+    assert!(v.detail.contains("reported cancelled"), "{}", v.detail);
+
+    // Reported both ways.
+    let h = history(vec![
+        outcome(1, DrawOutcome::Confirmed { won: true }),
+        outcome(1, cancelled),
+    ]);
+    let v = lottery_result(&h, &good_ledger(), "lottery.agreement").unwrap_err();
+    assert!(
+        v.detail
+            .contains("reported confirmed (event 0) and then cancelled (event 1)"),
+        "{}",
+        v.detail
+    );
+    assert_eq!(v.event, Some(1));
+}
+
+#[test]
+fn a_dead_letter_after_the_heal_fires_one_before_it_does_not() {
+    let dead = || {
+        outcome(
+            1,
+            DrawOutcome::DeadLettered {
+                verdict: sut::lottery::Verdict::Confirm,
+            },
+        )
+    };
+    let during_faults = history(vec![
+        EventKind::Phase("safety".into()),
+        dead(),
+        EventKind::Phase("liveness".into()),
+    ]);
+    assert_eq!(no_dead_letter_after_heal(&during_faults), Ok(()));
+    let after_heal = history(vec![
+        EventKind::Phase("safety".into()),
+        EventKind::Phase("liveness".into()),
+        dead(),
+    ]);
+    let v = no_dead_letter_after_heal(&after_heal).unwrap_err();
+    assert_eq!(v.invariant, "lottery.no_dead_letter_after_heal");
+    assert_eq!(v.event, Some(2));
+    assert!(
+        v.detail.contains("draw 1 was dead-lettered at 2 ms"),
+        "{}",
+        v.detail
+    );
 }

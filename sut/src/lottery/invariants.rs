@@ -6,7 +6,7 @@
 //! history).
 //!
 //! Safety (must hold at every instant, under any fault): [`no_duplicate_participation`],
-//! [`no_over_issue`], [`conservation`], [`no_hanging`]. Liveness, checked once faults have healed
+//! [`no_over_issue`], [`conservation`], [`no_hanging`], [`agreement`]. Liveness, checked once faults have healed
 //! and the system has gone quiet: [`settled`].
 
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use super::coordinator::{DrawEvent, DrawOutcome};
 use super::ledger::Ledger;
 use super::participant::ParticipantReply;
-use super::rows::{Effect, Stock};
+use super::rows::{Effect, FenceStatus, Stock};
 use super::{ActivityId, Participant, Phase, UserId, Xid};
 
 /// `lottery.no_duplicate_participation`
@@ -27,6 +27,8 @@ pub const CONSERVATION: &str = "lottery.conservation";
 pub const NO_HANGING: &str = "lottery.no_hanging";
 /// `lottery.settled`
 pub const SETTLED: &str = "lottery.settled";
+/// `lottery.agreement`
+pub const AGREEMENT: &str = "lottery.agreement";
 
 /// What is still open when `lottery.settled` expected everything closed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
@@ -163,6 +165,39 @@ pub enum LotteryViolation {
         /// Index of the Try that took effect afterwards.
         try_index: usize,
     },
+    /// A branch's final state contradicts the outcome the coordinator reported for its draw.
+    #[error(
+        "{AGREEMENT}: draw {xid} was reported {outcome} (event {event_index}), but its {branch} branch is {}",
+        found.map_or_else(|| "absent".to_owned(), |s| format!("{s:?}").to_lowercase())
+    )]
+    Disagreement {
+        /// The draw.
+        xid: Xid,
+        /// The branch whose fence row disagrees.
+        branch: Participant,
+        /// What the coordinator reported: "confirmed" or "cancelled".
+        outcome: &'static str,
+        /// The branch's fence row (`None`: absent).
+        found: Option<FenceStatus>,
+        /// Index of the outcome event.
+        event_index: usize,
+    },
+    /// The coordinator reported two different final outcomes for one draw.
+    #[error(
+        "{AGREEMENT}: draw {xid} was reported {first} (event {first_index}) and then {second} (event {second_index})"
+    )]
+    ConflictingOutcomes {
+        /// The draw.
+        xid: Xid,
+        /// The first final outcome.
+        first: &'static str,
+        /// Its event.
+        first_index: usize,
+        /// The other one.
+        second: &'static str,
+        /// Its event.
+        second_index: usize,
+    },
     /// Something is still open after the system went quiet.
     #[error("{SETTLED}: {0}")]
     Unsettled(Unsettled),
@@ -177,6 +212,7 @@ impl LotteryViolation {
             Self::OverIssue { .. } | Self::StockMismatch { .. } => NO_OVER_ISSUE,
             Self::Conservation { .. } => CONSERVATION,
             Self::Hanging { .. } => NO_HANGING,
+            Self::Disagreement { .. } | Self::ConflictingOutcomes { .. } => AGREEMENT,
             Self::Unsettled(_) => SETTLED,
         }
     }
@@ -228,6 +264,78 @@ fn first_duplicate(
             None => {
                 seen.insert((user, activity), xid);
             }
+        }
+    }
+    Ok(())
+}
+
+/// `lottery.agreement`: every draw the coordinator reported final ends the same on every
+/// branch: a `Confirmed` draw has every branch it has (wallet, participation, inventory if it
+/// won) `committed`; a `Cancelled` draw has no branch `committed` or still `tried`; and no draw
+/// is reported both. `events` are the coordinator's outcome events in order, `ledgers` the
+/// participants' state after them (one merged ledger, or each participant's own: a fence row is
+/// looked up in the first that holds it).
+///
+/// # Errors
+/// [`LotteryViolation::Disagreement`], [`LotteryViolation::ConflictingOutcomes`].
+pub fn agreement(events: &[DrawEvent], ledgers: &[&Ledger]) -> Result<(), LotteryViolation> {
+    let mut finals: BTreeMap<Xid, (&'static str, usize)> = BTreeMap::new();
+    for (event_index, e) in events.iter().enumerate() {
+        let outcome = match e.outcome {
+            DrawOutcome::Confirmed { .. } => "confirmed",
+            DrawOutcome::Cancelled { .. } => "cancelled",
+            DrawOutcome::Parked { .. } | DrawOutcome::DeadLettered { .. } => continue,
+        };
+        let xid = e.draw.xid;
+        match finals.get(&xid) {
+            Some(&(first, first_index)) if first != outcome => {
+                return Err(LotteryViolation::ConflictingOutcomes {
+                    xid,
+                    first,
+                    first_index,
+                    second: outcome,
+                    second_index: event_index,
+                });
+            }
+            Some(_) => {}
+            None => {
+                finals.insert(xid, (outcome, event_index));
+            }
+        }
+        branches_agree(e, outcome == "confirmed", ledgers, event_index)?;
+    }
+    Ok(())
+}
+
+/// Every branch of `e`'s draw agrees with its outcome (`confirmed`, else cancelled).
+fn branches_agree(
+    e: &DrawEvent,
+    confirmed: bool,
+    ledgers: &[&Ledger],
+    event_index: usize,
+) -> Result<(), LotteryViolation> {
+    use super::FenceStatus::{Committed, Tried};
+    for branch in Participant::ALL {
+        if !e.draw.has_branch(branch) {
+            continue;
+        }
+        let found = ledgers
+            .iter()
+            .find_map(|l| l.fences.get(&(e.draw.xid, branch)))
+            .copied();
+        let agrees = if confirmed {
+            found == Some(Committed)
+        } else {
+            !matches!(found, Some(Committed | Tried))
+        };
+        if !agrees {
+            return Err(LotteryViolation::Disagreement {
+                xid: e.draw.xid,
+                branch,
+                outcome: if confirmed { "confirmed" } else { "cancelled" },
+                found,
+                event_index,
+            });
         }
     }
     Ok(())
