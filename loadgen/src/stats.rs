@@ -77,6 +77,7 @@ fn histogram() -> Histogram<u64> {
 struct Interval {
     corrected: Histogram<u64>,
     requests: u64,
+    errors: u64,
 }
 
 /// Everything recorded for one endpoint.
@@ -132,11 +133,13 @@ impl EndpointRecorder {
                 self.intervals.push(Interval {
                     corrected: histogram(),
                     requests: 0,
+                    errors: 0,
                 });
             }
             let iv = &mut self.intervals[idx];
             iv.corrected.saturating_record(corrected_us);
             iv.requests += 1;
+            iv.errors += u64::from(error.is_some());
         }
     }
 
@@ -180,6 +183,7 @@ impl EndpointRecorder {
                 p99_us: iv.corrected.value_at_quantile(0.99),
                 p999_us: iv.corrected.value_at_quantile(0.999),
                 rps: iv.requests as f64 / interval_s,
+                errors: iv.errors,
             })
             .collect();
         EndpointStats {

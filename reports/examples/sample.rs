@@ -247,6 +247,8 @@ pub fn sample_simulation() -> SimulationReport {
             detail: offending.into(),
         }],
         fault_effects: sample_fault_effects(),
+        // Unlisted counters are shown as effects; the sample's are all effects.
+        counter_groups: BTreeMap::new(),
     }
 }
 
@@ -391,6 +393,7 @@ fn sample_over_time(
                 p99_us: p99 as u64,
                 p999_us: p999 as u64,
                 rps: rps_t,
+                errors: 0,
             }
         })
         .collect()

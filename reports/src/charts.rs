@@ -106,6 +106,9 @@ pub struct LineChart {
     pub series: Vec<Series>,
     pub shades: Vec<Shade>,
     pub size: (u32, u32),
+    /// The x axis's `[start, end]`; `None`: the data's extent. Charts of one run set the same
+    /// range so that their time axes line up.
+    pub x_range: Option<(f64, f64)>,
 }
 
 /// The `[min, max]` of the values, padded so a constant series still has a visible range.
@@ -196,10 +199,18 @@ fn draw_shades<DB: DrawingBackend, X: Ranged<ValueType = f64>, Y: Ranged<ValueTy
     (y0, y1): (f64, f64),
     name: &str,
 ) -> Result<(), ChartError> {
+    // A window shorter than half a percent of the axis (a sub-second kill in a minute-long
+    // run) is drawn that wide, so that it stays visible; its exact times are in the tables.
+    let (x0, x1) = {
+        let r = chart.x_range();
+        (r.start, r.end)
+    };
+    let width_min = (x1 - x0) * 0.005;
     for s in shades {
+        let end = s.end.max(s.start + width_min);
         chart
             .draw_series(std::iter::once(Rectangle::new(
-                [(s.start, y0), (s.end, y1)],
+                [(s.start, y0), (end, y1)],
                 shade_color(shades, &s.label).mix(0.15).filled(),
             )))
             .map_err(chart_err(name))?;
@@ -368,6 +379,12 @@ impl Ranged for KeyedAxis {
 
 /// The x range of a line chart: its points and shades (0..1 when there are none).
 fn line_x_range(spec: &LineChart) -> std::ops::Range<f64> {
+    if let Some((x0, x1)) = spec.x_range
+        && x0.is_finite()
+        && x1 > x0
+    {
+        return x0..x1;
+    }
     let xs = spec
         .series
         .iter()
@@ -1112,6 +1129,7 @@ mod tests {
                 label: "kill".into(),
             }],
             size: (600, 300),
+            x_range: None,
         };
         let svg = line_chart(&chart).expect("chart");
         // Per series: one polyline for the data and one for its legend sample, in its colour.
@@ -1151,6 +1169,7 @@ mod tests {
             }],
             shades: vec![],
             size: (400, 200),
+            x_range: None,
         };
         assert!(line_chart(&chart).is_ok());
         assert!(percentile_chart("p", &[], (400, 200)).is_ok());

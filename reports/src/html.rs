@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::charts::{self, LineChart, Scale, Series, Shade, TimelineBar};
+use crate::gate::{GateOutcome, GateRow, GateStatus};
 use crate::model::{
     EndpointStats, FlawCatalogReport, InvariantResult, LoadReport, ModelReport, Percentiles,
     RunResult, SimulationReport, Summary, Verdict, tail_samples_min,
@@ -57,6 +58,7 @@ pub fn render(summary: &Summary) -> String {
                 @if !summary.meta.is_empty() {
                     table.facts { @for (k, v) in &summary.meta { tr { th { (k) } td { (v) } } } }
                 }
+                @if let Some(gate) = &summary.gate { (gate_section(gate)) }
                 (overview(summary))
                 @for (i, result) in summary.results.iter().enumerate() {
                     section.result id=(anchor(i)) {
@@ -98,6 +100,41 @@ fn svg_or_error(result: Result<String, charts::ChartError>) -> Markup {
     }
 }
 
+/// A gate run's comparison with its baseline: the counts, what did not pass, then every check.
+fn gate_section(gate: &GateOutcome) -> Markup {
+    let count = |s: GateStatus| gate.with_status(s).count();
+    let not_passed: Vec<&GateRow> = gate
+        .rows
+        .iter()
+        .filter(|r| r.status != GateStatus::Pass)
+        .collect();
+    let row = |r: &GateRow| {
+        let class = match r.status {
+            GateStatus::Pass => "badge pass",
+            GateStatus::Regressed | GateStatus::Missing => "badge fail",
+            GateStatus::New => "badge neutral",
+        };
+        html! { tr { td { (r.check) } td { (r.expected) } td { (r.actual) } td { span class=(class) { (r.status.label()) } } } }
+    };
+    html! {
+        h2 { "Gate: comparison with the baseline " (badge(gate.passed)) }
+        p { (format!("{} pass, {} regressed, {} new, {} missing", count(GateStatus::Pass), count(GateStatus::Regressed), count(GateStatus::New), count(GateStatus::Missing))) }
+        @if !not_passed.is_empty() {
+            table {
+                tr { th { "check" } th { "expected" } th { "actual" } th { "status" } }
+                @for r in &not_passed { (row(r)) }
+            }
+        }
+        details {
+            summary { (format!("every check ({})", gate.rows.len())) }
+            table {
+                tr { th { "check" } th { "expected" } th { "actual" } th { "status" } }
+                @for r in &gate.rows { (row(r)) }
+            }
+        }
+    }
+}
+
 fn overview(summary: &Summary) -> Markup {
     html! {
         h2 { "Overview" }
@@ -124,7 +161,11 @@ fn key_figures(r: &RunResult) -> String {
             s.seeds_run,
             s.events,
             s.violations.len(),
-            s.fault_effects.values().sum::<u64>()
+            s.fault_effects
+                .iter()
+                .filter(|(k, _)| s.counter_groups.get(*k).is_none_or(|g| g == "effect"))
+                .map(|(_, v)| v)
+                .sum::<u64>()
         ),
         RunResult::Model(m) => format!(
             "{} unique states, depth {}, {}/{} properties pass",
@@ -249,6 +290,7 @@ fn clock_chart(r: &SimulationReport) -> Result<String, charts::ChartError> {
             .collect(),
         shades: vec![],
         size: (CHART_W, 340),
+        x_range: None,
     })
 }
 
@@ -293,6 +335,7 @@ fn ops_chart(r: &SimulationReport) -> Result<String, charts::ChartError> {
             })
             .collect(),
         size: (CHART_W, 340),
+        x_range: None,
     })
 }
 
@@ -318,11 +361,16 @@ fn simulation(r: &SimulationReport) -> Markup {
         (fault_table(r))
         @if let Some(o) = ops { h3 { "Operations" } (svg_or_error(o)) }
         h3 { "Fault coverage" }
-        p.note { "How often each injected fault actually took effect (summed over seeds). A zero means the run did not exercise that fault." }
+        p.note { "Summed over seeds: the faults injected, what they did (the effects fault coverage is judged on; a zero means the run did not exercise that fault), and how the system responded, with its traffic." }
         @if r.fault_effects.is_empty() { p.err { "no fault effect was recorded" } } @else {
             table {
-                tr { th { "effect" } th.num { "count" } }
-                @for (k, v) in &r.fault_effects { tr { td { code { (k) } } @if *v == 0 { td.num.zero { "0" } } @else { td.num { (v) } } } }
+                tr { th { "counter" } th.num { "count" } }
+                @for (group, title) in [("injected", "faults injected"), ("effect", "fault effects (what the faults did)"), ("response", "the system's responses and traffic")] {
+                    tr { th colspan="2" { (title) } }
+                    @for (k, v) in r.fault_effects.iter().filter(|(k, _)| r.counter_groups.get(*k).map_or("effect", String::as_str) == group) {
+                        tr { td { code { (k) } } @if *v == 0 { td.num.zero { "0" } } @else { td.num { (v) } } }
+                    }
+                }
             }
         }
     }
@@ -436,7 +484,11 @@ fn percentile_cells(p: &Percentiles, n: u64) -> Markup {
 type Chart = Result<String, charts::ChartError>;
 
 /// Each endpoint's latency over time (P50, P99, P99.9), fault windows shaded.
-fn latency_charts(r: &LoadReport, shades: &[Shade]) -> Vec<(String, Chart)> {
+fn latency_charts(
+    r: &LoadReport,
+    shades: &[Shade],
+    x_range: Option<(f64, f64)>,
+) -> Vec<(String, Chart)> {
     r.endpoints
         .iter()
         .filter(|e| !e.over_time.is_empty())
@@ -478,14 +530,57 @@ fn latency_charts(r: &LoadReport, shades: &[Shade]) -> Vec<(String, Chart)> {
                 ],
                 shades: shades.to_vec(),
                 size: (CHART_W, 340),
+                x_range,
             });
             (e.name.clone(), chart)
         })
         .collect()
 }
 
-/// Every endpoint's requests per second over time, fault windows shaded.
-fn throughput_chart(r: &LoadReport, shades: &[Shade]) -> Chart {
+/// One time axis for every chart of a load run: from 0 to the end of its last interval, fault
+/// window or resource sample.
+fn load_time_range(r: &LoadReport) -> (f64, f64) {
+    let interval_ends = r
+        .endpoints
+        .iter()
+        .flat_map(|e| e.over_time.iter().map(|i| i.t_s + 1.0));
+    let end = interval_ends
+        .chain(r.fault_windows.iter().map(|w| w.end_s))
+        .chain(r.server.iter().map(|s| s.t_s))
+        .chain(std::iter::once(r.duration_s + r.warmup_s))
+        .filter(|t| t.is_finite())
+        .fold(1.0_f64, f64::max);
+    (0.0, end)
+}
+
+/// All endpoints together: requests per second and errors per second, per interval.
+fn totals_over_time(r: &LoadReport) -> [Series; 2] {
+    let mut rps: std::collections::BTreeMap<u64, (f64, f64)> = std::collections::BTreeMap::new();
+    for i in r.endpoints.iter().flat_map(|e| e.over_time.iter()) {
+        let slot = rps.entry((i.t_s * 1000.0).round() as u64).or_default();
+        slot.0 += i.rps;
+        slot.1 += i.errors as f64;
+    }
+    let points = |pick: fn(&(f64, f64)) -> f64| {
+        rps.iter()
+            .map(|(t_ms, v)| (*t_ms as f64 / 1000.0, pick(v)))
+            .collect()
+    };
+    [
+        Series {
+            label: "all endpoints".into(),
+            points: points(|v| v.0),
+        },
+        Series {
+            label: "errors/s (all endpoints)".into(),
+            points: points(|v| v.1),
+        },
+    ]
+}
+
+/// Every endpoint's requests per second over time, then all of them together and their
+/// errors, fault windows shaded.
+fn throughput_chart(r: &LoadReport, shades: &[Shade], x_range: Option<(f64, f64)>) -> Chart {
     charts::line_chart(&LineChart {
         title: "Throughput over time".into(),
         x_desc: "time since start (s)".into(),
@@ -498,14 +593,16 @@ fn throughput_chart(r: &LoadReport, shades: &[Shade]) -> Chart {
                 label: e.name.clone(),
                 points: e.over_time.iter().map(|i| (i.t_s, i.rps)).collect(),
             })
+            .chain(totals_over_time(r))
             .collect(),
         shades: shades.to_vec(),
         size: (CHART_W, 340),
+        x_range,
     })
 }
 
 /// The server's CPU and memory over time, side by side.
-fn server_charts(r: &LoadReport, shades: &[Shade]) -> (Chart, Chart) {
+fn server_charts(r: &LoadReport, shades: &[Shade], x_range: Option<(f64, f64)>) -> (Chart, Chart) {
     let cpu = charts::line_chart(&LineChart {
         title: "Server CPU".into(),
         x_desc: "time since start (s)".into(),
@@ -517,6 +614,7 @@ fn server_charts(r: &LoadReport, shades: &[Shade]) -> (Chart, Chart) {
         }],
         shades: shades.to_vec(),
         size: (CHART_W / 2 - 10, 280),
+        x_range,
     });
     let rss = charts::line_chart(&LineChart {
         title: "Server memory".into(),
@@ -533,6 +631,7 @@ fn server_charts(r: &LoadReport, shades: &[Shade]) -> (Chart, Chart) {
         }],
         shades: shades.to_vec(),
         size: (CHART_W / 2 - 10, 280),
+        x_range,
     });
     (cpu, rss)
 }
@@ -556,13 +655,14 @@ fn load(r: &LoadReport) -> Markup {
     let percentile = (!dist.is_empty()).then(|| {
         charts::percentile_chart("Latency by percentile (corrected)", &dist, (CHART_W, 420))
     });
-    let over_time = latency_charts(r, &shades);
+    let x_range = Some(load_time_range(r));
+    let over_time = latency_charts(r, &shades, x_range);
     let throughput = r
         .endpoints
         .iter()
         .any(|e| !e.over_time.is_empty())
-        .then(|| throughput_chart(r, &shades));
-    let server = (!r.server.is_empty()).then(|| server_charts(r, &shades));
+        .then(|| throughput_chart(r, &shades, x_range));
+    let server = (!r.server.is_empty()).then(|| server_charts(r, &shades, x_range));
     html! {
         h2 { "Load: " (r.scenario) " " (badge(r.passed())) }
         (load_facts(r))
@@ -588,7 +688,7 @@ fn load_facts(r: &LoadReport) -> Markup {
             tr { th { "duration" } td { (format!("{:.0} s (+ {:.0} s warm-up, excluded)", r.duration_s, r.warmup_s)) } }
             tr { th { "mode" } td { @if let Some(rate) = r.rate { (format!("constant rate, {rate:.0} req/s (latency from intended send time)")) } @else { "closed loop" } } }
             tr { th { "users" } td { (r.users) } }
-            @for w in &r.fault_windows { tr { th { "fault window" } td { (format!("{:.1} s – {:.1} s: {}", w.start_s, w.end_s, w.label)) } } }
+            @for w in &r.fault_windows { tr { th { "fault window" } td { (format!("{:.3} s – {:.3} s ({:.0} ms): {}", w.start_s, w.end_s, (w.end_s - w.start_s) * 1000.0, w.label)) } } }
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct Summary {
     pub meta: BTreeMap<String, String>,
     /// The results, in the order they were produced.
     pub results: Vec<RunResult>,
+    /// A gate run's comparison with its baseline (every check, expected, actual, status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<crate::gate::GateOutcome>,
 }
 
 impl Summary {
@@ -39,6 +42,7 @@ impl Summary {
             title: title.into(),
             meta: BTreeMap::new(),
             results: Vec::new(),
+            gate: None,
         }
     }
 
@@ -48,9 +52,10 @@ impl Summary {
         self
     }
 
-    /// True when every result passed (see [`RunResult::passed`]).
+    /// True when every result passed (see [`RunResult::passed`]) and, in a gate run, the
+    /// comparison with the baseline passed.
     pub fn passed(&self) -> bool {
-        self.results.iter().all(RunResult::passed)
+        self.results.iter().all(RunResult::passed) && self.gate.as_ref().is_none_or(|g| g.passed)
     }
 
     /// Checks what JSON cannot represent faithfully: the schema version, and that every float
@@ -371,6 +376,11 @@ pub struct SimulationReport {
     /// `partition.dropped_messages`, `crash.lost_pending_writes`, `clock.rollback_waits`.
     #[serde(default)]
     pub fault_effects: BTreeMap<String, u64>,
+    /// What each counter of `fault_effects` is: `injected` (a fault the nemesis injected),
+    /// `effect` (what a fault did: the counters fault coverage is judged on) or `response` (how
+    /// the system responded, and its traffic). A counter not listed is shown as an effect.
+    #[serde(default)]
+    pub counter_groups: BTreeMap<String, String>,
 }
 
 impl SimulationReport {
@@ -492,6 +502,9 @@ pub struct IntervalStats {
     pub p99_us: u64,
     pub p999_us: u64,
     pub rps: f64,
+    /// Requests of the interval that failed.
+    #[serde(default)]
+    pub errors: u64,
 }
 
 /// Statistics of one endpoint (request kind) of a load run.

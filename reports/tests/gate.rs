@@ -144,6 +144,35 @@ fn a_matching_run_passes_with_every_row_pass() {
 }
 
 #[test]
+fn the_html_report_shows_the_comparison_with_what_did_not_pass_first() {
+    let (b, mut s) = baseline();
+    sim(&mut s).invariants[0].verdict = Verdict::Violated;
+    let outcome = gate::compare(&b, &s);
+    assert!(!outcome.passed);
+    s.gate = Some(outcome);
+    assert!(!s.passed(), "a failed comparison fails the summary");
+    let html = reports::html::render(&s);
+    let section = html
+        .split("Gate: comparison with the baseline")
+        .nth(1)
+        .expect("the gate section");
+    let first_row = section.split("<td>").nth(1).unwrap_or_default();
+    assert!(
+        first_row.starts_with("simulation clock_skew"),
+        "the regression is listed before the passing checks: {first_row}"
+    );
+    assert!(section.contains("regressed"), "{section}");
+    assert!(
+        section.contains("<details>"),
+        "every check, folded: {section}"
+    );
+    // The summary round-trips through JSON with its comparison.
+    let json = serde_json::to_string(&s).expect("json");
+    let back: Summary = serde_json::from_str(&json).expect("parse");
+    assert_eq!(back.gate, s.gate);
+}
+
+#[test]
 fn simulation_violation_regresses() {
     let (b, mut s) = baseline();
     let x = sim(&mut s);

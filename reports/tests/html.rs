@@ -153,6 +153,72 @@ fn load_charts_carry_every_endpoint_and_shade_the_kill() {
 }
 
 #[test]
+fn load_charts_share_one_time_axis_show_totals_and_a_sub_second_window() {
+    let mut load = sample::sample_load();
+    // A kill of 200 ms, and one endpoint whose samples stop early.
+    load.fault_windows[0].end_s = load.fault_windows[0].start_s + 0.2;
+    load.endpoints[1].over_time.truncate(3);
+    for i in &mut load.endpoints[0].over_time {
+        i.errors = 2;
+    }
+    let html = render(load.clone().into());
+    assert!(
+        html.contains("(200 ms)"),
+        "the window's length, to the millisecond"
+    );
+    let svgs = common::svgs(&html);
+    let throughput = svgs
+        .iter()
+        .find(|s| has_label(s, "Throughput over time"))
+        .expect("throughput chart");
+    assert!(has_label(throughput, "all endpoints"));
+    assert!(has_label(throughput, "errors/s (all endpoints)"));
+    // The second endpoint's samples stop at 3 s; its latency chart still spans the whole run
+    // (ticks up to 120 s), like the other charts, so that the time axes line up.
+    let short = svgs
+        .iter()
+        .find(|s| has_label(s, &format!("{}: latency over time", load.endpoints[1].name)))
+        .expect("the short endpoint's latency chart");
+    assert!(has_label(short, "120"), "{short}");
+}
+
+#[test]
+fn message_counts_are_not_shown_as_fault_effects() {
+    let mut sim = sample::sample_simulation();
+    sim.fault_effects.insert("net.messages".into(), 123_456_789);
+    sim.fault_effects.insert("fault.kill".into(), 3);
+    sim.counter_groups = [
+        ("net.messages".to_owned(), "response".to_owned()),
+        ("fault.kill".to_owned(), "injected".to_owned()),
+    ]
+    .into();
+    let effects_total: u64 = sim
+        .fault_effects
+        .iter()
+        .filter(|(k, _)| !sim.counter_groups.contains_key(*k))
+        .map(|(_, v)| v)
+        .sum();
+    let html = render(sim.into());
+    assert!(
+        html.contains(&format!("{effects_total} fault effect(s) observed")),
+        "the overview's effect total leaves the injections and the message count out"
+    );
+    let coverage = html
+        .split("<h3>Fault coverage</h3>")
+        .nth(1)
+        .expect("section");
+    let injected = coverage.find("faults injected").expect("injected group");
+    let effects = coverage
+        .find("fault effects (what the faults did)")
+        .expect("effects");
+    let responses = coverage
+        .find("the system's responses and traffic")
+        .expect("responses");
+    let messages = coverage.find("net.messages").expect("the message count");
+    assert!(injected < effects && effects < responses && responses < messages);
+}
+
+#[test]
 fn simulation_page_shows_seed_replay_timeline_and_violations() {
     let sim = sample::sample_simulation();
     let html = render(sim.clone().into());

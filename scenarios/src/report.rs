@@ -210,6 +210,28 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
         invariants,
         violations,
         fault_effects: sweep.coverage.clone(),
+        counter_groups: sweep
+            .coverage
+            .keys()
+            .map(|k| (k.clone(), counter_group(k).to_owned()))
+            .collect(),
+    }
+}
+
+/// What a coverage counter is: `injected` (the nemesis's faults), `effect` (what a fault did,
+/// the counters of [`sim::scenario::FaultKind::effect_counters`]) or `response` (how the system
+/// responded, and its traffic).
+#[must_use]
+pub fn counter_group(key: &str) -> &'static str {
+    if key.starts_with("fault.") || key == "crash.kills" {
+        "injected"
+    } else if sim::scenario::FaultKind::ALL
+        .iter()
+        .any(|kind| kind.effect_counters().contains(&key))
+    {
+        "effect"
+    } else {
+        "response"
     }
 }
 

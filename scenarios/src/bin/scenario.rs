@@ -49,7 +49,9 @@ struct RunArgs {
     /// Run only shard I of N of the seed range, as `I/N` (0-based).
     #[arg(long, value_parser = parse_shard)]
     shard: Option<(u64, u64)>,
-    /// Safety-phase length in simulated seconds (overrides the scenario).
+    /// How long the workload runs under measurement, in seconds: for a simulation the safety
+    /// phase (simulated seconds, faults on; the liveness phase follows), for a load run the
+    /// measured seconds (the warm-up comes before). Overrides the scenario file.
     #[arg(long)]
     duration: Option<f64>,
     /// Write the results as JSON to this file.
@@ -808,18 +810,23 @@ fn gate(args: &GateArgs) -> ExitCode {
         Ok(b) => b,
         Err(code) => return code,
     };
-    let summary = match gate_summary(args.seeds, jobs) {
+    let mut summary = match gate_summary(args.seeds, jobs) {
         Ok(s) => s,
         Err(code) => return code,
     };
+    if update {
+        if let Err(err) = write_reports(report, &summary) {
+            eprintln!("scenario gate: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+        return update_baseline(baseline_path, &summary, previous.as_ref());
+    }
+    let outcome = compare(previous.as_ref().expect("checked above"), &summary);
+    summary.gate = Some(outcome.clone());
     if let Err(err) = write_reports(report, &summary) {
         eprintln!("scenario gate: cannot write the report: {err}");
         return ExitCode::from(USAGE);
     }
-    if update {
-        return update_baseline(baseline_path, &summary, previous.as_ref());
-    }
-    let outcome = compare(previous.as_ref().expect("checked above"), &summary);
     println!("{}", outcome.table());
     println!("report: {}", report.join("index.html").display());
     if outcome.passed {
@@ -1144,6 +1151,15 @@ fn run_metadata() -> std::collections::BTreeMap<String, String> {
             || "unknown (not a git checkout)".to_owned(),
             |out| String::from_utf8_lossy(&out.stdout).trim().to_owned(),
         );
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .is_ok_and(|out| out.status.success() && !out.stdout.is_empty());
+    let commit = if dirty {
+        format!("{commit} (with uncommitted changes)")
+    } else {
+        commit
+    };
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "unknown".to_owned());
@@ -1254,26 +1270,17 @@ fn print_fault_coverage(scenario: &Scenario, sweep: &Sweep) {
 /// The sweep's counters in three groups: the faults the nemesis injected, what they did (the
 /// counters fault coverage is judged on), and how the system responded (plus the traffic).
 fn print_counters(coverage: &std::collections::BTreeMap<String, u64>) {
-    const GROUPS: [&str; 3] = [
-        "faults injected:",
-        "fault effects (what the faults did):",
-        "the system's responses and traffic:",
+    let groups = [
+        ("injected", "faults injected:"),
+        ("effect", "fault effects (what the faults did):"),
+        ("response", "the system's responses and traffic:"),
     ];
-    let group_of = |key: &str| {
-        if key.starts_with("fault.") || key == "crash.kills" {
-            0
-        } else if sim::scenario::FaultKind::ALL
-            .iter()
-            .any(|kind| kind.effect_counters().contains(&key))
-        {
-            1
-        } else {
-            2
-        }
-    };
-    for (group, title) in GROUPS.iter().enumerate() {
+    for (group, title) in groups {
         println!("{title}");
-        for (key, value) in coverage.iter().filter(|(k, _)| group_of(k) == group) {
+        for (key, value) in coverage
+            .iter()
+            .filter(|(k, _)| scenarios::report::counter_group(k) == group)
+        {
             println!("  {key:<40} {value}");
         }
     }
