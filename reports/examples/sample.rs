@@ -249,6 +249,16 @@ pub fn sample_simulation() -> SimulationReport {
         fault_effects: sample_fault_effects(),
         // Unlisted counters are shown as effects; the sample's are all effects.
         counter_groups: BTreeMap::new(),
+        operations: vec![OperationRow {
+            kind: "draw".into(),
+            ok: 341,
+            failed: 235,
+            no_answer: 310,
+            reasons: vec![
+                ("cancelled: the inventory participant refused the Try: activity N is out of stock".into(), 116),
+                ("cancelled: the participation participant refused the Try: user N already takes part in activity N (draw N)".into(), 119),
+            ],
+        }],
     }
 }
 

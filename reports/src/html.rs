@@ -360,6 +360,7 @@ fn simulation(r: &SimulationReport) -> Markup {
         @if let Some(c) = clock { (svg_or_error(c)) }
         (fault_table(r))
         @if let Some(o) = ops { h3 { "Operations" } (svg_or_error(o)) }
+        (operations_table(r))
         h3 { "Fault coverage" }
         p.note { "Summed over seeds: the faults injected, what they did (the effects fault coverage is judged on; a zero means the run did not exercise that fault), and how the system responded, with its traffic." }
         @if r.fault_effects.is_empty() { p.err { "no fault effect was recorded" } } @else {
@@ -399,6 +400,25 @@ fn simulation_facts(r: &SimulationReport) -> Markup {
 }
 
 /// The injected faults as a collapsed table (the first [`FAULT_ROWS_MAX`] of them).
+/// Every kind of client operation over the sweep: ok, refused (with the top reasons), no answer.
+fn operations_table(r: &SimulationReport) -> Markup {
+    html! {
+        @if !r.operations.is_empty() {
+            p.note { "All seeds. Refused: the client was told the operation failed, and why (numbers written N). No answer: the client timed out, so the outcome is unknown; the checkers treat it as possibly done." }
+            table {
+                tr { th { "operation" } th.num { "ok" } th.num { "refused" } th.num { "no answer" } th { "why refused (most frequent first)" } }
+                @for op in &r.operations {
+                    tr {
+                        td { code { (op.kind) } }
+                        td.num { (op.ok) } td.num { (op.failed) } td.num { (op.no_answer) }
+                        td { @for (reason, n) in op.reasons.iter().take(3) { div { (n) " × " (reason) } } @if op.reasons.len() > 3 { div.muted { "… and " (op.reasons.len() - 3) " other reasons" } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn fault_table(r: &SimulationReport) -> Markup {
     html! {
         @if !r.faults.is_empty() {

@@ -332,6 +332,21 @@ pub struct OpsBucket {
     pub indeterminate: u64,
 }
 
+/// One kind of client operation over a whole sweep: how many succeeded, were refused (with the
+/// refusals' reasons, most frequent first) or got no answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationRow {
+    pub kind: String,
+    pub ok: u64,
+    /// Refused: the client was told it failed, and why.
+    pub failed: u64,
+    /// No answer before the client's timeout: the outcome is unknown.
+    pub no_answer: u64,
+    /// `(reason, count)`, numbers in the reason written `N`, most frequent first.
+    #[serde(default)]
+    pub reasons: Vec<(String, u64)>,
+}
+
 /// A violation found on one seed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
@@ -381,6 +396,9 @@ pub struct SimulationReport {
     /// the system responded, and its traffic). A counter not listed is shown as an effect.
     #[serde(default)]
     pub counter_groups: BTreeMap<String, String>,
+    /// Per kind of client operation, over every seed: ok, refused (and why), no answer.
+    #[serde(default)]
+    pub operations: Vec<OperationRow>,
 }
 
 impl SimulationReport {

@@ -219,6 +219,23 @@ fn message_counts_are_not_shown_as_fault_effects() {
 }
 
 #[test]
+fn refused_operations_are_explained() {
+    let sim = sample::sample_simulation();
+    let html = render(sim.into());
+    assert!(html.contains("why refused (most frequent first)"), "{html}");
+    assert!(
+        html.contains(
+            "116 × cancelled: the inventory participant refused the Try: activity N is out of stock"
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td class=\"num\">310</td>"),
+        "no answer count: {html}"
+    );
+}
+
+#[test]
 fn simulation_page_shows_seed_replay_timeline_and_violations() {
     let sim = sample::sample_simulation();
     let html = render(sim.clone().into());

@@ -215,7 +215,45 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
             .keys()
             .map(|k| (k.clone(), counter_group(k).to_owned()))
             .collect(),
+        operations: operations(sweep),
     }
+}
+
+/// Per kind of client operation, over every seed of the sweep: ok, refused with the reasons
+/// (most frequent first), no answer.
+#[must_use]
+pub fn operations(sweep: &Sweep) -> Vec<reports::model::OperationRow> {
+    let mut rows: BTreeMap<&str, ([u64; 3], BTreeMap<&str, u64>)> = BTreeMap::new();
+    for seed in &sweep.seeds {
+        for (kind, counts) in &seed.op_outcomes {
+            let (slot, _) = rows.entry(kind.as_str()).or_default();
+            for (total, n) in slot.iter_mut().zip(counts) {
+                *total += n;
+            }
+        }
+        for (kind, by_reason) in &seed.op_failures {
+            let (_, reasons) = rows.entry(kind.as_str()).or_default();
+            for (reason, n) in by_reason {
+                *reasons.entry(reason.as_str()).or_default() += n;
+            }
+        }
+    }
+    rows.into_iter()
+        .map(|(kind, ([ok, failed, no_answer], reasons))| {
+            let mut reasons: Vec<(String, u64)> = reasons
+                .into_iter()
+                .map(|(r, n)| (r.to_owned(), n))
+                .collect();
+            reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            reports::model::OperationRow {
+                kind: kind.to_owned(),
+                ok,
+                failed,
+                no_answer,
+                reasons,
+            }
+        })
+        .collect()
 }
 
 /// What a coverage counter is: `injected` (the nemesis's faults), `effect` (what a fault did,

@@ -1286,43 +1286,21 @@ fn print_counters(coverage: &std::collections::BTreeMap<String, u64>) {
     }
 }
 
-/// Per operation kind, over all seeds: ok / failed / no answer.
+/// Per operation kind, over all seeds: ok / failed (with the top reasons) / no answer.
 fn print_operations(sweep: &Sweep) {
-    let mut outcomes: std::collections::BTreeMap<&str, [u64; 3]> =
-        std::collections::BTreeMap::new();
-    for seed in &sweep.seeds {
-        for (kind, counts) in &seed.op_outcomes {
-            let slot = outcomes.entry(kind.as_str()).or_default();
-            for i in 0..3 {
-                slot[i] += counts[i];
-            }
-        }
-    }
     println!(
         "operations (ok / failed: refused, with the reason / no answer: timed out, outcome unknown):"
     );
-    let mut reasons: std::collections::BTreeMap<&str, std::collections::BTreeMap<&str, u64>> =
-        std::collections::BTreeMap::new();
-    for seed in &sweep.seeds {
-        for (kind, by_reason) in &seed.op_failures {
-            let slot = reasons.entry(kind.as_str()).or_default();
-            for (reason, n) in by_reason {
-                *slot.entry(reason.as_str()).or_default() += n;
-            }
-        }
-    }
-    for (kind, [ok, failed, timeout]) in &outcomes {
-        println!("  {kind:<40} {ok} / {failed} / {timeout}");
-        let mut top: Vec<(&str, u64)> = reasons
-            .get(kind)
-            .map(|r| r.iter().map(|(k, v)| (*k, *v)).collect())
-            .unwrap_or_default();
-        top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        for (reason, n) in top.iter().take(3) {
+    for row in scenarios::report::operations(sweep) {
+        println!(
+            "  {:<40} {} / {} / {}",
+            row.kind, row.ok, row.failed, row.no_answer
+        );
+        for (reason, n) in row.reasons.iter().take(3) {
             println!("      {n:>8} × {reason}");
         }
-        if top.len() > 3 {
-            println!("      ... and {} other reasons", top.len() - 3);
+        if row.reasons.len() > 3 {
+            println!("      ... and {} other reasons", row.reasons.len() - 3);
         }
     }
 }
