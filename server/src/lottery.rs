@@ -455,6 +455,10 @@ fn report(
             "lottery.no_duplicate_confirmed_draws",
             invariants::no_duplicate_confirmed_draws(&events),
         ),
+        check(
+            invariants::AGREEMENT,
+            invariants::agreement(&events, &[ledger]),
+        ),
         check(invariants::SETTLED, invariants::settled(ledger)),
     ];
     let safe = checks

@@ -261,6 +261,15 @@ async fn every_route_answers() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert!(names.contains(&"lottery.conservation") && names.contains(&"lottery.no_over_issue"));
+    assert!(names.contains(&"lottery.agreement"), "{names:?}");
+    assert!(
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["ok"] == true || c["name"] == "lottery.settled"),
+        "{v}"
+    );
 
     // Metrics: counts by route and status, IDs issued, reloads.
     let r = api
