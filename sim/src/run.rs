@@ -369,6 +369,25 @@ fn stranding_events(history: &[Event], coverage: &BTreeMap<String, u64>) -> u64 
         .sum::<u64>()
 }
 
+/// What `ids.progress` checks in this scenario: every ID node issues segment IDs again within
+/// the liveness phase (less one client timeout, at most half the phase, so that the last
+/// probe can be answered);
+/// nothing when the workload asks for no segment IDs. The bound is the phase, not a tighter
+/// one: after a swizzle the ID nodes can need more than 5 s to get a segment again (`swizzle`
+/// seed 3: every fetch timed out for 5.05 s after the heal), which is slow but not stuck.
+fn progress_spec(scenario: &Scenario) -> Option<crate::checkers::Progress> {
+    (scenario.workload.mix.segment > 0).then(|| crate::checkers::Progress {
+        nodes: (1..=scenario.topology.id_nodes)
+            .map(|i| format!("id{i}"))
+            .collect(),
+        bound_ms: scenario.run.liveness_ms
+            - scenario
+                .workload
+                .timeout_ms
+                .min(scenario.run.liveness_ms / 2),
+    })
+}
+
 /// Runs the checkers; a ledger that could not be read is a violation of its own.
 fn judge(
     history: &[Event],
@@ -419,6 +438,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         ledger: ledger.clone().unwrap_or_default(),
         replies: effective_replies(&world),
         gap_bound_ids: gap_bound(scenario.ids.step_max, stranding),
+        progress: progress_spec(&scenario),
     };
     let (results, ids_lost) = judge(&history, &state, ledger.err());
     SeedOutcome {

@@ -13,10 +13,11 @@ use sut::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
 use crate::history::{Event, EventKind, IdSpace};
 
 /// Every invariant, in report order.
-pub const INVARIANTS: [&str; 12] = [
+pub const INVARIANTS: [&str; 13] = [
     "ids.unique",
     "ids.monotonic",
     "ids.gap_bounded",
+    "ids.progress",
     "tokens.single_use",
     "tokens.revoked_rejected",
     "lottery.no_duplicate_participation",
@@ -49,6 +50,60 @@ pub struct FinalState {
     pub replies: Vec<ParticipantReply>,
     /// The most segment IDs the run may lose (see [`gap_bound`]).
     pub gap_bound_ids: u64,
+    /// The ID nodes that must issue segment IDs again once the faults have healed, and how
+    /// soon (`ids.progress`); `None` when the scenario asks for no segment IDs.
+    pub progress: Option<Progress>,
+}
+
+/// What `ids.progress` checks: every one of `nodes` issues a segment ID (or a degraded one)
+/// within `bound_ms` of the heal. Clients probe every ID node during the liveness phase
+/// (`nodes::client::PROBE_INTERVAL_MS`), so a node that is able to serve is asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The ID nodes.
+    pub nodes: Vec<String>,
+    /// How long after the heal each may take, simulated ms.
+    pub bound_ms: u64,
+}
+
+/// `ids.progress`: once every fault has healed, every ID node issues IDs again within the
+/// bound (an allocator that stays stuck after a partition, a lost lease or a restart fails it).
+pub fn ids_progress(history: &[Event], progress: Option<&Progress>) -> Result<(), Violation> {
+    let Some(progress) = progress else {
+        return Ok(());
+    };
+    let Some(healed_ms) = history
+        .iter()
+        .find(|e| matches!(&e.kind, EventKind::Phase(p) if p == "liveness"))
+        .map(|e| e.sim_ms)
+    else {
+        return Ok(());
+    };
+    let deadline_ms = healed_ms.saturating_add(progress.bound_ms);
+    for node in &progress.nodes {
+        let issued = history.iter().any(|e| {
+            e.node == *node
+                && (healed_ms..=deadline_ms).contains(&e.sim_ms)
+                && matches!(
+                    e.kind,
+                    EventKind::Issued {
+                        space: IdSpace::Segment | IdSpace::Degraded,
+                        ..
+                    }
+                )
+        });
+        if !issued {
+            return Err(violation(
+                "ids.progress",
+                None,
+                format!(
+                    "{node} issued no segment ID in the {} ms after every fault had healed (at {healed_ms} ms), though the clients kept asking",
+                    progress.bound_ms
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The documented bound on segment IDs lost: each event that can strand IDs (an ID-node
@@ -318,6 +373,10 @@ pub fn check_all(history: &[Event], state: &FinalState) -> (Vec<Checked>, u64) {
     let gaps = ids_gap_bounded(history, state.gap_bound_ids);
     let lost = *gaps.as_ref().unwrap_or(&0);
     results.push(("ids.gap_bounded".to_owned(), gaps.map(|_| ())));
+    results.push((
+        "ids.progress".to_owned(),
+        ids_progress(history, state.progress.as_ref()),
+    ));
     results.extend(tokens(history).into_iter().map(|(n, r)| (n.to_owned(), r)));
     results.extend(
         lottery(history, &state.replies, &state.ledger)

@@ -453,3 +453,54 @@ fn a_dead_letter_after_the_heal_fires_one_before_it_does_not() {
         v.detail
     );
 }
+
+#[test]
+fn ids_progress_fires_when_an_id_node_stays_stuck_after_the_heal() {
+    let progress = Progress {
+        nodes: vec!["id1".into(), "id2".into()],
+        bound_ms: 3,
+    };
+    let on = |node: &str, kind: EventKind| (node.to_owned(), kind);
+    let mk = |events: Vec<(String, EventKind)>| -> Vec<Event> {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, (node, kind))| Event {
+                seq: i as u64,
+                sim_ms: i as u64,
+                node,
+                wall_ms: 0,
+                kind,
+            })
+            .collect()
+    };
+    let both = mk(vec![
+        on("nemesis", EventKind::Phase("liveness".into())),
+        on("id1", issued("alloc-1", 10)),
+        on("id2", issued("alloc-2", 20)),
+    ]);
+    assert_eq!(ids_progress(&both, Some(&progress)), Ok(()));
+    // id2 issued only before the heal, and then once too late.
+    let stuck = mk(vec![
+        on("id2", issued("alloc-2", 5)),
+        on("nemesis", EventKind::Phase("liveness".into())),
+        on("id1", issued("alloc-1", 10)),
+        on("client1", EventKind::Phase("filler".into())),
+        on("client1", EventKind::Phase("filler".into())),
+        on("client1", EventKind::Phase("filler".into())),
+        on("id2", issued("alloc-2", 20)),
+    ]);
+    let v = ids_progress(&stuck, Some(&progress)).unwrap_err();
+    assert_eq!(v.invariant, "ids.progress");
+    assert!(
+        v.detail
+            .starts_with("id2 issued no segment ID in the 3 ms after every fault had healed"),
+        "{}",
+        v.detail
+    );
+    assert_eq!(
+        ids_progress(&stuck, None),
+        Ok(()),
+        "not asked: nothing to judge"
+    );
+}

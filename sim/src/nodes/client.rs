@@ -164,6 +164,25 @@ fn expire(ctx: &Ctx, state: &Mutex<State>) -> usize {
     left
 }
 
+/// How often the probing client asks every ID node for a segment ID once the workload has
+/// stopped (the liveness phase), simulated ms: what `ids.progress` judges.
+pub const PROBE_INTERVAL_MS: u64 = 250;
+
+/// Whether this client probes the ID nodes in the liveness phase: the first client, when the
+/// workload asks for segment IDs at all.
+fn probes_ids(ctx: &Ctx, workload: &Workload) -> bool {
+    ctx.name == "client1" && workload.mix.segment > 0
+}
+
+/// One probe round: a segment ID from every ID node, then the probe interval.
+async fn probe_id_nodes(ctx: &Ctx, state: &Mutex<State>, id_nodes: u32, timeout_ms: u64) {
+    for node in 1..=id_nodes {
+        invoke(ctx, state, &format!("id{node}"), Op::SegmentId, timeout_ms);
+    }
+    sleep_ms(PROBE_INTERVAL_MS).await;
+    expire(ctx, state);
+}
+
 /// Runs a client node.
 pub async fn run(ctx: Ctx, inbox: Inbox) {
     let (workload, clients, id_nodes) = ctx.world.with(|w| {
@@ -195,6 +214,10 @@ pub async fn run(ctx: Ctx, inbox: Inbox) {
         madsim::time::sleep(Duration::from_micros(gap_us)).await;
         let waiting = expire(&ctx, &state);
         if ctx.world.with(|w| w.workload_stopped) {
+            if probes_ids(&ctx, &workload) {
+                probe_id_nodes(&ctx, &state, id_nodes, workload.timeout_ms).await;
+                continue;
+            }
             if waiting == 0 {
                 sleep_ms(1_000_000).await;
             }
