@@ -54,7 +54,11 @@ fn node_id(world: &World, node: &str) -> Option<madsim::task::NodeId> {
     world.with(|w| w.node_ids.get(node).copied())
 }
 
+/// Clogs the link, unless the faults have been healed (a multi-step fault still running).
 fn clog_link(world: &World, from: &str, to: &str) {
+    if world.with(|w| w.healed) {
+        return;
+    }
     let ids = world.with(|w| {
         *w.clogged_links.entry((from.into(), to.into())).or_default() += 1;
         (w.node_ids.get(from).copied(), w.node_ids.get(to).copied())
@@ -88,7 +92,11 @@ fn unclog_link(world: &World, from: &str, to: &str) {
     }
 }
 
+/// Clogs the node, unless the faults have been healed (a swizzle still reaching its next node).
 fn clog_node(world: &World, node: &str) {
+    if world.with(|w| w.healed) {
+        return;
+    }
     world.with(|w| *w.clogged_nodes.entry(node.into()).or_default() += 1);
     if let Some(id) = node_id(world, node) {
         NetSim::current().clog_node(id);
@@ -536,6 +544,9 @@ fn apply_clock_strobe(world: &World, node: String, delta: i64, period: u64, dura
     spawn(async move {
         let flips = (duration_ms / period).max(2) & !1;
         for i in 0..flips {
+            if world.with(|w| w.healed) {
+                break;
+            }
             let d = if i % 2 == 0 { -delta } else { delta };
             world.with(|w| w.adjust_clock(&node, |c, _| c.bump(d)));
             sleep_ms(period).await;
@@ -595,6 +606,7 @@ fn apply_clock_restart(world: &World, node: String, back: i64, tear: bool, down_
 /// Heals every fault: the start of the liveness phase.
 pub fn heal_all(world: &World) {
     let (links, nodes, paused, killed, clocks) = world.with(|w| {
+        w.healed = true;
         w.loss_ppm = 0;
         w.latency_spike = false;
         (

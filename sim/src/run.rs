@@ -370,21 +370,19 @@ fn stranding_events(history: &[Event], coverage: &BTreeMap<String, u64>) -> u64 
 }
 
 /// What `ids.progress` checks in this scenario: every ID node issues segment IDs again within
-/// the liveness phase (less one client timeout, at most half the phase, so that the last
-/// probe can be answered);
-/// nothing when the workload asks for no segment IDs. The bound is the phase, not a tighter
-/// one: after a swizzle the ID nodes can need more than 5 s to get a segment again (`swizzle`
-/// seed 3: every fetch timed out for 5.05 s after the heal), which is slow but not stuck.
+/// two leases and a client timeout of the heal (a lease lost in the faults runs out, the
+/// allocator's backoff of at most 2 s ends, a call in flight times out), and within the
+/// liveness phase less one client timeout (at most half the phase), so that the last probe can
+/// be answered; nothing when the workload asks for no segment IDs.
 fn progress_spec(scenario: &Scenario) -> Option<crate::checkers::Progress> {
+    let run = &scenario.run;
+    let timeout_ms = scenario.workload.timeout_ms;
+    let in_phase_ms = run.liveness_ms - timeout_ms.min(run.liveness_ms / 2);
     (scenario.workload.mix.segment > 0).then(|| crate::checkers::Progress {
         nodes: (1..=scenario.topology.id_nodes)
             .map(|i| format!("id{i}"))
             .collect(),
-        bound_ms: scenario.run.liveness_ms
-            - scenario
-                .workload
-                .timeout_ms
-                .min(scenario.run.liveness_ms / 2),
+        bound_ms: (2 * scenario.ids.lease_ms + timeout_ms).min(in_phase_ms),
     })
 }
 

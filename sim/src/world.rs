@@ -147,6 +147,9 @@ pub struct WorldState {
     pub clock_samples: Vec<(String, u64, i64)>,
     /// The workload stops when this is set (end of the safety phase).
     pub workload_stopped: bool,
+    /// Set by `nemesis::heal_all` at the start of the liveness phase: from then on a fault
+    /// still in progress (a swizzle clogging its next node, a strobe's next flip) does nothing.
+    pub healed: bool,
 }
 
 /// A handle on the shared state.
@@ -180,6 +183,7 @@ impl World {
             faults: Vec::new(),
             clock_samples: Vec::new(),
             workload_stopped: false,
+            healed: false,
         })))
     }
 
