@@ -575,14 +575,15 @@ fn load_time_range(r: &LoadReport) -> (f64, f64) {
 
 /// All endpoints together: requests per second and errors per second, per interval.
 fn totals_over_time(r: &LoadReport) -> [Series; 2] {
-    let mut rps: std::collections::BTreeMap<u64, (f64, f64)> = std::collections::BTreeMap::new();
+    let mut totals: std::collections::BTreeMap<u64, (f64, f64)> = std::collections::BTreeMap::new();
     for i in r.endpoints.iter().flat_map(|e| e.over_time.iter()) {
-        let slot = rps.entry((i.t_s * 1000.0).round() as u64).or_default();
+        let slot = totals.entry((i.t_s * 1000.0).round() as u64).or_default();
         slot.0 += i.rps;
         slot.1 += i.errors as f64;
     }
     let points = |pick: fn(&(f64, f64)) -> f64| {
-        rps.iter()
+        totals
+            .iter()
             .map(|(t_ms, v)| (*t_ms as f64 / 1000.0, pick(v)))
             .collect()
     };

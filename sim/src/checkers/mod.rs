@@ -72,11 +72,7 @@ pub fn ids_progress(history: &[Event], progress: Option<&Progress>) -> Result<()
     let Some(progress) = progress else {
         return Ok(());
     };
-    let Some(healed_ms) = history
-        .iter()
-        .find(|e| matches!(&e.kind, EventKind::Phase(p) if p == "liveness"))
-        .map(|e| e.sim_ms)
-    else {
+    let Some(healed_ms) = healed(history).map(|e| e.sim_ms) else {
         return Ok(());
     };
     let deadline_ms = healed_ms.saturating_add(progress.bound_ms);
@@ -332,33 +328,36 @@ pub fn lottery(
 /// budget. A draw dead-lettered during the faults is allowed (its budget ran out while the
 /// network was down) but stays open, which `lottery.settled` reports.
 pub fn no_dead_letter_after_heal(history: &[Event]) -> Result<(), Violation> {
-    let healed_at = history
-        .iter()
-        .find(|e| matches!(&e.kind, EventKind::Phase(p) if p == "liveness"))
-        .map(|e| e.seq);
-    let Some(healed_at) = healed_at else {
+    let Some(healed_at) = healed(history).map(|e| e.seq) else {
         return Ok(());
     };
-    match history.iter().find(|e| {
-        e.seq > healed_at
-            && matches!(&e.kind, EventKind::Draw(d) if matches!(d.outcome, sut::lottery::DrawOutcome::DeadLettered { .. }))
-    }) {
-        None => Ok(()),
-        Some(e) => {
-            let xid = match &e.kind {
-                EventKind::Draw(d) => d.draw.xid.0,
-                _ => 0,
-            };
-            Err(violation(
-                "lottery.no_dead_letter_after_heal",
-                Some(e.seq),
-                format!(
-                    "draw {xid} was dead-lettered at {} ms, after every fault had healed (event #{healed_at})",
-                    e.sim_ms
-                ),
-            ))
+    let dead = history.iter().find_map(|e| match &e.kind {
+        EventKind::Draw(d)
+            if e.seq > healed_at
+                && matches!(d.outcome, sut::lottery::DrawOutcome::DeadLettered { .. }) =>
+        {
+            Some((e, d.draw.xid))
         }
+        _ => None,
+    });
+    match dead {
+        None => Ok(()),
+        Some((e, xid)) => Err(violation(
+            "lottery.no_dead_letter_after_heal",
+            Some(e.seq),
+            format!(
+                "draw {xid} was dead-lettered at {} ms, after every fault had healed (event #{healed_at})",
+                e.sim_ms
+            ),
+        )),
     }
+}
+
+/// The event that began the liveness phase (every fault healed), if the history has one.
+fn healed(history: &[Event]) -> Option<&Event> {
+    history
+        .iter()
+        .find(|e| matches!(&e.kind, EventKind::Phase(p) if p == "liveness"))
 }
 
 /// One invariant's name and result.

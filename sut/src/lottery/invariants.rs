@@ -314,7 +314,7 @@ fn branches_agree(
     ledgers: &[&Ledger],
     event_index: usize,
 ) -> Result<(), LotteryViolation> {
-    use super::FenceStatus::{Committed, Tried};
+    use FenceStatus::{Committed, Tried};
     for branch in Participant::ALL {
         if !e.draw.has_branch(branch) {
             continue;
