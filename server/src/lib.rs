@@ -43,6 +43,7 @@ pub mod ids;
 pub mod lottery;
 pub mod metrics;
 pub mod openapi;
+pub mod pg;
 pub mod sqlite;
 pub mod tokens;
 

@@ -1,0 +1,421 @@
+//! The PostgreSQL stores of the real server (`--db postgres://…`), for deployments where several
+//! server processes share one database. Each implements the same `sut` store trait as its SQLite
+//! twin, reads the rows a rule of `sut` names, calls the rule and writes what it decided; the
+//! conformance property tests run them against the memory stores.
+//!
+//! Concurrency control, per table, is the database's:
+//!
+//! - **Every domain operation is one `SERIALIZABLE` transaction**, retried from the start when
+//!   PostgreSQL reports a serialization failure or a deadlock (SQLSTATE 40001 / 40P01). The rules
+//!   of `sut` assume an operation reads and writes as if alone, which is what SQLite's single
+//!   writer gives the SQLite stores; here several servers write at once, and SERIALIZABLE is the
+//!   level that keeps that promise without the store having to know which rows a rule reads.
+//! - Under it, the statements keep their own guards: the tag row's version is compared in the
+//!   `UPDATE … WHERE version = $read` of an allocation (Tinyid's optimistic lock), and primary
+//!   keys make fences `(xid, branch)`, one-time tokens and segment leases unique.
+//!
+//! Each store owns one connection (stores are used behind a mutex or from one writer thread, as
+//! the SQLite ones are). A closed connection is reopened on the next operation; an operation
+//! whose connection dies mid-way returns a backend error (its outcome is unknown to the caller,
+//! exactly as for a timeout).
+//!
+//! The driver is tokio-postgres. Its connection tasks run on one small runtime of their own
+//! ([`io_runtime`]), and the stores block on their queries, so the sync store traits of `sut`
+//! need no change and the stores can be called from any thread.
+
+// mod ids;
+// pub use ids::PgIdStore;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, IsolationLevel, NoTls, Row, Statement};
+
+/// Attempts of one operation before a serialization failure is reported.
+pub const TX_ATTEMPTS_MAX: u32 = 50;
+
+/// A database failure, with whether retrying the whole transaction may succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbError {
+    /// What failed, with PostgreSQL's message.
+    pub message: String,
+    /// A serialization failure or deadlock: the transaction did nothing and may be retried.
+    pub retryable: bool,
+}
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        let retryable = matches!(
+            e.code(),
+            Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED)
+        );
+        let message = e.as_db_error().map_or_else(
+            || format!("postgres: {e}"),
+            |db| format!("postgres: {} ({})", db.message(), db.code().code()),
+        );
+        Self { message, retryable }
+    }
+}
+
+impl From<DbError> for sut::id_store::StoreError {
+    fn from(e: DbError) -> Self {
+        Self::Backend(e.message)
+    }
+}
+
+/// The runtime that drives every PostgreSQL connection of this process (one worker thread).
+///
+/// # Panics
+/// When the runtime cannot be built (no threads can be spawned).
+pub fn io_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("pg-io")
+            .enable_all()
+            .build()
+            .expect("a runtime for PostgreSQL connections")
+    })
+}
+
+/// Runs `fut` to completion on the calling thread (its I/O is driven by [`io_runtime`]).
+fn block<F: std::future::Future>(fut: F) -> F::Output {
+    futures_executor::block_on(fut)
+}
+
+/// Opens one connection to `url` (`postgres://user@host:port/db`).
+///
+/// # Errors
+/// The URL is malformed or the server cannot be reached.
+pub fn connect(url: &str) -> Result<Client, DbError> {
+    let config: tokio_postgres::Config = url.parse().map_err(|e| DbError {
+        message: format!("bad PostgreSQL URL `{url}`: {e}"),
+        retryable: false,
+    })?;
+    let task = io_runtime().spawn(async move {
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            // The connection ends when the client is dropped or the server goes away; the
+            // client then reports it closed and the store reconnects.
+            let _ = connection.await;
+        });
+        Ok::<_, tokio_postgres::Error>(client)
+    });
+    match block(task) {
+        Ok(result) => result.map_err(DbError::from),
+        Err(join) => Err(DbError {
+            message: format!("postgres connect task: {join}"),
+            retryable: false,
+        }),
+    }
+}
+
+/// Creates database `name` on the server of `admin_url` (tests and the cluster runner give each
+/// store its own database). An existing database is kept.
+///
+/// # Errors
+/// Connection failures, a bad name.
+pub fn create_database(admin_url: &str, name: &str) -> Result<(), DbError> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(DbError {
+            message: format!("database name `{name}`: use letters, digits and `_`"),
+            retryable: false,
+        });
+    }
+    let client = connect(admin_url)?;
+    let exists = block(client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]))?;
+    if exists.is_none() {
+        block(client.batch_execute(&format!("CREATE DATABASE {name}")))?;
+    }
+    Ok(())
+}
+
+/// The URL of database `name` on the server of `url` (the path replaced).
+#[must_use]
+pub fn url_with_database(url: &str, name: &str) -> String {
+    let (head, query) = url
+        .split_once('?')
+        .map_or((url, None), |(h, q)| (h, Some(q)));
+    let after_scheme = head.find("://").map_or(0, |i| i + 3);
+    let base = head[after_scheme..]
+        .find('/')
+        .map_or(head, |i| &head[..after_scheme + i]);
+    query.map_or_else(
+        || format!("{base}/{name}"),
+        |q| format!("{base}/{name}?{q}"),
+    )
+}
+
+/// One store's connection: reconnects when closed, caches prepared statements, runs
+/// serializable transactions with retries.
+pub struct PgConn {
+    url: String,
+    client: Option<Client>,
+    statements: HashMap<String, Statement>,
+}
+
+impl std::fmt::Debug for PgConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgConn")
+            .field("url", &self.url)
+            .field("connected", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgConn {
+    /// Connects to `url` and runs `schema` (idempotent DDL).
+    ///
+    /// # Errors
+    /// Connection or DDL failures.
+    pub fn open(url: &str, schema: &str) -> Result<Self, DbError> {
+        let mut conn = Self {
+            url: url.to_owned(),
+            client: None,
+            statements: HashMap::new(),
+        };
+        conn.batch(schema)?;
+        Ok(conn)
+    }
+
+    /// The URL it connects to.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn client(&mut self) -> Result<&mut Client, DbError> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            self.statements.clear();
+            self.client = Some(connect(&self.url)?);
+        }
+        Ok(self.client.as_mut().expect("connected just above"))
+    }
+
+    /// Runs statements outside a transaction (schema).
+    ///
+    /// # Errors
+    /// Database failures.
+    pub fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        // Concurrent `CREATE TABLE IF NOT EXISTS` from several servers can collide on the
+        // catalog's unique index; that is the other server having created it.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let client = self.client()?;
+            match block(client.batch_execute(sql)) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && attempt < 5 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Runs `op` in one SERIALIZABLE transaction, committing when it returns `Ok`; retries the
+    /// whole of it (with a short growing pause) after a serialization failure or deadlock.
+    ///
+    /// # Errors
+    /// `op`'s error (the transaction rolled back), or a database failure.
+    pub fn transact<T, E: From<DbError>>(
+        &mut self,
+        mut op: impl FnMut(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = self.attempt(&mut op);
+            match outcome {
+                Attempt::Done(result) => return result,
+                Attempt::Retry(_) if attempt < TX_ATTEMPTS_MAX => {
+                    let pause_us = 100 * u64::from(attempt.min(20)) + jitter_us(attempt);
+                    std::thread::sleep(Duration::from_micros(pause_us));
+                }
+                Attempt::Retry(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn attempt<T, E: From<DbError>>(
+        &mut self,
+        op: &mut impl FnMut(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Attempt<T, E> {
+        let statements = &mut self.statements;
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            statements.clear();
+            match connect(&self.url) {
+                Ok(c) => self.client = Some(c),
+                Err(e) => return Attempt::Done(Err(e.into())),
+            }
+        }
+        let client = self.client.as_mut().expect("connected just above");
+        let begun = block(
+            client
+                .build_transaction()
+                .isolation_level(IsolationLevel::Serializable)
+                .start(),
+        );
+        let tx = match begun {
+            Ok(tx) => tx,
+            Err(e) => return Attempt::Done(Err(DbError::from(e).into())),
+        };
+        let mut wrapped = Tx {
+            tx,
+            statements,
+            retryable: None,
+        };
+        let result = op(&mut wrapped);
+        if let Some(e) = wrapped.retryable.take() {
+            return Attempt::Retry(e);
+        }
+        match result {
+            Ok(value) => match block(wrapped.tx.commit()) {
+                Ok(()) => Attempt::Done(Ok(value)),
+                Err(e) => {
+                    let e = DbError::from(e);
+                    if e.retryable {
+                        Attempt::Retry(e)
+                    } else {
+                        Attempt::Done(Err(e.into()))
+                    }
+                }
+            },
+            // Dropping the transaction rolls it back.
+            Err(e) => Attempt::Done(Err(e)),
+        }
+    }
+}
+
+enum Attempt<T, E> {
+    Done(Result<T, E>),
+    Retry(DbError),
+}
+
+fn jitter_us(attempt: u32) -> u64 {
+    let mut bytes = [0u8; 2];
+    let _ = getrandom::fill(&mut bytes);
+    u64::from(u16::from_le_bytes(bytes)) % (50 * u64::from(attempt.min(20)) + 1)
+}
+
+/// A transaction in progress: blocking queries with cached statements. A serialization failure
+/// is remembered, so that [`PgConn::transact`] retries whatever error `op` turned it into.
+pub struct Tx<'a> {
+    tx: tokio_postgres::Transaction<'a>,
+    statements: &'a mut HashMap<String, Statement>,
+    retryable: Option<DbError>,
+}
+
+impl std::fmt::Debug for Tx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx").finish_non_exhaustive()
+    }
+}
+
+/// A query parameter.
+pub type Param<'p> = &'p (dyn ToSql + Sync);
+
+impl Tx<'_> {
+    fn note(&mut self, e: tokio_postgres::Error) -> DbError {
+        let e = DbError::from(e);
+        if e.retryable && self.retryable.is_none() {
+            self.retryable = Some(e.clone());
+        }
+        e
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<Statement, DbError> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let prepared = block(self.tx.prepare(sql)).map_err(|e| self.note(e))?;
+        self.statements.insert(sql.to_owned(), prepared.clone());
+        Ok(prepared)
+    }
+
+    /// Runs a statement; returns the rows it changed.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, DbError> {
+        let statement = self.statement(sql)?;
+        block(self.tx.execute(&statement, params)).map_err(|e| self.note(e))
+    }
+
+    /// Runs a query; returns its rows.
+    ///
+    /// # Errors
+    /// Database failures.
+    pub fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, DbError> {
+        let statement = self.statement(sql)?;
+        block(self.tx.query(&statement, params)).map_err(|e| self.note(e))
+    }
+
+    /// Runs a query of at most one row.
+    ///
+    /// # Errors
+    /// Database failures, more than one row.
+    pub fn query_opt(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Option<Row>, DbError> {
+        let statement = self.statement(sql)?;
+        block(self.tx.query_opt(&statement, params)).map_err(|e| self.note(e))
+    }
+}
+
+/// PostgreSQL's `BIGINT` is i64; IDs stay below 2^62 and times below 2^63, so the casts are
+/// exact.
+#[must_use]
+pub fn to_sql(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A value read back, checked rather than trusted.
+///
+/// # Errors
+/// A negative value (a corrupt row).
+pub fn from_sql(v: i64, what: &str) -> Result<u64, DbError> {
+    u64::try_from(v).map_err(|_| DbError {
+        message: format!("corrupt row: negative {what} {v}"),
+        retryable: false,
+    })
+}
+
+/// Column `index` of `row` as a `u64`.
+///
+/// # Errors
+/// A wrong type or a negative value.
+pub fn get_u64(row: &Row, index: usize, what: &str) -> Result<u64, DbError> {
+    let v: i64 = row.try_get(index).map_err(|e| DbError {
+        message: format!("column {what}: {e}"),
+        retryable: false,
+    })?;
+    from_sql(v, what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_with_database;
+
+    #[test]
+    fn url_with_database_replaces_only_the_path() {
+        assert_eq!(
+            url_with_database("postgres://u@h:1/postgres?connect_timeout=5", "ids"),
+            "postgres://u@h:1/ids?connect_timeout=5"
+        );
+        assert_eq!(
+            url_with_database("postgres://u@h:1", "x"),
+            "postgres://u@h:1/x"
+        );
+        assert_eq!(
+            url_with_database("postgres://u@h:1/a", "b"),
+            "postgres://u@h:1/b"
+        );
+    }
+}
