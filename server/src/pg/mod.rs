@@ -25,6 +25,8 @@
 
 // mod ids;
 // pub use ids::PgIdStore;
+mod lottery;
+pub use lottery::PgLotteryStore;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -672,7 +672,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 #[cfg(test)]
 mod driver;
 #[cfg(test)]

@@ -18,3 +18,7 @@ mod tokens;
 pub use ids::SqliteIdStore;
 pub use lottery::SqliteLotteryStore;
 pub use tokens::SqliteTokenStore;
+
+/// The lottery conformance test's operations, for the PostgreSQL store's conformance test.
+#[cfg(test)]
+pub(crate) use lottery::conformance as lottery_conformance;

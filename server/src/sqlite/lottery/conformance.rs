@@ -4,6 +4,9 @@
 //! store (the journaled memory store, `crate::lottery::JournaledStore`, committed after every
 //! step) give identical results and identical snapshots after every step; reopening either file
 //! gives the same state.
+//!
+//! The operations ([`Op`], [`op`]) and [`apply`] are shared with the PostgreSQL store's
+//! conformance test (`crate::pg::lottery`).
 
 use proptest::prelude::*;
 
@@ -16,7 +19,7 @@ use super::SqliteLotteryStore;
 use crate::lottery::{DurableLottery, JournaledStore};
 
 #[derive(Clone, Debug)]
-enum Op {
+pub(crate) enum Op {
     Open { user: u64, balance_minor: u64 },
     Stock { activity: u64, units: u64 },
     Exec { op: BranchOp, flaws: Flaws },
@@ -63,7 +66,7 @@ fn flaws() -> impl Strategy<Value = Flaws> {
     })
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     let verdict = prop_oneof![Just(Verdict::Confirm), Just(Verdict::Cancel)];
     prop_oneof![
         2 => (0..3u64, amount()).prop_map(|(user, balance_minor)| Op::Open { user, balance_minor }),
@@ -77,10 +80,10 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-type Slots = [Option<(BranchOp, BranchView)>; 2];
+pub(crate) type Slots = [Option<(BranchOp, BranchView)>; 2];
 
 /// Applies `op`, returning a comparable rendering of the result.
-fn apply(store: &mut dyn LotteryStore, slots: &mut Slots, op: &Op) -> String {
+pub(crate) fn apply(store: &mut dyn LotteryStore, slots: &mut Slots, op: &Op) -> String {
     match op {
         Op::Open {
             user,
