@@ -25,6 +25,8 @@
 
 // mod ids;
 // pub use ids::PgIdStore;
+mod tokens;
+pub use tokens::PgTokenStore;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

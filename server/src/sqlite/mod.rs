@@ -18,3 +18,7 @@ mod tokens;
 pub use ids::SqliteIdStore;
 pub use lottery::SqliteLotteryStore;
 pub use tokens::SqliteTokenStore;
+
+/// The token-store conformance test's operations, which the PostgreSQL store's test reuses.
+#[cfg(test)]
+pub(crate) use tokens::conformance as tokens_conformance;
