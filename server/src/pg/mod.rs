@@ -27,6 +27,8 @@
 // pub use ids::PgIdStore;
 mod lottery;
 pub use lottery::PgLotteryStore;
+mod tokens;
+pub use tokens::PgTokenStore;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

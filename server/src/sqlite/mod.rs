@@ -22,3 +22,6 @@ pub use tokens::SqliteTokenStore;
 /// The lottery conformance test's operations, for the PostgreSQL store's conformance test.
 #[cfg(test)]
 pub(crate) use lottery::conformance as lottery_conformance;
+/// The token-store conformance test's operations, which the PostgreSQL store's test reuses.
+#[cfg(test)]
+pub(crate) use tokens::conformance as tokens_conformance;

@@ -497,6 +497,6 @@ mod tests {
 }
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 #[cfg(test)]
 mod service;

@@ -1,6 +1,7 @@
 //! Conformance: random sequences of token-store operations, several users interleaved, applied
 //! to [`MemoryTokenStore`] and [`SqliteTokenStore`] must give identical results, step by step
-//! (docs/architecture.md, "The state machines").
+//! (docs/architecture.md, "The state machines"). The PostgreSQL store's conformance test reuses
+//! [`op`] and [`agree`].
 
 use proptest::prelude::*;
 use sut::token::rows::{OnceGrant, OnceKey, OnceToken};
@@ -9,8 +10,9 @@ use sut::token::{ActivityId, UserId};
 
 use super::SqliteTokenStore;
 
+/// One token-store operation, over small domains.
 #[derive(Clone, Debug)]
-enum Op {
+pub(crate) enum Op {
     Revoke {
         jti: u8,
         keep_until_ms: u64,
@@ -48,7 +50,8 @@ enum Op {
 
 const WINDOW_MS: u64 = 100;
 
-fn op() -> impl Strategy<Value = Op> {
+/// A random operation.
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     // Small domains so that collisions, repeats, foreign users and full tables all happen.
     let jti = 0u8..6;
     let user = 0u64..3;
@@ -124,28 +127,43 @@ fn apply<S: TokenStore>(s: &mut S, op: &Op) -> String {
     r
 }
 
+/// The bounds of the stores compared: small, so that full tables happen.
+pub(crate) const LIMITS: TokenStoreLimits = TokenStoreLimits {
+    revocations_max: 4,
+    once_tokens_max: 6,
+};
+
+/// Applies `ops` to a fresh [`MemoryTokenStore`] and to `store` (fresh, with [`LIMITS`]):
+/// every step must answer the same, and every token and the revocation set must end the same.
+pub(crate) fn agree<S: TokenStore>(store: &mut S, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut mem = MemoryTokenStore::new(LIMITS);
+    for (i, op) in ops.iter().enumerate() {
+        let m = apply(&mut mem, op);
+        let q = apply(store, op);
+        prop_assert_eq!(&m, &q, "step {} {:?}", i, op);
+        let checked = mem.check_invariants();
+        prop_assert!(checked.is_ok(), "step {} {:?}: {:?}", i, op, checked);
+    }
+    // Every token ends in the same state, for every user.
+    for nonce in 0u128..10 {
+        for user in 0u64..3 {
+            let op = Op::Check {
+                nonce,
+                user,
+                now_ms: 0,
+            };
+            prop_assert_eq!(apply(&mut mem, &op), apply(store, &op));
+        }
+    }
+    prop_assert_eq!(mem.revoked_jtis(), store.revoked_jtis());
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     #[test]
     fn memory_and_sqlite_token_stores_agree(ops in proptest::collection::vec(op(), 1..60)) {
-        let limits = TokenStoreLimits { revocations_max: 4, once_tokens_max: 6 };
-        let mut mem = MemoryTokenStore::new(limits);
-        let mut sql = SqliteTokenStore::open_in_memory(limits).unwrap();
-        for (i, op) in ops.iter().enumerate() {
-            let m = apply(&mut mem, op);
-            let q = apply(&mut sql, op);
-            prop_assert_eq!(&m, &q, "step {} {:?}", i, op);
-            let checked = mem.check_invariants();
-            prop_assert!(checked.is_ok(), "step {} {:?}: {:?}", i, op, checked);
-        }
-        // Every token ends in the same state, for every user.
-        for nonce in 0u128..10 {
-            for user in 0u64..3 {
-                let op = Op::Check { nonce, user, now_ms: 0 };
-                prop_assert_eq!(apply(&mut mem, &op), apply(&mut sql, &op));
-            }
-        }
-        prop_assert_eq!(mem.revoked_jtis(), sql.revoked_jtis());
+        agree(&mut SqliteTokenStore::open_in_memory(LIMITS).unwrap(), &ops)?;
     }
 }
 

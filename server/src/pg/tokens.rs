@@ -1,0 +1,418 @@
+//! The PostgreSQL token store, the twin of [`SqliteTokenStore`](crate::sqlite::SqliteTokenStore).
+//!
+//! Each trait method is one SERIALIZABLE transaction ([`PgConn::transact`], retried on a
+//! serialization failure): it reads the rows the rules of [`sut::token::rules`] name, calls the
+//! rule, and writes what the rule returns, as the memory and SQLite stores do. The one-time
+//! consume writes its acceptance with the same conditional statement as the SQLite store,
+//!
+//! ```sql
+//! UPDATE tok_once SET consumed_at_ms = $1 WHERE token = $2 AND consumed_at_ms IS NULL
+//! ```
+//!
+//! and two servers consuming one token at once cannot both get through: the later transaction
+//! fails to serialize, is retried, and then reads the token consumed.
+//!
+//! Encoding, as in the SQLite store: user ids are stored bit-for-bit in a `BIGINT` (compared only
+//! for equality); times saturate at `i64::MAX` ms. The jti column is collated `"C"`, so that
+//! [`revoked_jtis`](TokenStore::revoked_jtis) comes back in byte order whatever the database's
+//! locale. PostgreSQL text cannot hold a NUL byte: such a jti is a backend error here.
+
+use std::sync::{Mutex, PoisonError};
+
+use sut::token::ActivityId;
+use sut::token::UserId;
+use sut::token::rows::{
+    OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
+};
+use sut::token::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
+use sut::token::store::{PurgeCounts, TokenStore, TokenStoreLimits};
+use tokio_postgres::Row;
+use tokio_postgres::types::FromSql;
+
+use super::{DbError, Param, PgConn, Tx, from_sql, get_u64, to_sql};
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS tok_revoked (
+    jti           TEXT COLLATE "C" PRIMARY KEY,
+    keep_until_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tok_revoked_keep_until ON tok_revoked (keep_until_ms);
+CREATE TABLE IF NOT EXISTS tok_once (
+    token           TEXT   PRIMARY KEY,
+    user_id         BIGINT NOT NULL,
+    activity        TEXT   NOT NULL,
+    window_start_ms BIGINT NOT NULL,
+    expires_at_ms   BIGINT NOT NULL,
+    consumed_at_ms  BIGINT,
+    CONSTRAINT tok_once_key UNIQUE (user_id, activity, window_start_ms)
+);
+CREATE INDEX IF NOT EXISTS tok_once_expires_at ON tok_once (expires_at_ms);
+"#;
+
+impl From<DbError> for TokenStoreError {
+    fn from(e: DbError) -> Self {
+        Self::Backend(e.message)
+    }
+}
+
+/// The PostgreSQL token store: one connection, used by one operation at a time.
+#[derive(Debug)]
+pub struct PgTokenStore {
+    conn: Mutex<PgConn>,
+    limits: TokenStoreLimits,
+}
+
+/// An answer to return after committing: a `Full` refusal keeps the purge made before it.
+type Committed<T> = Result<T, TokenStoreError>;
+
+const fn user_to_sql(user: UserId) -> i64 {
+    i64::from_ne_bytes(user.0.to_ne_bytes())
+}
+
+const fn user_from_sql(v: i64) -> UserId {
+    UserId(u64::from_ne_bytes(v.to_ne_bytes()))
+}
+
+fn corrupt(what: &str) -> TokenStoreError {
+    TokenStoreError::Backend(format!("corrupt row: bad {what}"))
+}
+
+/// Column `index` of `row`.
+fn column<'r, T: FromSql<'r>>(row: &'r Row, index: usize, what: &str) -> Result<T, DbError> {
+    row.try_get(index).map_err(|e| DbError {
+        message: format!("column {what}: {e}"),
+        retryable: false,
+    })
+}
+
+fn count(tx: &mut Tx<'_>, table: &str) -> Result<u64, TokenStoreError> {
+    let row = tx.query_opt(&format!("SELECT COUNT(*) FROM {table}"), &[])?;
+    let row = row.ok_or_else(|| corrupt("count"))?;
+    Ok(get_u64(&row, 0, "count")?)
+}
+
+/// `DELETE` where [`rules::revocation_expired`] holds.
+fn purge_revocations(tx: &mut Tx<'_>, now_ms: u64) -> Result<u64, TokenStoreError> {
+    let sql = "DELETE FROM tok_revoked WHERE keep_until_ms <= $1";
+    Ok(tx.execute(sql, &[&to_sql(now_ms)])?)
+}
+
+/// `DELETE` where [`rules::once_expired`] holds.
+fn purge_once(tx: &mut Tx<'_>, now_ms: u64) -> Result<u64, TokenStoreError> {
+    let sql = "DELETE FROM tok_once WHERE expires_at_ms <= $1";
+    Ok(tx.execute(sql, &[&to_sql(now_ms)])?)
+}
+
+/// Deletes a table's expired rows; how many.
+type Purge = fn(&mut Tx<'_>, u64) -> Result<u64, TokenStoreError>;
+
+/// Makes room for one row in `table`, purging its expired rows when the rules say so. `Ok(Err)`
+/// is the refusal after the purge, to be committed with it (the memory store keeps it too).
+fn make_room(
+    tx: &mut Tx<'_>,
+    table: Table,
+    max: u64,
+    now_ms: u64,
+) -> Result<Committed<()>, TokenStoreError> {
+    let (name, purge): (&str, Purge) = match table {
+        Table::Revocations => ("tok_revoked", purge_revocations),
+        Table::OnceTokens => ("tok_once", purge_once),
+    };
+    if rules::room(count(tx, name)?, max) == Room::PurgeFirst {
+        purge(tx, now_ms)?;
+        return Ok(rules::after_purge(table, count(tx, name)?, max));
+    }
+    Ok(Ok(()))
+}
+
+/// The `expires_at_ms, consumed_at_ms` columns from `first` on, with `key`.
+fn once_row(key: OnceKey, row: &Row, first: usize) -> Result<OnceRow, TokenStoreError> {
+    let consumed_at_ms: Option<i64> = column(row, first + 1, "consumed_at_ms")?;
+    Ok(OnceRow {
+        key,
+        expires_at_ms: get_u64(row, first, "expires_at_ms")?,
+        consumed_at_ms: consumed_at_ms
+            .map(|at| from_sql(at, "consumed_at_ms"))
+            .transpose()?,
+    })
+}
+
+/// The row of one-time token `token`, if stored.
+fn read_once(tx: &mut Tx<'_>, token: OnceToken) -> Result<Option<OnceRow>, TokenStoreError> {
+    let sql = "SELECT user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms \
+               FROM tok_once WHERE token = $1";
+    let Some(row) = tx.query_opt(sql, &[&token.to_string()])? else {
+        return Ok(None);
+    };
+    let key = OnceKey {
+        user: user_from_sql(column(&row, 0, "user_id")?),
+        activity: ActivityId::new(column::<String>(&row, 1, "activity")?)
+            .ok_or_else(|| corrupt("activity id"))?,
+        window_start_ms: get_u64(&row, 2, "window_start_ms")?,
+    };
+    once_row(key, &row, 3).map(Some)
+}
+
+/// The token and row of one-time key `key`, if it has one.
+fn read_once_by_key(
+    tx: &mut Tx<'_>,
+    key: &OnceKey,
+) -> Result<Option<(OnceToken, OnceRow)>, TokenStoreError> {
+    let sql = "SELECT token, expires_at_ms, consumed_at_ms FROM tok_once \
+               WHERE user_id = $1 AND activity = $2 AND window_start_ms = $3";
+    let params = [
+        &user_to_sql(key.user) as Param<'_>,
+        &key.activity.as_str(),
+        &to_sql(key.window_start_ms),
+    ];
+    let Some(row) = tx.query_opt(sql, &params)? else {
+        return Ok(None);
+    };
+    let token = OnceToken::parse(column(&row, 0, "token")?)
+        .ok_or_else(|| corrupt("one-time token text"))?;
+    Ok(Some((token, once_row(key.clone(), &row, 1)?)))
+}
+
+/// Sets the `consumed_at_ms` of token `token`; `only_unconsumed` adds the condition that it
+/// was not consumed yet. Whether a row changed.
+fn set_consumed(
+    tx: &mut Tx<'_>,
+    token: OnceToken,
+    consumed_at_ms: u64,
+    only_unconsumed: bool,
+) -> Result<bool, TokenStoreError> {
+    let sql = if only_unconsumed {
+        "UPDATE tok_once SET consumed_at_ms = $1 WHERE token = $2 AND consumed_at_ms IS NULL"
+    } else {
+        "UPDATE tok_once SET consumed_at_ms = $1 WHERE token = $2"
+    };
+    Ok(tx.execute(sql, &[&to_sql(consumed_at_ms), &token.to_string()])? == 1)
+}
+
+impl PgTokenStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`) and creates the
+    /// `tok_` tables if needed.
+    ///
+    /// # Errors
+    /// Connection or DDL failures, as [`TokenStoreError::Backend`].
+    pub fn open(url: &str, limits: TokenStoreLimits) -> Result<Self, TokenStoreError> {
+        Ok(Self {
+            conn: Mutex::new(PgConn::open(url, SCHEMA)?),
+            limits,
+        })
+    }
+
+    /// Runs `op` as one serializable transaction (retried whole on a serialization failure).
+    fn transact<T>(
+        &self,
+        op: impl FnMut(&mut Tx<'_>) -> Result<T, TokenStoreError>,
+    ) -> Result<T, TokenStoreError> {
+        // A panic mid-operation left no transaction open (dropping it rolled it back).
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        conn.transact(op)
+    }
+}
+
+impl TokenStore for PgTokenStore {
+    fn revoke(
+        &mut self,
+        jti: &str,
+        keep_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<RevokeOutcome, TokenStoreError> {
+        let max = self.limits.revocations_max;
+        self.transact(|tx| {
+            let sql = "SELECT keep_until_ms FROM tok_revoked WHERE jti = $1";
+            let existing = tx.query_opt(sql, &[&jti])?;
+            let existing = existing
+                .map(|row| get_u64(&row, 0, "keep_until_ms"))
+                .transpose()?;
+            let step = rules::revoke(existing, keep_until_ms, now_ms);
+            match step {
+                RevokeStep::NotNeeded => {}
+                RevokeStep::Raise { keep_until_ms } => {
+                    let sql = "UPDATE tok_revoked SET keep_until_ms = $2 WHERE jti = $1";
+                    tx.execute(sql, &[&jti, &to_sql(keep_until_ms)])?;
+                }
+                RevokeStep::Insert { keep_until_ms } => {
+                    if let Err(full) = make_room(tx, Table::Revocations, max, now_ms)? {
+                        return Ok(Err(full));
+                    }
+                    let sql = "INSERT INTO tok_revoked (jti, keep_until_ms) VALUES ($1, $2)";
+                    tx.execute(sql, &[&jti, &to_sql(keep_until_ms)])?;
+                }
+            }
+            Ok(Ok(step.outcome()))
+        })?
+    }
+
+    fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
+        self.transact(|tx| {
+            let sql = "SELECT 1 FROM tok_revoked WHERE jti = $1";
+            Ok(tx.query_opt(sql, &[&jti])?.is_some())
+        })
+    }
+
+    fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
+        self.transact(|tx| {
+            let rows = tx.query("SELECT jti FROM tok_revoked ORDER BY jti", &[])?;
+            Ok(rows
+                .iter()
+                .map(|row| column(row, 0, "jti"))
+                .collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
+        let max = self.limits.once_tokens_max;
+        self.transact(|tx| {
+            let existing = read_once_by_key(tx, &grant.key)?;
+            let taken = read_once(tx, grant.token)?.is_some();
+            let existing = existing.as_ref().map(|(token, row)| (*token, row));
+            let (row, answer) = match rules::issue_once(existing, taken, grant)? {
+                IssueStep::Existing(answer) => return Ok(Ok(answer)),
+                IssueStep::Insert { row, answer } => (row, answer),
+            };
+            if let Err(full) = make_room(tx, Table::OnceTokens, max, now_ms)? {
+                return Ok(Err(full));
+            }
+            let sql = "INSERT INTO tok_once \
+                       (token, user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms) \
+                       VALUES ($1, $2, $3, $4, $5, NULL)";
+            tx.execute(
+                sql,
+                &[
+                    &answer.token.to_string(),
+                    &user_to_sql(row.key.user),
+                    &row.key.activity.as_str(),
+                    &to_sql(row.key.window_start_ms),
+                    &to_sql(row.expires_at_ms),
+                ],
+            )?;
+            Ok(Ok(answer))
+        })?
+    }
+
+    fn consume_once(
+        &mut self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        self.transact(|tx| {
+            let consume = rules::consume_once(read_once(tx, token)?.as_ref(), user, now_ms);
+            if let Some(at) = consume.consumed_at_ms {
+                // The one write that makes the acceptance: it must find the row still unconsumed.
+                if !set_consumed(tx, token, at, true)? {
+                    return Err(TokenStoreError::Backend(
+                        "consume: the accepted token was consumed inside the transaction"
+                            .to_owned(),
+                    ));
+                }
+            }
+            Ok(consume.verdict)
+        })
+    }
+
+    fn check_once(
+        &self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        self.transact(|tx| Ok(rules::judge(read_once(tx, token)?.as_ref(), user, now_ms)))
+    }
+
+    fn mark_once_consumed(
+        &mut self,
+        token: OnceToken,
+        now_ms: u64,
+    ) -> Result<bool, TokenStoreError> {
+        self.transact(|tx| {
+            let mark = rules::mark_once_consumed(read_once(tx, token)?.as_ref(), now_ms);
+            if let Some(at) = mark {
+                let marked = set_consumed(tx, token, at, false)?;
+                assert!(marked, "the row read in this transaction is there");
+            }
+            Ok(mark.is_some())
+        })
+    }
+
+    fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
+        self.transact(|tx| {
+            Ok(PurgeCounts {
+                revocations: purge_revocations(tx, now_ms)?,
+                once_tokens: purge_once(tx, now_ms)?,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier};
+
+    use cluster::Postgres;
+
+    use super::*;
+    use crate::pg::{create_database, url_with_database};
+
+    #[test]
+    #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+    fn two_stores_racing_consume_accept_each_token_once() {
+        // Two connections (as two servers would have) consume each of many tokens at the same
+        // moment: exactly one wins each, and the key it returns carries the full 64-bit user.
+        const TOKENS: u64 = 200;
+        let server = Postgres::start().expect("start PostgreSQL");
+        create_database(&server.url(), "tok_race").expect("create database");
+        let url = url_with_database(&server.url(), "tok_race");
+        let limits = TokenStoreLimits::default();
+        let user = UserId(u64::MAX);
+        let mut setup = PgTokenStore::open(&url, limits).expect("open");
+        let tokens: Vec<OnceToken> = (0..TOKENS)
+            .map(|i| {
+                let grant = OnceGrant {
+                    key: OnceKey {
+                        user,
+                        activity: ActivityId::new("A2024").unwrap(),
+                        window_start_ms: i * 10,
+                    },
+                    token: OnceToken(u128::from(i) + 1),
+                    expires_at_ms: 3_600_000,
+                };
+                let issued = setup.issue_once(&grant, 0).expect("issue");
+                assert!(issued.fresh);
+                issued.token
+            })
+            .collect();
+        let barrier = Arc::new(Barrier::new(2));
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                let (url, tokens, barrier) = (url.clone(), tokens.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let mut store = PgTokenStore::open(&url, limits).expect("open");
+                    tokens
+                        .iter()
+                        .map(|&token| {
+                            barrier.wait();
+                            store.consume_once(token, user, 1).expect("consume")
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        for (i, (a, b)) in results[0].iter().zip(&results[1]).enumerate() {
+            match (a, b) {
+                (Ok(key), Err(OnceRejection::AlreadyConsumed))
+                | (Err(OnceRejection::AlreadyConsumed), Ok(key)) => {
+                    assert_eq!(key.user, user, "token {i}");
+                }
+                other => panic!("token {i}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod conformance;
