@@ -13,7 +13,6 @@
 //!   the next holder of the id) starts above everything issued before (Leaf issues #104, #216).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -22,10 +21,10 @@ use axum::http::StatusCode;
 use serde::Serialize;
 
 use super::clock::RealClock;
+use super::db::{Db, IdStoreBox};
 use super::error::ApiError;
 use super::front::{ConcurrentIds, IdError};
 use super::metrics::Metrics;
-use super::sqlite::SqliteIdStore;
 use sut::clock::Now;
 use sut::id_store::{CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec};
 use sut::segment::{AllocatorConfig, Health, SegmentAllocator, Unavailable};
@@ -109,7 +108,7 @@ type ClockFn = Box<dyn Fn() -> Now + Send + Sync>;
 
 /// One tag's concurrent front.
 pub struct TagIds {
-    ids: ConcurrentIds<SqliteIdStore, ClockFn>,
+    ids: ConcurrentIds<IdStoreBox, ClockFn>,
     clock: RealClock,
 }
 
@@ -151,11 +150,11 @@ impl TagIds {
 #[derive(Debug)]
 pub struct Tags {
     map: RwLock<HashMap<String, Arc<TagIds>>>,
-    db: PathBuf,
+    db: Db,
     instance: InstanceId,
     clock: RealClock,
     block_ids: u64,
-    control: Arc<Mutex<SqliteIdStore>>,
+    control: Arc<Mutex<IdStoreBox>>,
     flaw: Option<sut::flaw::Flaw>,
     step_max: Option<u64>,
 }
@@ -164,15 +163,15 @@ impl Tags {
     /// A registry over the database at `db`; `control` is the connection for admin calls.
     #[must_use]
     pub fn new(
-        db: &Path,
+        db: &Db,
         instance: InstanceId,
         clock: RealClock,
         block_ids: u64,
-        control: Arc<Mutex<SqliteIdStore>>,
+        control: Arc<Mutex<IdStoreBox>>,
     ) -> Self {
         Self {
             map: RwLock::new(HashMap::new()),
-            db: db.to_owned(),
+            db: db.clone(),
             instance,
             clock,
             block_ids,
@@ -236,8 +235,10 @@ impl Tags {
                 format!("this server serves at most {TAGS_MAX} tags"),
             ));
         }
-        let store = SqliteIdStore::open(&self.db, CounterDurability::EveryWrite)
-            .map_err(|e| ApiError::unavailable(format!("store: {e}"), 1))?;
+        let store = self
+            .db
+            .open_ids(CounterDurability::EveryWrite)
+            .map_err(|e| ApiError::unavailable(e, 1))?;
         let now = self.clock.now();
         let mut alloc_cfg = AllocatorConfig::new(tag, self.instance);
         alloc_cfg.flaw = self.flaw;
@@ -290,7 +291,7 @@ impl Tags {
 
 /// Draws this incarnation's instance id from the store's durable counter (1, 2, 3, ... per
 /// start on the same database), so incarnations never share one.
-pub fn next_instance(store: &mut SqliteIdStore, now: Now) -> Result<InstanceId, StoreError> {
+pub fn next_instance(store: &mut dyn IdStore, now: Now) -> Result<InstanceId, StoreError> {
     let n = store.incr_by(INSTANCE_COUNTER, 1, now.wall_ms)?;
     if n >= 1 << 32 {
         return Err(StoreError::Exhausted(INSTANCE_COUNTER.to_owned()));
@@ -321,7 +322,7 @@ pub struct SnowflakeView {
 #[derive(Debug)]
 pub struct Snowflake {
     holder: Mutex<WorkerLeaseHolder>,
-    store: Arc<Mutex<SqliteIdStore>>,
+    store: Arc<Mutex<IdStoreBox>>,
     clock: RealClock,
     released: AtomicBool,
     metrics: Arc<Metrics>,
@@ -335,7 +336,7 @@ impl Snowflake {
     /// Leases a worker id and builds the worker above the reservation the lease carried.
     pub fn start(
         cfg: WorkerConfig,
-        store: Arc<Mutex<SqliteIdStore>>,
+        store: Arc<Mutex<IdStoreBox>>,
         instance: InstanceId,
         lease_ms: u64,
         clock: RealClock,

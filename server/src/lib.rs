@@ -36,6 +36,7 @@
 
 pub mod admission;
 pub mod clock;
+pub mod db;
 pub mod error;
 pub mod extract;
 pub mod front;
@@ -44,11 +45,12 @@ pub mod lottery;
 pub mod metrics;
 pub mod openapi;
 pub mod pg;
+pub mod remote;
 pub mod sqlite;
 pub mod tokens;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -67,12 +69,13 @@ use utoipa::ToSchema;
 
 use self::admission::{Admission, AdmissionConfig};
 use self::clock::RealClock;
+use self::db::{Db, IdStoreBox};
 use self::error::{ApiError, ErrorBody};
 use self::extract::JsonBody;
 use self::ids::{Snowflake, Tags, lock};
 use self::lottery::{Lottery, LotteryStoreKind};
 use self::metrics::Metrics;
-use self::sqlite::{SqliteIdStore, SqliteTokenStore};
+use self::remote::{BranchRequest, RemoteParticipants};
 use self::tokens::Tokens;
 use sut::id_store::{CounterDurability, IdStore, TagSpec};
 use sut::lottery::{ActivityId, DrawArgs, UserId, Xid};
@@ -91,8 +94,8 @@ pub const XID_TAG: &str = "lottery.xid";
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// The SQLite file of the ID store (tokens and lottery beside it).
-    pub db: PathBuf,
+    /// The database: an SQLite file (tokens and lottery beside it) or a PostgreSQL URL.
+    pub db: Db,
     /// Admission limits.
     pub admission: AdmissionConfig,
     /// IDs published to the lock-free front at a time.
@@ -121,14 +124,31 @@ pub struct ServerConfig {
     /// Test hook: messages to in-process participants to lose (see
     /// [`lottery::ParticipantFaults`]). Empty by default.
     pub participant_faults: lottery::ParticipantFaults,
+    /// What this process serves.
+    pub role: Role,
+    /// The wallet participant's base URL (role `coordinator`).
+    pub wallet_url: Option<String>,
+    /// The inventory participant's base URL (role `coordinator`).
+    pub inventory_url: Option<String>,
+    /// The admin secret: required as `Authorization: Bearer …` by the participant route
+    /// between the processes of a deployment. `None`: that route refuses everything.
+    pub admin_token: Option<String>,
+    /// How long the coordinator waits for one participant call.
+    pub participant_timeout_ms: u64,
 }
 
 impl ServerConfig {
-    /// Defaults for a database file.
+    /// Defaults for an SQLite database file.
     #[must_use]
     pub fn new(db: &Path) -> Self {
+        Self::with_db(Db::Sqlite(db.to_owned()))
+    }
+
+    /// Defaults for a database of either kind.
+    #[must_use]
+    pub fn with_db(db: Db) -> Self {
         Self {
-            db: db.to_owned(),
+            db,
             admission: AdmissionConfig::default(),
             block_ids: 4096,
             worker_lease_ms: 30_000,
@@ -141,36 +161,170 @@ impl ServerConfig {
             step_max: None,
             coordinator: sut::lottery::CoordinatorConfig::default(),
             participant_faults: lottery::ParticipantFaults::default(),
+            role: Role::All,
+            wallet_url: None,
+            inventory_url: None,
+            admin_token: None,
+            participant_timeout_ms: 1_000,
+        }
+    }
+
+    /// Where a coordinator's participants are (`None` for other roles).
+    ///
+    /// # Errors
+    /// A coordinator without both participant URLs or without the admin secret.
+    pub fn remote_participants(&self) -> Result<Option<RemoteParticipants>, String> {
+        if self.role != Role::Coordinator {
+            return Ok(None);
+        }
+        let need = |v: &Option<String>, flag: &str| {
+            v.clone()
+                .ok_or_else(|| format!("--role coordinator needs {flag}"))
+        };
+        Ok(Some(RemoteParticipants {
+            wallet_url: need(&self.wallet_url, "--wallet-url")?,
+            inventory_url: need(&self.inventory_url, "--inventory-url")?,
+            secret: need(&self.admin_token, "an admin secret (--admin-token-file)")?,
+            timeout_ms: self.participant_timeout_ms,
+        }))
+    }
+}
+
+/// What one server process serves (`--role`). `all` is the single-process server; the other
+/// roles split it into the processes of a real deployment (docs/deployment.md).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum, Serialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything in one process (the default).
+    #[default]
+    All,
+    /// Segment and Snowflake IDs (`/id/*`, `/snowflake*`, `/admin/tags`); run several on one
+    /// PostgreSQL database.
+    Id,
+    /// JWTs and one-time tokens (`/tokens*`).
+    Token,
+    /// The TCC coordinator (`/lottery/*`, `/admin/dead-letters`): calls the wallet and
+    /// inventory participants over HTTP and compensates.
+    Coordinator,
+    /// The wallet and participation-log participant (`/tcc/branch`, `/admin/accounts`).
+    Wallet,
+    /// The prize-stock participant (`/tcc/branch`, `/admin/stock`).
+    Inventory,
+}
+
+impl Role {
+    /// Whether this role runs the ID allocators (the coordinator takes its xids from them).
+    #[must_use]
+    pub const fn has_ids(self) -> bool {
+        matches!(self, Self::All | Self::Id | Self::Coordinator)
+    }
+
+    /// Whether this role runs the token service.
+    #[must_use]
+    pub const fn has_tokens(self) -> bool {
+        matches!(self, Self::All | Self::Token)
+    }
+
+    /// Whether this role runs a lottery writer (coordinator, participants, or both).
+    #[must_use]
+    pub const fn has_lottery(self) -> bool {
+        matches!(
+            self,
+            Self::All | Self::Coordinator | Self::Wallet | Self::Inventory
+        )
+    }
+
+    /// The role's name on the command line.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Id => "id",
+            Self::Token => "token",
+            Self::Coordinator => "coordinator",
+            Self::Wallet => "wallet",
+            Self::Inventory => "inventory",
         }
     }
 }
 
-fn sibling(db: &Path, suffix: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-/// Everything the handlers share.
+/// The ID side of a server: allocators per tag, the Snowflake worker and the control
+/// connection (admin calls and sweeps).
 #[derive(Clone, Debug)]
-pub struct AppState {
-    /// The clock.
-    pub clock: RealClock,
+pub struct IdService {
     /// Segment IDs.
     pub tags: Arc<Tags>,
     /// Snowflake.
     pub snowflake: Arc<Snowflake>,
-    /// Tokens.
-    pub tokens: Tokens,
-    /// The lottery writer.
-    pub lottery: Arc<Lottery>,
+    /// The ID store connection for admin calls and sweeps.
+    pub control: Arc<Mutex<IdStoreBox>>,
+}
+
+/// Everything the handlers share. A service the process's role does not run is `None`, and
+/// its routes are not mounted.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The clock.
+    pub clock: RealClock,
+    /// What this process serves.
+    pub role: Role,
+    /// IDs (roles `all`, `id`, `coordinator`).
+    pub ids: Option<IdService>,
+    /// Tokens (roles `all`, `token`).
+    pub tokens: Option<Tokens>,
+    /// The lottery writer (roles `all`, `coordinator`, `wallet`, `inventory`).
+    pub lottery: Option<Arc<Lottery>>,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Admission gate.
     pub admission: Arc<Admission>,
-    /// The ID store connection for admin calls and sweeps.
-    pub control: Arc<Mutex<SqliteIdStore>>,
+    admin_token: Option<Arc<str>>,
     win_per_mille: u32,
+}
+
+fn not_served(what: &str, role: Role) -> ApiError {
+    ApiError::field(
+        StatusCode::NOT_FOUND,
+        "path",
+        format!(
+            "{what} are not served by this process (role `{}`)",
+            role.name()
+        ),
+    )
+}
+
+impl AppState {
+    /// The ID side, or 404 for a role without it.
+    ///
+    /// # Errors
+    /// The role does not run IDs.
+    pub fn ids(&self) -> Result<&IdService, ApiError> {
+        self.ids
+            .as_ref()
+            .ok_or_else(|| not_served("IDs", self.role))
+    }
+
+    /// The token service, or 404 for a role without it.
+    ///
+    /// # Errors
+    /// The role does not run tokens.
+    pub fn tokens(&self) -> Result<&Tokens, ApiError> {
+        self.tokens
+            .as_ref()
+            .ok_or_else(|| not_served("tokens", self.role))
+    }
+
+    /// The lottery writer, or 404 for a role without it.
+    ///
+    /// # Errors
+    /// The role does not run the lottery.
+    pub fn lottery(&self) -> Result<&Arc<Lottery>, ApiError> {
+        self.lottery
+            .as_ref()
+            .ok_or_else(|| not_served("lottery routes", self.role))
+    }
 }
 
 /// A running server.
@@ -193,27 +347,64 @@ fn secret(cfg: &ServerConfig) -> Result<Vec<u8>, String> {
     Ok(buf)
 }
 
-/// The stores and drivers [`start`] opens before it serves.
+/// The stores and drivers [`start`] opens before it serves (those of the role).
 struct Stores {
-    control: Arc<Mutex<SqliteIdStore>>,
-    tags: Arc<Tags>,
-    snowflake: Arc<Snowflake>,
-    tokens: Tokens,
-    lottery: Arc<Lottery>,
+    ids: Option<IdService>,
+    tokens: Option<Tokens>,
+    lottery: Option<Arc<Lottery>>,
 }
 
-/// Opens the ID store (a new instance id, the xid tag), the tags, the Snowflake worker, the
-/// token service and the lottery (blocking).
+/// Opens what the role runs (blocking): the ID store (a new instance id, the xid tag), the
+/// tags and the Snowflake worker; the token service; the lottery.
 fn open_stores(
     cfg: &ServerConfig,
     clock: RealClock,
-    metrics: Arc<Metrics>,
+    metrics: &Arc<Metrics>,
 ) -> Result<Stores, String> {
+    let ids = if cfg.role.has_ids() {
+        Some(open_ids(cfg, clock, metrics)?)
+    } else {
+        None
+    };
+    let tokens = if cfg.role.has_tokens() {
+        Some(open_tokens(cfg)?)
+    } else {
+        None
+    };
+    let lottery = if cfg.role.has_lottery() {
+        Some(Arc::new(lottery::open_with(
+            cfg.lottery_store,
+            &cfg.db,
+            clock,
+            Arc::clone(metrics),
+            lottery::LotteryOptions {
+                coordinator: cfg.coordinator,
+                participants: sut::lottery::ParticipantConfig {
+                    flaws: sut::flaw::lottery_flaws(cfg.flaw),
+                },
+                faults: cfg.participant_faults.clone(),
+                remote: cfg.remote_participants()?,
+            },
+        )?))
+    } else {
+        None
+    };
+    Ok(Stores {
+        ids,
+        tokens,
+        lottery,
+    })
+}
+
+fn open_ids(
+    cfg: &ServerConfig,
+    clock: RealClock,
+    metrics: &Arc<Metrics>,
+) -> Result<IdService, String> {
     let db = &cfg.db;
-    let mut control = SqliteIdStore::open(db, CounterDurability::EveryWrite)
-        .map_err(|e| format!("id store {}: {e}", db.display()))?;
+    let mut control = db.open_ids(CounterDurability::EveryWrite)?;
     let instance =
-        ids::next_instance(&mut control, clock.now()).map_err(|e| format!("instance id: {e}"))?;
+        ids::next_instance(&mut *control, clock.now()).map_err(|e| format!("instance id: {e}"))?;
     match control.create_tag(XID_TAG, &TagSpec::simple(1000)) {
         Ok(_) | Err(sut::id_store::StoreError::TagExists(_)) => {}
         Err(e) => return Err(format!("xid tag: {e}")),
@@ -234,40 +425,23 @@ fn open_stores(
         instance,
         cfg.worker_lease_ms,
         clock,
-        Arc::clone(&metrics),
+        Arc::clone(metrics),
     )?);
-    let tokens = open_tokens(cfg)?;
-    let lottery = Arc::new(lottery::open_with(
-        cfg.lottery_store,
-        &sibling(db, ".lottery"),
-        clock,
-        metrics,
-        lottery::LotteryOptions {
-            coordinator: cfg.coordinator,
-            participants: sut::lottery::ParticipantConfig {
-                flaws: sut::flaw::lottery_flaws(cfg.flaw),
-            },
-            faults: cfg.participant_faults.clone(),
-        },
-    )?);
-    Ok(Stores {
+    Ok(IdService {
         control,
         tags,
         snowflake,
-        tokens,
-        lottery,
     })
 }
 
-/// The token service over its SQLite store beside the ID store.
+/// The token service over its store (beside the ID store, or in the same PostgreSQL database).
 fn open_tokens(cfg: &ServerConfig) -> Result<Tokens, String> {
     let key = SigningKey::new("sut-server", secret(cfg)?).map_err(|e| e.to_string())?;
     let token_cfg = TokenConfig {
         flaws: sut::flaw::token_flaws(cfg.flaw),
         ..TokenConfig::default()
     };
-    let token_store = SqliteTokenStore::open(&sibling(&cfg.db, ".tokens"), token_cfg.limits)
-        .map_err(|e| format!("token store: {e}"))?;
+    let token_store = cfg.db.open_tokens(token_cfg.limits)?;
     Ok(Arc::new(Mutex::new(
         TokenService::new(token_cfg, key, token_store).map_err(|e| e.to_string())?,
     )))
@@ -284,24 +458,22 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
     let setup = {
         let cfg = cfg.clone();
         let metrics = Arc::clone(&metrics);
-        tokio::task::spawn_blocking(move || open_stores(&cfg, clock, metrics))
+        tokio::task::spawn_blocking(move || open_stores(&cfg, clock, &metrics))
     };
     let Stores {
-        control,
-        tags,
-        snowflake,
+        ids,
         tokens,
         lottery,
     } = setup.await.map_err(|e| format!("setup task: {e}"))??;
     let state = AppState {
         clock,
-        tags,
-        snowflake,
+        role: cfg.role,
+        ids,
         tokens,
         lottery,
         metrics,
         admission: Arc::new(Admission::new(cfg.admission)),
-        control,
+        admin_token: cfg.admin_token.as_deref().map(Arc::from),
         win_per_mille: cfg.win_per_mille.min(1000),
     };
     let listener = TcpListener::bind(listen)
@@ -349,32 +521,33 @@ fn spawn_background(
             }
         })
     };
+    let Some(ids) = state.ids.clone() else {
+        return Vec::new();
+    };
     let upkeep = {
-        let state = state.clone();
+        let ids = ids.clone();
         Arc::new(move || {
-            for (_, ids) in state.tags.all() {
-                ids.tick();
+            for (_, tag) in ids.tags.all() {
+                tag.tick();
             }
-            if let Err(e) = state.snowflake.tick() {
+            if let Err(e) = ids.snowflake.tick() {
                 eprintln!("snowflake upkeep: {e}");
             }
         })
     };
     let sweep = {
-        let state = state.clone();
-        Arc::new(move || {
-            let now = state.clock.now();
-            match lock(&state.control).reclaim_expired(now.wall_ms) {
+        let (clock, metrics) = (state.clock, Arc::clone(&state.metrics));
+        Arc::new(
+            move || match lock(&ids.control).reclaim_expired(clock.now().wall_ms) {
                 Ok(tails) => {
-                    state.metrics.reclaim_sweeps.fetch_add(1, Ordering::Relaxed);
-                    state
-                        .metrics
+                    metrics.reclaim_sweeps.fetch_add(1, Ordering::Relaxed);
+                    metrics
                         .reclaimed_tails
                         .fetch_add(tails.len() as u64, Ordering::Relaxed);
                 }
                 Err(e) => eprintln!("reclaim sweep: {e}"),
-            }
-        })
+            },
+        )
     };
     vec![every(cfg.tick_ms, upkeep), every(cfg.reclaim_ms, sweep)]
 }
@@ -394,7 +567,9 @@ impl Server {
         for task in &self.background {
             task.abort();
         }
-        self.state.lottery.stop();
+        if let Some(lottery) = &self.state.lottery {
+            lottery.stop();
+        }
     }
 
     /// Graceful shutdown: stop accepting, finish in-flight requests, stop the background
@@ -413,16 +588,20 @@ impl Server {
         let state = self.state;
         let released = tokio::task::spawn_blocking(move || {
             let mut errors = Vec::new();
-            for (_, ids) in state.tags.all() {
-                ids.shutdown();
+            if let Some(ids) = &state.ids {
+                for (_, tag) in ids.tags.all() {
+                    tag.shutdown();
+                }
+                if let Err(e) = ids.snowflake.release() {
+                    errors.push(format!("snowflake release: {e}"));
+                }
+                if let Err(e) = lock(&ids.control).flush_counters() {
+                    errors.push(format!("flush counters: {e}"));
+                }
             }
-            if let Err(e) = state.snowflake.release() {
-                errors.push(format!("snowflake release: {e}"));
+            if let Some(lottery) = &state.lottery {
+                lottery.stop();
             }
-            if let Err(e) = lock(&state.control).flush_counters() {
-                errors.push(format!("flush counters: {e}"));
-            }
-            state.lottery.stop();
             errors
         })
         .await
@@ -456,6 +635,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/lottery/draw"),
     ("get", "/lottery/draws/{xid}"),
     ("get", "/ledger"),
+    ("post", "/tcc/branch"),
     ("get", "/admin/dead-letters"),
     ("post", "/admin/tags"),
     ("post", "/admin/accounts"),
@@ -465,27 +645,45 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/openapi.json"),
 ];
 
-/// The router with every route, admission control and request counting.
+/// The router with the routes of the state's role, admission control and request counting.
 pub fn router(state: AppState) -> Router {
-    let admitted = Router::new()
-        .route("/noop", get(noop))
-        .route("/id/{tag}", get(next_id))
-        .route("/id/{tag}/batch", get(next_ids))
-        .route("/snowflake", get(snowflake))
-        .route("/snowflake/decode/{id}", get(decode))
-        .route("/tokens", post(tokens::issue))
-        .route("/tokens/verify", post(tokens::verify))
-        .route("/tokens/revoke", post(tokens::revoke))
-        .route("/tokens/once", post(tokens::once_issue))
-        .route("/tokens/once/consume", post(tokens::once_consume))
-        .route("/lottery/draw", post(draw))
-        .route("/lottery/draws/{xid}", get(draw_status))
-        .route("/admin/dead-letters", get(dead_letters))
-        .route("/ledger", get(ledger))
-        .route("/admin/tags", post(create_tag))
-        .route("/admin/accounts", post(open_accounts))
-        .route("/admin/stock", post(add_stock))
-        .route_layer(middleware::from_fn_with_state(state.clone(), admit));
+    let role = state.role;
+    let mut admitted = Router::new().route("/noop", get(noop));
+    if matches!(role, Role::All | Role::Id) {
+        admitted = admitted
+            .route("/id/{tag}", get(next_id))
+            .route("/id/{tag}/batch", get(next_ids))
+            .route("/snowflake", get(snowflake))
+            .route("/snowflake/decode/{id}", get(decode))
+            .route("/admin/tags", post(create_tag));
+    }
+    if role.has_tokens() {
+        admitted = admitted
+            .route("/tokens", post(tokens::issue))
+            .route("/tokens/verify", post(tokens::verify))
+            .route("/tokens/revoke", post(tokens::revoke))
+            .route("/tokens/once", post(tokens::once_issue))
+            .route("/tokens/once/consume", post(tokens::once_consume));
+    }
+    if matches!(role, Role::All | Role::Coordinator) {
+        admitted = admitted
+            .route("/lottery/draw", post(draw))
+            .route("/lottery/draws/{xid}", get(draw_status))
+            .route("/admin/dead-letters", get(dead_letters));
+    }
+    if role.has_lottery() {
+        admitted = admitted.route("/ledger", get(ledger));
+    }
+    if matches!(role, Role::All | Role::Wallet) {
+        admitted = admitted.route("/admin/accounts", post(open_accounts));
+    }
+    if matches!(role, Role::All | Role::Inventory) {
+        admitted = admitted.route("/admin/stock", post(add_stock));
+    }
+    if matches!(role, Role::All | Role::Wallet | Role::Inventory) {
+        admitted = admitted.route(remote::BRANCH_ROUTE, post(branch));
+    }
+    let admitted = admitted.route_layer(middleware::from_fn_with_state(state.clone(), admit));
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -606,10 +804,10 @@ async fn noop(RawQuery(query): RawQuery) -> Result<Json<Ok1>, ApiError> {
 }
 
 async fn tag_ids(state: &AppState, tag: String) -> Result<Arc<ids::TagIds>, ApiError> {
-    if let Some(ids) = state.tags.loaded(&tag) {
+    let tags = Arc::clone(&state.ids()?.tags);
+    if let Some(ids) = tags.loaded(&tag) {
         return Ok(ids);
     }
-    let tags = Arc::clone(&state.tags);
     tokio::task::spawn_blocking(move || tags.get(&tag))
         .await
         .map_err(|e| ApiError::internal(format!("worker task: {e}")))?
@@ -700,7 +898,7 @@ async fn next_ids(
     )
 )]
 async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiError> {
-    let id = state.snowflake.next_id().await?;
+    let id = state.ids()?.snowflake.next_id().await?;
     state
         .metrics
         .snowflake_issued
@@ -728,18 +926,38 @@ async fn decode(
     let id: u64 = segment(id, "id")?
         .parse()
         .map_err(|_| ApiError::bad("id", "id must be a non-negative 64-bit integer"))?;
-    Ok(Json(state.snowflake.decode(id)))
+    Ok(Json(state.ids()?.snowflake.decode(id)))
 }
 
 #[derive(Serialize, ToSchema)]
 struct HealthBody {
-    instance: u64,
+    /// What this process serves (`--role`).
+    role: Role,
+    /// This incarnation's instance id (roles with IDs).
+    instance: Option<u64>,
     /// Per-tag allocator health (`sut::segment::Health`).
     #[schema(value_type = Vec<Object>)]
     tags: Vec<sut::segment::Health>,
-    snowflake: ids::SnowflakeView,
+    /// The Snowflake worker (roles with IDs).
+    snowflake: Option<ids::SnowflakeView>,
     in_flight: usize,
     queued: usize,
+}
+
+/// Every loaded tag's allocator health (blocking; none for a role without IDs).
+async fn tag_healths(state: &AppState) -> Result<Vec<sut::segment::Health>, ApiError> {
+    let Some(ids) = state.ids.clone() else {
+        return Ok(Vec::new());
+    };
+    tokio::task::spawn_blocking(move || {
+        ids.tags
+            .all()
+            .into_iter()
+            .map(|(_, tag)| tag.health())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("worker task: {e}")))
 }
 
 #[utoipa::path(
@@ -752,20 +970,12 @@ struct HealthBody {
     )
 )]
 async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiError> {
-    let s = state.clone();
-    let tags = tokio::task::spawn_blocking(move || {
-        s.tags
-            .all()
-            .into_iter()
-            .map(|(_, ids)| ids.health())
-            .collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("worker task: {e}")))?;
+    let tags = tag_healths(&state).await?;
     Ok(Json(HealthBody {
-        instance: state.tags.instance().0,
+        role: state.role,
+        instance: state.ids.as_ref().map(|ids| ids.tags.instance().0),
         tags,
-        snowflake: state.snowflake.view(),
+        snowflake: state.ids.as_ref().map(|ids| ids.snowflake.view()),
         in_flight: state.admission.in_flight(),
         queued: state.admission.queued(),
     }))
@@ -781,16 +991,7 @@ async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiEr
     )
 )]
 async fn metrics(State(state): State<AppState>) -> Response {
-    let s = state.clone();
-    let healths = tokio::task::spawn_blocking(move || {
-        s.tags
-            .all()
-            .into_iter()
-            .map(|(_, ids)| ids.health())
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap_or_default();
+    let healths = tag_healths(&state).await.unwrap_or_default();
     let mut extra = allocator_lines(&healths);
     extra.extend(gauge_lines(&state));
     let body = state.metrics.render(&extra);
@@ -840,17 +1041,19 @@ fn allocator_lines(healths: &[sut::segment::Health]) -> Vec<MetricLine> {
 /// Snowflake, admission and revocation figures read at scrape time.
 fn gauge_lines(state: &AppState) -> Vec<MetricLine> {
     let mut extra = Vec::new();
-    let sf = state.snowflake.view();
-    extra.push((
-        "sut_snowflake_reserved_ts".to_owned(),
-        "The persisted Snowflake time reservation (time units).",
-        sf.reserved_ts.to_string(),
-    ));
-    extra.push((
-        "sut_snowflake_rollback_refusals_total".to_owned(),
-        "Snowflake refusals for a backward clock.",
-        sf.stats.rollback_refusals.to_string(),
-    ));
+    if let Some(ids) = &state.ids {
+        let sf = ids.snowflake.view();
+        extra.push((
+            "sut_snowflake_reserved_ts".to_owned(),
+            "The persisted Snowflake time reservation (time units).",
+            sf.reserved_ts.to_string(),
+        ));
+        extra.push((
+            "sut_snowflake_rollback_refusals_total".to_owned(),
+            "Snowflake refusals for a backward clock.",
+            sf.stats.rollback_refusals.to_string(),
+        ));
+    }
     extra.push((
         "sut_admission_in_flight".to_owned(),
         "Requests running now.",
@@ -861,17 +1064,19 @@ fn gauge_lines(state: &AppState) -> Vec<MetricLine> {
         "Requests waiting for a slot now.",
         state.admission.queued().to_string(),
     ));
-    let stats = lock(&state.tokens).revocation_stats();
-    extra.push((
-        "sut_token_bloom_negatives_total".to_owned(),
-        "Revocation checks the Bloom filter answered alone.",
-        stats.bloom_negatives.to_string(),
-    ));
-    extra.push((
-        "sut_token_exact_lookups_total".to_owned(),
-        "Revocation checks that went on to the exact set.",
-        stats.exact_lookups.to_string(),
-    ));
+    if let Some(tokens) = &state.tokens {
+        let stats = lock(tokens).revocation_stats();
+        extra.push((
+            "sut_token_bloom_negatives_total".to_owned(),
+            "Revocation checks the Bloom filter answered alone.",
+            stats.bloom_negatives.to_string(),
+        ));
+        extra.push((
+            "sut_token_exact_lookups_total".to_owned(),
+            "Revocation checks that went on to the exact set.",
+            stats.exact_lookups.to_string(),
+        ));
+    }
     extra
 }
 
@@ -916,7 +1121,7 @@ async fn create_tag(
         ..TagSpec::simple(body.step)
     };
     spec.validate().map_err(|e| ids::store_error(&e))?;
-    let tags = Arc::clone(&state.tags);
+    let tags = Arc::clone(&state.ids()?.tags);
     let row = tokio::task::spawn_blocking(move || tags.create(&body.tag, &spec))
         .await
         .map_err(|e| ApiError::internal(format!("worker task: {e}")))??;
@@ -979,7 +1184,7 @@ async fn open_accounts(
         ));
     }
     let (opened, existing) = state
-        .lottery
+        .lottery()?
         .open_accounts(body.user, body.count, body.balance_minor)
         .await?;
     if body.count == 1 && existing == 1 {
@@ -1022,7 +1227,10 @@ async fn add_stock(
     if body.units > sut::lottery::AMOUNT_MAX {
         return Err(ApiError::bad("units", "units exceed the maximum"));
     }
-    state.lottery.add_stock(body.activity, body.units).await?;
+    state
+        .lottery()?
+        .add_stock(body.activity, body.units)
+        .await?;
     Ok(Json(Ok1 { ok: true }))
 }
 
@@ -1071,7 +1279,7 @@ async fn draw(
     };
     let xid = tag_ids(&state, XID_TAG.to_owned()).await?.next_id()?;
     let answer = state
-        .lottery
+        .lottery()?
         .draw(DrawArgs {
             xid: Xid(xid),
             user: UserId(body.user),
@@ -1110,7 +1318,7 @@ async fn draw_status(
     let xid: u64 = segment(xid, "xid")?
         .parse()
         .map_err(|_| ApiError::bad("xid", "xid must be a non-negative 64-bit integer"))?;
-    match state.lottery.status(Xid(xid)).await? {
+    match state.lottery()?.status(Xid(xid)).await? {
         Some(body) => Ok(Json(body)),
         None => Err(ApiError::field(
             StatusCode::NOT_FOUND,
@@ -1134,7 +1342,7 @@ async fn draw_status(
 async fn dead_letters(
     State(state): State<AppState>,
 ) -> Result<Json<Vec<lottery::DeadLetterBody>>, ApiError> {
-    state.lottery.dead_letters().await.map(Json)
+    state.lottery()?.dead_letters().await.map(Json)
 }
 
 #[utoipa::path(
@@ -1149,5 +1357,79 @@ async fn dead_letters(
     )
 )]
 async fn ledger(State(state): State<AppState>) -> Result<Json<lottery::LedgerReport>, ApiError> {
-    state.lottery.ledger().await.map(Json)
+    state.lottery()?.ledger().await.map(Json)
+}
+
+/// Whether `headers` carry `Authorization: Bearer <the admin secret>` (compared in constant
+/// time). A server without a secret accepts no one.
+fn admin_authorized(state: &AppState, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let unauthorized = |why: &str| ApiError {
+        status: StatusCode::UNAUTHORIZED,
+        error: why.to_owned(),
+        field: Some("authorization".to_owned()),
+        retry_after_s: None,
+    };
+    let Some(secret) = state.admin_token.as_deref() else {
+        return Err(unauthorized(
+            "this server has no admin secret: start it with --admin-token-file",
+        ));
+    };
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| unauthorized("missing `Authorization: Bearer <admin secret>`"))?;
+    if constant_time_eq(presented.as_bytes(), secret.as_bytes()) {
+        Ok(())
+    } else {
+        Err(unauthorized("wrong admin secret"))
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[utoipa::path(
+    post,
+    path = "/tcc/branch",
+    tag = "lottery",
+    summary = "Participant route: one coordinator message (Try, Confirm or Cancel) for a branch this process hosts",
+    request_body = BranchRequest,
+    responses(
+        (status = 200, description = "The participant's reply, durable before it is sent (its fence makes redeliveries idempotent)", body = Object),
+        (status = 400, description = "Malformed JSON (`field: body`)", body = ErrorBody),
+        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
+        (status = 404, description = "This process does not host the branch (`field: branch`)", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn branch(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    JsonBody(body): JsonBody<BranchRequest>,
+) -> Result<Json<sut::lottery::ParticipantReply>, ApiError> {
+    admin_authorized(&state, &headers)?;
+    if !remote::hosts(state.role, body.branch) {
+        return Err(ApiError::field(
+            StatusCode::NOT_FOUND,
+            "branch",
+            format!(
+                "branch {} is not hosted by this process (role `{}`)",
+                body.branch,
+                state.role.name()
+            ),
+        ));
+    }
+    state
+        .lottery()?
+        .branch(body.branch, body.msg)
+        .await
+        .map(Json)
 }

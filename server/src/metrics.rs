@@ -62,6 +62,11 @@ pub struct Metrics {
     pub lottery_draws_dead_lettered: AtomicU64,
     /// Draws dead-lettered now (a gauge, set by the lottery writer).
     pub lottery_dead_letters: AtomicU64,
+    /// Messages the coordinator sent to participants in other processes.
+    pub participant_calls: AtomicU64,
+    /// Of those, the ones that got no answer (refused, timed out, an error status); the
+    /// coordinator's timeout and compensation take over.
+    pub participant_calls_lost: AtomicU64,
 }
 
 impl Metrics {
@@ -169,7 +174,7 @@ impl Metrics {
     }
 
     /// The plain counters: name, help, value.
-    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 12] {
+    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 14] {
         [
             (
                 "sut_ids_issued_total",
@@ -230,6 +235,16 @@ impl Metrics {
                 "sut_lottery_draws_dead_lettered_total",
                 "Draws compensation gave up on (dead letters).",
                 &self.lottery_draws_dead_lettered,
+            ),
+            (
+                "sut_participant_calls_total",
+                "Messages sent to participants in other processes.",
+                &self.participant_calls,
+            ),
+            (
+                "sut_participant_calls_lost_total",
+                "Messages to participants that got no answer (left to timeouts and compensation).",
+                &self.participant_calls_lost,
             ),
         ]
     }

@@ -22,12 +22,13 @@ use utoipa::{OpenApi, PartialSchema, ToSchema};
 use super::error::ErrorBody;
 use super::ids::SnowflakeView;
 use super::lottery::{Check, DeadLetterBody, DrawAnswer, DrawStatusBody, LedgerReport, StockView};
+use super::remote::BranchRequest;
 use super::tokens::{
     ConsumeBody, ConsumedBody, IssueBody, IssuedBody, OnceBody, OnceIssueBody, RevokedBody,
     TokenBody, VerifiedBody,
 };
 use super::{
-    AccountsBody, DrawBody, HealthBody, IdBody, IdsBody, Ok1, OpenedBody, StockBody, TagBody,
+    AccountsBody, DrawBody, HealthBody, IdBody, IdsBody, Ok1, OpenedBody, Role, StockBody, TagBody,
 };
 
 /// The description (derive).
@@ -35,7 +36,7 @@ use super::{
 #[openapi(
     info(
         title = "sut-server",
-        description = "Segment/Snowflake IDs, tokens and the TCC lottery over SQLite (docs/server.md). Every non-2xx answer is `{\"error\", \"field\"?}`.",
+        description = "Segment/Snowflake IDs, tokens and the TCC lottery over SQLite or PostgreSQL (docs/server.md). Every non-2xx answer is `{\"error\", \"field\"?}`.",
         license(name = "MIT OR Apache-2.0"),
     ),
     paths(
@@ -58,6 +59,7 @@ use super::{
         super::create_tag,
         super::open_accounts,
         super::add_stock,
+        super::branch,
         openapi_route,
     ),
     components(schemas(
@@ -91,6 +93,8 @@ use super::{
         ClaimsSchema,
         DecodedSchema,
         TagRowSchema,
+        BranchRequest,
+        Role,
     ))
 )]
 pub struct ApiDoc;

@@ -1,7 +1,7 @@
 //! Token routes over [`TokenService`] (`sut::token`): JWT issue, verify and revoke, one-time
 //! submit tokens. Handlers only parse, call the service and map its typed answers to HTTP.
 //!
-//! The service and its [`SqliteTokenStore`] sit behind one mutex and run on the blocking pool:
+//! The service and its store (SQLite or PostgreSQL) sit behind one mutex and run on the blocking pool:
 //! each store write is its own `synchronous=FULL` transaction (the token store's own rule), so a
 //! 2xx revoke or consume is on disk when it is answered.
 
@@ -13,18 +13,18 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
+use super::db::TokenStoreBox;
 use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::ids::lock;
 use super::openapi::{ClaimsSchema, RevokeOutcomeSchema};
-use super::sqlite::SqliteTokenStore;
 use sut::token::{
     ActivityId, OnceRejection, OnceToken, Rejection, RevokeOutcome, TokenService, TokenStoreError,
     UserId, service::RevokeError,
 };
 
 /// The server's token service.
-pub type Tokens = Arc<Mutex<TokenService<SqliteTokenStore>>>;
+pub type Tokens = Arc<Mutex<TokenService<TokenStoreBox>>>;
 
 /// 128 bits from the OS.
 pub fn nonce() -> Result<u128, ApiError> {
@@ -96,7 +96,7 @@ pub async fn issue(
 ) -> Result<Json<IssuedBody>, ApiError> {
     let nonce = nonce()?;
     let now = state.clock.now();
-    let issued = lock(&state.tokens)
+    let issued = lock(state.tokens()?)
         .issue(UserId(body.user), nonce, now)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(Json(IssuedBody {
@@ -145,7 +145,7 @@ pub async fn verify(
     JsonBody(body): JsonBody<TokenBody>,
 ) -> Result<Json<VerifiedBody>, ApiError> {
     let now = state.clock.now();
-    let tokens = Arc::clone(&state.tokens);
+    let tokens = Arc::clone(state.tokens()?);
     let claims = blocking(move || {
         lock(&tokens)
             .verify(&body.token, now)
@@ -188,7 +188,7 @@ pub async fn revoke(
     JsonBody(body): JsonBody<TokenBody>,
 ) -> Result<Json<RevokedBody>, ApiError> {
     let now = state.clock.now();
-    let tokens = Arc::clone(&state.tokens);
+    let tokens = Arc::clone(state.tokens()?);
     let outcome = blocking(move || {
         lock(&tokens).revoke(&body.token, now).map_err(|e| match e {
             RevokeError::Rejected(r) => rejection(&r),
@@ -255,7 +255,7 @@ pub async fn once_issue(
     })?;
     let nonce = nonce()?;
     let now = state.clock.now();
-    let tokens = Arc::clone(&state.tokens);
+    let tokens = Arc::clone(state.tokens()?);
     let issued = blocking(move || {
         lock(&tokens)
             .issue_once(UserId(body.user), activity, nonce, now)
@@ -327,7 +327,7 @@ pub async fn once_consume(
     let token = OnceToken::parse(&body.token)
         .ok_or_else(|| ApiError::bad("token", "token must be 32 hex digits"))?;
     let now = state.clock.now();
-    let tokens = Arc::clone(&state.tokens);
+    let tokens = Arc::clone(state.tokens()?);
     let key = blocking(
         move || match lock(&tokens).consume_once(token, UserId(body.user), now) {
             Ok(Ok(key)) => Ok(key),

@@ -10,8 +10,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sut_server::admission::AdmissionConfig;
+use sut_server::db::Db;
 use sut_server::lottery::LotteryStoreKind;
-use sut_server::{ServerConfig, start};
+use sut_server::{Role, ServerConfig, start};
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -20,9 +21,30 @@ use sut_server::{ServerConfig, start};
     about = "HTTP server for segment/Snowflake IDs, tokens and the TCC lottery"
 )]
 struct Args {
-    /// SQLite file of the ID store (tokens and the lottery journal are kept beside it).
-    #[arg(long, required_unless_present = "print_openapi")]
-    db: Option<PathBuf>,
+    /// The database: `sqlite:PATH` or a bare path (the ID store's file; tokens and the lottery
+    /// journal are kept beside it), or `postgres://user@host:port/database` (every store's
+    /// tables in that database; several processes may share it).
+    #[arg(long, required_unless_present = "print_openapi", value_parser = parse_db)]
+    db: Option<Db>,
+    /// What this process serves: `all` (everything, the default), or one part of a deployment:
+    /// `id` (IDs; run several on one PostgreSQL), `token`, `coordinator` (the TCC coordinator;
+    /// needs --wallet-url, --inventory-url and the admin secret), `wallet`, `inventory`.
+    #[arg(long, value_enum, default_value_t = Role::All)]
+    role: Role,
+    /// Base URL of the wallet participant (role coordinator), e.g. http://127.0.0.1:7001.
+    #[arg(long)]
+    wallet_url: Option<String>,
+    /// Base URL of the inventory participant (role coordinator).
+    #[arg(long)]
+    inventory_url: Option<String>,
+    /// How long the coordinator waits for one participant call, in ms.
+    #[arg(long, default_value_t = 1_000)]
+    participant_timeout_ms: u64,
+    /// File holding the admin secret (also read from the environment variable
+    /// SUT_ADMIN_TOKEN). It guards the participant route between the processes of a
+    /// deployment, which must all share it. Absent: a random one is generated and printed once.
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -87,9 +109,47 @@ fn main() -> ExitCode {
     }
 }
 
+fn parse_db(s: &str) -> Result<Db, String> {
+    s.parse()
+}
+
+/// The admin secret: the file, else `SUT_ADMIN_TOKEN`, else a new random one (printed once on
+/// standard error, so that an operator can use it).
+fn admin_token(file: Option<&PathBuf>) -> Result<String, String> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
+        let token = text.trim();
+        if token.len() < 16 {
+            return Err(format!(
+                "--admin-token-file {}: the secret must be at least 16 characters",
+                path.display()
+            ));
+        }
+        return Ok(token.to_owned());
+    }
+    if let Ok(token) = std::env::var("SUT_ADMIN_TOKEN")
+        && token.trim().len() >= 16
+    {
+        return Ok(token.trim().to_owned());
+    }
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes).map_err(|e| format!("randomness: {e}"))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    eprintln!(
+        "sut-server: generated admin secret (pass --admin-token-file to choose one): {token}"
+    );
+    Ok(token)
+}
+
 async fn serve(args: Args) -> Result<(), String> {
-    let db = args.db.as_deref().ok_or("--db is required")?;
-    let mut cfg = ServerConfig::new(db);
+    let db = args.db.clone().ok_or("--db is required")?;
+    let mut cfg = ServerConfig::with_db(db);
+    cfg.role = args.role;
+    cfg.wallet_url = args.wallet_url.clone();
+    cfg.inventory_url = args.inventory_url.clone();
+    cfg.participant_timeout_ms = args.participant_timeout_ms;
+    cfg.admin_token = Some(admin_token(args.admin_token_file.as_ref())?);
     cfg.admission = AdmissionConfig {
         in_flight_max: args.in_flight_max,
         queue_max: args.queue_max,

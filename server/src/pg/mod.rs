@@ -23,9 +23,10 @@
 //! ([`io_runtime`]), and the stores block on their queries, so the sync store traits of `sut`
 //! need no change and the stores can be called from any thread.
 
-// mod ids;
-// pub use ids::PgIdStore;
+mod ids;
 mod lottery;
+
+pub use ids::PgIdStore;
 pub use lottery::PgLotteryStore;
 mod tokens;
 pub use tokens::PgTokenStore;

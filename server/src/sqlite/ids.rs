@@ -113,15 +113,6 @@ impl SqliteIdStore {
         })
     }
 
-    /// Writes every counter held in memory (graceful shutdown).
-    pub fn flush_counters(&mut self) -> Result<(), StoreError> {
-        let tx = self.conn.transaction().map_err(backend)?;
-        for (key, counter) in &self.live_counters {
-            write_counter(&tx, key, counter.value)?;
-        }
-        tx.commit().map_err(backend)
-    }
-
     fn begin(&mut self) -> Result<Transaction<'_>, StoreError> {
         self.conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -628,7 +619,15 @@ impl IdStore for SqliteIdStore {
             self.incr_live(key, n, now_ms)
         }
     }
+
+    fn flush_counters(&mut self) -> Result<(), StoreError> {
+        let tx = self.conn.transaction().map_err(backend)?;
+        for (key, counter) in &self.live_counters {
+            write_counter(&tx, key, counter.value)?;
+        }
+        tx.commit().map_err(backend)
+    }
 }
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;

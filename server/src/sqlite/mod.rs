@@ -16,6 +16,8 @@ mod lottery;
 mod tokens;
 
 pub use ids::SqliteIdStore;
+#[cfg(test)]
+pub(crate) use ids::conformance as ids_conformance;
 pub use lottery::SqliteLotteryStore;
 pub use tokens::SqliteTokenStore;
 

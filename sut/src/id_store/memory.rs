@@ -220,4 +220,11 @@ impl IdStore for MemoryIdStore {
         *counter = write.counter;
         Ok(write.counter.value)
     }
+
+    fn flush_counters(&mut self) -> Result<(), StoreError> {
+        for counter in self.counters.values_mut() {
+            counter.durable = counter.value;
+        }
+        Ok(())
+    }
 }

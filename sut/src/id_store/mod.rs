@@ -474,6 +474,62 @@ pub trait IdStore {
 
     /// The counter engine: adds `n` to `key` (created at 0) and returns the new value.
     fn incr_by(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError>;
+
+    /// Makes every counter's live value durable (a graceful shutdown; a crash skips it).
+    fn flush_counters(&mut self) -> Result<(), StoreError>;
+}
+
+/// A boxed store is a store (the server picks SQLite or PostgreSQL at start-up).
+impl<T: IdStore + ?Sized> IdStore for Box<T> {
+    fn create_tag(&mut self, tag: &str, spec: &TagSpec) -> Result<TagRow, StoreError> {
+        (**self).create_tag(tag, spec)
+    }
+    fn read_tag(&mut self, tag: &str) -> Result<TagRow, StoreError> {
+        (**self).read_tag(tag)
+    }
+    fn allocate(&mut self, req: &AllocRequest) -> Result<Grant, StoreError> {
+        (**self).allocate(req)
+    }
+    fn renew(&mut self, req: &RenewRequest) -> Result<Lease, StoreError> {
+        (**self).renew(req)
+    }
+    fn release(&mut self, req: &ReleaseRequest) -> Result<(), StoreError> {
+        (**self).release(req)
+    }
+    fn reclaim_expired(&mut self, now_ms: u64) -> Result<Vec<Reclaimed>, StoreError> {
+        (**self).reclaim_expired(now_ms)
+    }
+    fn leases(&mut self) -> Result<Vec<LeaseRow>, StoreError> {
+        (**self).leases()
+    }
+    fn acquire_worker(&mut self, req: &WorkerRequest) -> Result<WorkerLease, StoreError> {
+        (**self).acquire_worker(req)
+    }
+    fn renew_worker(
+        &mut self,
+        namespace: &str,
+        worker_id: u32,
+        instance: InstanceId,
+        reserve_ts: u64,
+        lease_ms: u64,
+        now_ms: u64,
+    ) -> Result<WorkerLease, StoreError> {
+        (**self).renew_worker(namespace, worker_id, instance, reserve_ts, lease_ms, now_ms)
+    }
+    fn release_worker(
+        &mut self,
+        namespace: &str,
+        worker_id: u32,
+        instance: InstanceId,
+    ) -> Result<(), StoreError> {
+        (**self).release_worker(namespace, worker_id, instance)
+    }
+    fn incr_by(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
+        (**self).incr_by(key, n, now_ms)
+    }
+    fn flush_counters(&mut self) -> Result<(), StoreError> {
+        (**self).flush_counters()
+    }
 }
 
 /// One store operation as data: what the allocator asks a driver to perform.

@@ -118,6 +118,53 @@ pub trait TokenStore {
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError>;
 }
 
+/// A boxed store is a store (the server picks SQLite or PostgreSQL at start-up).
+impl<T: TokenStore + ?Sized> TokenStore for Box<T> {
+    fn revoke(
+        &mut self,
+        jti: &str,
+        keep_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<RevokeOutcome, TokenStoreError> {
+        (**self).revoke(jti, keep_until_ms, now_ms)
+    }
+    fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
+        (**self).is_revoked(jti)
+    }
+    fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
+        (**self).revoked_jtis()
+    }
+    fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
+        (**self).issue_once(grant, now_ms)
+    }
+    fn consume_once(
+        &mut self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        (**self).consume_once(token, user, now_ms)
+    }
+    fn check_once(
+        &self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        (**self).check_once(token, user, now_ms)
+    }
+    fn mark_once_consumed(
+        &mut self,
+        token: OnceToken,
+        now_ms: u64,
+    ) -> Result<bool, TokenStoreError> {
+        (**self).mark_once_consumed(token, now_ms)
+    }
+    fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
+        (**self).purge_expired(now_ms)
+    }
+}
+
 /// The in-memory token store (simulator database node, models). Ordered collections only, so
 /// it can be hashed and compared as state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -2,6 +2,7 @@
 //! clients are applied to both, and every result must be identical.
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 use sut::id_store::{
     AllocRequest, CounterDurability, IdStore, InstanceId, MemoryIdStore, ReleaseRequest,
@@ -10,10 +11,10 @@ use sut::id_store::{
 
 use super::SqliteIdStore;
 
-const TAGS: [&str; 2] = ["order", "user"];
+pub(crate) const TAGS: [&str; 2] = ["order", "user"];
 
 #[derive(Clone, Debug)]
-enum Op {
+pub(crate) enum Op {
     Create {
         tag: usize,
         step: u64,
@@ -68,7 +69,7 @@ enum Op {
     },
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0..2usize, 0..40u64, 1..4u64, 0..4u64, 0..20u64).prop_map(
             |(tag, step, delta, remainder, first_id)| Op::Create {
@@ -146,7 +147,12 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// Applies one op to a store and renders the result, so results of both stores compare as text.
-fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryIdStore) -> String {
+pub(crate) fn apply(
+    store: &mut dyn IdStore,
+    op: &Op,
+    now_ms: u64,
+    reference: &mut MemoryIdStore,
+) -> String {
     const NAMESPACES: [&str; 2] = ["snowflake", "semantic"];
     match op {
         Op::Create {
@@ -286,41 +292,74 @@ fn apply(store: &mut dyn IdStore, op: &Op, now_ms: u64, reference: &mut MemoryId
     }
 }
 
+/// Applies `ops` to a memory store and to `store` (both empty, with `durability`) and requires
+/// identical results, the memory store's invariants after every op (until the blind-write flaw
+/// runs) and identical leases and tags at the end.
+pub(crate) fn agrees_with_memory(
+    store: &mut dyn IdStore,
+    durability: CounterDurability,
+    ops: &[(Op, u64)],
+) -> Result<(), TestCaseError> {
+    let mut memory = MemoryIdStore::with_counter_durability(durability);
+    let mut now_ms = 0;
+    // The store's invariants hold until the blind-write flaw runs (it may overlap ranges).
+    let mut flawed = false;
+    for (i, (op, advance_ms)) in ops.iter().enumerate() {
+        now_ms += advance_ms;
+        // The reference view (for choosing versions and leases) is taken before either
+        // store applies the op, so both see the same request.
+        let mut reference = memory.clone();
+        let from_store = apply(store, op, now_ms, &mut reference.clone());
+        let from_memory = apply(&mut memory, op, now_ms, &mut reference);
+        prop_assert_eq!(
+            &from_memory,
+            &from_store,
+            "op #{} {:?} at {} ms",
+            i,
+            op,
+            now_ms
+        );
+        flawed |= matches!(
+            op,
+            Op::Allocate {
+                blind_max_id: Some(_),
+                ..
+            }
+        );
+        if !flawed {
+            let checked = memory.check_invariants();
+            prop_assert!(checked.is_ok(), "op #{} {:?}: {:?}", i, op, checked);
+        }
+    }
+    prop_assert_eq!(memory.leases().unwrap(), store.leases().unwrap());
+    for tag in TAGS {
+        prop_assert_eq!(
+            format!("{:?}", memory.read_tag(tag)),
+            format!("{:?}", store.read_tag(tag))
+        );
+    }
+    Ok(())
+}
+
+/// The counter durabilities the conformance tests draw from.
+pub(crate) fn durability() -> impl Strategy<Value = CounterDurability> {
+    prop_oneof![
+        Just(CounterDurability::EveryWrite),
+        Just(CounterDurability::Periodic { interval_ms: 30 }),
+        Just(CounterDurability::Snapshot { interval_ms: 90 }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
     fn memory_and_sqlite_stores_agree(
         ops in proptest::collection::vec((op(), 0..20u64), 1..80),
-        durability in prop_oneof![
-            Just(CounterDurability::EveryWrite),
-            Just(CounterDurability::Periodic { interval_ms: 30 }),
-            Just(CounterDurability::Snapshot { interval_ms: 90 }),
-        ],
+        durability in durability(),
     ) {
-        let mut memory = MemoryIdStore::with_counter_durability(durability);
         let mut sqlite = SqliteIdStore::open_in_memory(durability).expect("open sqlite");
-        let mut now_ms = 0;
-        // The store's invariants hold until the blind-write flaw runs (it may overlap ranges).
-        let mut flawed = false;
-        for (i, (op, advance_ms)) in ops.iter().enumerate() {
-            now_ms += advance_ms;
-            // The reference view (for choosing versions and leases) is taken before either
-            // store applies the op, so both see the same request.
-            let mut reference = memory.clone();
-            let from_sqlite = apply(&mut sqlite, op, now_ms, &mut reference.clone());
-            let from_memory = apply(&mut memory, op, now_ms, &mut reference);
-            prop_assert_eq!(&from_memory, &from_sqlite, "op #{} {:?} at {} ms", i, op, now_ms);
-            flawed |= matches!(op, Op::Allocate { blind_max_id: Some(_), .. });
-            if !flawed {
-                let checked = memory.check_invariants();
-                prop_assert!(checked.is_ok(), "op #{} {:?}: {:?}", i, op, checked);
-            }
-        }
-        prop_assert_eq!(memory.leases().unwrap(), sqlite.leases().unwrap());
-        for tag in TAGS {
-            prop_assert_eq!(format!("{:?}", memory.read_tag(tag)), format!("{:?}", sqlite.read_tag(tag)));
-        }
+        agrees_with_memory(&mut sqlite, durability, &ops)?;
     }
 }
 

@@ -1,0 +1,179 @@
+//! Where a server keeps its state (`--db`): one SQLite file (the default; nothing to install),
+//! or a PostgreSQL database that several server processes share.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use sut::id_store::{CounterDurability, IdStore};
+use sut::token::{TokenStore, TokenStoreLimits};
+
+use crate::pg::{PgIdStore, PgLotteryStore, PgTokenStore};
+use crate::sqlite::{SqliteIdStore, SqliteTokenStore};
+
+/// An ID store a server can hold behind a mutex and show in debug output.
+pub trait SharedIdStore: IdStore + Send + std::fmt::Debug {}
+impl<T: IdStore + Send + std::fmt::Debug> SharedIdStore for T {}
+
+/// A token store a server can hold behind a mutex and show in debug output.
+pub trait SharedTokenStore: TokenStore + Send + std::fmt::Debug {}
+impl<T: TokenStore + Send + std::fmt::Debug> SharedTokenStore for T {}
+
+/// An ID store of either backend.
+pub type IdStoreBox = Box<dyn SharedIdStore>;
+/// A token store of either backend.
+pub type TokenStoreBox = Box<dyn SharedTokenStore>;
+
+/// The database of a server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Db {
+    /// The ID store's SQLite file; the token store and the lottery journal live beside it
+    /// (`<file>.tokens`, `<file>.lottery`).
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL (`postgres://user@host:port/database`); every store keeps its tables
+    /// there (`id_*`, `tok_*`, `lot_*`).
+    Postgres(String),
+}
+
+impl FromStr for Db {
+    type Err = String;
+
+    /// `sqlite:PATH`, `postgres://…` / `postgresql://…`, or a bare path (SQLite).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            let _: tokio_postgres::Config = s
+                .parse()
+                .map_err(|e| format!("--db `{}`: not a PostgreSQL URL: {e}", redact(s)))?;
+            return Ok(Self::Postgres(s.to_owned()));
+        }
+        let path = s.strip_prefix("sqlite:").unwrap_or(s);
+        if path.is_empty() {
+            return Err("--db: empty path (use sqlite:PATH or postgres://…)".into());
+        }
+        if path.contains("://") {
+            return Err(format!(
+                "--db `{s}`: unknown scheme (use sqlite:PATH or postgres://…)"
+            ));
+        }
+        Ok(Self::Sqlite(PathBuf::from(path)))
+    }
+}
+
+/// `url` with any password replaced by `***` (for messages and logs).
+#[must_use]
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let Some(at) = rest.find('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+fn sibling(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+impl Db {
+    /// What it is, for logs (no password).
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite:{}", path.display()),
+            Self::Postgres(url) => redact(url),
+        }
+    }
+
+    /// Opens a connection to the ID store.
+    ///
+    /// # Errors
+    /// The store cannot be opened (the message names it).
+    pub fn open_ids(&self, durability: CounterDurability) -> Result<IdStoreBox, String> {
+        let opened: Result<IdStoreBox, _> = match self {
+            Self::Sqlite(path) => {
+                SqliteIdStore::open(path, durability).map(|s| Box::new(s) as IdStoreBox)
+            }
+            Self::Postgres(url) => {
+                PgIdStore::open(url, durability).map(|s| Box::new(s) as IdStoreBox)
+            }
+        };
+        opened.map_err(|e| format!("id store {}: {e}", self.describe()))
+    }
+
+    /// Opens the token store.
+    ///
+    /// # Errors
+    /// The store cannot be opened.
+    pub fn open_tokens(&self, limits: TokenStoreLimits) -> Result<TokenStoreBox, String> {
+        let opened: Result<TokenStoreBox, _> = match self {
+            Self::Sqlite(path) => SqliteTokenStore::open(&sibling(path, ".tokens"), limits)
+                .map(|s| Box::new(s) as TokenStoreBox),
+            Self::Postgres(url) => {
+                PgTokenStore::open(url, limits).map(|s| Box::new(s) as TokenStoreBox)
+            }
+        };
+        opened.map_err(|e| format!("token store {}: {e}", self.describe()))
+    }
+
+    /// The lottery journal's SQLite file (SQLite only).
+    #[must_use]
+    pub fn lottery_path(&self) -> Option<PathBuf> {
+        match self {
+            Self::Sqlite(path) => Some(sibling(path, ".lottery")),
+            Self::Postgres(_) => None,
+        }
+    }
+
+    /// Opens the PostgreSQL lottery store (PostgreSQL only).
+    ///
+    /// # Errors
+    /// Not PostgreSQL, or the store cannot be opened.
+    pub fn open_pg_lottery(&self) -> Result<PgLotteryStore, String> {
+        match self {
+            Self::Postgres(url) => PgLotteryStore::open(url)
+                .map_err(|e| format!("lottery store {}: {e}", self.describe())),
+            Self::Sqlite(_) => Err("the PostgreSQL lottery store needs a postgres:// --db".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn db_parses_each_form_and_names_what_is_wrong() {
+        assert_eq!("x.db".parse(), Ok(Db::Sqlite("x.db".into())));
+        assert_eq!("sqlite:/a/b.db".parse(), Ok(Db::Sqlite("/a/b.db".into())));
+        assert_eq!(
+            "postgres://u@127.0.0.1:5/d".parse(),
+            Ok(Db::Postgres("postgres://u@127.0.0.1:5/d".into()))
+        );
+        let err = "mysql://x".parse::<Db>().unwrap_err();
+        assert!(err.contains("unknown scheme"), "{err}");
+        let err = "sqlite:".parse::<Db>().unwrap_err();
+        assert!(err.contains("empty path"), "{err}");
+        let err = "postgres://u:secret@h:notaport/d"
+            .parse::<Db>()
+            .unwrap_err();
+        assert!(!err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(redact("postgres://u:pw@h/d"), "postgres://u:***@h/d");
+        assert_eq!(redact("postgres://u@h/d"), "postgres://u@h/d");
+        assert_eq!(redact("/x.db"), "/x.db");
+    }
+}

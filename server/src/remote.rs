@@ -1,0 +1,166 @@
+//! Participants in other processes: how the coordinator reaches them, and the route they serve.
+//!
+//! The coordinator of `sut` decides what to send and what a reply means; this module only moves
+//! a [`ParticipantMsg`] to the process that hosts its branch (`POST /tcc/branch`, authenticated
+//! with the cluster secret) and carries the [`ParticipantReply`] back. A message is sent only
+//! after the coordinator's log entries before it are durable (the writer flushes its outbox
+//! after the group commit): a Try never runs for a draw the coordinator could forget, and a
+//! Confirm or Cancel never runs before its verdict is on disk.
+//!
+//! Delivery is one attempt with a timeout. A refused connection, a timeout or an error status is
+//! a lost message: the coordinator's reply timeout and its compensation wheel (backoff with
+//! jitter, a bounded budget, then a dead letter) redeliver, and the participants' fences make
+//! every redelivery idempotent by (xid, branch).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sut::lottery::{Participant, ParticipantMsg, ParticipantReply};
+
+use crate::metrics::Metrics;
+
+/// The participant route.
+pub const BRANCH_ROUTE: &str = "/tcc/branch";
+
+/// The body of `POST /tcc/branch`: one coordinator message for one branch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BranchRequest {
+    /// The branch (`wallet`, `inventory`, `participation`).
+    #[schema(value_type = String)]
+    pub branch: Participant,
+    /// The phase and the draw.
+    #[schema(value_type = Object)]
+    pub msg: ParticipantMsg,
+}
+
+/// Where the participants of a coordinator live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteParticipants {
+    /// Base URL of the process hosting the wallet and the participation log.
+    pub wallet_url: String,
+    /// Base URL of the process hosting the prize stock.
+    pub inventory_url: String,
+    /// The cluster secret the participants require (`Authorization: Bearer …`).
+    pub secret: String,
+    /// How long one delivery may take before it counts as lost.
+    pub timeout_ms: u64,
+}
+
+/// The branches a participant process of `role` hosts.
+#[must_use]
+pub const fn hosts(role: crate::Role, branch: Participant) -> bool {
+    match role {
+        crate::Role::All => true,
+        crate::Role::Wallet => matches!(branch, Participant::Wallet | Participant::Participation),
+        crate::Role::Inventory => matches!(branch, Participant::Inventory),
+        crate::Role::Id | crate::Role::Token | crate::Role::Coordinator => false,
+    }
+}
+
+impl RemoteParticipants {
+    /// The base URL of the process hosting `branch`.
+    #[must_use]
+    pub fn url(&self, branch: Participant) -> &str {
+        if hosts(crate::Role::Inventory, branch) {
+            &self.inventory_url
+        } else {
+            &self.wallet_url
+        }
+    }
+}
+
+/// Messages waiting for the group commit that makes their cause durable.
+pub(crate) struct Outbox {
+    config: RemoteParticipants,
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+    metrics: Arc<Metrics>,
+    waiting: Vec<(Participant, ParticipantMsg)>,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("config", &self.config.wallet_url)
+            .field("waiting", &self.waiting.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where replies go: the writer's queue.
+pub(crate) type ReplySink = Arc<dyn Fn(Participant, ParticipantReply) + Send + Sync>;
+
+impl Outbox {
+    /// An outbox delivering on the current tokio runtime.
+    pub(crate) fn new(config: RemoteParticipants, metrics: Arc<Metrics>) -> Result<Self, String> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "remote participants need a tokio runtime".to_owned())?;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_millis(config.timeout_ms.max(1)))
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(Self {
+            config,
+            client,
+            runtime,
+            metrics,
+            waiting: Vec::new(),
+        })
+    }
+
+    /// Queues a message until [`Outbox::flush`].
+    pub(crate) fn push(&mut self, to: Participant, msg: ParticipantMsg) {
+        self.waiting.push((to, msg));
+    }
+
+    /// Sends every queued message (call after the commit that made their causes durable).
+    pub(crate) fn flush(&mut self, sink: &ReplySink) {
+        for (branch, msg) in self.waiting.drain(..) {
+            let url = format!("{}{BRANCH_ROUTE}", self.config.url(branch));
+            let client = self.client.clone();
+            let secret = self.config.secret.clone();
+            let sink = Arc::clone(sink);
+            let metrics = Arc::clone(&self.metrics);
+            metrics.participant_calls.fetch_add(1, Ordering::Relaxed);
+            self.runtime.spawn(async move {
+                match deliver(&client, &url, &secret, BranchRequest { branch, msg }).await {
+                    Some(reply) => sink(branch, reply),
+                    None => {
+                        metrics
+                            .participant_calls_lost
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// One delivery; `None` when no usable answer came back.
+async fn deliver(
+    client: &reqwest::Client,
+    url: &str,
+    secret: &str,
+    request: BranchRequest,
+) -> Option<ParticipantReply> {
+    let response = client
+        .post(url)
+        .bearer_auth(secret)
+        .json(&request)
+        .send()
+        .await
+        .ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let reply: ParticipantReply = response.json().await.ok()?;
+    // A reply for another message is no answer to this one.
+    let matches = reply.branch == request.branch
+        && reply.phase == request.msg.phase
+        && reply.draw == request.msg.draw;
+    matches.then_some(reply)
+}
