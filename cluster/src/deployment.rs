@@ -1,0 +1,226 @@
+//! The deployment a user of this field runs, as real processes: one PostgreSQL (fsync on), N ID
+//! servers sharing its `ids` database, a token service, and the TCC lottery split into a
+//! coordinator, a wallet participant and an inventory participant, each with its own database
+//! (`tokens`, `coord`, `wallet`, `inventory`). The coordinator reaches the participants over
+//! HTTP; every process shares one admin secret (a file in the deployment's directory).
+
+use std::path::PathBuf;
+
+use crate::{ClusterError, Postgres, Service, ServiceSpec, io};
+
+/// One process of a [`Deployment`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RoleProcess {
+    /// The i-th ID server (from 0).
+    Id(usize),
+    /// The token service.
+    Token,
+    /// The TCC coordinator.
+    Coordinator,
+    /// The wallet (and participation log) participant.
+    Wallet,
+    /// The inventory participant.
+    Inventory,
+}
+
+impl RoleProcess {
+    /// `id-1`, `token`, `coordinator`, …
+    #[must_use]
+    pub fn name(self) -> String {
+        match self {
+            Self::Id(i) => format!("id-{}", i + 1),
+            Self::Token => "token".into(),
+            Self::Coordinator => "coordinator".into(),
+            Self::Wallet => "wallet".into(),
+            Self::Inventory => "inventory".into(),
+        }
+    }
+
+    const fn role(self) -> &'static str {
+        match self {
+            Self::Id(_) => "id",
+            Self::Token => "token",
+            Self::Coordinator => "coordinator",
+            Self::Wallet => "wallet",
+            Self::Inventory => "inventory",
+        }
+    }
+
+    const fn database(self) -> &'static str {
+        match self {
+            Self::Id(_) => "ids",
+            Self::Token => "tokens",
+            Self::Coordinator => "coord",
+            Self::Wallet => "wallet",
+            Self::Inventory => "inventory",
+        }
+    }
+}
+
+/// What to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeploymentSpec {
+    /// The `sut-server` binary.
+    pub server_bin: PathBuf,
+    /// ID servers on the shared `ids` database (at least 1).
+    pub id_servers: usize,
+    /// Arguments every server process gets besides its role's (e.g. `--flaw NAME`).
+    pub extra_args: Vec<String>,
+    /// How long the coordinator waits for one participant call, in ms.
+    pub participant_timeout_ms: u64,
+}
+
+impl DeploymentSpec {
+    /// Three ID servers, no extra arguments, 1 s participant calls.
+    #[must_use]
+    pub fn new(server_bin: PathBuf) -> Self {
+        Self {
+            server_bin,
+            id_servers: 3,
+            extra_args: Vec::new(),
+            participant_timeout_ms: 1_000,
+        }
+    }
+}
+
+/// A running deployment; dropping it kills every process and removes every directory.
+#[derive(Debug)]
+pub struct Deployment {
+    // Field order is drop order: the servers go before the database they use.
+    services: Vec<(RoleProcess, Service)>,
+    postgres: Postgres,
+    admin_token: String,
+    dir: tempfile::TempDir,
+}
+
+impl Deployment {
+    /// Starts PostgreSQL, creates the databases, then the participants, the coordinator, the
+    /// token service and the ID servers, each waited for.
+    ///
+    /// # Errors
+    /// Any start failed (whatever was started is stopped again).
+    pub fn start(spec: &DeploymentSpec) -> Result<Self, ClusterError> {
+        let dir = tempfile::Builder::new()
+            .prefix("bench-cluster-")
+            .tempdir()
+            .map_err(io("create the deployment directory"))?;
+        let postgres = Postgres::start()?;
+        let admin_token = random_token()?;
+        let token_file = dir.path().join("admin-token");
+        std::fs::write(&token_file, &admin_token).map_err(io("write the admin secret"))?;
+        let mut deployment = Self {
+            services: Vec::new(),
+            postgres,
+            admin_token,
+            dir,
+        };
+        let mut order = vec![
+            RoleProcess::Wallet,
+            RoleProcess::Inventory,
+            RoleProcess::Coordinator,
+            RoleProcess::Token,
+        ];
+        order.extend((0..spec.id_servers.max(1)).map(RoleProcess::Id));
+        for which in order {
+            deployment.start_role(spec, which, &token_file)?;
+        }
+        Ok(deployment)
+    }
+
+    fn start_role(
+        &mut self,
+        spec: &DeploymentSpec,
+        which: RoleProcess,
+        token_file: &std::path::Path,
+    ) -> Result<(), ClusterError> {
+        self.postgres.create_database(which.database())?;
+        let mut args = vec![
+            "--db".to_owned(),
+            self.postgres.url_for(which.database()),
+            "--role".to_owned(),
+            which.role().to_owned(),
+            "--admin-token-file".to_owned(),
+            token_file.display().to_string(),
+        ];
+        if which == RoleProcess::Coordinator {
+            args.extend([
+                "--wallet-url".to_owned(),
+                self.url(RoleProcess::Wallet),
+                "--inventory-url".to_owned(),
+                self.url(RoleProcess::Inventory),
+                "--participant-timeout-ms".to_owned(),
+                spec.participant_timeout_ms.to_string(),
+            ]);
+        }
+        args.extend(spec.extra_args.iter().cloned());
+        let service = Service::start(ServiceSpec {
+            name: which.name(),
+            program: spec.server_bin.clone(),
+            args,
+            env: Vec::new(),
+            log: self.dir.path().join(format!("{}.log", which.name())),
+        })?;
+        self.services.push((which, service));
+        Ok(())
+    }
+
+    /// The base URL of a process (empty if it is not part of the deployment).
+    #[must_use]
+    pub fn url(&self, which: RoleProcess) -> String {
+        self.services
+            .iter()
+            .find(|(w, _)| *w == which)
+            .map(|(_, s)| s.url())
+            .unwrap_or_default()
+    }
+
+    /// Every ID server's base URL.
+    #[must_use]
+    pub fn id_urls(&self) -> Vec<String> {
+        self.services
+            .iter()
+            .filter(|(w, _)| matches!(w, RoleProcess::Id(_)))
+            .map(|(_, s)| s.url())
+            .collect()
+    }
+
+    /// A process, to kill or restart.
+    #[must_use]
+    pub fn service(&mut self, which: RoleProcess) -> Option<&mut Service> {
+        self.services
+            .iter_mut()
+            .find(|(w, _)| *w == which)
+            .map(|(_, s)| s)
+    }
+
+    /// Every process, in start order.
+    pub fn services(&self) -> impl Iterator<Item = (RoleProcess, &Service)> {
+        self.services.iter().map(|(w, s)| (*w, s))
+    }
+
+    /// The database server, to kill or restart.
+    pub const fn postgres(&mut self) -> &mut Postgres {
+        &mut self.postgres
+    }
+
+    /// The admin secret every process shares.
+    #[must_use]
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// The deployment's directory (process logs, the admin secret).
+    #[must_use]
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+fn random_token() -> Result<String, ClusterError> {
+    use std::io::Read;
+    let mut buf = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(io("read /dev/urandom"))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}

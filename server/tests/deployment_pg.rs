@@ -1,0 +1,191 @@
+//! The real deployment: every role its own process on one throwaway PostgreSQL (fsync on). Two
+//! ID servers share one database and never hand out the same ID; draws cross the network from
+//! the coordinator to the wallet and inventory processes; a wallet killed with -9 mid-run is
+//! restarted and every draw still ends settled, with money conserved.
+//!
+//! Ignored (and reported so) on machines without PostgreSQL; `.ci/run` installs it.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use cluster::{Deployment, DeploymentSpec, RoleProcess};
+use serde_json::{Value, json};
+
+fn spec(id_servers: usize) -> DeploymentSpec {
+    let mut spec = DeploymentSpec::new(env!("CARGO_BIN_EXE_sut-server").into());
+    spec.id_servers = id_servers;
+    spec.participant_timeout_ms = 500;
+    spec
+}
+
+async fn post(client: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
+    let r = client.post(url).json(&body).send().await.expect("post");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(client: &reqwest::Client, url: String) -> (u16, Value) {
+    let r = client.get(url).send().await.expect("get");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+async fn id_servers_on_one_database_never_duplicate() {
+    let cluster = tokio::task::spawn_blocking(|| Deployment::start(&spec(2)))
+        .await
+        .unwrap()
+        .expect("start the deployment");
+    let client = reqwest::Client::new();
+    let urls = cluster.id_urls();
+    let (status, _) = post(
+        &client,
+        format!("{}/admin/tags", urls[0]),
+        json!({"tag": "order", "step": 50}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let mut tasks = Vec::new();
+    for (i, url) in urls.iter().enumerate() {
+        for _ in 0..4 {
+            let (client, url) = (client.clone(), url.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut got = Vec::new();
+                for _ in 0..150 {
+                    let (status, body) = get(&client, format!("{url}/id/order")).await;
+                    assert_eq!(status, 200, "{body}");
+                    got.push(body["id"].as_u64().expect("id"));
+                }
+                (i, got)
+            }));
+        }
+    }
+    let mut all = BTreeSet::new();
+    let mut per_server: Vec<Vec<u64>> = vec![Vec::new(); urls.len()];
+    for task in tasks {
+        let (server, got) = task.await.unwrap();
+        for w in got.windows(2) {
+            assert!(w[0] < w[1], "one client's IDs from one server go up: {w:?}");
+        }
+        for id in &got {
+            assert!(all.insert(*id), "ID {id} handed out twice");
+        }
+        per_server[server].extend(got);
+    }
+    assert_eq!(all.len(), 2 * 4 * 150);
+    assert!(per_server.iter().all(|ids| !ids.is_empty()));
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .unwrap();
+}
+
+/// One draw per user, in turn; returns the xids answered 200 (confirmed) or 202 (pending).
+async fn draws(
+    client: &reqwest::Client,
+    coordinator: &str,
+    users: std::ops::Range<u64>,
+) -> Vec<u64> {
+    let mut xids = Vec::new();
+    for user in users {
+        let (status, body) = post(
+            client,
+            format!("{coordinator}/lottery/draw"),
+            json!({"user": user, "activity": 1, "price_minor": 100, "won": user % 3 == 0}),
+        )
+        .await;
+        if matches!(status, 200 | 202) {
+            xids.push(body["xid"].as_u64().expect("xid"));
+        }
+    }
+    xids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+async fn draws_cross_processes_and_settle_after_a_wallet_crash() {
+    let mut cluster = tokio::task::spawn_blocking(|| Deployment::start(&spec(1)))
+        .await
+        .unwrap()
+        .expect("start the deployment");
+    let client = reqwest::Client::new();
+    let wallet = cluster.url(RoleProcess::Wallet);
+    let inventory = cluster.url(RoleProcess::Inventory);
+    let coordinator = cluster.url(RoleProcess::Coordinator);
+    let (status, body) = post(
+        &client,
+        format!("{wallet}/admin/accounts"),
+        json!({"user": 1, "count": 60, "balance_minor": 1_000}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post(
+        &client,
+        format!("{inventory}/admin/stock"),
+        json!({"activity": 1, "units": 100}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let confirmed = draws(&client, &coordinator, 1..21).await;
+    assert_eq!(confirmed.len(), 20, "every draw confirmed while all are up");
+
+    // The wallet dies mid-run for about two seconds: the draws begun meanwhile are cancelled or
+    // wait for compensation, and nothing is lost.
+    tokio::task::block_in_place(|| cluster.service(RoleProcess::Wallet).unwrap().kill9())
+        .expect("kill -9 the wallet");
+    let outage: Vec<_> = (21..31)
+        .map(|user| {
+            let (client, coordinator) = (client.clone(), coordinator.clone());
+            tokio::spawn(async move { draws(&client, &coordinator, user..user + 1).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::task::block_in_place(|| cluster.service(RoleProcess::Wallet).unwrap().restart())
+        .expect("restart the wallet");
+    let mut during = Vec::new();
+    for task in outage {
+        during.extend(task.await.unwrap());
+    }
+    let after = draws(&client, &coordinator, 31..41).await;
+    assert_eq!(
+        after.len(),
+        10,
+        "draws confirm again once the wallet is back"
+    );
+
+    // Every draw ends settled: none in progress, pending or dead-lettered.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for xid in confirmed.iter().chain(&during).chain(&after) {
+        loop {
+            let (status, body) = get(&client, format!("{coordinator}/lottery/draws/{xid}")).await;
+            assert_eq!(status, 200, "{body}");
+            let s = body["status"].as_str().unwrap_or_default().to_owned();
+            if s == "confirmed" || s == "cancelled" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "draw {xid} still {s}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for url in [&wallet, &inventory, &coordinator] {
+        let (status, report) = get(&client, format!("{url}/ledger")).await;
+        assert_eq!(status, 200);
+        assert_eq!(report["safe"], true, "{url}: {report}");
+    }
+    let (_, report) = get(&client, format!("{wallet}/ledger")).await;
+    assert_eq!(report["frozen_minor"], 0, "nothing stays frozen: {report}");
+    let collected = report["collected_minor"].as_u64().unwrap();
+    assert!(
+        collected >= 100 * 30,
+        "the draws before and after the crash were paid: {report}"
+    );
+    assert_eq!(
+        report["balances_minor"].as_u64().unwrap() + collected,
+        60 * 1_000,
+        "money is conserved across the crash"
+    );
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .unwrap();
+}
