@@ -214,7 +214,7 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
     };
     let server = launcher.start("127.0.0.1:0")?;
     let base = server.base_url.clone();
-    let prep = crate::prepare(&base, &opts, CRASH_STEP).await?;
+    let prep = crate::prepare(&crate::Bases::single(&base), &opts, CRASH_STEP).await?;
     let shared = crate::shared_state(&base, &opts, &prep)?;
 
     let kill_at = kill_times(shared.measure_start, opts.duration_s, kills);

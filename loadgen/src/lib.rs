@@ -10,6 +10,7 @@
 //! The result is a [`reports::model::LoadReport`]; a violated check makes
 //! [`reports::model::LoadReport::passed`] false (callers must fail the run on it).
 
+pub mod cluster;
 pub mod conn;
 pub mod crash;
 pub mod stats;
@@ -27,6 +28,7 @@ use goose::prelude::*;
 use reports::model::{InvariantResult, LoadReport, Verdict};
 use serde_json::{Value, json};
 
+pub use crate::cluster::{ClusterOptions, cluster_run};
 pub use crate::crash::{CrashOptions, crash_under_load};
 use crate::stats::Schedule;
 use crate::target::{Sampler, ServerProcess};
@@ -226,6 +228,8 @@ pub fn flaw_args(flaw: Option<Flaw>) -> Vec<String> {
 struct Admin {
     client: reqwest::Client,
     base: String,
+    /// The admin secret, sent as `Authorization: Bearer …` when set.
+    token: Option<String>,
 }
 
 impl Admin {
@@ -235,12 +239,25 @@ impl Admin {
         path: &str,
         body: Option<Value>,
     ) -> Result<(u16, Value), LoadError> {
-        let url = format!("{}{path}", self.base);
-        let req = match (method, body) {
+        self.send_to(&self.base, method, path, body).await
+    }
+
+    async fn send_to(
+        &self,
+        base: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), LoadError> {
+        let url = format!("{base}{path}");
+        let mut req = match (method, body) {
             ("GET", _) => self.client.get(&url),
             (_, Some(b)) => self.client.post(&url).json(&b),
             (_, None) => self.client.post(&url),
         };
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
         let what = format!("{method} {path}");
         let resp = req.send().await.map_err(|e| LoadError::Setup {
             what: what.clone(),
@@ -259,12 +276,13 @@ impl Admin {
 
     async fn expect(
         &self,
+        base: &str,
         method: &str,
         path: &str,
         body: Value,
         ok: &[u16],
     ) -> Result<Value, LoadError> {
-        let (status, v) = self.send(method, path, Some(body)).await?;
+        let (status, v) = self.send_to(base, method, path, Some(body)).await?;
         if ok.contains(&status) {
             Ok(v)
         } else {
@@ -276,9 +294,36 @@ impl Admin {
     }
 }
 
+/// Where a run's setup calls and ledger reads go: one server for all of them, or the processes
+/// of a deployment.
+#[derive(Clone, Debug)]
+struct Bases {
+    /// Where tags are created.
+    ids: String,
+    /// Where accounts are opened.
+    wallet: String,
+    /// Where stock is added.
+    inventory: String,
+    /// Every process with a `/ledger`, named (the names prefix the checks when there are
+    /// several).
+    ledgers: Vec<(String, String)>,
+}
+
+impl Bases {
+    fn single(base: &str) -> Self {
+        Self {
+            ids: base.to_owned(),
+            wallet: base.to_owned(),
+            inventory: base.to_owned(),
+            ledgers: vec![("server".to_owned(), base.to_owned())],
+        }
+    }
+}
+
 /// What [`prepare`] set up on the server.
 struct Prepared {
     admin: Admin,
+    bases: Bases,
     run_id: u64,
     tag: String,
     lottery: Option<LotteryPlan>,
@@ -294,13 +339,14 @@ fn admin_client(base: &str) -> Result<Admin, LoadError> {
                 reason: e.to_string(),
             })?,
         base: base.to_owned(),
+        token: None,
     })
 }
 
 /// Creates the tag, accounts and stock the workload needs (names distinct per run, so that a
 /// running server can be targeted repeatedly).
-async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, LoadError> {
-    let admin = admin_client(base)?;
+async fn prepare(bases: &Bases, opts: &LoadOptions, step: u64) -> Result<Prepared, LoadError> {
+    let admin = admin_client(&bases.ledgers[0].1)?;
     let run_id = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -311,6 +357,7 @@ async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, 
     if need_ids {
         admin
             .expect(
+                &bases.ids,
                 "POST",
                 "/admin/tags",
                 json!({"tag": tag, "step": step}),
@@ -333,6 +380,7 @@ async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, 
         };
         admin
             .expect(
+                &bases.wallet,
                 "POST",
                 "/admin/accounts",
                 json!({
@@ -346,6 +394,7 @@ async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, 
         for a in 0..activities {
             admin
                 .expect(
+                    &bases.inventory,
                     "POST",
                     "/admin/stock",
                     json!({"activity": plan.activity_base + a, "units": workload::LOTTERY_USERS}),
@@ -359,6 +408,7 @@ async fn prepare(base: &str, opts: &LoadOptions, step: u64) -> Result<Prepared, 
     };
     Ok(Prepared {
         admin,
+        bases: bases.clone(),
         run_id,
         tag,
         lottery,
@@ -375,8 +425,20 @@ fn shared_state(base: &str, opts: &LoadOptions, prep: &Prepared) -> Result<Arc<S
         field: "host",
         reason,
     })?;
-    // plain HTTP: raw connections (`conn`); https: a reqwest client per user
-    let target = conn::Target::of(&urls.base);
+    shared_state_for(urls, opts, prep)
+}
+
+/// The shared state of an attack on `urls`. A single plain-HTTP server gets raw connections
+/// (`conn`); https, or several servers, a reqwest client per user.
+fn shared_state_for(
+    urls: workload::Urls,
+    opts: &LoadOptions,
+    prep: &Prepared,
+) -> Result<Arc<Shared>, LoadError> {
+    let single = urls.id_servers.len() == 1
+        && prep.bases.ledgers.len() == 1
+        && urls.id_servers[0].id.url.origin() == urls.base.origin();
+    let target = conn::Target::of(&urls.base).filter(|_| single);
     let conns = (0..opts.users).map(|_| Default::default()).collect();
     let clients = (0..if target.is_some() { 0 } else { opts.users })
         .map(|_| workload::user_client())
@@ -405,6 +467,9 @@ fn shared_state(base: &str, opts: &LoadOptions, prep: &Prepared) -> Result<Arc<S
         send_lateness: Default::default(),
         segment_ids: Default::default(),
         snowflake_ids: Default::default(),
+        id_turn: AtomicU64::new(0),
+        id_last: Default::default(),
+        id_regressions: Default::default(),
         once_accepted: Default::default(),
         seq: AtomicU64::new(0),
         user_base: prep.run_id * 1_000_000,
@@ -467,6 +532,12 @@ async fn verification(prep: &Prepared, shared: &Shared) -> Result<Vec<InvariantR
         let ids = workload_lock(&shared.segment_ids).clone();
         out.push(verify::ids_unique(&format!("id:{}", prep.tag), &ids));
     }
+    if need_ids || mix.has(Kind::Snowflake) {
+        out.push(verify::ids_monotonic_per_server(
+            &workload_lock(&shared.id_regressions),
+            shared.urls.id_servers.len(),
+        ));
+    }
     if mix.has(Kind::Snowflake) {
         let ids = workload_lock(&shared.snowflake_ids).clone();
         out.push(verify::ids_unique("snowflake", &ids));
@@ -477,24 +548,36 @@ async fn verification(prep: &Prepared, shared: &Shared) -> Result<Vec<InvariantR
         )));
     }
     if need_lottery {
-        let (status, v) = prep.admin.send("GET", "/ledger", None).await?;
-        if status == 200 {
-            out.extend(verify::ledger(&v));
-            out.push(verify::acknowledged_draws_durable(
-                shared
-                    .draws_confirmed
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                workload::PRICE_MINOR,
-                &v,
-            ));
-        } else {
-            out.push(InvariantResult {
-                name: "ledger.answer".to_owned(),
-                verdict: Verdict::Violated,
-                seed: None,
-                first_offending_event: Some(format!("GET /ledger answered {status}")),
-                detail: Some(v.to_string()),
-            });
+        let several = prep.bases.ledgers.len() > 1;
+        for (process, base) in &prep.bases.ledgers {
+            let (status, v) = prep.admin.send_to(base, "GET", "/ledger", None).await?;
+            let mut checks = if status == 200 {
+                let mut checks = verify::ledger(&v);
+                if *base == prep.bases.wallet {
+                    checks.push(verify::acknowledged_draws_durable(
+                        shared
+                            .draws_confirmed
+                            .load(std::sync::atomic::Ordering::Relaxed),
+                        workload::PRICE_MINOR,
+                        &v,
+                    ));
+                }
+                checks
+            } else {
+                vec![InvariantResult {
+                    name: "ledger.answer".to_owned(),
+                    verdict: Verdict::Violated,
+                    seed: None,
+                    first_offending_event: Some(format!("GET /ledger answered {status}")),
+                    detail: Some(v.to_string()),
+                }]
+            };
+            if several {
+                for c in &mut checks {
+                    c.name = format!("{process}: {}", c.name);
+                }
+            }
+            out.extend(checks);
         }
     }
     Ok(out)
@@ -568,7 +651,7 @@ async fn run_async(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadE
         }
     };
     let sampler = server.as_ref().map(|s| Sampler::start(s.pid(), started));
-    let prep = prepare(&base, &opts, 100_000).await?;
+    let prep = prepare(&Bases::single(&base), &opts, 100_000).await?;
     let shared = shared_state(&base, &opts, &prep)?;
     attack(&base, &opts, &shared).await?;
     let verification = verification(&prep, &shared).await?;

@@ -189,6 +189,34 @@ pub fn id_gaps(ids: &[u64]) -> u64 {
     v.windows(2).map(|w| w[1] - w[0] - 1).sum()
 }
 
+/// `ids.monotonic_per_server`: every ID a user got from one server exceeded the ones it got
+/// from that server before (`regressions` as found by the workload).
+#[must_use]
+pub fn ids_monotonic_per_server(
+    regressions: &[crate::workload::IdRegression],
+    servers: usize,
+) -> InvariantResult {
+    let name = "ids.monotonic_per_server";
+    match regressions.first() {
+        None => held(
+            name,
+            format!("every user's IDs from each of {servers} server(s) went up"),
+        ),
+        Some(r) => violated(
+            name,
+            format!(
+                "{} ID {} from server #{} after {} (user {})",
+                r.kind,
+                r.after,
+                r.server + 1,
+                r.before,
+                r.user
+            ),
+            format!("{} regression(s) kept", regressions.len()),
+        ),
+    }
+}
+
 /// `ids.lost_per_crash_bounded`: the IDs lost to `crashes` kills stay within `bound_per_crash`
 /// each (gaps in the received IDs; see the crash scenario for the bound's derivation).
 #[must_use]

@@ -234,6 +234,12 @@ pub struct Shared {
     pub send_lateness: Mutex<LatenessRecorder>,
     pub segment_ids: Mutex<Vec<u64>>,
     pub snowflake_ids: Mutex<Vec<u64>>,
+    /// The next ID operation's turn (round robin over the ID servers).
+    pub id_turn: AtomicU64,
+    /// The highest ID each (kind, user, server) got so far.
+    pub id_last: Mutex<BTreeMap<(&'static str, usize, usize), u64>>,
+    /// IDs that did not go up (see [`Shared::note_id_order`]).
+    pub id_regressions: Mutex<Vec<IdRegression>>,
     pub once_accepted: Mutex<BTreeMap<String, u32>>,
     /// Unique number per token/once/draw operation.
     pub seq: AtomicU64,
@@ -286,19 +292,52 @@ pub struct Endpoint {
     pub path: http::Uri,
 }
 
-/// The URLs of the workload's requests, parsed once per run.
+/// The ID endpoints of one ID server.
 #[derive(Clone, Debug)]
-pub struct Urls {
-    /// The base URL (`http://host:port`).
-    pub base: reqwest::Url,
+pub struct IdEndpoints {
     pub id: Endpoint,
     pub batch: Endpoint,
     pub snowflake: Endpoint,
+}
+
+/// The URLs of the workload's requests, parsed once per run.
+#[derive(Clone, Debug)]
+pub struct Urls {
+    /// The base URL (`http://host:port`; in a deployment, the coordinator's).
+    pub base: reqwest::Url,
+    /// Each ID server's endpoints; operations take them in turn, as a round-robin load
+    /// balancer would.
+    pub id_servers: Vec<IdEndpoints>,
     pub tokens: Endpoint,
     pub tokens_verify: Endpoint,
     pub once: Endpoint,
     pub once_consume: Endpoint,
     pub draw: Endpoint,
+}
+
+/// `base` + `path` as an [`Endpoint`].
+fn endpoint(base: &str, path: &str) -> Result<Endpoint, String> {
+    let text = format!("{}{path}", base.trim_end_matches('/'));
+    let url = reqwest::Url::parse(&text).map_err(|e| format!("`{text}`: {e}"))?;
+    let mut origin_form = url.path().to_owned();
+    if let Some(q) = url.query() {
+        origin_form.push('?');
+        origin_form.push_str(q);
+    }
+    let path = origin_form
+        .parse::<http::Uri>()
+        .map_err(|e| format!("`{text}`: path `{origin_form}`: {e}"))?;
+    Ok(Endpoint { url, path })
+}
+
+impl IdEndpoints {
+    fn new(base: &str, tag: &str) -> Result<Self, String> {
+        Ok(Self {
+            id: endpoint(base, &format!("/id/{tag}"))?,
+            batch: endpoint(base, &format!("/id/{tag}/batch?n=10"))?,
+            snowflake: endpoint(base, "/snowflake")?,
+        })
+    }
 }
 
 impl Urls {
@@ -307,31 +346,44 @@ impl Urls {
     /// # Errors
     /// `base` with `tag` does not make a URL (the message names the failing one).
     pub fn new(base: &str, tag: &str) -> Result<Self, String> {
-        let base = base.trim_end_matches('/');
-        let parse = |path: &str| {
-            let text = format!("{base}{path}");
-            let url = reqwest::Url::parse(&text).map_err(|e| format!("`{text}`: {e}"))?;
-            let mut origin_form = url.path().to_owned();
-            if let Some(q) = url.query() {
-                origin_form.push('?');
-                origin_form.push_str(q);
-            }
-            let path = origin_form
-                .parse::<http::Uri>()
-                .map_err(|e| format!("`{text}`: path `{origin_form}`: {e}"))?;
-            Ok::<_, String>(Endpoint { url, path })
-        };
+        Self::deployment(&[base.to_owned()], base, base, tag)
+    }
+
+    /// The URLs of a deployment: IDs spread over `id_servers`, tokens from `tokens`, draws
+    /// through `coordinator`.
+    ///
+    /// # Errors
+    /// A base with `tag` does not make a URL (the message names the failing one), or there is
+    /// no ID server.
+    pub fn deployment(
+        id_servers: &[String],
+        tokens: &str,
+        coordinator: &str,
+        tag: &str,
+    ) -> Result<Self, String> {
+        if id_servers.is_empty() {
+            return Err("no ID server".to_owned());
+        }
+        let coordinator = coordinator.trim_end_matches('/');
         Ok(Self {
-            base: reqwest::Url::parse(base).map_err(|e| format!("`{base}`: {e}"))?,
-            id: parse(&format!("/id/{tag}"))?,
-            batch: parse(&format!("/id/{tag}/batch?n=10"))?,
-            snowflake: parse("/snowflake")?,
-            tokens: parse("/tokens")?,
-            tokens_verify: parse("/tokens/verify")?,
-            once: parse("/tokens/once")?,
-            once_consume: parse("/tokens/once/consume")?,
-            draw: parse("/lottery/draw")?,
+            base: reqwest::Url::parse(coordinator).map_err(|e| format!("`{coordinator}`: {e}"))?,
+            id_servers: id_servers
+                .iter()
+                .map(|b| IdEndpoints::new(b, tag))
+                .collect::<Result<_, _>>()?,
+            tokens: endpoint(tokens, "/tokens")?,
+            tokens_verify: endpoint(tokens, "/tokens/verify")?,
+            once: endpoint(tokens, "/tokens/once")?,
+            once_consume: endpoint(tokens, "/tokens/once/consume")?,
+            draw: endpoint(coordinator, "/lottery/draw")?,
         })
+    }
+
+    /// The ID server the `n`-th ID operation goes to (round robin) and its endpoints.
+    #[must_use]
+    pub fn id_server(&self, n: u64) -> (usize, &IdEndpoints) {
+        let i = usize::try_from(n % self.id_servers.len() as u64).unwrap_or(0);
+        (i, &self.id_servers[i])
     }
 }
 
@@ -398,7 +450,50 @@ impl Origin {
     }
 }
 
+/// An ID that did not exceed the one the same user got from the same server before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdRegression {
+    /// `segment` or `snowflake`.
+    pub kind: &'static str,
+    /// The user.
+    pub user: usize,
+    /// The server (index into [`Urls::id_servers`]).
+    pub server: usize,
+    /// The earlier ID.
+    pub before: u64,
+    /// The ID that did not exceed it.
+    pub after: u64,
+}
+
 impl Shared {
+    /// Checks that `ids` (in answer order) exceed every ID user `user` got from `server` before
+    /// (a user's requests are sequential, so a server that keeps its promise answers each
+    /// higher); the first few that do not are kept for the report.
+    pub fn note_id_order(&self, kind: &'static str, user: usize, server: usize, ids: &[u64]) {
+        let mut last = lock(&self.id_last);
+        let mut previous = last.get(&(kind, user, server)).copied();
+        for &id in ids {
+            if let Some(before) = previous
+                && id <= before
+            {
+                let mut found = lock(&self.id_regressions);
+                if found.len() < 16 {
+                    found.push(IdRegression {
+                        kind,
+                        user,
+                        server,
+                        before,
+                        after: id,
+                    });
+                }
+            }
+            previous = Some(previous.map_or(id, |p| p.max(id)));
+        }
+        if let Some(p) = previous {
+            last.insert((kind, user, server), p);
+        }
+    }
+
     /// When user `k`'s last request was answered.
     #[must_use]
     pub fn last_done_at(&self, k: usize) -> Option<Instant> {
@@ -575,19 +670,23 @@ struct IdsAnswer {
 }
 
 async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) {
-    let urls = &sh.urls;
+    let (server, urls) = sh
+        .urls
+        .id_server(sh.id_turn.fetch_add(1, Ordering::Relaxed));
     match kind {
         Kind::Id => {
             if let Some((200, Some(IdAnswer { id }))) =
                 call(user, sh, names::ID, &urls.id, Body::Get, lag, &[200]).await
             {
                 lock(&sh.segment_ids).push(id);
+                sh.note_id_order("segment", lag.user, server, &[id]);
             }
         }
         Kind::Batch => {
             if let Some((200, Some(IdsAnswer { ids }))) =
                 call(user, sh, names::BATCH, &urls.batch, Body::Get, lag, &[200]).await
             {
+                sh.note_id_order("segment", lag.user, server, &ids);
                 lock(&sh.segment_ids).extend(ids);
             }
         }
@@ -604,6 +703,7 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
             .await
             {
                 lock(&sh.snowflake_ids).push(id);
+                sh.note_id_order("snowflake", lag.user, server, &[id]);
             }
         }
         Kind::Tokens => tokens_operation(user, sh, lag).await,

@@ -12,6 +12,10 @@
 //! warmup_s = 1       # run before, not measured
 //! kills = 0          # > 0: crash_under_load, the server SIGKILLed and restarted this often
 //!
+//! [load.cluster]     # optional: a real deployment instead of one server (docs/deployment.md)
+//! id_servers = 3     # ID servers on one PostgreSQL database
+//! kill = ["id-2", "wallet"]   # processes SIGKILLed and restarted mid-run, evenly spaced
+//!
 //! [load.mix]         # weights per operation kind (at least one positive)
 //! id = 4
 //! batch = 1
@@ -63,6 +67,26 @@ pub struct LoadSpec {
     /// Service-level objectives the run must meet (k6's thresholds); none by default.
     #[serde(default)]
     pub thresholds: Thresholds,
+    /// A deployment of separate processes on PostgreSQL instead of one server.
+    #[serde(default)]
+    pub cluster: Option<ClusterSpec>,
+}
+
+/// `[load.cluster]`: the deployment a `cluster_pg` run starts (docs/deployment.md).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// ID servers sharing one PostgreSQL database.
+    #[serde(default = "default_id_servers")]
+    pub id_servers: usize,
+    /// Processes SIGKILLed and restarted mid-run, evenly spaced (`id-N`, `token`,
+    /// `coordinator`, `wallet`, `inventory`).
+    #[serde(default)]
+    pub kill: Vec<String>,
+}
+
+fn default_id_servers() -> usize {
+    3
 }
 
 /// `[load.thresholds]`: what the run must meet, checked after it like the verification (a
@@ -209,6 +233,7 @@ pub const NAMED: &[(&str, &str)] = &[
         "crash_under_load",
         include_str!("../load/crash_under_load.toml"),
     ),
+    ("cluster_pg", include_str!("../load/cluster_pg.toml")),
 ];
 
 /// Whether `text` is a load scenario (has a top-level `load` table). Text that is not TOML
@@ -311,6 +336,27 @@ impl LoadScenario {
                 "warmup_s",
                 "a crash run (kills > 0) has no warm-up: set it to 0".into(),
             ));
+        }
+        if let Some(c) = &l.cluster {
+            if l.kills > 0 {
+                return Err((
+                    "kills",
+                    "a deployment run names its kills in [load.cluster] kill".into(),
+                ));
+            }
+            if c.id_servers == 0 || c.id_servers > loadgen::cluster::ID_SERVERS_MAX {
+                return Err((
+                    "id_servers",
+                    format!(
+                        "{} is not within 1..={}",
+                        c.id_servers,
+                        loadgen::cluster::ID_SERVERS_MAX
+                    ),
+                ));
+            }
+            for name in &c.kill {
+                loadgen::cluster::parse_process(name, c.id_servers).map_err(|m| ("kill", m))?;
+            }
         }
         l.mix.validate().map_err(|m| ("mix", m))?;
         let t = &l.thresholds;

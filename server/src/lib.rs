@@ -384,6 +384,7 @@ fn open_stores(
                 },
                 faults: cfg.participant_faults.clone(),
                 remote: cfg.remote_participants()?,
+                partial: cfg.role != Role::All,
             },
         )?))
     } else {
@@ -635,6 +636,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/lottery/draw"),
     ("get", "/lottery/draws/{xid}"),
     ("get", "/ledger"),
+    ("get", "/lottery/state"),
     ("post", "/tcc/branch"),
     ("get", "/admin/dead-letters"),
     ("post", "/admin/tags"),
@@ -672,7 +674,9 @@ pub fn router(state: AppState) -> Router {
             .route("/admin/dead-letters", get(dead_letters));
     }
     if role.has_lottery() {
-        admitted = admitted.route("/ledger", get(ledger));
+        admitted = admitted
+            .route("/ledger", get(ledger))
+            .route("/lottery/state", get(lottery_state));
     }
     if matches!(role, Role::All | Role::Wallet) {
         admitted = admitted.route("/admin/accounts", post(open_accounts));
@@ -1432,4 +1436,24 @@ async fn branch(
         .branch(body.branch, body.msg)
         .await
         .map(Json)
+}
+
+#[utoipa::path(
+    get,
+    path = "/lottery/state",
+    tag = "lottery",
+    summary = "This process's part of the lottery, raw (ledger and the coordinator's outcome events), for a verifier that merges every process of a deployment",
+    responses(
+        (status = 200, description = "The state", body = lottery::LotteryState),
+        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn lottery_state(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Json<lottery::LotteryState>, ApiError> {
+    admin_authorized(&state, &headers)?;
+    state.lottery()?.state().await.map(Json)
 }

@@ -55,7 +55,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use rusqlite::{Connection, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::clock::RealClock;
@@ -99,6 +99,24 @@ pub struct LotteryOptions {
     /// Participants in other processes (role `coordinator`); `None`: every participant runs
     /// in this writer.
     pub remote: Option<RemoteParticipants>,
+    /// This process holds only part of the lottery (a role of a deployment): the checks that
+    /// need every part (`lottery.settled`, `lottery.agreement`) are left out of its `/ledger`
+    /// and judged over every process's `GET /lottery/state` instead.
+    pub partial: bool,
+}
+
+/// `GET /lottery/state`: this process's part of the lottery, raw, for a verifier that reads
+/// every process of a deployment and merges the parts ([`Ledger::merge`]).
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LotteryState {
+    /// The ledger (accounts, stock, participations, fences, the coordinator log).
+    #[schema(value_type = Object)]
+    pub ledger: Ledger,
+    /// The coordinator's outcome events since start, oldest first (the last [`HISTORY_MAX`]).
+    #[schema(value_type = Vec<Object>)]
+    pub events: Vec<DrawEvent>,
+    /// Whether older events were dropped (then `lottery.agreement` judges only these).
+    pub events_dropped: bool,
 }
 
 /// Test hook: the participants run in this process, so a participant that fails or never
@@ -441,16 +459,15 @@ fn check(name: &'static str, r: Result<(), sut::lottery::LotteryViolation>) -> C
     }
 }
 
-/// The ledger report. `local_participants`: the branches ran in this process, so their fences
-/// can be judged against the coordinator's outcomes here (`lottery.agreement`); a coordinator
-/// with remote participants leaves that check to the cluster's verifier, which reads every
-/// process.
+/// The ledger report. `whole`: the whole lottery runs in this process, so the checks that
+/// need every part (`lottery.settled`, `lottery.agreement`) are judged here; a process of a
+/// deployment leaves them to the verifier that merges every process's state.
 fn report(
     ledger: &Ledger,
     history: &VecDeque<ParticipantReply>,
     events: &VecDeque<DrawEvent>,
     replayed: u64,
-    local_participants: bool,
+    whole: bool,
 ) -> LedgerReport {
     let history: Vec<ParticipantReply> = history.iter().cloned().collect();
     let events: Vec<DrawEvent> = events.iter().cloned().collect();
@@ -466,9 +483,9 @@ fn report(
             "lottery.no_duplicate_confirmed_draws",
             invariants::no_duplicate_confirmed_draws(&events),
         ),
-        check(invariants::SETTLED, invariants::settled(ledger)),
     ];
-    if local_participants {
+    if whole {
+        checks.push(check(invariants::SETTLED, invariants::settled(ledger)));
         checks.push(check(
             invariants::AGREEMENT,
             invariants::agreement(&events, &[ledger]),
@@ -553,6 +570,7 @@ enum Command {
     Branch(Participant, ParticipantMsg, Reply<ParticipantReply>),
     /// A remote participant's reply to this process's coordinator.
     Reply(Participant, ParticipantReply),
+    State(Reply<LotteryState>),
     Stop,
 }
 
@@ -565,6 +583,7 @@ enum Held {
     Status(Reply<Option<DrawStatusBody>>, Option<DrawStatusBody>),
     DeadLetters(Reply<Vec<DeadLetterBody>>, Vec<DeadLetterBody>),
     Branch(Reply<ParticipantReply>, ParticipantReply),
+    State(Reply<LotteryState>, Result<LotteryState, ApiError>),
 }
 
 impl Held {
@@ -578,6 +597,7 @@ impl Held {
             Self::Status(tx, r) => drop(tx.send(Ok(r))),
             Self::DeadLetters(tx, r) => drop(tx.send(Ok(r))),
             Self::Branch(tx, r) => drop(tx.send(Ok(r))),
+            Self::State(tx, r) => drop(tx.send(r)),
         }
     }
 
@@ -590,6 +610,7 @@ impl Held {
             Self::Status(tx, _) => drop(tx.send(Err(e.clone()))),
             Self::DeadLetters(tx, _) => drop(tx.send(Err(e.clone()))),
             Self::Branch(tx, _) => drop(tx.send(Err(e.clone()))),
+            Self::State(tx, _) => drop(tx.send(Err(e.clone()))),
         }
     }
 }
@@ -670,6 +691,10 @@ struct Writer<S> {
     failed: Option<ApiError>,
     /// Messages for participants in other processes, sent after the next commit.
     outbox: Option<Outbox>,
+    /// Only part of the lottery runs here (see [`LotteryOptions::partial`]).
+    partial: bool,
+    /// Whether `events` lost its oldest entries.
+    events_dropped: bool,
     /// Where their replies go (this writer's queue).
     sink: ReplySink,
 }
@@ -704,11 +729,11 @@ impl<S: DurableLottery> Writer<S> {
             }
             Command::Ledger(reply) => {
                 let replayed = self.replayed;
-                let local = self.outbox.is_none();
+                let whole = !self.partial;
                 let (history, events) = (&self.history, &self.events);
                 let r = self
                     .store
-                    .with_ledger(|l| report(l, history, events, replayed, local))
+                    .with_ledger(|l| report(l, history, events, replayed, whole))
                     .map_err(|e| store_error(&e));
                 self.held.push(Held::Ledger(reply, r));
             }
@@ -725,6 +750,20 @@ impl<S: DurableLottery> Writer<S> {
                 self.held.push(Held::Branch(reply, answer));
             }
             Command::Reply(from, reply) => self.on_reply(from, reply, now),
+            Command::State(reply) => {
+                let events: Vec<DrawEvent> = self.events.iter().cloned().collect();
+                let events_dropped = self.events_dropped;
+                let r = self
+                    .store
+                    .snapshot()
+                    .map(|ledger| LotteryState {
+                        ledger,
+                        events,
+                        events_dropped,
+                    })
+                    .map_err(|e| store_error(&e));
+                self.held.push(Held::State(reply, r));
+            }
             Command::Stop => {}
         }
     }
@@ -854,6 +893,7 @@ impl<S: DurableLottery> Writer<S> {
                 progressed = true;
                 if self.events.len() >= HISTORY_MAX {
                     self.events.pop_front();
+                    self.events_dropped = true;
                 }
                 self.events.push_back(event.clone());
                 self.book(&event);
@@ -987,6 +1027,7 @@ fn refuse(cmd: Command, err: &ApiError) {
         Command::Status(_, tx) => drop(tx.send(Err(err.clone()))),
         Command::DeadLetters(tx) => drop(tx.send(Err(err.clone()))),
         Command::Branch(_, _, tx) => drop(tx.send(Err(err.clone()))),
+        Command::State(tx) => drop(tx.send(Err(err.clone()))),
         Command::Reply(..) | Command::Stop => {}
     }
 }
@@ -1052,6 +1093,8 @@ impl Lottery {
             metrics,
             failed: None,
             outbox,
+            partial: options.partial,
+            events_dropped: false,
             sink,
         };
         // Finish what the log shows open before taking requests.
@@ -1127,6 +1170,11 @@ impl Lottery {
     /// The dead-lettered draws.
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetterBody>, ApiError> {
         self.ask(Command::DeadLetters).await
+    }
+
+    /// This process's part of the lottery, raw (after the pending commit).
+    pub async fn state(&self) -> Result<LotteryState, ApiError> {
+        self.ask(Command::State).await
     }
 
     /// Runs a coordinator's message on a branch of this process; answers once it is durable.

@@ -21,7 +21,9 @@ use utoipa::{OpenApi, PartialSchema, ToSchema};
 
 use super::error::ErrorBody;
 use super::ids::SnowflakeView;
-use super::lottery::{Check, DeadLetterBody, DrawAnswer, DrawStatusBody, LedgerReport, StockView};
+use super::lottery::{
+    Check, DeadLetterBody, DrawAnswer, DrawStatusBody, LedgerReport, LotteryState, StockView,
+};
 use super::remote::BranchRequest;
 use super::tokens::{
     ConsumeBody, ConsumedBody, IssueBody, IssuedBody, OnceBody, OnceIssueBody, RevokedBody,
@@ -60,6 +62,7 @@ use super::{
         super::open_accounts,
         super::add_stock,
         super::branch,
+        super::lottery_state,
         openapi_route,
     ),
     components(schemas(
@@ -95,6 +98,7 @@ use super::{
         TagRowSchema,
         BranchRequest,
         Role,
+        LotteryState,
     ))
 )]
 pub struct ApiDoc;

@@ -620,7 +620,27 @@ fn run_load(
         );
         return Err(ExitCode::from(USAGE));
     }
-    let result = if spec.kills > 0 {
+    let result = if let Some(cluster) = &spec.cluster {
+        if args.host.is_some() {
+            eprintln!("scenario {name}: a deployment run starts its own processes: no --host");
+            return Err(ExitCode::from(USAGE));
+        }
+        loadgen::cluster_run(loadgen::ClusterOptions {
+            load: loadgen::LoadOptions {
+                workload: name.to_owned(),
+                users: plan.users,
+                rate: plan.rate,
+                duration_s: plan.duration_s,
+                warmup_s: spec.warmup_s,
+                host: None,
+                hlog_dir: args.report.clone(),
+                mix: Some(spec.mix),
+                flaw: args.flaw,
+            },
+            id_servers: cluster.id_servers,
+            kill: cluster.kill.clone(),
+        })
+    } else if spec.kills > 0 {
         if args.host.is_some() {
             eprintln!("scenario {name}: a crash run starts and kills its own server: no --host");
             return Err(ExitCode::from(USAGE));

@@ -39,11 +39,39 @@ pub struct Ledger {
     /// Prize stock by activity.
     pub stock: BTreeMap<ActivityId, Stock>,
     /// Participation records by (user, activity).
+    #[serde(with = "pairs")]
     pub participations: BTreeMap<(UserId, ActivityId), ParticipationRow>,
     /// Fence rows by (xid, branch).
+    #[serde(with = "pairs")]
     pub fences: BTreeMap<(Xid, Participant), FenceStatus>,
     /// The coordinator log.
     pub coord_log: CoordLog,
+}
+
+/// A map with composite keys serialized as a list of `[key, value]` pairs, so that a ledger
+/// goes through JSON (whose object keys are strings only).
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &BTreeMap<K, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(deserializer)?
+            .into_iter()
+            .collect())
+    }
 }
 
 impl Ledger {
@@ -171,6 +199,25 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ledger_goes_through_json() {
+        let mut l = Ledger::default();
+        l.fences
+            .insert((Xid(7), Participant::Wallet), FenceStatus::Tried);
+        l.participations.insert(
+            (UserId(1), ActivityId(2)),
+            ParticipationRow {
+                xid: Xid(7),
+                price_minor: 5,
+                won: true,
+                confirmed: false,
+            },
+        );
+        let text = serde_json::to_string(&l).expect("a ledger serializes to JSON");
+        let back: Ledger = serde_json::from_str(&text).expect("and back");
+        assert_eq!(back, l);
+    }
 
     #[test]
     fn merge_adds_totals_and_refuses_overlap() {

@@ -1,0 +1,354 @@
+//! `cluster_pg`: the load against a real deployment (docs/deployment.md). The bench starts
+//! PostgreSQL (fsync on), N ID servers on one database, a token service, and the lottery's
+//! coordinator, wallet and inventory as separate processes ([`cluster::Deployment`]); spreads
+//! ID requests over the ID servers as a round-robin load balancer would; draws through the
+//! coordinator, which reaches the participants over HTTP; and SIGKILLs the named processes
+//! mid-run, restarting each on its database at the same address.
+//!
+//! Verified afterwards, across every process: no segment or Snowflake ID handed out twice, each
+//! user's IDs from each server going up, every process's ledger checks (conservation on the
+//! wallet, no over-issue on the inventory, no duplicate confirmation on the coordinator), every
+//! draw a client saw confirmed still collected by the wallet, and every draw settled once
+//! recovery and compensation have run.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use cluster::{Deployment, DeploymentSpec, RoleProcess};
+use reports::model::{FaultWindow, InvariantResult, LoadReport, Verdict};
+use sut::lottery::{DrawEvent, Ledger, invariants};
+
+use crate::{Bases, LoadError, LoadOptions, USERS_MAX};
+
+/// The tag step of the run (IDs per segment).
+pub const CLUSTER_STEP: u64 = 2_000;
+/// Longest wait for the ledgers to settle after the load.
+pub const SETTLE_WAIT_MS: u64 = 30_000;
+/// Most ID servers of one deployment.
+pub const ID_SERVERS_MAX: usize = 16;
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterOptions {
+    /// The load (its `host` must be `None`: the deployment is the bench's own).
+    pub load: LoadOptions,
+    /// ID servers on the shared database.
+    pub id_servers: usize,
+    /// Processes to SIGKILL and restart mid-run (`id-2`, `wallet`, …), evenly spaced.
+    pub kill: Vec<String>,
+}
+
+/// Parses a process name of a deployment (`id-N`, `token`, `coordinator`, `wallet`,
+/// `inventory`).
+///
+/// # Errors
+/// An unknown name, or an ID server beyond `id_servers`.
+pub fn parse_process(name: &str, id_servers: usize) -> Result<RoleProcess, String> {
+    let known = match name {
+        "token" => Some(RoleProcess::Token),
+        "coordinator" => Some(RoleProcess::Coordinator),
+        "wallet" => Some(RoleProcess::Wallet),
+        "inventory" => Some(RoleProcess::Inventory),
+        _ => name
+            .strip_prefix("id-")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|n| (1..=id_servers).contains(n))
+            .map(|n| RoleProcess::Id(n - 1)),
+    };
+    known.ok_or_else(|| {
+        format!(
+            "`{name}` is not a process of this deployment (id-1..id-{id_servers}, token, \
+             coordinator, wallet, inventory)"
+        )
+    })
+}
+
+/// Runs the deployment scenario; see the module doc.
+///
+/// # Errors
+/// Bad options, no PostgreSQL or no server binary, a start or restart that fails, a failed
+/// setup request, goose failing.
+pub fn cluster_run(opts: ClusterOptions) -> Result<LoadReport, LoadError> {
+    if opts.id_servers == 0 || opts.id_servers > ID_SERVERS_MAX {
+        return Err(LoadError::BadOption {
+            field: "id_servers",
+            reason: format!("{} not in 1..={ID_SERVERS_MAX}", opts.id_servers),
+        });
+    }
+    let kills = opts
+        .kill
+        .iter()
+        .map(|n| parse_process(n, opts.id_servers))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|reason| LoadError::BadOption {
+            field: "kill",
+            reason,
+        })?;
+    if opts.load.host.is_some() {
+        return Err(LoadError::BadOption {
+            field: "host",
+            reason: "a deployment run starts its own processes: no --host".into(),
+        });
+    }
+    let mut load = opts.load.clone();
+    load.users = load.users.min(USERS_MAX);
+    crate::check_options(&load)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(load, opts.id_servers, kills))
+}
+
+fn start_error(e: &cluster::ClusterError) -> LoadError {
+    LoadError::Server(format!("deployment: {e}"))
+}
+
+/// The killer thread: at each instant, SIGKILLs one process and restarts it.
+fn kill_and_restart(
+    mut deployment: Deployment,
+    plan: Vec<(Instant, RoleProcess)>,
+    started: Instant,
+) -> (Deployment, Result<Vec<FaultWindow>, LoadError>) {
+    let mut windows = Vec::new();
+    for (at, which) in plan {
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        let start_s = started.elapsed().as_secs_f64();
+        let Some(service) = deployment.service(which) else {
+            continue;
+        };
+        let result = service.kill9().and_then(|()| service.restart());
+        if let Err(e) = result {
+            return (deployment, Err(start_error(&e)));
+        }
+        windows.push(FaultWindow {
+            start_s,
+            end_s: started.elapsed().as_secs_f64(),
+            label: format!("{}: kill -9 and restart", which.name()),
+        });
+    }
+    (deployment, Ok(windows))
+}
+
+/// Every lottery process's state, merged: the whole ledger, the coordinator's outcome events,
+/// and whether older events were dropped.
+async fn merged_state(
+    admin: &crate::Admin,
+    bases: &Bases,
+) -> Result<(Ledger, Vec<DrawEvent>, bool), LoadError> {
+    let mut parts = Vec::new();
+    let mut events = Vec::new();
+    let mut dropped = false;
+    for (process, base) in &bases.ledgers {
+        let (status, v) = admin.send_to(base, "GET", "/lottery/state", None).await?;
+        let bad = |reason: String| LoadError::Setup {
+            what: format!("GET {process} /lottery/state"),
+            reason,
+        };
+        if status != 200 {
+            return Err(bad(format!("status {status}: {v}")));
+        }
+        let state: LotteryStateBody =
+            serde_json::from_value(v).map_err(|e| bad(format!("body: {e}")))?;
+        parts.push(state.ledger);
+        events.extend(state.events);
+        dropped |= state.events_dropped;
+    }
+    let merged = Ledger::merge(&parts).map_err(|e| LoadError::Setup {
+        what: "merge the processes' ledgers".into(),
+        reason: e.to_string(),
+    })?;
+    Ok((merged, events, dropped))
+}
+
+/// `GET /lottery/state` (`sut_server::lottery::LotteryState`).
+#[derive(serde::Deserialize)]
+struct LotteryStateBody {
+    ledger: Ledger,
+    events: Vec<DrawEvent>,
+    events_dropped: bool,
+}
+
+/// Polls the merged state until `lottery.settled` holds or [`SETTLE_WAIT_MS`] passes; returns
+/// the last state read.
+async fn wait_settled(
+    admin: &crate::Admin,
+    bases: &Bases,
+) -> Result<(Ledger, Vec<DrawEvent>, bool), LoadError> {
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    loop {
+        let state = merged_state(admin, bases).await?;
+        if invariants::settled(&state.0).is_ok() || Instant::now() >= deadline {
+            return Ok(state);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The checks that need every process: over the merged ledger, conservation, no over-issue and
+/// settlement; over the coordinator's events and the participants' fences, agreement.
+fn deployment_checks(ledger: &Ledger, events: &[DrawEvent], dropped: bool) -> Vec<InvariantResult> {
+    let result = |name: &str, r: Result<(), sut::lottery::LotteryViolation>, detail: String| {
+        InvariantResult {
+            name: format!("deployment: {name}"),
+            verdict: if r.is_ok() {
+                Verdict::Held
+            } else {
+                Verdict::Violated
+            },
+            seed: None,
+            first_offending_event: r.err().map(|v| v.to_string()),
+            detail: Some(detail),
+        }
+    };
+    let sums = format!(
+        "merged: {} accounts, minted {}, collected {}, {} fences",
+        ledger.accounts.len(),
+        ledger.minted_minor,
+        ledger.collected_minor,
+        ledger.fences.len()
+    );
+    let judged = format!(
+        "{} outcome events{}",
+        events.len(),
+        if dropped { " (older ones dropped)" } else { "" }
+    );
+    vec![
+        result(
+            invariants::CONSERVATION,
+            invariants::conservation(ledger),
+            sums.clone(),
+        ),
+        result(
+            invariants::NO_OVER_ISSUE,
+            invariants::no_over_issue(ledger),
+            sums.clone(),
+        ),
+        result(invariants::SETTLED, invariants::settled(ledger), sums),
+        result(
+            invariants::AGREEMENT,
+            invariants::agreement(events, &[ledger]),
+            judged,
+        ),
+    ]
+}
+
+/// `cluster.kills_done`, violated when fewer kills happened than asked for.
+fn kills_done(done: usize, asked: usize) -> InvariantResult {
+    InvariantResult {
+        name: "cluster.kills_done".to_owned(),
+        verdict: if done == asked {
+            Verdict::Held
+        } else {
+            Verdict::Violated
+        },
+        seed: None,
+        first_offending_event: (done != asked).then(|| format!("{done} of {asked} kills done")),
+        detail: Some(format!("{done} process kill(s) and restart(s)")),
+    }
+}
+
+fn bases(deployment: &Deployment) -> Bases {
+    let url = |w| deployment.url(w);
+    Bases {
+        ids: url(RoleProcess::Id(0)),
+        wallet: url(RoleProcess::Wallet),
+        inventory: url(RoleProcess::Inventory),
+        ledgers: [
+            RoleProcess::Coordinator,
+            RoleProcess::Wallet,
+            RoleProcess::Inventory,
+        ]
+        .into_iter()
+        .map(|w| (w.name(), url(w)))
+        .collect(),
+    }
+}
+
+async fn run(
+    opts: LoadOptions,
+    id_servers: usize,
+    kills: Vec<RoleProcess>,
+) -> Result<LoadReport, LoadError> {
+    let started = Instant::now();
+    let wall_start = SystemTime::now();
+    let mut spec = DeploymentSpec::new(crate::target::find_server_binary()?);
+    spec.id_servers = id_servers;
+    spec.extra_args = crate::flaw_args(opts.flaw);
+    let deployment = tokio::task::spawn_blocking(move || Deployment::start(&spec))
+        .await
+        .map_err(|e| LoadError::Server(format!("deployment task: {e}")))?
+        .map_err(|e| start_error(&e))?;
+    let bases = bases(&deployment);
+    let mut prep = crate::prepare(&bases, &opts, CLUSTER_STEP).await?;
+    prep.admin.token = Some(deployment.admin_token().to_owned());
+    let urls = crate::workload::Urls::deployment(
+        &deployment.id_urls(),
+        &deployment.url(RoleProcess::Token),
+        &deployment.url(RoleProcess::Coordinator),
+        &prep.tag,
+    )
+    .map_err(|reason| LoadError::BadOption {
+        field: "deployment",
+        reason,
+    })?;
+    let shared = crate::shared_state_for(urls, &opts, &prep)?;
+
+    let asked = kills.len();
+    let plan: Vec<(Instant, RoleProcess)> = kills
+        .into_iter()
+        .enumerate()
+        .map(|(i, which)| {
+            let nth = u32::try_from(i + 1).unwrap_or(u32::MAX);
+            let of = u32::try_from(asked + 1).unwrap_or(u32::MAX);
+            (
+                shared.measure_start + Duration::from_secs(opts.duration_s) * nth / of,
+                which,
+            )
+        })
+        .collect();
+    let killer = std::thread::spawn(move || kill_and_restart(deployment, plan, started));
+    let attacked = crate::attack(&bases.ledgers[0].1, &opts, &shared).await;
+    let (deployment, windows) = tokio::task::spawn_blocking(move || killer.join())
+        .await
+        .map_err(|e| LoadError::Server(format!("killer task: {e}")))?
+        .map_err(|_| LoadError::Server("killer thread panicked".to_owned()))?;
+    let windows = windows?;
+    attacked?;
+
+    let (_, need_lottery) = shared.mix.needs();
+    let settled = if need_lottery {
+        Some(wait_settled(&prep.admin, &bases).await?)
+    } else {
+        None
+    };
+    let mut verification = crate::verification(&prep, &shared).await?;
+    if let Some((ledger, events, dropped)) = settled {
+        verification.extend(deployment_checks(&ledger, &events, dropped));
+    }
+    verification.push(kills_done(windows.len(), asked));
+    let processes: Vec<String> = deployment
+        .services()
+        .map(|(w, s)| format!("{} ({} start(s))", w.name(), s.starts()))
+        .collect();
+    tokio::task::spawn_blocking(move || drop(deployment))
+        .await
+        .map_err(|e| LoadError::Server(format!("teardown task: {e}")))?;
+    let hlog_start = wall_start + shared.measure_start.duration_since(started);
+    Ok(LoadReport {
+        scenario: "cluster_pg".to_owned(),
+        target: format!(
+            "deployment on PostgreSQL (fsync on): {}{}",
+            processes.join(", "),
+            opts.flaw
+                .map(|f| format!("; flaw {f} switched on"))
+                .unwrap_or_default()
+        ),
+        duration_s: opts.duration_s as f64,
+        warmup_s: opts.warmup_s as f64,
+        rate: opts.rate,
+        users: opts.users,
+        endpoints: crate::endpoints(&opts, &shared, hlog_start)?,
+        server: Vec::new(),
+        fault_windows: windows,
+        verification,
+    })
+}
