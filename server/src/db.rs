@@ -7,7 +7,7 @@ use std::str::FromStr;
 use sut::id_store::{CounterDurability, IdStore};
 use sut::token::{TokenStore, TokenStoreLimits};
 
-use crate::pg::{PgIdStore, PgLotteryStore, PgTokenStore};
+use crate::pg::{PgIdStore, PgJournal, PgLotteryStore, PgTokenStore};
 use crate::sqlite::{SqliteIdStore, SqliteTokenStore};
 
 /// An ID store a server can hold behind a mutex and show in debug output.
@@ -132,6 +132,18 @@ impl Db {
         match self {
             Self::Sqlite(path) => Some(sibling(path, ".lottery")),
             Self::Postgres(_) => None,
+        }
+    }
+
+    /// Opens the PostgreSQL lottery journal (PostgreSQL only), claiming the database.
+    ///
+    /// # Errors
+    /// Not PostgreSQL, the journal cannot be opened, or another process holds it.
+    pub fn open_pg_journal(&self) -> Result<PgJournal, String> {
+        match self {
+            Self::Postgres(url) => PgJournal::open(url)
+                .map_err(|e| format!("lottery journal {}: {e}", self.describe())),
+            Self::Sqlite(_) => Err("the PostgreSQL journal needs a postgres:// --db".into()),
         }
     }
 

@@ -241,21 +241,65 @@ fn backend(e: &rusqlite::Error) -> StoreError {
     }
 }
 
-/// The in-memory store behind a write-ahead command journal in SQLite (see the module doc):
-/// `sut`'s [`Journaled`] store, whose records a commit writes to the table
-/// `server_lottery_journal` in one transaction.
-#[derive(Debug)]
-pub struct JournaledStore {
-    journal: Journaled,
-    conn: Connection,
-    replayed: u64,
-}
-
-impl JournaledStore {
-    /// Opens (creating if needed) the journal at `path` and replays it.
+/// Where a journaled store's records are kept: read once at start, appended at each group
+/// commit (one durable write for the whole batch).
+pub trait JournalFile: std::fmt::Debug + Send + 'static {
+    /// Every record, oldest first.
     ///
     /// # Errors
-    /// Backend failures, or a journal record that does not parse.
+    /// Backend failures, or a record that does not parse.
+    fn read_all(&mut self) -> Result<Vec<JournalOp>, StoreError>;
+
+    /// Appends `records` durably, all or none.
+    ///
+    /// # Errors
+    /// Backend failures: then none of them may be on disk.
+    fn append(&mut self, records: &[JournalOp]) -> Result<(), StoreError>;
+}
+
+/// Decodes journal records (their position, from 1, names a corrupt one).
+///
+/// # Errors
+/// A record that does not parse.
+pub fn decode_records(texts: &[String]) -> Result<Vec<JournalOp>, StoreError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            serde_json::from_str(text).map_err(|e| StoreError::Backend {
+                message: format!("corrupt journal record #{}: {e}", i + 1),
+            })
+        })
+        .collect()
+}
+
+/// Encodes journal records.
+///
+/// # Errors
+/// A record that does not encode (never, for these types).
+pub fn encode_records(records: &[JournalOp]) -> Result<Vec<String>, StoreError> {
+    records
+        .iter()
+        .map(|r| {
+            serde_json::to_string(r).map_err(|e| StoreError::Backend {
+                message: format!("journal encoding: {e}"),
+            })
+        })
+        .collect()
+}
+
+/// The journal in an SQLite file: the table `server_lottery_journal`, WAL with
+/// `synchronous=FULL`, so a commit is one fsync of the WAL.
+#[derive(Debug)]
+pub struct SqliteJournal {
+    conn: Connection,
+}
+
+impl SqliteJournal {
+    /// Opens (creating if needed) the journal at `path`.
+    ///
+    /// # Errors
+    /// Backend failures.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(path).map_err(|e| backend(&e))?;
         let mode: String = conn
@@ -275,18 +319,15 @@ impl JournaledStore {
             );",
         )
         .map_err(|e| backend(&e))?;
-        let records = Self::read(&conn)?;
-        let (mem, _) = journal::replay(&records);
-        Ok(Self {
-            journal: Journaled::new(mem),
-            conn,
-            replayed: records.len() as u64,
-        })
+        Ok(Self { conn })
     }
+}
 
-    fn read(conn: &Connection) -> Result<Vec<JournalOp>, StoreError> {
+impl JournalFile for SqliteJournal {
+    fn read_all(&mut self) -> Result<Vec<JournalOp>, StoreError> {
         let texts: Vec<String> = {
-            let mut stmt = conn
+            let mut stmt = self
+                .conn
                 .prepare("SELECT op FROM server_lottery_journal ORDER BY seq")
                 .map_err(|e| backend(&e))?;
             stmt.query_map([], |r| r.get(0))
@@ -294,34 +335,18 @@ impl JournaledStore {
                 .collect::<Result<_, _>>()
                 .map_err(|e| backend(&e))?
         };
-        texts
-            .iter()
-            .enumerate()
-            .map(|(i, text)| {
-                serde_json::from_str(text).map_err(|e| StoreError::Backend {
-                    message: format!("corrupt journal record #{}: {e}", i + 1),
-                })
-            })
-            .collect()
+        decode_records(&texts)
     }
 
-    /// Journal records replayed at start.
-    #[must_use]
-    pub fn replayed(&self) -> u64 {
-        self.replayed
-    }
-
-    /// Writes `records` in one transaction; `synchronous=FULL` makes its COMMIT fsync the WAL.
-    fn write(&mut self, records: &[JournalOp]) -> Result<(), StoreError> {
+    /// One transaction; `synchronous=FULL` makes its COMMIT fsync the WAL.
+    fn append(&mut self, records: &[JournalOp]) -> Result<(), StoreError> {
+        let texts = encode_records(records)?;
         let tx = self.conn.transaction().map_err(|e| backend(&e))?;
         {
             let mut stmt = tx
                 .prepare_cached("INSERT INTO server_lottery_journal (op) VALUES (?1)")
                 .map_err(|e| backend(&e))?;
-            for record in records {
-                let text = serde_json::to_string(record).map_err(|e| StoreError::Backend {
-                    message: format!("journal encoding: {e}"),
-                })?;
+            for text in &texts {
                 stmt.execute(params![text]).map_err(|e| backend(&e))?;
             }
         }
@@ -329,7 +354,49 @@ impl JournaledStore {
     }
 }
 
-impl LotteryStore for JournaledStore {
+/// The in-memory store behind a write-ahead command journal (see the module doc): `sut`'s
+/// [`Journaled`] store, whose records a commit appends to its [`JournalFile`] in one durable
+/// write (an SQLite file by default, or PostgreSQL: `crate::pg::PgJournal`).
+#[derive(Debug)]
+pub struct JournaledStore<J: JournalFile = SqliteJournal> {
+    journal: Journaled,
+    file: J,
+    replayed: u64,
+}
+
+impl JournaledStore {
+    /// Opens (creating if needed) the SQLite journal at `path` and replays it.
+    ///
+    /// # Errors
+    /// Backend failures, or a journal record that does not parse.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::with_file(SqliteJournal::open(path)?)
+    }
+}
+
+impl<J: JournalFile> JournaledStore<J> {
+    /// Replays `file` into memory.
+    ///
+    /// # Errors
+    /// Backend failures, or a journal record that does not parse.
+    pub fn with_file(mut file: J) -> Result<Self, StoreError> {
+        let records = file.read_all()?;
+        let (mem, _) = journal::replay(&records);
+        Ok(Self {
+            journal: Journaled::new(mem),
+            file,
+            replayed: records.len() as u64,
+        })
+    }
+
+    /// Journal records replayed at start.
+    #[must_use]
+    pub fn replayed(&self) -> u64 {
+        self.replayed
+    }
+}
+
+impl<J: JournalFile> LotteryStore for JournaledStore<J> {
     fn open_account(&mut self, user: UserId, balance_minor: u64) -> Result<(), StoreError> {
         self.journal.open_account(user, balance_minor)
     }
@@ -368,7 +435,7 @@ impl LotteryStore for JournaledStore {
     }
 }
 
-impl DurableLottery for JournaledStore {
+impl<J: JournalFile> DurableLottery for JournaledStore<J> {
     /// Writes the batch's records in one transaction (one fsync). On failure the records are
     /// lost and memory is ahead of disk: the writer stops answering (fail-stop), and a restart
     /// replays what is on disk.
@@ -377,7 +444,7 @@ impl DurableLottery for JournaledStore {
         if records.is_empty() {
             return Ok(());
         }
-        self.write(&records)
+        self.file.append(&records)
     }
 
     fn open_accounts(
@@ -1203,9 +1270,11 @@ impl Lottery {
 /// The writer's store choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LotteryStoreKind {
-    /// Command journal + in-memory store, group commit (default).
+    /// Command journal + in-memory store, group commit (default): the journal in an SQLite
+    /// file beside the database, or in the PostgreSQL database.
     Journal,
-    /// `sut_server::sqlite::SqliteLotteryStore`, one `synchronous=FULL` transaction per operation.
+    /// One durable transaction per operation: `SqliteLotteryStore` (`synchronous=FULL`), or
+    /// `PgLotteryStore` on PostgreSQL.
     Sqlite,
 }
 
@@ -1241,9 +1310,19 @@ pub fn open_with(
             options.faults.rules
         );
     }
-    match db.lottery_path() {
-        Some(path) => open_store(kind, db, &path, clock, metrics, options),
-        None => Lottery::start_with(db.open_pg_lottery()?, 0, clock, metrics, options),
+    if let Some(path) = db.lottery_path() {
+        return open_store(kind, db, &path, clock, metrics, options);
+    }
+    match kind {
+        LotteryStoreKind::Journal => {
+            let store = JournaledStore::with_file(db.open_pg_journal()?)
+                .map_err(|e| format!("lottery journal {}: {e}", db.describe()))?;
+            let replayed = store.replayed();
+            Lottery::start_with(store, replayed, clock, metrics, options)
+        }
+        LotteryStoreKind::Sqlite => {
+            Lottery::start_with(db.open_pg_lottery()?, 0, clock, metrics, options)
+        }
     }
 }
 

@@ -66,7 +66,8 @@ struct Args {
     /// Winning draws per thousand when a draw request does not say.
     #[arg(long, default_value_t = 100)]
     win_per_mille: u32,
-    /// The lottery's store.
+    /// The lottery's store: `journal` (a command journal with group commit, in the database)
+    /// or `sqlite` (one durable transaction per operation, in SQLite or PostgreSQL alike).
     #[arg(long, value_enum, default_value_t = LotteryStoreKind::Journal)]
     lottery_store: LotteryStoreKind,
     /// Print the OpenAPI description (the text of docs/openapi.json) and exit.

@@ -24,9 +24,11 @@
 //! need no change and the stores can be called from any thread.
 
 mod ids;
+mod journal;
 mod lottery;
 
 pub use ids::PgIdStore;
+pub use journal::PgJournal;
 pub use lottery::PgLotteryStore;
 mod tokens;
 pub use tokens::PgTokenStore;
@@ -167,6 +169,9 @@ pub struct PgConn {
     url: String,
     client: Option<Client>,
     statements: HashMap<String, Statement>,
+    /// A session advisory lock taken on every (re)connect: the connection is this process's
+    /// claim to the database (see [`PgConn::claim`]).
+    claim: Option<i64>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -188,9 +193,46 @@ impl PgConn {
             url: url.to_owned(),
             client: None,
             statements: HashMap::new(),
+            claim: None,
         };
         conn.batch(schema)?;
         Ok(conn)
+    }
+
+    /// Claims the database for this connection alone: takes the session advisory lock `key`
+    /// now and again after every reconnect, and fails while another session holds it (a second
+    /// process writing the same journal would interleave its records with this one's).
+    ///
+    /// # Errors
+    /// Another session holds the lock, or a database failure.
+    pub fn claim(&mut self, key: i64) -> Result<(), DbError> {
+        self.claim = Some(key);
+        self.client = None;
+        self.ensure_connected()
+    }
+
+    /// Connects if there is no open connection (and takes the claim, if any).
+    fn ensure_connected(&mut self) -> Result<(), DbError> {
+        if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
+            return Ok(());
+        }
+        self.statements.clear();
+        self.client = None;
+        let client = connect(&self.url)?;
+        if let Some(key) = self.claim {
+            let row = block(client.query_one("SELECT pg_try_advisory_lock($1)", &[&key]))?;
+            if !row.get::<_, bool>(0) {
+                return Err(DbError {
+                    message: format!(
+                        "the database is claimed by another process (advisory lock {key}): \
+                         one writer per journal"
+                    ),
+                    retryable: false,
+                });
+            }
+        }
+        self.client = Some(client);
+        Ok(())
     }
 
     /// The URL it connects to.
@@ -200,10 +242,7 @@ impl PgConn {
     }
 
     fn client(&mut self) -> Result<&mut Client, DbError> {
-        if self.client.as_ref().is_none_or(Client::is_closed) {
-            self.statements.clear();
-            self.client = Some(connect(&self.url)?);
-        }
+        self.ensure_connected()?;
         Ok(self.client.as_mut().expect("connected just above"))
     }
 
@@ -254,14 +293,10 @@ impl PgConn {
         &mut self,
         op: &mut impl FnMut(&mut Tx<'_>) -> Result<T, E>,
     ) -> Attempt<T, E> {
-        let statements = &mut self.statements;
-        if self.client.as_ref().is_none_or(Client::is_closed) {
-            statements.clear();
-            match connect(&self.url) {
-                Ok(c) => self.client = Some(c),
-                Err(e) => return Attempt::Done(Err(e.into())),
-            }
+        if let Err(e) = self.ensure_connected() {
+            return Attempt::Done(Err(e.into()));
         }
+        let statements = &mut self.statements;
         let client = self.client.as_mut().expect("connected just above");
         let begun = block(
             client
