@@ -39,7 +39,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$server" --db "$work/ids.db" --listen 127.0.0.1:0 >"$work/stdout" 2>"$work/stderr" &
+admin="schemathesis-admin-$$-$RANDOM$RANDOM"
+SUT_ADMIN_TOKEN="$admin" "$server" --db "$work/ids.db" --listen 127.0.0.1:0 \
+    >"$work/stdout" 2>"$work/stderr" &
 pid=$!
 for _ in $(seq 1 100); do
     grep -q '^listening on ' "$work/stdout" 2>/dev/null && break
@@ -51,14 +53,17 @@ addr=$(sed -n 's/^listening on //p' "$work/stdout" | head -n1)
 base="http://$addr"
 echo "schemathesis.sh: server $pid on $base, database $work/ids.db, output $out"
 
-# A small HTTP client (no curl needed): METHOD PATH [JSON] -> prints "STATUS BODY".
+# A small HTTP client (no curl needed): METHOD PATH [JSON] -> prints "STATUS BODY"; sends
+# `Authorization: Bearer $BEARER` when BEARER is set.
 http() {
     "$py" - "$base" "$@" <<'EOF'
-import sys, urllib.request, urllib.error
+import os, sys, urllib.request, urllib.error
 base, method, path = sys.argv[1:4]
 data = sys.argv[4].encode() if len(sys.argv) > 4 else None
-req = urllib.request.Request(base + path, data=data, method=method,
-                             headers={"Content-Type": "application/json"})
+headers = {"Content-Type": "application/json"}
+if os.environ.get("BEARER"):
+    headers["Authorization"] = "Bearer " + os.environ["BEARER"]
+req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
 try:
     with urllib.request.urlopen(req, timeout=30) as r:
         print(r.status, r.read().decode())
@@ -67,13 +72,23 @@ except urllib.error.HTTPError as e:
 EOF
 }
 
-# Seed: accounts 1..100, stock, a tag, some draws, so the ledger is not empty.
-http POST /admin/accounts '{"user": 1, "count": 100, "balance_minor": 1000}' >/dev/null
-http POST /admin/stock '{"activity": 1, "units": 10}' >/dev/null
-http POST /admin/tags '{"tag": "orders", "step": 100}' >/dev/null
+# The value of "token" in an answer "STATUS {json}".
+token_of() { sed 's/^[0-9]* //' | "$py" -c 'import json,sys; print(json.load(sys.stdin)["token"])'; }
+
+# Seed: accounts 1..100, stock, a tag, some draws (each as its user: a JWT, a one-time token),
+# so the ledger is not empty.
+BEARER=$admin http POST /admin/accounts '{"user": 1, "count": 100, "balance_minor": 1000}' >/dev/null
+BEARER=$admin http POST /admin/stock '{"activity": 1, "units": 10}' >/dev/null
+BEARER=$admin http POST /admin/tags '{"tag": "orders", "step": 100}' >/dev/null
+drawn=0
 for u in $(seq 1 20); do
-    http POST /lottery/draw "{\"user\": $u, \"activity\": 1, \"price_minor\": 10}" >/dev/null
+    jwt=$(BEARER=$admin http POST /tokens "{\"user\": $u}" | token_of)
+    once=$(BEARER=$jwt http POST /tokens/once "{\"user\": $u, \"activity\": \"1\"}" | token_of)
+    answer=$(BEARER=$jwt http POST /lottery/draw \
+        "{\"activity\": 1, \"price_minor\": 10, \"once_token\": \"$once\"}")
+    case "$answer" in 200*|409*) drawn=$((drawn + 1)) ;; esac
 done
+[ "$drawn" -eq 20 ] || { echo "FAIL: only $drawn of 20 seed draws were answered" >&2; exit 1; }
 
 status=0
 # One worker: with two, CPython 3.11.7 (this machine's python3) failed once inside

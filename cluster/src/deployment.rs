@@ -1,8 +1,9 @@
 //! The deployment a user of this field runs, as real processes: one PostgreSQL (fsync on), N ID
 //! servers sharing its `ids` database, a token service, and the TCC lottery split into a
 //! coordinator, a wallet participant and an inventory participant, each with its own database
-//! (`tokens`, `coord`, `wallet`, `inventory`). The coordinator reaches the participants over
-//! HTTP; every process shares one admin secret (a file in the deployment's directory).
+//! (`tokens`, `coord`, `wallet`, `inventory`). The coordinator reaches the participants and the
+//! token service over HTTP; every process shares one admin secret and one JWT key (files in
+//! the deployment's directory).
 
 use std::path::PathBuf;
 
@@ -64,7 +65,8 @@ pub struct DeploymentSpec {
     pub server_bin: PathBuf,
     /// ID servers on the shared `ids` database (at least 1).
     pub id_servers: usize,
-    /// Arguments every server process gets besides its role's (e.g. `--flaw NAME`).
+    /// Arguments every server process gets besides its role's (e.g. `--flaw NAME`,
+    /// `--test-forced-outcomes`).
     pub extra_args: Vec<String>,
     /// How long the coordinator waits for one participant call, in ms.
     pub participant_timeout_ms: u64,
@@ -108,6 +110,9 @@ impl Deployment {
         let admin_token = random_token()?;
         let token_file = dir.path().join("admin-token");
         std::fs::write(&token_file, &admin_token).map_err(io("write the admin secret"))?;
+        // The JWT key the token service signs with and the coordinator verifies with.
+        std::fs::write(dir.path().join("jwt-secret"), random_token()?)
+            .map_err(io("write the JWT secret"))?;
         let mut deployment = Self {
             services: Vec::new(),
             postgres,
@@ -117,8 +122,8 @@ impl Deployment {
         let mut order = vec![
             RoleProcess::Wallet,
             RoleProcess::Inventory,
-            RoleProcess::Coordinator,
             RoleProcess::Token,
+            RoleProcess::Coordinator,
         ];
         order.extend((0..spec.id_servers.max(1)).map(RoleProcess::Id));
         for which in order {
@@ -141,6 +146,8 @@ impl Deployment {
             which.role().to_owned(),
             "--admin-token-file".to_owned(),
             token_file.display().to_string(),
+            "--jwt-secret-file".to_owned(),
+            self.dir.path().join("jwt-secret").display().to_string(),
         ];
         if which == RoleProcess::Coordinator {
             args.extend([
@@ -148,6 +155,8 @@ impl Deployment {
                 self.url(RoleProcess::Wallet),
                 "--inventory-url".to_owned(),
                 self.url(RoleProcess::Inventory),
+                "--token-url".to_owned(),
+                self.url(RoleProcess::Token),
                 "--participant-timeout-ms".to_owned(),
                 spec.participant_timeout_ms.to_string(),
             ]);

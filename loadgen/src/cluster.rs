@@ -278,8 +278,8 @@ async fn run(
         .map_err(|e| LoadError::Server(format!("deployment task: {e}")))?
         .map_err(|e| start_error(&e))?;
     let bases = bases(&deployment);
-    let mut prep = crate::prepare(&bases, &opts, CLUSTER_STEP).await?;
-    prep.admin.token = Some(deployment.admin_token().to_owned());
+    let admin_token = Some(deployment.admin_token().to_owned());
+    let prep = crate::prepare(&bases, &opts, CLUSTER_STEP, admin_token).await?;
     let urls = crate::workload::Urls::deployment(
         &deployment.id_urls(),
         &deployment.url(RoleProcess::Token),

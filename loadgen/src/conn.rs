@@ -111,6 +111,7 @@ impl Conn {
         method: Method,
         path: &Uri,
         json: Option<Bytes>,
+        bearer: Option<&str>,
     ) -> Result<(u16, Bytes), Failure> {
         let mut builder = Request::builder()
             .method(method)
@@ -118,6 +119,11 @@ impl Conn {
             .header(HOST, target.host.clone());
         if json.is_some() {
             builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        if let Some(credential) = bearer {
+            let value = HeaderValue::try_from(format!("Bearer {credential}"))
+                .map_err(|_| Failure::Client)?;
+            builder = builder.header(http::header::AUTHORIZATION, value);
         }
         let request = builder
             .body(Full::new(json.unwrap_or_default()))
@@ -167,10 +173,11 @@ impl Conn {
         target: &Target,
         method: Method,
         path: &Uri,
-        json: Option<Bytes>,
+        (json, bearer): (Option<Bytes>, Option<&str>),
         timeout: Duration,
     ) -> Result<(u16, Bytes), Failure> {
-        match tokio::time::timeout(timeout, self.exchange(target, method, path, json)).await {
+        let exchange = self.exchange(target, method, path, json, bearer);
+        match tokio::time::timeout(timeout, exchange).await {
             Ok(r) => r,
             Err(_) => {
                 self.sender = None;
@@ -206,7 +213,13 @@ mod tests {
         let mut conn = Conn::default();
         let path: Uri = "/snowflake".parse().unwrap();
         let r = conn
-            .send(&target, Method::GET, &path, None, Duration::from_secs(10))
+            .send(
+                &target,
+                Method::GET,
+                &path,
+                (None, None),
+                Duration::from_secs(10),
+            )
             .await;
         assert_eq!(r, Err(Failure::Connect));
         assert!(conn.sender.is_none());
@@ -269,7 +282,7 @@ mod tests {
         // the server closes after each answer: each request gets a new connection
         for n in 0..2 {
             let (status, body) = conn
-                .send(&target, Method::GET, &path, None, long)
+                .send(&target, Method::GET, &path, (None, None), long)
                 .await
                 .unwrap();
             assert_eq!(status, 200);
@@ -277,7 +290,9 @@ mod tests {
         }
         // connection 2 never answers
         let short = Duration::from_millis(300);
-        let r = conn.send(&target, Method::GET, &path, None, short).await;
+        let r = conn
+            .send(&target, Method::GET, &path, (None, None), short)
+            .await;
         assert_eq!(r, Err(Failure::Timeout));
         assert!(conn.sender.is_none());
         // and the next request is on connection 3
@@ -286,7 +301,7 @@ mod tests {
                 &target,
                 Method::POST,
                 &path,
-                Some(Bytes::from_static(b"{}")),
+                (Some(Bytes::from_static(b"{}")), None),
                 long,
             )
             .await

@@ -81,6 +81,7 @@ pub fn crash_under_load(opts: CrashOptions) -> Result<LoadReport, LoadError> {
         hlog_dir: opts.hlog_dir.clone(),
         mix: opts.mix,
         flaw: opts.flaw,
+        admin_token: None,
     };
     crate::check_options(&load)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -214,7 +215,8 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
     };
     let server = launcher.start("127.0.0.1:0")?;
     let base = server.base_url.clone();
-    let prep = crate::prepare(&crate::Bases::single(&base), &opts, CRASH_STEP).await?;
+    let admin_token = Some(crate::target::bench_admin_token().to_owned());
+    let prep = crate::prepare(&crate::Bases::single(&base), &opts, CRASH_STEP, admin_token).await?;
     let shared = crate::shared_state(&base, &opts, &prep)?;
 
     let kill_at = kill_times(shared.measure_start, opts.duration_s, kills);

@@ -67,6 +67,9 @@ pub struct LoadOptions {
     /// Start the child server with this documented flaw switched on (`sut-server --flaw`).
     /// Only with a fresh child server (`host: None`).
     pub flaw: Option<Flaw>,
+    /// The admin secret of a `--host` target (its `/admin/*` routes and `POST /tokens`);
+    /// `None`: the environment's `SUT_ADMIN_TOKEN`. The servers the bench starts get their own.
+    pub admin_token: Option<String>,
 }
 
 impl Default for LoadOptions {
@@ -81,6 +84,7 @@ impl Default for LoadOptions {
             hlog_dir: None,
             mix: None,
             flaw: None,
+            admin_token: None,
         }
     }
 }
@@ -345,8 +349,14 @@ fn admin_client(base: &str) -> Result<Admin, LoadError> {
 
 /// Creates the tag, accounts and stock the workload needs (names distinct per run, so that a
 /// running server can be targeted repeatedly).
-async fn prepare(bases: &Bases, opts: &LoadOptions, step: u64) -> Result<Prepared, LoadError> {
-    let admin = admin_client(&bases.ledgers[0].1)?;
+async fn prepare(
+    bases: &Bases,
+    opts: &LoadOptions,
+    step: u64,
+    admin_token: Option<String>,
+) -> Result<Prepared, LoadError> {
+    let mut admin = admin_client(&bases.ledgers[0].1)?;
+    admin.token = admin_token;
     let run_id = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -470,6 +480,8 @@ fn shared_state_for(
         id_turn: AtomicU64::new(0),
         id_last: Default::default(),
         id_regressions: Default::default(),
+        admin_token: prep.admin.token.clone(),
+        jwts: Default::default(),
         once_accepted: Default::default(),
         seq: AtomicU64::new(0),
         user_base: prep.run_id * 1_000_000,
@@ -618,6 +630,10 @@ fn diagnostics(shared: &Shared) -> Diagnostics {
     }
 }
 
+/// The environment variable holding the admin secret of a `--host` target (its `/admin/*`
+/// routes and `POST /tokens` take it); the servers the bench starts get one of its own.
+pub const ADMIN_TOKEN_ENV: &str = "SUT_ADMIN_TOKEN";
+
 /// The report's `target`: where, and which flaw was switched on.
 fn target_text(base: &str, host: Option<&str>, flaw: Option<Flaw>) -> String {
     let mut text = match host {
@@ -651,7 +667,14 @@ async fn run_async(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadE
         }
     };
     let sampler = server.as_ref().map(|s| Sampler::start(s.pid(), started));
-    let prep = prepare(&Bases::single(&base), &opts, 100_000).await?;
+    let admin_token = match &opts.host {
+        Some(_) => opts
+            .admin_token
+            .clone()
+            .or_else(|| std::env::var(ADMIN_TOKEN_ENV).ok()),
+        None => Some(target::bench_admin_token().to_owned()),
+    };
+    let prep = prepare(&Bases::single(&base), &opts, 100_000, admin_token).await?;
     let shared = shared_state(&base, &opts, &prep)?;
     attack(&base, &opts, &shared).await?;
     let verification = verification(&prep, &shared).await?;

@@ -64,6 +64,26 @@ pub fn find_server_binary() -> Result<PathBuf, LoadError> {
     )))
 }
 
+/// The admin secret of every server this process starts (random per process).
+#[must_use]
+pub fn bench_admin_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        use std::io::Read;
+        let mut bytes = [0u8; 24];
+        let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+        if random.is_err() {
+            // No /dev/urandom: still unique per run (loopback only).
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos();
+            bytes[..16].copy_from_slice(&nanos.to_le_bytes());
+        }
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    })
+}
+
 /// A `sut-server` child process on a database file.
 #[derive(Debug)]
 pub struct ServerProcess {
@@ -86,6 +106,7 @@ impl ServerProcess {
             .arg(db)
             .args(["--listen", listen])
             .args(extra)
+            .env(crate::ADMIN_TOKEN_ENV, bench_admin_token())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -240,6 +240,11 @@ pub struct Shared {
     pub id_last: Mutex<BTreeMap<(&'static str, usize, usize), u64>>,
     /// IDs that did not go up (see [`Shared::note_id_order`]).
     pub id_regressions: Mutex<Vec<IdRegression>>,
+    /// The admin secret: `POST /tokens` (the bench plays the identity provider that issues
+    /// users' JWTs) takes it.
+    pub admin_token: Option<String>,
+    /// Each lottery user's JWT, issued on its first draw.
+    pub jwts: Mutex<BTreeMap<u64, String>>,
     pub once_accepted: Mutex<BTreeMap<String, u32>>,
     /// Unique number per token/once/draw operation.
     pub seq: AtomicU64,
@@ -416,6 +421,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 enum Body<'a> {
     Get,
     Post(&'a Value),
+    /// A POST with `Authorization: Bearer <credential>`.
+    PostAs(&'a Value, &'a str),
 }
 
 /// When an operation was due and how much of its lateness the server caused.
@@ -526,15 +533,18 @@ async fn call<T: DeserializeOwned>(
     ok_statuses: &[u16],
 ) -> Option<(u16, Option<T>)> {
     // serialized before the clock starts (as reqwest's `.json` did, but outside the timing)
-    let json = match body {
-        Body::Get => None,
-        Body::Post(v) => match serde_json::to_vec(v) {
-            Ok(bytes) => Some(bytes::Bytes::from(bytes)),
-            Err(_) => return None, // a `Value` always serializes
-        },
+    let (value, bearer) = match body {
+        Body::Get => (None, None),
+        Body::Post(v) => (Some(v), None),
+        Body::PostAs(v, credential) => (Some(v), Some(credential)),
+    };
+    let json = match value.map(serde_json::to_vec) {
+        None => None,
+        Some(Ok(bytes)) => Some(bytes::Bytes::from(bytes)),
+        Some(Err(_)) => return None, // a `Value` always serializes
     };
     let start = Instant::now();
-    let answer = send(user, sh, endpoint, json, origin.user).await;
+    let answer = send(user, sh, endpoint, (json, bearer), origin.user).await;
     let (result, class) = match answer {
         Ok((status, bytes)) => {
             let v: Option<T> = serde_json::from_slice(&bytes).ok();
@@ -563,7 +573,7 @@ async fn send(
     user: &GooseUser,
     sh: &Shared,
     endpoint: &Endpoint,
-    json: Option<bytes::Bytes>,
+    (json, bearer): (Option<bytes::Bytes>, Option<&str>),
     k: usize,
 ) -> Result<(u16, bytes::Bytes), &'static str> {
     match (&sh.target, sh.conns.get(k)) {
@@ -578,13 +588,13 @@ async fn send(
             };
             let timeout = Duration::from_secs(REQUEST_TIMEOUT_S);
             let r = c
-                .send(target, method, &endpoint.path, json, timeout)
+                .send(target, method, &endpoint.path, (json, bearer), timeout)
                 .await
                 .map_err(conn::Failure::class);
             *lock(slot) = c;
             r
         }
-        _ => reqwest_call(user, &endpoint.url, json).await,
+        _ => reqwest_call(user, &endpoint.url, json, bearer).await,
     }
 }
 
@@ -619,8 +629,9 @@ async fn reqwest_call(
     user: &GooseUser,
     url: &reqwest::Url,
     json: Option<bytes::Bytes>,
+    bearer: Option<&str>,
 ) -> Result<(u16, bytes::Bytes), &'static str> {
-    let request = match json {
+    let mut request = match json {
         None => user.client.get(url.clone()),
         Some(b) => user
             .client
@@ -628,6 +639,9 @@ async fn reqwest_call(
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(b),
     };
+    if let Some(credential) = bearer {
+        request = request.bearer_auth(credential);
+    }
     match request.send().await {
         Ok(resp) => {
             let status = resp.status().as_u16();
@@ -655,6 +669,8 @@ pub mod names {
     pub const ONCE_CONSUME: &str = "POST /tokens/once/consume";
     pub const ONCE_REPLAY: &str = "POST /tokens/once/consume (replay, 409 expected)";
     pub const DRAW: &str = "POST /lottery/draw";
+    pub const LOGIN: &str = "POST /tokens (login)";
+    pub const DRAW_ONCE: &str = "POST /tokens/once (draw)";
 }
 
 /// `{"id": N}` of `GET /id/{tag}` and `GET /snowflake`.
@@ -722,7 +738,7 @@ async fn tokens_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
         sh,
         names::TOKEN_ISSUE,
         &urls.tokens,
-        Body::Post(&body),
+        Body::PostAs(&body, sh.admin_token.as_deref().unwrap_or_default()),
         lag,
         &[200, 201],
     )
@@ -750,13 +766,16 @@ async fn once_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
     let urls = &sh.urls;
     let n = sh.seq.fetch_add(1, Ordering::Relaxed);
     let uid = sh.user_base + n;
+    let Some(jwt) = login(user, sh, uid, lag).await else {
+        return;
+    };
     let body = json!({"user": uid, "activity": "loadgen"});
     let issued = call::<Value>(
         user,
         sh,
         names::ONCE_ISSUE,
         &urls.once,
-        Body::Post(&body),
+        Body::PostAs(&body, &jwt),
         lag,
         &[200, 201],
     )
@@ -778,7 +797,7 @@ async fn once_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
             sh,
             name,
             &urls.once_consume,
-            Body::Post(&body),
+            Body::PostAs(&body, &jwt),
             lag,
             ok,
         )
@@ -799,17 +818,46 @@ async fn lottery_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
     if activity >= plan.activities {
         return; // plan exhausted (bounded by LOTTERY_RATE_MAX)
     }
+    let drawer = plan.user_base + n % LOTTERY_USERS;
+    let activity = plan.activity_base + activity;
+    let cached = lock(&sh.jwts).get(&drawer).cloned();
+    let jwt = match cached {
+        Some(jwt) => jwt,
+        None => {
+            let Some(jwt) = login(user, sh, drawer, lag).await else {
+                return;
+            };
+            lock(&sh.jwts).insert(drawer, jwt.clone());
+            jwt
+        }
+    };
+    // The draw's one-time submit token, for this user, activity and hour.
+    let once = json!({"user": drawer, "activity": activity.to_string()});
+    let issued = call::<Value>(
+        user,
+        sh,
+        names::DRAW_ONCE,
+        &sh.urls.once,
+        Body::PostAs(&once, &jwt),
+        lag,
+        &[200, 201],
+    )
+    .await;
+    let Some((_, Some(v))) = issued else { return };
+    let Some(once_token) = v.get("token").and_then(Value::as_str) else {
+        return;
+    };
     let body = json!({
-        "user": plan.user_base + n % LOTTERY_USERS,
-        "activity": plan.activity_base + activity,
+        "activity": activity,
         "price_minor": PRICE_MINOR,
+        "once_token": once_token,
     });
     if let Some((200, _)) = call::<serde::de::IgnoredAny>(
         user,
         sh,
         names::DRAW,
         &sh.urls.draw,
-        Body::Post(&body),
+        Body::PostAs(&body, &jwt),
         lag,
         &[200],
     )
@@ -817,6 +865,27 @@ async fn lottery_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
     {
         sh.draws_confirmed.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A JWT for `uid` from `POST /tokens` (the bench, holding the admin secret, plays the identity
+/// provider a real client would log in with).
+async fn login(user: &mut GooseUser, sh: &Shared, uid: u64, lag: &Origin) -> Option<String> {
+    let body = json!({"user": uid});
+    let admin = sh.admin_token.as_deref().unwrap_or_default();
+    let issued = call::<Value>(
+        user,
+        sh,
+        names::LOGIN,
+        &sh.urls.tokens,
+        Body::PostAs(&body, admin),
+        lag,
+        &[200],
+    )
+    .await;
+    let Some((_, Some(v))) = issued else {
+        return None;
+    };
+    v.get("token").and_then(Value::as_str).map(str::to_owned)
 }
 
 /// The goose transaction: wait for this user's next slot, run one operation.

@@ -8,6 +8,9 @@ use std::sync::mpsc;
 use loadgen::{LoadOptions, run};
 use reports::model::{LoadReport, Verdict};
 
+/// The in-process server's admin secret.
+const ADMIN: &str = "loadgen-test-admin-secret";
+
 /// Starts `sut_server` on 127.0.0.1:0 on its own runtime thread (kept for the process's life).
 fn in_process_server() -> (String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -20,7 +23,8 @@ fn in_process_server() -> (String, tempfile::TempDir) {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let cfg = sut_server::ServerConfig::new(&db);
+            let mut cfg = sut_server::ServerConfig::new(&db);
+            cfg.admin_token = Some(ADMIN.to_owned());
             let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
             let server = sut_server::start(cfg, listen).await.unwrap();
             tx.send(server.addr).unwrap();
@@ -63,6 +67,7 @@ fn mixed_closed_loop_against_a_fresh_server_verifies() {
         warmup_s: 1,
         host: Some(base),
         hlog_dir: Some(hlogs.path().to_owned()),
+        admin_token: Some(ADMIN.to_owned()),
         ..LoadOptions::default()
     })
     .unwrap();
@@ -114,6 +119,7 @@ fn constant_rate_run_keeps_its_rate() {
         warmup_s: 1,
         host: Some(base),
         hlog_dir: None,
+        admin_token: Some(ADMIN.to_owned()),
         ..LoadOptions::default()
     })
     .unwrap();

@@ -19,8 +19,8 @@ use super::extract::JsonBody;
 use super::ids::lock;
 use super::openapi::{ClaimsSchema, RevokeOutcomeSchema};
 use sut::token::{
-    ActivityId, OnceRejection, OnceToken, Rejection, RevokeOutcome, TokenService, TokenStoreError,
-    UserId, service::RevokeError,
+    ActivityId, OnceToken, Rejection, RevokeOutcome, TokenService, TokenStoreError, UserId,
+    service::RevokeError,
 };
 
 /// The server's token service.
@@ -79,10 +79,12 @@ pub struct IssuedBody {
     post,
     path = "/tokens",
     tag = "tokens",
-    summary = "Issue an HS256 JWT",
+    summary = "Issue an HS256 JWT (the identity provider's route: admin secret)",
     request_body = IssueBody,
+    params(("Authorization" = String, Header, description = "`Bearer <admin secret>`")),
     responses(
         (status = 200, description = "Issued", body = IssuedBody),
+        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
         (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
         (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
@@ -228,9 +230,12 @@ pub struct OnceBody {
     post,
     path = "/tokens/once",
     tag = "tokens",
-    summary = "The one-time token of (user, activity, this hour)",
+    summary = "The one-time token of (user, activity, this hour), for the JWT's user",
     request_body = OnceIssueBody,
+    params(("Authorization" = String, Header, description = "`Bearer <JWT>` of `user`")),
     responses(
+        (status = 401, description = "No JWT, or one that does not verify (`field: authorization`)", body = ErrorBody),
+        (status = 403, description = "The JWT is another user's (`field: user`)", body = ErrorBody),
         (status = 201, description = "Created", body = OnceBody),
         (status = 200, description = "Existing", body = OnceBody),
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
@@ -242,8 +247,10 @@ pub struct OnceBody {
 )]
 pub async fn once_issue(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<OnceIssueBody>,
 ) -> Result<(StatusCode, Json<OnceBody>), ApiError> {
+    let (user, _) = crate::auth::acting_for(&state, &headers, body.user).await?;
     let activity = ActivityId::new(body.activity).ok_or_else(|| {
         ApiError::bad(
             "activity",
@@ -258,7 +265,7 @@ pub async fn once_issue(
     let tokens = Arc::clone(state.tokens()?);
     let issued = blocking(move || {
         lock(&tokens)
-            .issue_once(UserId(body.user), activity, nonce, now)
+            .issue_once(user, activity, nonce, now)
             .map_err(|e| store_error(&e))
     })
     .await?;
@@ -305,9 +312,11 @@ pub struct ConsumedBody {
     post,
     path = "/tokens/once/consume",
     tag = "tokens",
-    summary = "Consume a one-time token",
+    summary = "Consume a one-time token, as its user",
     request_body = ConsumeBody,
+    params(("Authorization" = String, Header, description = "`Bearer <JWT>` of `user`")),
     responses(
+        (status = 401, description = "No JWT, or one that does not verify (`field: authorization`)", body = ErrorBody),
         (status = 200, description = "Accepted", body = ConsumedBody),
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
         (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
@@ -322,30 +331,19 @@ pub struct ConsumedBody {
 )]
 pub async fn once_consume(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<ConsumeBody>,
 ) -> Result<Json<ConsumedBody>, ApiError> {
+    let (user, _) = crate::auth::acting_for(&state, &headers, body.user).await?;
     let token = OnceToken::parse(&body.token)
         .ok_or_else(|| ApiError::bad("token", "token must be 32 hex digits"))?;
     let now = state.clock.now();
     let tokens = Arc::clone(state.tokens()?);
-    let key = blocking(
-        move || match lock(&tokens).consume_once(token, UserId(body.user), now) {
-            Ok(Ok(key)) => Ok(key),
-            Ok(Err(r)) => Err(match r {
-                OnceRejection::Unknown => {
-                    ApiError::field(StatusCode::NOT_FOUND, "token", r.to_string())
-                }
-                OnceRejection::Foreign => {
-                    ApiError::field(StatusCode::FORBIDDEN, "user", r.to_string())
-                }
-                OnceRejection::AlreadyConsumed => {
-                    ApiError::field(StatusCode::CONFLICT, "token", r.to_string())
-                }
-                OnceRejection::Expired => ApiError::field(StatusCode::GONE, "token", r.to_string()),
-            }),
-            Err(e) => Err(store_error(&e)),
-        },
-    )
+    let key = blocking(move || match lock(&tokens).consume_once(token, user, now) {
+        Ok(Ok(key)) => Ok(key),
+        Ok(Err(r)) => Err(crate::auth::once_rejection(r, "token")),
+        Err(e) => Err(store_error(&e)),
+    })
     .await?;
     Ok(Json(ConsumedBody {
         accepted: true,

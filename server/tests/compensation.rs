@@ -8,12 +8,15 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use reqwest::{Client, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sut::lottery::wheel::WheelConfig;
 use sut::lottery::{CoordinatorConfig, Participant, Phase};
 use sut_server::lottery::{LoseMessages, ParticipantFaults};
-use sut_server::{Server, ServerConfig, start};
+use sut_server::{Server, start};
+
+mod common;
+use common::Api;
 
 /// Short timings, so that a test sees several compensation rounds in well under a second:
 /// 2 attempts of 10/20 ms, the first round 30 ms after the park, then 20, 40, 80 ms apart.
@@ -34,50 +37,21 @@ fn fast_coordinator(retries_max: u32) -> CoordinatorConfig {
 }
 
 async fn server(db: &Path, retries_max: u32, lose: LoseMessages) -> Server {
-    let mut cfg = ServerConfig::new(db);
-    cfg.jwt_secret = Some(b"0123456789abcdef0123456789abcdef".to_vec());
+    let mut cfg = common::config(db);
     cfg.coordinator = fast_coordinator(retries_max);
     cfg.participant_faults = ParticipantFaults { rules: vec![lose] };
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
     start(cfg, listen).await.unwrap()
 }
 
-struct Api {
-    client: Client,
-    base: String,
+/// What these tests ask of the server besides plain requests.
+trait CompensationApi {
+    async fn metrics(&self) -> String;
+    async fn winning_draw(&self) -> (StatusCode, Value);
+    async fn follow(&self, xid: u64) -> (Value, Vec<String>);
 }
 
-impl Api {
-    fn new(addr: SocketAddr) -> Self {
-        Self {
-            client: Client::builder()
-                .timeout(Duration::from_secs(20))
-                .build()
-                .unwrap(),
-            base: format!("http://{addr}"),
-        }
-    }
-
-    async fn call(&self, req: reqwest::RequestBuilder) -> (StatusCode, Value) {
-        let r = req.send().await.unwrap();
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        self.call(self.client.get(format!("{}{path}", self.base)))
-            .await
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
-        self.call(self.client.post(format!("{}{path}", self.base)).json(body))
-            .await
-    }
-
+impl CompensationApi for Api {
     async fn metrics(&self) -> String {
         let (status, body) = self.get("/metrics").await;
         assert_eq!(status, StatusCode::OK);
@@ -94,11 +68,8 @@ impl Api {
             .post("/admin/stock", &json!({"activity": 1, "units": 1}))
             .await;
         assert_eq!(status, StatusCode::OK);
-        self.post(
-            "/lottery/draw",
-            &json!({"user": 1, "activity": 1, "price_minor": 10, "won": true}),
-        )
-        .await
+        self.draw(&json!({"user": 1, "activity": 1, "price_minor": 10, "won": true}))
+            .await
     }
 
     /// Polls `GET /lottery/draws/{xid}` until its status is no longer `pending` or

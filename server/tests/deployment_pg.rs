@@ -15,11 +15,19 @@ fn spec(id_servers: usize) -> DeploymentSpec {
     let mut spec = DeploymentSpec::new(env!("CARGO_BIN_EXE_sut-server").into());
     spec.id_servers = id_servers;
     spec.participant_timeout_ms = 500;
+    // The draws below choose their luck (a winning draw has an inventory branch).
+    spec.extra_args = vec!["--test-forced-outcomes".into()];
     spec
 }
 
-async fn post(client: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
-    let r = client.post(url).json(&body).send().await.expect("post");
+async fn post_as(client: &reqwest::Client, url: String, bearer: &str, body: Value) -> (u16, Value) {
+    let r = client
+        .post(url)
+        .bearer_auth(bearer)
+        .json(&body)
+        .send()
+        .await
+        .expect("post");
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
 }
@@ -39,9 +47,10 @@ async fn id_servers_on_one_database_never_duplicate() {
         .expect("start the deployment");
     let client = reqwest::Client::new();
     let urls = cluster.id_urls();
-    let (status, _) = post(
+    let (status, _) = post_as(
         &client,
         format!("{}/admin/tags", urls[0]),
+        cluster.admin_token(),
         json!({"tag": "order", "step": 50}),
     )
     .await;
@@ -80,25 +89,50 @@ async fn id_servers_on_one_database_never_duplicate() {
         .unwrap();
 }
 
-/// One draw per user, in turn; returns the xids answered 200 (confirmed) or 202 (pending).
-async fn draws(
-    client: &reqwest::Client,
-    coordinator: &str,
-    users: std::ops::Range<u64>,
-) -> Vec<u64> {
-    let mut xids = Vec::new();
-    for user in users {
-        let (status, body) = post(
-            client,
-            format!("{coordinator}/lottery/draw"),
-            json!({"user": user, "activity": 1, "price_minor": 100, "won": user % 3 == 0}),
-        )
-        .await;
-        if matches!(status, 200 | 202) {
-            xids.push(body["xid"].as_u64().expect("xid"));
+/// Where a client draws: the token service (its JWT and one-time tokens) and the coordinator.
+#[derive(Clone)]
+struct Drawer {
+    client: reqwest::Client,
+    token: String,
+    coordinator: String,
+    admin: String,
+}
+
+impl Drawer {
+    /// One draw per user, in turn, as a real client makes it (a JWT from the token service, a
+    /// one-time token for the activity, the draw); returns the xids answered 200 or 202.
+    async fn draws(&self, users: std::ops::Range<u64>) -> Vec<u64> {
+        let mut xids = Vec::new();
+        for user in users {
+            let (status, v) = post_as(
+                &self.client,
+                format!("{}/tokens", self.token),
+                &self.admin,
+                json!({"user": user}),
+            )
+            .await;
+            assert_eq!(status, 200, "{v}");
+            let jwt = v["token"].as_str().unwrap().to_owned();
+            let (status, v) = post_as(
+                &self.client,
+                format!("{}/tokens/once", self.token),
+                &jwt,
+                json!({"user": user, "activity": "1"}),
+            )
+            .await;
+            assert!(matches!(status, 200 | 201), "{v}");
+            let once = v["token"].as_str().unwrap().to_owned();
+            let body = json!({
+                "activity": 1, "price_minor": 100, "won": user % 3 == 0, "once_token": once,
+            });
+            let url = format!("{}/lottery/draw", self.coordinator);
+            let (status, body) = post_as(&self.client, url, &jwt, body).await;
+            if matches!(status, 200 | 202) {
+                xids.push(body["xid"].as_u64().expect("xid"));
+            }
         }
+        xids
     }
-    xids
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,22 +146,31 @@ async fn draws_cross_processes_and_settle_after_a_wallet_crash() {
     let wallet = cluster.url(RoleProcess::Wallet);
     let inventory = cluster.url(RoleProcess::Inventory);
     let coordinator = cluster.url(RoleProcess::Coordinator);
-    let (status, body) = post(
+    let admin = cluster.admin_token().to_owned();
+    let (status, body) = post_as(
         &client,
         format!("{wallet}/admin/accounts"),
+        &admin,
         json!({"user": 1, "count": 60, "balance_minor": 1_000}),
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    let (status, body) = post(
+    let (status, body) = post_as(
         &client,
         format!("{inventory}/admin/stock"),
+        &admin,
         json!({"activity": 1, "units": 100}),
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    let drawer = Drawer {
+        client: client.clone(),
+        token: cluster.url(RoleProcess::Token),
+        coordinator: coordinator.clone(),
+        admin,
+    };
 
-    let confirmed = draws(&client, &coordinator, 1..21).await;
+    let confirmed = drawer.draws(1..21).await;
     assert_eq!(confirmed.len(), 20, "every draw confirmed while all are up");
 
     // The wallet dies mid-run for about two seconds: the draws begun meanwhile are cancelled or
@@ -136,8 +179,8 @@ async fn draws_cross_processes_and_settle_after_a_wallet_crash() {
         .expect("kill -9 the wallet");
     let outage: Vec<_> = (21..31)
         .map(|user| {
-            let (client, coordinator) = (client.clone(), coordinator.clone());
-            tokio::spawn(async move { draws(&client, &coordinator, user..user + 1).await })
+            let drawer = drawer.clone();
+            tokio::spawn(async move { drawer.draws(user..user + 1).await })
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -147,7 +190,7 @@ async fn draws_cross_processes_and_settle_after_a_wallet_crash() {
     for task in outage {
         during.extend(task.await.unwrap());
     }
-    let after = draws(&client, &coordinator, 31..41).await;
+    let after = drawer.draws(31..41).await;
     assert_eq!(
         after.len(),
         10,

@@ -5,9 +5,13 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The admin secret the binary is started with (through the environment).
+const ADMIN: &str = "binary-test-admin-secret";
+
 fn spawn(db: &std::path::Path) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sut-server"))
         .args(["--db", db.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .env("SUT_ADMIN_TOKEN", ADMIN)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -64,13 +68,25 @@ async fn binary_prints_its_address_and_stops_gracefully_on_sigterm() {
     let client = reqwest::Client::new();
 
     let (child, addr) = spawn(&db);
-    let r = client
-        .post(format!("http://{addr}/admin/tags"))
-        .body(r#"{"tag": "orders", "step": 20}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
+    let tag = || {
+        client
+            .post(format!("http://{addr}/admin/tags"))
+            .body(r#"{"tag": "orders", "step": 20}"#)
+    };
+    let r = tag().send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        401,
+        "an admin route without the secret is refused"
+    );
+    let r = tag().bearer_auth("not-the-secret").send().await.unwrap();
+    assert_eq!(r.status(), 401, "and with a wrong one");
+    let r = tag().bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        201,
+        "the secret from SUT_ADMIN_TOKEN is the server's"
+    );
     let mut all = ids(&client, &addr, 50).await;
     terminate(child);
 

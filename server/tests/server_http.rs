@@ -6,81 +6,25 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use reqwest::{Client, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sut_server::admission::AdmissionConfig;
-use sut_server::{Server, ServerConfig, start};
+use sut_server::{Server, start};
+
+mod common;
+use common::Api;
 
 fn local() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
 async fn server(db: &Path) -> Server {
-    let mut cfg = ServerConfig::new(db);
-    cfg.jwt_secret = Some(b"0123456789abcdef0123456789abcdef".to_vec());
+    let mut cfg = common::config(db);
     // A draw that does not say `won` is decided by the server's randomness; with the default
     // 100 per mille one run in ten won it, found the stock gone and failed the test's
     // expectation of a lost draw. Deterministic: the server never lets such a draw win.
     cfg.win_per_mille = 0;
     start(cfg, local()).await.unwrap()
-}
-
-struct Api {
-    client: Client,
-    base: String,
-}
-
-impl Api {
-    fn new(addr: SocketAddr) -> Self {
-        Self {
-            // No idle connection is reused: the server may close one after answering early
-            // (a 413 before the oversized body was read), and a request written onto it in
-            // that instant fails with a broken pipe (seen once in CI) -- a client race, not
-            // the server's answer, which is what these tests judge.
-            client: Client::builder()
-                .timeout(Duration::from_secs(20))
-                .pool_max_idle_per_host(0)
-                .build()
-                .unwrap(),
-            base: format!("http://{addr}"),
-        }
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
-        self.post_raw(path, body.to_string()).await
-    }
-
-    async fn post_raw(&self, path: &str, body: String) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    }
 }
 
 fn field(v: &Value) -> &str {
@@ -198,10 +142,7 @@ async fn every_route_answers() {
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let (s, v) = api
-        .post(
-            "/lottery/draw",
-            &json!({"user": 1, "activity": 5, "price_minor": 100, "won": true}),
-        )
+        .draw(&json!({"user": 1, "activity": 5, "price_minor": 100, "won": true}))
         .await;
     assert_eq!(
         (s, v["outcome"].as_str()),
@@ -209,32 +150,25 @@ async fn every_route_answers() {
         "{v}"
     );
     let (s, v) = api
-        .post(
-            "/lottery/draw",
-            &json!({"user": 2, "activity": 5, "price_minor": 100, "won": true}),
-        )
+        .draw(&json!({"user": 2, "activity": 5, "price_minor": 100, "won": true}))
         .await;
     assert_eq!(
         (s, field(&v)),
         (StatusCode::CONFLICT, "activity"),
         "out of stock: {v}"
     );
+    // A second draw of user 1 in activity 5 this hour: its one-time token (one per user,
+    // activity and hour) was consumed by the first, so the gate refuses it before the draw.
     let (s, v) = api
-        .post(
-            "/lottery/draw",
-            &json!({"user": 1, "activity": 5, "price_minor": 100, "won": false}),
-        )
+        .draw(&json!({"user": 1, "activity": 5, "price_minor": 100, "won": false}))
         .await;
     assert_eq!(
         (s, field(&v)),
-        (StatusCode::CONFLICT, "user"),
-        "already took part: {v}"
+        (StatusCode::CONFLICT, "once_token"),
+        "already took part this hour: {v}"
     );
     let (s, v) = api
-        .post(
-            "/lottery/draw",
-            &json!({"user": 3, "activity": 5, "price_minor": 5000, "won": false}),
-        )
+        .draw(&json!({"user": 3, "activity": 5, "price_minor": 5000, "won": false}))
         .await;
     assert_eq!(
         (s, field(&v)),
@@ -242,10 +176,7 @@ async fn every_route_answers() {
         "balance too low: {v}"
     );
     let (s, v) = api
-        .post(
-            "/lottery/draw",
-            &json!({"user": 4, "activity": 5, "price_minor": 100}),
-        )
+        .draw(&json!({"user": 4, "activity": 5, "price_minor": 100}))
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let (s, v) = api.get("/ledger").await;
@@ -439,8 +370,8 @@ async fn client_mistakes_are_4xx_naming_the_field() {
         (
             "/lottery/draw",
             "{\"user\": 99, \"activity\": 1, \"price_minor\": 1, \"won\": false}".into(),
-            StatusCode::CONFLICT,
-            "user",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "once_token",
         ),
         (
             "/tokens",
@@ -480,7 +411,7 @@ async fn client_mistakes_are_4xx_naming_the_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_is_a_fast_503_with_retry_after() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ServerConfig::new(&dir.path().join("ids.db"));
+    let mut cfg = common::config(&dir.path().join("ids.db"));
     cfg.admission = AdmissionConfig {
         in_flight_max: 2,
         queue_max: 1,
@@ -596,7 +527,7 @@ async fn ids_are_unique_across_concurrent_requests_and_restarts() {
     let mut issued = Vec::new();
     let mut snowflakes = Vec::new();
     for round in 0..3 {
-        let mut cfg = ServerConfig::new(&db);
+        let mut cfg = common::config(&db);
         // Small windows and steps: many refills and grants under contention.
         cfg.block_ids = 16;
         let srv = start(cfg, local()).await.unwrap();

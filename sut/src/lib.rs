@@ -32,6 +32,7 @@
 
 pub mod clock;
 pub mod flaw;
+pub mod gate;
 pub mod id_store;
 pub mod segment;
 pub mod snowflake;

@@ -636,6 +636,7 @@ fn run_load(
                 hlog_dir: args.report.clone(),
                 mix: Some(spec.mix),
                 flaw: args.flaw,
+                admin_token: None,
             },
             id_servers: cluster.id_servers,
             kill: cluster.kill.clone(),
@@ -665,6 +666,7 @@ fn run_load(
             hlog_dir: args.report.clone(),
             mix: Some(spec.mix),
             flaw: args.flaw,
+            admin_token: None,
         })
     };
     result.map_err(|err| {

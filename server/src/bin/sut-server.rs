@@ -40,6 +40,19 @@ struct Args {
     /// How long the coordinator waits for one participant call, in ms.
     #[arg(long, default_value_t = 1_000)]
     participant_timeout_ms: u64,
+    /// The token service's base URL (role coordinator: it consumes the draws' one-time tokens
+    /// there; the coordinator also needs the token service's --jwt-secret-file).
+    #[arg(long)]
+    token_url: Option<String>,
+    /// Draws per second one user may start (429 with Retry-After beyond).
+    #[arg(long, default_value_t = 10.0)]
+    draw_rate_per_user: f64,
+    /// Draws one user may start at once before the rate applies.
+    #[arg(long, default_value_t = 20)]
+    draw_burst: u32,
+    /// TEST ONLY: let a draw's body force its luck (`won`). The server says so loudly at start.
+    #[arg(long)]
+    test_forced_outcomes: bool,
     /// File holding the admin secret (also read from the environment variable
     /// SUT_ADMIN_TOKEN). It guards the participant route between the processes of a
     /// deployment, which must all share it. Absent: a random one is generated and printed once.
@@ -151,6 +164,16 @@ async fn serve(args: Args) -> Result<(), String> {
     cfg.inventory_url = args.inventory_url.clone();
     cfg.participant_timeout_ms = args.participant_timeout_ms;
     cfg.admin_token = Some(admin_token(args.admin_token_file.as_ref())?);
+    cfg.token_url = args.token_url.clone();
+    cfg.draw_rate_per_s = args.draw_rate_per_user;
+    cfg.draw_burst = args.draw_burst;
+    cfg.forced_outcomes = args.test_forced_outcomes;
+    if args.test_forced_outcomes {
+        eprintln!(
+            "sut-server: WARNING: --test-forced-outcomes: draws may choose their own luck \
+             (`won`). For tests only: never in front of real users."
+        );
+    }
     cfg.admission = AdmissionConfig {
         in_flight_max: args.in_flight_max,
         queue_max: args.queue_max,

@@ -1,0 +1,253 @@
+//! Who is calling: the admin secret (service-to-service routes, `/admin/*`, issuing JWTs), a
+//! user's JWT (one-time tokens, draws), and the draw gate's I/O — verifying the JWT and
+//! consuming the one-time token, here or at the deployment's token service. What the answers
+//! mean is `sut::gate`'s.
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, StatusCode, header};
+use sut::gate::GateRefusal;
+use sut::token::jwt::{JwtConfig, SigningKey};
+use sut::token::{ActivityId, Claims, OnceKey, OnceRejection, OnceToken, Rejection, UserId};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::ids::lock;
+use crate::tokens::Tokens;
+
+/// How a process checks a user's JWT.
+#[derive(Clone, Debug)]
+pub enum Verifier {
+    /// Its own token service: signature, claims and the revocation list.
+    Service(Tokens),
+    /// The shared key alone (a coordinator of a deployment): signature and claims; revocation
+    /// is checked by the token service when the draw's one-time token is consumed there.
+    Key(Arc<(SigningKey, JwtConfig)>),
+}
+
+/// How a process consumes a draw's one-time token.
+#[derive(Clone, Debug)]
+pub enum OnceConsumer {
+    /// With its own token service.
+    Local(Tokens),
+    /// At the deployment's token service (`POST {url}/tokens/once/consume`, the user's JWT).
+    Remote {
+        /// The token service's base URL.
+        url: String,
+        /// The client.
+        client: reqwest::Client,
+    },
+}
+
+fn unauthorized(why: impl Into<String>) -> ApiError {
+    ApiError::field(StatusCode::UNAUTHORIZED, "authorization", why)
+}
+
+/// The bearer credential of `headers`.
+#[must_use]
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Requires `Authorization: Bearer <the admin secret>` (compared in constant time). A server
+/// without a secret accepts no one.
+///
+/// # Errors
+/// 401 naming `authorization`.
+pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(secret) = state.admin_token.as_deref() else {
+        return Err(unauthorized(
+            "this server has no admin secret: start it with --admin-token-file",
+        ));
+    };
+    let presented = bearer(headers)
+        .ok_or_else(|| unauthorized("missing `Authorization: Bearer <admin secret>`"))?;
+    if constant_time_eq(presented.as_bytes(), secret.as_bytes()) {
+        Ok(())
+    } else {
+        Err(unauthorized("wrong admin secret"))
+    }
+}
+
+fn rejection(r: &Rejection) -> ApiError {
+    match r {
+        Rejection::StoreUnavailable(_) => ApiError::unavailable(r.to_string(), 1),
+        _ => unauthorized(format!("the JWT is not accepted: {r}")),
+    }
+}
+
+/// The verified claims of the caller's JWT (`Authorization: Bearer <JWT>`).
+///
+/// # Errors
+/// 401 naming `authorization` (missing, malformed, forged, expired, `alg: none`, revoked), or
+/// 404 on a process that verifies no JWTs.
+pub async fn user(state: &AppState, headers: &HeaderMap) -> Result<(Claims, String), ApiError> {
+    let token = bearer(headers)
+        .ok_or_else(|| unauthorized("missing `Authorization: Bearer <JWT>`"))?
+        .to_owned();
+    let now = state.clock.now();
+    let verifier = state.verifier.clone().ok_or_else(|| {
+        ApiError::field(
+            StatusCode::NOT_FOUND,
+            "path",
+            "this process verifies no JWTs",
+        )
+    })?;
+    let claims = match verifier {
+        Verifier::Key(key) => {
+            sut::token::jwt::verify(&key.0, &key.1, &token, now).map_err(|r| rejection(&r))?
+        }
+        Verifier::Service(tokens) => {
+            let jwt = token.clone();
+            tokio::task::spawn_blocking(move || lock(&tokens).verify(&jwt, now))
+                .await
+                .map_err(|e| ApiError::internal(format!("worker task: {e}")))?
+                .map_err(|r| rejection(&r))?
+        }
+    };
+    Ok((claims, token))
+}
+
+/// The caller's user id, which must be `user` (a body naming the user it acts for).
+///
+/// # Errors
+/// As [`user`], or 403 naming `user` when the JWT is another user's.
+pub async fn acting_for(
+    state: &AppState,
+    headers: &HeaderMap,
+    user: u64,
+) -> Result<(UserId, String), ApiError> {
+    let (claims, jwt) = self::user(state, headers).await?;
+    let id = sut::gate::drawer(&claims, Some(user)).map_err(|r| gate_error(&r))?;
+    Ok((id, jwt))
+}
+
+/// A gate refusal as HTTP: 401 for a token that names no user, 403 naming the field at fault
+/// otherwise.
+#[must_use]
+pub fn gate_error(r: &GateRefusal) -> ApiError {
+    let field = match r {
+        GateRefusal::BadSubject { .. } => return unauthorized(r.to_string()),
+        GateRefusal::OtherUser { .. } => "user",
+        GateRefusal::ForeignOnceToken { .. } | GateRefusal::OtherActivity { .. } => "once_token",
+        GateRefusal::ForcedOutcome => "won",
+    };
+    ApiError::field(StatusCode::FORBIDDEN, field, r.to_string())
+}
+
+/// A one-time token refusal as HTTP, naming `field`.
+#[must_use]
+pub fn once_rejection(r: OnceRejection, field: &str) -> ApiError {
+    let status = match r {
+        OnceRejection::Unknown => StatusCode::NOT_FOUND,
+        OnceRejection::Foreign => StatusCode::FORBIDDEN,
+        OnceRejection::AlreadyConsumed => StatusCode::CONFLICT,
+        OnceRejection::Expired => StatusCode::GONE,
+    };
+    let field = if r == OnceRejection::Foreign {
+        "user"
+    } else {
+        field
+    };
+    ApiError::field(status, field, r.to_string())
+}
+
+/// `POST /tokens/once/consume`'s answer, as the coordinator reads it.
+#[derive(serde::Deserialize)]
+struct Consumed {
+    activity: String,
+    window_start_ms: u64,
+}
+
+/// Consumes `token` for `user` (whose JWT is `jwt`): here, or at the token service.
+///
+/// # Errors
+/// The token's refusal (naming `once_token`), or 503 when the token service cannot be reached.
+pub async fn consume_once(
+    state: &AppState,
+    jwt: &str,
+    user: UserId,
+    token: OnceToken,
+) -> Result<OnceKey, ApiError> {
+    let now = state.clock.now();
+    let consumer = state.once.clone().ok_or_else(|| {
+        ApiError::field(
+            StatusCode::NOT_FOUND,
+            "path",
+            "this process consumes no one-time tokens",
+        )
+    })?;
+    match consumer {
+        OnceConsumer::Local(tokens) => {
+            tokio::task::spawn_blocking(move || lock(&tokens).consume_once(token, user, now))
+                .await
+                .map_err(|e| ApiError::internal(format!("worker task: {e}")))?
+                .map_err(|e| ApiError::unavailable(format!("token store: {e}"), 1))?
+                .map_err(|r| once_rejection(r, "once_token"))
+        }
+        OnceConsumer::Remote { url, client } => {
+            consume_remote(&client, &url, jwt, user, token).await
+        }
+    }
+}
+
+async fn consume_remote(
+    client: &reqwest::Client,
+    url: &str,
+    jwt: &str,
+    user: UserId,
+    token: OnceToken,
+) -> Result<OnceKey, ApiError> {
+    let unreachable =
+        |e: &dyn std::fmt::Display| ApiError::unavailable(format!("token service {url}: {e}"), 1);
+    let response = client
+        .post(format!("{url}/tokens/once/consume"))
+        .bearer_auth(jwt)
+        .json(&serde_json::json!({"user": user.0, "token": token.to_string()}))
+        .send()
+        .await
+        .map_err(|e| unreachable(&e))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.map_err(|e| unreachable(&e))?;
+    if status.is_success() {
+        let consumed: Consumed = serde_json::from_value(body).map_err(|e| unreachable(&e))?;
+        let activity = ActivityId::new(consumed.activity)
+            .ok_or_else(|| ApiError::internal("token service: an empty activity"))?;
+        return Ok(OnceKey {
+            user,
+            activity,
+            window_start_ms: consumed.window_start_ms,
+        });
+    }
+    let error = body
+        .get("error")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("refused")
+        .to_owned();
+    if status.is_server_error() {
+        return Err(ApiError::unavailable(format!("token service: {error}"), 1));
+    }
+    let field = match body.get("field").and_then(serde_json::Value::as_str) {
+        Some("token") | None => "once_token",
+        Some("authorization") => "authorization",
+        Some(_) => "user",
+    };
+    Err(ApiError::field(
+        status,
+        field,
+        format!("token service: {error}"),
+    ))
+}
+
+/// The per-user draw limiter of a process.
+pub type Limiter = Arc<Mutex<sut::gate::RateLimiter>>;

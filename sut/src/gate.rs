@@ -1,0 +1,274 @@
+//! The draw gate: who may start a draw, decided before the coordinator sees it.
+//!
+//! A draw is started by a user proving who they are (a JWT whose `sub` is the user) and
+//! presenting the one-time submit token of (user, activity, this hour), which is consumed
+//! before the draw begins; a user may not draw faster than a per-user rate; and the draw's luck
+//! is the server's, never the client's, unless the server was started to let tests force it.
+//! The drivers (the single server, a coordinator of a deployment) verify the JWT and consume the
+//! one-time token with the token service; the rules of what those answers mean live here.
+//!
+//! The one-time token admits at most one draw: it is consumed first, then the draw begins. A
+//! crash between the two loses that token's draw (nothing is frozen or charged) and the user
+//! asks for the next hour's token; the other order could run a draw twice.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::UserId;
+use crate::lottery;
+use crate::token::{self, Claims, OnceKey};
+
+/// Why a draw is refused at the gate.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum GateRefusal {
+    /// The token's subject is not a user id.
+    #[error("the token's subject `{sub}` is not a user id")]
+    BadSubject {
+        /// The subject.
+        sub: String,
+    },
+    /// The body names another user than the token.
+    #[error("the token is user {token_user}'s, the draw names user {body_user}")]
+    OtherUser {
+        /// The token's user.
+        token_user: u64,
+        /// The body's user.
+        body_user: u64,
+    },
+    /// The one-time token belongs to another user.
+    #[error("the one-time token is user {owner}'s")]
+    ForeignOnceToken {
+        /// Its owner.
+        owner: u64,
+    },
+    /// The one-time token is for another activity.
+    #[error("the one-time token is for activity {token_activity}, the draw for {draw_activity}")]
+    OtherActivity {
+        /// The token's activity.
+        token_activity: String,
+        /// The draw's.
+        draw_activity: u64,
+    },
+    /// The client tried to choose the draw's luck on a server that decides it.
+    #[error(
+        "`won` is a test knob: this server decides the luck (start it with --test-forced-outcomes to allow it)"
+    )]
+    ForcedOutcome,
+}
+
+/// The user a draw is for: the token's subject, which the body may repeat but not contradict.
+///
+/// # Errors
+/// [`GateRefusal::BadSubject`], [`GateRefusal::OtherUser`].
+pub fn drawer(claims: &Claims, body_user: Option<u64>) -> Result<UserId, GateRefusal> {
+    let token_user: u64 = claims.sub.parse().map_err(|_| GateRefusal::BadSubject {
+        sub: claims.sub.clone(),
+    })?;
+    match body_user {
+        Some(body_user) if body_user != token_user => Err(GateRefusal::OtherUser {
+            token_user,
+            body_user,
+        }),
+        _ => Ok(UserId(token_user)),
+    }
+}
+
+/// The one-time token activity of a lottery activity (its decimal number).
+#[must_use]
+pub fn once_activity(activity: lottery::ActivityId) -> token::ActivityId {
+    token::ActivityId::new(activity.0.to_string()).expect("a decimal u64 is a valid activity id")
+}
+
+/// Checks that a consumed one-time token was the drawer's, for the draw's activity.
+///
+/// # Errors
+/// [`GateRefusal::ForeignOnceToken`], [`GateRefusal::OtherActivity`].
+pub fn check_once_key(
+    key: &OnceKey,
+    user: UserId,
+    activity: lottery::ActivityId,
+) -> Result<(), GateRefusal> {
+    if key.user != user {
+        return Err(GateRefusal::ForeignOnceToken { owner: key.user.0 });
+    }
+    if key.activity != once_activity(activity) {
+        return Err(GateRefusal::OtherActivity {
+            token_activity: key.activity.to_string(),
+            draw_activity: activity.0,
+        });
+    }
+    Ok(())
+}
+
+/// Whether a client-chosen outcome may be used.
+///
+/// # Errors
+/// [`GateRefusal::ForcedOutcome`] when the client chose and the server does not allow it.
+pub const fn forced_outcome(won: Option<bool>, allowed: bool) -> Result<Option<bool>, GateRefusal> {
+    match (won, allowed) {
+        (Some(_), false) => Err(GateRefusal::ForcedOutcome),
+        (won, _) => Ok(won),
+    }
+}
+
+/// Per-user draw rate: a token bucket per user (`rate_per_s` refill, `burst` capacity), over
+/// the caller's clock. At most `users_max` users are tracked; beyond that the idlest half is
+/// forgotten (a forgotten user starts with a full bucket again).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateLimiter {
+    rate_per_s: f64,
+    burst: f64,
+    users_max: usize,
+    buckets: BTreeMap<UserId, Bucket>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bucket {
+    tokens: f64,
+    at_ms: u64,
+}
+
+impl RateLimiter {
+    /// A limiter; `rate_per_s` and `burst` are clamped to at least one draw.
+    #[must_use]
+    pub fn new(rate_per_s: f64, burst: u32, users_max: usize) -> Self {
+        Self {
+            rate_per_s: if rate_per_s.is_finite() {
+                rate_per_s.max(f64::MIN_POSITIVE)
+            } else {
+                f64::MAX
+            },
+            burst: f64::from(burst.max(1)),
+            users_max: users_max.max(1),
+            buckets: BTreeMap::new(),
+        }
+    }
+
+    /// Takes one draw for `user` at `now_ms`; `Err(retry_after_ms)` when the bucket is empty.
+    ///
+    /// # Errors
+    /// The user is over the rate: how long until one draw is available again.
+    pub fn take(&mut self, user: UserId, now_ms: u64) -> Result<(), u64> {
+        if !self.buckets.contains_key(&user) && self.buckets.len() >= self.users_max {
+            self.forget_idlest();
+        }
+        let (rate, burst) = (self.rate_per_s, self.burst);
+        let bucket = self.buckets.entry(user).or_insert(Bucket {
+            tokens: burst,
+            at_ms: now_ms,
+        });
+        let elapsed_s = now_ms.saturating_sub(bucket.at_ms) as f64 / 1000.0;
+        bucket.tokens = (bucket.tokens + elapsed_s * rate).min(burst);
+        bucket.at_ms = bucket.at_ms.max(now_ms);
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        let wait_s = (1.0 - bucket.tokens) / rate;
+        Err((wait_s * 1000.0).ceil().min(u64::MAX as f64) as u64)
+    }
+
+    fn forget_idlest(&mut self) {
+        let mut by_age: Vec<(u64, UserId)> =
+            self.buckets.iter().map(|(u, b)| (b.at_ms, *u)).collect();
+        by_age.sort_unstable();
+        for (_, user) in by_age.iter().take(by_age.len().div_ceil(2)) {
+            self.buckets.remove(user);
+        }
+    }
+
+    /// Users tracked now.
+    #[must_use]
+    pub fn tracked(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims(sub: &str) -> Claims {
+        Claims {
+            jti: "j".into(),
+            sub: sub.into(),
+            iss: "i".into(),
+            aud: "a".into(),
+            exp: 2,
+            nbf: 0,
+            iat: 0,
+        }
+    }
+
+    #[test]
+    fn the_drawer_is_the_tokens_subject() {
+        assert_eq!(drawer(&claims("7"), None), Ok(UserId(7)));
+        assert_eq!(drawer(&claims("7"), Some(7)), Ok(UserId(7)));
+        assert_eq!(
+            drawer(&claims("7"), Some(8)),
+            Err(GateRefusal::OtherUser {
+                token_user: 7,
+                body_user: 8
+            })
+        );
+        assert!(matches!(
+            drawer(&claims("admin"), None),
+            Err(GateRefusal::BadSubject { .. })
+        ));
+    }
+
+    #[test]
+    fn the_once_token_must_be_the_drawers_for_the_draws_activity() {
+        let key = OnceKey {
+            user: UserId(7),
+            activity: once_activity(lottery::ActivityId(3)),
+            window_start_ms: 0,
+        };
+        assert_eq!(
+            check_once_key(&key, UserId(7), lottery::ActivityId(3)),
+            Ok(())
+        );
+        assert_eq!(
+            check_once_key(&key, UserId(8), lottery::ActivityId(3)),
+            Err(GateRefusal::ForeignOnceToken { owner: 7 })
+        );
+        assert!(matches!(
+            check_once_key(&key, UserId(7), lottery::ActivityId(4)),
+            Err(GateRefusal::OtherActivity { .. })
+        ));
+    }
+
+    #[test]
+    fn forced_outcomes_only_where_allowed() {
+        assert_eq!(forced_outcome(None, false), Ok(None));
+        assert_eq!(forced_outcome(Some(true), true), Ok(Some(true)));
+        assert_eq!(
+            forced_outcome(Some(false), false),
+            Err(GateRefusal::ForcedOutcome)
+        );
+    }
+
+    #[test]
+    fn the_rate_limiter_allows_a_burst_then_the_rate() {
+        let mut limiter = RateLimiter::new(2.0, 3, 100);
+        let u = UserId(1);
+        for _ in 0..3 {
+            assert_eq!(limiter.take(u, 1_000), Ok(()));
+        }
+        assert_eq!(limiter.take(u, 1_000), Err(500), "the next draw in 0.5 s");
+        assert_eq!(limiter.take(u, 1_500), Ok(()));
+        assert!(limiter.take(u, 1_500).is_err());
+        // Another user has a bucket of their own.
+        assert_eq!(limiter.take(UserId(2), 1_500), Ok(()));
+    }
+
+    #[test]
+    fn the_rate_limiter_stays_bounded() {
+        let mut limiter = RateLimiter::new(1.0, 1, 10);
+        for user in 0..1_000 {
+            let _ = limiter.take(UserId(user), user);
+        }
+        assert!(limiter.tracked() <= 10);
+    }
+}
