@@ -58,9 +58,22 @@ impl RoleProcess {
     }
 }
 
+/// Where the processes keep their state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// One throwaway PostgreSQL server, a database per store (the ID servers share one).
+    #[default]
+    Postgres,
+    /// SQLite files in the deployment's directory, a file per store (the ID servers share one,
+    /// through SQLite's file locks): nothing to install.
+    Sqlite,
+}
+
 /// What to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeploymentSpec {
+    /// PostgreSQL or SQLite files.
+    pub backend: Backend,
     /// The `sut-server` binary.
     pub server_bin: PathBuf,
     /// ID servers on the shared `ids` database (at least 1).
@@ -77,6 +90,7 @@ impl DeploymentSpec {
     #[must_use]
     pub fn new(server_bin: PathBuf) -> Self {
         Self {
+            backend: Backend::Postgres,
             server_bin,
             id_servers: 3,
             extra_args: Vec::new(),
@@ -90,7 +104,7 @@ impl DeploymentSpec {
 pub struct Deployment {
     // Field order is drop order: the servers go before the database they use.
     services: Vec<(RoleProcess, Service)>,
-    postgres: Postgres,
+    postgres: Option<Postgres>,
     admin_token: String,
     dir: tempfile::TempDir,
 }
@@ -106,7 +120,10 @@ impl Deployment {
             .prefix("bench-cluster-")
             .tempdir()
             .map_err(io("create the deployment directory"))?;
-        let postgres = Postgres::start()?;
+        let postgres = match spec.backend {
+            Backend::Postgres => Some(Postgres::start()?),
+            Backend::Sqlite => None,
+        };
         let admin_token = random_token()?;
         let token_file = dir.path().join("admin-token");
         std::fs::write(&token_file, &admin_token).map_err(io("write the admin secret"))?;
@@ -138,10 +155,22 @@ impl Deployment {
         which: RoleProcess,
         token_file: &std::path::Path,
     ) -> Result<(), ClusterError> {
-        self.postgres.create_database(which.database())?;
+        let db = match &self.postgres {
+            Some(pg) => {
+                pg.create_database(which.database())?;
+                pg.url_for(which.database())
+            }
+            None => format!(
+                "sqlite:{}",
+                self.dir
+                    .path()
+                    .join(format!("{}.db", which.database()))
+                    .display()
+            ),
+        };
         let mut args = vec![
             "--db".to_owned(),
-            self.postgres.url_for(which.database()),
+            db,
             "--role".to_owned(),
             which.role().to_owned(),
             "--admin-token-file".to_owned(),
@@ -207,9 +236,9 @@ impl Deployment {
         self.services.iter().map(|(w, s)| (*w, s))
     }
 
-    /// The database server, to kill or restart.
-    pub const fn postgres(&mut self) -> &mut Postgres {
-        &mut self.postgres
+    /// The database server, to kill or restart (`None` on SQLite files).
+    pub const fn postgres(&mut self) -> Option<&mut Postgres> {
+        self.postgres.as_mut()
     }
 
     /// The admin secret every process shares.

@@ -10,7 +10,7 @@ mod deployment;
 mod postgres;
 mod service;
 
-pub use deployment::{Deployment, DeploymentSpec, RoleProcess};
+pub use deployment::{Backend, Deployment, DeploymentSpec, RoleProcess};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
 pub use service::{Service, ServiceSpec};
 

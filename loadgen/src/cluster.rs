@@ -35,6 +35,8 @@ pub struct ClusterOptions {
     pub id_servers: usize,
     /// Processes to SIGKILL and restart mid-run (`id-2`, `wallet`, …), evenly spaced.
     pub kill: Vec<String>,
+    /// PostgreSQL, or SQLite files.
+    pub backend: cluster::Backend,
 }
 
 /// Parses a process name of a deployment (`id-N`, `token`, `coordinator`, `wallet`,
@@ -95,7 +97,7 @@ pub fn cluster_run(opts: ClusterOptions) -> Result<LoadReport, LoadError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(run(load, opts.id_servers, kills))
+    rt.block_on(run(load, opts.id_servers, kills, opts.backend))
 }
 
 fn start_error(e: &cluster::ClusterError) -> LoadError {
@@ -267,11 +269,13 @@ async fn run(
     opts: LoadOptions,
     id_servers: usize,
     kills: Vec<RoleProcess>,
+    backend: cluster::Backend,
 ) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
     let wall_start = SystemTime::now();
     let mut spec = DeploymentSpec::new(crate::target::find_server_binary()?);
     spec.id_servers = id_servers;
+    spec.backend = backend;
     spec.extra_args = crate::flaw_args(opts.flaw);
     let deployment = tokio::task::spawn_blocking(move || Deployment::start(&spec))
         .await
@@ -333,10 +337,14 @@ async fn run(
         .await
         .map_err(|e| LoadError::Server(format!("teardown task: {e}")))?;
     let hlog_start = wall_start + shared.measure_start.duration_since(started);
+    let database = match backend {
+        cluster::Backend::Postgres => "PostgreSQL (fsync on)",
+        cluster::Backend::Sqlite => "SQLite files (synchronous=FULL)",
+    };
     Ok(LoadReport {
-        scenario: "cluster_pg".to_owned(),
+        scenario: opts.workload.clone(),
         target: format!(
-            "deployment on PostgreSQL (fsync on): {}{}",
+            "deployment on {database}: {}{}",
             processes.join(", "),
             opts.flaw
                 .map(|f| format!("; flaw {f} switched on"))

@@ -15,6 +15,7 @@
 //! [load.cluster]     # optional: a real deployment instead of one server (docs/deployment.md)
 //! id_servers = 3     # ID servers on one PostgreSQL database
 //! kill = ["id-2", "wallet"]   # processes SIGKILLed and restarted mid-run, evenly spaced
+//! database = "postgres"       # or "sqlite": files, nothing to install
 //!
 //! [load.mix]         # weights per operation kind (at least one positive)
 //! id = 4
@@ -83,6 +84,31 @@ pub struct ClusterSpec {
     /// `coordinator`, `wallet`, `inventory`).
     #[serde(default)]
     pub kill: Vec<String>,
+    /// `postgres` (a throwaway server, the default) or `sqlite` (files; nothing to install).
+    #[serde(default)]
+    pub database: ClusterDatabase,
+}
+
+/// Where a deployment keeps its state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterDatabase {
+    /// A throwaway PostgreSQL server.
+    #[default]
+    Postgres,
+    /// SQLite files.
+    Sqlite,
+}
+
+impl ClusterDatabase {
+    /// The deployment's backend.
+    #[must_use]
+    pub const fn backend(self) -> cluster::Backend {
+        match self {
+            Self::Postgres => cluster::Backend::Postgres,
+            Self::Sqlite => cluster::Backend::Sqlite,
+        }
+    }
 }
 
 fn default_id_servers() -> usize {
@@ -452,6 +478,39 @@ mod tests {
         let missing = LoadScenario::parse("m.toml", "name = \"x\"\ndescription = \"d\"\n[load]\n")
             .unwrap_err();
         assert!(missing.message.contains("mix"), "{missing}");
+    }
+
+    #[test]
+    fn a_cluster_table_names_its_servers_kills_and_database() {
+        let named = LoadScenario::parse("c", NAMED[4].1).unwrap();
+        let cluster = named.load.cluster.expect("cluster_pg has [load.cluster]");
+        assert_eq!(cluster.id_servers, 3);
+        assert_eq!(cluster.kill, ["id-2", "wallet"]);
+        assert_eq!(cluster.database, ClusterDatabase::Postgres);
+        let sqlite = GOOD.replace(
+            "[load.mix]",
+            "[load.cluster]\nid_servers = 2\ndatabase = \"sqlite\"\n[load.mix]",
+        );
+        let parsed = LoadScenario::parse("s", &sqlite).unwrap();
+        assert_eq!(
+            parsed.load.cluster.map(|c| c.database.backend()),
+            Some(cluster::Backend::Sqlite)
+        );
+        for (bad, needle) in [
+            ("database = \"mysql\"", "unknown variant `mysql`"),
+            ("kill = [\"id-3\"]", "field `kill`"),
+            ("id_servers = 0", "field `id_servers`"),
+        ] {
+            let text = GOOD.replace(
+                "[load.mix]",
+                &format!("[load.cluster]\nid_servers = 2\n{bad}\n[load.mix]"),
+            );
+            let text = text.replace("id_servers = 2\nid_servers = 0", "id_servers = 0");
+            let err = LoadScenario::parse("bad.toml", &text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -253,7 +253,10 @@ async fn bench_ours(args: &Args, bin: &std::path::Path, servers: usize) -> Row {
     );
     let ids_db = {
         let mut d = deployment;
-        let url = d.postgres().url_for("ids");
+        let url = d
+            .postgres()
+            .expect("id_bench runs on PostgreSQL")
+            .url_for("ids");
         (d, url)
     };
     let before = commits(&ids_db.1).await;

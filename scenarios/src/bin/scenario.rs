@@ -640,6 +640,7 @@ fn run_load(
             },
             id_servers: cluster.id_servers,
             kill: cluster.kill.clone(),
+            backend: cluster.database.backend(),
         })
     } else if spec.kills > 0 {
         if args.host.is_some() {
