@@ -1,19 +1,21 @@
-//! The real deployment: every role its own process on one throwaway PostgreSQL (fsync on). Two
-//! ID servers share one database and never hand out the same ID; draws cross the network from
+//! The real deployment: every role its own process, on one throwaway PostgreSQL (fsync on) or on
+//! SQLite files. Two ID servers share one database and never hand out the same ID; draws cross the network from
 //! the coordinator to the wallet and inventory processes; a wallet killed with -9 mid-run is
 //! restarted and every draw still ends settled, with money conserved.
 //!
-//! Ignored (and reported so) on machines without PostgreSQL; `.ci/run` installs it.
+//! The PostgreSQL cases are ignored (and reported so) on machines without PostgreSQL; `.ci/run`
+//! installs it. The SQLite cases run everywhere.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use cluster::{Deployment, DeploymentSpec, RoleProcess};
+use cluster::{Backend, Deployment, DeploymentSpec, RoleProcess};
 use serde_json::{Value, json};
 
-fn spec(id_servers: usize) -> DeploymentSpec {
+fn spec(id_servers: usize, backend: Backend) -> DeploymentSpec {
     let mut spec = DeploymentSpec::new(env!("CARGO_BIN_EXE_sut-server").into());
     spec.id_servers = id_servers;
+    spec.backend = backend;
     spec.participant_timeout_ms = 500;
     // The draws below choose their luck (a winning draw has an inventory branch).
     spec.extra_args = vec!["--test-forced-outcomes".into()];
@@ -40,8 +42,17 @@ async fn get(client: &reqwest::Client, url: String) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-async fn id_servers_on_one_database_never_duplicate() {
-    let cluster = tokio::task::spawn_blocking(|| Deployment::start(&spec(2)))
+async fn id_servers_on_one_postgres_database_never_duplicate() {
+    id_servers_never_duplicate(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn id_servers_on_one_sqlite_file_never_duplicate() {
+    id_servers_never_duplicate(Backend::Sqlite).await;
+}
+
+async fn id_servers_never_duplicate(backend: Backend) {
+    let cluster = tokio::task::spawn_blocking(move || Deployment::start(&spec(2, backend)))
         .await
         .unwrap()
         .expect("start the deployment");
@@ -137,8 +148,17 @@ impl Drawer {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-async fn draws_cross_processes_and_settle_after_a_wallet_crash() {
-    let mut cluster = tokio::task::spawn_blocking(|| Deployment::start(&spec(1)))
+async fn draws_cross_processes_on_postgres_and_settle_after_a_wallet_crash() {
+    draws_settle_after_a_wallet_crash(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draws_cross_processes_on_sqlite_files_and_settle_after_a_wallet_crash() {
+    draws_settle_after_a_wallet_crash(Backend::Sqlite).await;
+}
+
+async fn draws_settle_after_a_wallet_crash(backend: Backend) {
+    let mut cluster = tokio::task::spawn_blocking(move || Deployment::start(&spec(1, backend)))
         .await
         .unwrap()
         .expect("start the deployment");
