@@ -120,6 +120,7 @@ impl Deployment {
             .prefix("bench-cluster-")
             .tempdir()
             .map_err(io("create the deployment directory"))?;
+        crate::own_dir(dir.path(), true);
         let postgres = match spec.backend {
             Backend::Postgres => Some(Postgres::start()?),
             Backend::Sqlite => None,
@@ -251,6 +252,13 @@ impl Deployment {
     #[must_use]
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
+    }
+}
+
+impl Drop for Deployment {
+    fn drop(&mut self) {
+        // The fields drop after this: the servers, PostgreSQL, then the directory.
+        crate::own_dir(self.dir.path(), false);
     }
 }
 

@@ -3,8 +3,9 @@
 //! multi-process deployment of `sut-server` roles on one PostgreSQL ([`Deployment`]).
 //!
 //! Everything started here runs in its own process group and is SIGKILLed when its owner is
-//! dropped (on success, on error and on panic); temporary directories go with it. A runner that
-//! must survive Ctrl-C installs a handler that drops its [`Deployment`].
+//! dropped (on success, on error and on panic); temporary directories go with it. A runner
+//! calls [`clean_up_on_interrupt`] once: then Ctrl-C, SIGTERM or SIGHUP kill every process group
+//! and remove every directory this crate owns at that moment before the process exits.
 
 mod deployment;
 mod postgres;
@@ -14,8 +15,10 @@ pub use deployment::{Backend, Deployment, DeploymentSpec, RoleProcess};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
 pub use service::{Service, ServiceSpec};
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -72,6 +75,101 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// What a sudden end of this process must not leave behind: the process groups and
+/// directories this crate owns right now.
+struct Owned {
+    groups: BTreeSet<i32>,
+    dirs: BTreeSet<PathBuf>,
+}
+
+static OWNED: Mutex<Owned> = Mutex::new(Owned {
+    groups: BTreeSet::new(),
+    dirs: BTreeSet::new(),
+});
+
+fn owned() -> MutexGuard<'static, Owned> {
+    OWNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Records the process group a freshly spawned `child` leads.
+fn own_group(child: &Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        owned().groups.insert(pid);
+    }
+}
+
+/// Records a directory to remove if the process is interrupted (`false`: forget it).
+fn own_dir(dir: &Path, own: bool) {
+    let mut owned = owned();
+    if own {
+        owned.dirs.insert(dir.to_owned());
+    } else {
+        owned.dirs.remove(dir);
+    }
+}
+
+/// Installs (once) a thread that, on SIGINT, SIGTERM or SIGHUP, SIGKILLs every process group
+/// and removes every directory this crate owns, then exits with 128 + the signal.
+///
+/// # Errors
+/// The signal handlers could not be installed.
+pub fn clean_up_on_interrupt() -> Result<(), ClusterError> {
+    static INSTALLED: Once = Once::new();
+    let mut result = Ok(());
+    INSTALLED.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            Ok(mut signals) => {
+                std::thread::spawn(move || {
+                    if let Some(signal) = signals.forever().next() {
+                        eprintln!("cluster: interrupted: stopping every process it started");
+                        kill_everything_owned();
+                        std::process::exit(128 + signal);
+                    }
+                });
+            }
+            Err(e) => {
+                result = Err(ClusterError::Io {
+                    what: "install the interrupt handler".into(),
+                    source: e,
+                });
+            }
+        }
+    });
+    result
+}
+
+fn kill_everything_owned() {
+    let Owned { groups, dirs } = std::mem::replace(
+        &mut *owned(),
+        Owned {
+            groups: BTreeSet::new(),
+            dirs: BTreeSet::new(),
+        },
+    );
+    for &pgid in &groups {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    // Each group's leader is this process's child: reap it (the rest of a group, a
+    // postmaster's backends, are the leader's children and go to init).
+    for &pgid in &groups {
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pgid), None);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while groups
+        .iter()
+        .any(|&pgid| killpg(Pid::from_raw(pgid), None).is_ok())
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for dir in &dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// SIGKILLs the process group `child` leads, reaps the leader and waits (up to 5 s) until no
 /// member is left.
 fn kill_group(child: &mut Child, what: &str) -> Result<(), ClusterError> {
@@ -89,6 +187,7 @@ fn kill_group(child: &mut Child, what: &str) -> Result<(), ClusterError> {
         }
     }
     child.wait().map_err(io(format!("wait for {what}")))?;
+    owned().groups.remove(&pid);
     let deadline = Instant::now() + Duration::from_secs(5);
     while killpg(Pid::from_raw(pid), None).is_ok() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use nix::unistd::{Gid, Uid, User, chown};
 
-use crate::{ClusterError, io, kill_group, tail};
+use crate::{ClusterError, io, kill_group, own_dir, tail};
 
 /// The role and database every throwaway server has.
 pub const PG_USER: &str = "bench";
@@ -117,6 +117,7 @@ impl Postgres {
             .prefix("bench-pg-")
             .tempdir()
             .map_err(io("create a temporary directory"))?;
+        own_dir(root.path(), true);
         fs::create_dir(root.path().join("sock")).map_err(io("create the socket directory"))?;
         if let Some((uid, gid)) = run_as {
             chown_tree(root.path(), uid, gid)?;
@@ -300,6 +301,7 @@ impl Postgres {
             .stderr(log_err)
             .process_group(0);
         let child = cmd.spawn().map_err(io("start postgres"))?;
+        crate::own_group(&child);
         self.server = Some(child);
         let result = self.wait_ready();
         if result.is_err() {
@@ -358,5 +360,6 @@ impl Drop for Postgres {
         // SIGKILL, not a clean shutdown: nothing of a throwaway server needs to survive, and the
         // temporary directory goes with it.
         let _ = self.kill9();
+        own_dir(self.root.path(), false);
     }
 }

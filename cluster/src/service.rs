@@ -7,10 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use std::time::Duration;
 
 use crate::{ClusterError, free_port, io, kill_group, tail};
 
@@ -118,25 +115,6 @@ impl Service {
         self.spawn()
     }
 
-    /// SIGTERM (a graceful shutdown), then SIGKILL after `grace`.
-    pub fn stop(&mut self, grace: Duration) {
-        let Some(child) = self.child.as_mut() else {
-            return;
-        };
-        if let Ok(pid) = i32::try_from(child.id()) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-        }
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                self.child = None;
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.kill9();
-    }
-
     fn spawn(&mut self) -> Result<(), ClusterError> {
         let log = fs::OpenOptions::new()
             .create(true)
@@ -157,6 +135,7 @@ impl Service {
                 self.spec.name,
                 self.spec.program.display()
             )))?;
+        crate::own_group(&child);
         let stdout = child.stdout.take();
         self.child = Some(child);
         let ready = stdout.map_or(Err("no standard output".to_owned()), wait_listening);

@@ -91,6 +91,8 @@ pub fn cluster_run(opts: ClusterOptions) -> Result<LoadReport, LoadError> {
             reason: "a deployment run starts its own processes: no --host".into(),
         });
     }
+    // Ctrl-C must not leave PostgreSQL and the servers running.
+    cluster::clean_up_on_interrupt().map_err(|e| LoadError::Server(e.to_string()))?;
     let mut load = opts.load.clone();
     load.users = load.users.min(USERS_MAX);
     crate::check_options(&load)?;
@@ -233,21 +235,6 @@ fn deployment_checks(ledger: &Ledger, events: &[DrawEvent], dropped: bool) -> Ve
     ]
 }
 
-/// `cluster.kills_done`, violated when fewer kills happened than asked for.
-fn kills_done(done: usize, asked: usize) -> InvariantResult {
-    InvariantResult {
-        name: "cluster.kills_done".to_owned(),
-        verdict: if done == asked {
-            Verdict::Held
-        } else {
-            Verdict::Violated
-        },
-        seed: None,
-        first_offending_event: (done != asked).then(|| format!("{done} of {asked} kills done")),
-        detail: Some(format!("{done} process kill(s) and restart(s)")),
-    }
-}
-
 fn bases(deployment: &Deployment) -> Bases {
     let url = |w| deployment.url(w);
     Bases {
@@ -328,7 +315,11 @@ async fn run(
     if let Some((ledger, events, dropped)) = settled {
         verification.extend(deployment_checks(&ledger, &events, dropped));
     }
-    verification.push(kills_done(windows.len(), asked));
+    verification.push(crate::verify::kills_done(
+        "cluster.kills_done",
+        windows.len(),
+        asked,
+    ));
     let processes: Vec<String> = deployment
         .services()
         .map(|(w, s)| format!("{} ({} start(s))", w.name(), s.starts()))

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use reports::model::{FaultWindow, LoadReport, ResourceSample, Verdict};
+use reports::model::{FaultWindow, LoadReport, ResourceSample};
 use serde_json::Value;
 
 use crate::target::{Sampler, ServerProcess};
@@ -190,17 +190,6 @@ async fn wait_settled(admin: &crate::Admin) -> Result<(), LoadError> {
     }
 }
 
-/// `crash.kills_done`, violated when fewer kills happened than asked for.
-fn kills_not_done(done: usize, kills: u32) -> Option<reports::model::InvariantResult> {
-    (done != kills as usize).then(|| reports::model::InvariantResult {
-        name: "crash.kills_done".to_owned(),
-        verdict: Verdict::Violated,
-        seed: None,
-        first_offending_event: Some(format!("{done} of {kills} kills done")),
-        detail: None,
-    })
-}
-
 async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
     let wall_start = SystemTime::now();
@@ -241,7 +230,11 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
         u64::from(kills),
         lost_ids_bound_per_crash(CRASH_STEP_MAX, opts.users),
     ));
-    verification.extend(kills_not_done(windows.len(), kills));
+    verification.push(verify::kills_done(
+        "crash.kills_done",
+        windows.len(),
+        kills as usize,
+    ));
     server.stop();
     let hlog_start = wall_start + shared.measure_start.duration_since(started);
     Ok(LoadReport {

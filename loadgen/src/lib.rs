@@ -478,8 +478,7 @@ fn shared_state_for(
         segment_ids: Default::default(),
         snowflake_ids: Default::default(),
         id_turn: AtomicU64::new(0),
-        id_last: Default::default(),
-        id_regressions: Default::default(),
+        id_order: Default::default(),
         admin_token: prep.admin.token.clone(),
         jwts: Default::default(),
         once_accepted: Default::default(),
@@ -546,7 +545,7 @@ async fn verification(prep: &Prepared, shared: &Shared) -> Result<Vec<InvariantR
     }
     if need_ids || mix.has(Kind::Snowflake) {
         out.push(verify::ids_monotonic_per_server(
-            &workload_lock(&shared.id_regressions),
+            &workload_lock(&shared.id_order).regressions,
             shared.urls.id_servers.len(),
         ));
     }

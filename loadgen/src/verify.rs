@@ -217,6 +217,17 @@ pub fn ids_monotonic_per_server(
     }
 }
 
+/// `NAME` (`crash.kills_done`, `cluster.kills_done`): every kill asked for happened.
+#[must_use]
+pub fn kills_done(name: &str, done: usize, asked: usize) -> InvariantResult {
+    let detail = format!("{done} of {asked} kill(s) and restart(s) done");
+    if done == asked {
+        held(name, detail)
+    } else {
+        violated(name, format!("{done} of {asked} kills done"), detail)
+    }
+}
+
 /// `ids.lost_per_crash_bounded`: the IDs lost to `crashes` kills stay within `bound_per_crash`
 /// each (gaps in the received IDs; see the crash scenario for the bound's derivation).
 #[must_use]
@@ -239,6 +250,20 @@ pub fn lost_ids_bounded(ids: &[u64], crashes: u64, bound_per_crash: u64) -> Inva
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn kills_done_fires_when_a_kill_is_missing() {
+        assert_eq!(
+            kills_done("cluster.kills_done", 2, 2).verdict,
+            Verdict::Held
+        );
+        let missing = kills_done("cluster.kills_done", 1, 2);
+        assert_eq!(missing.verdict, Verdict::Violated);
+        assert_eq!(
+            missing.first_offending_event.as_deref(),
+            Some("1 of 2 kills done")
+        );
+    }
 
     #[test]
     fn durability_and_gap_checks_fire() {

@@ -236,10 +236,8 @@ pub struct Shared {
     pub snowflake_ids: Mutex<Vec<u64>>,
     /// The next ID operation's turn (round robin over the ID servers).
     pub id_turn: AtomicU64,
-    /// The highest ID each (kind, user, server) got so far.
-    pub id_last: Mutex<BTreeMap<(&'static str, usize, usize), u64>>,
-    /// IDs that did not go up (see [`Shared::note_id_order`]).
-    pub id_regressions: Mutex<Vec<IdRegression>>,
+    /// Whether each user's IDs from each server went up (see [`IdOrder`]).
+    pub id_order: Mutex<IdOrder>,
     /// The admin secret: `POST /tokens` (the bench plays the identity provider that issues
     /// users' JWTs) takes it.
     pub admin_token: Option<String>,
@@ -472,33 +470,48 @@ pub struct IdRegression {
     pub after: u64,
 }
 
-impl Shared {
+/// Regressions kept for the report.
+pub const ID_REGRESSIONS_KEPT: usize = 16;
+
+/// Each (kind, user, server)'s highest ID so far, and the IDs that did not exceed it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdOrder {
+    last: BTreeMap<(&'static str, usize, usize), u64>,
+    /// The first [`ID_REGRESSIONS_KEPT`] IDs that did not go up.
+    pub regressions: Vec<IdRegression>,
+}
+
+impl IdOrder {
     /// Checks that `ids` (in answer order) exceed every ID user `user` got from `server` before
     /// (a user's requests are sequential, so a server that keeps its promise answers each
-    /// higher); the first few that do not are kept for the report.
-    pub fn note_id_order(&self, kind: &'static str, user: usize, server: usize, ids: &[u64]) {
-        let mut last = lock(&self.id_last);
-        let mut previous = last.get(&(kind, user, server)).copied();
+    /// higher).
+    pub fn note(&mut self, kind: &'static str, user: usize, server: usize, ids: &[u64]) {
+        let mut previous = self.last.get(&(kind, user, server)).copied();
         for &id in ids {
             if let Some(before) = previous
                 && id <= before
+                && self.regressions.len() < ID_REGRESSIONS_KEPT
             {
-                let mut found = lock(&self.id_regressions);
-                if found.len() < 16 {
-                    found.push(IdRegression {
-                        kind,
-                        user,
-                        server,
-                        before,
-                        after: id,
-                    });
-                }
+                self.regressions.push(IdRegression {
+                    kind,
+                    user,
+                    server,
+                    before,
+                    after: id,
+                });
             }
             previous = Some(previous.map_or(id, |p| p.max(id)));
         }
         if let Some(p) = previous {
-            last.insert((kind, user, server), p);
+            self.last.insert((kind, user, server), p);
         }
+    }
+}
+
+impl Shared {
+    /// [`IdOrder::note`] on the run's record.
+    pub fn note_id_order(&self, kind: &'static str, user: usize, server: usize, ids: &[u64]) {
+        lock(&self.id_order).note(kind, user, server, ids);
     }
 
     /// When user `k`'s last request was answered.
@@ -1020,5 +1033,42 @@ mod tests {
         assert_eq!(status_class(201), None);
         assert_eq!(status_class(409), Some("http_4xx"));
         assert_eq!(status_class(503), Some("http_5xx"));
+    }
+}
+
+#[cfg(test)]
+mod id_order_tests {
+    use super::*;
+    use crate::verify::ids_monotonic_per_server;
+    use reports::model::Verdict;
+
+    #[test]
+    fn ids_that_go_up_per_user_and_server_hold() {
+        let mut order = IdOrder::default();
+        order.note("segment", 0, 0, &[1, 2, 3]);
+        order.note("segment", 0, 1, &[1, 2]); // another server may be lower
+        order.note("segment", 1, 0, &[1]); // another user too
+        order.note("segment", 0, 0, &[4, 5]);
+        assert!(order.regressions.is_empty());
+        assert_eq!(
+            ids_monotonic_per_server(&order.regressions, 2).verdict,
+            Verdict::Held
+        );
+    }
+
+    #[test]
+    fn an_id_that_does_not_go_up_fires_the_check() {
+        let mut order = IdOrder::default();
+        order.note("segment", 0, 0, &[10, 11]);
+        order.note("segment", 0, 0, &[11]);
+        order.note("snowflake", 3, 1, &[7, 5]);
+        assert_eq!(order.regressions.len(), 2);
+        let result = ids_monotonic_per_server(&order.regressions, 2);
+        assert_eq!(result.verdict, Verdict::Violated);
+        let first = result.first_offending_event.unwrap();
+        assert!(
+            first.contains("segment ID 11 from server #1 after 11"),
+            "{first}"
+        );
     }
 }

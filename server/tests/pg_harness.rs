@@ -1,6 +1,6 @@
 //! The throwaway PostgreSQL of the `cluster` crate, as the PostgreSQL tests use it: it starts
 //! with fsync on, keeps committed rows across a kill -9 and a restart on the same data, and
-//! leaves no process and no directory behind.
+//! leaves no process and no directory behind, also when its owner is interrupted (Ctrl-C).
 //!
 //! Ignored (and reported so) on machines without PostgreSQL; `.ci/run` installs it.
 
@@ -45,4 +45,60 @@ fn throwaway_postgres_keeps_commits_across_kill9_and_cleans_up() {
         !data_dir.exists(),
         "dropping the server removes its directory"
     );
+}
+
+/// Set in the child of the interrupt test: the process to interrupt.
+const CHILD_ENV: &str = "PG_HARNESS_INTERRUPT_CHILD";
+
+/// In the interrupt test's child only: holds a PostgreSQL, says where, and waits to be
+/// interrupted. Elsewhere it returns at once.
+#[test]
+fn interrupt_child() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    cluster::clean_up_on_interrupt().expect("handler");
+    let server = Postgres::start().expect("start PostgreSQL");
+    println!(
+        "HOLDING {} {}",
+        server.pid().expect("running"),
+        server.data_dir().display()
+    );
+    std::thread::sleep(std::time::Duration::from_secs(60));
+    drop(server);
+}
+
+#[test]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+fn an_interrupted_owner_leaves_no_postgres_and_no_directory() {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "interrupt_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    // libtest prints `test interrupt_child ... ` before the child's own line.
+    let holding = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.split_once("HOLDING ").map(|(_, rest)| rest.to_owned()))
+        .expect("the child started PostgreSQL");
+    let mut parts = holding.split_whitespace();
+    let pid: u32 = parts.next().unwrap().parse().unwrap();
+    let data_dir = std::path::PathBuf::from(parts.next().unwrap());
+    assert!(alive(pid) && data_dir.exists());
+    let child_pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+    kill(child_pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(130), "exit 128 + SIGINT: {status:?}");
+    assert!(!alive(pid), "the child's PostgreSQL is gone after Ctrl-C");
+    assert!(!data_dir.exists(), "and so is its directory");
 }

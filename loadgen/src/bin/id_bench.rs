@@ -334,6 +334,7 @@ fn print(rows: &[Row], args: &Args) {
 
 fn main() {
     let args = Args::parse();
+    cluster::clean_up_on_interrupt().expect("the interrupt handler");
     let bin = args.server_bin.clone().unwrap_or_else(|| {
         let me = std::env::current_exe().expect("own path");
         me.with_file_name("sut-server")
