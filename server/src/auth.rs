@@ -28,8 +28,8 @@ pub enum Verifier {
 /// How a process consumes a draw's one-time token.
 #[derive(Clone, Debug)]
 pub enum OnceConsumer {
-    /// With its own token service.
-    Local(Tokens),
+    /// With its own token service's one-time token writer.
+    Local(crate::once::OnceDesk),
     /// At the deployment's token service (`POST {url}/tokens/once/consume`, the user's JWT).
     Remote {
         /// The token service's base URL.
@@ -188,13 +188,11 @@ pub async fn consume_once(
         )
     })?;
     match consumer {
-        OnceConsumer::Local(tokens) => {
-            tokio::task::spawn_blocking(move || lock(&tokens).consume_once(token, user, now))
-                .await
-                .map_err(|e| ApiError::internal(format!("worker task: {e}")))?
-                .map_err(|e| ApiError::unavailable(format!("token store: {e}"), 1))?
-                .map_err(|r| once_rejection(r, "once_token"))
-        }
+        OnceConsumer::Local(desk) => desk
+            .consume(token, user, now)
+            .await
+            .map_err(|e| ApiError::unavailable(format!("token store: {e}"), 1))?
+            .map_err(|r| once_rejection(r, "once_token")),
         OnceConsumer::Remote { url, client } => {
             consume_remote(&client, &url, jwt, user, token).await
         }

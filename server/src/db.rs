@@ -126,6 +126,23 @@ impl Db {
         opened.map_err(|e| format!("token store {}: {e}", self.describe()))
     }
 
+    /// Opens a second connection to the token store, for the one-time-token writer.
+    ///
+    /// # Errors
+    /// The store cannot be opened.
+    pub fn open_once_store(
+        &self,
+        limits: TokenStoreLimits,
+    ) -> Result<crate::once::BatchTokenStoreBox, String> {
+        let opened: Result<crate::once::BatchTokenStoreBox, _> = match self {
+            Self::Sqlite(path) => SqliteTokenStore::open(&sibling(path, ".tokens"), limits)
+                .map(|s| Box::new(s) as crate::once::BatchTokenStoreBox),
+            Self::Postgres(url) => PgTokenStore::open(url, limits)
+                .map(|s| Box::new(s) as crate::once::BatchTokenStoreBox),
+        };
+        opened.map_err(|e| format!("one-time token store {}: {e}", self.describe()))
+    }
+
     /// The lottery journal's SQLite file (SQLite only).
     #[must_use]
     pub fn lottery_path(&self) -> Option<PathBuf> {

@@ -44,6 +44,7 @@ pub mod front;
 pub mod ids;
 pub mod lottery;
 pub mod metrics;
+pub mod once;
 pub mod openapi;
 pub mod pg;
 pub mod remote;
@@ -302,6 +303,8 @@ pub struct AppState {
     pub(crate) verifier: Option<auth::Verifier>,
     /// How draws' one-time tokens are consumed (roles `all`, `coordinator`).
     pub(crate) once: Option<auth::OnceConsumer>,
+    /// The one-time token writer (roles `all`, `token`).
+    pub(crate) once_desk: Option<once::OnceDesk>,
     /// Per-user draw rate.
     pub(crate) limiter: auth::Limiter,
     forced_outcomes: bool,
@@ -340,6 +343,16 @@ impl AppState {
             .ok_or_else(|| not_served("tokens", self.role))
     }
 
+    /// The one-time token writer, or 404 for a role without the token service.
+    ///
+    /// # Errors
+    /// 404 naming the role.
+    pub fn once_desk(&self) -> Result<&once::OnceDesk, ApiError> {
+        self.once_desk
+            .as_ref()
+            .ok_or_else(|| not_served("tokens", self.role))
+    }
+
     /// The lottery writer, or 404 for a role without it.
     ///
     /// # Errors
@@ -374,7 +387,7 @@ fn secret(cfg: &ServerConfig) -> Result<Vec<u8>, String> {
 /// The stores and drivers [`start`] opens before it serves (those of the role).
 struct Stores {
     ids: Option<IdService>,
-    tokens: Option<Tokens>,
+    tokens: Option<(Tokens, once::OnceDesk)>,
     lottery: Option<Arc<Lottery>>,
 }
 
@@ -463,10 +476,10 @@ fn open_ids(
 /// (a coordinator) with the shared JWT key and the deployment's token service.
 fn gate_io(
     cfg: &ServerConfig,
-    tokens: Option<&Tokens>,
+    tokens: Option<&(Tokens, once::OnceDesk)>,
 ) -> Result<(Option<auth::Verifier>, Option<auth::OnceConsumer>), String> {
-    if let Some(tokens) = tokens {
-        let once = (cfg.role == Role::All).then(|| auth::OnceConsumer::Local(Arc::clone(tokens)));
+    if let Some((tokens, desk)) = tokens {
+        let once = (cfg.role == Role::All).then(|| auth::OnceConsumer::Local(desk.clone()));
         return Ok((Some(auth::Verifier::Service(Arc::clone(tokens))), once));
     }
     if cfg.role != Role::Coordinator {
@@ -498,16 +511,22 @@ fn gate_io(
 }
 
 /// The token service over its store (beside the ID store, or in the same PostgreSQL database).
-fn open_tokens(cfg: &ServerConfig) -> Result<Tokens, String> {
+fn open_tokens(cfg: &ServerConfig) -> Result<(Tokens, once::OnceDesk), String> {
     let key = SigningKey::new("sut-server", secret(cfg)?).map_err(|e| e.to_string())?;
     let token_cfg = TokenConfig {
         flaws: sut::flaw::token_flaws(cfg.flaw),
         ..TokenConfig::default()
     };
     let token_store = cfg.db.open_tokens(token_cfg.limits)?;
-    Ok(Arc::new(Mutex::new(
-        TokenService::new(token_cfg, key, token_store).map_err(|e| e.to_string())?,
-    )))
+    let desk = once::OnceDesk::start(
+        cfg.db.open_once_store(token_cfg.limits)?,
+        once::OnceRules {
+            once: token_cfg.once,
+            flaws: token_cfg.flaws,
+        },
+    )?;
+    let service = TokenService::new(token_cfg, key, token_store).map_err(|e| e.to_string())?;
+    Ok((Arc::new(Mutex::new(service)), desk))
 }
 
 /// Opens the stores, leases the Snowflake worker, binds `listen` and serves until
@@ -529,6 +548,7 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
         lottery,
     } = setup.await.map_err(|e| format!("setup task: {e}"))??;
     let (verifier, once) = gate_io(&cfg, tokens.as_ref())?;
+    let (tokens, once_desk) = tokens.map_or((None, None), |(t, d)| (Some(t), Some(d)));
     let state = AppState {
         clock,
         role: cfg.role,
@@ -540,6 +560,7 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
         admin_token: cfg.admin_token.as_deref().map(Arc::from),
         verifier,
         once,
+        once_desk,
         limiter: Arc::new(Mutex::new(sut::gate::RateLimiter::new(
             cfg.draw_rate_per_s,
             cfg.draw_burst,
@@ -709,6 +730,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/ledger"),
     ("get", "/lottery/state"),
     ("post", "/tcc/branch"),
+    ("post", "/tcc/branches"),
     ("get", "/admin/dead-letters"),
     ("post", "/admin/tags"),
     ("post", "/admin/accounts"),
@@ -758,7 +780,9 @@ pub fn router(state: AppState) -> Router {
         admin = admin.route("/admin/stock", post(add_stock));
     }
     if matches!(role, Role::All | Role::Wallet | Role::Inventory) {
-        admin = admin.route(remote::BRANCH_ROUTE, post(branch));
+        admin = admin
+            .route(remote::BRANCH_ROUTE, post(branch))
+            .route(remote::BRANCHES_ROUTE, post(branches));
     }
     let admin = admin.route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
     let admitted = open
@@ -1509,22 +1533,71 @@ async fn branch(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<BranchRequest>,
 ) -> Result<Json<sut::lottery::ParticipantReply>, ApiError> {
-    if !remote::hosts(state.role, body.branch) {
-        return Err(ApiError::field(
-            StatusCode::NOT_FOUND,
-            "branch",
-            format!(
-                "branch {} is not hosted by this process (role `{}`)",
-                body.branch,
-                state.role.name()
-            ),
+    hosted(&state, &body)?;
+    let mut replies = state
+        .lottery()?
+        .branches(vec![(body.branch, body.msg)])
+        .await?;
+    let reply = replies
+        .pop()
+        .ok_or_else(|| ApiError::internal("no reply"))?;
+    Ok(Json(reply))
+}
+
+/// 404 naming the branch unless this process hosts it.
+fn hosted(state: &AppState, request: &BranchRequest) -> Result<(), ApiError> {
+    if remote::hosts(state.role, request.branch) {
+        return Ok(());
+    }
+    Err(ApiError::field(
+        StatusCode::NOT_FOUND,
+        "branch",
+        format!(
+            "branch {} is not hosted by this process (role `{}`)",
+            request.branch,
+            state.role.name()
+        ),
+    ))
+}
+
+#[utoipa::path(
+    post,
+    path = "/tcc/branches",
+    tag = "lottery",
+    summary = "Participant route: many coordinator messages, run in order in one durable batch (what a coordinator in another process sends)",
+    request_body = remote::BranchBatch,
+    responses(
+        (status = 200, description = "One reply per message, in order, durable before they are sent", body = remote::BranchReplies),
+        (status = 400, description = "Malformed JSON (`field: body`), or no message or more than 48 (`field: messages`)", body = ErrorBody),
+        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
+        (status = 404, description = "This process does not host a message's branch (`field: branch`); nothing ran", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn branches(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<remote::BranchBatch>,
+) -> Result<Json<remote::BranchReplies>, ApiError> {
+    let count = body.messages.len();
+    if !(1..=remote::BRANCHES_MAX).contains(&count) {
+        return Err(ApiError::bad(
+            "messages",
+            format!("{count} messages: send 1 to {}", remote::BRANCHES_MAX),
         ));
     }
-    state
-        .lottery()?
-        .branch(body.branch, body.msg)
-        .await
-        .map(Json)
+    for request in &body.messages {
+        hosted(&state, request)?;
+    }
+    let msgs = body
+        .messages
+        .into_iter()
+        .map(|r| (r.branch, r.msg))
+        .collect();
+    let replies = state.lottery()?.branches(msgs).await?;
+    Ok(Json(remote::BranchReplies { replies }))
 }
 
 #[utoipa::path(

@@ -633,8 +633,12 @@ enum Command {
     Ledger(Reply<LedgerReport>),
     Status(Xid, Reply<Option<DrawStatusBody>>),
     DeadLetters(Reply<Vec<DeadLetterBody>>),
-    /// A coordinator message for a branch this process hosts (`POST /tcc/branch`).
-    Branch(Participant, ParticipantMsg, Reply<ParticipantReply>),
+    /// Coordinator messages for branches this process hosts (`POST /tcc/branch`, `POST
+    /// /tcc/branches`), answered in order.
+    Branch(
+        Vec<(Participant, ParticipantMsg)>,
+        Reply<Vec<ParticipantReply>>,
+    ),
     /// A remote participant's reply to this process's coordinator.
     Reply(Participant, ParticipantReply),
     State(Reply<LotteryState>),
@@ -649,7 +653,7 @@ enum Held {
     Ledger(Reply<LedgerReport>, Result<LedgerReport, ApiError>),
     Status(Reply<Option<DrawStatusBody>>, Option<DrawStatusBody>),
     DeadLetters(Reply<Vec<DeadLetterBody>>, Vec<DeadLetterBody>),
-    Branch(Reply<ParticipantReply>, ParticipantReply),
+    Branch(Reply<Vec<ParticipantReply>>, Vec<ParticipantReply>),
     State(Reply<LotteryState>, Result<LotteryState, ApiError>),
 }
 
@@ -812,9 +816,12 @@ impl<S: DurableLottery> Writer<S> {
                 let letters = self.dead_letters();
                 self.held.push(Held::DeadLetters(reply, letters));
             }
-            Command::Branch(to, msg, reply) => {
-                let answer = self.participate(to, &msg);
-                self.held.push(Held::Branch(reply, answer));
+            Command::Branch(msgs, reply) => {
+                let answers = msgs
+                    .iter()
+                    .map(|(to, msg)| self.participate(*to, msg))
+                    .collect();
+                self.held.push(Held::Branch(reply, answers));
             }
             Command::Reply(from, reply) => self.on_reply(from, reply, now),
             Command::State(reply) => {
@@ -1093,7 +1100,7 @@ fn refuse(cmd: Command, err: &ApiError) {
         Command::Ledger(tx) => drop(tx.send(Err(err.clone()))),
         Command::Status(_, tx) => drop(tx.send(Err(err.clone()))),
         Command::DeadLetters(tx) => drop(tx.send(Err(err.clone()))),
-        Command::Branch(_, _, tx) => drop(tx.send(Err(err.clone()))),
+        Command::Branch(_, tx) => drop(tx.send(Err(err.clone()))),
         Command::State(tx) => drop(tx.send(Err(err.clone()))),
         Command::Reply(..) | Command::Stop => {}
     }
@@ -1244,13 +1251,13 @@ impl Lottery {
         self.ask(Command::State).await
     }
 
-    /// Runs a coordinator's message on a branch of this process; answers once it is durable.
-    pub async fn branch(
+    /// Runs a coordinator's messages on branches of this process, in order, in one batch;
+    /// answers (in the same order) once they are durable.
+    pub async fn branches(
         &self,
-        to: Participant,
-        msg: ParticipantMsg,
-    ) -> Result<ParticipantReply, ApiError> {
-        self.ask(|reply| Command::Branch(to, msg, reply)).await
+        msgs: Vec<(Participant, ParticipantMsg)>,
+    ) -> Result<Vec<ParticipantReply>, ApiError> {
+        self.ask(|reply| Command::Branch(msgs, reply)).await
     }
 
     /// Stops the writer after the commands already queued (blocking).

@@ -24,7 +24,7 @@ use super::ids::SnowflakeView;
 use super::lottery::{
     Check, DeadLetterBody, DrawAnswer, DrawStatusBody, LedgerReport, LotteryState, StockView,
 };
-use super::remote::BranchRequest;
+use super::remote::{BranchBatch, BranchReplies, BranchRequest};
 use super::tokens::{
     ConsumeBody, ConsumedBody, IssueBody, IssuedBody, OnceBody, OnceIssueBody, RevokedBody,
     TokenBody, VerifiedBody,
@@ -62,6 +62,7 @@ use super::{
         super::open_accounts,
         super::add_stock,
         super::branch,
+        super::branches,
         super::lottery_state,
         openapi_route,
     ),
@@ -97,6 +98,8 @@ use super::{
         DecodedSchema,
         TagRowSchema,
         BranchRequest,
+        BranchBatch,
+        BranchReplies,
         Role,
         LotteryState,
     ))

@@ -1,8 +1,9 @@
 //! Participants in other processes: how the coordinator reaches them, and the route they serve.
 //!
 //! The coordinator of `sut` decides what to send and what a reply means; this module only moves
-//! a [`ParticipantMsg`] to the process that hosts its branch (`POST /tcc/branch`, authenticated
-//! with the cluster secret) and carries the [`ParticipantReply`] back. A message is sent only
+//! each [`ParticipantMsg`] to the process that hosts its branch (`POST /tcc/branches`, as many
+//! as one group commit released, authenticated with the cluster secret) and carries each
+//! [`ParticipantReply`] back. A message is sent only
 //! after the coordinator's log entries before it are durable (the writer flushes its outbox
 //! after the group commit): a Try never runs for a draw the coordinator could forget, and a
 //! Confirm or Cancel never runs before its verdict is on disk.
@@ -21,8 +22,12 @@ use sut::lottery::{Participant, ParticipantMsg, ParticipantReply};
 
 use crate::metrics::Metrics;
 
-/// The participant route.
+/// The participant route (one message).
 pub const BRANCH_ROUTE: &str = "/tcc/branch";
+/// The participant route for many messages at once (what the coordinator sends).
+pub const BRANCHES_ROUTE: &str = "/tcc/branches";
+/// Most messages in one `POST /tcc/branches` (a full batch stays well under the body limit).
+pub const BRANCHES_MAX: usize = 48;
 
 /// The body of `POST /tcc/branch`: one coordinator message for one branch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -34,6 +39,23 @@ pub struct BranchRequest {
     /// The phase and the draw.
     #[schema(value_type = Object)]
     pub msg: ParticipantMsg,
+}
+
+/// The body of `POST /tcc/branches`: coordinator messages, run in order in one durable batch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BranchBatch {
+    /// The messages (1 to 48).
+    pub messages: Vec<BranchRequest>,
+}
+
+/// The answer of `POST /tcc/branches`: one reply per message, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BranchReplies {
+    /// The participants' replies.
+    #[schema(value_type = Vec<Object>)]
+    pub replies: Vec<ParticipantReply>,
 }
 
 /// Where the participants of a coordinator live.
@@ -117,50 +139,74 @@ impl Outbox {
         self.waiting.push((to, msg));
     }
 
-    /// Sends every queued message (call after the commit that made their causes durable).
+    /// Sends every queued message (call after the commit that made their causes durable): one
+    /// `POST /tcc/branches` per participant process and up to [`BRANCHES_MAX`] messages.
     pub(crate) fn flush(&mut self, sink: &ReplySink) {
+        let mut by_url: std::collections::BTreeMap<&str, Vec<BranchRequest>> =
+            std::collections::BTreeMap::new();
         for (branch, msg) in self.waiting.drain(..) {
-            let url = format!("{}{BRANCH_ROUTE}", self.config.url(branch));
-            let client = self.client.clone();
-            let secret = self.config.secret.clone();
-            let sink = Arc::clone(sink);
-            let metrics = Arc::clone(&self.metrics);
-            metrics.participant_calls.fetch_add(1, Ordering::Relaxed);
-            self.runtime.spawn(async move {
-                match deliver(&client, &url, &secret, BranchRequest { branch, msg }).await {
-                    Some(reply) => sink(branch, reply),
-                    None => {
-                        metrics
-                            .participant_calls_lost
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
+            by_url
+                .entry(self.config.url(branch))
+                .or_default()
+                .push(BranchRequest { branch, msg });
         }
+        for (base, requests) in by_url {
+            let url = format!("{base}{BRANCHES_ROUTE}");
+            for chunk in requests.chunks(BRANCHES_MAX) {
+                self.send(&url, chunk.to_vec(), sink);
+            }
+        }
+    }
+
+    /// Sends one batch; each usable reply goes to `sink`, every other message counts as lost.
+    fn send(&self, url: &str, messages: Vec<BranchRequest>, sink: &ReplySink) {
+        let (client, url) = (self.client.clone(), url.to_owned());
+        let secret = self.config.secret.clone();
+        let sink = Arc::clone(sink);
+        let metrics = Arc::clone(&self.metrics);
+        let sent = messages.len() as u64;
+        metrics.participant_calls.fetch_add(sent, Ordering::Relaxed);
+        self.runtime.spawn(async move {
+            let replies = deliver(&client, &url, &secret, &messages).await;
+            let mut answered = 0;
+            for (request, reply) in messages.iter().zip(replies.unwrap_or_default()) {
+                // A reply for another message is no answer to this one.
+                if answers(request, &reply) {
+                    answered += 1;
+                    sink(request.branch, reply);
+                }
+            }
+            metrics
+                .participant_calls_lost
+                .fetch_add(sent - answered, Ordering::Relaxed);
+        });
     }
 }
 
-/// One delivery; `None` when no usable answer came back.
+/// Whether `reply` answers `request`.
+fn answers(request: &BranchRequest, reply: &ParticipantReply) -> bool {
+    reply.branch == request.branch
+        && reply.phase == request.msg.phase
+        && reply.draw == request.msg.draw
+}
+
+/// One delivery of a batch; `None` when no usable answer came back.
 async fn deliver(
     client: &reqwest::Client,
     url: &str,
     secret: &str,
-    request: BranchRequest,
-) -> Option<ParticipantReply> {
+    messages: &[BranchRequest],
+) -> Option<Vec<ParticipantReply>> {
     let response = client
         .post(url)
         .bearer_auth(secret)
-        .json(&request)
+        .json(&serde_json::json!({ "messages": messages }))
         .send()
         .await
         .ok()?;
     if !response.status().is_success() {
         return None;
     }
-    let reply: ParticipantReply = response.json().await.ok()?;
-    // A reply for another message is no answer to this one.
-    let matches = reply.branch == request.branch
-        && reply.phase == request.msg.phase
-        && reply.draw == request.msg.draw;
-    matches.then_some(reply)
+    let body: BranchReplies = response.json().await.ok()?;
+    (body.replies.len() == messages.len()).then_some(body.replies)
 }

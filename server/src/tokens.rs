@@ -1,9 +1,10 @@
 //! Token routes over [`TokenService`] (`sut::token`): JWT issue, verify and revoke, one-time
 //! submit tokens. Handlers only parse, call the service and map its typed answers to HTTP.
 //!
-//! The service and its store (SQLite or PostgreSQL) sit behind one mutex and run on the blocking pool:
-//! each store write is its own `synchronous=FULL` transaction (the token store's own rule), so a
-//! 2xx revoke or consume is on disk when it is answered.
+//! The service and its store (SQLite or PostgreSQL) sit behind one mutex and run on the blocking
+//! pool: each revocation is its own `synchronous=FULL` transaction, so a 2xx revoke is on disk
+//! when it is answered. One-time tokens go through their own writer ([`crate::once`]) with group
+//! commit: a 2xx issue or consume is answered only after its batch is durable.
 
 use std::sync::{Arc, Mutex};
 
@@ -262,13 +263,11 @@ pub async fn once_issue(
     })?;
     let nonce = nonce()?;
     let now = state.clock.now();
-    let tokens = Arc::clone(state.tokens()?);
-    let issued = blocking(move || {
-        lock(&tokens)
-            .issue_once(user, activity, nonce, now)
-            .map_err(|e| store_error(&e))
-    })
-    .await?;
+    let issued = state
+        .once_desk()?
+        .issue(user, activity, nonce, now)
+        .await
+        .map_err(|e| store_error(&e))?;
     let status = if issued.fresh {
         StatusCode::CREATED
     } else {
@@ -338,13 +337,11 @@ pub async fn once_consume(
     let token = OnceToken::parse(&body.token)
         .ok_or_else(|| ApiError::bad("token", "token must be 32 hex digits"))?;
     let now = state.clock.now();
-    let tokens = Arc::clone(state.tokens()?);
-    let key = blocking(move || match lock(&tokens).consume_once(token, user, now) {
-        Ok(Ok(key)) => Ok(key),
-        Ok(Err(r)) => Err(crate::auth::once_rejection(r, "token")),
-        Err(e) => Err(store_error(&e)),
-    })
-    .await?;
+    let key = match state.once_desk()?.consume(token, user, now).await {
+        Ok(Ok(key)) => key,
+        Ok(Err(r)) => return Err(crate::auth::once_rejection(r, "token")),
+        Err(e) => return Err(store_error(&e)),
+    };
     Ok(Json(ConsumedBody {
         accepted: true,
         activity: key.activity.to_string(),

@@ -235,6 +235,7 @@ async fn admin_routes_refuse_without_the_secret_and_change_nothing() {
         ("/admin/tags", json!({"tag": "stolen", "step": 10})),
         ("/tokens", json!({"user": 1})),
         ("/tcc/branch", json!({"branch": "Wallet", "msg": {}})),
+        ("/tcc/branches", json!({"messages": []})),
     ];
     for (path, body) in &calls {
         for bearer in [None, Some("wrong-secret"), Some(&*format!("{ADMIN}x"))] {
@@ -262,5 +263,76 @@ async fn admin_routes_refuse_without_the_secret_and_change_nothing() {
     );
     let (s, v) = api.get("/id/stolen").await;
     assert_eq!((s, field(&v)), (StatusCode::NOT_FOUND, "tag"), "{v}");
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_batch_runs_in_order_and_answers_each_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |_| {}).await;
+    let api = Api::new(srv.addr);
+    seed(&api).await;
+    let draw =
+        |xid: u64| json!({"xid": xid, "user": 1, "activity": 1, "price_minor": 10, "won": false});
+    let msg = |phase: &str, xid: u64| json!({"branch": "Wallet", "msg": {"phase": phase, "draw": draw(xid)}});
+    // A Try and its Cancel in one batch (the Cancel must see the Try), and a Cancel with no
+    // Try before it (an empty rollback, remembered by the fence).
+    let batch = json!({"messages": [msg("Try", 900), msg("Cancel", 900), msg("Cancel", 901)]});
+    let (s, v) = api.post("/tcc/branches", &batch).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let replies = v["replies"].as_array().expect("replies");
+    let got: Vec<(&str, u64)> = replies
+        .iter()
+        .map(|r| {
+            (
+                r["phase"].as_str().unwrap(),
+                r["draw"]["xid"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [("Try", 900), ("Cancel", 900), ("Cancel", 901)],
+        "one reply per message, in order: {v}"
+    );
+    let outcomes: Vec<&Value> = replies.iter().map(|r| &r["outcome"]).collect();
+    assert_eq!(
+        outcomes,
+        [
+            &json!({"Ok": "Applied"}),
+            &json!({"Ok": "Applied"}),
+            &json!({"Ok": "EmptyRollback"})
+        ],
+        "the Cancel undid the Try of its batch; the other was an empty rollback: {v}"
+    );
+    let (s, ledger) = api.get("/ledger").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        ledger["frozen_minor"], 0,
+        "the Cancel released it: {ledger}"
+    );
+    // A Try for draw 901 now meets the fence of its empty rollback.
+    let (s, v) = api
+        .post("/tcc/branches", &json!({"messages": [msg("Try", 901)]}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(
+        v["replies"][0]["outcome"].get("Err").is_some(),
+        "a Try after its Cancel is refused: {v}"
+    );
+    // Bounds: no message, or more than 48, is refused and runs nothing.
+    for n in [0, 49] {
+        let messages: Vec<Value> = (0..n).map(|i| msg("Try", 1000 + i)).collect();
+        let (s, v) = api
+            .post("/tcc/branches", &json!({ "messages": messages }))
+            .await;
+        assert_eq!(
+            (s, field(&v)),
+            (StatusCode::BAD_REQUEST, "messages"),
+            "{n}: {v}"
+        );
+    }
+    let (_, after) = api.get("/ledger").await;
+    assert_eq!(after["frozen_minor"], 0, "{after}");
     srv.shutdown().await.unwrap();
 }

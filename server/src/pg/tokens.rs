@@ -12,11 +12,17 @@
 //! and two servers consuming one token at once cannot both get through: the later transaction
 //! fails to serialize, is retried, and then reads the token consumed.
 //!
+//! [`PgTokenStore::batch`] runs many operations, each exactly as above, in one transaction: the
+//! server's one-time-token writer uses it for group commit (one WAL flush per batch instead of
+//! one per token). The table limits count rows with a counter per table (`tok_rows`), kept in
+//! the same transaction as every insert and purge, instead of a `COUNT(*)` per insert.
+//!
 //! Encoding, as in the SQLite store: user ids are stored bit-for-bit in a `BIGINT` (compared only
 //! for equality); times saturate at `i64::MAX` ms. The jti column is collated `"C"`, so that
 //! [`revoked_jtis`](TokenStore::revoked_jtis) comes back in byte order whatever the database's
 //! locale. PostgreSQL text cannot hold a NUL byte: such a jti is a backend error here.
 
+use std::cell::RefCell;
 use std::sync::{Mutex, PoisonError};
 
 use sut::token::ActivityId;
@@ -47,6 +53,12 @@ CREATE TABLE IF NOT EXISTS tok_once (
     CONSTRAINT tok_once_key UNIQUE (user_id, activity, window_start_ms)
 );
 CREATE INDEX IF NOT EXISTS tok_once_expires_at ON tok_once (expires_at_ms);
+CREATE TABLE IF NOT EXISTS tok_rows (
+    tbl TEXT   PRIMARY KEY,
+    n   BIGINT NOT NULL CHECK (n >= 0)
+);
+INSERT INTO tok_rows SELECT 'tok_revoked', COUNT(*) FROM tok_revoked ON CONFLICT (tbl) DO NOTHING;
+INSERT INTO tok_rows SELECT 'tok_once', COUNT(*) FROM tok_once ON CONFLICT (tbl) DO NOTHING;
 "#;
 
 impl From<DbError> for TokenStoreError {
@@ -55,7 +67,8 @@ impl From<DbError> for TokenStoreError {
     }
 }
 
-/// The PostgreSQL token store: one connection, used by one operation at a time.
+/// The PostgreSQL token store: one connection, used by one operation (or one
+/// [`batch`](PgTokenStore::batch)) at a time.
 #[derive(Debug)]
 pub struct PgTokenStore {
     conn: Mutex<PgConn>,
@@ -85,22 +98,49 @@ fn column<'r, T: FromSql<'r>>(row: &'r Row, index: usize, what: &str) -> Result<
     })
 }
 
-fn count(tx: &mut Tx<'_>, table: &str) -> Result<u64, TokenStoreError> {
-    let row = tx.query_opt(&format!("SELECT COUNT(*) FROM {table}"), &[])?;
-    let row = row.ok_or_else(|| corrupt("count"))?;
-    Ok(get_u64(&row, 0, "count")?)
+/// The name of `table`, as `tok_rows` and the SQL know it.
+const fn table_name(table: Table) -> &'static str {
+    match table {
+        Table::Revocations => "tok_revoked",
+        Table::OnceTokens => "tok_once",
+    }
+}
+
+/// The rows `table` holds, from its counter in `tok_rows` (kept in the transaction of every
+/// insert and delete: a `COUNT(*)` would read the whole table on every insert, and under
+/// SERIALIZABLE make every two inserts conflict).
+fn count(tx: &mut Tx<'_>, table: Table) -> Result<u64, TokenStoreError> {
+    let sql = "SELECT n FROM tok_rows WHERE tbl = $1";
+    let row = tx.query_opt(sql, &[&table_name(table)])?;
+    let row = row.ok_or_else(|| corrupt("tok_rows counter"))?;
+    Ok(get_u64(&row, 0, "row count")?)
+}
+
+/// Adds `delta` to `table`'s row counter.
+fn add_rows(tx: &mut Tx<'_>, table: Table, delta: i64) -> Result<(), TokenStoreError> {
+    if delta == 0 {
+        return Ok(());
+    }
+    let sql = "UPDATE tok_rows SET n = n + $2 WHERE tbl = $1";
+    let changed = tx.execute(sql, &[&table_name(table), &delta])?;
+    assert_eq!(changed, 1, "the schema creates every counter row");
+    Ok(())
 }
 
 /// `DELETE` where [`rules::revocation_expired`] holds.
 fn purge_revocations(tx: &mut Tx<'_>, now_ms: u64) -> Result<u64, TokenStoreError> {
     let sql = "DELETE FROM tok_revoked WHERE keep_until_ms <= $1";
-    Ok(tx.execute(sql, &[&to_sql(now_ms)])?)
+    let deleted = tx.execute(sql, &[&to_sql(now_ms)])?;
+    add_rows(tx, Table::Revocations, -to_sql(deleted))?;
+    Ok(deleted)
 }
 
 /// `DELETE` where [`rules::once_expired`] holds.
 fn purge_once(tx: &mut Tx<'_>, now_ms: u64) -> Result<u64, TokenStoreError> {
     let sql = "DELETE FROM tok_once WHERE expires_at_ms <= $1";
-    Ok(tx.execute(sql, &[&to_sql(now_ms)])?)
+    let deleted = tx.execute(sql, &[&to_sql(now_ms)])?;
+    add_rows(tx, Table::OnceTokens, -to_sql(deleted))?;
+    Ok(deleted)
 }
 
 /// Deletes a table's expired rows; how many.
@@ -114,15 +154,78 @@ fn make_room(
     max: u64,
     now_ms: u64,
 ) -> Result<Committed<()>, TokenStoreError> {
-    let (name, purge): (&str, Purge) = match table {
-        Table::Revocations => ("tok_revoked", purge_revocations),
-        Table::OnceTokens => ("tok_once", purge_once),
+    let purge: Purge = match table {
+        Table::Revocations => purge_revocations,
+        Table::OnceTokens => purge_once,
     };
-    if rules::room(count(tx, name)?, max) == Room::PurgeFirst {
+    let rows = count(tx, table)?;
+    make_room_counted(tx, table, max, now_ms, rows, purge)
+}
+
+/// [`make_room`] for a table known to hold `rows` rows.
+fn make_room_counted(
+    tx: &mut Tx<'_>,
+    table: Table,
+    max: u64,
+    now_ms: u64,
+    rows: u64,
+    purge: Purge,
+) -> Result<Committed<()>, TokenStoreError> {
+    if rules::room(rows, max) == Room::PurgeFirst {
         purge(tx, now_ms)?;
-        return Ok(rules::after_purge(table, count(tx, name)?, max));
+        return Ok(rules::after_purge(table, count(tx, table)?, max));
     }
     Ok(Ok(()))
+}
+
+/// What issuing `grant` depends on, read in one round trip: the token and row of its key, whether
+/// its token value is taken, and how many rows `tok_once` holds.
+fn read_for_issue(tx: &mut Tx<'_>, grant: &OnceGrant) -> Result<IssueReads, TokenStoreError> {
+    let sql = "SELECT r.n, o.token, o.user_id, o.activity, o.window_start_ms, \
+                      o.expires_at_ms, o.consumed_at_ms \
+               FROM tok_rows r LEFT JOIN tok_once o \
+                 ON (o.user_id = $1 AND o.activity = $2 AND o.window_start_ms = $3) \
+                 OR o.token = $4 \
+               WHERE r.tbl = 'tok_once'";
+    let wanted = grant.token.to_string();
+    let params = [
+        &user_to_sql(grant.key.user) as Param<'_>,
+        &grant.key.activity.as_str(),
+        &to_sql(grant.key.window_start_ms),
+        &wanted,
+    ];
+    let rows = tx.query(sql, &params)?;
+    let first = rows.first().ok_or_else(|| corrupt("tok_rows counter"))?;
+    let mut reads = IssueReads {
+        existing: None,
+        taken: false,
+        rows: get_u64(first, 0, "row count")?,
+    };
+    for row in &rows {
+        // The one row of an outer join that matched nothing.
+        let Some(text) = column::<Option<String>>(row, 1, "token")? else {
+            continue;
+        };
+        let token = OnceToken::parse(&text).ok_or_else(|| corrupt("one-time token text"))?;
+        reads.taken |= token == grant.token;
+        let key = OnceKey {
+            user: user_from_sql(column(row, 2, "user_id")?),
+            activity: ActivityId::new(column::<String>(row, 3, "activity")?)
+                .ok_or_else(|| corrupt("activity id"))?,
+            window_start_ms: get_u64(row, 4, "window_start_ms")?,
+        };
+        if key == grant.key {
+            reads.existing = Some((token, once_row(key, row, 5)?));
+        }
+    }
+    Ok(reads)
+}
+
+/// What [`read_for_issue`] found.
+struct IssueReads {
+    existing: Option<(OnceToken, OnceRow)>,
+    taken: bool,
+    rows: u64,
 }
 
 /// The `expires_at_ms, consumed_at_ms` columns from `first` on, with `key`.
@@ -151,26 +254,6 @@ fn read_once(tx: &mut Tx<'_>, token: OnceToken) -> Result<Option<OnceRow>, Token
         window_start_ms: get_u64(&row, 2, "window_start_ms")?,
     };
     once_row(key, &row, 3).map(Some)
-}
-
-/// The token and row of one-time key `key`, if it has one.
-fn read_once_by_key(
-    tx: &mut Tx<'_>,
-    key: &OnceKey,
-) -> Result<Option<(OnceToken, OnceRow)>, TokenStoreError> {
-    let sql = "SELECT token, expires_at_ms, consumed_at_ms FROM tok_once \
-               WHERE user_id = $1 AND activity = $2 AND window_start_ms = $3";
-    let params = [
-        &user_to_sql(key.user) as Param<'_>,
-        &key.activity.as_str(),
-        &to_sql(key.window_start_ms),
-    ];
-    let Some(row) = tx.query_opt(sql, &params)? else {
-        return Ok(None);
-    };
-    let token = OnceToken::parse(column(&row, 0, "token")?)
-        .ok_or_else(|| corrupt("one-time token text"))?;
-    Ok(Some((token, once_row(key.clone(), &row, 1)?)))
 }
 
 /// Sets the `consumed_at_ms` of token `token`; `only_unconsumed` adds the condition that it
@@ -211,6 +294,34 @@ impl PgTokenStore {
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         conn.transact(op)
     }
+
+    /// Runs `ops` against a store whose every operation happens inside **one** serializable
+    /// transaction, committed when `ops` returns `Ok` (group commit: one WAL flush for the lot).
+    /// A serialization failure rolls all of it back and runs `ops` again from the start, so
+    /// `ops` must start from scratch on every call and nothing it computed may leave before this
+    /// returns `Ok`.
+    ///
+    /// # Errors
+    /// The first error `ops` returns (nothing committed), or a database failure.
+    pub fn batch(
+        &mut self,
+        ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
+    ) -> Result<(), TokenStoreError> {
+        let limits = self.limits;
+        self.transact(|tx| {
+            let mut batch = PgTokenBatch {
+                tx: RefCell::new(tx),
+                limits,
+            };
+            ops(&mut batch)
+        })
+    }
+}
+
+/// The operations of a [`PgTokenStore::batch`]: the store's own, run in the batch's transaction.
+struct PgTokenBatch<'t, 'c> {
+    tx: RefCell<&'t mut Tx<'c>>,
+    limits: TokenStoreLimits,
 }
 
 impl TokenStore for PgTokenStore {
@@ -221,76 +332,20 @@ impl TokenStore for PgTokenStore {
         now_ms: u64,
     ) -> Result<RevokeOutcome, TokenStoreError> {
         let max = self.limits.revocations_max;
-        self.transact(|tx| {
-            let sql = "SELECT keep_until_ms FROM tok_revoked WHERE jti = $1";
-            let existing = tx.query_opt(sql, &[&jti])?;
-            let existing = existing
-                .map(|row| get_u64(&row, 0, "keep_until_ms"))
-                .transpose()?;
-            let step = rules::revoke(existing, keep_until_ms, now_ms);
-            match step {
-                RevokeStep::NotNeeded => {}
-                RevokeStep::Raise { keep_until_ms } => {
-                    let sql = "UPDATE tok_revoked SET keep_until_ms = $2 WHERE jti = $1";
-                    tx.execute(sql, &[&jti, &to_sql(keep_until_ms)])?;
-                }
-                RevokeStep::Insert { keep_until_ms } => {
-                    if let Err(full) = make_room(tx, Table::Revocations, max, now_ms)? {
-                        return Ok(Err(full));
-                    }
-                    let sql = "INSERT INTO tok_revoked (jti, keep_until_ms) VALUES ($1, $2)";
-                    tx.execute(sql, &[&jti, &to_sql(keep_until_ms)])?;
-                }
-            }
-            Ok(Ok(step.outcome()))
-        })?
+        self.transact(|tx| revoke_in(tx, max, jti, keep_until_ms, now_ms))?
     }
 
     fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
-        self.transact(|tx| {
-            let sql = "SELECT 1 FROM tok_revoked WHERE jti = $1";
-            Ok(tx.query_opt(sql, &[&jti])?.is_some())
-        })
+        self.transact(|tx| is_revoked_in(tx, jti))
     }
 
     fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
-        self.transact(|tx| {
-            let rows = tx.query("SELECT jti FROM tok_revoked ORDER BY jti", &[])?;
-            Ok(rows
-                .iter()
-                .map(|row| column(row, 0, "jti"))
-                .collect::<Result<_, _>>()?)
-        })
+        self.transact(revoked_jtis_in)
     }
 
     fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
         let max = self.limits.once_tokens_max;
-        self.transact(|tx| {
-            let existing = read_once_by_key(tx, &grant.key)?;
-            let taken = read_once(tx, grant.token)?.is_some();
-            let existing = existing.as_ref().map(|(token, row)| (*token, row));
-            let (row, answer) = match rules::issue_once(existing, taken, grant)? {
-                IssueStep::Existing(answer) => return Ok(Ok(answer)),
-                IssueStep::Insert { row, answer } => (row, answer),
-            };
-            if let Err(full) = make_room(tx, Table::OnceTokens, max, now_ms)? {
-                return Ok(Err(full));
-            }
-            let sql = "INSERT INTO tok_once \
-                       (token, user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms) \
-                       VALUES ($1, $2, $3, $4, $5, NULL)";
-            tx.execute(
-                sql,
-                &[
-                    &answer.token.to_string(),
-                    &user_to_sql(row.key.user),
-                    &row.key.activity.as_str(),
-                    &to_sql(row.key.window_start_ms),
-                    &to_sql(row.expires_at_ms),
-                ],
-            )?;
-            Ok(Ok(answer))
-        })?
+        self.transact(|tx| issue_once_in(tx, max, grant, now_ms))?
     }
 
     fn consume_once(
@@ -299,19 +354,7 @@ impl TokenStore for PgTokenStore {
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        self.transact(|tx| {
-            let consume = rules::consume_once(read_once(tx, token)?.as_ref(), user, now_ms);
-            if let Some(at) = consume.consumed_at_ms {
-                // The one write that makes the acceptance: it must find the row still unconsumed.
-                if !set_consumed(tx, token, at, true)? {
-                    return Err(TokenStoreError::Backend(
-                        "consume: the accepted token was consumed inside the transaction"
-                            .to_owned(),
-                    ));
-                }
-            }
-            Ok(consume.verdict)
-        })
+        self.transact(|tx| consume_once_in(tx, token, user, now_ms))
     }
 
     fn check_once(
@@ -320,7 +363,7 @@ impl TokenStore for PgTokenStore {
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        self.transact(|tx| Ok(rules::judge(read_once(tx, token)?.as_ref(), user, now_ms)))
+        self.transact(|tx| check_once_in(tx, token, user, now_ms))
     }
 
     fn mark_once_consumed(
@@ -328,24 +371,203 @@ impl TokenStore for PgTokenStore {
         token: OnceToken,
         now_ms: u64,
     ) -> Result<bool, TokenStoreError> {
-        self.transact(|tx| {
-            let mark = rules::mark_once_consumed(read_once(tx, token)?.as_ref(), now_ms);
-            if let Some(at) = mark {
-                let marked = set_consumed(tx, token, at, false)?;
-                assert!(marked, "the row read in this transaction is there");
-            }
-            Ok(mark.is_some())
-        })
+        self.transact(|tx| mark_once_consumed_in(tx, token, now_ms))
     }
 
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
-        self.transact(|tx| {
-            Ok(PurgeCounts {
-                revocations: purge_revocations(tx, now_ms)?,
-                once_tokens: purge_once(tx, now_ms)?,
-            })
-        })
+        self.transact(|tx| purge_expired_in(tx, now_ms))
     }
+}
+
+impl TokenStore for PgTokenBatch<'_, '_> {
+    fn revoke(
+        &mut self,
+        jti: &str,
+        keep_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<RevokeOutcome, TokenStoreError> {
+        let max = self.limits.revocations_max;
+        revoke_in(self.tx.get_mut(), max, jti, keep_until_ms, now_ms)?
+    }
+
+    fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
+        is_revoked_in(&mut self.tx.borrow_mut(), jti)
+    }
+
+    fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
+        revoked_jtis_in(&mut self.tx.borrow_mut())
+    }
+
+    fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
+        let max = self.limits.once_tokens_max;
+        issue_once_in(self.tx.get_mut(), max, grant, now_ms)?
+    }
+
+    fn consume_once(
+        &mut self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        consume_once_in(self.tx.get_mut(), token, user, now_ms)
+    }
+
+    fn check_once(
+        &self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        check_once_in(&mut self.tx.borrow_mut(), token, user, now_ms)
+    }
+
+    fn mark_once_consumed(
+        &mut self,
+        token: OnceToken,
+        now_ms: u64,
+    ) -> Result<bool, TokenStoreError> {
+        mark_once_consumed_in(self.tx.get_mut(), token, now_ms)
+    }
+
+    fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
+        purge_expired_in(self.tx.get_mut(), now_ms)
+    }
+}
+
+/// [`TokenStore::revoke`] in `tx`.
+fn revoke_in(
+    tx: &mut Tx<'_>,
+    max: u64,
+    jti: &str,
+    keep_until_ms: u64,
+    now_ms: u64,
+) -> Result<Committed<RevokeOutcome>, TokenStoreError> {
+    let sql = "SELECT keep_until_ms FROM tok_revoked WHERE jti = $1";
+    let existing = tx.query_opt(sql, &[&jti])?;
+    let existing = existing
+        .map(|row| get_u64(&row, 0, "keep_until_ms"))
+        .transpose()?;
+    let step = rules::revoke(existing, keep_until_ms, now_ms);
+    match step {
+        RevokeStep::NotNeeded => {}
+        RevokeStep::Raise { keep_until_ms } => {
+            let sql = "UPDATE tok_revoked SET keep_until_ms = $2 WHERE jti = $1";
+            tx.execute(sql, &[&jti, &to_sql(keep_until_ms)])?;
+        }
+        RevokeStep::Insert { keep_until_ms } => {
+            if let Err(full) = make_room(tx, Table::Revocations, max, now_ms)? {
+                return Ok(Err(full));
+            }
+            let sql = "INSERT INTO tok_revoked (jti, keep_until_ms) VALUES ($1, $2)";
+            tx.execute(sql, &[&jti, &to_sql(keep_until_ms)])?;
+            add_rows(tx, Table::Revocations, 1)?;
+        }
+    }
+    Ok(Ok(step.outcome()))
+}
+
+/// [`TokenStore::is_revoked`] in `tx`.
+fn is_revoked_in(tx: &mut Tx<'_>, jti: &str) -> Result<bool, TokenStoreError> {
+    let sql = "SELECT 1 FROM tok_revoked WHERE jti = $1";
+    Ok(tx.query_opt(sql, &[&jti])?.is_some())
+}
+
+/// [`TokenStore::revoked_jtis`] in `tx`.
+fn revoked_jtis_in(tx: &mut Tx<'_>) -> Result<Vec<String>, TokenStoreError> {
+    let rows = tx.query("SELECT jti FROM tok_revoked ORDER BY jti", &[])?;
+    Ok(rows
+        .iter()
+        .map(|row| column(row, 0, "jti"))
+        .collect::<Result<_, _>>()?)
+}
+
+/// [`TokenStore::issue_once`] in `tx`.
+fn issue_once_in(
+    tx: &mut Tx<'_>,
+    max: u64,
+    grant: &OnceGrant,
+    now_ms: u64,
+) -> Result<Committed<OnceIssue>, TokenStoreError> {
+    let reads = read_for_issue(tx, grant)?;
+    let existing = reads.existing.as_ref().map(|(token, row)| (*token, row));
+    let (row, answer) = match rules::issue_once(existing, reads.taken, grant)? {
+        IssueStep::Existing(answer) => return Ok(Ok(answer)),
+        IssueStep::Insert { row, answer } => (row, answer),
+    };
+    let table = Table::OnceTokens;
+    if let Err(full) = make_room_counted(tx, table, max, now_ms, reads.rows, purge_once)? {
+        return Ok(Err(full));
+    }
+    // The row and its count in one statement.
+    let sql = "WITH inserted AS ( \
+                 INSERT INTO tok_once \
+                 (token, user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, NULL) RETURNING 1) \
+               UPDATE tok_rows SET n = n + (SELECT COUNT(*) FROM inserted) \
+               WHERE tbl = 'tok_once'";
+    let counted = tx.execute(
+        sql,
+        &[
+            &answer.token.to_string(),
+            &user_to_sql(row.key.user),
+            &row.key.activity.as_str(),
+            &to_sql(row.key.window_start_ms),
+            &to_sql(row.expires_at_ms),
+        ],
+    )?;
+    assert_eq!(counted, 1, "the schema creates every counter row");
+    Ok(Ok(answer))
+}
+
+/// [`TokenStore::consume_once`] in `tx`.
+fn consume_once_in(
+    tx: &mut Tx<'_>,
+    token: OnceToken,
+    user: UserId,
+    now_ms: u64,
+) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+    let consume = rules::consume_once(read_once(tx, token)?.as_ref(), user, now_ms);
+    if let Some(at) = consume.consumed_at_ms {
+        // The one write that makes the acceptance: it must find the row still unconsumed.
+        if !set_consumed(tx, token, at, true)? {
+            return Err(TokenStoreError::Backend(
+                "consume: the accepted token was consumed inside the transaction".to_owned(),
+            ));
+        }
+    }
+    Ok(consume.verdict)
+}
+
+/// [`TokenStore::check_once`] in `tx`.
+fn check_once_in(
+    tx: &mut Tx<'_>,
+    token: OnceToken,
+    user: UserId,
+    now_ms: u64,
+) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+    Ok(rules::judge(read_once(tx, token)?.as_ref(), user, now_ms))
+}
+
+/// [`TokenStore::mark_once_consumed`] in `tx`.
+fn mark_once_consumed_in(
+    tx: &mut Tx<'_>,
+    token: OnceToken,
+    now_ms: u64,
+) -> Result<bool, TokenStoreError> {
+    let mark = rules::mark_once_consumed(read_once(tx, token)?.as_ref(), now_ms);
+    if let Some(at) = mark {
+        let marked = set_consumed(tx, token, at, false)?;
+        assert!(marked, "the row read in this transaction is there");
+    }
+    Ok(mark.is_some())
+}
+
+/// [`TokenStore::purge_expired`] in `tx`.
+fn purge_expired_in(tx: &mut Tx<'_>, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
+    Ok(PurgeCounts {
+        revocations: purge_revocations(tx, now_ms)?,
+        once_tokens: purge_once(tx, now_ms)?,
+    })
 }
 
 #[cfg(test)]

@@ -233,6 +233,9 @@ impl SqliteTokenStore {
             .map_err(backend)?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(backend)?;
+        // The token service and the one-time-token writer each hold a connection to the file.
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(backend)?;
         conn.execute_batch(SCHEMA).map_err(backend)?;
         Ok(Self { conn, limits })
     }

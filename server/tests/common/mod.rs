@@ -43,7 +43,7 @@ fn admin_route(path: &str) -> bool {
     path.starts_with("/admin/")
         || path == "/tokens"
         || path == "/lottery/state"
-        || path == "/tcc/branch"
+        || path.starts_with("/tcc/branch")
 }
 
 /// Routes that take the JWT of the body's `user`.

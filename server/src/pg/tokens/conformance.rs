@@ -29,3 +29,70 @@ fn memory_and_postgres_token_stores_agree() {
         agree(&mut PgTokenStore::open(&url, LIMITS).expect("open"), &ops)?;
     });
 }
+
+#[test]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+fn a_postgres_batch_agrees_with_the_memory_store_and_commits_once() {
+    // The same sequences, every operation inside one batch (the one-time-token writer's group
+    // commit): each step must answer as the memory store does, and what the batch committed
+    // must be what a fresh connection reads.
+    let server = Postgres::start().expect("start PostgreSQL");
+    let case = Cell::new(0u32);
+    let config = ProptestConfig {
+        cases: 16,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(ops in proptest::collection::vec(op(), 1..60))| {
+        let name = format!("tok_batch_{}", case.get());
+        case.set(case.get() + 1);
+        create_database(&server.url(), &name).expect("create database");
+        let url = url_with_database(&server.url(), &name);
+        let mut store = PgTokenStore::open(&url, LIMITS).expect("open");
+        let mut agreed = Ok(());
+        store
+            .batch(&mut |batch| {
+                agreed = agree(batch, &ops);
+                Ok(())
+            })
+            .expect("the batch commits");
+        agreed?;
+        // Committed, and the row counters the limits use equal the rows really there.
+        let client = crate::pg::connect(&url).expect("connect");
+        let sql = "SELECT (SELECT n FROM tok_rows WHERE tbl = 'tok_once') = \
+                          (SELECT COUNT(*) FROM tok_once) \
+                      AND (SELECT n FROM tok_rows WHERE tbl = 'tok_revoked') = \
+                          (SELECT COUNT(*) FROM tok_revoked)";
+        let row = futures_executor::block_on(client.query_one(sql, &[])).expect("count");
+        prop_assert!(row.get::<_, bool>(0), "counters drifted from the tables");
+    });
+}
+
+#[test]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+fn an_abandoned_batch_commits_nothing() {
+    use sut::token::rows::{OnceGrant, OnceKey, OnceRejection, OnceToken, TokenStoreError};
+    use sut::token::{ActivityId, TokenStore, UserId};
+    let server = Postgres::start().expect("start PostgreSQL");
+    create_database(&server.url(), "tok_abandon").expect("create database");
+    let url = url_with_database(&server.url(), "tok_abandon");
+    let mut store = PgTokenStore::open(&url, LIMITS).expect("open");
+    let grant = OnceGrant {
+        key: OnceKey {
+            user: UserId(7),
+            activity: ActivityId::new("A1").unwrap(),
+            window_start_ms: 0,
+        },
+        token: OnceToken(42),
+        expires_at_ms: 3_600_000,
+    };
+    let abandoned = store.batch(&mut |b| {
+        assert!(b.issue_once(&grant, 0)?.fresh);
+        Err(TokenStoreError::Backend("a later job failed".into()))
+    });
+    assert!(abandoned.is_err());
+    assert_eq!(
+        store.consume_once(OnceToken(42), UserId(7), 1).unwrap(),
+        Err(OnceRejection::Unknown),
+        "the issue of an abandoned batch was rolled back"
+    );
+}

@@ -71,7 +71,7 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn apply<S: TokenStore>(s: &mut S, op: &Op) -> String {
+fn apply<S: TokenStore + ?Sized>(s: &mut S, op: &Op) -> String {
     let r = match op {
         Op::Revoke {
             jti,
@@ -135,7 +135,10 @@ pub(crate) const LIMITS: TokenStoreLimits = TokenStoreLimits {
 
 /// Applies `ops` to a fresh [`MemoryTokenStore`] and to `store` (fresh, with [`LIMITS`]):
 /// every step must answer the same, and every token and the revocation set must end the same.
-pub(crate) fn agree<S: TokenStore>(store: &mut S, ops: &[Op]) -> Result<(), TestCaseError> {
+pub(crate) fn agree<S: TokenStore + ?Sized>(
+    store: &mut S,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
     let mut mem = MemoryTokenStore::new(LIMITS);
     for (i, op) in ops.iter().enumerate() {
         let m = apply(&mut mem, op);
