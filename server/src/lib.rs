@@ -575,6 +575,12 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let (shutdown, mut rx) = watch::channel(false);
     let app = router(state.clone());
+    // Answers go out at once: without TCP_NODELAY a response written in two parts can wait for
+    // the client's delayed ACK (tens of milliseconds).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        // A socket that refuses the option still serves, only slower.
+        let _ = tcp.set_nodelay(true);
+    });
     let serve = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {

@@ -1,6 +1,7 @@
 //! One-time submit tokens with group commit: one writer thread per process runs every issue and
 //! consume, taking as many as are waiting into one store batch (on PostgreSQL one transaction,
-//! one WAL flush) and answering none of them before the batch is durable.
+//! one WAL flush, and a handful of statements whatever the batch's size: the rows it needs are
+//! read up front) and answering none of them before the batch is durable.
 //!
 //! What a token means and when a consume is accepted is `sut::token::once`'s business; this
 //! module only moves requests to the store and answers back. On SQLite every operation stays
@@ -15,7 +16,7 @@ use sut::token::rows::{OnceIssue, OnceKey, OnceRejection, OnceToken, TokenStoreE
 use sut::token::{ActivityId, TokenFlaws, TokenStore, UserId};
 use tokio::sync::oneshot;
 
-use crate::pg::PgTokenStore;
+use crate::pg::{OnceHints, PgTokenStore};
 use crate::sqlite::SqliteTokenStore;
 
 /// Most operations in one batch.
@@ -30,6 +31,7 @@ pub trait BatchTokenStore: Send + std::fmt::Debug {
     /// The first error of `ops`, or a store failure; then none of it may be answered.
     fn batch(
         &mut self,
+        hints: &OnceHints,
         ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
     ) -> Result<(), TokenStoreError>;
 
@@ -40,9 +42,10 @@ pub trait BatchTokenStore: Send + std::fmt::Debug {
 impl BatchTokenStore for PgTokenStore {
     fn batch(
         &mut self,
+        hints: &OnceHints,
         ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
     ) -> Result<(), TokenStoreError> {
-        Self::batch(self, ops)
+        self.batch_once(hints, ops)
     }
 
     fn batch_max(&self) -> usize {
@@ -55,6 +58,7 @@ impl BatchTokenStore for SqliteTokenStore {
     /// never hide an operation that was committed.
     fn batch(
         &mut self,
+        _hints: &OnceHints,
         ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
     ) -> Result<(), TokenStoreError> {
         ops(self)
@@ -205,7 +209,8 @@ fn run(mut store: BatchTokenStoreBox, rules: OnceRules, rx: &mpsc::Receiver<Job>
             }
         }
         let mut answers = Vec::with_capacity(jobs.len());
-        let committed = store.batch(&mut |s| {
+        let hints = hints(&jobs, rules);
+        let committed = store.batch(&hints, &mut |s| {
             answers.clear();
             for job in &jobs {
                 let answer = perform(s, rules, job);
@@ -233,6 +238,31 @@ fn run(mut store: BatchTokenStoreBox, rules: OnceRules, rx: &mpsc::Receiver<Job>
             }
         }
     }
+}
+
+/// The rows `jobs` will look at: each token, and each key an issue asks for.
+fn hints(jobs: &[Job], rules: OnceRules) -> OnceHints {
+    let mut hints = OnceHints::default();
+    for job in jobs {
+        match job {
+            Job::Issue {
+                user,
+                activity,
+                nonce,
+                now,
+                ..
+            } => {
+                hints.tokens.push(OnceToken(*nonce));
+                hints.keys.push(OnceKey {
+                    user: *user,
+                    activity: activity.clone(),
+                    window_start_ms: rules.once.window_start_ms(now.wall_ms),
+                });
+            }
+            Job::Consume { token, .. } => hints.tokens.push(*token),
+        }
+    }
+    hints
 }
 
 /// Runs one job against the batch's store.

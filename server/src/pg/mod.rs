@@ -31,7 +31,7 @@ pub use ids::PgIdStore;
 pub use journal::PgJournal;
 pub use lottery::PgLotteryStore;
 mod tokens;
-pub use tokens::PgTokenStore;
+pub use tokens::{OnceHints, PgTokenStore};
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -263,6 +263,26 @@ impl PgConn {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// Runs one statement as its own transaction (autocommit: durable when this returns, with
+    /// `synchronous_commit` on); one round trip once its statement is prepared. For a statement
+    /// whose result does not depend on what it reads (an append), where isolation cannot matter.
+    ///
+    /// # Errors
+    /// Database failures (not retried).
+    pub fn execute_alone(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, DbError> {
+        self.ensure_connected()?;
+        let client = self.client.as_mut().expect("connected just above");
+        let statement = match self.statements.get(sql) {
+            Some(s) => s.clone(),
+            None => {
+                let prepared = block(client.prepare(sql))?;
+                self.statements.insert(sql.to_owned(), prepared.clone());
+                prepared
+            }
+        };
+        Ok(block(client.execute(&statement, params))?)
     }
 
     /// Runs `op` in one SERIALIZABLE transaction, committing when it returns `Ok`; retries the

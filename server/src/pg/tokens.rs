@@ -636,5 +636,8 @@ mod tests {
     }
 }
 
+mod batch;
+pub use batch::OnceHints;
+
 #[cfg(test)]
 mod conformance;

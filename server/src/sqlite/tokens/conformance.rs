@@ -71,7 +71,8 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn apply<S: TokenStore + ?Sized>(s: &mut S, op: &Op) -> String {
+/// Applies `op` to `s`; its answer, printed.
+pub(crate) fn apply<S: TokenStore + ?Sized>(s: &mut S, op: &Op) -> String {
     let r = match op {
         Op::Revoke {
             jti,

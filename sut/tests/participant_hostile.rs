@@ -1,0 +1,324 @@
+//! Participants against a hostile coordinator: any phase of any branch of any draw, in any
+//! order, repeated, and (on the flawed two-step paths) with other messages run between the two
+//! halves of one. The properties are the participants' own promises, checked after every
+//! message against a reference of what each branch went through:
+//!
+//! - a Try takes effect only on a branch nothing was accepted for yet (never after its Cancel);
+//! - a Confirm takes effect only after that branch's Try did, and once;
+//! - a Cancel undoes a Try that took effect, records an empty rollback when there was none,
+//!   and never undoes a Confirm;
+//! - a repeat answers "already done" and a refusal changes nothing;
+//! - the books match: frozen money and reserved stock are the Tries still open, collected money
+//!   and issued stock the Confirms, participation records the open or confirmed Tries, and
+//!   money and stock are conserved.
+//!
+//! The correct participants keep them for every sequence; the fence flaws break them, and the
+//! tests at the end show the check firing on each.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sut::lottery::{
+    ActivityId, DrawArgs, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore, MemoryStore,
+    Participant, ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Resume, UserId, Xid,
+};
+
+const PRICE_MINOR: u64 = 10;
+const BALANCE_MINOR: u64 = 35;
+const UNITS: u64 = 2;
+const DRAWS: u64 = 6;
+
+/// Draw `xid` (1..=DRAWS): two users, two activities, every third draw a winner. Balances and
+/// stock are small, so business refusals happen too.
+fn draw(xid: u64) -> DrawArgs {
+    DrawArgs {
+        xid: Xid(xid),
+        user: UserId(1 + xid % 2),
+        activity: ActivityId(1 + (xid / 2) % 2),
+        price_minor: PRICE_MINOR,
+        won: xid % 3 == 0,
+    }
+}
+
+/// What a hostile coordinator does next.
+#[derive(Clone, Debug)]
+enum Action {
+    /// Send `phase` for `branch` of draw `xid` (a branch the draw has).
+    Send {
+        xid: u64,
+        branch: Participant,
+        phase: Phase,
+    },
+    /// Let the oldest paused half-done message finish (flawed two-step paths only).
+    Resume,
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    let branch = prop_oneof![
+        Just(Participant::Wallet),
+        Just(Participant::Inventory),
+        Just(Participant::Participation),
+    ];
+    let phase = prop_oneof![Just(Phase::Try), Just(Phase::Confirm), Just(Phase::Cancel)];
+    prop_oneof![
+        6 => (1..=DRAWS, branch, phase).prop_map(|(xid, branch, phase)| {
+            // A draw without that branch gets its wallet instead.
+            let branch = if draw(xid).has_branch(branch) { branch } else { Participant::Wallet };
+            Action::Send { xid, branch, phase }
+        }),
+        1 => Just(Action::Resume),
+    ]
+}
+
+/// What one branch went through, as its replies said.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Branch {
+    #[default]
+    Fresh,
+    Tried,
+    Confirmed,
+    /// Cancelled after its Try took effect.
+    Cancelled,
+    /// Cancelled with no Try before it (empty rollback).
+    Suspended,
+}
+
+/// Drives the participants of one store and checks their promises after every reply.
+struct Bench {
+    store: MemoryStore,
+    config: ParticipantConfig,
+    branches: BTreeMap<(u64, Participant), Branch>,
+    paused: Vec<(Participant, Resume)>,
+}
+
+impl Bench {
+    fn new(flaws: Flaws) -> Self {
+        let mut store = MemoryStore::new();
+        for user in 1..=2 {
+            store.open_account(UserId(user), BALANCE_MINOR).unwrap();
+        }
+        for activity in 1..=2 {
+            store.add_stock(ActivityId(activity), UNITS).unwrap();
+        }
+        Self {
+            store,
+            config: ParticipantConfig { flaws },
+            branches: BTreeMap::new(),
+            paused: Vec::new(),
+        }
+    }
+
+    fn ledger(&mut self) -> Ledger {
+        self.store.snapshot().unwrap()
+    }
+
+    fn act(&mut self, action: &Action) -> Result<(), String> {
+        let before = self.ledger();
+        let reply = match *action {
+            Action::Send { xid, branch, phase } => {
+                let msg = ParticipantMsg {
+                    phase,
+                    draw: draw(xid),
+                };
+                match branch.handle(&mut self.store, &self.config, &msg) {
+                    Handled::Reply(reply) => reply,
+                    Handled::Resume(resume) => {
+                        self.paused.push((branch, resume));
+                        return Ok(());
+                    }
+                }
+            }
+            Action::Resume => {
+                if self.paused.is_empty() {
+                    return Ok(());
+                }
+                let (branch, resume) = self.paused.remove(0);
+                branch.handle_resume(&mut self.store, &self.config, &resume)
+            }
+        };
+        self.check_reply(&reply, &before)?;
+        self.check_books()
+    }
+
+    /// The reply is a transition the promises allow from what the branch went through.
+    fn check_reply(&mut self, reply: &ParticipantReply, before: &Ledger) -> Result<(), String> {
+        use Branch::{Cancelled, Confirmed, Fresh, Suspended, Tried};
+        let key = (reply.draw.xid.0, reply.branch);
+        let was = self.branches.get(&key).copied().unwrap_or_default();
+        let said = format!(
+            "{:?} of draw {} on {:?} answered {:?} after the branch was {was:?}",
+            reply.phase, key.0, key.1, reply.outcome
+        );
+        let now = match (&reply.outcome, reply.phase, was) {
+            (Ok(Effect::Applied), Phase::Try, Fresh) => Tried,
+            (Ok(Effect::Applied), Phase::Confirm, Tried) => Confirmed,
+            (Ok(Effect::Applied), Phase::Cancel, Tried) => Cancelled,
+            (Ok(Effect::EmptyRollback), Phase::Cancel, Fresh) => Suspended,
+            (Ok(Effect::AlreadyDone), Phase::Confirm, Confirmed)
+            | (Ok(Effect::AlreadyDone), Phase::Cancel, Cancelled | Suspended) => {
+                if self.ledger() != *before {
+                    return Err(format!("a repeat changed the books: {said}"));
+                }
+                was
+            }
+            (Err(_), _, _) => {
+                if self.ledger() != *before {
+                    return Err(format!("a refusal changed the books: {said}"));
+                }
+                was
+            }
+            _ => return Err(format!("a broken promise: {said}")),
+        };
+        self.branches.insert(key, now);
+        Ok(())
+    }
+
+    /// Frozen, reserved, collected, issued and the participation records are what the branches
+    /// went through; money and stock are conserved.
+    fn check_books(&mut self) -> Result<(), String> {
+        let ledger = self.ledger();
+        let count = |branch: Participant, state: Branch| {
+            self.branches
+                .iter()
+                .filter(|((_, b), s)| *b == branch && **s == state)
+                .count() as u64
+        };
+        let frozen: u64 = ledger.accounts.values().map(|a| a.frozen_minor).sum();
+        let reserved: u64 = ledger.stock.values().map(|s| s.reserved).sum();
+        let issued: u64 = ledger.stock.values().map(|s| s.issued).sum();
+        let books = [
+            (
+                "frozen",
+                frozen,
+                PRICE_MINOR * count(Participant::Wallet, Branch::Tried),
+            ),
+            (
+                "collected",
+                ledger.collected_minor,
+                PRICE_MINOR * count(Participant::Wallet, Branch::Confirmed),
+            ),
+            (
+                "reserved",
+                reserved,
+                count(Participant::Inventory, Branch::Tried),
+            ),
+            (
+                "issued",
+                issued,
+                count(Participant::Inventory, Branch::Confirmed),
+            ),
+        ];
+        for (what, got, want) in books {
+            if got != want {
+                return Err(format!("{what} is {got}, the branches say {want}"));
+            }
+        }
+        for ((xid, branch), state) in &self.branches {
+            if *branch != Participant::Participation {
+                continue;
+            }
+            let d = draw(*xid);
+            let row = ledger.participations.get(&(d.user, d.activity));
+            let held = row.filter(|r| r.xid == d.xid).map(|r| r.confirmed);
+            let want = match state {
+                Branch::Tried => Some(false),
+                Branch::Confirmed => Some(true),
+                _ => None,
+            };
+            if held != want {
+                return Err(format!(
+                    "draw {xid}'s participation record is {held:?}, its branch is {state:?}"
+                ));
+            }
+        }
+        sut::lottery::invariants::conservation(&ledger).map_err(|v| v.to_string())?;
+        sut::lottery::invariants::no_over_issue(&ledger).map_err(|v| v.to_string())
+    }
+}
+
+/// Runs `actions` against participants with `flaws`; the first broken promise.
+fn run(flaws: Flaws, actions: &[Action]) -> Result<(), String> {
+    let mut bench = Bench::new(flaws);
+    for (i, action) in actions.iter().enumerate() {
+        bench
+            .act(action)
+            .map_err(|e| format!("step {i} ({action:?}): {e}"))?;
+    }
+    Ok(())
+}
+
+fn flawed(fence: FenceMode) -> Flaws {
+    Flaws {
+        fence,
+        ..Flaws::NONE
+    }
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 512, ..Config::default() })]
+
+    #[test]
+    fn correct_participants_keep_their_promises_whatever_the_coordinator_sends(
+        actions in proptest::collection::vec(action(), 1..60)
+    ) {
+        prop_assert_eq!(run(Flaws::NONE, &actions), Ok(()));
+    }
+}
+
+fn send(xid: u64, branch: Participant, phase: Phase) -> Action {
+    Action::Send { xid, branch, phase }
+}
+
+#[test]
+fn without_a_fence_a_try_after_its_cancel_takes_effect() {
+    let actions = [
+        send(1, Participant::Wallet, Phase::Cancel),
+        send(1, Participant::Wallet, Phase::Try),
+    ];
+    assert_eq!(run(Flaws::NONE, &actions), Ok(()));
+    let broken = run(flawed(FenceMode::Unfenced), &actions).unwrap_err();
+    assert!(broken.contains("step 0") || broken.contains("step 1"), "{broken}");
+}
+
+#[test]
+fn without_a_fence_a_repeated_confirm_collects_twice() {
+    let actions = [
+        send(1, Participant::Wallet, Phase::Try),
+        send(1, Participant::Wallet, Phase::Confirm),
+        send(1, Participant::Wallet, Phase::Confirm),
+    ];
+    assert_eq!(run(Flaws::NONE, &actions), Ok(()));
+    let broken = run(flawed(FenceMode::Unfenced), &actions).unwrap_err();
+    assert!(broken.starts_with("step 2"), "{broken}");
+}
+
+#[test]
+fn a_fence_checked_then_changed_lets_a_paused_try_in_after_its_cancel() {
+    // The Try's fence check passes, the Try pauses, its Cancel records an empty rollback, then
+    // the Try finishes: a hanging Try with money frozen for a cancelled draw.
+    let actions = [
+        send(1, Participant::Wallet, Phase::Try),
+        send(1, Participant::Wallet, Phase::Cancel),
+        Action::Resume,
+    ];
+    let broken = run(flawed(FenceMode::CheckThenAct), &actions).unwrap_err();
+    assert!(broken.contains("step 2"), "{broken}");
+    assert!(broken.contains("Suspended"), "{broken}");
+}
+
+#[test]
+fn random_hostile_sequences_find_each_fence_flaw() {
+    // The property of the test above, run as a search: each flaw is found within 512 cases.
+    for fence in [FenceMode::Unfenced, FenceMode::CheckThenAct] {
+        let mut runner = TestRunner::new(Config {
+            cases: 512,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let found = runner.run(&proptest::collection::vec(action(), 1..60), |actions| {
+            run(flawed(fence), &actions).map_err(TestCaseError::fail)
+        });
+        assert!(found.is_err(), "{fence:?} survived 512 hostile sequences");
+    }
+}
