@@ -39,7 +39,7 @@ fn draw(xid: u64) -> DrawArgs {
         user: UserId(1 + xid % 2),
         activity: ActivityId(1 + (xid / 2) % 2),
         price_minor: PRICE_MINOR,
-        won: xid % 3 == 0,
+        won: xid.is_multiple_of(3),
     }
 }
 
