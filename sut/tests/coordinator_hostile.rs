@@ -1,0 +1,578 @@
+//! The coordinator against hostile participants and a hostile log: replies late, twice, for
+//! the wrong phase or draw, misaddressed, contradicting themselves; log writes acknowledged in
+//! any order; time jumping ahead. The properties are the coordinator's own promises, checked by
+//! a referee that sees only what crosses its boundary (log writes asked for and acknowledged,
+//! messages sent, replies delivered, outcome events):
+//!
+//! - no Try before the draw's `Begin` is durable;
+//! - one verdict per draw; Confirm only when every branch answered its Try with success;
+//! - no Confirm or Cancel before the verdict is durable, and only the verdict's phase;
+//! - `Finished` only when every branch acknowledged the verdict; a final outcome only after
+//!   `Finished` is durable, at most one per draw, and the outcome the verdict says;
+//! - the coordinator's own invariants after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use proptest::test_runner::Config;
+use sut::clock::Now;
+use sut::lottery::{
+    ActivityId, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome, Effect,
+    FenceStatus, LogEntry, Participant, ParticipantMsg, ParticipantReply, Phase, Refusal, UserId,
+    Verdict, Xid,
+};
+
+const DRAWS: u64 = 4;
+
+fn draw(xid: u64) -> DrawArgs {
+    DrawArgs {
+        xid: Xid(xid),
+        user: UserId(xid),
+        activity: ActivityId(1),
+        price_minor: 10,
+        won: xid.is_multiple_of(2),
+    }
+}
+
+fn at(mono_ms: u64) -> Now {
+    Now {
+        wall_ms: 1_000_000 + mono_ms,
+        mono_ms,
+    }
+}
+
+/// What the referee saw cross the coordinator's boundary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seen {
+    /// The coordinator asked for this entry to be written.
+    LogAsked(LogEntry),
+    /// The driver acknowledged this entry as durable.
+    LogDurable(LogEntry),
+    /// The coordinator sent this message.
+    Sent(Participant, ParticipantMsg),
+    /// This reply was delivered to it (as coming from the first participant).
+    Delivered(Participant, ParticipantReply),
+    /// It reported this outcome.
+    Event(DrawEvent),
+}
+
+/// Checks the promises on the boundary traffic, one observation at a time.
+#[derive(Default)]
+struct Referee {
+    begun: BTreeSet<u64>,
+    verdicts_asked: BTreeMap<u64, Verdict>,
+    verdicts: BTreeMap<u64, Verdict>,
+    /// Branches whose Try succeeded, as delivered replies said.
+    tried: BTreeSet<(u64, Participant)>,
+    /// Branches that acknowledged the phase of the durable verdict.
+    acknowledged: BTreeSet<(u64, Participant)>,
+    finished: BTreeSet<u64>,
+    final_events: BTreeSet<u64>,
+}
+
+impl Referee {
+    fn see(&mut self, seen: &Seen) -> Result<(), String> {
+        match seen {
+            Seen::LogAsked(entry) => self.asked(entry),
+            Seen::LogDurable(entry) => {
+                match *entry {
+                    LogEntry::Begin(d) => {
+                        self.begun.insert(d.xid.0);
+                    }
+                    LogEntry::Decided { xid, verdict } => {
+                        self.verdicts.insert(xid.0, verdict);
+                    }
+                    LogEntry::Finished { xid } => {
+                        self.finished.insert(xid.0);
+                    }
+                }
+                Ok(())
+            }
+            Seen::Sent(to, msg) => self.sent(*to, msg),
+            Seen::Delivered(from, reply) => {
+                self.delivered(*from, reply);
+                Ok(())
+            }
+            Seen::Event(event) => self.event(event),
+        }
+    }
+
+    fn asked(&mut self, entry: &LogEntry) -> Result<(), String> {
+        match *entry {
+            LogEntry::Begin(_) => Ok(()),
+            LogEntry::Decided { xid, verdict } => {
+                let x = xid.0;
+                if let Some(first) = self.verdicts_asked.insert(x, verdict)
+                    && first != verdict
+                {
+                    return Err(format!("draw {x}: verdict {verdict:?} after {first:?}"));
+                }
+                let untried: Vec<_> = draw(x)
+                    .branches()
+                    .filter(|b| !self.tried.contains(&(x, *b)))
+                    .collect();
+                if verdict == Verdict::Confirm && !untried.is_empty() {
+                    return Err(format!(
+                        "draw {x}: Confirm decided though {untried:?} never answered its Try with \
+                         success"
+                    ));
+                }
+                Ok(())
+            }
+            LogEntry::Finished { xid } => {
+                let x = xid.0;
+                let missing: Vec<_> = draw(x)
+                    .branches()
+                    .filter(|b| !self.acknowledged.contains(&(x, *b)))
+                    .collect();
+                if missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "draw {x}: Finished though {missing:?} never acknowledged the verdict"
+                    ))
+                }
+            }
+        }
+    }
+
+    fn sent(&self, to: Participant, msg: &ParticipantMsg) -> Result<(), String> {
+        let x = msg.draw.xid.0;
+        if !msg.draw.has_branch(to) {
+            return Err(format!(
+                "draw {x}: a message to {to:?}, which it has no branch on"
+            ));
+        }
+        if msg.phase == Phase::Try {
+            return if self.begun.contains(&x) {
+                Ok(())
+            } else {
+                Err(format!("draw {x}: a Try before its Begin was durable"))
+            };
+        }
+        match self.verdicts.get(&x) {
+            Some(v) if v.phase() == msg.phase => Ok(()),
+            Some(v) => Err(format!("draw {x}: a {:?} after verdict {v:?}", msg.phase)),
+            None => Err(format!(
+                "draw {x}: a {:?} before its verdict was durable",
+                msg.phase
+            )),
+        }
+    }
+
+    fn delivered(&mut self, from: Participant, reply: &ParticipantReply) {
+        let x = reply.draw.xid.0;
+        let genuine = from == reply.branch && reply.draw == draw(x);
+        if !genuine {
+            return;
+        }
+        let success = match &reply.outcome {
+            Ok(_) => true,
+            Err(Refusal::TryFenced { existing }) => *existing == FenceStatus::Tried,
+            Err(_) => false,
+        };
+        if reply.phase == Phase::Try && success && !self.verdicts_asked.contains_key(&x) {
+            self.tried.insert((x, from));
+        }
+        let acknowledges = self
+            .verdicts
+            .get(&x)
+            .is_some_and(|v| v.phase() == reply.phase && reply.outcome.is_ok());
+        if acknowledges {
+            self.acknowledged.insert((x, from));
+        }
+    }
+
+    fn event(&mut self, event: &DrawEvent) -> Result<(), String> {
+        let x = event.draw.xid.0;
+        let want = match event.outcome {
+            DrawOutcome::Confirmed { .. } => Verdict::Confirm,
+            DrawOutcome::Cancelled { .. } => Verdict::Cancel,
+            DrawOutcome::Parked { verdict } | DrawOutcome::DeadLettered { verdict } => {
+                return match self.verdicts.get(&x) {
+                    Some(v) if *v == verdict => Ok(()),
+                    other => Err(format!(
+                        "draw {x}: parked with {verdict:?}, logged {other:?}"
+                    )),
+                };
+            }
+        };
+        if !self.final_events.insert(x) {
+            return Err(format!(
+                "draw {x}: a second final outcome {:?}",
+                event.outcome
+            ));
+        }
+        if !self.finished.contains(&x) {
+            return Err(format!(
+                "draw {x}: outcome {:?} before Finished was durable",
+                event.outcome
+            ));
+        }
+        match self.verdicts.get(&x) {
+            Some(v) if *v == want => Ok(()),
+            other => Err(format!(
+                "draw {x}: outcome {:?} but the verdict logged is {other:?}",
+                event.outcome
+            )),
+        }
+    }
+}
+
+/// What the hostile environment does next.
+#[derive(Clone, Debug)]
+enum Action {
+    /// Acknowledge the `n`-th pending log write (modulo their number) as durable.
+    Write(usize),
+    /// Answer the `n`-th message ever sent (modulo), maybe as another phase, another
+    /// participant or another draw, with `answer`.
+    Answer {
+        n: usize,
+        answer: Answer,
+        twist: Twist,
+    },
+    /// Let `ms` pass and fire what is due.
+    Wait(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Applied,
+    AlreadyDone,
+    EmptyRollback,
+    Refused,
+    FencedTried,
+    /// The fence refused the Try because the branch was cancelled first: no success.
+    FencedSuspended,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Twist {
+    None,
+    OtherPhase,
+    Misaddressed,
+    OtherPrice,
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    let answer = prop_oneof![
+        4 => Just(Answer::Applied),
+        1 => Just(Answer::AlreadyDone),
+        1 => Just(Answer::EmptyRollback),
+        2 => Just(Answer::Refused),
+        1 => Just(Answer::FencedTried),
+        1 => Just(Answer::FencedSuspended),
+    ];
+    let twist = prop_oneof![
+        6 => Just(Twist::None),
+        1 => Just(Twist::OtherPhase),
+        1 => Just(Twist::Misaddressed),
+        1 => Just(Twist::OtherPrice),
+    ];
+    prop_oneof![
+        4 => (0usize..8).prop_map(Action::Write),
+        6 => (0usize..64, answer, twist).prop_map(|(n, answer, twist)| Action::Answer { n, answer, twist }),
+        2 => (1u64..2_000).prop_map(Action::Wait),
+    ]
+}
+
+/// The coordinator, its environment's memory, and the referee.
+struct Bench {
+    coordinator: Coordinator,
+    now_ms: u64,
+    pending: Vec<LogEntry>,
+    sent: Vec<(Participant, ParticipantMsg)>,
+    referee: Referee,
+}
+
+impl Bench {
+    fn new() -> Self {
+        let config = CoordinatorConfig {
+            attempts_max: 2,
+            park_delay_ms: 50,
+            compensation_retries_max: 1,
+            ..CoordinatorConfig::default()
+        };
+        let mut bench = Self {
+            coordinator: Coordinator::new(config).unwrap(),
+            now_ms: 0,
+            pending: Vec::new(),
+            sent: Vec::new(),
+            referee: Referee::default(),
+        };
+        for xid in 1..=DRAWS {
+            bench.coordinator.start_draw(draw(xid), at(0)).unwrap();
+        }
+        bench
+    }
+
+    /// Drains what the coordinator asks for, through the referee.
+    fn drain(&mut self) -> Result<(), String> {
+        while let Some(entry) = self.coordinator.poll_log_write() {
+            self.referee.see(&Seen::LogAsked(entry))?;
+            self.pending.push(entry);
+        }
+        while let Some((to, msg)) = self.coordinator.poll_send() {
+            self.referee.see(&Seen::Sent(to, msg))?;
+            self.sent.push((to, msg));
+        }
+        while let Some(event) = self.coordinator.poll_event() {
+            self.referee.see(&Seen::Event(event))?;
+        }
+        self.coordinator.check_invariants()
+    }
+
+    fn act(&mut self, action: &Action) -> Result<(), String> {
+        let now = at(self.now_ms);
+        match *action {
+            Action::Write(n) => {
+                if self.pending.is_empty() {
+                    return Ok(());
+                }
+                let entry = self.pending.remove(n % self.pending.len());
+                self.referee.see(&Seen::LogDurable(entry))?;
+                self.coordinator.handle_log_written(&entry, now);
+            }
+            Action::Answer { n, answer, twist } => {
+                if self.sent.is_empty() {
+                    return Ok(());
+                }
+                let (to, msg) = self.sent[n % self.sent.len()];
+                let (from, reply) = hostile_reply(to, &msg, answer, twist);
+                self.referee.see(&Seen::Delivered(from, reply.clone()))?;
+                self.coordinator.handle_reply(from, &reply, now);
+            }
+            Action::Wait(ms) => {
+                self.now_ms += ms;
+                self.coordinator.handle_timeout(at(self.now_ms));
+            }
+        }
+        self.drain()
+    }
+}
+
+fn hostile_reply(
+    to: Participant,
+    msg: &ParticipantMsg,
+    answer: Answer,
+    twist: Twist,
+) -> (Participant, ParticipantReply) {
+    let outcome = match answer {
+        Answer::Applied => Ok(Effect::Applied),
+        Answer::AlreadyDone => Ok(Effect::AlreadyDone),
+        Answer::EmptyRollback => Ok(Effect::EmptyRollback),
+        Answer::Refused => Err(Refusal::ConfirmWithoutTry),
+        Answer::FencedTried => Err(Refusal::TryFenced {
+            existing: FenceStatus::Tried,
+        }),
+        Answer::FencedSuspended => Err(Refusal::TryFenced {
+            existing: FenceStatus::Suspended,
+        }),
+    };
+    let mut reply = ParticipantReply {
+        branch: to,
+        phase: msg.phase,
+        draw: msg.draw,
+        outcome,
+    };
+    let mut from = to;
+    match twist {
+        Twist::None => {}
+        Twist::OtherPhase => {
+            reply.phase = match msg.phase {
+                Phase::Try => Phase::Confirm,
+                Phase::Confirm => Phase::Cancel,
+                Phase::Cancel => Phase::Try,
+            };
+        }
+        Twist::Misaddressed => {
+            from = match to {
+                Participant::Wallet => Participant::Participation,
+                _ => Participant::Wallet,
+            };
+        }
+        Twist::OtherPrice => reply.draw.price_minor += 1,
+    }
+    (from, reply)
+}
+
+fn run(actions: &[Action]) -> Result<(), String> {
+    let mut bench = Bench::new();
+    bench.drain()?;
+    for (i, action) in actions.iter().enumerate() {
+        bench
+            .act(action)
+            .map_err(|e| format!("step {i} ({action:?}): {e}"))?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 512, ..Config::default() })]
+
+    #[test]
+    fn the_coordinator_keeps_its_promises_whatever_participants_and_the_log_do(
+        actions in proptest::collection::vec(action(), 1..120)
+    ) {
+        prop_assert_eq!(run(&actions), Ok(()));
+    }
+}
+
+#[test]
+fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
+    // Not vacuous: over the generated sequences, draws are confirmed, cancelled, parked and
+    // finished.
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = proptest::collection::vec(action(), 1..120);
+    let mut outcomes = BTreeSet::new();
+    for _ in 0..512 {
+        let actions = strategy.new_tree(&mut runner).unwrap().current();
+        let mut bench = Bench::new();
+        bench.drain().unwrap();
+        for action in &actions {
+            bench.act(action).unwrap();
+        }
+        for verdict in bench.referee.verdicts.values() {
+            outcomes.insert(format!("verdict {verdict:?}"));
+        }
+        if !bench.referee.final_events.is_empty() {
+            outcomes.insert("final event".to_owned());
+        }
+        if bench.coordinator.parked().next().is_some() {
+            outcomes.insert("parked".to_owned());
+        }
+    }
+    for want in ["verdict Confirm", "verdict Cancel", "final event", "parked"] {
+        assert!(
+            outcomes.contains(want),
+            "never reached: {want} ({outcomes:?})"
+        );
+    }
+}
+
+// The referee fires on bad histories (each one a coordinator bug it must catch).
+
+fn referee_over(history: &[Seen]) -> Result<(), String> {
+    let mut referee = Referee::default();
+    history.iter().try_for_each(|s| referee.see(s))
+}
+
+fn try_msg(xid: u64) -> ParticipantMsg {
+    ParticipantMsg {
+        phase: Phase::Try,
+        draw: draw(xid),
+    }
+}
+
+fn ok_reply(branch: Participant, phase: Phase, xid: u64) -> Seen {
+    Seen::Delivered(
+        branch,
+        ParticipantReply {
+            branch,
+            phase,
+            draw: draw(xid),
+            outcome: Ok(Effect::Applied),
+        },
+    )
+}
+
+#[test]
+fn the_referee_catches_a_try_sent_before_begin_is_durable() {
+    let history = [
+        Seen::LogAsked(LogEntry::Begin(draw(1))),
+        Seen::Sent(Participant::Wallet, try_msg(1)),
+    ];
+    let e = referee_over(&history).unwrap_err();
+    assert!(e.contains("before its Begin was durable"), "{e}");
+}
+
+#[test]
+fn the_referee_catches_a_confirm_decided_without_every_try() {
+    let decided = LogEntry::Decided {
+        xid: Xid(1),
+        verdict: Verdict::Confirm,
+    };
+    let history = [
+        Seen::LogDurable(LogEntry::Begin(draw(1))),
+        ok_reply(Participant::Wallet, Phase::Try, 1),
+        Seen::LogAsked(decided),
+    ];
+    let e = referee_over(&history).unwrap_err();
+    assert!(e.contains("Participation"), "{e}");
+}
+
+#[test]
+fn the_referee_catches_a_confirm_sent_before_the_verdict_is_durable() {
+    let history = [
+        Seen::LogDurable(LogEntry::Begin(draw(1))),
+        ok_reply(Participant::Wallet, Phase::Try, 1),
+        ok_reply(Participant::Participation, Phase::Try, 1),
+        Seen::LogAsked(LogEntry::Decided {
+            xid: Xid(1),
+            verdict: Verdict::Confirm,
+        }),
+        Seen::Sent(
+            Participant::Wallet,
+            ParticipantMsg {
+                phase: Phase::Confirm,
+                draw: draw(1),
+            },
+        ),
+    ];
+    let e = referee_over(&history).unwrap_err();
+    assert!(e.contains("before its verdict was durable"), "{e}");
+}
+
+#[test]
+fn the_referee_catches_an_outcome_that_contradicts_the_verdict() {
+    let history = [
+        Seen::LogDurable(LogEntry::Decided {
+            xid: Xid(1),
+            verdict: Verdict::Cancel,
+        }),
+        ok_reply(Participant::Wallet, Phase::Cancel, 1),
+        ok_reply(Participant::Participation, Phase::Cancel, 1),
+        Seen::LogAsked(LogEntry::Finished { xid: Xid(1) }),
+        Seen::LogDurable(LogEntry::Finished { xid: Xid(1) }),
+        Seen::Event(DrawEvent {
+            draw: draw(1),
+            outcome: DrawOutcome::Confirmed { won: false },
+        }),
+    ];
+    let e = referee_over(&history).unwrap_err();
+    assert!(e.contains("verdict logged is Some(Cancel)"), "{e}");
+}
+
+#[test]
+fn the_referee_catches_finished_before_every_acknowledgement_and_a_second_outcome() {
+    let early = [
+        Seen::LogDurable(LogEntry::Decided {
+            xid: Xid(1),
+            verdict: Verdict::Cancel,
+        }),
+        ok_reply(Participant::Wallet, Phase::Cancel, 1),
+        Seen::LogAsked(LogEntry::Finished { xid: Xid(1) }),
+    ];
+    let e = referee_over(&early).unwrap_err();
+    assert!(e.contains("never acknowledged"), "{e}");
+    let cancelled = || {
+        Seen::Event(DrawEvent {
+            draw: draw(1),
+            outcome: DrawOutcome::Cancelled {
+                reason: sut::lottery::CancelReason::Recovered,
+            },
+        })
+    };
+    let twice = [
+        Seen::LogDurable(LogEntry::Decided {
+            xid: Xid(1),
+            verdict: Verdict::Cancel,
+        }),
+        Seen::LogDurable(LogEntry::Finished { xid: Xid(1) }),
+        cancelled(),
+        cancelled(),
+    ];
+    let e = referee_over(&twice).unwrap_err();
+    assert!(e.contains("a second final outcome"), "{e}");
+}
