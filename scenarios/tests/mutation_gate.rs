@@ -1,0 +1,100 @@
+//! The bench as the test of `sut`, for mutation testing (docs/mutation.md): a short sweep of
+//! every named simulation scenario and a check of every model. A mutant of `sut` is killed when
+//! any invariant is violated, a fault kind never takes effect, or a model property fails; the
+//! score then measures the bench, not `sut`'s unit tests.
+//!
+//! `MUTATION_GATE_SEEDS` sets the seeds per scenario (8 by default, the fewest the sweep judges
+//! fault coverage on); `MUTATION_GATE_ONLY` (comma-separated) restricts the scenarios and models
+//! to those named. Run alone it is also a quick check of the whole bench:
+//! `cargo test --release -p scenarios --test mutation_gate`.
+
+use std::time::Instant;
+
+fn seeds() -> Vec<u64> {
+    let n = std::env::var("MUTATION_GATE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8_u64);
+    (0..n).collect()
+}
+
+fn selected(name: &str) -> bool {
+    std::env::var("MUTATION_GATE_ONLY")
+        .map(|only| only.split(',').any(|n| n.trim() == name))
+        .unwrap_or(true)
+}
+
+fn jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+/// Without `--cfg madsim` (a `RUSTFLAGS` in the environment replaces `.cargo/config.toml`'s,
+/// and `cargo mutants --cap-lints` sets one) the simulator does not simulate, every run fails,
+/// and every mutant would look killed.
+fn madsim_in_effect() {
+    assert!(
+        cfg!(madsim),
+        "built without --cfg madsim: unset RUSTFLAGS and do not pass --cap-lints to cargo mutants"
+    );
+}
+
+#[test]
+fn every_scenario_holds_on_a_short_sweep() {
+    madsim_in_effect();
+    let seeds = seeds();
+    let mut failures = Vec::new();
+    for (name, _) in scenarios::NAMED {
+        if !selected(name) {
+            continue;
+        }
+        let started = Instant::now();
+        let scenario = scenarios::load(name).expect("a named scenario loads");
+        let sweep = sim::run::sweep(&scenario, &seeds, jobs(), &|_| {});
+        for (seed, v) in sweep.violations() {
+            failures.push(format!("{name} seed {seed}: {}: {}", v.invariant, v.detail));
+        }
+        if sweep.coverage_failed() {
+            failures.push(format!(
+                "{name}: faults never took effect: {:?}",
+                sweep.vacuous_faults
+            ));
+        }
+        eprintln!(
+            "mutation gate: {name} {} seeds in {:.1} s",
+            seeds.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_model_holds() {
+    madsim_in_effect();
+    let mut failures = Vec::new();
+    for info in models::catalog() {
+        if !selected(info.name) {
+            continue;
+        }
+        let started = Instant::now();
+        let options = models::ModelOptions {
+            threads: 1,
+            ..models::ModelOptions::default()
+        };
+        match models::check(info.name, options) {
+            Ok(report) => failures.extend(
+                report
+                    .failures()
+                    .iter()
+                    .map(|p| format!("model {}: {} {:?}", info.name, p.name, p.verdict)),
+            ),
+            Err(e) => failures.push(format!("model {}: {e}", info.name)),
+        }
+        eprintln!(
+            "mutation gate: model {} in {:.1} s",
+            info.name,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
