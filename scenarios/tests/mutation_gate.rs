@@ -28,19 +28,16 @@ fn jobs() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
-/// Without `--cfg madsim` (a `RUSTFLAGS` in the environment replaces `.cargo/config.toml`'s,
-/// and `cargo mutants --cap-lints` sets one) the simulator does not simulate, every run fails,
-/// and every mutant would look killed.
-fn madsim_in_effect() {
-    assert!(
-        cfg!(madsim),
-        "built without --cfg madsim: unset RUSTFLAGS and do not pass --cap-lints to cargo mutants"
-    );
-}
+// Without `--cfg madsim` (a `RUSTFLAGS` in the environment replaces `.cargo/config.toml`'s,
+// and `cargo mutants --cap-lints` sets one) the simulator does not simulate, every run fails,
+// and every mutant would look killed: refuse to build instead.
+#[cfg(not(madsim))]
+compile_error!(
+    "built without --cfg madsim: unset RUSTFLAGS, do not pass --cap-lints to cargo mutants"
+);
 
 #[test]
 fn every_scenario_holds_on_a_short_sweep() {
-    madsim_in_effect();
     let seeds = seeds();
     let mut failures = Vec::new();
     for (name, _) in scenarios::NAMED {
@@ -70,7 +67,6 @@ fn every_scenario_holds_on_a_short_sweep() {
 
 #[test]
 fn every_model_holds() {
-    madsim_in_effect();
     let mut failures = Vec::new();
     for info in models::catalog() {
         if !selected(info.name) {
