@@ -37,6 +37,10 @@ compile_error!(
 );
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes in a debug build; CI runs it with `cargo test --release -p scenarios --test mutation_gate`"
+)]
 fn every_scenario_holds_on_a_short_sweep() {
     let seeds = seeds();
     let mut failures = Vec::new();
@@ -66,6 +70,10 @@ fn every_scenario_holds_on_a_short_sweep() {
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes in a debug build; CI runs it with `cargo test --release -p scenarios --test mutation_gate`"
+)]
 fn every_model_holds() {
     let mut failures = Vec::new();
     for info in models::catalog() {
