@@ -12,20 +12,53 @@ use super::PgTokenStore;
 use crate::pg::{create_database, url_with_database};
 use crate::sqlite::tokens_conformance::{LIMITS, agree, op};
 
+/// One PostgreSQL server for a test, a fresh database for each proptest case.
+struct Databases {
+    server: Postgres,
+    prefix: &'static str,
+    case: Cell<u32>,
+}
+
+impl Databases {
+    fn start(prefix: &'static str) -> Self {
+        Self {
+            server: Postgres::start().expect("start PostgreSQL"),
+            prefix,
+            case: Cell::new(0),
+        }
+    }
+
+    /// The URL of a new, empty database.
+    fn fresh(&self) -> String {
+        let name = format!("{}_{}", self.prefix, self.case.get());
+        self.case.set(self.case.get() + 1);
+        create_database(&self.server.url(), &name).expect("create database");
+        url_with_database(&self.server.url(), &name)
+    }
+}
+
+/// Whether the row counters the limits use equal the rows really in `tables`.
+fn counters_match(url: &str, tables: &[&str]) -> bool {
+    let client = crate::pg::connect(url).expect("connect");
+    tables.iter().all(|table| {
+        let sql = format!(
+            "SELECT (SELECT n FROM tok_rows WHERE tbl = '{table}') = (SELECT COUNT(*) FROM {table})"
+        );
+        let row = futures_executor::block_on(client.query_one(&sql, &[])).expect("count");
+        row.get::<_, bool>(0)
+    })
+}
+
 #[test]
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
 fn memory_and_postgres_token_stores_agree() {
-    let server = Postgres::start().expect("start PostgreSQL");
-    let case = Cell::new(0u32);
+    let databases = Databases::start("tok_case");
     let config = ProptestConfig {
         cases: 32,
         ..ProptestConfig::default()
     };
     proptest!(config, |(ops in proptest::collection::vec(op(), 1..60))| {
-        let name = format!("tok_case_{}", case.get());
-        case.set(case.get() + 1);
-        create_database(&server.url(), &name).expect("create database");
-        let url = url_with_database(&server.url(), &name);
+        let url = databases.fresh();
         agree(&mut PgTokenStore::open(&url, LIMITS).expect("open"), &ops)?;
     });
 }
@@ -36,17 +69,13 @@ fn a_postgres_batch_agrees_with_the_memory_store_and_commits_once() {
     // The same sequences, every operation inside one batch (the one-time-token writer's group
     // commit): each step must answer as the memory store does, and what the batch committed
     // must be what a fresh connection reads.
-    let server = Postgres::start().expect("start PostgreSQL");
-    let case = Cell::new(0u32);
+    let databases = Databases::start("tok_batch");
     let config = ProptestConfig {
         cases: 16,
         ..ProptestConfig::default()
     };
     proptest!(config, |(ops in proptest::collection::vec(op(), 1..60))| {
-        let name = format!("tok_batch_{}", case.get());
-        case.set(case.get() + 1);
-        create_database(&server.url(), &name).expect("create database");
-        let url = url_with_database(&server.url(), &name);
+        let url = databases.fresh();
         let mut store = PgTokenStore::open(&url, LIMITS).expect("open");
         let mut agreed = Ok(());
         store
@@ -57,13 +86,10 @@ fn a_postgres_batch_agrees_with_the_memory_store_and_commits_once() {
             .expect("the batch commits");
         agreed?;
         // Committed, and the row counters the limits use equal the rows really there.
-        let client = crate::pg::connect(&url).expect("connect");
-        let sql = "SELECT (SELECT n FROM tok_rows WHERE tbl = 'tok_once') = \
-                          (SELECT COUNT(*) FROM tok_once) \
-                      AND (SELECT n FROM tok_rows WHERE tbl = 'tok_revoked') = \
-                          (SELECT COUNT(*) FROM tok_revoked)";
-        let row = futures_executor::block_on(client.query_one(sql, &[])).expect("count");
-        prop_assert!(row.get::<_, bool>(0), "counters drifted from the tables");
+        prop_assert!(
+            counters_match(&url, &["tok_once", "tok_revoked"]),
+            "counters drifted from the tables"
+        );
     });
 }
 
@@ -129,17 +155,13 @@ fn a_prefetched_batch_agrees_with_the_memory_store() {
     // The one-time-token writer's batch: rows read up front (all or some of them), writes kept
     // and sent in bulk at the end. Each step must answer as the memory store does, and the
     // bulk writes must leave the tables and their counters as the memory store's.
-    let server = Postgres::start().expect("start PostgreSQL");
-    let case = Cell::new(0u32);
+    let databases = Databases::start("tok_view");
     let config = ProptestConfig {
         cases: 24,
         ..ProptestConfig::default()
     };
     proptest!(config, |(ops in proptest::collection::vec(op(), 1..60), all in any::<bool>())| {
-        let name = format!("tok_view_{}", case.get());
-        case.set(case.get() + 1);
-        create_database(&server.url(), &name).expect("create database");
-        let url = url_with_database(&server.url(), &name);
+        let url = databases.fresh();
         let mut store = PgTokenStore::open(&url, LIMITS).expect("open");
         let mut agreed = Ok(());
         store
@@ -168,10 +190,9 @@ fn a_prefetched_batch_agrees_with_the_memory_store() {
                 );
             }
         }
-        let client = crate::pg::connect(&url).expect("connect");
-        let sql = "SELECT (SELECT n FROM tok_rows WHERE tbl = 'tok_once') = \
-                          (SELECT COUNT(*) FROM tok_once)";
-        let row = futures_executor::block_on(client.query_one(sql, &[])).expect("count");
-        prop_assert!(row.get::<_, bool>(0), "the counter drifted from the table");
+        prop_assert!(
+            counters_match(&url, &["tok_once"]),
+            "the counter drifted from the table"
+        );
     });
 }
