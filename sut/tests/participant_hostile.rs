@@ -299,15 +299,27 @@ fn send(xid: u64, branch: Participant, phase: Phase) -> Action {
 #[test]
 fn without_a_fence_a_try_after_its_cancel_takes_effect() {
     let actions = [
+        send(1, Participant::Wallet, Phase::Try),
         send(1, Participant::Wallet, Phase::Cancel),
         send(1, Participant::Wallet, Phase::Try),
     ];
     assert_eq!(run(Flaws::NONE, &actions), Ok(()));
     let broken = run(flawed(FenceMode::Unfenced), &actions).unwrap_err();
+    assert!(broken.starts_with("step 2"), "{broken}");
     assert!(
-        broken.contains("step 0") || broken.contains("step 1"),
+        broken.contains("after the branch was Cancelled"),
         "{broken}"
     );
+}
+
+#[test]
+fn without_a_fence_an_empty_rollback_is_refused() {
+    // A Cancel with no Try before it must be recorded, not refused: else the draw never ends.
+    let actions = [send(1, Participant::Wallet, Phase::Cancel)];
+    assert_eq!(run(Flaws::NONE, &actions), Ok(()));
+    let broken = run(flawed(FenceMode::Unfenced), &actions).unwrap_err();
+    assert!(broken.starts_with("step 0"), "{broken}");
+    assert!(broken.contains("Underflow"), "{broken}");
 }
 
 #[test]

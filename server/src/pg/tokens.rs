@@ -12,9 +12,9 @@
 //! and two servers consuming one token at once cannot both get through: the later transaction
 //! fails to serialize, is retried, and then reads the token consumed.
 //!
-//! [`PgTokenStore::batch`] runs many operations, each exactly as above, in one transaction: the
-//! server's one-time-token writer uses it for group commit (one WAL flush per batch instead of
-//! one per token). The table limits count rows with a counter per table (`tok_rows`), kept in
+//! [`PgTokenStore::batch_once`] runs many operations in one transaction, each decided by the same
+//! rules on rows read up front for the whole batch: the server's one-time-token writer uses it
+//! for group commit (one WAL flush per batch instead of one per token). The table limits count rows with a counter per table (`tok_rows`), kept in
 //! the same transaction as every insert and purge, instead of a `COUNT(*)` per insert.
 //!
 //! Encoding, as in the SQLite store: user ids are stored bit-for-bit in a `BIGINT` (compared only
@@ -22,7 +22,6 @@
 //! [`revoked_jtis`](TokenStore::revoked_jtis) comes back in byte order whatever the database's
 //! locale. PostgreSQL text cannot hold a NUL byte: such a jti is a backend error here.
 
-use std::cell::RefCell;
 use std::sync::{Mutex, PoisonError};
 
 use sut::token::ActivityId;
@@ -68,7 +67,7 @@ impl From<DbError> for TokenStoreError {
 }
 
 /// The PostgreSQL token store: one connection, used by one operation (or one
-/// [`batch`](PgTokenStore::batch)) at a time.
+/// [`batch_once`](PgTokenStore::batch_once)) at a time.
 #[derive(Debug)]
 pub struct PgTokenStore {
     conn: Mutex<PgConn>,
@@ -294,34 +293,6 @@ impl PgTokenStore {
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         conn.transact(op)
     }
-
-    /// Runs `ops` against a store whose every operation happens inside **one** serializable
-    /// transaction, committed when `ops` returns `Ok` (group commit: one WAL flush for the lot).
-    /// A serialization failure rolls all of it back and runs `ops` again from the start, so
-    /// `ops` must start from scratch on every call and nothing it computed may leave before this
-    /// returns `Ok`.
-    ///
-    /// # Errors
-    /// The first error `ops` returns (nothing committed), or a database failure.
-    pub fn batch(
-        &mut self,
-        ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
-    ) -> Result<(), TokenStoreError> {
-        let limits = self.limits;
-        self.transact(|tx| {
-            let mut batch = PgTokenBatch {
-                tx: RefCell::new(tx),
-                limits,
-            };
-            ops(&mut batch)
-        })
-    }
-}
-
-/// The operations of a [`PgTokenStore::batch`]: the store's own, run in the batch's transaction.
-struct PgTokenBatch<'t, 'c> {
-    tx: RefCell<&'t mut Tx<'c>>,
-    limits: TokenStoreLimits,
 }
 
 impl TokenStore for PgTokenStore {
@@ -376,61 +347,6 @@ impl TokenStore for PgTokenStore {
 
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
         self.transact(|tx| purge_expired_in(tx, now_ms))
-    }
-}
-
-impl TokenStore for PgTokenBatch<'_, '_> {
-    fn revoke(
-        &mut self,
-        jti: &str,
-        keep_until_ms: u64,
-        now_ms: u64,
-    ) -> Result<RevokeOutcome, TokenStoreError> {
-        let max = self.limits.revocations_max;
-        revoke_in(self.tx.get_mut(), max, jti, keep_until_ms, now_ms)?
-    }
-
-    fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
-        is_revoked_in(&mut self.tx.borrow_mut(), jti)
-    }
-
-    fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
-        revoked_jtis_in(&mut self.tx.borrow_mut())
-    }
-
-    fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
-        let max = self.limits.once_tokens_max;
-        issue_once_in(self.tx.get_mut(), max, grant, now_ms)?
-    }
-
-    fn consume_once(
-        &mut self,
-        token: OnceToken,
-        user: UserId,
-        now_ms: u64,
-    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        consume_once_in(self.tx.get_mut(), token, user, now_ms)
-    }
-
-    fn check_once(
-        &self,
-        token: OnceToken,
-        user: UserId,
-        now_ms: u64,
-    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        check_once_in(&mut self.tx.borrow_mut(), token, user, now_ms)
-    }
-
-    fn mark_once_consumed(
-        &mut self,
-        token: OnceToken,
-        now_ms: u64,
-    ) -> Result<bool, TokenStoreError> {
-        mark_once_consumed_in(self.tx.get_mut(), token, now_ms)
-    }
-
-    fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
-        purge_expired_in(self.tx.get_mut(), now_ms)
     }
 }
 

@@ -39,8 +39,12 @@ pub struct OnceHints {
 }
 
 impl PgTokenStore {
-    /// Like [`PgTokenStore::batch`], with the one-time token operations served from a snapshot
-    /// read up front (see the module documentation).
+    /// Runs `ops` against a store whose every operation happens inside **one** serializable
+    /// transaction, committed when `ops` returns `Ok` (group commit: one WAL flush for the lot),
+    /// the one-time token operations served from a snapshot read up front (see the module
+    /// documentation). A serialization failure rolls all of it back and runs `ops` again from
+    /// the start, so `ops` must start from scratch on every call and nothing it computed may
+    /// leave before this returns `Ok`.
     ///
     /// # Errors
     /// The first error `ops` returns (nothing committed), or a database failure.

@@ -66,9 +66,9 @@ fn memory_and_postgres_token_stores_agree() {
 #[test]
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
 fn a_postgres_batch_agrees_with_the_memory_store_and_commits_once() {
-    // The same sequences, every operation inside one batch (the one-time-token writer's group
-    // commit): each step must answer as the memory store does, and what the batch committed
-    // must be what a fresh connection reads.
+    // The same sequences, every operation inside one batch with no hints (every row read on
+    // demand, every write kept to the end): each step must answer as the memory store does, and
+    // the counters must match the tables after the commit.
     let databases = Databases::start("tok_batch");
     let config = ProptestConfig {
         cases: 16,
@@ -79,7 +79,7 @@ fn a_postgres_batch_agrees_with_the_memory_store_and_commits_once() {
         let mut store = PgTokenStore::open(&url, LIMITS).expect("open");
         let mut agreed = Ok(());
         store
-            .batch(&mut |batch| {
+            .batch_once(&super::OnceHints::default(), &mut |batch| {
                 agreed = agree(batch, &ops);
                 Ok(())
             })
@@ -111,7 +111,7 @@ fn an_abandoned_batch_commits_nothing() {
         token: OnceToken(42),
         expires_at_ms: 3_600_000,
     };
-    let abandoned = store.batch(&mut |b| {
+    let abandoned = store.batch_once(&super::OnceHints::default(), &mut |b| {
         assert!(b.issue_once(&grant, 0)?.fresh);
         Err(TokenStoreError::Backend("a later job failed".into()))
     });
