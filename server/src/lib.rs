@@ -786,9 +786,10 @@ pub fn router(state: AppState) -> Router {
         admin = admin.route("/admin/stock", post(add_stock));
     }
     if matches!(role, Role::All | Role::Wallet | Role::Inventory) {
-        admin = admin
-            .route(remote::BRANCH_ROUTE, post(branch))
-            .route(remote::BRANCHES_ROUTE, post(branches));
+        admin = admin.route(remote::BRANCH_ROUTE, post(branch)).route(
+            remote::BRANCHES_ROUTE,
+            post(branches).layer(DefaultBodyLimit::max(remote::BRANCHES_BODY_MAX_BYTES)),
+        );
     }
     let admin = admin.route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
     let admitted = open
@@ -1577,7 +1578,7 @@ fn hosted(state: &AppState, request: &BranchRequest) -> Result<(), ApiError> {
         (status = 400, description = "Malformed JSON (`field: body`), or no message or more than 48 (`field: messages`)", body = ErrorBody),
         (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
         (status = 404, description = "This process does not host a message's branch (`field: branch`); nothing ran", body = ErrorBody),
-        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 413, description = "Body over 256 KiB (`field: body`)", body = ErrorBody),
         (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
         (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait"))),

@@ -28,6 +28,9 @@ pub const BRANCH_ROUTE: &str = "/tcc/branch";
 pub const BRANCHES_ROUTE: &str = "/tcc/branches";
 /// Most messages in one `POST /tcc/branches` (a full batch stays well under the body limit).
 pub const BRANCHES_MAX: usize = 48;
+/// The body limit of `POST /tcc/branches` (a full batch is ~12 KiB; room for a malformed one to
+/// be read and refused as malformed rather than as too large).
+pub const BRANCHES_BODY_MAX_BYTES: usize = 256 * 1024;
 
 /// The body of `POST /tcc/branch`: one coordinator message for one branch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -46,6 +49,7 @@ pub struct BranchRequest {
 #[serde(deny_unknown_fields)]
 pub struct BranchBatch {
     /// The messages (1 to 48).
+    #[schema(min_items = 1, max_items = 48)]
     pub messages: Vec<BranchRequest>,
 }
 
