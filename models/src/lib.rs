@@ -41,6 +41,9 @@ pub struct ModelInfo {
     pub description: &'static str,
     /// Flaws it can switch on (`ModelOptions::flaw`).
     pub flaws: &'static [&'static str],
+    /// The edge states (`sut::edge` names) the model owns: each is reported as a `sometimes`
+    /// property named `edge: NAME`, found when the search passed through it.
+    pub edges: &'static [&'static str],
 }
 
 /// How to run a check.
@@ -106,26 +109,31 @@ const CATALOG: &[ModelInfo] = &[
         name: segment::NAME,
         description: segment::DESCRIPTION,
         flaws: segment::FLAWS,
+        edges: segment::EDGES,
     },
     ModelInfo {
         name: tokens::NAME,
         description: tokens::DESCRIPTION,
         flaws: tokens::FLAWS,
+        edges: tokens::EDGES,
     },
     ModelInfo {
         name: snowflake::NAME,
         description: snowflake::DESCRIPTION,
         flaws: snowflake::FLAWS,
+        edges: snowflake::EDGES,
     },
     ModelInfo {
         name: lottery::NAME,
         description: lottery::DESCRIPTION,
         flaws: lottery::FLAWS,
+        edges: lottery::EDGES,
     },
     ModelInfo {
         name: lottery::NAME_FAULTS,
         description: lottery::DESCRIPTION_FAULTS,
         flaws: lottery::FLAWS_FAULTS,
+        edges: lottery::EDGES_FAULTS,
     },
 ];
 
@@ -167,9 +175,17 @@ fn checked_flaw(info: &ModelInfo, flaw: Option<&str>) -> Result<Option<&'static 
         })
 }
 
-/// Checks the named model and reports every property's verdict.
+/// Checks the named model and reports every property's verdict, its owned edge states among
+/// them.
 pub fn check(name: &str, opts: ModelOptions) -> Result<ModelReport, ModelError> {
     let info = info(name)?;
+    let mut report = check_properties(info, opts)?;
+    runner::add_edge_properties(&mut report, info.edges);
+    Ok(report)
+}
+
+fn check_properties(info: &ModelInfo, opts: ModelOptions) -> Result<ModelReport, ModelError> {
+    let name = info.name;
     let flaw = checked_flaw(info, opts.flaw.as_deref())?;
     match info.name {
         segment::NAME => {

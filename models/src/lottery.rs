@@ -72,6 +72,20 @@ pub const FLAW_NO_FENCE: &str = "tcc_no_fence";
 pub const FLAW_CHECK_THEN_ACT: &str = "fence_check_then_act";
 /// Flaw: the stock checked and decremented in two store operations (`Flaws::two_step_stock`).
 pub const FLAW_STOCK_TWO_STEP: &str = "stock_two_step";
+/// The edge states the lottery model owns (reported as `sometimes` properties).
+pub const EDGES: &[&str] = &[
+    "participant.balance_exact",
+    "participant.try_after_cancel",
+    "coordinator.recovered_decided",
+    "coordinator.recovered_undecided",
+];
+/// The edge states the one-draw model with faults owns.
+pub const EDGES_FAULTS: &[&str] = &[
+    "coordinator.parked",
+    "coordinator.try_timed_out",
+    "participant.duplicate_try",
+    "participant.repeated_verdict",
+];
 /// Flaws this model can switch on.
 pub const FLAWS: &[&str] = &[FLAW_STOCK_TWO_STEP];
 /// Flaws the one-draw model with faults can switch on (a Cancel overtaking a Try needs a fault).

@@ -97,6 +97,26 @@ where
     /// `Some(actors)`: only these actors crash, and each crash is followed at once by the
     /// restart, in one step (see [`NetModel::with_atomic_restarts`]).
     pub atomic_restarts: Option<Vec<Id>>,
+    /// The edge states (`sut::edge`) the search passed through, gathered from every checker
+    /// thread after each step.
+    pub edges: EdgeCounts,
+}
+
+/// Edge-state counts shared by a model's checker threads.
+pub type EdgeCounts = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>;
+
+/// Moves this thread's edge-state counts into `into`.
+fn gather_edges(into: &EdgeCounts) {
+    let reached = sut::edge::take();
+    if reached.is_empty() {
+        return;
+    }
+    let mut into = into
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (name, n) in reached {
+        *into.entry(name).or_insert(0) += n;
+    }
 }
 
 /// Tells whether firing `timer` on actor `id` in this state races a message still in flight that
@@ -143,6 +163,7 @@ where
             drops_max: 0,
             slow: None,
             atomic_restarts: None,
+            edges: EdgeCounts::default(),
         }
     }
 
@@ -174,6 +195,61 @@ where
     pub fn with_slow_timeouts(mut self, races: RacesFn<A, H>, max: u8) -> Self {
         self.slow = Some(SlowTimeouts { races, max });
         self
+    }
+
+    /// One step of the search (what `next_state` does before gathering edge states).
+    fn step(&self, last_state: &NetState<A, H>, action: StepOf<A>) -> Option<NetState<A, H>> {
+        match action {
+            Step::Actor(ActorModelAction::Crash(id)) if self.atomic_restarts.is_some() => {
+                let down = self
+                    .inner
+                    .next_state(&last_state.sys, ActorModelAction::Crash(id))?;
+                Some(NetState {
+                    sys: self
+                        .inner
+                        .next_state(&down, ActorModelAction::Recover(id))?,
+                    duplicates: last_state.duplicates,
+                    drops: last_state.drops,
+                    slow: last_state.slow,
+                })
+            }
+            Step::Actor(action) => {
+                let slow = u8::from(self.is_slow(&last_state.sys, &action));
+                Some(NetState {
+                    sys: self.inner.next_state(&last_state.sys, action)?,
+                    duplicates: last_state.duplicates,
+                    drops: last_state.drops,
+                    slow: last_state.slow + slow,
+                })
+            }
+            Step::Drop(env) => Some(NetState {
+                sys: self
+                    .inner
+                    .next_state(&last_state.sys, ActorModelAction::Drop(env))?,
+                duplicates: last_state.duplicates,
+                drops: last_state.drops + 1,
+                slow: last_state.slow,
+            }),
+            Step::Duplicate(env) => {
+                // Deliver a copy; the original stays in flight.
+                let deliver = ActorModelAction::Deliver {
+                    src: env.src,
+                    dst: env.dst,
+                    msg: env.msg.clone(),
+                };
+                let mut sys = self.inner.next_state(&last_state.sys, deliver)?;
+                let Network::UnorderedNonDuplicating(in_flight) = &mut sys.network else {
+                    unreachable!("NetModel::new sets an unordered non-duplicating network")
+                };
+                *in_flight.entry(env).or_insert(0) += 1;
+                Some(NetState {
+                    sys,
+                    duplicates: last_state.duplicates + 1,
+                    drops: last_state.drops,
+                    slow: last_state.slow,
+                })
+            }
+        }
     }
 
     /// Whether `state` is where a path ends: no step leads to a state inside the boundary
@@ -332,8 +408,10 @@ where
     type Action = StepOf<A>;
 
     fn init_states(&self) -> Vec<Self::State> {
-        self.inner
-            .init_states()
+        let _ = sut::edge::take();
+        let states = self.inner.init_states();
+        gather_edges(&self.edges);
+        states
             .into_iter()
             .map(|sys| NetState {
                 sys,
@@ -384,57 +462,9 @@ where
     }
 
     fn next_state(&self, last_state: &Self::State, action: Self::Action) -> Option<Self::State> {
-        match action {
-            Step::Actor(ActorModelAction::Crash(id)) if self.atomic_restarts.is_some() => {
-                let down = self
-                    .inner
-                    .next_state(&last_state.sys, ActorModelAction::Crash(id))?;
-                Some(NetState {
-                    sys: self
-                        .inner
-                        .next_state(&down, ActorModelAction::Recover(id))?,
-                    duplicates: last_state.duplicates,
-                    drops: last_state.drops,
-                    slow: last_state.slow,
-                })
-            }
-            Step::Actor(action) => {
-                let slow = u8::from(self.is_slow(&last_state.sys, &action));
-                Some(NetState {
-                    sys: self.inner.next_state(&last_state.sys, action)?,
-                    duplicates: last_state.duplicates,
-                    drops: last_state.drops,
-                    slow: last_state.slow + slow,
-                })
-            }
-            Step::Drop(env) => Some(NetState {
-                sys: self
-                    .inner
-                    .next_state(&last_state.sys, ActorModelAction::Drop(env))?,
-                duplicates: last_state.duplicates,
-                drops: last_state.drops + 1,
-                slow: last_state.slow,
-            }),
-            Step::Duplicate(env) => {
-                // Deliver a copy; the original stays in flight.
-                let deliver = ActorModelAction::Deliver {
-                    src: env.src,
-                    dst: env.dst,
-                    msg: env.msg.clone(),
-                };
-                let mut sys = self.inner.next_state(&last_state.sys, deliver)?;
-                let Network::UnorderedNonDuplicating(in_flight) = &mut sys.network else {
-                    unreachable!("NetModel::new sets an unordered non-duplicating network")
-                };
-                *in_flight.entry(env).or_insert(0) += 1;
-                Some(NetState {
-                    sys,
-                    duplicates: last_state.duplicates + 1,
-                    drops: last_state.drops,
-                    slow: last_state.slow,
-                })
-            }
-        }
+        let next = self.step(last_state, action);
+        gather_edges(&self.edges);
+        next
     }
 
     fn format_action(&self, action: &Self::Action) -> String
@@ -592,8 +622,10 @@ pub struct ModelReport {
     pub wall_seconds: f64,
     /// `states / wall_seconds`.
     pub states_per_second: f64,
-    /// Every property, in declaration order.
+    /// Every property, in declaration order (the owned edge states last).
     pub properties: Vec<PropertyReport>,
+    /// How often the search passed through each edge state (`sut::edge`), owned or not.
+    pub edges: std::collections::BTreeMap<String, u64>,
 }
 
 impl ModelReport {
@@ -822,7 +854,38 @@ where
             0.0
         },
         properties,
+        edges: model
+            .edges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone(),
     })
+}
+
+/// Adds each owned edge state as a `sometimes` property `edge: NAME`: found when the search
+/// passed through it; not checked when the search stopped at the first violation.
+pub(crate) fn add_edge_properties(report: &mut ModelReport, owned: &[&str]) {
+    let stopped_early =
+        report.flaw.is_some() && !report.failures().is_empty() && !report.exhaustive;
+    for name in owned {
+        assert!(
+            sut::edge::find(name).is_some(),
+            "model {} owns `{name}`, which is not a declared edge state",
+            report.model
+        );
+        let reached = report.edges.get(*name).copied().unwrap_or(0) > 0;
+        report.properties.push(PropertyReport {
+            name: format!("edge: {name}"),
+            kind: PropertyKind::Sometimes,
+            verdict: match (reached, stopped_early) {
+                (true, _) => Verdict::Found,
+                (false, true) => Verdict::NotChecked,
+                (false, false) => Verdict::NotFound,
+            },
+            counterexample: None,
+            example: None,
+        });
+    }
 }
 
 /// Serves the Explorer web UI for `model` on `addr`; blocks.

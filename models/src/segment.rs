@@ -49,6 +49,14 @@ pub const NAME: &str = "segment";
 /// Catalog description.
 pub const DESCRIPTION: &str = "2 segment allocators + 1 ID store; reordering, duplicating \
      network, allocator crash/restart, store clock jumps (depth 14): ids.unique, ids.monotonic";
+/// The edge states this model owns (reported as `sometimes` properties).
+pub const EDGES: &[&str] = &[
+    "segment.version_conflict",
+    "segment.pool_grant",
+    "segment.zombie_tail_reclaimed",
+    "segment.last_id_while_next_unloaded",
+];
+
 /// The `sut::flaw::Flaw` switches of `sut::segment` this model can turn on.
 pub const FLAWS: &[&str] = &["segment_no_version_check", "counter_no_persist"];
 

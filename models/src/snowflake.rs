@@ -38,6 +38,15 @@ pub const NAME: &str = "snowflake";
 /// Catalog description.
 pub const DESCRIPTION: &str = "1 Snowflake worker + its lease store; wall clock steps forward and \
      backward, crash/restart: ids.unique, ids.monotonic across restarts";
+/// The edge states this model owns (reported as `sometimes` properties).
+pub const EDGES: &[&str] = &[
+    "snowflake.worker_lease_lost",
+    "snowflake.rollback_within_window",
+    "snowflake.rollback_beyond_window",
+    "snowflake.sequence_exhausted",
+    "snowflake.restart_behind_reservation",
+];
+
 /// The `sut::flaw::Flaw` switches of `sut::snowflake` this model can turn on.
 pub const FLAWS: &[&str] = &[
     "snowflake_seq_reset_first",

@@ -37,6 +37,9 @@ pub const DESCRIPTION: &str = "1 token store + concurrent consumers of one one-t
      reordering, duplicating network: tokens.single_use";
 /// The flaw switch (`TokenFlaws::once_check_then_delete`).
 pub const FLAW_CHECK_THEN_DELETE: &str = "once_check_then_delete";
+/// The edge states this model owns (reported as `sometimes` properties).
+pub const EDGES: &[&str] = &["token.once_consume_race"];
+
 /// Flaws this model can switch on.
 pub const FLAWS: &[&str] = &[FLAW_CHECK_THEN_DELETE];
 

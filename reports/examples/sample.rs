@@ -259,6 +259,22 @@ pub fn sample_simulation() -> SimulationReport {
                 ("cancelled: the participation participant refused the Try: user N already takes part in activity N (draw N)".into(), 119),
             ],
         }],
+        edges: vec![
+            EdgeRow {
+                name: "participant.empty_rollback".into(),
+                about: "a Cancel found no Try: the fence records an empty rollback".into(),
+                reached: 14,
+                seeds_reached: 5,
+                owned_from_seeds: Some(8),
+            },
+            EdgeRow {
+                name: "wheel.fired_late".into(),
+                about: "a compensation timer fired after its deadline".into(),
+                reached: 0,
+                seeds_reached: 0,
+                owned_from_seeds: None,
+            },
+        ],
     }
 }
 

@@ -361,6 +361,7 @@ fn simulation(r: &SimulationReport) -> Markup {
         (fault_table(r))
         @if let Some(o) = ops { h3 { "Operations" } (svg_or_error(o)) }
         (operations_table(r))
+        (edges_table(r))
         h3 { "Fault coverage" }
         p.note { "Summed over seeds: the faults injected, what they did (the effects fault coverage is judged on; a zero means the run did not exercise that fault), and how the system responded, with its traffic." }
         @if r.fault_effects.is_empty() { p.err { "no fault effect was recorded" } } @else {
@@ -412,6 +413,35 @@ fn operations_table(r: &SimulationReport) -> Markup {
                         td { code { (op.kind) } }
                         td.num { (op.ok) } td.num { (op.failed) } td.num { (op.no_answer) }
                         td { @for (reason, n) in op.reasons.iter().take(3) { div { (n) " × " (reason) } } @if op.reasons.len() > 3 { div.muted { "… and " (op.reasons.len() - 3) " other reasons" } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The edge states: those the scenario owns first, then those never reached, then the rest.
+fn edges_table(r: &SimulationReport) -> Markup {
+    let never = r.edges.iter().filter(|e| e.reached == 0).count();
+    let owned = |e: &&crate::model::EdgeRow| e.owned_from_seeds.is_some();
+    let rows = r
+        .edges
+        .iter()
+        .filter(owned)
+        .chain(r.edges.iter().filter(|e| !owned(e) && e.reached == 0))
+        .chain(r.edges.iter().filter(|e| !owned(e) && e.reached > 0));
+    html! {
+        @if !r.edges.is_empty() {
+            h3 { "Edge states" }
+            p.note { "The rare situations the protocols' correctness hinges on, counted over all seeds. An edge state the scenario owns (★, judged over sweeps of the seeds shown) that no seed reached fails the sweep: the run proves nothing about it. " (never) " of " (r.edges.len()) " were never reached." }
+            table {
+                tr { th { "edge state" } th.num { "reached" } th.num { "seeds" } th { "situation" } }
+                @for e in rows {
+                    tr class=[(e.owned_from_seeds.is_some_and(|n| r.seeds_run >= n) && e.reached == 0).then_some("bad")] {
+                        td { code { (e.name) } @if let Some(n) = e.owned_from_seeds { " ★ (≥ " (n) " seeds)" } }
+                        @if e.reached == 0 { td.num.zero { "0" } } @else { td.num { (e.reached) } }
+                        td.num { (e.seeds_reached) }
+                        td { (e.about) }
                     }
                 }
             }

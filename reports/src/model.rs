@@ -347,6 +347,24 @@ pub struct OperationRow {
     pub reasons: Vec<(String, u64)>,
 }
 
+/// One declared edge state of the system under test (a "sometimes" point) over a whole sweep.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeRow {
+    /// `machine.what`.
+    pub name: String,
+    /// What the situation is.
+    pub about: String,
+    /// How often the sweep reached it.
+    pub reached: u64,
+    /// In how many seeds.
+    #[serde(default)]
+    pub seeds_reached: u64,
+    /// Whether the scenario owns it: a sweep of at least `owned_from_seeds` seeds that never
+    /// reaches it fails `edges.reached`. `None`: not owned (reported only).
+    #[serde(default)]
+    pub owned_from_seeds: Option<u64>,
+}
+
 /// A violation found on one seed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
@@ -399,6 +417,9 @@ pub struct SimulationReport {
     /// Per kind of client operation, over every seed: ok, refused (and why), no answer.
     #[serde(default)]
     pub operations: Vec<OperationRow>,
+    /// Every declared edge state: how often the sweep reached it, and whether it is owned.
+    #[serde(default)]
+    pub edges: Vec<EdgeRow>,
 }
 
 impl SimulationReport {

@@ -201,6 +201,21 @@ pub fn load(name: &str) -> Result<Scenario, LoadError> {
     Err(LoadError::Unknown(name.to_owned()))
 }
 
+/// Per edge state, the named scenarios that own it (`[edges] expect` or `rare`).
+#[must_use]
+pub fn edge_owners() -> std::collections::BTreeMap<&'static str, Vec<&'static str>> {
+    let mut owners = std::collections::BTreeMap::<&'static str, Vec<&'static str>>::new();
+    for (name, _) in NAMED {
+        let Ok(scenario) = load(name) else { continue };
+        let owned = scenario.edges.owned().unwrap_or_default();
+        let rare = scenario.edges.owned_rare().unwrap_or_default();
+        for edge in owned.into_iter().chain(rare) {
+            owners.entry(edge.name).or_default().push(name);
+        }
+    }
+    owners
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

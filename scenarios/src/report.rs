@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use reports::model::{
-    ClockSeries, FaultSpan, InvariantResult, OpsBucket, Phase, Seeds, SimulationReport, Verdict,
-    Violation,
+    ClockSeries, EdgeRow, FaultSpan, InvariantResult, OpsBucket, Phase, Seeds, SimulationReport,
+    Verdict, Violation,
 };
 use sim::run::{SeedOutcome, Sweep};
 use sim::scenario::Scenario;
@@ -20,8 +20,13 @@ pub fn replay_command(scenario: &Scenario, seed: u64, duration: Option<f64>) -> 
         .flaw
         .map(|f| format!(" --flaw {f}"))
         .unwrap_or_default();
+    let buggify = if scenario.run.buggify {
+        ""
+    } else {
+        " --no-buggify"
+    };
     format!(
-        "cargo run --release --bin scenario -- {} --seed {seed} --seeds 1{duration}{flaw}",
+        "cargo run --release --bin scenario -- {} --seed {seed} --seeds 1{duration}{flaw}{buggify}",
         scenario.name
     )
 }
@@ -75,6 +80,63 @@ fn invariant_results(sweep: &Sweep, shown: Option<&SeedOutcome>) -> Vec<Invarian
             }
         })
         .chain(std::iter::once(faults_took_effect(sweep)))
+        .chain(std::iter::once(edges_reached(sweep)))
+        .collect()
+}
+
+/// `edges.reached`: violated when an edge state the scenario owns was never reached in a sweep
+/// large enough to judge it; not checked when the sweep is too small to judge any.
+fn edges_reached(sweep: &Sweep) -> InvariantResult {
+    if !sweep.coverage_judged() {
+        InvariantResult {
+            name: "edges.reached".into(),
+            verdict: Verdict::NotChecked,
+            seed: None,
+            first_offending_event: None,
+            detail: Some(format!(
+                "judged over sweeps of {} seeds or more (rare edge states: {}); this run had {}",
+                sim::run::COVERAGE_SEEDS_MIN,
+                sim::run::RARE_EDGE_SEEDS_MIN,
+                sweep.seeds.len()
+            )),
+        }
+    } else if sweep.unreached_edges.is_empty() {
+        InvariantResult::held("edges.reached")
+    } else {
+        InvariantResult {
+            name: "edges.reached".into(),
+            verdict: Verdict::Violated,
+            seed: None,
+            first_offending_event: None,
+            detail: Some(format!(
+                "owned but never reached in the sweep: {}",
+                sweep.unreached_edges.join(", ")
+            )),
+        }
+    }
+}
+
+/// Every declared edge state with how often (and in how many seeds) the sweep reached it, and
+/// from which sweep size the scenario's ownership judges it.
+#[must_use]
+pub fn edge_rows(scenario: &Scenario, sweep: &Sweep) -> Vec<EdgeRow> {
+    const PARSED: &str = "`[edges]` is checked when the scenario is parsed";
+    let owned = scenario.edges.owned().expect(PARSED);
+    let rare = scenario.edges.owned_rare().expect(PARSED);
+    sut::edge::all()
+        .map(|e| EdgeRow {
+            name: e.name.to_owned(),
+            about: e.about.to_owned(),
+            reached: sweep.edges.get(e.name).copied().unwrap_or(0),
+            seeds_reached: sweep.edge_seeds.get(e.name).copied().unwrap_or(0),
+            owned_from_seeds: if owned.contains(&e) {
+                Some(sim::run::COVERAGE_SEEDS_MIN as u64)
+            } else if rare.contains(&e) {
+                Some(sim::run::RARE_EDGE_SEEDS_MIN as u64)
+            } else {
+                None
+            },
+        })
         .collect()
 }
 
@@ -216,6 +278,7 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
             .map(|k| (k.clone(), counter_group(k).to_owned()))
             .collect(),
         operations: operations(sweep),
+        edges: edge_rows(scenario, sweep),
     }
 }
 
@@ -261,7 +324,7 @@ pub fn operations(sweep: &Sweep) -> Vec<reports::model::OperationRow> {
 /// responded, and its traffic).
 #[must_use]
 pub fn counter_group(key: &str) -> &'static str {
-    if key.starts_with("fault.") || key == "crash.kills" {
+    if key.starts_with("fault.") || key.starts_with("buggify.") || key == "crash.kills" {
         "injected"
     } else if sim::scenario::FaultKind::ALL
         .iter()

@@ -395,3 +395,93 @@ fn a_flawed_model_exits_1_with_a_counterexample() {
         "no property is said to hold after an early stop: {text}"
     );
 }
+
+/// A scenario of segment IDs alone that claims to reach a lottery edge state (and a rare
+/// segment one, judged only over 200 seeds).
+fn scenario_owning_an_edge_it_cannot_reach(dir: &std::path::Path) -> std::path::PathBuf {
+    let file = dir.join("unreachable.toml");
+    std::fs::write(
+        &file,
+        "name = \"unreachable\"\ndescription = \"owns an edge state its workload never reaches\"\n\
+         [run]\nsafety_ms = 300\nliveness_ms = 1000\n\
+         [workload]\nrate_per_s = 100\n[workload.mix]\nsegment = 1\nsnowflake = 0\nsemantic = 0\n\
+         jwt = 0\nonce = 0\ndraw = 0\n\
+         [edges]\nexpect = [\"participant.empty_rollback\"]\nrare = [\"segment.cas_retries_spent\"]\n",
+    )
+    .expect("write");
+    file
+}
+
+#[test]
+fn a_sweep_that_never_reaches_an_owned_edge_state_exits_1_and_a_replay_does_not_judge_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = scenario_owning_an_edge_it_cannot_reach(dir.path());
+    let json = dir.path().join("out.json");
+    let out = scenario()
+        .arg(&file)
+        .args(["--seeds", "8", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("EDGE STATE NEVER REACHED: participant.empty_rollback"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(judged over 200 seeds or more)"),
+        "the rare one is shown, not judged: {stdout}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid json");
+    assert_eq!(
+        doc["edges_owned_unreached"],
+        serde_json::json!(["participant.empty_rollback"]),
+        "{doc}"
+    );
+    assert!(
+        doc["edges"]["segment.empty_while_granting"].as_u64() > Some(0),
+        "the segment workload's own edge states are counted: {doc}"
+    );
+    let replay = scenario()
+        .arg(&file)
+        .args(["--seed", "3", "--seeds", "1"])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(0), "{stdout}");
+}
+
+#[test]
+fn an_unknown_edge_state_in_a_scenario_file_is_a_usage_error_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("typo.toml");
+    std::fs::write(
+        &file,
+        "name = \"typo\"\ndescription = \"d\"\n[edges]\nexpect = [\"participant.empty_rolback\"]\n",
+    )
+    .expect("write");
+    let out = scenario().arg(&file).output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`participant.empty_rolback` is neither an edge state nor a machine"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn every_declared_edge_state_is_owned_by_a_named_scenario_or_a_model() {
+    let out = scenario()
+        .arg("edges")
+        .output()
+        .expect("run scenario edges");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("participant.empty_rollback"), "{text}");
+    assert!(
+        !text.contains("owned by no scenario or model"),
+        "an edge state nothing is there to reach proves nothing:\n{text}"
+    );
+}

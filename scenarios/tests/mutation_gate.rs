@@ -60,6 +60,12 @@ fn every_scenario_holds_on_a_short_sweep() {
                 sweep.vacuous_faults
             ));
         }
+        if sweep.edges_failed() {
+            failures.push(format!(
+                "{name}: owned edge states never reached: {:?}",
+                sweep.unreached_edges
+            ));
+        }
         eprintln!(
             "mutation gate: {name} {} seeds in {:.1} s",
             seeds.len(),

@@ -16,6 +16,8 @@
 //! - [`nodes`]: thin drivers running `sut`'s state machines: database, ID service, tokens,
 //!   TCC coordinator and participants, clients.
 //! - [`nemesis`]: the faults.
+//! - [`buggify`]: per-seed knobs that push the protocols to their edges (shrunk timers and
+//!   budgets, crashes at durable steps, stragglers).
 //! - [`history`]: the events.
 //! - [`checkers`]: the invariants of docs/architecture.md as observers over the history and
 //!   final state.
@@ -23,6 +25,7 @@
 //! - [`bench`]: speed against a bare madsim ping-pong baseline.
 
 pub mod bench;
+pub mod buggify;
 pub mod checkers;
 pub mod clock;
 pub mod disk;

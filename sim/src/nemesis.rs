@@ -205,9 +205,38 @@ pub async fn run(world: World, stop_ms: u64) {
             .expect("weights sum to total");
         let targets = live_targets(&world);
         if let Some(space) = faults::space(kind, &faults, &targets) {
-            let event = space.draw(&mut thread_rng(), world.sim_ms());
+            let mut event = space.draw(&mut thread_rng(), world.sim_ms());
+            drift_at_bound(&world, &mut event);
+            bump_at_leeway(&world, &mut event);
             inject(&world, &event, stop_ms);
         }
+    }
+}
+
+/// BUGGIFY: a seed that puts clock drift at its bound drifts at `[faults] drift_ppm_max`
+/// exactly, in the drawn direction.
+fn drift_at_bound(world: &World, event: &mut ScheduledFault) {
+    let (on, bound) = world.with(|w| {
+        (
+            w.spec.buggify.drift_at_bound,
+            w.spec.scenario.faults.drift_ppm_max,
+        )
+    });
+    if let (true, FaultKind::ClockDrift, Some(ppm)) = (on, event.fault, event.ppm) {
+        let bound = bound.clamp(1, 1_000_000);
+        event.ppm = Some(if ppm < 0 { -bound } else { bound });
+    }
+}
+
+/// BUGGIFY: a seed that bumps the token node's clock at the JWT leeway moves it back by the
+/// leeway plus or minus up to half a second (`token.jwt_within_leeway`,
+/// `token.jwt_refused_past_leeway`).
+fn bump_at_leeway(world: &World, event: &mut ScheduledFault) {
+    let on = world.with(|w| w.spec.buggify.bump_at_leeway);
+    if on && event.fault == FaultKind::ClockBump && event.node.as_deref() == Some("token") {
+        let leeway_ms = i64::try_from(sut::token::JwtConfig::default().leeway_ms).unwrap_or(0);
+        let off_ms = thread_rng().gen_range(-500..=500);
+        event.delta_ms = Some(-(leeway_ms + off_ms).max(1));
     }
 }
 
@@ -503,6 +532,39 @@ fn apply_kill(world: &World, node: String, tear: bool, duration_ms: u64) {
     });
 }
 
+/// A crash BUGGIFY placed at a durable step of `node`, called from the node's own task: the
+/// node is killed there and restarted `down_ms` later by a task on the supervisor's node (the
+/// caller's node is gone).
+pub(crate) fn crash_in_place(
+    world: &World,
+    node: &str,
+    site: crate::buggify::CrashSite,
+    down_ms: u64,
+) {
+    kill(world, node, false);
+    let counter = match site {
+        crate::buggify::CrashSite::BeforeSync => "crash.before_durable_step",
+        crate::buggify::CrashSite::AfterSync => "crash.after_durable_step",
+    };
+    world.count(counter, 1);
+    let span = begin(
+        world,
+        node,
+        FaultKind::Kill,
+        format!("BUGGIFY: crashed {}, down for {down_ms} ms", site.name()),
+    );
+    let supervisor = world.with(|w| w.supervisor);
+    let (world, node) = (world.clone(), node.to_owned());
+    Handle::current()
+        .get_node(supervisor)
+        .expect("the supervisor's node exists for the whole run")
+        .spawn(async move {
+            sleep_ms(down_ms).await;
+            restart(&world, &node);
+            end(&world, span);
+        });
+}
+
 fn apply_pause(world: &World, node: String, lease_ms: u64, duration_ms: u64) {
     let kind = FaultKind::Pause;
     world.with(|w| {
@@ -607,6 +669,7 @@ fn apply_clock_restart(world: &World, node: String, back: i64, tear: bool, down_
 pub fn heal_all(world: &World) {
     let (links, nodes, paused, killed, clocks) = world.with(|w| {
         w.healed = true;
+        w.healed_at_ms = Some(w.sim_ms());
         w.loss_ppm = 0;
         w.latency_spike = false;
         (

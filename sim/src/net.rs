@@ -199,6 +199,20 @@ impl Ctx {
                 w.count("net.dropped_by_loss", 1);
                 return;
             }
+            if !w.healed
+                && let Some(delay_ms) = w
+                    .spec
+                    .buggify
+                    .straggle(&msg, &mut madsim::rand::thread_rng())
+            {
+                w.count("buggify.stragglers", 1);
+                let out = self.out.clone();
+                madsim::task::spawn(async move {
+                    madsim::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                    let _ = out.unbounded_send((addr, msg));
+                });
+                return;
+            }
             addr
         };
         // A closed queue means the node is going down (killed): nothing to do.

@@ -43,10 +43,16 @@ pub struct SeedOutcome {
     pub seed: u64,
     /// Fault kinds enabled for this seed, with weights.
     pub enabled_faults: Vec<(FaultKind, u32)>,
+    /// This seed's BUGGIFY knobs, one line each (empty: off).
+    #[serde(default)]
+    pub buggify: Vec<String>,
     /// Per invariant: `None` held, `Some` violated.
     pub results: Vec<(String, Option<Violation>)>,
     /// What each fault actually did.
     pub coverage: BTreeMap<String, u64>,
+    /// How often each edge state (`sut::edge`) was reached.
+    #[serde(default)]
+    pub edges: BTreeMap<String, u64>,
     /// History length.
     pub events: u64,
     /// Simulated ms.
@@ -410,11 +416,14 @@ fn judge(
 
 async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
     let enabled_faults = resolve_faults(&scenario);
+    let buggify = crate::buggify::Buggify::draw(&mut thread_rng(), &scenario, &enabled_faults);
+    let scenario = buggify.scenario(scenario);
     let names = node_names(&scenario);
     let world = World::new(RunSpec {
         scenario: scenario.clone(),
         seed,
         faults: enabled_faults.clone(),
+        buggify: buggify.clone(),
     });
     setup_disks(&world);
     create_nodes(&world, &names);
@@ -437,13 +446,16 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         replies: effective_replies(&world),
         gap_bound_ids: gap_bound(scenario.ids.step_max, stranding),
         progress: progress_spec(&scenario),
+        round_grace_ms: nodes::tcc::coordinator_config(&buggify).round_ms_max(),
     };
     let (results, ids_lost) = judge(&history, &state, ledger.err());
     SeedOutcome {
         seed,
         enabled_faults,
+        buggify: buggify.describe(),
         results,
         coverage,
+        edges: BTreeMap::new(),
         events: history.len() as u64,
         sim_ms,
         datagrams,
@@ -507,7 +519,11 @@ pub fn run_seed(scenario: &Scenario, seed: u64, keep_history: bool) -> SeedOutco
     let _running = RunningGuard;
     let started = Instant::now();
     let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
+    // The runtime runs every node on this thread: the edge counts from here to the end are
+    // this seed's.
+    let _ = sut::edge::take();
     let mut outcome = runtime.block_on(simulate(scenario.clone(), seed, keep_history));
+    outcome.edges = sut::edge::take();
     outcome.wall_seconds = started.elapsed().as_secs_f64();
     outcome
 }
@@ -544,6 +560,16 @@ pub struct Sweep {
     pub coverage: BTreeMap<String, u64>,
     /// Fault kinds of the scenario that never took effect in the whole sweep.
     pub vacuous_faults: Vec<FaultKind>,
+    /// How often each edge state was reached, summed over the sweep.
+    #[serde(default)]
+    pub edges: BTreeMap<String, u64>,
+    /// In how many seeds each edge state was reached.
+    #[serde(default)]
+    pub edge_seeds: BTreeMap<String, u64>,
+    /// Edge states the scenario owns that no seed reached, among those the sweep's size judges
+    /// ([`unreached_edges`]).
+    #[serde(default)]
+    pub unreached_edges: Vec<String>,
     /// Wall-clock seconds.
     pub wall_seconds: f64,
 }
@@ -560,6 +586,13 @@ impl Sweep {
     #[must_use]
     pub fn coverage_failed(&self) -> bool {
         self.coverage_judged() && !self.vacuous_faults.is_empty()
+    }
+
+    /// Whether the sweep fails edge coverage: an owned edge state that a sweep of this size
+    /// judges was never reached.
+    #[must_use]
+    pub fn edges_failed(&self) -> bool {
+        !self.unreached_edges.is_empty()
     }
 
     /// Every violation with its seed.
@@ -602,23 +635,65 @@ pub fn sweep(
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     outcomes.sort_by_key(|o| o.seed);
-    let mut coverage = BTreeMap::new();
-    for o in &outcomes {
-        for (k, v) in &o.coverage {
-            *coverage.entry(k.clone()).or_insert(0) += v;
-        }
+    let coverage = summed(outcomes.iter().map(|o| &o.coverage));
+    let edges = summed(outcomes.iter().map(|o| &o.edges));
+    let mut edge_seeds = BTreeMap::new();
+    for name in outcomes.iter().flat_map(|o| o.edges.keys()) {
+        *edge_seeds.entry(name.clone()).or_insert(0) += 1;
     }
     let vacuous_faults = scenario
         .fault_kinds()
         .into_iter()
         .filter(|kind| !took_effect(*kind, &coverage))
         .collect();
+    let unreached_edges = unreached_edges(scenario, &edges, outcomes.len());
     Sweep {
         seeds: outcomes,
         coverage,
         vacuous_faults,
+        edges,
+        edge_seeds,
+        unreached_edges,
         wall_seconds: started.elapsed().as_secs_f64(),
     }
+}
+
+/// Counters summed key by key.
+fn summed<'a>(maps: impl Iterator<Item = &'a BTreeMap<String, u64>>) -> BTreeMap<String, u64> {
+    let mut sum = BTreeMap::new();
+    for map in maps {
+        for (k, v) in map {
+            *sum.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    sum
+}
+
+/// The fewest seeds over which a scenario's rare edge states (`[edges] rare`) are judged.
+pub const RARE_EDGE_SEEDS_MIN: usize = 200;
+
+/// The edge states `scenario` owns that a sweep of `seeds` seeds judges and `edges` never
+/// counted: the expected ones over [`COVERAGE_SEEDS_MIN`] seeds or more, the rare ones over
+/// [`RARE_EDGE_SEEDS_MIN`] or more.
+#[must_use]
+pub fn unreached_edges(
+    scenario: &Scenario,
+    edges: &BTreeMap<String, u64>,
+    seeds: usize,
+) -> Vec<String> {
+    const PARSED: &str = "`[edges]` is checked when the scenario is parsed";
+    let mut judged: Vec<&sut::edge::Edge> = Vec::new();
+    if seeds >= COVERAGE_SEEDS_MIN {
+        judged.extend(scenario.edges.owned().expect(PARSED));
+    }
+    if seeds >= RARE_EDGE_SEEDS_MIN {
+        judged.extend(scenario.edges.owned_rare().expect(PARSED));
+    }
+    judged
+        .into_iter()
+        .filter(|e| edges.get(e.name).copied().unwrap_or(0) == 0)
+        .map(|e| e.name.to_owned())
+        .collect()
 }
 
 #[cfg(test)]

@@ -72,7 +72,11 @@ impl FaultKind {
             Self::Partition | Self::Swizzle => &["net.dropped_by_partition"],
             Self::Loss => &["net.dropped_by_loss"],
             Self::Latency => &["net.delayed_by_spike"],
-            Self::Kill => &["crash.lost_pending_writes", "crash.lost_id_buffers"],
+            Self::Kill => &[
+                "crash.lost_pending_writes",
+                "crash.lost_id_buffers",
+                "crash.after_durable_step",
+            ],
             Self::Pause => &["pause.outlived_lease", "pause.stalled_ms"],
             Self::ClockBump | Self::ClockStrobe => &[
                 "clock.rollback_waits",
@@ -114,6 +118,9 @@ pub struct RunSection {
     /// writes, so that `scenario replay` can tell "reproduced" from "a different failure".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expect: Option<String>,
+    /// BUGGIFY (`sim::buggify`): per seed, shrunk timers and budgets, drift at its bound,
+    /// crashes placed at durable steps, stragglers. On by default; `--no-buggify` overrides.
+    pub buggify: bool,
 }
 
 impl Default for RunSection {
@@ -125,6 +132,7 @@ impl Default for RunSection {
             flaw: None,
             seed: None,
             expect: None,
+            buggify: true,
         }
     }
 }
@@ -328,6 +336,70 @@ pub struct Scenario {
     /// `[faults] kinds`, `swarm` and the intervals are then ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<ScheduledFault>>,
+    /// The edge states this scenario owns (`[edges] expect`): a sweep in which one of them was
+    /// never reached fails, like a fault that never took effect.
+    #[serde(default, skip_serializing_if = "EdgesSection::is_empty")]
+    pub edges: EdgesSection,
+}
+
+/// `[edges]`: the edge states (`sut::edge`) a scenario is there to reach.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EdgesSection {
+    /// Edge states every judged sweep (`run::COVERAGE_SEEDS_MIN` seeds or more) must reach:
+    /// names (`participant.empty_rollback`) or machine names (`wheel`: all of its edge states).
+    pub expect: Vec<String>,
+    /// Edge states reached in only some seeds: judged over sweeps of `run::RARE_EDGE_SEEDS_MIN`
+    /// seeds or more.
+    pub rare: Vec<String>,
+}
+
+impl EdgesSection {
+    /// Whether the scenario owns no edge state.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.expect.is_empty() && self.rare.is_empty()
+    }
+
+    /// The edge states every judged sweep must reach, each once, in declaration order; the
+    /// first entry that names neither an edge state nor a machine is the error.
+    pub fn owned(&self) -> Result<Vec<&'static sut::edge::Edge>, String> {
+        resolve_edges(&self.expect)
+    }
+
+    /// The rare edge states, as [`Self::owned`].
+    pub fn owned_rare(&self) -> Result<Vec<&'static sut::edge::Edge>, String> {
+        resolve_edges(&self.rare)
+    }
+
+    /// Checks both lists, and that no edge state is in both.
+    fn validate(&self) -> Result<(), String> {
+        let common = self.owned()?;
+        let rare = self.owned_rare()?;
+        match common.iter().find(|e| rare.contains(e)) {
+            Some(both) => Err(format!("`{}` is both expected and rare", both.name)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The edge states named by `entries` (edge or machine names), each once, in declaration order.
+fn resolve_edges(entries: &[String]) -> Result<Vec<&'static sut::edge::Edge>, String> {
+    let mut names = std::collections::BTreeSet::new();
+    for entry in entries {
+        if let Some(machine) = sut::edge::Machine::from_name(entry) {
+            names.extend(machine.edges().map(|e| e.name));
+        } else if let Some(edge) = sut::edge::find(entry) {
+            names.insert(edge.name);
+        } else {
+            return Err(format!(
+                "`{entry}` is neither an edge state nor a machine (`scenario edges` lists them)"
+            ));
+        }
+    }
+    Ok(sut::edge::all()
+        .filter(|e| names.contains(e.name))
+        .collect())
 }
 
 /// One scripted fault: what happens at `at_ms` of the safety phase, to which node(s), with
@@ -786,6 +858,9 @@ impl Scenario {
                 format!("{:?} must be [min, max] with 0 < min <= max", f.duration_ms),
             ));
         }
+        if let Err(message) = self.edges.validate() {
+            return Err(("edges", message));
+        }
         if let Some(unknown) = f.targets.iter().find(|t| !known_node(t, &self.topology)) {
             return Err(("targets", format!("no node is called `{unknown}`")));
         }
@@ -821,6 +896,8 @@ pub struct RunSpec {
     pub seed: u64,
     /// The fault kinds enabled for this seed, with their weights.
     pub faults: Vec<(FaultKind, u32)>,
+    /// This seed's BUGGIFY.
+    pub buggify: crate::buggify::Buggify,
 }
 
 #[cfg(test)]

@@ -150,6 +150,12 @@ pub struct WorldState {
     /// Set by `nemesis::heal_all` at the start of the liveness phase: from then on a fault
     /// still in progress (a swizzle clogging its next node, a strobe's next flip) does nothing.
     pub healed: bool,
+    /// When `healed` was set (simulated ms).
+    pub healed_at_ms: Option<u64>,
+    /// The madsim node the run's supervisor (and the nemesis) runs on.
+    pub supervisor: NodeId,
+    /// Arrivals at each node's durable steps (`buggify::CrashSite`), counted for a placed crash.
+    pub durable_steps: BTreeMap<String, u64>,
 }
 
 /// A handle on the shared state.
@@ -184,6 +190,9 @@ impl World {
             clock_samples: Vec::new(),
             workload_stopped: false,
             healed: false,
+            healed_at_ms: None,
+            supervisor: madsim::plugin::node(),
+            durable_steps: BTreeMap::new(),
         })))
     }
 

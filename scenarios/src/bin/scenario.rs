@@ -81,12 +81,19 @@ struct RunArgs {
     /// `sut-server` a load run starts.
     #[arg(long)]
     flaw: Option<sut::flaw::Flaw>,
+    /// Simulations: no BUGGIFY (the per-seed knobs that shrink timers and budgets, put drift at
+    /// its bound, place crashes at durable steps and hold messages back past their deadline).
+    #[arg(long)]
+    no_buggify: bool,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print one scenario per line: name, then a one-line description.
     List,
+    /// Print every declared edge state (the rare situations the protocols hinge on, which
+    /// scenarios own in `[edges] expect`): name, then what it is.
+    Edges,
     /// Model-check NAME with stateright (exhaustive within the model's bounds).
     Model(ModelArgs),
     /// Serve stateright's Explorer web UI for a model.
@@ -363,7 +370,7 @@ fn main() -> ExitCode {
 fn checks_something(cli: &Cli) -> bool {
     match &cli.command {
         None => cli.run.name.is_some(),
-        Some(Command::List | Command::Explore { .. }) => false,
+        Some(Command::List | Command::Edges | Command::Explore { .. }) => false,
         Some(Command::Model(args)) => !args.list,
         Some(Command::Flaws(args)) => !args.list,
         Some(_) => true,
@@ -390,6 +397,7 @@ fn print_verdict(code: ExitCode, seconds: f64) {
 fn subcommand(command: Command) -> ExitCode {
     match command {
         Command::List => list(),
+        Command::Edges => edges(),
         Command::Bench { name, seeds, json } => bench(&name, seeds, json.as_deref()),
         Command::Search(args) => search(&args),
         Command::Replay { file } => replay(&file),
@@ -418,6 +426,35 @@ fn list() -> ExitCode {
             .map(|s| s.description)
             .unwrap_or_else(|e| format!("(broken: {e})"));
         println!("{name:<20} {description}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `scenario edges`: every declared edge state, what it is, and the named scenarios and models
+/// that own it. Stops quietly when stdout is closed (`| head`).
+fn edges() -> ExitCode {
+    use std::io::Write;
+    let owners = scenarios::edge_owners();
+    let mut out = std::io::stdout().lock();
+    for edge in sut::edge::all() {
+        let mut by: Vec<String> = owners
+            .get(edge.name)
+            .map(|names| names.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
+        by.extend(
+            models::catalog()
+                .iter()
+                .filter(|m| m.edges.contains(&edge.name))
+                .map(|m| format!("model {}", m.name)),
+        );
+        let by = if by.is_empty() {
+            "owned by no scenario or model".to_owned()
+        } else {
+            format!("owned by {}", by.join(", "))
+        };
+        if writeln!(out, "{:<40} {}\n{:<40} {by}", edge.name, edge.about, "").is_err() {
+            break;
+        }
     }
     ExitCode::SUCCESS
 }
@@ -822,6 +859,23 @@ fn print_model_report(report: &models::ModelReport) -> bool {
             }
         }
     }
+    let others: Vec<String> = report
+        .edges
+        .iter()
+        .filter(|(name, _)| {
+            !report
+                .properties
+                .iter()
+                .any(|p| p.name == format!("edge: {name}"))
+        })
+        .map(|(name, n)| format!("{name} ({n})"))
+        .collect();
+    if !others.is_empty() {
+        println!(
+            "other edge states the search passed through: {}",
+            others.join(", ")
+        );
+    }
     failed
 }
 
@@ -1064,6 +1118,7 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
     }
     let failed = sweep.violations().next().is_some()
         || sweep.coverage_failed()
+        || sweep.edges_failed()
         || !nondeterministic.is_empty();
     if failed {
         ExitCode::FAILURE
@@ -1076,6 +1131,9 @@ fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
 fn apply_run_args(scenario: &mut Scenario, args: &RunArgs) -> Result<(), ExitCode> {
     if args.flaw.is_some() {
         scenario.run.flaw = args.flaw;
+    }
+    if args.no_buggify {
+        scenario.run.buggify = false;
     }
     if let Some(flaw) = scenario.run.flaw {
         eprintln!(
@@ -1242,6 +1300,7 @@ fn print_summary(
     print_counters(&sweep.coverage);
     print_invariants(sweep);
     print_fault_coverage(scenario, sweep);
+    print_edges(scenario, sweep);
     for (seed, a, b) in nondeterministic {
         println!("NOT DETERMINISTIC: seed {seed} gave history hashes {a:016x} and {b:016x}");
     }
@@ -1253,6 +1312,15 @@ fn print_summary(
         println!("VIOLATION seed {seed}: {}: {}", v.invariant, v.detail);
         if let Some(event) = v.event {
             println!("  first offending event: #{event}");
+        }
+        if let Some(knobs) = sweep
+            .seeds
+            .iter()
+            .find(|s| s.seed == seed)
+            .map(|s| &s.buggify)
+            && !knobs.is_empty()
+        {
+            println!("  BUGGIFY: {}", knobs.join("; "));
         }
         println!("  replay: {}", replay_command(scenario, seed, args));
     }
@@ -1287,6 +1355,53 @@ fn print_fault_coverage(scenario: &Scenario, sweep: &Sweep) {
                 sim::run::COVERAGE_SEEDS_MIN
             );
         }
+    }
+}
+
+/// The edge states: how often each owned one was reached, and which declared ones no seed
+/// reached. An owned edge state never reached fails a sweep large enough to judge it.
+fn print_edges(scenario: &Scenario, sweep: &Sweep) {
+    let rows = scenarios::report::edge_rows(scenario, sweep);
+    println!("edge states owned by this scenario (times reached, seeds that reached it):");
+    for row in &rows {
+        let Some(from) = row.owned_from_seeds else {
+            continue;
+        };
+        let judged = if sweep.seeds.len() as u64 >= from {
+            String::new()
+        } else {
+            format!("  (judged over {from} seeds or more)")
+        };
+        println!(
+            "  {:<40} {:>10} {:>6} of {}{judged}",
+            row.name,
+            row.reached,
+            row.seeds_reached,
+            sweep.seeds.len()
+        );
+    }
+    let never: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.owned_from_seeds.is_none() && r.reached == 0)
+        .map(|r| r.name.as_str())
+        .collect();
+    let others = rows
+        .iter()
+        .filter(|r| r.owned_from_seeds.is_none() && r.reached > 0)
+        .count();
+    println!(
+        "  ({others} other edge states reached; never reached: {})",
+        if never.is_empty() {
+            "none".to_owned()
+        } else {
+            never.join(", ")
+        }
+    );
+    if sweep.edges_failed() {
+        println!(
+            "EDGE STATE NEVER REACHED: {}: the sweep proves nothing about it",
+            sweep.unreached_edges.join(", ")
+        );
     }
 }
 
@@ -1381,6 +1496,13 @@ fn write_json(
         "fault_effects": sweep.coverage,
         "vacuous_faults": sweep.vacuous_faults.iter().map(|k| k.name()).collect::<Vec<_>>(),
         "coverage_judged": sweep.coverage_judged(),
+        "edges": sweep.edges,
+        "edge_seeds": sweep.edge_seeds,
+        "edges_owned_unreached": sweep.unreached_edges,
+        "edges_never_reached": sut::edge::all()
+            .filter(|e| !sweep.edges.contains_key(e.name))
+            .map(|e| e.name)
+            .collect::<Vec<_>>(),
         "nondeterministic_seeds": nondeterministic.iter().map(|(s, _, _)| *s).collect::<Vec<_>>(),
         "ids_lost": sweep.seeds.iter().map(|s| s.ids_lost).sum::<u64>(),
         "meta": run_metadata(),

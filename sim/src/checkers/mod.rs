@@ -53,6 +53,10 @@ pub struct FinalState {
     /// The ID nodes that must issue segment IDs again once the faults have healed, and how
     /// soon (`ids.progress`); `None` when the scenario asks for no segment IDs.
     pub progress: Option<Progress>,
+    /// How long after the heal a compensation round that began during the faults may still
+    /// fail (`CoordinatorConfig::round_ms_max`): `lottery.no_dead_letter_after_heal` judges
+    /// dead letters from then on.
+    pub round_grace_ms: u64,
 }
 
 /// What `ids.progress` checks: every one of `nodes` issues a segment ID (or a degraded one)
@@ -250,7 +254,7 @@ pub fn lottery(
     history: &[Event],
     replies: &[ParticipantReply],
     ledger: &Ledger,
-) -> [(&'static str, Result<(), Violation>); 7] {
+) -> [(&'static str, Result<(), Violation>); 6] {
     let reply_seqs: Vec<u64> = Vec::new();
     let (draws, draw_seqs): (Vec<DrawEvent>, Vec<u64>) = history
         .iter()
@@ -316,24 +320,24 @@ pub fn lottery(
             invariants::agreement(&draws, &[ledger])
                 .map_err(|v| violation("lottery.agreement", at(&draw_seqs, &v), v.to_string())),
         ),
-        (
-            "lottery.no_dead_letter_after_heal",
-            no_dead_letter_after_heal(history),
-        ),
     ]
 }
 
 /// `lottery.no_dead_letter_after_heal`: once every fault has healed (the liveness phase), no
-/// draw is given up: a parked draw's compensation must then get through within its retry
-/// budget. A draw dead-lettered during the faults is allowed (its budget ran out while the
-/// network was down) but stays open, which `lottery.settled` reports.
-pub fn no_dead_letter_after_heal(history: &[Event]) -> Result<(), Violation> {
-    let Some(healed_at) = healed(history).map(|e| e.seq) else {
+/// draw is given up: a compensation round that begins after the heal must get through. A draw
+/// dead-lettered during the faults is allowed (its budget ran out while the network was down;
+/// the operator retries it after the heal, and `lottery.settled` requires it to finish), and so
+/// is one dead-lettered within `grace_ms` of the heal, by a round that began before it (see
+/// `CoordinatorConfig::round_ms_max`).
+pub fn no_dead_letter_after_heal(history: &[Event], grace_ms: u64) -> Result<(), Violation> {
+    let Some(healed) = healed(history) else {
         return Ok(());
     };
+    let judged_from_ms = healed.sim_ms.saturating_add(grace_ms);
     let dead = history.iter().find_map(|e| match &e.kind {
         EventKind::Draw(d)
-            if e.seq > healed_at
+            if e.seq > healed.seq
+                && e.sim_ms > judged_from_ms
                 && matches!(d.outcome, sut::lottery::DrawOutcome::DeadLettered { .. }) =>
         {
             Some((e, d.draw.xid))
@@ -346,8 +350,10 @@ pub fn no_dead_letter_after_heal(history: &[Event]) -> Result<(), Violation> {
             "lottery.no_dead_letter_after_heal",
             Some(e.seq),
             format!(
-                "draw {xid} was dead-lettered at {} ms, after every fault had healed (event #{healed_at})",
-                e.sim_ms
+                "draw {xid} was dead-lettered at {} ms, after every fault had healed (event #{}, \
+                 {} ms) and after the longest round begun before the heal ({grace_ms} ms) could \
+                 have ended",
+                e.sim_ms, healed.seq, healed.sim_ms
             ),
         )),
     }
@@ -382,6 +388,10 @@ pub fn check_all(history: &[Event], state: &FinalState) -> (Vec<Checked>, u64) {
             .into_iter()
             .map(|(n, r)| (n.to_owned(), r)),
     );
+    results.push((
+        "lottery.no_dead_letter_after_heal".to_owned(),
+        no_dead_letter_after_heal(history, state.round_grace_ms),
+    ));
     debug_assert_eq!(results.len(), INVARIANTS.len());
     (results, lost)
 }

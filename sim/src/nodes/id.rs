@@ -426,6 +426,7 @@ fn flush(ctx: &Ctx, out: Outbox) {
 /// The ID settings and flaw of the run, and this incarnation's instance id.
 struct Setup {
     ids: crate::scenario::Ids,
+    buggify: crate::buggify::Buggify,
     instance: InstanceId,
     flaw: Option<Flaw>,
 }
@@ -433,17 +434,17 @@ struct Setup {
 /// The segment allocator's configuration for this node.
 fn allocator_config(setup: &Setup) -> AllocatorConfig {
     let ids = &setup.ids;
-    AllocatorConfig {
+    setup.buggify.allocator(AllocatorConfig {
         step: StepPolicy::Leaf {
             step_max: ids.step_max,
         },
         lease_ms: ids.lease_ms,
         drift_ms_max: ids.drift_ms_max,
         renew_interval_ms: ids.lease_ms / 4,
-        request_timeout_ms: 300,
+        request_timeout_ms: crate::buggify::STORE_TIMEOUT_MS,
         flaw: setup.flaw,
         ..AllocatorConfig::new(TAG, setup.instance)
-    }
+    })
 }
 
 /// The Snowflake worker's configuration (its layout moved for the end-of-life test).
@@ -456,6 +457,7 @@ fn worker_config(setup: &Setup) -> WorkerConfig {
         flaw: setup.flaw,
         ..WorkerConfig::default()
     };
+    worker_cfg = setup.buggify.worker(worker_cfg);
     worker_cfg.layout.time_bits = ids.snowflake_time_bits;
     if let Some(left_ms) = ids.snowflake_time_left_ms {
         // The end-of-life test: the time field runs out `left_ms` after simulated time 0.
@@ -489,9 +491,10 @@ fn holder_config(setup: &Setup, worker_cfg: WorkerConfig) -> HolderConfig {
 
 /// A fresh incarnation's state.
 fn new_state(ctx: &Ctx) -> State {
-    let (ids, timeout_ms, instance, flaw) = ctx.world.with(|w| {
+    let (ids, buggify, timeout_ms, instance, flaw) = ctx.world.with(|w| {
         (
             w.spec.scenario.ids.clone(),
+            w.spec.buggify.clone(),
             w.spec.scenario.workload.timeout_ms,
             InstanceId(w.next_instance()),
             w.spec.scenario.run.flaw,
@@ -499,6 +502,7 @@ fn new_state(ctx: &Ctx) -> State {
     });
     let setup = Setup {
         ids,
+        buggify,
         instance,
         flaw,
     };

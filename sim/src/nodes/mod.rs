@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use madsim::rand::Rng;
 
+use crate::buggify::{CrashSite, durable_step};
 use crate::disk::Wal;
 use crate::net::{Ctx, Inbox};
 use crate::world::{Disks, World};
@@ -20,13 +21,17 @@ use crate::world::{Disks, World};
 /// (unless a concurrent commit already did). A crash during the wait loses the pending records
 /// — and the caller never answers, which is what makes that loss safe.
 pub async fn commit<R: Clone>(world: &World, wal: impl Fn(&mut Disks) -> &mut Wal<R>, pos: u64) {
+    durable_step(world, CrashSite::BeforeSync).await;
     let fsync_us = madsim::rand::thread_rng().gen_range(300..1_500);
     madsim::time::sleep(Duration::from_micros(fsync_us)).await;
-    let mut w = world.lock();
-    let log = wal(&mut w.disks);
-    if log.durable_len() < pos {
-        log.sync();
+    {
+        let mut w = world.lock();
+        let log = wal(&mut w.disks);
+        if log.durable_len() < pos {
+            log.sync();
+        }
     }
+    durable_step(world, CrashSite::AfterSync).await;
 }
 
 /// What runs once a request's log record is durable (typically: record the acknowledgement
@@ -81,9 +86,11 @@ impl GroupCommit {
     }
 
     async fn fsync(self) {
+        durable_step(&self.world, CrashSite::BeforeSync).await;
         let fsync_us = madsim::rand::thread_rng().gen_range(300..1_500);
         madsim::time::sleep(Duration::from_micros(fsync_us)).await;
         (self.sync)(&mut self.world.lock().disks);
+        durable_step(&self.world, CrashSite::AfterSync).await;
         let waiters = {
             let mut st = self.state.lock().expect("group commit");
             st.syncing = false;

@@ -109,12 +109,7 @@ fn recover_coordinator(ctx: &Ctx) -> Coord {
         let _ = log.append(entry);
     }
     let now = ctx.now();
-    // Backoff capped at 1 s: with 6 attempts a phase gives up within 3.5 s, so a draw begun
-    // in the safety phase settles well inside the liveness phase (see `RunSection`).
-    let config = CoordinatorConfig {
-        backoff_ms_max: 1_000,
-        ..CoordinatorConfig::default()
-    };
+    let config = ctx.world.with(|w| coordinator_config(&w.spec.buggify));
     let coord = Coordinator::recover(config, &log, now).expect("a valid coordinator config");
     Coord {
         coord,
@@ -122,13 +117,44 @@ fn recover_coordinator(ctx: &Ctx) -> Coord {
     }
 }
 
-/// Every 5 ms: the coordinator's timeouts, then whatever it has to say.
+/// The coordinator's configuration in this run: backoff capped at 1 s (with 6 attempts a phase
+/// gives up within 3.5 s, so a draw begun in the safety phase settles well inside the liveness
+/// phase, see `RunSection`), then the seed's BUGGIFY.
+#[must_use]
+pub fn coordinator_config(buggify: &crate::buggify::Buggify) -> CoordinatorConfig {
+    buggify.coordinator(CoordinatorConfig {
+        backoff_ms_max: 1_000,
+        ..CoordinatorConfig::default()
+    })
+}
+
+/// Every 5 ms: the coordinator's timeouts, then whatever it has to say. Once the faults have
+/// healed and every compensation round begun during them has ended
+/// (`CoordinatorConfig::round_ms_max`), the operator's runbook step: every dead letter (a draw
+/// whose retry budget ran out during the faults) is retried once.
 async fn tick_forever(ctx: Ctx, state: Arc<Mutex<Coord>>) {
+    let mut dead_letters_retried = false;
     loop {
         sleep_ms(5).await;
         let now = ctx.now();
         {
             let mut s = state.lock().expect("coordinator");
+            let round_ms_max = s.coord.config().round_ms_max();
+            let rounds_over = ctx.world.with(|w| {
+                w.healed_at_ms
+                    .is_some_and(|at| w.sim_ms() > at.saturating_add(round_ms_max))
+            });
+            if !dead_letters_retried && rounds_over {
+                dead_letters_retried = true;
+                let letters: Vec<Xid> = s.coord.dead_letters().map(|(d, _)| d.xid).collect();
+                for xid in &letters {
+                    s.coord
+                        .handle_retry_dead_letter(*xid, now)
+                        .expect("listed as a dead letter");
+                }
+                ctx.world
+                    .count("tcc.dead_letters_retried", letters.len() as u64);
+            }
             if s.coord.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
                 s.coord.handle_timeout(now);
             }

@@ -28,14 +28,19 @@ pub const ONCE_WINDOW_MS: u64 = 2_000;
 
 type Service = TokenService<MemoryTokenStore>;
 
-fn service(flaw: Option<sut::flaw::Flaw>) -> Service {
+fn service(flaw: Option<sut::flaw::Flaw>, buggify: &crate::buggify::Buggify) -> Service {
     let mut cfg = TokenConfig::default();
     cfg.once.window_ms = ONCE_WINDOW_MS;
     cfg.flaws = sut::flaw::token_flaws(flaw);
+    if let Some(rows_max) = buggify.token_rows_max {
+        cfg.limits.revocations_max = rows_max;
+        cfg.limits.once_tokens_max = rows_max;
+        cfg.revocation.capacity = rows_max;
+    }
     let key = SigningKey::new("sim", b"simulation-signing-key-32-bytes!!".to_vec())
         .expect("a 33-byte key");
     TokenService::new(cfg.clone(), key, MemoryTokenStore::new(cfg.limits))
-        .expect("default token config")
+        .expect("the default token config, its bounds perhaps shrunk")
 }
 
 fn apply(svc: &mut Service, rec: &TokenRec) {
@@ -82,12 +87,17 @@ async fn purge_every_second(ctx: Ctx, svc: Arc<Mutex<Service>>) {
 
 /// Runs the token node.
 pub async fn run(ctx: Ctx, mut inbox: Inbox) {
-    let (records, torn, flaw) = ctx.world.with(|w| {
+    let (records, torn, flaw, buggify) = ctx.world.with(|w| {
         let (records, torn) = w.disks.token.recover();
-        (records, torn, w.spec.scenario.run.flaw)
+        (
+            records,
+            torn,
+            w.spec.scenario.run.flaw,
+            w.spec.buggify.clone(),
+        )
     });
     ctx.world.count("crash.torn_records_discarded", torn);
-    let mut svc = service(flaw);
+    let mut svc = service(flaw, &buggify);
     for rec in &records {
         apply(&mut svc, rec);
     }

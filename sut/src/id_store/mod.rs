@@ -40,6 +40,29 @@ pub use rules::{
 
 use serde::{Deserialize, Serialize};
 
+/// The ID store's edge states (see [`crate::edge`]), part of [`crate::edge::Machine::Segment`]:
+/// listed in [`crate::segment::EDGES`].
+pub mod edges {
+    use crate::edge::{Edge, Machine};
+
+    /// [`super::rules::allocate`] sees a version other than the one read.
+    pub const VERSION_CONFLICT: Edge = Edge::new(
+        Machine::Segment,
+        "segment.version_conflict",
+        "a segment grant asks for the tag row at a version another allocator already moved: \
+         only the optimistic lock keeps the two from taking the same range \
+         (segment_no_version_check)",
+    );
+    /// [`super::rules::reclaim_expired`] pools an expired lease's tail.
+    pub const ZOMBIE_TAIL_RECLAIMED: Edge = Edge::new(
+        Machine::Segment,
+        "segment.zombie_tail_reclaimed",
+        "the store reclaims the unclaimed tail of a lease that expired unrenewed, while its \
+         holder may still be alive: everything below the recorded claim must stay out of the \
+         pool",
+    );
+}
+
 /// IDs handed out by segments stay below this bound, so that bit 62 can mark degraded-mode
 /// Snowflake IDs (see [`crate::segment::DEGRADED_FLAG`]) and the sign bit stays clear.
 pub const SEGMENT_ID_LIMIT: u64 = 1 << 62;

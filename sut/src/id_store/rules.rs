@@ -89,6 +89,11 @@ pub fn allocate(
     check_alloc(req)?;
     let row = row.ok_or_else(|| StoreError::UnknownTag(req.tag.clone()))?;
     assert_eq!(row.tag, req.tag, "the row read is the requested tag's");
+    // The situation, whichever branch handles it: someone allocated since the read.
+    crate::edge::reached_if(
+        row.version != req.expected_version,
+        &super::edges::VERSION_CONFLICT,
+    );
     match req.blind_max_id {
         Some(read_max_id) => allocate_blind(req, row, read_max_id),
         None => allocate_checked(req, row, lease_starts),
@@ -336,6 +341,12 @@ pub fn reclaim_expired<'a>(
                 tail,
             },
         });
+    }
+    for entry in &expired {
+        crate::edge::reached_if(
+            !entry.reclaimed.tail.is_empty(),
+            &super::edges::ZOMBIE_TAIL_RECLAIMED,
+        );
     }
     Ok(expired)
 }

@@ -70,3 +70,66 @@ fn the_id_space_ends_with_exhausted_never_a_wrap() {
         super::StoreError::Exhausted("t".into())
     );
 }
+
+fn alloc_request(expected_version: u64) -> AllocRequest {
+    AllocRequest {
+        tag: "t".into(),
+        expected_version,
+        ids: 10,
+        min_id: 0,
+        claim_ids: 2,
+        instance: InstanceId(1),
+        lease_ms: 100,
+        now_ms: 0,
+        blind_max_id: None,
+    }
+}
+
+#[test]
+fn edge_version_conflict() {
+    use super::edges::VERSION_CONFLICT;
+    let mut store = MemoryIdStore::new();
+    store.create_tag("t", &TagSpec::simple(10)).unwrap();
+    let _ = crate::edge::take();
+    store.allocate(&alloc_request(0)).unwrap();
+    assert!(!crate::edge::take().contains_key(VERSION_CONFLICT.name));
+    // A second requester that read version 0 too.
+    assert!(matches!(
+        store.allocate(&alloc_request(0)),
+        Err(super::StoreError::VersionConflict { .. })
+    ));
+    assert!(crate::edge::take().contains_key(VERSION_CONFLICT.name));
+    // The blind write of the flaw meets the same situation (and ignores it).
+    let blind = AllocRequest {
+        blind_max_id: Some(1),
+        ..alloc_request(0)
+    };
+    let _ = store.allocate(&blind);
+    assert!(crate::edge::take().contains_key(VERSION_CONFLICT.name));
+}
+
+#[test]
+fn edge_zombie_tail_reclaimed() {
+    use super::edges::ZOMBIE_TAIL_RECLAIMED;
+    let mut store = MemoryIdStore::new();
+    store.create_tag("t", &TagSpec::simple(10)).unwrap();
+    // One lease claimed whole (nothing to give back), one with an unclaimed tail.
+    store
+        .allocate(&AllocRequest {
+            claim_ids: 10,
+            ..alloc_request(0)
+        })
+        .unwrap();
+    let _ = crate::edge::take();
+    assert_eq!(store.reclaim_expired(100).unwrap().len(), 1);
+    assert!(
+        !crate::edge::take().contains_key(ZOMBIE_TAIL_RECLAIMED.name),
+        "a fully claimed lease returns nothing"
+    );
+    store.allocate(&alloc_request(1)).unwrap();
+    assert!(store.reclaim_expired(99).unwrap().is_empty(), "still live");
+    assert!(!crate::edge::take().contains_key(ZOMBIE_TAIL_RECLAIMED.name));
+    let reclaimed = store.reclaim_expired(100).unwrap();
+    assert_eq!(reclaimed[0].tail.len(), 8);
+    assert!(crate::edge::take().contains_key(ZOMBIE_TAIL_RECLAIMED.name));
+}

@@ -53,6 +53,84 @@ use super::rows::{AMOUNT_MAX, FenceStatus, Refusal};
 use super::wheel::{FailOutcome, TaskHandle, TaskSpec, TaskStatus, TimingWheel, WheelConfig};
 use super::{DrawArgs, Participant, Phase, Xid};
 use crate::clock::Now;
+use crate::edge::{Edge, Machine, reached, reached_if};
+
+/// Recovery finds a draw begun and not decided.
+pub const RECOVERED_UNDECIDED: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.recovered_undecided",
+    "a restarted coordinator finds a draw in its log with no verdict: it must decide Cancel \
+     (logged first) although some Tries may have landed and others may still arrive",
+);
+/// Recovery finds a decided, unfinished draw.
+pub const RECOVERED_DECIDED: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.recovered_decided",
+    "a restarted coordinator finds a logged verdict not yet acknowledged by every branch: it must \
+     redo phase 2 with exactly that verdict, to branches some of which already applied it",
+);
+/// A Try ran out of attempts.
+pub const TRY_TIMED_OUT: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.try_timed_out",
+    "a Try got no reply within its attempts and the draw is cancelled, although that Try may \
+     have landed or may land later (the fence must turn it into an empty rollback or refuse it)",
+);
+/// A repeated Try's `tried` refusal read as success.
+pub const DUPLICATE_TRY_LANDED: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.duplicate_try_landed",
+    "a resent Try is refused because its first delivery landed (`TryFenced { tried }`): the \
+     coordinator must count it as done, not cancel a draw whose reservations all hold",
+);
+/// A Try reply after the verdict.
+pub const REPLY_AFTER_VERDICT: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.reply_after_verdict",
+    "a branch's Try reply arrives after the draw was decided (typically a late success after a \
+     timeout-cancel): it must not change the verdict nor count as an acknowledgement of it",
+);
+/// A reply for a branch already acknowledged, or for a finished draw.
+pub const DUPLICATE_REPLY: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.duplicate_reply",
+    "a reply arrives for a branch already acknowledged in this phase or for a draw that is no \
+     longer in flight (duplicate or late delivery): counting it twice would finish a draw early",
+);
+/// A verdict ran out of attempts: the draw is parked.
+pub const PARKED: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.parked",
+    "a logged verdict could not be delivered within its attempts: the draw is parked and handed \
+     to the compensation schedule, still in flight, instead of being dropped",
+);
+/// A draw that was parked finishes.
+pub const PARKED_DRAW_COMPLETED: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.parked_draw_completed",
+    "the last acknowledgement of a parked or dead-lettered draw arrives (from a compensation \
+     round or late): the draw must finish once and its compensation task be released",
+);
+/// Compensation spent its retry budget.
+pub const DEAD_LETTERED: Edge = Edge::new(
+    Machine::Coordinator,
+    "coordinator.dead_lettered",
+    "compensation spent its retry budget: the draw must stay logged, in flight and visible as a \
+     dead letter (never silently forgotten with money frozen)",
+);
+
+/// This machine's edge states (see [`crate::edge`]).
+pub const EDGES: &[Edge] = &[
+    RECOVERED_UNDECIDED,
+    RECOVERED_DECIDED,
+    TRY_TIMED_OUT,
+    DUPLICATE_TRY_LANDED,
+    REPLY_AFTER_VERDICT,
+    DUPLICATE_REPLY,
+    PARKED,
+    PARKED_DRAW_COMPLETED,
+    DEAD_LETTERED,
+];
 
 /// Coordinator limits and timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -126,6 +204,16 @@ impl CoordinatorConfig {
         self.reply_timeout_ms
             .saturating_mul(factor)
             .min(self.backoff_ms_max)
+    }
+
+    /// The longest one compensation round can take once it is due: the wheel fires it up to a
+    /// tick late, then every attempt of a branch times out in turn (branches run side by side).
+    /// A round that began while a fault lasted may still fail this long after the fault healed.
+    #[must_use]
+    pub fn round_ms_max(&self) -> u64 {
+        (0..self.attempts_max)
+            .map(|attempt| self.timeout_ms(attempt))
+            .fold(self.wheel.tick_ms, u64::saturating_add)
     }
 }
 
@@ -361,11 +449,13 @@ impl Coordinator {
             debug_assert_eq!(*xid, record.draw.xid, "log record keyed by its own xid");
             match record.verdict {
                 None => {
+                    reached(&RECOVERED_UNDECIDED);
                     c.draws
                         .insert(*xid, Draw::new(record.draw, DrawStage::Trying));
                     c.decide(*xid, Verdict::Cancel, Some(CancelReason::Recovered));
                 }
                 Some(verdict) => {
+                    reached(&RECOVERED_DECIDED);
                     let mut draw = Draw::new(record.draw, DrawStage::Finishing(verdict));
                     draw.cancel_reason =
                         (verdict == Verdict::Cancel).then_some(CancelReason::Recovered);
@@ -481,6 +571,7 @@ impl Coordinator {
         }
         let xid = reply.draw.xid;
         let Some(draw) = self.draws.get_mut(&xid) else {
+            reached(&DUPLICATE_REPLY);
             return;
         };
         if draw.args != reply.draw {
@@ -490,9 +581,11 @@ impl Coordinator {
             return;
         };
         if progress.done {
+            reached(&DUPLICATE_REPLY);
             return;
         }
-        match draw.stage {
+        let stage = draw.stage;
+        match stage {
             DrawStage::Trying if reply.phase == Phase::Try => {
                 // A repeated Try that finds its own `tried` row is refused by the fence (Seata's
                 // rule), but it proves the first one landed.
@@ -501,6 +594,7 @@ impl Coordinator {
                     | Err(Refusal::TryFenced {
                         existing: FenceStatus::Tried,
                     }) => {
+                        reached_if(reply.outcome.is_err(), &DUPLICATE_TRY_LANDED);
                         self.mark_done(xid, from);
                         if self.draws.get(&xid).is_some_and(Draw::all_done) {
                             self.decide(xid, Verdict::Confirm, None);
@@ -526,13 +620,31 @@ impl Coordinator {
                 if let Some(draw) = self.draws.get_mut(&xid)
                     && draw.all_done()
                 {
+                    // Parked (a task is held, also during a round) or dead-lettered.
+                    reached_if(
+                        draw.compensation.is_some() || matches!(stage, DrawStage::DeadLettered(_)),
+                        &PARKED_DRAW_COMPLETED,
+                    );
                     draw.stage = DrawStage::LoggingFinished(verdict);
                     let compensation = draw.compensation.take();
                     self.log_outbox.push_back(LogEntry::Finished { xid });
                     self.release_compensation(compensation);
                 }
             }
-            _ => {}
+            _ => {
+                reached_if(
+                    reply.phase == Phase::Try
+                        && matches!(
+                            stage,
+                            DrawStage::LoggingVerdict(_)
+                                | DrawStage::Finishing(_)
+                                | DrawStage::Parked(_)
+                                | DrawStage::DeadLettered(_)
+                                | DrawStage::LoggingFinished(_)
+                        ),
+                    &REPLY_AFTER_VERDICT,
+                );
+            }
         }
     }
 
@@ -781,11 +893,14 @@ impl Coordinator {
             return;
         }
         match stage {
-            DrawStage::Trying => self.decide(
-                xid,
-                Verdict::Cancel,
-                Some(CancelReason::TryTimedOut { branch }),
-            ),
+            DrawStage::Trying => {
+                reached(&TRY_TIMED_OUT);
+                self.decide(
+                    xid,
+                    Verdict::Cancel,
+                    Some(CancelReason::TryTimedOut { branch }),
+                );
+            }
             DrawStage::Finishing(verdict) => self.park(xid, verdict, now),
             _ => {}
         }
@@ -860,6 +975,7 @@ impl Coordinator {
         };
         let args = draw.args;
         let Some(handle) = draw.compensation else {
+            reached(&PARKED);
             self.schedule_compensation(xid, verdict, now.mono_ms, self.config.park_delay_ms);
             self.events.push_back(DrawEvent {
                 draw: args,
@@ -874,6 +990,7 @@ impl Coordinator {
         match wheel.handle_failed(handle, now.mono_ms) {
             Ok(FailOutcome::Retrying { .. }) => self.set_stage(xid, DrawStage::Parked(verdict)),
             Ok(FailOutcome::DeadLettered) => {
+                reached(&DEAD_LETTERED);
                 // The coordinator's own list is the draws' stage: drop the wheel's copy.
                 let _ = wheel.take_dead_letters();
                 if let Some(draw) = self.draws.get_mut(&xid) {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::StoreError;
 use super::participant::ParticipantReply;
-use super::rows::BranchOutcome;
+use super::rows::{BranchOutcome, FenceStatus};
 use super::rules::{BranchOp, BranchView};
 use super::store::{LotteryStore, MemoryStore};
 use super::{ActivityId, CoordLog, Flaws, Ledger, LogEntry, UserId};
@@ -133,14 +133,26 @@ impl JournalOp {
 pub fn replay<'a>(
     records: impl IntoIterator<Item = &'a JournalOp>,
 ) -> (MemoryStore, Vec<ParticipantReply>) {
-    let mut store = MemoryStore::new();
-    let mut replies = Vec::new();
-    for record in records {
-        if let Ok(answer) = record.apply(&mut store) {
-            replies.extend(record.reply(&answer));
+    // Every record counted its edge states when it first ran; re-running it is no new arrival.
+    super::rules::replaying(|| {
+        let mut store = MemoryStore::new();
+        let mut replies = Vec::new();
+        for record in records {
+            if let Ok(answer) = record.apply(&mut store) {
+                replies.extend(record.reply(&answer));
+            }
         }
-    }
-    (store, replies)
+        (store, replies)
+    })
+}
+
+/// Whether `ledger` holds a reservation that awaits its verdict: frozen money, reserved stock,
+/// an unconfirmed participation or a `tried` fence row.
+fn in_doubt(ledger: &Ledger) -> bool {
+    ledger.accounts.values().any(|a| a.frozen_minor > 0)
+        || ledger.stock.values().any(|s| s.reserved > 0)
+        || ledger.participations.values().any(|p| !p.confirmed)
+        || ledger.fences.values().any(|f| *f == FenceStatus::Tried)
 }
 
 /// Opens accounts `first..first + count` one by one; returns how many were opened and how many
@@ -174,9 +186,15 @@ pub struct Journaled {
 }
 
 impl Journaled {
-    /// A journaled store over `mem` (usually the result of [`replay`]).
+    /// A journaled store over `mem` (usually the result of [`replay`]: a participant starting
+    /// up; one that rebuilt reservations awaiting their verdict reaches
+    /// [`super::participant::REBUILT_IN_DOUBT`]).
     #[must_use]
-    pub const fn new(mem: MemoryStore) -> Self {
+    pub fn new(mem: MemoryStore) -> Self {
+        crate::edge::reached_if(
+            in_doubt(mem.ledger()),
+            &super::participant::REBUILT_IN_DOUBT,
+        );
         Self {
             mem,
             records: Vec::new(),

@@ -11,7 +11,8 @@
 //! and double Confirm/Cancel (idempotent no-ops).
 //!
 //! Layout, in the order data flows (each module uses only those above it, never one below: no
-//! import cycles):
+//! import cycles; the one exception is the participant's edge-state declarations,
+//! `participant::EDGES`, which [`rules`] counts where the fence and the business decide):
 //!
 //! - [`rows`]: the rows a participant's store holds (fence status, account, stock,
 //!   participation) and a participant's replies (effects, refusals); plain data.

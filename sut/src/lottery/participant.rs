@@ -17,6 +17,10 @@ use super::rules::{BranchOp, BranchView};
 use super::store::LotteryStore;
 use super::{DrawArgs, Flaws, Participant, Phase};
 
+// The participant's edge states (see [`crate::edge`]) are declared beside the rules that
+// decide them ([`super::rules::edges`]): the rules count them.
+pub use super::rules::edges::*;
+
 /// A coordinator-to-participant message: run `phase` of the draw's branch on the receiver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ParticipantMsg {

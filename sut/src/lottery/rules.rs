@@ -1,5 +1,7 @@
 //! The participants' decision logic, in ONE place: pure functions from an operation and the rows
 //! it reads (the branch's fence row and its business row) to the reply and the rows to write.
+//! (They also count the participant's edge states, [`edges::EDGES`], at the point
+//! each situation is decided; counting changes nothing.)
 //!
 //! Both stores ([`crate::lottery::MemoryStore`], `sut-server`'s `SqliteLotteryStore`) run every
 //! participant operation as: read the fence row and the business row, call [`decide`], write
@@ -16,6 +18,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::cell::Cell;
+
 use super::error::StoreError;
 use super::fence::{FenceMode, FenceStep, fence_step};
 use super::rows::{
@@ -23,6 +27,96 @@ use super::rows::{
     Stock,
 };
 use super::{ActivityId, DrawArgs, Flaws, Participant, Phase, UserId};
+
+pub mod edges {
+    //! The participant's edge states (see [`crate::edge`]), fence and ledger ones included. They are
+    //! counted where the situation is decided: the fence and business rules in
+    //! [`super::decide`] (judged on the rows as they are when the write happens, so a flawed
+    //! two-step operation that decides on an older read counts the same situation) and the start-up
+    //! rebuild in [`crate::lottery::journal::Journaled::new`]. A journal replay does not count them again.
+    //! Without a fence ([`crate::lottery::FenceMode::Unfenced`]) no fence row exists, so the fence edge
+    //! states cannot be observed.
+
+    use crate::edge::{Edge, Machine};
+
+    /// A Cancel finds no fence row: the empty rollback.
+    pub const EMPTY_ROLLBACK: Edge = Edge::new(
+        Machine::Participant,
+        "participant.empty_rollback",
+        "a Cancel overtakes its Try (or the Try was lost): nothing may be undone, and the fence must \
+         record `suspended` so that the Try, if it still comes, is refused",
+    );
+    /// A Try finds its branch cancelled: the hanging Try.
+    pub const TRY_AFTER_CANCEL: Edge = Edge::new(
+        Machine::Participant,
+        "participant.try_after_cancel",
+        "a Try arrives after its branch was cancelled (row `suspended` or `rollbacked`): it must be \
+         refused, or it freezes money and stock that no Confirm or Cancel will ever release",
+    );
+    /// A Try finds its own `tried` (or `committed`) row: a redelivered Try.
+    pub const DUPLICATE_TRY: Edge = Edge::new(
+        Machine::Participant,
+        "participant.duplicate_try",
+        "a Try is delivered again after it took effect: it must be refused without freezing twice, \
+         and the refusal must tell the coordinator that the first one landed",
+    );
+    /// A Confirm or Cancel finds its own result: a repeated verdict.
+    pub const REPEATED_VERDICT: Edge = Edge::new(
+        Machine::Participant,
+        "participant.repeated_verdict",
+        "a Confirm or Cancel arrives again after it took effect (retry, duplicate, restarted \
+         coordinator): it must be an idempotent no-op, or money is collected or refunded twice",
+    );
+    /// An inventory Try finds exactly one unit left.
+    pub const LAST_UNIT: Edge = Edge::new(
+        Machine::Participant,
+        "participant.last_unit",
+        "a winning Try reserves the last unit of stock: check and decrement must be one step, or two \
+         concurrent Tries both take it (over-issue)",
+    );
+    /// An inventory Try finds no stock.
+    pub const OUT_OF_STOCK: Edge = Edge::new(
+        Machine::Participant,
+        "participant.out_of_stock",
+        "a winning Try finds the available stock at exactly zero: it must be refused (the draw \
+         cancels), never decremented below zero",
+    );
+    /// A wallet Try freezes the whole balance.
+    pub const BALANCE_EXACT: Edge = Edge::new(
+        Machine::Participant,
+        "participant.balance_exact",
+        "a wallet Try finds the balance exactly equal to the price: the freeze must succeed and leave \
+         zero, the bound of the `balance >= price` check",
+    );
+    /// A participation Try finds the user's record of another draw.
+    pub const ALREADY_PARTICIPATED: Edge = Edge::new(
+        Machine::Participant,
+        "participant.already_participated",
+        "a Try records a participation the user already holds for another draw in the same activity \
+         (a client retry under a new xid): the unique key must refuse it",
+    );
+    /// A store rebuilt at start-up holds reservations awaiting their verdict.
+    pub const REBUILT_IN_DOUBT: Edge = Edge::new(
+        Machine::Participant,
+        "participant.rebuilt_in_doubt",
+        "a participant restarts and rebuilds its ledger from its journal while reservations await \
+         their verdict (frozen money, reserved stock, unconfirmed participations, `tried` rows): \
+         the rebuild must keep them for the Confirm or Cancel still to come",
+    );
+
+    /// This machine's edge states (see [`crate::edge`]).
+    pub const EDGES: &[Edge] = &[
+        EMPTY_ROLLBACK,
+        TRY_AFTER_CANCEL,
+        DUPLICATE_TRY,
+        REPEATED_VERDICT,
+        LAST_UNIT,
+        OUT_OF_STOCK,
+        BALANCE_EXACT,
+        ALREADY_PARTICIPATED,
+        REBUILT_IN_DOUBT,
+    ];
+}
 
 /// One participant operation: a phase of a draw's branch on one participant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -87,6 +181,48 @@ impl BranchDecision {
     }
 }
 
+thread_local! {
+    /// Set while a journal is replayed: the operations it re-runs counted their edge states when
+    /// they first ran.
+    static REPLAYING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` (a journal replay) without counting the participant's edge states again: every
+/// replayed operation counted them when it first ran, and a replay is not a new arrival.
+pub(crate) fn replaying<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            REPLAYING.with(|r| r.set(self.0));
+        }
+    }
+    let _restore = Restore(REPLAYING.with(|r| r.replace(true)));
+    f()
+}
+
+/// Counts a participant edge state (see [`edges::EDGES`]) unless replaying.
+fn reached_if(condition: bool, edge: &crate::edge::Edge) {
+    if condition && !REPLAYING.with(Cell::get) {
+        crate::edge::reached(edge);
+    }
+}
+
+/// The fence's edge states, judged on the row as it is when the write happens (`fresh`): a
+/// flawed check-then-act decides on an older row, but the situation is the same.
+fn fence_edges(phase: Phase, row: Option<FenceStatus>) {
+    use FenceStatus::{Committed, Rollbacked, Suspended, Tried};
+    let edge = match (phase, row) {
+        (Phase::Cancel, None) => &edges::EMPTY_ROLLBACK,
+        (Phase::Try, Some(Rollbacked | Suspended)) => &edges::TRY_AFTER_CANCEL,
+        (Phase::Try, Some(Tried | Committed)) => &edges::DUPLICATE_TRY,
+        (Phase::Confirm, Some(Committed)) | (Phase::Cancel, Some(Rollbacked | Suspended)) => {
+            &edges::REPEATED_VERDICT
+        }
+        _ => return,
+    };
+    reached_if(true, edge);
+}
+
 /// THE participant decision. `checked` is what the decision is based on, `fresh` what the write
 /// is applied to; the correct path passes the same view twice (one read in one transaction).
 ///
@@ -118,6 +254,7 @@ pub fn decide(
     let fence_write = match flaws.fence {
         FenceMode::Unfenced => None,
         FenceMode::Atomic | FenceMode::CheckThenAct => {
+            fence_edges(op.phase, fresh.fence);
             let row = if flaws.fence == FenceMode::Atomic {
                 fresh.fence
             } else {
@@ -252,6 +389,7 @@ fn wallet_effect(
         // Try-Freeze: `UPDATE .. SET balance = balance - ?, frozen = frozen + ? WHERE
         // balance >= ?` (ID, token and lottery design §4.1).
         Phase::Try => {
+            reached_if(account.balance_minor == price, &edges::BALANCE_EXACT);
             if account.balance_minor < price {
                 return Err(Refusal::InsufficientBalance {
                     user: draw.user,
@@ -294,6 +432,9 @@ fn inventory_effect(
     };
     match op.phase {
         Phase::Try => {
+            // The situation is the stock as it is now, whatever the (flawed) check read.
+            reached_if(stock.available == 1, &edges::LAST_UNIT);
+            reached_if(stock.available == 0, &edges::OUT_OF_STOCK);
             // Correct: check and decrement on the same read (ID, token and lottery
             // design ch. 1). Flawed: check what an earlier operation read and write
             // that value minus one.
@@ -344,6 +485,7 @@ fn participation_effect(
         // `INSERT` under the unique key (user, activity) (ID, token and lottery
         // design ch. 1: 幂等表).
         (Phase::Try, Some(holder)) => {
+            reached_if(holder.xid != draw.xid, &edges::ALREADY_PARTICIPATED);
             return Err(Refusal::AlreadyParticipated {
                 user: draw.user,
                 activity: draw.activity,

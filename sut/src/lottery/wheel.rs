@@ -92,6 +92,70 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use thiserror::Error;
 
+use crate::edge::{Edge, Machine, reached, reached_if};
+
+/// A task handed out a tick or more after its due tick.
+pub const FIRED_LATE: Edge = Edge::new(
+    Machine::Wheel,
+    "wheel.fired_late",
+    "a task is handed out one tick or more after it was due (the driver woke late: a pause, a \
+     coarse timer; or it was scheduled in the past): it must still fire, once, in deadline \
+     order, never be skipped",
+);
+/// A task moved from a coarse level down to a finer one.
+pub const CASCADED: Edge = Edge::new(
+    Machine::Wheel,
+    "wheel.cascaded",
+    "a coarse bucket expires and its task is re-inserted into a finer level: it must land in \
+     the slot of its own due tick (no aliasing) and neither fire early nor be lost",
+);
+/// A task cancelled before it ran.
+pub const CANCELLED_WAITING: Edge = Edge::new(
+    Machine::Wheel,
+    "wheel.cancelled_waiting",
+    "a task is cancelled while waiting or ready (a parked draw completed by a late \
+     acknowledgement): it must leave its bucket or the ready queue and never fire",
+);
+/// Two tasks ready in the same tick.
+pub const SAME_TICK_TIE: Edge = Edge::new(
+    Machine::Wheel,
+    "wheel.same_tick_tie",
+    "a task is handed out while another task due in the same tick is still ready: the tie is \
+     broken by priority (a Cancel round before a Confirm round), then insertion order",
+);
+/// A failed task rescheduled with backoff.
+pub const RETRY_BACKOFF: Edge = Edge::new(
+    Machine::Wheel,
+    "wheel.retry_backoff",
+    "an in-flight task fails and is rescheduled with exponential backoff: it must come back at \
+     its new deadline with the failure counted against its retry budget",
+);
+/// A task that failed before succeeds.
+pub const SUCCEEDED_AFTER_RETRY: Edge = Edge::new(
+    Machine::Wheel,
+    "wheel.succeeded_after_retry",
+    "a task that failed at least once succeeds on a retry: it must be removed exactly once, \
+     with no retry of it left scheduled",
+);
+/// A task's retry budget ran out.
+pub const DEAD_LETTERED: Edge = Edge::new(
+    Machine::Wheel,
+    "wheel.dead_lettered",
+    "a task fails with its retry budget spent: it must move to the visible dead-letter list, \
+     still counted against capacity, never be dropped",
+);
+
+/// This machine's edge states (see [`crate::edge`]).
+pub const EDGES: &[Edge] = &[
+    FIRED_LATE,
+    CASCADED,
+    CANCELLED_WAITING,
+    SAME_TICK_TIE,
+    RETRY_BACKOFF,
+    SUCCEEDED_AFTER_RETRY,
+    DEAD_LETTERED,
+];
+
 /// "No task" in the intrusive lists.
 const NIL: u32 = u32::MAX;
 
@@ -556,7 +620,8 @@ impl<T> TimingWheel<T> {
     ///
     /// [`TaskError::Unknown`] if the handle names no held task.
     pub fn cancel(&mut self, handle: TaskHandle) -> Result<T, TaskError> {
-        self.lookup(handle)?;
+        let waiting = self.lookup(handle)?.place != Place::InFlight;
+        reached_if(waiting, &CANCELLED_WAITING);
         self.detach(handle.index);
         Ok(self.release(handle.index).payload)
     }
@@ -609,6 +674,7 @@ impl<T> TimingWheel<T> {
                         {
                             // Cascading only goes down: no task can loop in one bucket.
                             assert!(new_level < level, "cascade did not move to a finer level");
+                            reached(&CASCADED);
                         }
                         work -= 1;
                     }
@@ -639,7 +705,9 @@ impl<T> TimingWheel<T> {
     /// [`TaskError::Unknown`] or [`TaskError::NotInFlight`].
     pub fn handle_succeeded(&mut self, handle: TaskHandle) -> Result<T, TaskError> {
         self.lookup_in_flight(handle)?;
-        Ok(self.release(handle.index).payload)
+        let task = self.release(handle.index);
+        reached_if(task.failures > 0, &SUCCEEDED_AFTER_RETRY);
+        Ok(task.payload)
     }
 
     /// Reports that an in-flight task failed at `now_ms`: it is rescheduled with exponential
@@ -660,6 +728,7 @@ impl<T> TimingWheel<T> {
             task.failures
         };
         if failures > self.task(handle.index).retries_max {
+            reached(&DEAD_LETTERED);
             let task = self.release(handle.index);
             self.dead.push(DeadLetter {
                 handle,
@@ -680,6 +749,7 @@ impl<T> TimingWheel<T> {
         task.due_tick = deadline_ms.div_ceil(tick_ms);
         task.seq = seq;
         self.place(handle.index, Due::Overdue);
+        reached(&RETRY_BACKOFF);
         Ok(FailOutcome::Retrying {
             deadline_ms,
             attempt: failures,
@@ -718,7 +788,14 @@ impl<T> TimingWheel<T> {
     where
         T: Clone,
     {
-        let (_, index) = self.ready.pop_first()?;
+        let ((due_tick, _, _), index) = self.ready.pop_first()?;
+        reached_if(due_tick < self.current_tick, &FIRED_LATE);
+        reached_if(
+            self.ready
+                .first_key_value()
+                .is_some_and(|(next, _)| next.0 == due_tick),
+            &SAME_TICK_TIE,
+        );
         let task = self.task_mut(index);
         assert_eq!(
             task.place,

@@ -48,6 +48,87 @@ use crate::id_store::{
 };
 use crate::snowflake::{NextId, SnowflakeWorker, WorkerConfig};
 
+/// The segment allocator's edge states, and the ID store's re-exported (see [`crate::edge`]);
+/// each is reached where its doc says.
+pub mod edges {
+    use crate::edge::{Edge, Machine};
+
+    pub use crate::id_store::edges::{VERSION_CONFLICT, ZOMBIE_TAIL_RECLAIMED};
+
+    /// [`super::SegmentAllocator::take_block`] hands out the last ID of the current segment.
+    pub const LAST_ID_WHILE_NEXT_UNLOADED: Edge = Edge::new(
+        Machine::Segment,
+        "segment.last_id_while_next_unloaded",
+        "the last ID of the current segment is handed out while the next segment is not yet \
+         loaded: the double buffer ran dry and the next ID must wait for (never invent) a grant",
+    );
+    /// [`super::SegmentAllocator::take_block`] finds both buffers empty.
+    pub const EMPTY_WHILE_GRANTING: Edge = Edge::new(
+        Machine::Segment,
+        "segment.empty_while_granting",
+        "an ID is asked for with both buffers empty between the read of max_id and the \
+         acknowledged grant: issuing from what was read here is the counter_no_persist flaw",
+    );
+    /// [`super::SegmentAllocator::take_block`] answers `Pending` inside a segment.
+    pub const CLAIM_EXHAUSTED: Edge = Edge::new(
+        Machine::Segment,
+        "segment.claim_exhausted",
+        "the acknowledged claim is used up before the segment: the allocator must wait for the \
+         renewal that raises it, since the store may reclaim everything above the claim",
+    );
+    /// [`super::SegmentAllocator::handle_reply`] gives up re-reading after conflicts.
+    pub const CAS_RETRIES_SPENT: Edge = Edge::new(
+        Machine::Segment,
+        "segment.cas_retries_spent",
+        "a fetch lost the version race cas_retries_max + 1 times in a row and backs off: the \
+         retry budget is spent under contention",
+    );
+    /// [`super::SegmentAllocator::take_block`] answers `Unavailable` after failures.
+    pub const UNAVAILABLE_AFTER_FAILURES: Edge = Edge::new(
+        Machine::Segment,
+        "segment.unavailable_after_failures",
+        "both buffers are empty and failures_before_unavailable fetches in a row failed: the \
+         allocator must refuse (or go degraded) rather than guess an ID",
+    );
+    /// [`super::SegmentAllocator`] drops a segment whose lease it can no longer prove.
+    pub const LEASE_EXPIRED_UNISSUED: Edge = Edge::new(
+        Machine::Segment,
+        "segment.lease_expired_unissued",
+        "a segment with unissued IDs outlives its lease by the holder's own clock (minus the \
+         drift margin) and is dropped: a zombie that kept issuing would overlap the reclaimed \
+         tail (reclaim_no_drift_margin)",
+    );
+    /// [`super::SegmentAllocator`] installs a grant drawn from the reclaim pool.
+    pub const POOL_GRANT: Edge = Edge::new(
+        Machine::Segment,
+        "segment.pool_grant",
+        "an allocator is granted a zombie's reclaimed tail instead of fresh IDs: safe only if \
+         the tail holds nothing the zombie claimed and lies above this allocator's own IDs",
+    );
+    /// [`super::SegmentAllocator::handle_reply`] reads a tag others have already granted from.
+    pub const FRESH_ALLOCATOR_FINDS_GRANTS: Edge = Edge::new(
+        Machine::Segment,
+        "segment.fresh_allocator_finds_grants",
+        "a newly started allocator (a restart or a newcomer) reads a tag that earlier grants \
+         already moved: it rebuilds its position from the store alone and must not reuse what \
+         its predecessors issued",
+    );
+}
+
+/// This machine's edge states (see [`crate::edge`]).
+pub const EDGES: &[crate::edge::Edge] = &[
+    edges::LAST_ID_WHILE_NEXT_UNLOADED,
+    edges::EMPTY_WHILE_GRANTING,
+    edges::CLAIM_EXHAUSTED,
+    edges::VERSION_CONFLICT,
+    edges::CAS_RETRIES_SPENT,
+    edges::UNAVAILABLE_AFTER_FAILURES,
+    edges::LEASE_EXPIRED_UNISSUED,
+    edges::POOL_GRANT,
+    edges::ZOMBIE_TAIL_RECLAIMED,
+    edges::FRESH_ALLOCATOR_FINDS_GRANTS,
+];
+
 /// Bit 62: set on every degraded-mode ID, never on a segment ID.
 pub const DEGRADED_FLAG: u64 = 1 << 62;
 
@@ -582,16 +663,23 @@ impl SegmentAllocator {
                     delta,
                 };
                 cur.next = cur.next.saturating_add(count * delta);
+                let ran_dry = cur.used_up() && self.next.is_none();
+                crate::edge::reached_if(ran_dry, &edges::LAST_ID_WHILE_NEXT_UNLOADED);
                 self.note_issued(&block);
                 self.maybe_prefetch(now);
                 self.maybe_extend_claims(now);
                 return Take::Block(block);
             }
             // Claim exhausted before the segment: wait for the renewal that raises it.
+            crate::edge::reached(&edges::CLAIM_EXHAUSTED);
             self.maybe_extend_claims(now);
             self.stats.pending += 1;
             return Take::Pending;
         }
+        crate::edge::reached_if(
+            matches!(self.fetch, Fetch::Allocating { .. }),
+            &edges::EMPTY_WHILE_GRANTING,
+        );
         self.start_fetch_if_needed(now);
         self.empty_answer(now)
     }
@@ -611,6 +699,7 @@ impl SegmentAllocator {
             self.stats.pending += 1;
             return Take::Pending;
         }
+        crate::edge::reached_if(!permanent, &edges::UNAVAILABLE_AFTER_FAILURES);
         if let Some(worker) = self.degraded.as_mut()
             && let Ok(NextId::Id(id)) = worker.next_id(now.wall_ms)
         {
@@ -677,6 +766,7 @@ impl SegmentAllocator {
             if let Some(held) = slot
                 && held.lease_deadline_mono <= now.mono_ms
             {
+                crate::edge::reached_if(!held.used_up(), &edges::LEASE_EXPIRED_UNISSUED);
                 self.stats.leases_expired += 1;
                 self.stats.ids_abandoned += Self::unissued(held);
                 *slot = None;
@@ -813,6 +903,13 @@ impl SegmentAllocator {
             return;
         }
         let conflicts = *conflicts;
+        if let Ok(row) = &result {
+            let fresh = self.stats.reloads == 0 && self.last_issued.is_none();
+            crate::edge::reached_if(
+                fresh && row.version > 0,
+                &edges::FRESH_ALLOCATOR_FINDS_GRANTS,
+            );
+        }
         match result {
             Ok(row) if self.cfg.flaw == Some(Flaw::CounterNoPersist) => {
                 self.use_before_persist(&row, now);
@@ -939,6 +1036,7 @@ impl SegmentAllocator {
                         conflicts: conflicts + 1,
                     };
                 } else {
+                    crate::edge::reached(&edges::CAS_RETRIES_SPENT);
                     self.fetch_failed(err, now);
                 }
             }
@@ -969,6 +1067,7 @@ impl SegmentAllocator {
         };
         self.stats.reloads += 1;
         self.stats.pool_grants += u64::from(grant.from_pool);
+        crate::edge::reached_if(grant.from_pool, &edges::POOL_GRANT);
         if self.current.is_none() {
             self.current = Some(held);
         } else if self.next.is_none() {

@@ -646,3 +646,164 @@ fn allocator_invariants_hold_on_a_run_and_fire_on_crafted_states() {
     });
     assert!(bad.check_invariants().unwrap_err().contains("renewal"));
 }
+
+/// Whether `edge` was reached on this thread since the last [`crate::edge::take`] (and resets
+/// the counts).
+fn reached(edge: &crate::edge::Edge) -> bool {
+    crate::edge::take().contains_key(edge.name)
+}
+
+#[test]
+fn edge_last_id_while_next_unloaded() {
+    let mut store = store_with(10);
+    let config = AllocatorConfig {
+        claim_pct: 100,
+        ..cfg(1)
+    };
+    let mut alloc = SegmentAllocator::new(config, Now::both(0)).unwrap();
+    let now = Now::both(0);
+    assert_eq!(alloc.next_id(now), Take::Pending);
+    pump(&mut alloc, &mut store, now);
+    assert_eq!(id_of(alloc.next_id(now)), 1);
+    let _ = crate::edge::take();
+    // The prefetch (asked for at 10%) never gets an answer: the store is silent from here on.
+    while alloc.poll_request().is_some() {}
+    for expected in 2..=9 {
+        assert_eq!(id_of(alloc.next_id(now)), expected);
+        while alloc.poll_request().is_some() {}
+    }
+    assert!(!reached(&edges::LAST_ID_WHILE_NEXT_UNLOADED));
+    assert_eq!(id_of(alloc.next_id(now)), 10);
+    assert!(reached(&edges::LAST_ID_WHILE_NEXT_UNLOADED));
+    assert_eq!(alloc.next_id(now), Take::Pending);
+}
+
+#[test]
+fn edge_not_reached_while_the_double_buffer_keeps_up() {
+    let mut store = store_with(10);
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let _ = crate::edge::take();
+    for t in 0..50 {
+        let _ = id_of(take(&mut alloc, &mut store, Now::both(t)));
+    }
+    let counts = crate::edge::take();
+    assert!(!counts.contains_key(edges::LAST_ID_WHILE_NEXT_UNLOADED.name));
+    assert!(!counts.contains_key(edges::CLAIM_EXHAUSTED.name));
+    assert!(!counts.contains_key(edges::FRESH_ALLOCATOR_FINDS_GRANTS.name));
+}
+
+#[test]
+fn edge_empty_while_granting() {
+    let mut store = store_with(10);
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let now = Now::both(0);
+    let _ = crate::edge::take();
+    assert_eq!(alloc.next_id(now), Take::Pending);
+    assert!(!reached(&edges::EMPTY_WHILE_GRANTING), "the read is out");
+    let read = alloc.poll_request().unwrap();
+    alloc.handle_reply(read.id, read.call.execute(&mut store), now);
+    // The allocate (the write of the new max_id) is in flight, unanswered.
+    let allocate = alloc.poll_request().unwrap();
+    assert!(matches!(allocate.call, StoreCall::Allocate(_)));
+    assert_eq!(alloc.next_id(now), Take::Pending);
+    assert!(reached(&edges::EMPTY_WHILE_GRANTING));
+}
+
+#[test]
+fn edge_claim_exhausted() {
+    let mut store = store_with(100);
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let now = Now::both(0);
+    id_of(take(&mut alloc, &mut store, now));
+    let _ = crate::edge::take();
+    // Renewals go nowhere: the claim (25 IDs) runs out inside the segment.
+    let mut issued = 1;
+    while let Take::Block(block) = alloc.next_id(now) {
+        issued += block.count;
+        while alloc.poll_request().is_some() {}
+    }
+    assert_eq!(issued, 25);
+    assert!(reached(&edges::CLAIM_EXHAUSTED));
+}
+
+#[test]
+fn edge_cas_retries_spent() {
+    let mut store = store_with(10);
+    let now = Now::both(0);
+    let mut a = SegmentAllocator::new(cfg(1), now).unwrap();
+    let config = AllocatorConfig {
+        cas_retries_max: 0,
+        ..cfg(2)
+    };
+    let mut b = SegmentAllocator::new(config, now).unwrap();
+    assert_eq!(b.next_id(now), Take::Pending);
+    let read = b.poll_request().unwrap();
+    b.handle_reply(read.id, read.call.execute(&mut store), now);
+    // A allocates between B's read and B's write.
+    id_of(take(&mut a, &mut store, now));
+    let _ = crate::edge::take();
+    pump(&mut b, &mut store, now);
+    assert_eq!(b.stats().conflicts, 1);
+    assert!(reached(&edges::CAS_RETRIES_SPENT));
+    assert_eq!(b.health(now).fetch, "backoff");
+}
+
+#[test]
+fn edge_unavailable_after_failures() {
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let mut now = Now::both(0);
+    let _ = crate::edge::take();
+    let mut answer = alloc.next_id(now);
+    while answer == Take::Pending {
+        now = Now::both(alloc.poll_timeout().expect("a timeout is armed"));
+        alloc.handle_timeout(now);
+        while alloc.poll_request().is_some() {}
+        if reached(&edges::UNAVAILABLE_AFTER_FAILURES) {
+            panic!("reached before the answer was Unavailable");
+        }
+        answer = alloc.next_id(now);
+    }
+    assert!(matches!(answer, Take::Unavailable(_)), "{answer:?}");
+    assert!(reached(&edges::UNAVAILABLE_AFTER_FAILURES));
+}
+
+#[test]
+fn edge_lease_expired_unissued() {
+    let mut store = store_with(1_000);
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    id_of(take(&mut alloc, &mut store, Now::both(0)));
+    let _ = crate::edge::take();
+    // No renewal gets through; at 1000 - 50 ms (drift margin) the lease cannot be proven.
+    let _ = alloc.next_id(Now::both(949));
+    assert!(!reached(&edges::LEASE_EXPIRED_UNISSUED));
+    assert!(!matches!(alloc.next_id(Now::both(950)), Take::Block(_)));
+    assert!(reached(&edges::LEASE_EXPIRED_UNISSUED));
+}
+
+#[test]
+fn edge_pool_grant() {
+    let mut store = store_with(100);
+    let mut zombie = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    id_of(take(&mut zombie, &mut store, Now::both(0)));
+    assert_eq!(store.reclaim_expired(1_000).unwrap().len(), 1);
+    let mut fresh = SegmentAllocator::new(cfg(2), Now::both(1_000)).unwrap();
+    let _ = crate::edge::take();
+    assert_eq!(id_of(take(&mut fresh, &mut store, Now::both(1_000))), 26);
+    assert!(reached(&edges::POOL_GRANT));
+}
+
+#[test]
+fn edge_fresh_allocator_finds_grants() {
+    let mut store = store_with(10);
+    let mut first = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    let _ = crate::edge::take();
+    id_of(take(&mut first, &mut store, Now::both(0)));
+    assert!(
+        !reached(&edges::FRESH_ALLOCATOR_FINDS_GRANTS),
+        "the first allocator of a tag finds it untouched"
+    );
+    // A restarted process is a new instance reading a tag its predecessor moved.
+    let mut restarted = SegmentAllocator::new(cfg(2), Now::both(10)).unwrap();
+    assert_eq!(id_of(take(&mut restarted, &mut store, Now::both(10))), 21);
+    assert!(reached(&edges::FRESH_ALLOCATOR_FINDS_GRANTS));
+}

@@ -237,6 +237,7 @@ impl WorkerLeaseHolder {
         };
         match (self.worker.as_mut(), result) {
             (None, Ok(lease)) => {
+                crate::edge::reached_if(lease.reserved_ts > 0, &super::edges::WORKER_REACQUIRED);
                 match SnowflakeWorker::new(
                     self.cfg.worker,
                     lease.worker_id,
@@ -261,6 +262,7 @@ impl WorkerLeaseHolder {
                 HolderEvent::Renewed
             }
             (Some(worker), Err(StoreError::WorkerLeaseLost { .. })) => {
+                crate::edge::reached(&super::edges::WORKER_LEASE_LOST);
                 worker.handle_lease_lost();
                 self.worker = None;
                 HolderEvent::LeaseLost
@@ -351,6 +353,54 @@ mod tests {
             events.push(h.handle_reply(id, call.execute(store), t));
         }
         events
+    }
+
+    /// Whether `edge` was reached on this thread since the last `take`.
+    fn reached(edge: &crate::edge::Edge) -> bool {
+        crate::edge::take().contains_key(edge.name)
+    }
+
+    #[test]
+    fn edge_worker_reacquired() {
+        let mut store = MemoryIdStore::new();
+        let mut first = holder(1);
+        let _ = crate::edge::take();
+        let _ = pump(&mut first, &mut store, now(0));
+        assert!(
+            !reached(&crate::snowflake::edges::WORKER_REACQUIRED),
+            "a never-used worker id"
+        );
+        let worker_id = first.worker().unwrap().worker_id();
+        let _ = first.worker_mut().unwrap().next_id(WALL_MS);
+        let _ = pump(&mut first, &mut store, now(1));
+        store
+            .release_worker("snowflake", worker_id, InstanceId(1))
+            .unwrap();
+        let mut second = holder(2);
+        let events = pump(&mut second, &mut store, now(2));
+        assert_eq!(events, [HolderEvent::Acquired { worker_id }]);
+        assert!(reached(&crate::snowflake::edges::WORKER_REACQUIRED));
+    }
+
+    #[test]
+    fn edge_worker_lease_lost() {
+        let mut store = MemoryIdStore::new();
+        let mut h = holder(1);
+        let _ = pump(&mut h, &mut store, now(0));
+        let worker_id = h.worker().unwrap().worker_id();
+        // The lease expires unrenewed (a pause) and another instance takes the id.
+        let mut other = holder(2);
+        let _ = pump(&mut other, &mut store, now(3_000));
+        assert_eq!(other.worker().unwrap().worker_id(), worker_id);
+        let _ = crate::edge::take();
+        let events = pump(&mut h, &mut store, now(3_001));
+        assert!(events.contains(&HolderEvent::LeaseLost), "{events:?}");
+        assert!(reached(&crate::snowflake::edges::WORKER_LEASE_LOST));
+        assert_ne!(
+            h.worker().map(SnowflakeWorker::worker_id),
+            Some(worker_id),
+            "the stopped worker is gone; a new lease has another id"
+        );
     }
 
     #[test]

@@ -21,6 +21,85 @@ pub use sequencer::{
 
 use serde::{Deserialize, Serialize};
 
+/// The Snowflake and semantic generators' edge states (see [`crate::edge`]): the sequencer's
+/// ([`Sequencer`]) and the worker-lease holder's ([`holder::WorkerLeaseHolder`]).
+pub mod edges {
+    use crate::edge::{Edge, Machine};
+
+    /// [`super::Sequencer::next`]: the unit's sequence is used up.
+    pub const SEQUENCE_EXHAUSTED: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.sequence_exhausted",
+        "every sequence number of the current time unit has been issued and the clock is still \
+         in it: the next ID must wait for the next unit, never wrap (semantic_seq_wrap)",
+    );
+    /// [`super::Sequencer::next`]: the clock is behind the last issued unit, within the window.
+    pub const ROLLBACK_WITHIN_WINDOW: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.rollback_within_window",
+        "the clock moved back behind the last issued unit by no more than rollback_ms_max: the \
+         generator waits it out and must resume with the old unit's sequence, not a reset one \
+         (snowflake_seq_reset_first)",
+    );
+    /// [`super::Sequencer::next`]: the clock is behind the last issued unit, beyond the window.
+    pub const ROLLBACK_BEYOND_WINDOW: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.rollback_beyond_window",
+        "the clock moved back behind the last issued unit by more than rollback_ms_max: the \
+         generator must refuse (or borrow within its bound), never issue from the past",
+    );
+    /// [`super::Sequencer::next`]: a fresh sequencer's clock is at or behind its floor.
+    pub const RESTART_BEHIND_RESERVATION: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.restart_behind_reservation",
+        "a freshly started generator's clock is at or behind the reservation its worker id \
+         carried from a previous holder: only that persisted floor keeps it from repeating the \
+         predecessor's timestamps (snowflake_no_persisted_ts, Leaf #104/#216)",
+    );
+    /// [`super::Sequencer::next`]: the unit to issue lies beyond the persisted reservation.
+    pub const RESERVATION_WAIT: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.reservation_wait",
+        "the next ID's time unit lies beyond the persisted reservation: the generator is between \
+         choosing a time and making it durable, and must not issue until the store acknowledges",
+    );
+    /// [`super::Sequencer::next`]: the time unit passed the time field's end.
+    pub const TIME_FIELD_EXHAUSTED: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.time_field_exhausted",
+        "the clock passed the last time unit the layout's time field can hold (the epoch ran \
+         out): IDs must be refused, never wrapped (time_field_narrow)",
+    );
+    /// [`super::holder::WorkerLeaseHolder::handle_reply`]: a lease on a used worker id.
+    pub const WORKER_REACQUIRED: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.worker_reacquired",
+        "a starting holder leases a worker id that an earlier holder used (its lease carries a \
+         reservation): two processes share the id over time, and the new one must start above \
+         the old one's reservation (machine_id_hash_ip shares ids without a lease)",
+    );
+    /// [`super::holder::WorkerLeaseHolder::handle_reply`]: the store says the lease is gone.
+    pub const WORKER_LEASE_LOST: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.worker_lease_lost",
+        "the store answers that this holder's worker lease is gone (another instance took the \
+         id after it expired): the worker must stop for good before the new holder's IDs \
+         collide with its own",
+    );
+}
+
+/// This machine's edge states (see [`crate::edge`]).
+pub const EDGES: &[crate::edge::Edge] = &[
+    edges::SEQUENCE_EXHAUSTED,
+    edges::ROLLBACK_WITHIN_WINDOW,
+    edges::ROLLBACK_BEYOND_WINDOW,
+    edges::RESTART_BEHIND_RESERVATION,
+    edges::RESERVATION_WAIT,
+    edges::TIME_FIELD_EXHAUSTED,
+    edges::WORKER_REACQUIRED,
+    edges::WORKER_LEASE_LOST,
+];
+
 /// Bit layout of a Snowflake ID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Layout {

@@ -23,6 +23,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::edges;
+use crate::edge::reached_if;
 use crate::flaw::Flaw;
 
 /// What to do when the wall clock is behind the last issued time unit by more than the wait
@@ -229,7 +231,9 @@ impl Sequencer {
             Ok(pair) => pair,
             Err(wait) => return Ok(wait),
         };
-        if ts > self.cfg.ts_max && self.cfg.flaw != Some(Flaw::TimeFieldNarrow) {
+        if reached_if(ts > self.cfg.ts_max, &edges::TIME_FIELD_EXHAUSTED)
+            && self.cfg.flaw != Some(Flaw::TimeFieldNarrow)
+        {
             return Err(SequencerError::TimeExhausted {
                 ts,
                 ts_max: self.cfg.ts_max,
@@ -261,7 +265,9 @@ impl Sequencer {
                 self.reservation_wanted = Some(target);
             }
         }
-        if ts > self.reserved_ts && self.cfg.flaw != Some(Flaw::SnowflakeNoPersistedTs) {
+        if reached_if(ts > self.reserved_ts, &edges::RESERVATION_WAIT)
+            && self.cfg.flaw != Some(Flaw::SnowflakeNoPersistedTs)
+        {
             self.stats.reservation_waits += 1;
             return Ok(Step::WaitReservation);
         }
@@ -286,6 +292,9 @@ impl Sequencer {
         if now_ts > self.last_ts {
             return Ok(Ok((now_ts, 0)));
         }
+        // Nothing issued yet: `last_ts` is the floor the worker id's reservation set.
+        let fresh = self.stats.issued == 0;
+        reached_if(fresh, &edges::RESTART_BEHIND_RESERVATION);
         if now_ts < self.last_ts && self.cfg.flaw == Some(Flaw::SnowflakeSeqResetFirst) {
             // The flaw (twitter/snowflake #6): the sequence is reset for the "new" unit before
             // the clock is found to be behind; the last unit's sequence restarts.
@@ -299,6 +308,7 @@ impl Sequencer {
             if let Some(pair) = next_in_last {
                 return Ok(Ok(pair));
             }
+            reached_if(!fresh, &edges::SEQUENCE_EXHAUSTED);
             if self.cfg.flaw == Some(Flaw::SemanticSeqWrap) {
                 // The flaw (ID, token and lottery design §2.3): `seq % capacity` wraps within
                 // the unit.
@@ -314,6 +324,7 @@ impl Sequencer {
             }));
         }
         if behind_ms <= self.cfg.rollback_ms_max {
+            reached_if(!fresh, &edges::ROLLBACK_WITHIN_WINDOW);
             self.stats.rollback_waits += 1;
             let resume_ts = if next_in_last.is_some() {
                 self.last_ts
@@ -324,6 +335,7 @@ impl Sequencer {
                 wall_ms: self.wall_of(resume_ts),
             }));
         }
+        reached_if(!fresh, &edges::ROLLBACK_BEYOND_WINDOW);
         match self.cfg.rollback {
             RollbackPolicy::Refuse => {
                 self.stats.rollback_refusals += 1;

@@ -558,3 +558,136 @@ fn worker_invariants_hold_on_a_run_and_fire_on_crafted_states() {
     flawed.sequencer.last_ts = flawed.sequencer.reserved_ts + 1;
     flawed.check_invariants().unwrap();
 }
+
+/// Whether `edge` was reached on this thread since the last [`crate::edge::take`] (and resets
+/// the counts).
+fn reached(edge: &crate::edge::Edge) -> bool {
+    crate::edge::take().contains_key(edge.name)
+}
+
+#[test]
+fn edge_sequence_exhausted() {
+    let cfg = WorkerConfig {
+        layout: Layout {
+            seq_bits: 2,
+            ..Layout::default()
+        },
+        ..WorkerConfig::default()
+    };
+    let mut w = worker(cfg, 0);
+    let _ = crate::edge::take();
+    for _ in 0..4 {
+        assert!(matches!(issue(&mut w, T0), Ok(NextId::Id(_))));
+    }
+    assert!(!reached(&edges::SEQUENCE_EXHAUSTED));
+    assert_eq!(issue(&mut w, T0), Ok(NextId::WaitUntil { wall_ms: T0 + 1 }));
+    assert!(reached(&edges::SEQUENCE_EXHAUSTED));
+}
+
+#[test]
+fn edge_semantic_sequence_exhausted() {
+    let cfg = SemanticConfig {
+        prefix: "OD".into(),
+        rollback_ms_max: 5,
+        rollback: RollbackPolicy::Refuse,
+        reserve_ahead_ms: 3_000,
+        per_second: 2,
+        flaw: None,
+    };
+    let mut g = SemanticGenerator::new(&cfg, 7, 0).unwrap();
+    let _ = crate::edge::take();
+    let mut ids = 0;
+    for _ in 0..10 {
+        match g.next_id(T0).unwrap() {
+            NextSemantic::Id(_) => ids += 1,
+            NextSemantic::WaitReservation => {
+                let ts = g.poll_reservation().unwrap();
+                g.handle_reserved(ts);
+            }
+            NextSemantic::WaitUntil { .. } => break,
+        }
+    }
+    assert_eq!(ids, 2);
+    assert!(reached(&edges::SEQUENCE_EXHAUSTED));
+}
+
+#[test]
+fn edge_rollback_within_window() {
+    let mut w = worker(WorkerConfig::default(), 0);
+    assert!(matches!(issue(&mut w, T0 + 100), Ok(NextId::Id(_))));
+    let _ = crate::edge::take();
+    assert_eq!(
+        issue(&mut w, T0 + 95),
+        Ok(NextId::WaitUntil { wall_ms: T0 + 100 })
+    );
+    let counts = crate::edge::take();
+    assert!(counts.contains_key(edges::ROLLBACK_WITHIN_WINDOW.name));
+    assert!(!counts.contains_key(edges::ROLLBACK_BEYOND_WINDOW.name));
+}
+
+#[test]
+fn edge_rollback_beyond_window() {
+    let mut w = worker(WorkerConfig::default(), 0);
+    assert!(matches!(issue(&mut w, T0 + 100), Ok(NextId::Id(_))));
+    let _ = crate::edge::take();
+    assert!(matches!(
+        issue(&mut w, T0 + 94),
+        Err(SequencerError::ClockBehind { .. })
+    ));
+    let counts = crate::edge::take();
+    assert!(counts.contains_key(edges::ROLLBACK_BEYOND_WINDOW.name));
+    assert!(!counts.contains_key(edges::ROLLBACK_WITHIN_WINDOW.name));
+    assert!(!counts.contains_key(edges::RESTART_BEHIND_RESERVATION.name));
+}
+
+#[test]
+fn edge_restart_behind_reservation() {
+    let mut w = worker(WorkerConfig::default(), 0);
+    assert!(matches!(issue(&mut w, T0 + 10_000), Ok(NextId::Id(_))));
+    let persisted = w.sequencer().reserved_ts();
+    let _ = crate::edge::take();
+    // Restart after the clock went 2 s back (Leaf #216).
+    let mut restarted = worker(WorkerConfig::default(), persisted);
+    assert!(matches!(
+        issue(&mut restarted, T0 + 8_000),
+        Err(SequencerError::ClockBehind { .. })
+    ));
+    let counts = crate::edge::take();
+    assert!(counts.contains_key(edges::RESTART_BEHIND_RESERVATION.name));
+    assert!(
+        !counts.contains_key(edges::ROLLBACK_BEYOND_WINDOW.name),
+        "a floor, not a clock that moved back under a running worker"
+    );
+    // A restart whose clock is past the reservation is no edge.
+    let mut ahead = worker(WorkerConfig::default(), persisted);
+    assert!(matches!(
+        issue(&mut ahead, EPOCH + persisted + 1),
+        Ok(NextId::Id(_))
+    ));
+    assert!(!reached(&edges::RESTART_BEHIND_RESERVATION));
+}
+
+#[test]
+fn edge_reservation_wait() {
+    let mut w = worker(WorkerConfig::default(), 0);
+    let _ = crate::edge::take();
+    assert_eq!(w.next_id(T0), Ok(NextId::WaitReservation));
+    assert!(reached(&edges::RESERVATION_WAIT));
+    let ts = w.poll_reservation().unwrap();
+    w.handle_reserved(ts);
+    assert!(matches!(w.next_id(T0), Ok(NextId::Id(_))));
+    assert!(!reached(&edges::RESERVATION_WAIT));
+}
+
+#[test]
+fn edge_time_field_exhausted() {
+    let mut w = narrow_worker(None);
+    let _ = crate::edge::take();
+    assert!(matches!(issue(&mut w, EPOCH + 255_999), Ok(NextId::Id(_))));
+    assert!(!reached(&edges::TIME_FIELD_EXHAUSTED));
+    assert!(matches!(
+        issue(&mut w, EPOCH + 256_000),
+        Err(SequencerError::TimeExhausted { .. })
+    ));
+    assert!(reached(&edges::TIME_FIELD_EXHAUSTED));
+}

@@ -493,17 +493,24 @@ fn check_claims(cfg: &JwtConfig, claims: Claims, now: Now) -> Result<Claims, Rej
     }
     let now_ms = now.wall_ms;
     if now_ms >= claims.exp_ms().saturating_add(cfg.leeway_ms) {
+        crate::edge::reached(&super::JWT_REFUSED_PAST_LEEWAY);
         return Err(Rejection::Expired {
             exp_ms: claims.exp_ms(),
             now_ms,
         });
     }
     if now_ms.saturating_add(cfg.leeway_ms) < claims.nbf_ms() {
+        crate::edge::reached(&super::JWT_REFUSED_PAST_LEEWAY);
         return Err(Rejection::NotYetValid {
             nbf_ms: claims.nbf_ms(),
             now_ms,
         });
     }
+    // Accepted, but outside [nbf, exp) on this clock: only the leeway let it through.
+    crate::edge::reached_if(
+        now_ms >= claims.exp_ms() || now_ms < claims.nbf_ms(),
+        &super::JWT_WITHIN_LEEWAY,
+    );
     Ok(claims)
 }
 
@@ -789,6 +796,43 @@ mod tests {
             verify(&key(), &lee, &t.token, Now::both(nbf_ms - 2_001)),
             Err(Rejection::NotYetValid { .. })
         ));
+    }
+
+    #[test]
+    fn the_leeway_bounds_are_edge_states() {
+        use crate::token::{JWT_REFUSED_PAST_LEEWAY, JWT_WITHIN_LEEWAY};
+        let t = good();
+        let (exp_ms, nbf_ms) = (t.claims.exp_ms(), t.claims.nbf_ms());
+        let lee = JwtConfig {
+            leeway_ms: 2_000,
+            ..cfg()
+        };
+        let at = |now_ms| {
+            let _ = crate::edge::take();
+            let verdict = verify(&key(), &lee, &t.token, Now::both(now_ms));
+            (verdict.is_ok(), crate::edge::take())
+        };
+        // Inside [nbf, exp): neither.
+        let (ok, edges) = at(nbf_ms + 1);
+        assert!(ok && edges.is_empty(), "{edges:?}");
+        // Accepted only by the leeway, on either side, up to the bound.
+        for now_ms in [exp_ms, exp_ms + 1_999, nbf_ms - 1, nbf_ms - 2_000] {
+            let (ok, edges) = at(now_ms);
+            assert!(ok, "accepted at {now_ms}");
+            assert_eq!(edges.get(JWT_WITHIN_LEEWAY.name), Some(&1), "{now_ms}");
+            assert!(!edges.contains_key(JWT_REFUSED_PAST_LEEWAY.name));
+        }
+        // One millisecond past the bound, on either side: refused.
+        for now_ms in [exp_ms + 2_000, nbf_ms - 2_001] {
+            let (ok, edges) = at(now_ms);
+            assert!(!ok, "refused at {now_ms}");
+            assert_eq!(
+                edges.get(JWT_REFUSED_PAST_LEEWAY.name),
+                Some(&1),
+                "{now_ms}"
+            );
+            assert!(!edges.contains_key(JWT_WITHIN_LEEWAY.name));
+        }
     }
 
     #[test]

@@ -44,6 +44,82 @@ pub mod rules;
 pub mod service;
 pub mod store;
 
+use crate::edge::{Edge, Machine};
+
+/// A JWT accepted only thanks to the leeway ([`jwt`]).
+pub const JWT_WITHIN_LEEWAY: Edge = Edge::new(
+    Machine::Token,
+    "token.jwt_within_leeway",
+    "a JWT is accepted although the verifier's clock lies outside its [nbf, exp) window, by no \
+     more than the leeway (clock skew at the allowed bound): one millisecond further it must be \
+     refused",
+);
+/// A JWT refused as expired or not yet valid ([`jwt`]).
+pub const JWT_REFUSED_PAST_LEEWAY: Edge = Edge::new(
+    Machine::Token,
+    "token.jwt_refused_past_leeway",
+    "a correctly signed JWT is refused because the verifier's clock lies outside its [nbf, exp) \
+     window by more than the leeway (expired, or skewed back past the bound): accepting it would \
+     honour a token outside its lifetime",
+);
+/// A revoked JWT refused ([`revocation`]).
+pub const REVOKED_REFUSED: Edge = Edge::new(
+    Machine::Token,
+    "token.revoked_refused",
+    "a JWT that verifies on its own is refused because the Bloom filter and then the exact set \
+     both hold its jti: the only thing between a revoked token and acceptance",
+);
+/// The Bloom filter rebuilt over live revocations ([`revocation`]).
+pub const FILTER_REBUILT_OVER_REVOCATIONS: Edge = Edge::new(
+    Machine::Token,
+    "token.filter_rebuilt_over_revocations",
+    "the Bloom filter is rebuilt from a store that holds live revocations (start-up over a \
+     persisted store, after a purge, past its capacity): every one must re-enter the filter, or \
+     its token passes as a Bloom negative",
+);
+/// A replayed one-time token refused ([`rules`]).
+pub const ONCE_REPLAY_REFUSED: Edge = Edge::new(
+    Machine::Token,
+    "token.once_replay_refused",
+    "a one-time token presented by its owner again, later than its consumption, is refused as \
+     already consumed: one accepted submit per window",
+);
+/// The second consume of a concurrent pair ([`rules`]; where `once_check_then_delete` lives).
+pub const ONCE_CONSUME_RACE: Edge = Edge::new(
+    Machine::Token,
+    "token.once_consume_race",
+    "a consume reaches a one-time token that a concurrent consume marked at the same instant or \
+     later by the store's clock (or, under the once_check_then_delete flaw, between this \
+     consume's check and its mark): the atomic consume must refuse it, the two-step one accepts \
+     it twice",
+);
+/// A one-time token refused at or past its window's end ([`rules`]).
+pub const ONCE_EXPIRED_REFUSED: Edge = Edge::new(
+    Machine::Token,
+    "token.once_expired_refused",
+    "an unconsumed one-time token is presented by its owner at or after the end of its window \
+     (expires_at_ms <= now, not yet purged) and must be refused, not accepted into the next \
+     window",
+);
+/// A bounded token table full at an insert ([`rules`]).
+pub const TABLE_FULL_AT_INSERT: Edge = Edge::new(
+    Machine::Token,
+    "token.table_full_at_insert",
+    "a revocation or a fresh one-time token meets its table at its bound: expired rows must be \
+     purged first and the write refused if still full, never a live revocation forgotten",
+);
+/// This machine's edge states (see [`crate::edge`]).
+pub const EDGES: &[Edge] = &[
+    JWT_WITHIN_LEEWAY,
+    JWT_REFUSED_PAST_LEEWAY,
+    REVOKED_REFUSED,
+    FILTER_REBUILT_OVER_REVOCATIONS,
+    ONCE_REPLAY_REFUSED,
+    ONCE_CONSUME_RACE,
+    ONCE_EXPIRED_REFUSED,
+    TABLE_FULL_AT_INSERT,
+];
+
 pub use cache::{CacheAnswer, CacheConfig, TokenCache};
 pub use check::{TokenEvent, TokenViolation, check_revoked_rejected, check_single_use};
 pub use jwt::{

@@ -230,6 +230,7 @@ impl Revocations {
     /// Reload the filter from the store's exact set (start-up, after a purge).
     pub fn rebuild<S: TokenStore + ?Sized>(&mut self, store: &S) -> Result<(), TokenStoreError> {
         let jtis = store.revoked_jtis()?;
+        crate::edge::reached_if(!jtis.is_empty(), &super::FILTER_REBUILT_OVER_REVOCATIONS);
         self.filter.rebuild(jtis.iter().map(String::as_str));
         self.stats.rebuilds += 1;
         Ok(())
@@ -290,7 +291,10 @@ impl Revocations {
     ) -> Result<Claims, Rejection> {
         match self.is_revoked(store, &claims.jti) {
             Ok(false) => Ok(claims),
-            Ok(true) => Err(Rejection::Revoked),
+            Ok(true) => {
+                crate::edge::reached(&super::REVOKED_REFUSED);
+                Err(Rejection::Revoked)
+            }
             Err(e) => Err(Rejection::StoreUnavailable(e.to_string())),
         }
     }
@@ -515,6 +519,48 @@ mod tests {
             rev.revoke_jti(&mut store, "late", 1_000, 1_500).unwrap(),
             RevokeOutcome::NotNeeded
         );
+    }
+
+    #[test]
+    fn a_revoked_jti_refused_and_a_rebuild_over_revocations_are_edge_states() {
+        use crate::token::{FILTER_REBUILT_OVER_REVOCATIONS, REVOKED_REFUSED};
+        let mut store = MemoryTokenStore::new(TokenStoreLimits {
+            revocations_max: 100,
+            once_tokens_max: 10,
+        });
+        let mut rev = Revocations::new(cfg(100, 1000), 0).unwrap();
+        let claims = |jti: &str| Claims {
+            jti: jti.into(),
+            sub: "1".into(),
+            iss: "i".into(),
+            aud: "a".into(),
+            exp: 10,
+            nbf: 0,
+            iat: 0,
+        };
+        let _ = crate::edge::take();
+        // A rebuild over an empty store (a fresh start) is not the edge state.
+        rev.rebuild(&store).unwrap();
+        assert!(rev.check(&store, claims("kept")).is_ok());
+        assert!(crate::edge::take().is_empty());
+        assert_eq!(
+            rev.revoke(&mut store, &claims("gone"), 0).unwrap(),
+            RevokeOutcome::Revoked
+        );
+        assert_eq!(rev.check(&store, claims("gone")), Err(Rejection::Revoked));
+        assert_eq!(crate::edge::take().get(REVOKED_REFUSED.name), Some(&1));
+        // Start-up over a store that holds it: the new filter must relearn it.
+        let mut restarted = Revocations::new(cfg(100, 1000), 0).unwrap();
+        restarted.rebuild(&store).unwrap();
+        assert_eq!(
+            restarted.check(&store, claims("gone")),
+            Err(Rejection::Revoked)
+        );
+        // And after a purge that keeps it.
+        restarted.purge_expired(&mut store, 1).unwrap();
+        let edges = crate::edge::take();
+        assert_eq!(edges.get(FILTER_REBUILT_OVER_REVOCATIONS.name), Some(&2));
+        assert_eq!(edges.get(REVOKED_REFUSED.name), Some(&1));
     }
 
     #[test]

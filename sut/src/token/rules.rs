@@ -62,8 +62,9 @@ pub enum Room {
 
 /// Room in a table holding `rows` rows of at most `max`.
 #[must_use]
-pub const fn room(rows: u64, max: u64) -> Room {
+pub fn room(rows: u64, max: u64) -> Room {
     if rows >= max {
+        crate::edge::reached(&super::TABLE_FULL_AT_INSERT);
         Room::PurgeFirst
     } else {
         Room::Free
@@ -200,7 +201,21 @@ pub fn judge(row: Option<&OnceRow>, user: UserId, now_ms: u64) -> Result<OnceKey
         user,
         now_ms,
     ) {
-        Some(rejection) => Err(rejection),
+        Some(rejection) => {
+            match (rejection, row.consumed_at_ms) {
+                // Consumed at this very instant or "later" (by this clock): the other consume
+                // of a concurrent pair won the row.
+                (OnceRejection::AlreadyConsumed, Some(at)) if at >= now_ms => {
+                    crate::edge::reached(&super::ONCE_CONSUME_RACE);
+                }
+                (OnceRejection::AlreadyConsumed, _) => {
+                    crate::edge::reached(&super::ONCE_REPLAY_REFUSED);
+                }
+                (OnceRejection::Expired, _) => crate::edge::reached(&super::ONCE_EXPIRED_REFUSED),
+                (OnceRejection::Unknown | OnceRejection::Foreign, _) => {}
+            }
+            Err(rejection)
+        }
         None => Ok(row.key.clone()),
     }
 }
@@ -233,9 +248,14 @@ pub fn consume_once(row: Option<&OnceRow>, user: UserId, now_ms: u64) -> Consume
 /// `mark_once_consumed`, the flaw's second half: the `consumed_at_ms` to write, unconditionally
 /// (`None`: no such token, answer `false`).
 #[must_use]
-pub const fn mark_once_consumed(row: Option<&OnceRow>, now_ms: u64) -> Option<u64> {
+pub fn mark_once_consumed(row: Option<&OnceRow>, now_ms: u64) -> Option<u64> {
     match row {
-        Some(_) => Some(now_ms),
+        Some(row) => {
+            // Consumed by another consume between this one's check and this mark: the flaw's
+            // double submit (the correct path meets the same race in `judge`).
+            crate::edge::reached_if(row.consumed_at_ms.is_some(), &super::ONCE_CONSUME_RACE);
+            Some(now_ms)
+        }
         None => None,
     }
 }

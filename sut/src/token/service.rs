@@ -274,6 +274,57 @@ mod tests {
     }
 
     #[test]
+    fn the_service_reaches_its_edge_states_on_its_own_paths() {
+        use crate::token::{
+            FILTER_REBUILT_OVER_REVOCATIONS, JWT_REFUSED_PAST_LEEWAY, JWT_WITHIN_LEEWAY,
+            ONCE_CONSUME_RACE, ONCE_EXPIRED_REFUSED, ONCE_REPLAY_REFUSED, REVOKED_REFUSED,
+        };
+        let mut svc = memory(TokenFlaws::default());
+        let _ = crate::edge::take();
+        let now = Now::both(T0_MS + 500);
+        let t = svc.issue(UserId(7), 1, now).unwrap();
+        // nbf is the issue time rounded down to the second, T0; leeway 1 s. A verifier 0.5 s
+        // behind it accepts, one 1.001 s behind refuses.
+        assert!(svc.verify(&t.token, Now::both(T0_MS - 500)).is_ok());
+        assert!(svc.verify(&t.token, Now::both(T0_MS - 1_001)).is_err());
+        assert_eq!(svc.revoke(&t.token, now).unwrap(), RevokeOutcome::Revoked);
+        assert_eq!(svc.verify(&t.token, now), Err(Rejection::Revoked));
+        svc.purge_expired(now).unwrap();
+        let o = svc.issue_once(UserId(7), act("A"), 2, now).unwrap();
+        assert!(svc.consume_once(o.token, UserId(7), now).unwrap().is_ok());
+        // The twin of a double submit, at the same instant, then a later replay.
+        let again = svc.consume_once(o.token, UserId(7), now);
+        assert_eq!(again, Ok(Err(OnceRejection::AlreadyConsumed)));
+        let later = svc.consume_once(o.token, UserId(7), now.plus_ms(1));
+        assert_eq!(later, Ok(Err(OnceRejection::AlreadyConsumed)));
+        let unused = svc.issue_once(UserId(8), act("A"), 3, now).unwrap();
+        let end = Now::both(unused.expires_at_ms);
+        assert_eq!(
+            svc.consume_once(unused.token, UserId(8), end),
+            Ok(Err(OnceRejection::Expired))
+        );
+        let edges = crate::edge::take();
+        for edge in [
+            JWT_WITHIN_LEEWAY,
+            JWT_REFUSED_PAST_LEEWAY,
+            REVOKED_REFUSED,
+            FILTER_REBUILT_OVER_REVOCATIONS,
+            ONCE_CONSUME_RACE,
+            ONCE_REPLAY_REFUSED,
+            ONCE_EXPIRED_REFUSED,
+        ] {
+            assert_eq!(edges.get(edge.name), Some(&1), "{}: {edges:?}", edge.name);
+        }
+        // A restart over the store: the new service's filter is rebuilt over the revocation.
+        let restarted = TokenService::new(svc.cfg.clone(), key(), svc.store.clone()).unwrap();
+        restarted.check_invariants().unwrap();
+        assert_eq!(
+            crate::edge::take().get(FILTER_REBUILT_OVER_REVOCATIONS.name),
+            Some(&1)
+        );
+    }
+
+    #[test]
     fn one_time_tokens_reject_each_misuse_distinctly() {
         let mut svc = memory(TokenFlaws::default());
         let now = Now::both(T0_MS + 10);
@@ -343,10 +394,17 @@ mod tests {
     #[test]
     fn the_correct_consume_is_one_op_and_survives_interleaving() {
         let limits = TokenStoreLimits::default();
+        let _ = crate::edge::take();
         let (h, ops) =
             interleaved_double_submit(&mut MemoryTokenStore::new(limits), TokenFlaws::default());
         assert_eq!(ops, 2, "one store operation per consume");
         assert_eq!(check_single_use(&h), Ok(()));
+        let edges = crate::edge::take();
+        assert_eq!(
+            edges.get(crate::token::ONCE_CONSUME_RACE.name),
+            Some(&1),
+            "the second consume met the race: {edges:?}"
+        );
     }
 
     #[test]
@@ -355,8 +413,14 @@ mod tests {
         let flaw = TokenFlaws {
             once_check_then_delete: true,
         };
+        let _ = crate::edge::take();
         let (h, ops) = interleaved_double_submit(&mut MemoryTokenStore::new(limits), flaw);
         assert_eq!(ops, 4, "two store operations per consume");
+        assert_eq!(
+            crate::edge::take().get(crate::token::ONCE_CONSUME_RACE.name),
+            Some(&1),
+            "the second mark met the race"
+        );
         assert!(
             matches!(
                 check_single_use(&h),

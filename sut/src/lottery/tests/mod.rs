@@ -6,6 +6,7 @@
 mod checkers;
 mod coordinator;
 mod driver;
+mod edges;
 mod flaws;
 
 pub(super) use crate::testkit::lottery::{draw, send};

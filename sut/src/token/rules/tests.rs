@@ -138,3 +138,91 @@ fn the_flaws_mark_is_unconditional_on_an_existing_token() {
     assert_eq!(mark_once_consumed(Some(&row(1, None)), 30), Some(30));
     assert_eq!(mark_once_consumed(None, 30), None);
 }
+
+#[test]
+fn each_refusal_of_a_known_token_counts_its_edge_state() {
+    use crate::token::{ONCE_CONSUME_RACE, ONCE_EXPIRED_REFUSED, ONCE_REPLAY_REFUSED};
+    let edges_of = |f: &dyn Fn()| {
+        let _ = crate::edge::take();
+        f();
+        crate::edge::take()
+    };
+    let only = |name: &str| std::collections::BTreeMap::from([(name.to_owned(), 1)]);
+    // Consumed at 5, presented again at 30: a replay.
+    let replayed = edges_of(&|| {
+        let c = consume_once(Some(&row(1, Some(5))), UserId(1), 30);
+        assert_eq!(c.verdict, Err(OnceRejection::AlreadyConsumed));
+    });
+    assert_eq!(replayed, only(ONCE_REPLAY_REFUSED.name));
+    // Consumed at 30, presented at 30 (or earlier by a clock that went back): the other half
+    // of a concurrent pair, by the atomic consume and by the flaw's check alike.
+    for now_ms in [30, 29] {
+        let raced = edges_of(&|| {
+            let c = consume_once(Some(&row(1, Some(30))), UserId(1), now_ms);
+            assert_eq!(c.verdict, Err(OnceRejection::AlreadyConsumed));
+            assert_eq!(
+                judge(Some(&row(1, Some(30))), UserId(1), now_ms),
+                Err(OnceRejection::AlreadyConsumed)
+            );
+        });
+        assert_eq!(
+            raced,
+            std::collections::BTreeMap::from([(ONCE_CONSUME_RACE.name.to_owned(), 2)])
+        );
+    }
+    // The flaw's mark over a row consumed since its check: the race, won twice.
+    let marked = edges_of(&|| {
+        assert_eq!(mark_once_consumed(Some(&row(1, Some(30))), 30), Some(30));
+    });
+    assert_eq!(marked, only(ONCE_CONSUME_RACE.name));
+    // Expiry is inclusive: refused at expires_at_ms.
+    let expired = edges_of(&|| {
+        assert_eq!(
+            judge(Some(&row(1, None)), UserId(1), 100),
+            Err(OnceRejection::Expired)
+        );
+    });
+    assert_eq!(expired, only(ONCE_EXPIRED_REFUSED.name));
+    // Accepted, foreign, unknown and a plain mark count nothing.
+    let quiet = edges_of(&|| {
+        assert!(
+            consume_once(Some(&row(1, None)), UserId(1), 99)
+                .verdict
+                .is_ok()
+        );
+        assert_eq!(
+            judge(Some(&row(1, Some(5))), UserId(2), 30),
+            Err(OnceRejection::Foreign)
+        );
+        assert_eq!(judge(None, UserId(1), 30), Err(OnceRejection::Unknown));
+        assert_eq!(mark_once_consumed(Some(&row(1, None)), 30), Some(30));
+    });
+    assert!(quiet.is_empty(), "{quiet:?}");
+}
+
+#[test]
+fn a_full_table_at_an_insert_is_an_edge_state() {
+    use crate::token::{TABLE_FULL_AT_INSERT, TokenStore as _};
+    let _ = crate::edge::take();
+    assert_eq!(room(3, 4), Room::Free);
+    assert!(crate::edge::take().is_empty());
+    assert_eq!(room(4, 4), Room::PurgeFirst);
+    assert_eq!(crate::edge::take().get(TABLE_FULL_AT_INSERT.name), Some(&1));
+    // Through a store: the insert that meets the bound purges, then is admitted or refused.
+    let mut store = crate::token::MemoryTokenStore::new(crate::token::TokenStoreLimits {
+        revocations_max: 1,
+        once_tokens_max: 1,
+    });
+    assert_eq!(store.revoke("a", 10, 0), Ok(RevokeOutcome::Revoked));
+    assert!(matches!(
+        store.revoke("b", 10, 0),
+        Err(TokenStoreError::Full { .. })
+    ));
+    assert_eq!(store.revoke("b", 20, 10), Ok(RevokeOutcome::Revoked));
+    assert!(store.issue_once(&grant(1, 9), 0).is_ok());
+    assert!(matches!(
+        store.issue_once(&grant(2, 8), 0),
+        Err(TokenStoreError::Full { .. })
+    ));
+    assert_eq!(crate::edge::take().get(TABLE_FULL_AT_INSERT.name), Some(&3));
+}
