@@ -30,7 +30,7 @@
 //! Routes: `GET /id/{tag}`, `GET /id/{tag}/batch?n=`, `GET /snowflake`,
 //! `GET /snowflake/decode/{id}`, `GET /health`, `POST /tokens`, `POST /tokens/verify`,
 //! `POST /tokens/revoke`, `POST /tokens/once`, `POST /tokens/once/consume`,
-//! `POST /lottery/draw`, `GET /lottery/draws/{xid}`, `GET /ledger`, `GET /admin/dead-letters`, `GET /metrics`, `POST /admin/tags`,
+//! `POST /lottery/draw`, `GET /lottery/draws/{xid}`, `GET /ledger`, `GET /admin/dead-letters`, `POST /admin/dead-letters/{xid}/retry`, `GET /metrics`, `POST /admin/tags`,
 //! `POST /admin/accounts`, `POST /admin/stock`, and `GET /noop` (an empty handler: the
 //! baseline for throughput ratios; `?delay_ms=` holds the request, for overload tests).
 
@@ -738,6 +738,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/tcc/branch"),
     ("post", "/tcc/branches"),
     ("get", "/admin/dead-letters"),
+    ("post", "/admin/dead-letters/{xid}/retry"),
     ("post", "/admin/tags"),
     ("post", "/admin/accounts"),
     ("post", "/admin/stock"),
@@ -773,7 +774,12 @@ pub fn router(state: AppState) -> Router {
         open = open
             .route("/lottery/draw", post(draw))
             .route("/lottery/draws/{xid}", get(draw_status));
-        admin = admin.route("/admin/dead-letters", get(dead_letters));
+        admin = admin
+            .route("/admin/dead-letters", get(dead_letters))
+            .route(
+                "/admin/dead-letters/{xid}/retry",
+                post(retry_dead_letter),
+            );
     }
     if role.has_lottery() {
         open = open.route("/ledger", get(ledger));
@@ -1502,6 +1508,35 @@ async fn dead_letters(
     State(state): State<AppState>,
 ) -> Result<Json<Vec<lottery::DeadLetterBody>>, ApiError> {
     state.lottery()?.dead_letters().await.map(Json)
+}
+
+#[utoipa::path(
+    post,
+    path = "/admin/dead-letters/{xid}/retry",
+    tag = "admin",
+    summary = "Retry a dead letter: compensation delivers its logged verdict again, with a fresh retry budget",
+    params(
+        ("Authorization" = String, Header, description = "`Bearer <admin secret>`"),
+        ("xid" = u64, Path, description = "The dead-lettered draw's xid"),
+    ),
+    responses(
+        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
+        (status = 202, description = "Parked again, its first round due now: follow it with `GET /lottery/draws/{xid}`", body = lottery::DrawStatusBody),
+        (status = 400, description = "Not a non-negative 64-bit integer (`field: xid`)", body = ErrorBody),
+        (status = 409, description = "The draw is not dead-lettered (unknown, finished, or still in compensation; `field: xid`); nothing changed", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn retry_dead_letter(
+    State(state): State<AppState>,
+    xid: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+) -> Result<(StatusCode, Json<lottery::DrawStatusBody>), ApiError> {
+    let xid: u64 = segment(xid, "xid")?
+        .parse()
+        .map_err(|_| ApiError::bad("xid", "xid must be a non-negative 64-bit integer"))?;
+    let status = state.lottery()?.retry_dead_letter(Xid(xid)).await?;
+    Ok((StatusCode::ACCEPTED, Json(status)))
 }
 
 #[utoipa::path(

@@ -633,6 +633,8 @@ enum Command {
     Ledger(Reply<LedgerReport>),
     Status(Xid, Reply<Option<DrawStatusBody>>),
     DeadLetters(Reply<Vec<DeadLetterBody>>),
+    /// An operator's retry of a dead letter (`POST /admin/dead-letters/{xid}/retry`).
+    RetryDeadLetter(Xid, Reply<DrawStatusBody>),
     /// Coordinator messages for branches this process hosts (`POST /tcc/branch`, `POST
     /// /tcc/branches`), answered in order.
     Branch(
@@ -653,6 +655,7 @@ enum Held {
     Ledger(Reply<LedgerReport>, Result<LedgerReport, ApiError>),
     Status(Reply<Option<DrawStatusBody>>, Option<DrawStatusBody>),
     DeadLetters(Reply<Vec<DeadLetterBody>>, Vec<DeadLetterBody>),
+    Retried(Reply<DrawStatusBody>, Result<DrawStatusBody, ApiError>),
     Branch(Reply<Vec<ParticipantReply>>, Vec<ParticipantReply>),
     State(Reply<LotteryState>, Result<LotteryState, ApiError>),
 }
@@ -667,6 +670,7 @@ impl Held {
             Self::Ledger(tx, r) => drop(tx.send(r)),
             Self::Status(tx, r) => drop(tx.send(Ok(r))),
             Self::DeadLetters(tx, r) => drop(tx.send(Ok(r))),
+            Self::Retried(tx, r) => drop(tx.send(r)),
             Self::Branch(tx, r) => drop(tx.send(Ok(r))),
             Self::State(tx, r) => drop(tx.send(r)),
         }
@@ -680,6 +684,7 @@ impl Held {
             Self::Ledger(tx, _) => drop(tx.send(Err(e.clone()))),
             Self::Status(tx, _) => drop(tx.send(Err(e.clone()))),
             Self::DeadLetters(tx, _) => drop(tx.send(Err(e.clone()))),
+            Self::Retried(tx, _) => drop(tx.send(Err(e.clone()))),
             Self::Branch(tx, _) => drop(tx.send(Err(e.clone()))),
             Self::State(tx, _) => drop(tx.send(Err(e.clone()))),
         }
@@ -816,6 +821,10 @@ impl<S: DurableLottery> Writer<S> {
                 let letters = self.dead_letters();
                 self.held.push(Held::DeadLetters(reply, letters));
             }
+            Command::RetryDeadLetter(xid, reply) => {
+                let r = self.retry_dead_letter(xid, now);
+                self.held.push(Held::Retried(reply, r));
+            }
             Command::Branch(msgs, reply) => {
                 let answers = msgs
                     .iter()
@@ -876,6 +885,20 @@ impl<S: DurableLottery> Writer<S> {
                 verdict: verdict_name(verdict),
             })
             .collect()
+    }
+
+    /// An operator's retry of dead letter `xid`: parked again with a fresh retry budget, its
+    /// first round due now; answers its status (`pending`).
+    fn retry_dead_letter(&mut self, xid: Xid, now: sut::clock::Now) -> Result<DrawStatusBody, ApiError> {
+        self.coordinator
+            .handle_retry_dead_letter(xid, now)
+            .map_err(|e| ApiError::field(StatusCode::CONFLICT, "xid", e.to_string()))?;
+        self.metrics
+            .lottery_dead_letters_retried
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(self
+            .status(xid)
+            .expect("a retried dead letter is in flight"))
     }
 
     /// Where draw `xid` is: in flight (its stage), else its remembered final outcome.
@@ -1100,6 +1123,7 @@ fn refuse(cmd: Command, err: &ApiError) {
         Command::Ledger(tx) => drop(tx.send(Err(err.clone()))),
         Command::Status(_, tx) => drop(tx.send(Err(err.clone()))),
         Command::DeadLetters(tx) => drop(tx.send(Err(err.clone()))),
+        Command::RetryDeadLetter(_, tx) => drop(tx.send(Err(err.clone()))),
         Command::Branch(_, tx) => drop(tx.send(Err(err.clone()))),
         Command::State(tx) => drop(tx.send(Err(err.clone()))),
         Command::Reply(..) | Command::Stop => {}
@@ -1244,6 +1268,11 @@ impl Lottery {
     /// The dead-lettered draws.
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetterBody>, ApiError> {
         self.ask(Command::DeadLetters).await
+    }
+
+    /// Retries dead letter `xid` (409 when it is not dead-lettered).
+    pub async fn retry_dead_letter(&self, xid: Xid) -> Result<DrawStatusBody, ApiError> {
+        self.ask(|reply| Command::RetryDeadLetter(xid, reply)).await
     }
 
     /// This process's part of the lottery, raw (after the pending commit).

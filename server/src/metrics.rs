@@ -60,6 +60,8 @@ pub struct Metrics {
     pub lottery_draws_parked: AtomicU64,
     /// Draws dead-lettered: compensation spent its retry budget.
     pub lottery_draws_dead_lettered: AtomicU64,
+    /// Dead letters an operator retried (`POST /admin/dead-letters/{xid}/retry`).
+    pub lottery_dead_letters_retried: AtomicU64,
     /// Draws dead-lettered now (a gauge, set by the lottery writer).
     pub lottery_dead_letters: AtomicU64,
     /// Messages the coordinator sent to participants in other processes.
@@ -174,7 +176,7 @@ impl Metrics {
     }
 
     /// The plain counters: name, help, value.
-    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 14] {
+    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 15] {
         [
             (
                 "sut_ids_issued_total",
@@ -235,6 +237,11 @@ impl Metrics {
                 "sut_lottery_draws_dead_lettered_total",
                 "Draws compensation gave up on (dead letters).",
                 &self.lottery_draws_dead_lettered,
+            ),
+            (
+                "sut_lottery_dead_letters_retried_total",
+                "Dead letters an operator retried (POST /admin/dead-letters/{xid}/retry).",
+                &self.lottery_dead_letters_retried,
             ),
             (
                 "sut_participant_calls_total",

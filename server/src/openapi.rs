@@ -57,6 +57,7 @@ use super::{
         super::draw,
         super::draw_status,
         super::dead_letters,
+        super::retry_dead_letter,
         super::ledger,
         super::create_tag,
         super::open_accounts,

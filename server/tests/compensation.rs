@@ -171,6 +171,48 @@ async fn compensation_dead_letters_a_participant_that_never_answers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_retry_delivers_a_dead_letter_once_the_participant_answers_again() {
+    let dir = tempfile::tempdir().unwrap();
+    // No compensation retry: 2 attempts of the Confirm, then one round of 2 attempts, all
+    // lost, dead-letter the draw; the fifth Confirm gets through.
+    let lose = LoseMessages {
+        branch: Participant::Wallet,
+        phase: Phase::Confirm,
+        times: Some(4),
+    };
+    let s = server(&dir.path().join("ids.db"), 0, lose).await;
+    let api = Api::new(s.addr);
+    let (status, body) = api.post("/admin/dead-letters/7/retry", &json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "an unknown draw: {body}");
+    assert_eq!(body["field"], "xid");
+    let (status, body) = api.post("/admin/dead-letters/x/retry", &json!({})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    let (status, answer) = api.winning_draw().await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let xid = answer["xid"].as_u64().unwrap();
+    let (end, _) = api.follow(xid).await;
+    assert_eq!(end["status"], "dead_lettered", "{end}");
+
+    let path = format!("/admin/dead-letters/{xid}/retry");
+    let (status, body) = api.post(&path, &json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "pending", "{body}");
+    let (end, _) = api.follow(xid).await;
+    assert_eq!(end["status"], "confirmed", "{end}");
+    let (_, letters) = api.get("/admin/dead-letters").await;
+    assert_eq!(letters, json!([]));
+    let (status, body) = api.post(&path, &json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "no longer dead-lettered: {body}");
+    let metrics = api.metrics().await;
+    assert_eq!(metric(&metrics, "sut_lottery_dead_letters_retried_total"), 1);
+    assert_eq!(metric(&metrics, "sut_lottery_dead_letters"), 0);
+    let (_, ledger) = api.get("/ledger").await;
+    assert_eq!(ledger["open_draws"], 0, "{ledger}");
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_draw_is_404_and_a_bad_xid_400() {
     let dir = tempfile::tempdir().unwrap();
     let lose = LoseMessages {

@@ -238,18 +238,20 @@ async fn send_rounds(
         }
         {
             let mut w = world.lock();
-            let mut sent = 0;
-            let mut dropped = 0;
+            let (mut sent, mut dropped, mut to_paused) = (0, 0, 0);
             for (addr, msgs) in &rounds {
                 let n = msgs.len() as u64;
                 sent += n;
                 let to = w.names.get(&addr.ip());
                 if to.is_some_and(|to| w.partitioned(&name, to)) {
                     dropped += n;
+                } else if to.is_some_and(|to| w.paused.contains_key(to)) {
+                    to_paused += n;
                 }
             }
             w.count("net.messages", sent);
             w.count("net.dropped_by_partition", dropped);
+            w.count("pause.delayed_messages", to_paused);
             if w.latency_spike {
                 w.count("net.delayed_by_spike", sent);
             }

@@ -77,7 +77,9 @@ impl FaultKind {
                 "crash.lost_id_buffers",
                 "crash.after_durable_step",
             ],
-            Self::Pause => &["pause.outlived_lease", "pause.stalled_ms"],
+            // What a pause does is hold up the messages sent to the paused node (and, on an ID
+            // node, outlive its lease); its length alone is no effect.
+            Self::Pause => &["pause.outlived_lease", "pause.delayed_messages"],
             Self::ClockBump | Self::ClockStrobe => &[
                 "clock.rollback_waits",
                 "clock.rollback_refusals",
