@@ -776,10 +776,7 @@ pub fn router(state: AppState) -> Router {
             .route("/lottery/draws/{xid}", get(draw_status));
         admin = admin
             .route("/admin/dead-letters", get(dead_letters))
-            .route(
-                "/admin/dead-letters/{xid}/retry",
-                post(retry_dead_letter),
-            );
+            .route("/admin/dead-letters/{xid}/retry", post(retry_dead_letter));
     }
     if role.has_lottery() {
         open = open.route("/ledger", get(ledger));

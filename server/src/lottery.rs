@@ -889,7 +889,11 @@ impl<S: DurableLottery> Writer<S> {
 
     /// An operator's retry of dead letter `xid`: parked again with a fresh retry budget, its
     /// first round due now; answers its status (`pending`).
-    fn retry_dead_letter(&mut self, xid: Xid, now: sut::clock::Now) -> Result<DrawStatusBody, ApiError> {
+    fn retry_dead_letter(
+        &mut self,
+        xid: Xid,
+        now: sut::clock::Now,
+    ) -> Result<DrawStatusBody, ApiError> {
         self.coordinator
             .handle_retry_dead_letter(xid, now)
             .map_err(|e| ApiError::field(StatusCode::CONFLICT, "xid", e.to_string()))?;

@@ -203,9 +203,16 @@ async fn an_operator_retry_delivers_a_dead_letter_once_the_participant_answers_a
     let (_, letters) = api.get("/admin/dead-letters").await;
     assert_eq!(letters, json!([]));
     let (status, body) = api.post(&path, &json!({})).await;
-    assert_eq!(status, StatusCode::CONFLICT, "no longer dead-lettered: {body}");
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "no longer dead-lettered: {body}"
+    );
     let metrics = api.metrics().await;
-    assert_eq!(metric(&metrics, "sut_lottery_dead_letters_retried_total"), 1);
+    assert_eq!(
+        metric(&metrics, "sut_lottery_dead_letters_retried_total"),
+        1
+    );
     assert_eq!(metric(&metrics, "sut_lottery_dead_letters"), 0);
     let (_, ledger) = api.get("/ledger").await;
     assert_eq!(ledger["open_draws"], 0, "{ledger}");
