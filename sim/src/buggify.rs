@@ -7,7 +7,8 @@
 //!   attempts, backoff cap, park delay and compensation retries; the compensation wheel's tick
 //!   (coarse) and shape (few slots and levels, so that tasks cascade and overflow); the segment
 //!   lease at a small multiple of the drift margin, prefetching late, short store timeouts;
-//!   the Snowflake reservation reach; the token service's table bounds (so that tables fill);
+//!   the Snowflake reservation reach; the token service's table bounds (so that tables fill)
+//!   and JWT lifetime (so that tokens expire and revocations are purged within a run);
 //!   balances that buy only a few draws (so that wallets reach exactly zero);
 //! - **clocks at their bounds**: drift at its configured bound instead of anywhere below it; a
 //!   clock bump of the token node back by about the JWT leeway (just within, or just past it);
@@ -163,6 +164,9 @@ pub struct Buggify {
     pub balance_draws: Option<u64>,
     /// The token service's table bounds (revocations and one-time tokens), so that tables fill.
     pub token_rows_max: Option<u64>,
+    /// The JWT lifetime in seconds, so that tokens expire and their revocations are purged
+    /// within a run.
+    pub jwt_ttl_s: Option<u64>,
     /// Clock drift is drawn at `[faults] drift_ppm_max` exactly.
     pub drift_at_bound: bool,
     /// A clock bump of the token node goes back by about the JWT leeway (just within it or
@@ -237,6 +241,9 @@ impl Buggify {
         }
         if rng.gen_bool(0.5) {
             b.token_rows_max = Some(rng.gen_range(16..=256));
+        }
+        if rng.gen_bool(0.5) {
+            b.jwt_ttl_s = Some(rng.gen_range(1..=8));
         }
         b.drift_at_bound = rng.gen_bool(0.5);
         b.bump_at_leeway = rng.gen_bool(0.5);
@@ -388,6 +395,7 @@ impl Buggify {
         );
         push("balance_draws", self.balance_draws.map(|v| v.to_string()));
         push("token_rows_max", self.token_rows_max.map(|v| v.to_string()));
+        push("jwt_ttl_s", self.jwt_ttl_s.map(|v| v.to_string()));
         push(
             "drift",
             self.drift_at_bound.then(|| "at its bound".to_owned()),

@@ -32,6 +32,9 @@ fn service(flaw: Option<sut::flaw::Flaw>, buggify: &crate::buggify::Buggify) -> 
     let mut cfg = TokenConfig::default();
     cfg.once.window_ms = ONCE_WINDOW_MS;
     cfg.flaws = sut::flaw::token_flaws(flaw);
+    if let Some(ttl_s) = buggify.jwt_ttl_s {
+        cfg.jwt.ttl_s = ttl_s;
+    }
     if let Some(rows_max) = buggify.token_rows_max {
         cfg.limits.revocations_max = rows_max;
         cfg.limits.once_tokens_max = rows_max;
