@@ -20,8 +20,12 @@
 //!   now and then held back past the deadline their sender waits on, so that a Cancel overtakes
 //!   its Try and a store call answers after its caller gave up.
 //!
-//! Everything is drawn once per seed from the seed's RNG, right after the fault kinds, so a seed
-//! replays its BUGGIFY exactly; `[run] buggify = false` or `--no-buggify` turns it off. Nothing
+//! Everything is drawn once per seed from a generator of its own seeded by the seed
+//! ([`Buggify::for_seed`]), so a seed replays its BUGGIFY exactly, and drawing it takes nothing
+//! from the run's RNG: a knob added here, or `--no-buggify`, leaves every seed's fault schedule
+//! and workload as they were. `[run] buggify = false` or `--no-buggify` turns it off. The knobs
+//! that act during the run (stragglers, the token clock bumps) draw from the run's RNG when
+//! they are on. Nothing
 //! here changes a protocol: the drivers hand the state machines other (valid) configurations
 //! and other timings.
 
@@ -182,6 +186,15 @@ pub struct Buggify {
 const LOGGED_NODES: [&str; 5] = ["coord", "wallet", "inventory", "token", "db"];
 
 impl Buggify {
+    /// Seed `seed`'s BUGGIFY, from a generator seeded by the seed alone.
+    #[must_use]
+    pub fn for_seed(seed: u64, scenario: &Scenario, faults: &[(FaultKind, u32)]) -> Self {
+        use rand::SeedableRng;
+        // A constant apart, so that BUGGIFY's stream is not the run's own stream again.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xB066_1F1E_D5EE_D000);
+        Self::draw(&mut rng, scenario, faults)
+    }
+
     /// This seed's BUGGIFY for `scenario` with the fault kinds the seed enabled: off for a
     /// scenario that turns it off; otherwise on in three seeds out of four, each knob family
     /// then on in one seed out of two.

@@ -416,7 +416,7 @@ fn judge(
 
 async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
     let enabled_faults = resolve_faults(&scenario);
-    let buggify = crate::buggify::Buggify::draw(&mut thread_rng(), &scenario, &enabled_faults);
+    let buggify = crate::buggify::Buggify::for_seed(seed, &scenario, &enabled_faults);
     let scenario = buggify.scenario(scenario);
     let names = node_names(&scenario);
     let world = World::new(RunSpec {

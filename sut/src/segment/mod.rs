@@ -23,6 +23,11 @@
 //! **Monotonic per instance.** Each request carries `min_id` (above every ID this instance may
 //! have issued), so pooled tails below it are never granted to it.
 //!
+//! **Malformed replies** (outside the store's contract) are never issued from: a grant with a
+//! zero `delta`, a reversed segment, one reaching past 2^62 or starting below the `min_id` asked
+//! for is refused like a failed fetch; a claim outside its segment (a grant's or a renewal's) is
+//! clamped into it. Both are counted ([`AllocatorStats::malformed_replies`]).
+//!
 //! **Degraded mode** (segment-ID design §6, off by default): with both buffers empty and the store
 //! unreachable, issue Snowflake IDs with bit 62 set ([`DEGRADED_FLAG`]). Segment IDs stay below
 //! 2^62, so the two can never collide. The degraded worker keeps a time reservation persisted
@@ -43,8 +48,8 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Now;
 use crate::flaw::Flaw;
 use crate::id_store::{
-    AllocRequest, InstanceId, ReleaseRequest, RenewRequest, Segment, StoreCall, StoreError,
-    StoreReply, Tag,
+    AllocRequest, Grant, InstanceId, ReleaseRequest, RenewRequest, SEGMENT_ID_LIMIT, Segment,
+    StoreCall, StoreError, StoreReply, Tag,
 };
 use crate::snowflake::{NextId, SnowflakeWorker, WorkerConfig};
 
@@ -257,7 +262,7 @@ impl AllocatorConfig {
         if let StepPolicy::Fixed { step }
         | StepPolicy::Leaf { step_max: step }
         | StepPolicy::SeedLog { step_max: step, .. } = self.step
-            && step >= crate::id_store::SEGMENT_ID_LIMIT
+            && step >= SEGMENT_ID_LIMIT
         {
             return bad("step", format!("{step} exceeds the ID space"));
         }
@@ -358,9 +363,19 @@ struct InFlight {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 enum Fetch {
     Idle,
-    Backoff { until_mono: u64 },
-    Reading { flight: InFlight, conflicts: u32 },
-    Allocating { flight: InFlight, conflicts: u32 },
+    Backoff {
+        until_mono: u64,
+    },
+    Reading {
+        flight: InFlight,
+        conflicts: u32,
+    },
+    Allocating {
+        flight: InFlight,
+        conflicts: u32,
+        /// The `min_id` the Allocate asked for: a grant below it is refused.
+        min_id: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -382,12 +397,33 @@ impl Held {
         self.next >= self.segment.end
     }
 
+    /// The last ID issued from this buffer (`next` steps by `delta` from the start, and may end
+    /// past the claim or the segment's end when either is off the residue class).
+    fn last_issued(&self) -> Option<u64> {
+        (self.next > self.segment.start).then(|| self.next - self.segment.delta)
+    }
+
     fn used_pct(&self) -> u64 {
-        let len = self.segment.len().max(1);
         let used =
             (self.next.min(self.segment.end) - self.segment.start).div_ceil(self.segment.delta);
-        used * 100 / len
+        percent(used, self.segment.len().max(1))
     }
+}
+
+/// `part` as a whole percentage of `whole` (rounded down), for any `part <= whole`: the product
+/// is taken in `u128`, so a segment of up to 2^62 IDs cannot overflow it.
+fn percent(part: u64, whole: u64) -> u64 {
+    assert!(whole > 0 && part <= whole, "{part} of {whole}");
+    let pct = u128::from(part) * 100 / u128::from(whole);
+    u64::try_from(pct).expect("at most 100")
+}
+
+/// `pct` percent of `n` (rounded down), for any `n` and `pct <= 100`: the product is taken in
+/// `u128`, so a legal step near 2^62 cannot overflow it, and the result is at most `n`.
+fn pct_of(n: u64, pct: u8) -> u64 {
+    assert!(pct <= 100, "{pct}%");
+    let share = u128::from(n) * u128::from(pct) / 100;
+    u64::try_from(share).expect("at most n")
 }
 
 /// Counters for the health view and fault coverage.
@@ -413,6 +449,10 @@ pub struct AllocatorStats {
     pub leases_expired: u64,
     /// IDs given up with dropped segments (claimed but never issued: a gap, never a duplicate).
     pub ids_abandoned: u64,
+    /// Store replies outside the store's contract: grants refused (each also a failed fetch)
+    /// and claims clamped into their segment.
+    #[serde(default)]
+    pub malformed_replies: u64,
     /// The largest jump between consecutive issued IDs, beyond the normal `delta`.
     pub largest_gap: u64,
     /// Times an empty allocator answered `Pending`.
@@ -542,12 +582,13 @@ impl SegmentAllocator {
         self.last_issued
     }
 
-    /// Checks the allocator's invariants: each buffer's claim lies inside its segment and
-    /// nothing was issued beyond the claim the store acknowledged (unless the buffer is used
-    /// up), the prefetched buffer lies above everything issued, at most one store call per
-    /// purpose is queued, every call in flight has an id below the next one, and the degraded
-    /// worker's ([`SnowflakeWorker::check_invariants`]). For simulators (after every step in
-    /// debug builds), models (an `always` property) and tests.
+    /// Checks the allocator's invariants: each buffer's segment is one the store could grant
+    /// (a positive `delta`, below 2^62), its claim lies inside it, every ID issued from it lies
+    /// strictly below the claim the store acknowledged, the prefetched buffer lies above
+    /// everything issued, at most one store call per purpose is queued, every call in flight has
+    /// an id below the next one, and the degraded worker's
+    /// ([`SnowflakeWorker::check_invariants`]). For simulators (after every step in debug
+    /// builds), models (an `always` property) and tests.
     ///
     /// # Errors
     /// The first violation, in words.
@@ -597,6 +638,11 @@ impl SegmentAllocator {
 
     fn check_held(&self, name: &str, held: &Held) -> Result<(), String> {
         let segment = held.segment;
+        if segment.delta == 0 || segment.end > SEGMENT_ID_LIMIT {
+            return Err(format!(
+                "{name} buffer: {segment:?} was granted outside the store's contract"
+            ));
+        }
         if held.claim_end < segment.start || held.claim_end > segment.end {
             return Err(format!(
                 "{name} buffer: claim {} outside {segment:?}",
@@ -609,10 +655,13 @@ impl SegmentAllocator {
                 held.next
             ));
         }
-        if held.next > held.claim_end && !held.used_up() && self.cfg.flaw.is_none() {
+        if let Some(last) = held.last_issued()
+            && last >= held.claim_end
+            && self.cfg.flaw.is_none()
+        {
             return Err(format!(
-                "{name} buffer: issued up to {} beyond the acknowledged claim {}",
-                held.next, held.claim_end
+                "{name} buffer: issued {last} beyond the acknowledged claim {}",
+                held.claim_end
             ));
         }
         if let Some(renewing) = &held.renewing
@@ -813,13 +862,12 @@ impl SegmentAllocator {
 
     /// Raises a claim running low and renews leases that are due.
     fn maybe_extend_claims(&mut self, now: Now) {
-        let claim_pct = u64::from(self.cfg.claim_pct);
         let mut calls = Vec::new();
         for held in [&mut self.current, &mut self.next].into_iter().flatten() {
             if held.renewing.is_some() {
                 continue;
             }
-            let chunk = (held.segment.len() * claim_pct / 100)
+            let chunk = pct_of(held.segment.len(), self.cfg.claim_pct)
                 .max(1)
                 .saturating_mul(held.segment.delta);
             if issues_beyond_claim(self.cfg.flaw) {
@@ -925,11 +973,12 @@ impl SegmentAllocator {
     /// with the database).
     fn use_before_persist(&mut self, row: &crate::id_store::TagRow, now: Now) {
         self.send_allocate(row, self.cfg.cas_retries_max, now);
+        if row.delta == 0 {
+            // A malformed row: not even the flaw can issue from it.
+            return;
+        }
         let span = self.step.saturating_mul(row.delta);
-        let end = row
-            .max_id
-            .saturating_add(span)
-            .min(crate::id_store::SEGMENT_ID_LIMIT);
+        let end = row.max_id.saturating_add(span).min(SEGMENT_ID_LIMIT);
         if end <= row.max_id {
             return;
         }
@@ -963,13 +1012,14 @@ impl SegmentAllocator {
             // The flaw: nothing is claimed ahead; usage is reported after the fact.
             1
         } else {
-            (self.step * u64::from(self.cfg.claim_pct) / 100).max(1)
+            pct_of(self.step, self.cfg.claim_pct).max(1)
         };
+        let min_id = self.min_id();
         let id = self.push(StoreCall::Allocate(AllocRequest {
             tag: self.cfg.tag.clone(),
             expected_version: row.version,
             ids: self.step,
-            min_id: self.min_id(),
+            min_id,
             claim_ids,
             instance: self.cfg.instance,
             lease_ms: self.cfg.lease_ms,
@@ -983,6 +1033,7 @@ impl SegmentAllocator {
                 sent_mono: now.mono_ms,
             },
             conflicts,
+            min_id,
         };
     }
 
@@ -997,19 +1048,19 @@ impl SegmentAllocator {
         held_end.max(self.last_issued.map_or(0, |last| last + 1))
     }
 
-    fn on_allocate(
-        &mut self,
-        id: u64,
-        result: Result<crate::id_store::Grant, StoreError>,
-        now: Now,
-    ) {
-        let Fetch::Allocating { flight, conflicts } = &self.fetch else {
+    fn on_allocate(&mut self, id: u64, result: Result<Grant, StoreError>, now: Now) {
+        let Fetch::Allocating {
+            flight,
+            conflicts,
+            min_id,
+        } = &self.fetch
+        else {
             return;
         };
         if flight.id != id {
             return;
         }
-        let (sent_mono, conflicts) = (flight.sent_mono, *conflicts);
+        let (sent_mono, conflicts, min_id) = (flight.sent_mono, *conflicts, *min_id);
         if self.cfg.flaw == Some(Flaw::CounterNoPersist) {
             // The flaw: the segment is already in use; whatever the write did is not looked at.
             self.fetch = Fetch::Idle;
@@ -1020,7 +1071,10 @@ impl SegmentAllocator {
             return;
         }
         match result {
-            Ok(grant) => self.install_grant(&grant, sent_mono, now),
+            Ok(grant) => match self.refusal(&grant, min_id) {
+                None => self.install_grant(&grant, sent_mono, now),
+                Some(why) => self.refuse_grant(&why, now),
+            },
             Err(err @ StoreError::VersionConflict { .. }) => {
                 self.stats.conflicts += 1;
                 if conflicts < self.cfg.cas_retries_max {
@@ -1044,12 +1098,53 @@ impl SegmentAllocator {
         }
     }
 
-    /// Puts a granted segment in the free buffer (current first, then next); the fetch is done.
-    fn install_grant(&mut self, grant: &crate::id_store::Grant, sent_mono: u64, now: Now) {
-        debug_assert!(
-            grant.segment.start >= self.min_id() || self.cfg.flaw.is_some(),
-            "grant below this instance's IDs"
+    /// Why `grant`, the answer to an Allocate that asked for `min_id`, lies outside the store's
+    /// contract so that nothing may be issued from it (`None`: it may be installed). A store
+    /// grants a segment with a positive `delta`, in order, below [`SEGMENT_ID_LIMIT`] (bit 62
+    /// marks degraded-mode IDs), at or above `min_id`. Its claim is not looked at here: one
+    /// outside the segment is clamped into it ([`clamp_claim`]).
+    fn refusal(&self, grant: &Grant, min_id: u64) -> Option<String> {
+        let segment = grant.segment;
+        if segment.delta == 0 {
+            return Some(format!("{segment:?} has delta 0"));
+        }
+        if segment.end < segment.start {
+            return Some(format!("{segment:?} ends before it starts"));
+        }
+        if segment.end > SEGMENT_ID_LIMIT {
+            return Some(format!(
+                "{segment:?} reaches past the segment ID limit 2^62"
+            ));
+        }
+        // FLAW [`Flaw::SegmentNoVersionCheck`]: the blind write grants from the `max_id` read,
+        // whatever `min_id` said (another holder may have set it back); the flaw installs it.
+        let blind = self.cfg.flaw == Some(Flaw::SegmentNoVersionCheck);
+        let floor = min_id.max(self.min_id());
+        if segment.start < floor && !blind {
+            return Some(format!(
+                "{segment:?} starts below {floor}, the least ID this instance may still issue"
+            ));
+        }
+        None
+    }
+
+    /// A grant outside the store's contract is refused like a failed fetch (counted, backed off,
+    /// read again); its lease, if the store recorded one, expires and is reclaimed. No Release is
+    /// sent: it could not truthfully promise what was issued from a segment this instance may
+    /// already have issued from.
+    fn refuse_grant(&mut self, why: &str, now: Now) {
+        self.stats.malformed_replies += 1;
+        self.fetch_failed(
+            StoreError::Backend(format!("malformed grant refused: {why}")),
+            now,
         );
+    }
+
+    /// Puts a granted segment in the free buffer (current first, then next); the fetch is done.
+    /// The grant passed [`Self::refusal`].
+    fn install_grant(&mut self, grant: &Grant, sent_mono: u64, now: Now) {
+        assert!(grant.segment.delta > 0 && grant.segment.end <= SEGMENT_ID_LIMIT);
+        let claim_end = clamp_claim(&mut self.stats, &grant.segment, grant.claim_end);
         let lease_deadline_mono = if self.cfg.flaw == Some(Flaw::ReclaimNoDriftMargin) {
             // The flaw: timed from the answer, with no drift margin.
             now.mono_ms + self.cfg.lease_ms
@@ -1059,7 +1154,7 @@ impl SegmentAllocator {
         let held = Held {
             segment: grant.segment,
             next: grant.segment.start,
-            claim_end: grant.claim_end,
+            claim_end,
             lease_deadline_mono,
             granted_mono: now.mono_ms,
             renew_due_mono: now.mono_ms + self.cfg.renew_interval_ms,
@@ -1110,7 +1205,9 @@ impl SegmentAllocator {
         let sent_mono = held.renewing.take().map_or(now.mono_ms, |f| f.sent_mono);
         match result {
             Ok(lease) => {
-                held.claim_end = held.claim_end.max(lease.claim_end.min(held.segment.end));
+                // Never lowered (a stale lease is older news); past the segment's end, clamped.
+                let claim_end = clamp_claim(&mut self.stats, &held.segment, lease.claim_end);
+                held.claim_end = held.claim_end.max(claim_end);
                 let deadline = if self.cfg.flaw == Some(Flaw::ReclaimNoDriftMargin) {
                     now.mono_ms + self.cfg.lease_ms
                 } else {
@@ -1276,7 +1373,7 @@ impl SegmentAllocator {
                 segment: h.segment,
                 next: h.next,
                 claim_end: h.claim_end,
-                remaining_pct: remaining * 100 / h.segment.len().max(1),
+                remaining_pct: percent(remaining, h.segment.len().max(1)),
                 lease_left_ms: h.lease_deadline_mono.saturating_sub(now.mono_ms),
             }
         };
@@ -1297,6 +1394,17 @@ impl SegmentAllocator {
             last_error: self.last_error.as_ref().map(ToString::to_string),
         }
     }
+}
+
+/// `claim_end` as acknowledged for `segment`: clamped into it (below its start nothing may be
+/// issued, and nothing at or past its end was granted). A claim outside the segment is a
+/// malformed reply, counted in `stats`; the clamp keeps exactly the IDs of the segment the claim
+/// allowed.
+fn clamp_claim(stats: &mut AllocatorStats, segment: &Segment, claim_end: u64) -> u64 {
+    assert!(segment.start <= segment.end, "{segment:?}");
+    let clamped = claim_end.clamp(segment.start, segment.end);
+    stats.malformed_replies += u64::from(clamped != claim_end);
+    clamped
 }
 
 /// The flaws under which IDs are issued beyond the acknowledged claim (the claim becomes an

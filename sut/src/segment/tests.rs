@@ -645,6 +645,239 @@ fn allocator_invariants_hold_on_a_run_and_fire_on_crafted_states() {
         sent_mono: 0,
     });
     assert!(bad.check_invariants().unwrap_err().contains("renewal"));
+    for segment in [
+        Segment {
+            delta: 0,
+            ..held.segment
+        },
+        Segment {
+            end: SEGMENT_ID_LIMIT + 1,
+            ..held.segment
+        },
+    ] {
+        let mut bad = alloc.clone();
+        bad.current.as_mut().unwrap().segment = segment;
+        assert!(
+            bad.check_invariants()
+                .unwrap_err()
+                .contains("outside the store's contract")
+        );
+    }
+}
+
+#[test]
+fn the_issued_below_the_claim_invariant_looks_at_the_last_id_issued() {
+    // Segment [2, 10) step 2, claim 5: 2 and 4 issued, `next` is 6, past the claim, and no ID
+    // issued is. Used up with an unaligned end ([2, 9): `next` is 10), likewise.
+    let held = |end, claim_end, next| Held {
+        segment: Segment {
+            start: 2,
+            end,
+            delta: 2,
+        },
+        next,
+        claim_end,
+        lease_deadline_mono: 1_000,
+        granted_mono: 0,
+        renew_due_mono: 300,
+        renewing: None,
+    };
+    let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
+    alloc.last_issued = Some(4);
+    alloc.current = Some(held(10, 5, 6));
+    assert_eq!(alloc.check_invariants(), Ok(()));
+    alloc.last_issued = Some(8);
+    alloc.current = Some(held(9, 9, 10));
+    assert_eq!(alloc.check_invariants(), Ok(()));
+    alloc.current = Some(held(10, 5, 8));
+    assert_eq!(
+        alloc.check_invariants(),
+        Err("current buffer: issued 6 beyond the acknowledged claim 5".to_owned())
+    );
+}
+
+/// An allocator holding `[1, 11)` of a step-10 tag with ID 1 issued and its prefetch's read
+/// answered: the Allocate (`min_id` 11) is in flight. Returns it with the Allocate's id and the
+/// grant the store answers it with (`[11, 21)`, claim 13).
+fn prefetch_in_flight(now: Now) -> (SegmentAllocator, u64, crate::id_store::Grant) {
+    prefetch_in_flight_with(cfg(1), now)
+}
+
+fn prefetch_in_flight_with(
+    config: AllocatorConfig,
+    now: Now,
+) -> (SegmentAllocator, u64, crate::id_store::Grant) {
+    let mut store = store_with(10);
+    let mut alloc = SegmentAllocator::new(config, now).unwrap();
+    assert_eq!(alloc.next_id(now), Take::Pending);
+    pump(&mut alloc, &mut store, now);
+    assert_eq!(id_of(alloc.next_id(now)), 1);
+    // The prefetch's read and the claim's renewal are answered, the Allocate is held back.
+    let mut allocate = None;
+    while let Some(req) = alloc.poll_request() {
+        if let StoreCall::Allocate(alloc_req) = &req.call {
+            assert_eq!(alloc_req.min_id, 11);
+            allocate = Some(req);
+        } else {
+            alloc.handle_reply(req.id, req.call.execute(&mut store), now);
+        }
+    }
+    let allocate = allocate.expect("the prefetch's Allocate");
+    let StoreReply::Allocate(Ok(grant)) = allocate.call.execute(&mut store) else {
+        panic!("a grant");
+    };
+    assert_eq!((grant.segment.start, grant.claim_end), (11, 13));
+    (alloc, allocate.id, grant)
+}
+
+#[test]
+fn malformed_grants_are_refused_like_failed_fetches() {
+    let now = Now::both(0);
+    let (_, _, honest) = prefetch_in_flight(now);
+    let with = |segment| crate::id_store::Grant {
+        segment,
+        ..honest.clone()
+    };
+    let s = honest.segment;
+    let limit = SEGMENT_ID_LIMIT;
+    for (grant, why) in [
+        (with(Segment { delta: 0, ..s }), "has delta 0"),
+        (
+            with(Segment {
+                start: s.end,
+                end: s.start,
+                delta: 1,
+            }),
+            "ends before it starts",
+        ),
+        (
+            with(Segment {
+                start: limit - 5,
+                end: limit + 5,
+                delta: 1,
+            }),
+            "reaches past the segment ID limit 2^62",
+        ),
+        // The first segment again (or another Allocate's grant, misrouted).
+        (
+            with(Segment {
+                start: 1,
+                end: 11,
+                delta: 1,
+            }),
+            "starts below 11",
+        ),
+    ] {
+        let (mut alloc, id, _) = prefetch_in_flight(now);
+        alloc.handle_reply(id, StoreReply::Allocate(Ok(grant)), now);
+        let health = alloc.health(now);
+        assert_eq!(health.next, None, "{why}");
+        assert_eq!(health.fetch, "backoff", "{why}");
+        assert_eq!(health.stats.malformed_replies, 1, "{why}");
+        assert_eq!(health.stats.fetch_failures, 1, "{why}");
+        assert_eq!(health.stats.reloads, 1, "{why}");
+        let error = health.last_error.unwrap();
+        assert!(
+            error.contains("malformed grant refused") && error.contains(why),
+            "{error}"
+        );
+        alloc.check_invariants().unwrap();
+        // The current segment is issued from as before, and nothing from the refused grant.
+        let block = alloc.take_block(now, 40);
+        assert_eq!(
+            block,
+            Take::Block(IdBlock {
+                start: 2,
+                count: 3,
+                delta: 1
+            }),
+            "{why}: up to the claim of [1, 11), 5 since its renewal"
+        );
+    }
+    // The honest grant is installed.
+    let (mut alloc, id, grant) = prefetch_in_flight(now);
+    alloc.handle_reply(id, StoreReply::Allocate(Ok(grant)), now);
+    assert_eq!(alloc.health(now).next.map(|b| b.segment), Some(s));
+    assert_eq!(alloc.stats().malformed_replies, 0);
+}
+
+#[test]
+fn a_grant_below_the_min_id_asked_for_is_refused_after_the_holder_dropped_its_segment() {
+    // The Allocate asked for min_id 11 while [1, 11) was held; the lease of [1, 11) expires
+    // before the (slow) answer, leaving only ID 1 issued: a grant from 5 is above that, but
+    // below what was asked, so outside the store's contract.
+    let slow = AllocatorConfig {
+        request_timeout_ms: 2_000,
+        ..cfg(1)
+    };
+    let (mut alloc, id, honest) = prefetch_in_flight_with(slow, Now::both(0));
+    let later = Now::both(950);
+    alloc.handle_timeout(later);
+    assert_eq!(alloc.health(later).current, None);
+    let grant = crate::id_store::Grant {
+        segment: Segment {
+            start: 5,
+            end: 15,
+            delta: 1,
+        },
+        ..honest
+    };
+    alloc.handle_reply(id, StoreReply::Allocate(Ok(grant)), later);
+    assert_eq!(alloc.health(later).next, None);
+    assert_eq!(alloc.stats().malformed_replies, 1);
+    let error = alloc.health(later).last_error.unwrap();
+    assert!(error.contains("starts below 11"), "{error}");
+}
+
+#[test]
+fn claims_outside_their_segment_are_clamped_into_it() {
+    let now = Now::both(0);
+    for (claim_end, clamped) in [(25, 21), (4, 11)] {
+        let (mut alloc, id, grant) = prefetch_in_flight(now);
+        let grant = crate::id_store::Grant { claim_end, ..grant };
+        alloc.handle_reply(id, StoreReply::Allocate(Ok(grant)), now);
+        let next = alloc.health(now).next.expect("installed");
+        assert_eq!(next.claim_end, clamped, "{claim_end}");
+        assert_eq!(alloc.stats().malformed_replies, 1);
+        assert_eq!(alloc.stats().fetch_failures, 0);
+        alloc.check_invariants().unwrap();
+    }
+    // A renewal past the end, likewise (and a stale one never lowers the claim).
+    let (mut alloc, id, grant) = prefetch_in_flight(now);
+    alloc.handle_reply(id, StoreReply::Allocate(Ok(grant)), now);
+    let later = Now::both(300);
+    alloc.handle_timeout(later);
+    let mut renewals = Vec::new();
+    while let Some(req) = alloc.poll_request() {
+        if matches!(req.call, StoreCall::Renew(_)) {
+            renewals.push(req.id);
+        }
+    }
+    assert_eq!(renewals.len(), 2, "both buffers renew");
+    for (id, claim_end) in renewals.into_iter().zip([1_000, 0]) {
+        let lease = crate::id_store::Lease {
+            claim_end,
+            lease_expiry_ms: 1_300,
+        };
+        alloc.handle_reply(id, StoreReply::Renew(Ok(lease)), later);
+    }
+    let health = alloc.health(later);
+    assert_eq!(health.current.unwrap().claim_end, 11);
+    assert_eq!(health.next.unwrap().claim_end, 13);
+    assert_eq!(health.stats.malformed_replies, 2);
+    alloc.check_invariants().unwrap();
+}
+
+#[test]
+fn percentages_of_a_segment_near_the_id_space_do_not_overflow() {
+    let big = SEGMENT_ID_LIMIT - 1;
+    assert_eq!(pct_of(big, 100), big);
+    assert_eq!(pct_of(big, 25), big / 4);
+    assert_eq!(pct_of(u64::MAX, 100), u64::MAX);
+    assert_eq!(pct_of(7, 0), 0);
+    assert_eq!(percent(big, big), 100);
+    assert_eq!(percent(big / 2, big), 49);
+    assert_eq!(percent(0, 1), 0);
 }
 
 /// Whether `edge` was reached on this thread since the last [`crate::edge::take`] (and resets
