@@ -87,32 +87,47 @@ fn invariant_results(sweep: &Sweep, shown: Option<&SeedOutcome>) -> Vec<Invarian
 /// `edges.reached`: violated when an edge state the scenario owns was never reached in a sweep
 /// large enough to judge it; not checked when the sweep is too small to judge any.
 fn edges_reached(sweep: &Sweep) -> InvariantResult {
-    if !sweep.coverage_judged() {
-        InvariantResult {
-            name: "edges.reached".into(),
-            verdict: Verdict::NotChecked,
-            seed: None,
-            first_offending_event: None,
-            detail: Some(format!(
-                "judged over sweeps of {} seeds or more (rare edge states: {}); this run had {}",
-                sim::run::COVERAGE_SEEDS_MIN,
-                sim::run::RARE_EDGE_SEEDS_MIN,
-                sweep.seeds.len()
-            )),
-        }
-    } else if sweep.unreached_edges.is_empty() {
-        InvariantResult::held("edges.reached")
-    } else {
-        InvariantResult {
-            name: "edges.reached".into(),
-            verdict: Verdict::Violated,
-            seed: None,
-            first_offending_event: None,
-            detail: Some(format!(
+    coverage_result(
+        "edges.reached",
+        sweep,
+        format!(" (rare edge states: {})", sim::run::RARE_EDGE_SEEDS_MIN),
+        (!sweep.unreached_edges.is_empty()).then(|| {
+            format!(
                 "owned but never reached in the sweep: {}",
                 sweep.unreached_edges.join(", ")
-            )),
-        }
+            )
+        }),
+    )
+}
+
+/// A coverage check's result: not checked in a sweep too small to judge it (a replay), else
+/// held, or violated with `failure`.
+fn coverage_result(
+    name: &str,
+    sweep: &Sweep,
+    also_judged: String,
+    failure: Option<String>,
+) -> InvariantResult {
+    let result = |verdict, detail| InvariantResult {
+        name: name.into(),
+        verdict,
+        seed: None,
+        first_offending_event: None,
+        detail: Some(detail),
+    };
+    if !sweep.coverage_judged() {
+        result(
+            Verdict::NotChecked,
+            format!(
+                "judged over sweeps of {} seeds or more{also_judged}; this run had {}",
+                sim::run::COVERAGE_SEEDS_MIN,
+                sweep.seeds.len()
+            ),
+        )
+    } else if let Some(failure) = failure {
+        result(Verdict::Violated, failure)
+    } else {
+        InvariantResult::held(name)
     }
 }
 
@@ -143,27 +158,12 @@ pub fn edge_rows(scenario: &Scenario, sweep: &Sweep) -> Vec<EdgeRow> {
 /// `faults.took_effect`: violated when a fault kind never took effect in the sweep; not checked
 /// in a run too small to judge it (a replay).
 fn faults_took_effect(sweep: &Sweep) -> InvariantResult {
-    if !sweep.coverage_judged() {
-        InvariantResult {
-            name: "faults.took_effect".into(),
-            verdict: Verdict::NotChecked,
-            seed: None,
-            first_offending_event: None,
-            detail: Some(format!(
-                "judged over sweeps of {} seeds or more; this run had {}",
-                sim::run::COVERAGE_SEEDS_MIN,
-                sweep.seeds.len()
-            )),
-        }
-    } else if sweep.vacuous_faults.is_empty() {
-        InvariantResult::held("faults.took_effect")
-    } else {
-        InvariantResult {
-            name: "faults.took_effect".into(),
-            verdict: Verdict::Violated,
-            seed: None,
-            first_offending_event: None,
-            detail: Some(format!(
+    coverage_result(
+        "faults.took_effect",
+        sweep,
+        String::new(),
+        (!sweep.vacuous_faults.is_empty()).then(|| {
+            format!(
                 "never took effect in the sweep: {}",
                 sweep
                     .vacuous_faults
@@ -171,9 +171,9 @@ fn faults_took_effect(sweep: &Sweep) -> InvariantResult {
                     .map(|k| k.name())
                     .collect::<Vec<_>>()
                     .join(", ")
-            )),
-        }
-    }
+            )
+        }),
+    )
 }
 
 /// The shown seed's timeline: its faults, clock offsets (of the nodes whose clock moved), and

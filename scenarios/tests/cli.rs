@@ -485,3 +485,19 @@ fn every_declared_edge_state_is_owned_by_a_named_scenario_or_a_model() {
         "an edge state nothing is there to reach proves nothing:\n{text}"
     );
 }
+
+#[test]
+fn a_closed_stdout_ends_a_listing_quietly_rather_than_as_a_bench_failure() {
+    // `scenario list | head -1`: the reader goes away; here before the first line is written.
+    let mut child = scenario()
+        .arg("list")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("BENCH FAILURE"), "{stderr}");
+}

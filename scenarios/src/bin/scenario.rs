@@ -273,6 +273,17 @@ const BENCH_FAILURE: i32 = 3;
 /// A panic anywhere (the main thread, a sweep thread, a model checker thread, a load task)
 /// ends the process with [`BENCH_FAILURE`] after saying what ran and how to run it again:
 /// without this, a checker thread's panic surfaces as a second panic in the main thread and
+/// Whether `info` is `println!`'s panic on a closed stdout (the reader of a pipe has gone).
+fn stdout_closed(info: &std::panic::PanicHookInfo<'_>) -> bool {
+    let message = info
+        .payload()
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| info.payload().downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    message.starts_with("failed printing to stdout") && message.contains("Broken pipe")
+}
+
 /// exit code 101, which scripts cannot tell from a crash of anything else.
 fn report_panics_as_bench_failures() {
     let command = std::env::args()
@@ -280,6 +291,11 @@ fn report_panics_as_bench_failures() {
         .collect::<Vec<_>>()
         .join(" ");
     std::panic::set_hook(Box::new(move |info| {
+        if stdout_closed(info) {
+            // `scenario list | head`: the reader has gone, as a shell pipeline means it to.
+            // Quit quietly, as a process killed by SIGPIPE would.
+            std::process::exit(0);
+        }
         let thread = std::thread::current();
         let thread = thread.name().unwrap_or("unnamed");
         eprintln!("\nscenario: BENCH FAILURE (exit code {BENCH_FAILURE}): a panic, not a verdict");
