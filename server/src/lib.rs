@@ -1475,9 +1475,7 @@ async fn draw_status(
     State(state): State<AppState>,
     xid: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<lottery::DrawStatusBody>, ApiError> {
-    let xid: u64 = segment(xid, "xid")?
-        .parse()
-        .map_err(|_| ApiError::bad("xid", "xid must be a non-negative 64-bit integer"))?;
+    let xid = xid_param(xid)?;
     match state.lottery()?.status(Xid(xid)).await? {
         Some(body) => Ok(Json(body)),
         None => Err(ApiError::field(
@@ -1507,6 +1505,15 @@ async fn dead_letters(
     state.lottery()?.dead_letters().await.map(Json)
 }
 
+/// A draw's xid from the path: a non-negative 64-bit integer, else 400 naming `xid`.
+fn xid_param(
+    xid: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+) -> Result<u64, ApiError> {
+    segment(xid, "xid")?
+        .parse()
+        .map_err(|_| ApiError::bad("xid", "xid must be a non-negative 64-bit integer"))
+}
+
 #[utoipa::path(
     post,
     path = "/admin/dead-letters/{xid}/retry",
@@ -1529,9 +1536,7 @@ async fn retry_dead_letter(
     State(state): State<AppState>,
     xid: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<(StatusCode, Json<lottery::DrawStatusBody>), ApiError> {
-    let xid: u64 = segment(xid, "xid")?
-        .parse()
-        .map_err(|_| ApiError::bad("xid", "xid must be a non-negative 64-bit integer"))?;
+    let xid = xid_param(xid)?;
     let status = state.lottery()?.retry_dead_letter(Xid(xid)).await?;
     Ok((StatusCode::ACCEPTED, Json(status)))
 }
