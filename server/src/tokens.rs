@@ -38,6 +38,8 @@ fn store_error(e: &TokenStoreError) -> ApiError {
     match e {
         TokenStoreError::Full { .. } => ApiError::unavailable(e.to_string(), 5),
         TokenStoreError::TokenCollision => ApiError::unavailable(e.to_string(), 1),
+        // The clock is behind an earlier purge: the window is over once it catches up.
+        TokenStoreError::WindowOver { .. } => ApiError::unavailable(e.to_string(), 1),
         TokenStoreError::Backend(_) => ApiError::internal(e.to_string()),
     }
 }

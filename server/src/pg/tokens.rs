@@ -30,7 +30,7 @@ use sut::token::rows::{
     OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
 };
 use sut::token::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
-use sut::token::store::{PurgeCounts, TokenStore, TokenStoreLimits};
+use sut::token::store::{Forgotten, PurgeCounts, TokenStore, TokenStoreLimits};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
@@ -58,6 +58,8 @@ CREATE TABLE IF NOT EXISTS tok_rows (
 );
 INSERT INTO tok_rows SELECT 'tok_revoked', COUNT(*) FROM tok_revoked ON CONFLICT (tbl) DO NOTHING;
 INSERT INTO tok_rows SELECT 'tok_once', COUNT(*) FROM tok_once ON CONFLICT (tbl) DO NOTHING;
+ALTER TABLE tok_rows ADD COLUMN IF NOT EXISTS forgotten_until_ms BIGINT NOT NULL DEFAULT 0
+    CHECK (forgotten_until_ms >= 0);
 "#;
 
 impl From<DbError> for TokenStoreError {
@@ -109,10 +111,18 @@ const fn table_name(table: Table) -> &'static str {
 /// insert and delete: a `COUNT(*)` would read the whole table on every insert, and under
 /// SERIALIZABLE make every two inserts conflict).
 fn count(tx: &mut Tx<'_>, table: Table) -> Result<u64, TokenStoreError> {
-    let sql = "SELECT n FROM tok_rows WHERE tbl = $1";
+    Ok(counter(tx, table)?.0)
+}
+
+/// The rows `table` holds and its horizon ([`sut::token::Forgotten`]), both kept in `tok_rows`.
+fn counter(tx: &mut Tx<'_>, table: Table) -> Result<(u64, u64), TokenStoreError> {
+    let sql = "SELECT n, forgotten_until_ms FROM tok_rows WHERE tbl = $1";
     let row = tx.query_opt(sql, &[&table_name(table)])?;
     let row = row.ok_or_else(|| corrupt("tok_rows counter"))?;
-    Ok(get_u64(&row, 0, "row count")?)
+    Ok((
+        get_u64(&row, 0, "row count")?,
+        get_u64(&row, 1, "forgotten_until_ms")?,
+    ))
 }
 
 /// Adds `delta` to `table`'s row counter.
@@ -126,20 +136,39 @@ fn add_rows(tx: &mut Tx<'_>, table: Table, delta: i64) -> Result<(), TokenStoreE
     Ok(())
 }
 
+/// Deletes the rows of `table` whose `expiry` column is at most `now_ms`; then lowers the table's
+/// counter by as many and raises its horizon to the latest of them ([`rules::forget_until`]),
+/// in the caller's transaction; how many.
+fn purge(tx: &mut Tx<'_>, table: Table, expiry: &str, now_ms: u64) -> Result<u64, TokenStoreError> {
+    let name = table_name(table);
+    let sql = format!(
+        "WITH d AS (DELETE FROM {name} WHERE {expiry} <= $1 RETURNING {expiry}) \
+         SELECT COUNT(*), MAX({expiry}), \
+                (SELECT forgotten_until_ms FROM tok_rows WHERE tbl = $2) FROM d"
+    );
+    let row = tx
+        .query_opt(&sql, &[&to_sql(now_ms), &name])?
+        .ok_or_else(|| corrupt("purge summary"))?;
+    let deleted = get_u64(&row, 0, "deleted rows")?;
+    let latest: Option<i64> = column(&row, 1, "latest expiry")?;
+    let latest_ms = latest.map(|ms| from_sql(ms, "latest expiry")).transpose()?;
+    let until: Option<i64> = column(&row, 2, "forgotten_until_ms")?;
+    let until_ms = from_sql(until.ok_or_else(|| corrupt("tok_rows counter"))?, "horizon")?;
+    let until_ms = rules::forget_until(until_ms, latest_ms);
+    let sql = "UPDATE tok_rows SET n = n - $2, forgotten_until_ms = $3 WHERE tbl = $1";
+    let changed = tx.execute(sql, &[&name, &to_sql(deleted), &to_sql(until_ms)])?;
+    assert_eq!(changed, 1, "the schema creates every counter row");
+    Ok(deleted)
+}
+
 /// `DELETE` where [`rules::revocation_expired`] holds.
 fn purge_revocations(tx: &mut Tx<'_>, now_ms: u64) -> Result<u64, TokenStoreError> {
-    let sql = "DELETE FROM tok_revoked WHERE keep_until_ms <= $1";
-    let deleted = tx.execute(sql, &[&to_sql(now_ms)])?;
-    add_rows(tx, Table::Revocations, -to_sql(deleted))?;
-    Ok(deleted)
+    purge(tx, Table::Revocations, "keep_until_ms", now_ms)
 }
 
 /// `DELETE` where [`rules::once_expired`] holds.
 fn purge_once(tx: &mut Tx<'_>, now_ms: u64) -> Result<u64, TokenStoreError> {
-    let sql = "DELETE FROM tok_once WHERE expires_at_ms <= $1";
-    let deleted = tx.execute(sql, &[&to_sql(now_ms)])?;
-    add_rows(tx, Table::OnceTokens, -to_sql(deleted))?;
-    Ok(deleted)
+    purge(tx, Table::OnceTokens, "expires_at_ms", now_ms)
 }
 
 /// Deletes a table's expired rows; how many.
@@ -181,7 +210,7 @@ fn make_room_counted(
 /// its token value is taken, and how many rows `tok_once` holds.
 fn read_for_issue(tx: &mut Tx<'_>, grant: &OnceGrant) -> Result<IssueReads, TokenStoreError> {
     let sql = "SELECT r.n, o.token, o.user_id, o.activity, o.window_start_ms, \
-                      o.expires_at_ms, o.consumed_at_ms \
+                      o.expires_at_ms, o.consumed_at_ms, r.forgotten_until_ms \
                FROM tok_rows r LEFT JOIN tok_once o \
                  ON (o.user_id = $1 AND o.activity = $2 AND o.window_start_ms = $3) \
                  OR o.token = $4 \
@@ -199,6 +228,7 @@ fn read_for_issue(tx: &mut Tx<'_>, grant: &OnceGrant) -> Result<IssueReads, Toke
         existing: None,
         taken: false,
         rows: get_u64(first, 0, "row count")?,
+        forgotten_until_ms: get_u64(first, 7, "forgotten_until_ms")?,
     };
     for row in &rows {
         // The one row of an outer join that matched nothing.
@@ -225,6 +255,7 @@ struct IssueReads {
     existing: Option<(OnceToken, OnceRow)>,
     taken: bool,
     rows: u64,
+    forgotten_until_ms: u64,
 }
 
 /// The `expires_at_ms, consumed_at_ms` columns from `first` on, with `key`.
@@ -348,6 +379,18 @@ impl TokenStore for PgTokenStore {
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
         self.transact(|tx| purge_expired_in(tx, now_ms))
     }
+
+    fn forgotten(&self) -> Result<Forgotten, TokenStoreError> {
+        self.transact(forgotten_in)
+    }
+}
+
+/// [`TokenStore::forgotten`] in `tx`.
+fn forgotten_in(tx: &mut Tx<'_>) -> Result<Forgotten, TokenStoreError> {
+    Ok(Forgotten {
+        revocations_until_ms: counter(tx, Table::Revocations)?.1,
+        once_until_ms: counter(tx, Table::OnceTokens)?.1,
+    })
 }
 
 /// [`TokenStore::revoke`] in `tx`.
@@ -363,7 +406,8 @@ fn revoke_in(
     let existing = existing
         .map(|row| get_u64(&row, 0, "keep_until_ms"))
         .transpose()?;
-    let step = rules::revoke(existing, keep_until_ms, now_ms);
+    let (_, horizon_ms) = counter(tx, Table::Revocations)?;
+    let step = rules::revoke(existing, keep_until_ms, now_ms, horizon_ms);
     match step {
         RevokeStep::NotNeeded => {}
         RevokeStep::Raise { keep_until_ms } => {
@@ -406,7 +450,8 @@ fn issue_once_in(
 ) -> Result<Committed<OnceIssue>, TokenStoreError> {
     let reads = read_for_issue(tx, grant)?;
     let existing = reads.existing.as_ref().map(|(token, row)| (*token, row));
-    let (row, answer) = match rules::issue_once(existing, reads.taken, grant)? {
+    let horizon_ms = reads.forgotten_until_ms;
+    let (row, answer) = match rules::issue_once(existing, reads.taken, grant, now_ms, horizon_ms)? {
         IssueStep::Existing(answer) => return Ok(Ok(answer)),
         IssueStep::Insert { row, answer } => (row, answer),
     };

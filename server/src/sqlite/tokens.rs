@@ -24,7 +24,7 @@ use sut::token::rows::{
     OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
 };
 use sut::token::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
-use sut::token::store::{PurgeCounts, TokenStore, TokenStoreLimits};
+use sut::token::store::{Forgotten, PurgeCounts, TokenStore, TokenStoreLimits};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS token_revoked (
@@ -42,6 +42,11 @@ CREATE TABLE IF NOT EXISTS token_once (
     UNIQUE (user_id, activity, window_start_ms)
 );
 CREATE INDEX IF NOT EXISTS token_once_expires_at ON token_once (expires_at_ms);
+CREATE TABLE IF NOT EXISTS token_forgotten (
+    tbl      TEXT    PRIMARY KEY NOT NULL,
+    until_ms INTEGER NOT NULL CHECK (until_ms >= 0)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO token_forgotten (tbl, until_ms) VALUES ('token_revoked', 0), ('token_once', 0);
 ";
 
 /// The SQLite token store.
@@ -97,26 +102,59 @@ fn count(tx: &Transaction<'_>, table: &str) -> Result<u64, TokenStoreError> {
     ms_from_sql(n, "count")
 }
 
-/// `DELETE` where [`rules::revocation_expired`] holds (the predicate, as SQL over the index).
-fn purge_revocations(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
+/// Deletes the rows of `table` whose `column` is at most `now_ms`, and raises the table's
+/// horizon in `token_forgotten` to the latest of them ([`rules::forget_until`]); how many. The
+/// caller's transaction makes the two one step.
+fn purge(
+    conn: &Connection,
+    table: &str,
+    column: &str,
+    now_ms: u64,
+) -> Result<u64, TokenStoreError> {
+    let now = ms_to_sql(now_ms);
+    let latest: Option<i64> = conn
+        .query_row(
+            &format!("SELECT MAX({column}) FROM {table} WHERE {column} <= ?1"),
+            params![now],
+            |r| r.get(0),
+        )
+        .map_err(backend)?;
+    let latest_ms = latest.map(|ms| ms_from_sql(ms, column)).transpose()?;
+    let until_ms = rules::forget_until(forgotten_until(conn, table)?, latest_ms);
+    conn.execute(
+        "UPDATE token_forgotten SET until_ms = ?2 WHERE tbl = ?1",
+        params![table, ms_to_sql(until_ms)],
+    )
+    .map_err(backend)?;
     let n = conn
         .execute(
-            "DELETE FROM token_revoked WHERE keep_until_ms <= ?1",
-            params![ms_to_sql(now_ms)],
+            &format!("DELETE FROM {table} WHERE {column} <= ?1"),
+            params![now],
         )
         .map_err(backend)?;
     Ok(n as u64)
 }
 
-/// `DELETE` where [`rules::once_expired`] holds (the predicate, as SQL over the index).
-fn purge_once(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
-    let n = conn
-        .execute(
-            "DELETE FROM token_once WHERE expires_at_ms <= ?1",
-            params![ms_to_sql(now_ms)],
+/// `table`'s horizon.
+fn forgotten_until(conn: &Connection, table: &str) -> Result<u64, TokenStoreError> {
+    let ms: i64 = conn
+        .query_row(
+            "SELECT until_ms FROM token_forgotten WHERE tbl = ?1",
+            params![table],
+            |r| r.get(0),
         )
         .map_err(backend)?;
-    Ok(n as u64)
+    ms_from_sql(ms, "until_ms")
+}
+
+/// `DELETE` where [`rules::revocation_expired`] holds (the predicate, as SQL over the index).
+fn purge_revocations(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
+    purge(conn, "token_revoked", "keep_until_ms", now_ms)
+}
+
+/// `DELETE` where [`rules::once_expired`] holds (the predicate, as SQL over the index).
+fn purge_once(conn: &Connection, now_ms: u64) -> Result<u64, TokenStoreError> {
+    purge(conn, "token_once", "expires_at_ms", now_ms)
 }
 
 fn once_row_from_sql(
@@ -267,7 +305,8 @@ impl TokenStore for SqliteTokenStore {
         let existing = existing
             .map(|ms| ms_from_sql(ms, "keep_until_ms"))
             .transpose()?;
-        let step = rules::revoke(existing, keep_until_ms, now_ms);
+        let horizon_ms = forgotten_until(&tx, "token_revoked")?;
+        let step = rules::revoke(existing, keep_until_ms, now_ms, horizon_ms);
         let tx = match step {
             RevokeStep::NotNeeded => return Ok(step.outcome()),
             RevokeStep::Raise { keep_until_ms } => {
@@ -321,7 +360,8 @@ impl TokenStore for SqliteTokenStore {
         let existing = read_once_by_key(&tx, &grant.key)?;
         let taken = read_once(&tx, grant.token)?.is_some();
         let existing = existing.as_ref().map(|(token, row)| (*token, row));
-        let (row, answer) = match rules::issue_once(existing, taken, grant)? {
+        let horizon_ms = forgotten_until(&tx, "token_once")?;
+        let (row, answer) = match rules::issue_once(existing, taken, grant, now_ms, horizon_ms)? {
             IssueStep::Existing(answer) => {
                 tx.commit().map_err(backend)?;
                 return Ok(answer);
@@ -400,6 +440,13 @@ impl TokenStore for SqliteTokenStore {
         };
         tx.commit().map_err(backend)?;
         Ok(counts)
+    }
+
+    fn forgotten(&self) -> Result<Forgotten, TokenStoreError> {
+        Ok(Forgotten {
+            revocations_until_ms: forgotten_until(&self.conn, "token_revoked")?,
+            once_until_ms: forgotten_until(&self.conn, "token_once")?,
+        })
     }
 }
 

@@ -233,7 +233,9 @@ fn jwt_verify(ctx: &Ctx, svc: &Arc<Mutex<Service>>, token: &str, now: Now) -> An
         Err(rejection) => {
             if matches!(
                 rejection,
-                Rejection::Expired { .. } | Rejection::NotYetValid { .. }
+                Rejection::Expired { .. }
+                    | Rejection::NotYetValid { .. }
+                    | Rejection::Forgotten { .. }
             ) {
                 ctx.world.count("token.skewed_rejections", 1);
             }

@@ -312,6 +312,20 @@ pub enum Rejection {
         /// The node's wall clock.
         now_ms: u64,
     },
+    /// Its revocation window (`exp_ms + leeway_ms`) ended at or before a time up to which the
+    /// revocation list has already purged revocations: the clock is behind an earlier purge,
+    /// and the token's revocation, if it had one, may be among those forgotten. Refused as
+    /// expired.
+    #[error(
+        "expired: valid until {keep_until_ms} ms, and the revocation list has purged up to \
+         {forgotten_until_ms} ms (the clock is behind an earlier purge)"
+    )]
+    Forgotten {
+        /// `exp_ms + leeway_ms`.
+        keep_until_ms: u64,
+        /// The store's [`Forgotten::revocations_until_ms`](super::store::Forgotten).
+        forgotten_until_ms: u64,
+    },
     /// `now_ms + leeway_ms < nbf_ms`.
     #[error("not valid before {nbf_ms} ms (now {now_ms} ms)")]
     NotYetValid {

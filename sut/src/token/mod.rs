@@ -108,6 +108,15 @@ pub const TABLE_FULL_AT_INSERT: Edge = Edge::new(
     "a revocation or a fresh one-time token meets its table at its bound: expired rows must be \
      purged first and the write refused if still full, never a live revocation forgotten",
 );
+/// A JWT or a one-time window refused because the clock is behind an earlier purge
+/// ([`rules::forgotten`]).
+pub const FORGOTTEN_REFUSED: Edge = Edge::new(
+    Machine::Token,
+    "token.forgotten_refused",
+    "the clock reads below a time up to which the store has already purged rows (a purge, then \
+     a step back): a JWT valid only until then, or a one-time window that ended by then, must \
+     be refused, for its revocation or its consumed token may be among the rows forgotten",
+);
 /// This machine's edge states (see [`crate::edge`]).
 pub const EDGES: &[Edge] = &[
     JWT_WITHIN_LEEWAY,
@@ -118,6 +127,7 @@ pub const EDGES: &[Edge] = &[
     ONCE_CONSUME_RACE,
     ONCE_EXPIRED_REFUSED,
     TABLE_FULL_AT_INSERT,
+    FORGOTTEN_REFUSED,
 ];
 
 pub use cache::{CacheAnswer, CacheConfig, TokenCache};
@@ -129,7 +139,7 @@ pub use once::{OnceConfig, OnceConsume, OnceOp, OnceOpResult};
 pub use revocation::{RevocationConfig, RevocationFilter, RevocationStats, Revocations};
 pub use rows::{OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, TokenStoreError};
 pub use service::{TokenConfig, TokenService};
-pub use store::{MemoryTokenStore, PurgeCounts, TokenStore, TokenStoreLimits};
+pub use store::{Forgotten, MemoryTokenStore, PurgeCounts, TokenStore, TokenStoreLimits};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

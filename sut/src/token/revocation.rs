@@ -206,6 +206,10 @@ pub struct RevocationStats {
 pub struct Revocations {
     filter: RevocationFilter,
     leeway_ms: u64,
+    /// The store's revocation horizon ([`super::Forgotten::revocations_until_ms`]) as last read:
+    /// at start-up, after a purge, after each revocation (whose room-making may purge). Only
+    /// this list's own calls purge the revocation table, so it is current.
+    forgotten_until_ms: u64,
     stats: RevocationStats,
 }
 
@@ -217,6 +221,7 @@ impl Revocations {
         Ok(Self {
             filter: RevocationFilter::new(cfg)?,
             leeway_ms,
+            forgotten_until_ms: 0,
             stats: RevocationStats::default(),
         })
     }
@@ -227,8 +232,10 @@ impl Revocations {
         self.filter.might_contain(jti)
     }
 
-    /// Reload the filter from the store's exact set (start-up, after a purge).
+    /// Reload the filter from the store's exact set, and the store's horizon (start-up, after a
+    /// purge).
     pub fn rebuild<S: TokenStore + ?Sized>(&mut self, store: &S) -> Result<(), TokenStoreError> {
+        self.forgotten_until_ms = store.forgotten()?.revocations_until_ms;
         let jtis = store.revoked_jtis()?;
         crate::edge::reached_if(!jtis.is_empty(), &super::FILTER_REBUILT_OVER_REVOCATIONS);
         self.filter.rebuild(jtis.iter().map(String::as_str));
@@ -262,7 +269,10 @@ impl Revocations {
             self.rebuild(store)?;
         }
         self.filter.insert(jti);
-        store.revoke(jti, exp_ms.saturating_add(self.leeway_ms), now_ms)
+        let outcome = store.revoke(jti, exp_ms.saturating_add(self.leeway_ms), now_ms);
+        // Making room may have purged, even when the revocation was then refused as full.
+        self.forgotten_until_ms = store.forgotten()?.revocations_until_ms;
+        outcome
     }
 
     /// Whether `jti` is revoked. A filter negative answers without a store call.
@@ -283,12 +293,22 @@ impl Revocations {
         Ok(hit)
     }
 
-    /// `Ok(claims)` unless revoked; a store failure is a rejection (fail closed).
+    /// `Ok(claims)` unless revoked; a store failure is a rejection (fail closed). A token valid
+    /// only until the store's horizon is refused as [`Rejection::Forgotten`] before any lookup:
+    /// its revocation may have been purged at a later reading than this clock's.
     pub fn check<S: TokenStore + ?Sized>(
         &mut self,
         store: &S,
         claims: Claims,
     ) -> Result<Claims, Rejection> {
+        let keep_until_ms = claims.exp_ms().saturating_add(self.leeway_ms);
+        if super::rules::forgotten(keep_until_ms, self.forgotten_until_ms) {
+            crate::edge::reached(&super::FORGOTTEN_REFUSED);
+            return Err(Rejection::Forgotten {
+                keep_until_ms,
+                forgotten_until_ms: self.forgotten_until_ms,
+            });
+        }
         match self.is_revoked(store, &claims.jti) {
             Ok(false) => Ok(claims),
             Ok(true) => {
@@ -646,6 +666,9 @@ mod tests {
                 &mut self,
                 _: u64,
             ) -> Result<crate::token::PurgeCounts, TokenStoreError> {
+                Err(TokenStoreError::Backend("down".to_owned()))
+            }
+            fn forgotten(&self) -> Result<crate::token::Forgotten, TokenStoreError> {
                 Err(TokenStoreError::Backend("down".to_owned()))
             }
         }

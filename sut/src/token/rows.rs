@@ -126,6 +126,21 @@ pub enum TokenStoreError {
     /// A fresh one-time token value is already used by another key (a repeated nonce).
     #[error("one-time token value already in use")]
     TokenCollision,
+    /// The window of a new one-time token is over: it ended at or before the later of the
+    /// clock's reading and the time up to which the store has already purged tokens. Past a
+    /// purge the clock is behind, the window's first token, consumed perhaps, may be among those
+    /// forgotten: refused rather than issued again.
+    #[error(
+        "the one-time window ending at {expires_at_ms} ms is over: the store has seen \
+         {seen_ms} ms (the clock's reading, or an earlier purge the clock is behind)"
+    )]
+    WindowOver {
+        /// The end of the window asked for.
+        expires_at_ms: u64,
+        /// The later of the reading and the store's
+        /// [`Forgotten::once_until_ms`](super::store::Forgotten).
+        seen_ms: u64,
+    },
     /// The backend failed (SQLite error text, or a corrupt row).
     #[error("token store backend: {0}")]
     Backend(String),

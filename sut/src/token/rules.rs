@@ -8,12 +8,16 @@
 //!
 //! | operation | reads | rule |
 //! |---|---|---|
-//! | `revoke` | the jti's `keep_until_ms`; to insert, the table's row count | [`revoke`], then [`room`] |
-//! | `issue_once` | the key's token row, whether the new token value is taken; to insert, the row count | [`issue_once`], then [`room`] |
+//! | `revoke` | the jti's `keep_until_ms`, the table's horizon; to insert, the row count | [`revoke`], then [`room`] |
+//! | `issue_once` | the key's token row, whether the new token value is taken, the table's horizon; to insert, the row count | [`issue_once`], then [`room`] |
 //! | `consume_once` | the token's row | [`consume_once`] |
 //! | `check_once` | the token's row | [`judge`] |
 //! | `mark_once_consumed` | the token's row | [`mark_once_consumed`] |
-//! | `purge_expired` | every row's expiry | [`revocation_expired`], [`once_expired`] |
+//! | `purge_expired` | every row's expiry | [`revocation_expired`], [`once_expired`], then [`forget_until`] |
+//!
+//! Every purge (the explicit one and those that make room) raises its table's horizon
+//! ([`super::Forgotten`]) with [`forget_until`] in the same atomic step: a clock stepped back
+//! below a purge must not take a purged row's absence for "never written" ([`forgotten`]).
 //!
 //! Both tables are bounded ([`super::TokenStoreLimits`]): an insert into a full table first
 //! purges the table's expired rows ([`Room::PurgeFirst`]), then is refused with
@@ -49,6 +53,21 @@ pub const fn revocation_expired(keep_until_ms: u64, now_ms: u64) -> bool {
 #[must_use]
 pub const fn once_expired(expires_at_ms: u64, now_ms: u64) -> bool {
     expires_at_ms <= now_ms
+}
+
+/// Whether a row expiring at `expiry_ms` may have been purged from a table whose horizon is
+/// `forgotten_until_ms` (see [`super::Forgotten`]): then its absence proves nothing, and what
+/// depended on it is treated as expired, whatever the clock reads now.
+#[must_use]
+pub const fn forgotten(expiry_ms: u64, forgotten_until_ms: u64) -> bool {
+    expiry_ms <= forgotten_until_ms
+}
+
+/// A table's new horizon after a purge whose latest deleted expiry is `purged_latest_ms`
+/// (`None`: it deleted nothing). Never lowers it.
+#[must_use]
+pub fn forget_until(forgotten_until_ms: u64, purged_latest_ms: Option<u64>) -> u64 {
+    forgotten_until_ms.max(purged_latest_ms.unwrap_or(0))
 }
 
 /// Whether a bounded table has room for one more row.
@@ -112,13 +131,20 @@ impl RevokeStep {
     }
 }
 
-/// `revoke`: nothing to remember once the token cannot verify anyway; a remembered jti keeps
-/// the later of the two times; a new one is inserted.
+/// `revoke`: nothing to remember once the token cannot verify anyway (expired by the clock, or
+/// [`forgotten`] by the table: the verifier refuses it then); a remembered jti keeps the later
+/// of the two times; a new one is inserted.
 ///
-/// `existing` is the jti's `keep_until_ms`, if it is remembered.
+/// `existing` is the jti's `keep_until_ms`, if it is remembered; `forgotten_until_ms` the
+/// table's horizon.
 #[must_use]
-pub const fn revoke(existing: Option<u64>, keep_until_ms: u64, now_ms: u64) -> RevokeStep {
-    if revocation_expired(keep_until_ms, now_ms) {
+pub const fn revoke(
+    existing: Option<u64>,
+    keep_until_ms: u64,
+    now_ms: u64,
+    forgotten_until_ms: u64,
+) -> RevokeStep {
+    if revocation_expired(keep_until_ms, now_ms) || forgotten(keep_until_ms, forgotten_until_ms) {
         return RevokeStep::NotNeeded;
     }
     match existing {
@@ -145,17 +171,22 @@ pub enum IssueStep {
 }
 
 /// `issue_once`: a key with a token gets it back unchanged, whatever `grant.token` says; else
-/// the grant's token is stored unless that value is taken.
+/// the grant's token is stored unless its window may have been forgotten or the value is taken.
 ///
 /// `existing` is the key's token and row, if any; `token_taken` whether any row has the value
-/// `grant.token`.
+/// `grant.token`; `forgotten_until_ms` the table's horizon.
 ///
 /// # Errors
+/// [`TokenStoreError::WindowOver`] when the key has no row and its window ended by the horizon
+/// (its first token may have been purged, consumed) or by `now_ms` (only where the window's end
+/// saturates at the clock's end; so the purge that makes room never reaches the new row);
 /// [`TokenStoreError::TokenCollision`] when a new token's value is taken (a repeated nonce).
 pub fn issue_once(
     existing: Option<(OnceToken, &OnceRow)>,
     token_taken: bool,
     grant: &OnceGrant,
+    now_ms: u64,
+    forgotten_until_ms: u64,
 ) -> Result<IssueStep, TokenStoreError> {
     if let Some((token, row)) = existing {
         assert_eq!(row.key, grant.key, "the row read is the key's");
@@ -165,6 +196,17 @@ pub fn issue_once(
             fresh: false,
             consumed: row.consumed_at_ms.is_some(),
         }));
+    }
+    let seen_ms = now_ms.max(forgotten_until_ms);
+    if forgotten(grant.expires_at_ms, seen_ms) {
+        crate::edge::reached_if(
+            forgotten(grant.expires_at_ms, forgotten_until_ms),
+            &super::FORGOTTEN_REFUSED,
+        );
+        return Err(TokenStoreError::WindowOver {
+            expires_at_ms: grant.expires_at_ms,
+            seen_ms,
+        });
     }
     if token_taken {
         return Err(TokenStoreError::TokenCollision);

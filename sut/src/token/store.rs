@@ -15,6 +15,14 @@
 //!   the two halves of the documented flaw (check then delete), used only when
 //!   [`TokenFlaws::once_check_then_delete`](super::TokenFlaws) is on.
 //! - [`purge_expired`](TokenStore::purge_expired): forget what can no longer matter.
+//! - [`forgotten`](TokenStore::forgotten): up to when each table has forgotten rows
+//!   ([`Forgotten`]). A purge decides "expired" by the clock reading it is given; a clock that
+//!   later steps back below that reading must not find the purged rows' absence meaningful.
+//!   Each table therefore remembers, durably and in the purge's own transaction, the latest
+//!   expiry among the rows it deleted; a one-time window ending by then is refused
+//!   ([`TokenStoreError::WindowOver`]), a revocation kept until then is not needed, and the
+//!   verifier refuses a JWT valid only until then
+//!   ([`Rejection::Forgotten`](super::jwt::Rejection::Forgotten)).
 //!
 //! Both tables are bounded ([`TokenStoreLimits`]): when full, expired rows are purged first,
 //! and if it is still full the write is refused with [`TokenStoreError::Full`] — never by
@@ -60,6 +68,16 @@ pub struct PurgeCounts {
     pub revocations: u64,
     /// One-time tokens whose `expires_at_ms <= now_ms` (consumed or not).
     pub once_tokens: u64,
+}
+
+/// Up to when each table has forgotten rows: the latest expiry among the rows ever purged from
+/// it (0: none yet). Only ever rises; every row a table holds expires after its horizon.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Forgotten {
+    /// The latest `keep_until_ms` among purged revocations.
+    pub revocations_until_ms: u64,
+    /// The latest `expires_at_ms` among purged one-time tokens.
+    pub once_until_ms: u64,
 }
 
 /// Domain operations on token state. Every method is atomic; times are the caller's wall clock
@@ -114,8 +132,12 @@ pub trait TokenStore {
     ) -> Result<bool, TokenStoreError>;
 
     /// Delete revocations with `keep_until_ms <= now_ms` and one-time tokens with
-    /// `expires_at_ms <= now_ms`.
+    /// `expires_at_ms <= now_ms`, raising each table's [`Forgotten`] horizon to the latest expiry
+    /// it deleted (as every purge does, the ones that make room included).
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError>;
+
+    /// Up to when each table has forgotten rows.
+    fn forgotten(&self) -> Result<Forgotten, TokenStoreError>;
 }
 
 /// A boxed store is a store (the server picks SQLite or PostgreSQL at start-up).
@@ -163,6 +185,9 @@ impl<T: TokenStore + ?Sized> TokenStore for Box<T> {
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
         (**self).purge_expired(now_ms)
     }
+    fn forgotten(&self) -> Result<Forgotten, TokenStoreError> {
+        (**self).forgotten()
+    }
 }
 
 /// The in-memory token store (simulator database node, models). Ordered collections only, so
@@ -174,6 +199,7 @@ pub struct MemoryTokenStore {
     pub(crate) once_by_token: BTreeMap<OnceToken, OnceRow>,
     /// The index of the unique key: each key's token.
     pub(crate) once_by_key: BTreeMap<OnceKey, OnceToken>,
+    pub(crate) forgotten: Forgotten,
 }
 
 impl MemoryTokenStore {
@@ -185,20 +211,40 @@ impl MemoryTokenStore {
             revoked: BTreeMap::new(),
             once_by_token: BTreeMap::new(),
             once_by_key: BTreeMap::new(),
+            forgotten: Forgotten {
+                revocations_until_ms: 0,
+                once_until_ms: 0,
+            },
         }
     }
 
     fn purge_revocations(&mut self, now_ms: u64) -> u64 {
         let before = self.revoked.len();
-        self.revoked
-            .retain(|_, keep_until_ms| !rules::revocation_expired(*keep_until_ms, now_ms));
+        let mut latest_ms = None;
+        self.revoked.retain(|_, keep_until_ms| {
+            let expired = rules::revocation_expired(*keep_until_ms, now_ms);
+            if expired {
+                latest_ms = latest_ms.max(Some(*keep_until_ms));
+            }
+            !expired
+        });
+        let until_ms = &mut self.forgotten.revocations_until_ms;
+        *until_ms = rules::forget_until(*until_ms, latest_ms);
         (before - self.revoked.len()) as u64
     }
 
     fn purge_once(&mut self, now_ms: u64) -> u64 {
         let before = self.once_by_token.len();
-        self.once_by_token
-            .retain(|_, row| !rules::once_expired(row.expires_at_ms, now_ms));
+        let mut latest_ms = None;
+        self.once_by_token.retain(|_, row| {
+            let expired = rules::once_expired(row.expires_at_ms, now_ms);
+            if expired {
+                latest_ms = latest_ms.max(Some(row.expires_at_ms));
+            }
+            !expired
+        });
+        let until_ms = &mut self.forgotten.once_until_ms;
+        *until_ms = rules::forget_until(*until_ms, latest_ms);
         let live = &self.once_by_token;
         self.once_by_key.retain(|_, token| live.contains_key(token));
         debug_assert_eq!(self.once_by_key.len(), self.once_by_token.len());
@@ -213,7 +259,9 @@ impl TokenStore for MemoryTokenStore {
         keep_until_ms: u64,
         now_ms: u64,
     ) -> Result<RevokeOutcome, TokenStoreError> {
-        let step = rules::revoke(self.revoked.get(jti).copied(), keep_until_ms, now_ms);
+        let existing = self.revoked.get(jti).copied();
+        let forgotten_until_ms = self.forgotten.revocations_until_ms;
+        let step = rules::revoke(existing, keep_until_ms, now_ms, forgotten_until_ms);
         match step {
             RevokeStep::NotNeeded => {}
             RevokeStep::Raise { keep_until_ms } => {
@@ -245,10 +293,12 @@ impl TokenStore for MemoryTokenStore {
             .get(&grant.key)
             .map(|token| (*token, &self.once_by_token[token]));
         let taken = self.once_by_token.contains_key(&grant.token);
-        let (row, answer) = match rules::issue_once(existing, taken, grant)? {
-            IssueStep::Existing(answer) => return Ok(answer),
-            IssueStep::Insert { row, answer } => (row, answer),
-        };
+        let forgotten_until_ms = self.forgotten.once_until_ms;
+        let (row, answer) =
+            match rules::issue_once(existing, taken, grant, now_ms, forgotten_until_ms)? {
+                IssueStep::Existing(answer) => return Ok(answer),
+                IssueStep::Insert { row, answer } => (row, answer),
+            };
         let max = self.limits.once_tokens_max;
         if rules::room(self.once_by_token.len() as u64, max) == Room::PurgeFirst {
             self.purge_once(now_ms);
@@ -302,5 +352,9 @@ impl TokenStore for MemoryTokenStore {
             revocations: self.purge_revocations(now_ms),
             once_tokens: self.purge_once(now_ms),
         })
+    }
+
+    fn forgotten(&self) -> Result<Forgotten, TokenStoreError> {
+        Ok(self.forgotten)
     }
 }

@@ -21,12 +21,12 @@ use sut::token::rows::{
     OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
 };
 use sut::token::rules::{self, IssueStep, OnceRow, Room};
-use sut::token::store::{PurgeCounts, TokenStore, TokenStoreLimits};
+use sut::token::store::{Forgotten, PurgeCounts, TokenStore, TokenStoreLimits};
 
 use super::{
-    ActivityId, PgTokenStore, Tx, check_once_in, column, corrupt, count, get_u64, is_revoked_in,
-    make_room_counted, mark_once_consumed_in, once_row, purge_expired_in, purge_once, read_once,
-    revoke_in, revoked_jtis_in, to_sql, user_from_sql, user_to_sql,
+    ActivityId, PgTokenStore, Tx, check_once_in, column, corrupt, counter, forgotten_in, get_u64,
+    is_revoked_in, make_room_counted, mark_once_consumed_in, once_row, purge_expired_in,
+    purge_once, read_once, revoke_in, revoked_jtis_in, to_sql, user_from_sql, user_to_sql,
 };
 
 /// What a batch will look at, as far as the caller knows.
@@ -70,8 +70,8 @@ struct OnceView<'t, 'c> {
     by_token: HashMap<OnceToken, Option<OnceRow>>,
     /// Token by key; `None`: known absent.
     by_key: HashMap<OnceKey, Option<OnceToken>>,
-    /// Rows in `tok_once`, counting the inserts kept.
-    rows: Option<u64>,
+    /// Rows in `tok_once`, counting the inserts kept, and the table's horizon.
+    counter: Option<(u64, u64)>,
     inserts: Vec<(OnceToken, OnceRow)>,
     /// Accepted consumes: token and time.
     consumes: Vec<(OnceToken, u64)>,
@@ -83,13 +83,13 @@ impl<'t, 'c> OnceView<'t, 'c> {
         limits: TokenStoreLimits,
         hints: &OnceHints,
     ) -> Result<Self, TokenStoreError> {
-        let rows = count(tx, Table::OnceTokens)?;
+        let counter = counter(tx, Table::OnceTokens)?;
         let mut view = Self {
             tx: RefCell::new(tx),
             limits,
             by_token: hints.tokens.iter().map(|t| (*t, None)).collect(),
             by_key: hints.keys.iter().map(|k| (k.clone(), None)).collect(),
-            rows: Some(rows),
+            counter: Some(counter),
             inserts: Vec::new(),
             consumes: Vec::new(),
         };
@@ -185,7 +185,7 @@ impl<'t, 'c> OnceView<'t, 'c> {
         self.write_out()?;
         self.by_token.clear();
         self.by_key.clear();
-        self.rows = None;
+        self.counter = None;
         Ok(())
     }
 
@@ -241,14 +241,14 @@ impl<'t, 'c> OnceView<'t, 'c> {
         Ok(())
     }
 
-    /// Rows in `tok_once`, counting the kept inserts.
-    fn rows(&mut self) -> Result<u64, TokenStoreError> {
-        if let Some(rows) = self.rows {
-            return Ok(rows);
+    /// Rows in `tok_once`, counting the kept inserts, and the table's horizon.
+    fn counter(&mut self) -> Result<(u64, u64), TokenStoreError> {
+        if let Some(counter) = self.counter {
+            return Ok(counter);
         }
-        let rows = count(self.tx.get_mut(), Table::OnceTokens)?;
-        self.rows = Some(rows);
-        Ok(rows)
+        let counter = counter(self.tx.get_mut(), Table::OnceTokens)?;
+        self.counter = Some(counter);
+        Ok(counter)
     }
 }
 
@@ -277,15 +277,17 @@ impl TokenStore for OnceView<'_, '_> {
         let existing = self.keyed(&grant.key)?;
         let taken = self.row(grant.token)?.is_some();
         let existing_ref = existing.as_ref().map(|(token, row)| (*token, row));
-        let (row, answer) = match rules::issue_once(existing_ref, taken, grant)? {
+        let (_, horizon_ms) = self.counter()?;
+        let (row, answer) = match rules::issue_once(existing_ref, taken, grant, now_ms, horizon_ms)?
+        {
             IssueStep::Existing(answer) => return Ok(answer),
             IssueStep::Insert { row, answer } => (row, answer),
         };
         let max = self.limits.once_tokens_max;
-        if rules::room(self.rows()?, max) == Room::PurgeFirst {
+        if rules::room(self.counter()?.0, max) == Room::PurgeFirst {
             // Rare: the table is full. Purge in the transaction, then decide as the others do.
             self.settle()?;
-            let rows = self.rows()?;
+            let (rows, _) = self.counter()?;
             let tx = self.tx.get_mut();
             let made = make_room_counted(tx, Table::OnceTokens, max, now_ms, rows, purge_once)?;
             self.settle()?;
@@ -293,7 +295,8 @@ impl TokenStore for OnceView<'_, '_> {
         }
         self.by_key.insert(row.key.clone(), Some(answer.token));
         self.by_token.insert(answer.token, Some(row.clone()));
-        self.rows = Some(self.rows()? + 1);
+        let (rows, horizon_ms) = self.counter()?;
+        self.counter = Some((rows + 1, horizon_ms));
         self.inserts.push((answer.token, row));
         Ok(answer)
     }
@@ -338,5 +341,10 @@ impl TokenStore for OnceView<'_, '_> {
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
         self.settle()?;
         purge_expired_in(self.tx.get_mut(), now_ms)
+    }
+
+    fn forgotten(&self) -> Result<Forgotten, TokenStoreError> {
+        // The one-time table's horizon only rises by a purge, which settles the view first.
+        forgotten_in(&mut self.tx.borrow_mut())
     }
 }

@@ -135,7 +135,8 @@ pub(crate) const LIMITS: TokenStoreLimits = TokenStoreLimits {
 };
 
 /// Applies `ops` to a fresh [`MemoryTokenStore`] and to `store` (fresh, with [`LIMITS`]):
-/// every step must answer the same, and every token and the revocation set must end the same.
+/// every step must answer the same and leave the same horizons, and every token and the
+/// revocation set must end the same.
 pub(crate) fn agree<S: TokenStore + ?Sized>(
     store: &mut S,
     ops: &[Op],
@@ -145,6 +146,13 @@ pub(crate) fn agree<S: TokenStore + ?Sized>(
         let m = apply(&mut mem, op);
         let q = apply(store, op);
         prop_assert_eq!(&m, &q, "step {} {:?}", i, op);
+        prop_assert_eq!(
+            mem.forgotten(),
+            store.forgotten(),
+            "horizons after step {} {:?}",
+            i,
+            op
+        );
         let checked = mem.check_invariants();
         prop_assert!(checked.is_ok(), "step {} {:?}: {:?}", i, op, checked);
     }
@@ -227,6 +235,8 @@ fn conformance_domain_reaches_every_outcome() {
             keep_until_ms: 10,
             now_ms: 0,
         }, // full
+        Op::Purge { now_ms: 100 },
+        issue(0, 4, 0), // the window ended by the horizon
     ] {
         seen.push(apply(&mut s, &op));
     }
@@ -239,6 +249,7 @@ fn conformance_domain_reaches_every_outcome() {
         "AlreadyConsumed",
         "Unknown",
         "Revocations",
+        "WindowOver",
     ] {
         assert!(all.contains(needle), "{needle} missing from {all}");
     }

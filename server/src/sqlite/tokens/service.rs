@@ -40,6 +40,51 @@ fn a_restarted_service_rebuilds_its_filter_from_the_sqlite_store() {
 }
 
 #[test]
+fn a_purge_horizon_survives_a_restart_and_a_clock_stepped_back_below_it() {
+    // Revoke, purge once the token has expired, restart on the file, step the clock back: the
+    // revocation is gone, and the horizon read at start-up still refuses the token.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens.db");
+    let c = cfg(TokenFlaws::default());
+    let open = || {
+        TokenService::new(
+            c.clone(),
+            key(),
+            SqliteTokenStore::open(&path, c.limits).unwrap(),
+        )
+        .unwrap()
+    };
+    let now = Now::both(T0_MS);
+    let (token, keep_until_ms) = {
+        let mut svc = open();
+        let t = svc.issue(UserId(1), 5, now).unwrap();
+        assert_eq!(svc.revoke(&t.token, now).unwrap(), RevokeOutcome::Revoked);
+        let keep_until_ms = t.claims.exp_ms() + c.jwt.leeway_ms;
+        let purged = svc
+            .purge_expired(Now::both(keep_until_ms + 60_000))
+            .unwrap();
+        assert_eq!(purged.revocations, 1);
+        (t.token, keep_until_ms)
+    };
+    let mut svc = open();
+    assert_eq!(
+        svc.verify(&token, Now::both(keep_until_ms - 1)),
+        Err(Rejection::Forgotten {
+            keep_until_ms,
+            forgotten_until_ms: keep_until_ms
+        })
+    );
+    // A token issued at the stepped-back clock, valid past the horizon, is unaffected.
+    let fresh = svc
+        .issue(UserId(2), 6, Now::both(keep_until_ms - 1))
+        .unwrap();
+    assert!(
+        svc.verify(&fresh.token, Now::both(keep_until_ms - 1))
+            .is_ok()
+    );
+}
+
+#[test]
 fn the_correct_consume_is_one_op_and_survives_interleaving() {
     let limits = TokenStoreLimits::default();
     let (h, _) = interleaved_double_submit(

@@ -49,28 +49,108 @@ fn a_full_table_purges_first_and_refuses_only_if_still_full() {
 
 #[test]
 fn revoke_forgets_the_expired_keeps_the_later_time_and_inserts_the_new() {
-    let not_needed = revoke(None, 10, 10);
+    let not_needed = revoke(None, 10, 10, 0);
     assert_eq!(not_needed, RevokeStep::NotNeeded);
     assert_eq!(not_needed.outcome(), RevokeOutcome::NotNeeded);
-    assert_eq!(revoke(Some(50), 10, 10), RevokeStep::NotNeeded);
-    let later = revoke(Some(50), 80, 10);
+    assert_eq!(revoke(Some(50), 10, 10, 0), RevokeStep::NotNeeded);
+    let later = revoke(Some(50), 80, 10, 0);
     assert_eq!(later, RevokeStep::Raise { keep_until_ms: 80 });
     assert_eq!(later.outcome(), RevokeOutcome::AlreadyRevoked);
     assert_eq!(
-        revoke(Some(50), 20, 10),
+        revoke(Some(50), 20, 10, 0),
         RevokeStep::Raise { keep_until_ms: 50 },
         "never shortened"
     );
-    let new = revoke(None, 20, 10);
+    let new = revoke(None, 20, 10, 0);
     assert_eq!(new, RevokeStep::Insert { keep_until_ms: 20 });
     assert_eq!(new.outcome(), RevokeOutcome::Revoked);
+}
+
+#[test]
+fn a_horizon_only_rises_and_covers_what_expired_by_it() {
+    assert_eq!(forget_until(0, None), 0);
+    assert_eq!(forget_until(0, Some(40)), 40);
+    assert_eq!(forget_until(40, Some(30)), 40, "never lowered");
+    assert_eq!(forget_until(40, None), 40);
+    assert!(forgotten(40, 40));
+    assert!(forgotten(0, 0), "expiry 0 is gone from the start");
+    assert!(!forgotten(41, 40));
+}
+
+#[test]
+fn below_the_horizon_a_revocation_is_not_needed_and_a_window_is_refused() {
+    // The clock (10) is behind the table's horizon (50): what ended by 50 may have been purged.
+    assert_eq!(revoke(None, 50, 10, 50), RevokeStep::NotNeeded);
+    assert_eq!(
+        revoke(None, 51, 10, 50),
+        RevokeStep::Insert { keep_until_ms: 51 }
+    );
+    assert_eq!(
+        issue_once(None, false, &grant(1, 9), 0, 100),
+        Err(TokenStoreError::WindowOver {
+            expires_at_ms: 100,
+            seen_ms: 100
+        })
+    );
+    // A window over by the clock itself (only where its end saturates at the clock's end).
+    assert!(matches!(
+        issue_once(None, false, &grant(1, 9), 100, 0),
+        Err(TokenStoreError::WindowOver { seen_ms: 100, .. })
+    ));
+    assert!(matches!(
+        issue_once(None, false, &grant(1, 9), 0, 99),
+        Ok(IssueStep::Insert { .. })
+    ));
+    // A key that still has its row gets it back: the row proves what happened in the window.
+    let held = row(1, Some(5));
+    assert!(matches!(
+        issue_once(Some((OnceToken(7), &held)), false, &grant(1, 9), 0, 100),
+        Ok(IssueStep::Existing(_))
+    ));
+}
+
+#[test]
+fn the_memory_store_raises_each_horizon_to_the_latest_expiry_it_purged() {
+    use crate::token::{Forgotten, TokenStore as _};
+    let mut store = crate::token::MemoryTokenStore::new(crate::token::TokenStoreLimits {
+        revocations_max: 1,
+        once_tokens_max: 4,
+    });
+    assert_eq!(store.revoke("a", 30, 0), Ok(RevokeOutcome::Revoked));
+    assert!(store.issue_once(&grant(1, 9), 0).is_ok());
+    assert_eq!(store.forgotten(), Ok(Forgotten::default()));
+    // Making room at 35 purges "a" (kept until 30): the revocation horizon becomes 30, not 35.
+    assert_eq!(store.revoke("b", 60, 35), Ok(RevokeOutcome::Revoked));
+    let after_room = store.forgotten().unwrap();
+    assert_eq!(after_room.revocations_until_ms, 30);
+    assert_eq!(
+        after_room.once_until_ms, 0,
+        "the other table purged nothing"
+    );
+    // The explicit purge at 1_000 forgets "b" (60) and the one-time token (100).
+    store.purge_expired(1_000).unwrap();
+    let purged = Forgotten {
+        revocations_until_ms: 60,
+        once_until_ms: 100,
+    };
+    assert_eq!(store.forgotten(), Ok(purged));
+    // The clock steps back to 20: "a" cannot be revoked into a second life, nor the window
+    // reissued; a purge at the stepped-back clock lowers nothing.
+    assert_eq!(store.revoke("a", 30, 20), Ok(RevokeOutcome::NotNeeded));
+    assert!(matches!(
+        store.issue_once(&grant(1, 8), 20),
+        Err(TokenStoreError::WindowOver { .. })
+    ));
+    store.purge_expired(20).unwrap();
+    assert_eq!(store.forgotten(), Ok(purged));
+    assert_eq!(store.check_invariants(), Ok(()));
 }
 
 #[test]
 fn issue_returns_the_keys_token_refuses_a_taken_value_and_inserts_a_fresh_one() {
     let held = row(1, Some(5));
     assert_eq!(
-        issue_once(Some((OnceToken(7), &held)), true, &grant(1, 9)),
+        issue_once(Some((OnceToken(7), &held)), true, &grant(1, 9), 0, 0),
         Ok(IssueStep::Existing(OnceIssue {
             token: OnceToken(7),
             expires_at_ms: 100,
@@ -80,11 +160,11 @@ fn issue_returns_the_keys_token_refuses_a_taken_value_and_inserts_a_fresh_one() 
         "the key's token wins over the grant's, taken or not"
     );
     assert_eq!(
-        issue_once(None, true, &grant(1, 9)),
+        issue_once(None, true, &grant(1, 9), 0, 0),
         Err(TokenStoreError::TokenCollision)
     );
     assert_eq!(
-        issue_once(None, false, &grant(1, 9)),
+        issue_once(None, false, &grant(1, 9), 0, 0),
         Ok(IssueStep::Insert {
             row: row(1, None),
             answer: OnceIssue {

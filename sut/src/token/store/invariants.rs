@@ -8,7 +8,10 @@ impl MemoryTokenStore {
     ///
     /// - each table holds at most its bound of rows ([`super::TokenStoreLimits`]);
     /// - the key index is exact: every key names a token whose row has that key, and every row
-    ///   is indexed under its key (so a key has at most one token and a token one key).
+    ///   is indexed under its key (so a key has at most one token and a token one key);
+    /// - every row expires after its table's horizon ([`super::Forgotten`]): a purge deletes
+    ///   everything up to the reading it was given, and nothing at or below the horizon is
+    ///   inserted afterwards.
     ///
     /// # Errors
     /// A description of the first violation.
@@ -25,6 +28,27 @@ impl MemoryTokenStore {
             return Err(format!(
                 "{once_tokens} one-time tokens above the bound {}",
                 self.limits.once_tokens_max
+            ));
+        }
+        let horizon = self.forgotten;
+        if let Some((jti, keep)) = self
+            .revoked
+            .iter()
+            .find(|(_, keep)| super::rules::forgotten(**keep, horizon.revocations_until_ms))
+        {
+            return Err(format!(
+                "revocation {jti} kept until {keep} is at or below the horizon {}",
+                horizon.revocations_until_ms
+            ));
+        }
+        if let Some((token, row)) = self
+            .once_by_token
+            .iter()
+            .find(|(_, row)| super::rules::forgotten(row.expires_at_ms, horizon.once_until_ms))
+        {
+            return Err(format!(
+                "one-time token {token:?} expiring at {} is at or below the horizon {}",
+                row.expires_at_ms, horizon.once_until_ms
             ));
         }
         for (key, token) in &self.once_by_key {

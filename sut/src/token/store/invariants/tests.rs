@@ -88,3 +88,21 @@ fn the_key_index_is_exact() {
         s.once_by_token.insert(OnceToken(3), row);
     });
 }
+
+#[test]
+fn every_row_expires_after_its_tables_horizon() {
+    fires(
+        "revocation a kept until 100 is at or below the horizon 100",
+        |s| {
+            s.forgotten.revocations_until_ms = 100;
+        },
+    );
+    fires("expiring at 100 is at or below the horizon 150", |s| {
+        s.forgotten.once_until_ms = 150;
+    });
+    // Just below every row's expiry is fine.
+    let mut s = good();
+    s.forgotten.revocations_until_ms = 99;
+    s.forgotten.once_until_ms = 99;
+    s.check_invariants().unwrap();
+}
