@@ -1,7 +1,14 @@
 //! The bench as the test of `sut`, for mutation testing (docs/mutation.md): a short sweep of
-//! every named simulation scenario and a check of every model. A mutant of `sut` is killed when
-//! any invariant is violated, a fault kind never takes effect, or a model property fails; the
-//! score then measures the bench, not `sut`'s unit tests.
+//! every named simulation scenario, a check of every model, and the hostile-peer suites (each
+//! state machine of `sut` driven by an adversarial counterpart: docs/hostile.md). A mutant of
+//! `sut` is killed when any invariant is violated, a fault kind never takes effect, a model
+//! property fails or a hostile peer breaks a promise; the score then measures the bench, not
+//! `sut`'s unit tests.
+//!
+//! The hostile-peer suites live beside `sut` (`sut/tests/*_hostile.rs`, where `cargo test -p sut`
+//! runs them too) and are compiled in here as modules, so that one test target is the bench.
+//! `cargo test … --test mutation_gate -- --skip _hostile::` leaves them out (the figure for the
+//! scenarios and models alone).
 //!
 //! `MUTATION_GATE_SEEDS` sets the seeds per scenario (8 by default, the fewest the sweep judges
 //! fault coverage on); `MUTATION_GATE_ONLY` (comma-separated) restricts the scenarios and models
@@ -9,6 +16,17 @@
 //! `cargo test --release -p scenarios --test mutation_gate`.
 
 use std::time::Instant;
+
+#[path = "../../sut/tests/allocator_hostile.rs"]
+mod allocator_hostile;
+#[path = "../../sut/tests/coordinator_hostile.rs"]
+mod coordinator_hostile;
+#[path = "../../sut/tests/log_hostile.rs"]
+mod log_hostile;
+#[path = "../../sut/tests/participant_hostile.rs"]
+mod participant_hostile;
+#[path = "../../sut/tests/token_hostile.rs"]
+mod token_hostile;
 
 fn seeds() -> Vec<u64> {
     let n = std::env::var("MUTATION_GATE_SEEDS")

@@ -22,8 +22,9 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sut::lottery::{
-    ActivityId, DrawArgs, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore, MemoryStore,
-    Participant, ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Resume, UserId, Xid,
+    AMOUNT_MAX, ActivityId, DrawArgs, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore,
+    MemoryStore, Participant, ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal,
+    Resume, UserId, Xid,
 };
 
 const PRICE_MINOR: u64 = 10;
@@ -55,6 +56,9 @@ enum Action {
     /// Let a paused half-done message finish, the newest or the oldest (flawed two-step paths
     /// only).
     Resume { newest: bool },
+    /// Deliver the newest paused half-done message to the wrong participant: it must be refused
+    /// and change nothing, and stays paused for its own participant.
+    Misroute,
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -71,6 +75,7 @@ fn action() -> impl Strategy<Value = Action> {
             Action::Send { xid, branch, phase }
         }),
         1 => any::<bool>().prop_map(|newest| Action::Resume { newest }),
+        1 => Just(Action::Misroute),
     ]
 }
 
@@ -143,9 +148,46 @@ impl Bench {
                 let (branch, resume) = self.paused.remove(at);
                 branch.handle_resume(&mut self.store, &self.config, &resume)
             }
+            Action::Misroute => return self.misroute(&before),
         };
         self.check_reply(&reply, &before)?;
         self.check_books()
+    }
+
+    /// A paused half-operation handed to another participant is refused as
+    /// `WrongParticipant`, changes nothing, and remains its own participant's to finish.
+    fn misroute(&mut self, before: &Ledger) -> Result<(), String> {
+        let Some((branch, resume)) = self.paused.last().cloned() else {
+            return Ok(());
+        };
+        let wrong = match branch {
+            Participant::Wallet => Participant::Inventory,
+            Participant::Inventory => Participant::Participation,
+            Participant::Participation => Participant::Wallet,
+        };
+        let reply = wrong.handle_resume(&mut self.store, &self.config, &resume);
+        let refused = Err(Refusal::WrongParticipant {
+            expected: branch,
+            actual: wrong,
+        });
+        if reply.outcome != refused {
+            return Err(format!(
+                "participant.routing: {wrong:?} answered {:?} to {branch:?}'s half-operation",
+                reply.outcome
+            ));
+        }
+        if self.ledger() != *before {
+            return Err(format!(
+                "participant.routing: {wrong:?} changed the books with {branch:?}'s \
+                 half-operation"
+            ));
+        }
+        self.seen.insert((
+            "misroute".to_owned(),
+            format!("{branch:?}"),
+            "WrongParticipant".to_owned(),
+        ));
+        Ok(())
     }
 
     /// The reply is a transition the promises allow from what the branch went through.
@@ -427,4 +469,72 @@ fn the_hostile_sequences_reach_every_transition() {
     for e in &expected {
         assert!(seen.contains(e), "never reached: {e:?}");
     }
+}
+
+#[test]
+fn a_half_operation_handed_to_another_participant_is_refused_and_stays_paused() {
+    // Under a two-step flaw the Try pauses between its halves; the hostile coordinator hands
+    // the half to the inventory participant (refused, nothing changes), then to the wallet.
+    let actions = [
+        send(1, Participant::Wallet, Phase::Try),
+        Action::Misroute,
+        Action::Resume { newest: true },
+        send(1, Participant::Wallet, Phase::Confirm),
+        Action::Resume { newest: true },
+    ];
+    let seen = run_seen(flawed(FenceMode::CheckThenAct), &actions).unwrap();
+    assert!(
+        seen.contains(&(
+            "misroute".to_owned(),
+            "Wallet".to_owned(),
+            "WrongParticipant".to_owned()
+        )),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_price_of_exactly_amount_max_is_taken_and_one_more_is_refused_unchanged() {
+    // The coordinator refuses such prices first; a hostile one sends them straight to the
+    // participants, which must hold the same bound on their own.
+    let mut store = MemoryStore::new();
+    store.open_account(UserId(9), AMOUNT_MAX).unwrap();
+    let config = ParticipantConfig { flaws: Flaws::NONE };
+    let send_wallet = |store: &mut MemoryStore, xid: u64, price_minor: u64, phase: Phase| {
+        let draw = DrawArgs {
+            xid: Xid(xid),
+            user: UserId(9),
+            activity: ActivityId(1),
+            price_minor,
+            won: false,
+        };
+        let msg = ParticipantMsg { phase, draw };
+        match Participant::Wallet.handle(store, &config, &msg) {
+            Handled::Reply(reply) => reply.outcome,
+            Handled::Resume(_) => panic!("the correct wallet answers in one step"),
+        }
+    };
+    let before = store.snapshot().unwrap();
+    assert_eq!(
+        send_wallet(&mut store, 2, AMOUNT_MAX + 1, Phase::Try),
+        Err(Refusal::AmountTooLarge {
+            amount_minor: AMOUNT_MAX + 1
+        })
+    );
+    assert_eq!(
+        store.snapshot().unwrap(),
+        before,
+        "a refusal changes nothing"
+    );
+    assert_eq!(
+        send_wallet(&mut store, 1, AMOUNT_MAX, Phase::Try),
+        Ok(Effect::Applied)
+    );
+    assert_eq!(
+        send_wallet(&mut store, 1, AMOUNT_MAX, Phase::Confirm),
+        Ok(Effect::Applied)
+    );
+    let after = store.snapshot().unwrap();
+    assert_eq!(after.collected_minor, AMOUNT_MAX);
+    assert_eq!(after.accounts[&UserId(9)].balance_minor, 0);
 }
