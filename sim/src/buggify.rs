@@ -126,21 +126,6 @@ pub struct WheelKnobs {
 /// comes soon after the faults heal (the liveness phase is 8 s by default).
 const WHEEL_BACKOFF_CAP_MS: u64 = 1_000;
 
-/// The fewest compensation retries whose waits (`base_ms` doubling, capped at `cap_ms`) add up
-/// to at least `horizon_ms`: a draw parked at any time of the safety phase then still has a
-/// round left once every fault has healed, and is never dead-lettered.
-#[must_use]
-pub fn rounds_to_outlast(base_ms: u64, cap_ms: u64, horizon_ms: u64) -> u32 {
-    assert!(base_ms > 0 && cap_ms >= base_ms, "a valid wheel backoff");
-    let (mut waited_ms, mut wait_ms, mut rounds) = (0_u64, base_ms, 0_u32);
-    while waited_ms < horizon_ms {
-        waited_ms += wait_ms;
-        wait_ms = (wait_ms * 2).min(cap_ms);
-        rounds += 1;
-    }
-    rounds
-}
-
 /// One seed's BUGGIFY. `None` fields leave the driver's configuration as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Buggify {
@@ -231,11 +216,14 @@ impl Buggify {
             b.compensation_retries_max = Some(if rng.gen_bool(0.5) {
                 rng.gen_range(0..=2)
             } else {
-                rounds_to_outlast(
-                    base_ms,
-                    WHEEL_BACKOFF_CAP_MS,
-                    scenario.run.safety_ms + scenario.faults.duration_ms[1],
-                )
+                // A draw parked at any time of the safety phase then still has a round left
+                // once every fault has healed, and is never dead-lettered.
+                let backoff = sut::lottery::wheel::WheelConfig {
+                    backoff_base_ms: base_ms,
+                    backoff_cap_ms: WHEEL_BACKOFF_CAP_MS,
+                    ..sut::lottery::wheel::WheelConfig::default()
+                };
+                backoff.retries_to_outlast(scenario.run.safety_ms + scenario.faults.duration_ms[1])
             });
         }
         let ids = &scenario.ids;
@@ -477,19 +465,4 @@ fn set<T>(field: &mut T, value: Option<T>) {
 fn faults_duration(scenario: &Scenario) -> std::ops::RangeInclusive<u64> {
     let [lo, hi] = scenario.faults.duration_ms;
     lo.max(1)..=hi.max(lo.max(1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_compensation_budget_outlasts_the_horizon_and_no_more() {
-        // 10 + 20 + 40 + 80 + 160 + 320 + 640 = 1,270 ms in 7 rounds, then 1,000 ms a round.
-        assert_eq!(rounds_to_outlast(10, 1_000, 1_270), 7);
-        assert_eq!(rounds_to_outlast(10, 1_000, 1_271), 8);
-        assert_eq!(rounds_to_outlast(10, 1_000, 8_500), 15);
-        assert_eq!(rounds_to_outlast(100, 100, 1), 1);
-        assert_eq!(rounds_to_outlast(100, 100, 0), 0);
-    }
 }

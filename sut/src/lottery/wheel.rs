@@ -202,6 +202,34 @@ impl Default for WheelConfig {
 }
 
 impl WheelConfig {
+    /// The wait before retry number `failures` (1: the first): `backoff_base_ms` doubling with
+    /// each failure, capped at `backoff_cap_ms`.
+    #[must_use]
+    pub fn backoff_ms(&self, failures: u32) -> u64 {
+        debug_assert!(failures >= 1);
+        let doubling = 1_u64.checked_shl(failures.saturating_sub(1)).unwrap_or(0);
+        match self.backoff_base_ms.checked_mul(doubling) {
+            Some(ms) if doubling != 0 => ms.min(self.backoff_cap_ms),
+            _ => self.backoff_cap_ms,
+        }
+    }
+
+    /// The fewest retries whose backoffs add up to at least `horizon_ms`: a task that fails
+    /// from its first firing on still has a retry left once `horizon_ms` has passed.
+    #[must_use]
+    pub fn retries_to_outlast(&self, horizon_ms: u64) -> u32 {
+        assert!(
+            self.backoff_base_ms > 0 && self.backoff_cap_ms >= self.backoff_base_ms,
+            "a backoff that grows"
+        );
+        let (mut waited_ms, mut retries) = (0_u64, 0_u32);
+        while waited_ms < horizon_ms {
+            retries += 1;
+            waited_ms = waited_ms.saturating_add(self.backoff_ms(retries));
+        }
+        retries
+    }
+
     /// Checks the configuration.
     ///
     /// # Errors
@@ -1082,12 +1110,7 @@ impl<T> TimingWheel<T> {
     }
 
     fn backoff_ms(&self, failures: u32) -> u64 {
-        debug_assert!(failures >= 1);
-        let doubling = 1_u64.checked_shl(failures.saturating_sub(1)).unwrap_or(0);
-        match self.config.backoff_base_ms.checked_mul(doubling) {
-            Some(ms) if doubling != 0 => ms.min(self.config.backoff_cap_ms),
-            _ => self.config.backoff_cap_ms,
-        }
+        self.config.backoff_ms(failures)
     }
 
     /// `slots^level` ticks: the slot span of `level` (fits: validated).
@@ -1408,6 +1431,31 @@ mod tests {
             levels,
             ..WheelConfig::default()
         }
+    }
+
+    fn backoff(base_ms: u64, cap_ms: u64) -> WheelConfig {
+        WheelConfig {
+            backoff_base_ms: base_ms,
+            backoff_cap_ms: cap_ms,
+            ..WheelConfig::default()
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_base_up_to_the_cap() {
+        let b = backoff(10, 1_000);
+        let waits: Vec<u64> = (1..=9).map(|f| b.backoff_ms(f)).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 320, 640, 1_000, 1_000]);
+    }
+
+    #[test]
+    fn the_retries_to_outlast_a_horizon_are_the_fewest_whose_waits_cover_it() {
+        // 10 + 20 + 40 + 80 + 160 + 320 + 640 = 1,270 ms in 7 retries, then 1,000 ms each.
+        assert_eq!(backoff(10, 1_000).retries_to_outlast(1_270), 7);
+        assert_eq!(backoff(10, 1_000).retries_to_outlast(1_271), 8);
+        assert_eq!(backoff(10, 1_000).retries_to_outlast(8_500), 15);
+        assert_eq!(backoff(100, 100).retries_to_outlast(1), 1);
+        assert_eq!(backoff(100, 100).retries_to_outlast(0), 0);
     }
 
     /// Drives the wheel to `now_ms` to completion (as a driver would) and drains the ready queue.

@@ -61,6 +61,27 @@ fn config() -> CoordinatorConfig {
 }
 
 #[test]
+fn a_round_lasts_at_most_a_tick_plus_every_attempts_timeout() {
+    // Timeouts 100, 200, 400 (the cap), 400 after the wheel's 1 ms tick.
+    assert_eq!(config().round_ms_max(), 1 + 100 + 200 + 400 + 400);
+    let coarse = CoordinatorConfig {
+        attempts_max: 1,
+        wheel: WheelConfig {
+            tick_ms: 50,
+            ..config().wheel
+        },
+        ..config()
+    };
+    assert_eq!(coarse.round_ms_max(), 50 + 100);
+    let huge = CoordinatorConfig {
+        reply_timeout_ms: u64::MAX,
+        backoff_ms_max: u64::MAX,
+        ..config()
+    };
+    assert_eq!(huge.round_ms_max(), u64::MAX, "saturates");
+}
+
+#[test]
 fn winning_and_losing_draws_confirm_and_settle() {
     let mut c = Coordinator::new(config()).unwrap();
     let (mut s, mut log) = (store(100, 1), CoordLog::default());
