@@ -9,10 +9,12 @@
 
 mod deployment;
 mod postgres;
+pub mod proxy;
 mod service;
 
 pub use deployment::{Backend, Deployment, DeploymentSpec, RoleProcess};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
+pub use proxy::{Direction, LinkFault, Proxy, ProxyEffects};
 pub use service::{Service, ServiceSpec};
 
 use std::collections::BTreeSet;
