@@ -10,11 +10,13 @@
 mod deployment;
 mod postgres;
 pub mod proxy;
+mod redis;
 mod service;
 
 pub use deployment::{Backend, Deployment, DeploymentSpec, RoleProcess};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
 pub use proxy::{Direction, LinkFault, Proxy, ProxyEffects};
+pub use redis::{REDIS_START_TIMEOUT, Redis, RedisPersistence, redis_server_bin};
 pub use service::{Service, ServiceSpec};
 
 use std::collections::BTreeSet;
@@ -35,6 +37,9 @@ pub enum ClusterError {
          (Debian: apt-get install postgresql)"
     )]
     PostgresMissing,
+    /// `redis-server` was not found.
+    #[error("redis-server not found on PATH (Debian: apt-get install redis-server)")]
+    RedisMissing,
     /// Running as root, but there is no `postgres` user to run the server as.
     #[error("running as root and there is no `postgres` user to run PostgreSQL as")]
     NoPostgresUser,

@@ -1,0 +1,253 @@
+//! A throwaway Redis.
+//!
+//! [`Redis::start`] runs `redis-server` (Debian package `redis-server`) on a free loopback port
+//! with its own data directory and the persistence asked for ([`RedisPersistence`]), in its own
+//! process group, and waits until it answers `PING`. [`Redis::kill9`] SIGKILLs it and
+//! [`Redis::restart`] starts it again on the same directory, so that a test sees exactly what a
+//! crash keeps: with RDB snapshots only, every write since the last snapshot is gone; with the
+//! append-only file, what reached the file survives a crash of the process (the kernel's page
+//! cache keeps it), whether or not it was fsynced. Losing the unsynced part takes a power loss,
+//! which a process crash is not. Dropping the value kills the server and removes the directory.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{ClusterError, free_port, io, kill_group, own_dir, tail};
+
+/// How long a start may take before it is an error.
+pub const REDIS_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the server persists writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedisPersistence {
+    /// RDB snapshots only: one after `after_s` seconds with at least one change (`save after_s
+    /// 1`); no append-only file. A crash loses every write since the last snapshot.
+    Rdb {
+        /// Seconds between a change and the snapshot that keeps it.
+        after_s: u32,
+    },
+    /// The append-only file, `appendfsync everysec`: written on every command, fsynced about
+    /// once a second. A process crash loses nothing written; a power loss up to a second.
+    AofEverysec,
+    /// The append-only file, `appendfsync always`: fsynced before every reply.
+    AofAlways,
+}
+
+impl RedisPersistence {
+    fn args(self) -> Vec<String> {
+        let strings = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        match self {
+            Self::Rdb { after_s } => {
+                let mut a = strings(&["--appendonly", "no", "--save"]);
+                a.push(format!("{after_s} 1"));
+                a
+            }
+            Self::AofEverysec => strings(&["--appendonly", "yes", "--appendfsync", "everysec"]),
+            Self::AofAlways => strings(&["--appendonly", "yes", "--appendfsync", "always"]),
+        }
+    }
+}
+
+/// Where `redis-server` is: the first directory on PATH that has it.
+#[must_use]
+pub fn redis_server_bin() -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join("redis-server"))
+        .find(|p| p.is_file())
+}
+
+/// A throwaway Redis server (see the module documentation).
+#[derive(Debug)]
+pub struct Redis {
+    bin: PathBuf,
+    persistence: RedisPersistence,
+    /// Kept for its `Drop`: removes the data directory.
+    root: tempfile::TempDir,
+    port: u16,
+    server: Option<Child>,
+    starts: u32,
+}
+
+impl Redis {
+    /// Starts a server on a fresh data directory.
+    ///
+    /// # Errors
+    /// [`ClusterError::RedisMissing`] when `redis-server` is absent; start failures.
+    pub fn start(persistence: RedisPersistence) -> Result<Self, ClusterError> {
+        let bin = redis_server_bin().ok_or(ClusterError::RedisMissing)?;
+        let root = tempfile::Builder::new()
+            .prefix("bench-redis-")
+            .tempdir()
+            .map_err(io("create a temporary directory"))?;
+        own_dir(root.path(), true);
+        fs::create_dir(root.path().join("data")).map_err(io("create the data directory"))?;
+        let mut redis = Self {
+            bin,
+            persistence,
+            root,
+            port: 0,
+            server: None,
+            starts: 0,
+        };
+        redis.start_server()?;
+        Ok(redis)
+    }
+
+    /// The data directory (`dump.rdb`, `appendonlydir/`).
+    #[must_use]
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// The server log (appended to across restarts).
+    #[must_use]
+    pub fn log_path(&self) -> PathBuf {
+        self.root.path().join("redis.log")
+    }
+
+    /// The loopback port.
+    #[must_use]
+    pub const fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A `redis://` URL of the server.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// How it persists.
+    #[must_use]
+    pub const fn persistence(&self) -> RedisPersistence {
+        self.persistence
+    }
+
+    /// How many times the server was started (1 after [`Redis::start`]).
+    #[must_use]
+    pub const fn starts(&self) -> u32 {
+        self.starts
+    }
+
+    /// SIGKILLs the server and waits for it.
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn kill9(&mut self) -> Result<(), ClusterError> {
+        let Some(mut child) = self.server.take() else {
+            return Ok(());
+        };
+        kill_group(&mut child, "redis-server")
+    }
+
+    /// Starts the server again on the same data directory and port (after [`Redis::kill9`] it
+    /// loads what its files kept).
+    ///
+    /// # Errors
+    /// The start failed.
+    pub fn restart(&mut self) -> Result<(), ClusterError> {
+        self.kill9()?;
+        self.start_server()
+    }
+
+    fn start_server(&mut self) -> Result<(), ClusterError> {
+        let mut last = None;
+        for attempt in 0..3 {
+            if attempt > 0 || self.port == 0 {
+                self.port = free_port()?;
+            }
+            match self.spawn_and_wait() {
+                Ok(()) => {
+                    self.starts += 1;
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(ClusterError::RedisMissing))
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), ClusterError> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .map_err(io("open the server log"))?;
+        let log_err = log.try_clone().map_err(io("open the server log"))?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(self.data_dir())
+            .args(["--daemonize", "no", "--protected-mode", "no"])
+            .args(["--save", ""])
+            .args(self.persistence.args())
+            .current_dir(self.root.path())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .process_group(0);
+        let child = cmd.spawn().map_err(io("start redis-server"))?;
+        crate::own_group(&child);
+        self.server = Some(child);
+        let result = self.wait_ready();
+        if result.is_err() {
+            let _ = self.kill9();
+        }
+        result
+    }
+
+    fn wait_ready(&mut self) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + REDIS_START_TIMEOUT;
+        loop {
+            if let Some(child) = self.server.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(ClusterError::Command {
+                    what: "redis-server".into(),
+                    detail: format!(
+                        "exited at start ({status}):\n{}",
+                        tail(&self.log_path(), 15)
+                    ),
+                });
+            }
+            // Loading a large file answers `-LOADING`: not ready yet.
+            if ping(self.port).is_ok_and(|reply| reply.starts_with("+PONG")) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ClusterError::NotReady {
+                    what: "Redis".into(),
+                    timeout_s: REDIS_START_TIMEOUT.as_secs(),
+                    log_tail: tail(&self.log_path(), 15),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Sends `PING` and returns the first reply line.
+fn ping(port: u16) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+    s.write_all(b"PING\r\n")?;
+    let mut buf = [0_u8; 64];
+    let n = s.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.kill9();
+        own_dir(self.root.path(), false);
+    }
+}
+
+#[cfg(test)]
+mod tests;
