@@ -13,6 +13,8 @@
 pub mod cluster;
 pub mod conn;
 pub mod crash;
+pub mod history;
+pub mod real;
 pub mod stats;
 pub mod target;
 pub mod verify;

@@ -1,0 +1,43 @@
+//! Redis `INCR` as an ID source under kill -9, judged from the clients' history: with RDB
+//! snapshots only it hands out acknowledged IDs again (duplicates), with `appendfsync always`
+//! it does not. The history goes to Jepsen's EDN and reads back unchanged.
+
+use std::time::Duration;
+
+use cluster::RedisPersistence;
+use loadgen::history::History;
+use loadgen::real::{IncrOptions, redis_incr_under_kills};
+use reports::model::Verdict;
+
+fn options(persistence: RedisPersistence) -> IncrOptions {
+    IncrOptions {
+        persistence,
+        clients: 4,
+        duration: Duration::from_millis(2_500),
+        kill_every: Duration::from_millis(600),
+        down_for: Duration::from_millis(100),
+    }
+}
+
+#[test]
+#[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
+fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
+    let run = redis_incr_under_kills(&options(RedisPersistence::Rdb { after_s: 3_600 })).unwrap();
+    assert!(run.kills >= 2, "{} kills", run.kills);
+    assert_eq!(run.unique.verdict, Verdict::Violated, "{:?}", run.unique);
+    let c = run.history.completions();
+    assert!(c.ok > 100, "{c:?}");
+    // Unknown outcomes are recorded as such, never as failures.
+    assert!(c.fail + c.info > 0, "the kills broke some requests: {c:?}");
+    let back = History::parse_edn(&run.history.to_edn()).unwrap();
+    assert_eq!(back, run.history);
+}
+
+#[test]
+#[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
+fn redis_with_appendfsync_always_hands_out_no_id_twice_under_kills() {
+    let run = redis_incr_under_kills(&options(RedisPersistence::AofAlways)).unwrap();
+    assert!(run.kills >= 2, "{} kills", run.kills);
+    assert_eq!(run.unique.verdict, Verdict::Held, "{:?}", run.unique);
+    assert!(run.history.completions().ok > 100);
+}
