@@ -4,6 +4,7 @@
 
 pub mod flaws;
 pub mod loadfile;
+pub mod realfile;
 pub mod report;
 pub mod search;
 
@@ -179,6 +180,14 @@ pub enum LoadError {
     /// The file is malformed.
     #[error(transparent)]
     Bad(#[from] ScenarioError),
+    /// A real-system scenario file is malformed ([`realfile`]).
+    #[error("{path}: {message}")]
+    Real {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the field (and line and column when TOML says).
+        message: String,
+    },
 }
 
 /// Loads a named scenario, or a scenario file when `name` is a path (ends in `.toml` or names

@@ -21,6 +21,8 @@ fn list_names_every_scenario() {
         "segment_race",
         "chaos",
         "load_mixed",
+        "redis_incr_rdb",
+        "redis_incr_always",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(name)),
@@ -500,4 +502,32 @@ fn a_closed_stdout_ends_a_listing_quietly_rather_than_as_a_bench_failure() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("BENCH FAILURE"), "{stderr}");
+}
+
+#[test]
+fn a_real_system_run_refuses_flags_that_do_not_apply_and_bad_files_name_the_field() {
+    // Both are refused before any system is started (no Redis needed).
+    let out = scenario()
+        .args(["redis_incr_rdb", "--seeds", "3"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("a real-system run"), "{stderr}");
+    assert!(stderr.contains("--seeds"), "{stderr}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("real.toml");
+    std::fs::write(
+        &path,
+        "name = \"r\"\ndescription = \"d\"\n[cluster]\nsystem = \"redis_incr\"\n\
+         persistence = \"rdb\"\n[clients]\ncount = 2\nduration_s = 1\n\
+         [nemesis]\nkill_every_ms = 100\ndown_ms = 10\n",
+    )
+    .expect("write");
+    let out = scenario().arg(&path).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("real.toml"), "{stderr}");
+    assert!(stderr.contains("cluster.snapshot_after_s"), "{stderr}");
 }

@@ -85,6 +85,11 @@ struct RunArgs {
     /// its bound, place crashes at durable steps and hold messages back past their deadline).
     #[arg(long)]
     no_buggify: bool,
+    /// Real-system runs (`scenarios/real/`): write the clients' history to this file as
+    /// Jepsen's EDN (`:type :invoke/:ok/:fail/:info`, `:f :generate`, `:value`, `:process`,
+    /// `:time`, `:index`), for Elle, Knossos or Jepsen's `unique-ids` checker.
+    #[arg(long)]
+    history_edn: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -443,6 +448,12 @@ fn list() -> ExitCode {
             .unwrap_or_else(|e| format!("(broken: {e})"));
         println!("{name:<20} {description}");
     }
+    for (name, text) in scenarios::realfile::NAMED {
+        let description = scenarios::realfile::RealScenario::parse(name, text)
+            .map(|s| s.description)
+            .unwrap_or_else(|e| format!("(broken: {e})"));
+        println!("{name:<20} {description}");
+    }
     ExitCode::SUCCESS
 }
 
@@ -483,6 +494,7 @@ fn named(args: &RunArgs) -> ExitCode {
             eprintln!("scenario: name a scenario (`scenario list` shows them)");
             ExitCode::from(USAGE)
         }
+        Some(name) if scenarios::realfile::is_real_scenario(&name) => real(&name, args),
         Some(name) if scenarios::is_load_scenario(&name) => match foreign_flags(args, true) {
             Some(flags) => refuse_flags(&name, "a load run", &flags),
             None => load(&name, args),
@@ -530,6 +542,119 @@ fn refuse_flags(name: &str, what: &str, flags: &[&str]) -> ExitCode {
         if flags.len() == 1 { "es" } else { "" }
     );
     ExitCode::from(USAGE)
+}
+
+/// `scenario NAME` for a real-system scenario (`scenarios/real/`): starts the system, runs the
+/// clients under the nemesis, judges the history. Exit 0 when every check held, 1 when one was
+/// violated, 2 on bad usage or when the system cannot be started.
+fn real(name: &str, args: &RunArgs) -> ExitCode {
+    let given = [
+        ("--seed", args.seed.is_some()),
+        ("--seeds", args.seeds.is_some()),
+        ("--jobs", args.jobs.is_some()),
+        ("--shard", args.shard.is_some()),
+        ("--check-determinism", args.check_determinism),
+        ("--history", args.history.is_some()),
+        ("--report", args.report.is_some()),
+        ("--rate", args.rate.is_some()),
+        ("--users", args.users.is_some()),
+        ("--host", args.host.is_some()),
+        ("--flaw", args.flaw.is_some()),
+        ("--no-buggify", args.no_buggify),
+    ];
+    let foreign: Vec<&str> = given.iter().filter(|(_, g)| *g).map(|(f, _)| *f).collect();
+    if !foreign.is_empty() {
+        return refuse_flags(name, "a real-system run", &foreign);
+    }
+    let mut scenario = match scenarios::realfile::load(name) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            eprintln!("scenario: `{name}` is not a real-system scenario");
+            return ExitCode::from(USAGE);
+        }
+        Err(e) => {
+            eprintln!("scenario: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    if let Some(s) = args.duration {
+        if !(s.is_finite() && s >= 1.0) {
+            eprintln!("scenario: --duration must be at least 1 second, not {s}");
+            return ExitCode::from(USAGE);
+        }
+        scenario.options.duration = std::time::Duration::from_secs_f64(s);
+    }
+    let o = &scenario.options;
+    println!(
+        "real {}: Redis INCR ({:?}), {} clients for {:.1} s, kill -9 every {} ms (down {} ms)",
+        scenario.name,
+        o.persistence,
+        o.clients,
+        o.duration.as_secs_f64(),
+        o.kill_every.as_millis(),
+        o.down_for.as_millis()
+    );
+    let run = match loadgen::real::redis_incr_under_kills(o) {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("scenario: {}: {e}", scenario.name);
+            return ExitCode::from(USAGE);
+        }
+    };
+    let c = run.history.completions();
+    println!(
+        "  requests: {} ok, {} failed (certainly not run), {} unknown outcome (info)",
+        c.ok, c.fail, c.info
+    );
+    println!(
+        "  kills: {} (each followed by a restart on the same files)",
+        run.kills
+    );
+    let verdict = match run.unique.verdict {
+        reports::model::Verdict::Violated => "VIOLATED",
+        _ => "held",
+    };
+    println!(
+        "  {:<12} {verdict:<9} {}{}",
+        run.unique.name,
+        run.unique
+            .first_offending_event
+            .as_deref()
+            .map(|f| format!("{f}; "))
+            .unwrap_or_default(),
+        run.unique.detail.as_deref().unwrap_or_default()
+    );
+    if let Some(path) = &args.history_edn {
+        if let Err(e) = std::fs::write(path, run.history.to_edn()) {
+            eprintln!("scenario: cannot write {}: {e}", path.display());
+            return ExitCode::from(USAGE);
+        }
+        println!(
+            "  history: {} ({} records, EDN)",
+            path.display(),
+            run.history.ops.len()
+        );
+    }
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "scenario": scenario.name,
+            "requests": {"ok": c.ok, "fail": c.fail, "info": c.info},
+            "kills": run.kills,
+            "invariants": [run.unique],
+            "passed": run.unique.verdict != reports::model::Verdict::Violated,
+        });
+        if let Err(e) = std::fs::write(path, format!("{doc:#}\n")) {
+            eprintln!("scenario: cannot write {}: {e}", path.display());
+            return ExitCode::from(USAGE);
+        }
+    }
+    if run.unique.verdict == reports::model::Verdict::Violated {
+        println!("FAIL: {}: {} violated", scenario.name, run.unique.name);
+        ExitCode::from(1)
+    } else {
+        println!("PASS: {}", scenario.name);
+        ExitCode::SUCCESS
+    }
 }
 
 fn named_simulation(name: &str, args: &RunArgs) -> ExitCode {

@@ -1,0 +1,248 @@
+//! Scenario files that run real systems nobody here wrote under real faults (files under
+//! `scenarios/real/`, or any file with a top-level `[cluster]` table): which system, how many
+//! clients for how long, and the nemesis. The bench starts the system, owns it, kills it and
+//! judges the clients' history (docs/real.md).
+//!
+//! ```toml
+//! name = "redis_incr_rdb"
+//! description = "…"
+//!
+//! [cluster]
+//! system = "redis_incr"       # Redis INCR as the ID source
+//! persistence = "rdb"         # rdb | aof_everysec | aof_always
+//! snapshot_after_s = 3600     # rdb: a snapshot this long after a change
+//!
+//! [clients]
+//! count = 4
+//! duration_s = 8
+//!
+//! [nemesis]
+//! kill_every_ms = 1500        # SIGKILL, then a restart on the same files
+//! down_ms = 200
+//! ```
+
+use std::time::Duration;
+
+use cluster::RedisPersistence;
+use serde::Deserialize;
+
+use crate::LoadError;
+
+/// The named real-system scenarios: name and file text.
+pub const NAMED: &[(&str, &str)] = &[
+    (
+        "redis_incr_rdb",
+        include_str!("../real/redis_incr_rdb.toml"),
+    ),
+    (
+        "redis_incr_always",
+        include_str!("../real/redis_incr_always.toml"),
+    ),
+];
+
+/// A parsed real-system scenario.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RealScenario {
+    /// Its name.
+    pub name: String,
+    /// One line on what it shows.
+    pub description: String,
+    /// The run.
+    pub options: loadgen::real::IncrOptions,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    name: String,
+    description: String,
+    cluster: ClusterTable,
+    clients: ClientsTable,
+    nemesis: NemesisTable,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterTable {
+    system: System,
+    persistence: Persistence,
+    snapshot_after_s: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum System {
+    RedisIncr,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Persistence {
+    Rdb,
+    AofEverysec,
+    AofAlways,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientsTable {
+    count: u64,
+    duration_s: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NemesisTable {
+    kill_every_ms: u64,
+    down_ms: u64,
+}
+
+/// Most clients of one run.
+const CLIENTS_MAX: u64 = 256;
+/// Longest run, seconds.
+const DURATION_MAX_S: u64 = 24 * 3600;
+
+/// Whether `text` is a real-system scenario (a top-level `[cluster]` table).
+#[must_use]
+pub fn is_real_text(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("cluster"))
+}
+
+impl RealScenario {
+    /// Parses the file `path` holding `text`.
+    ///
+    /// # Errors
+    /// A malformed file or a value out of range, naming the file and the field.
+    pub fn parse(path: &str, text: &str) -> Result<Self, LoadError> {
+        let file: File = toml::from_str(text).map_err(|e| LoadError::Real {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let bad = |message: String| LoadError::Real {
+            path: path.to_owned(),
+            message,
+        };
+        let System::RedisIncr = file.cluster.system;
+        let persistence = match (file.cluster.persistence, file.cluster.snapshot_after_s) {
+            (Persistence::Rdb, Some(after_s)) if after_s > 0 => RedisPersistence::Rdb { after_s },
+            (Persistence::Rdb, _) => {
+                return Err(bad(
+                    "cluster.snapshot_after_s: persistence \"rdb\" needs a positive number of \
+                     seconds"
+                        .into(),
+                ));
+            }
+            (p, Some(_)) => {
+                return Err(bad(format!(
+                    "cluster.snapshot_after_s applies to persistence \"rdb\" only, not {p:?}"
+                )));
+            }
+            (Persistence::AofEverysec, None) => RedisPersistence::AofEverysec,
+            (Persistence::AofAlways, None) => RedisPersistence::AofAlways,
+        };
+        if !(1..=CLIENTS_MAX).contains(&file.clients.count) {
+            return Err(bad(format!(
+                "clients.count must be 1..={CLIENTS_MAX}, not {}",
+                file.clients.count
+            )));
+        }
+        if !(1..=DURATION_MAX_S).contains(&file.clients.duration_s) {
+            return Err(bad(format!(
+                "clients.duration_s must be 1..={DURATION_MAX_S}, not {}",
+                file.clients.duration_s
+            )));
+        }
+        if file.nemesis.kill_every_ms == 0 {
+            return Err(bad("nemesis.kill_every_ms must be positive".into()));
+        }
+        Ok(Self {
+            name: file.name,
+            description: file.description,
+            options: loadgen::real::IncrOptions {
+                persistence,
+                clients: file.clients.count,
+                duration: Duration::from_secs(file.clients.duration_s),
+                kill_every: Duration::from_millis(file.nemesis.kill_every_ms),
+                down_for: Duration::from_millis(file.nemesis.down_ms),
+            },
+        })
+    }
+}
+
+/// Whether `name` is a real-system scenario: a named one, or a file with a top-level
+/// `[cluster]` table (well formed or not: a malformed one is then reported as such).
+#[must_use]
+pub fn is_real_scenario(name: &str) -> bool {
+    NAMED.iter().any(|(n, _)| *n == name)
+        || std::fs::read_to_string(name).is_ok_and(|t| is_real_text(&t))
+}
+
+/// Loads a real-system scenario by name or from a file; `Ok(None)` when `name` is neither.
+///
+/// # Errors
+/// The file cannot be read, or is malformed.
+pub fn load(name: &str) -> Result<Option<RealScenario>, LoadError> {
+    if let Some((n, text)) = NAMED.iter().find(|(n, _)| *n == name) {
+        return RealScenario::parse(&format!("scenarios/real/{n}.toml"), text).map(Some);
+    }
+    let path = std::path::Path::new(name);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: name.to_owned(),
+        source,
+    })?;
+    if !is_real_text(&text) {
+        return Ok(None);
+    }
+    RealScenario::parse(name, &text).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_file_parses() {
+        for (name, text) in NAMED {
+            let s = RealScenario::parse(name, text).unwrap();
+            assert_eq!(s.name, *name);
+            assert!(is_real_text(text));
+        }
+    }
+
+    #[test]
+    fn bad_files_name_the_field() {
+        let base = NAMED[0].1;
+        for (from, to, needle) in [
+            ("count = 4", "count = 0", "clients.count"),
+            (
+                "snapshot_after_s = 3600",
+                "snapshot_after_s = 0",
+                "snapshot_after_s",
+            ),
+            (
+                "persistence = \"rdb\"",
+                "persistence = \"aof_always\"",
+                "applies to persistence \"rdb\" only",
+            ),
+            (
+                "kill_every_ms = 1500",
+                "kill_every_ms = 0",
+                "nemesis.kill_every_ms",
+            ),
+            ("down_ms = 200", "down_ms = 200\nextra = 1", "unknown field"),
+            (
+                "system = \"redis_incr\"",
+                "system = \"leaf\"",
+                "unknown variant",
+            ),
+        ] {
+            assert!(base.contains(from), "{from}");
+            let e = RealScenario::parse("x.toml", &base.replace(from, to)).unwrap_err();
+            assert!(e.to_string().contains(needle), "{to}: {e}");
+            assert!(e.to_string().contains("x.toml"), "{e}");
+        }
+    }
+}
