@@ -7,12 +7,14 @@
 //! calls [`clean_up_on_interrupt`] once: then Ctrl-C, SIGTERM or SIGHUP kill every process group
 //! and remove every directory this crate owns at that moment before the process exits.
 
+mod clock;
 mod deployment;
 mod postgres;
 pub mod proxy;
 mod redis;
 mod service;
 
+pub use clock::{FakeClock, libfaketime_path};
 pub use deployment::{Backend, Deployment, DeploymentSpec, RoleProcess};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
 pub use proxy::{Direction, LinkFault, Proxy, ProxyEffects};
@@ -37,6 +39,9 @@ pub enum ClusterError {
          (Debian: apt-get install postgresql)"
     )]
     PostgresMissing,
+    /// libfaketime was not found.
+    #[error("libfaketime not found (Debian: apt-get install faketime)")]
+    FaketimeMissing,
     /// `redis-server` was not found.
     #[error("redis-server not found on PATH (Debian: apt-get install redis-server)")]
     RedisMissing,
