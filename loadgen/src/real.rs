@@ -1,39 +1,49 @@
-//! Real systems nobody here wrote, as ID sources under faults: Redis `INCR` with its
-//! persistence set as asked, killed with SIGKILL and restarted on the same files while clients
-//! keep asking for IDs. Every request is recorded ([`crate::history`]): `ok` with the ID, `fail`
-//! when it certainly did not run (no connection, or Redis refused it), `info` when the outcome is
-//! unknown (the connection broke after the request left). `ids.unique` then judges the `ok` IDs:
-//! an ID handed out twice is a duplicate a user of that ID source would have stored twice.
+//! Real systems nobody here wrote, as ID sources under faults: Redis `INCR` with its persistence
+//! set as asked, or a PostgreSQL sequence (`nextval`, fsync on), killed with SIGKILL and restarted
+//! on the same files while clients keep asking for IDs. Every request is recorded
+//! ([`crate::history`]): `ok` with the ID, `fail` when it certainly did not run (no connection,
+//! or the server answered with an error), `info` when the outcome is unknown (the connection
+//! broke after the request left). `ids.unique` then judges the `ok` IDs: an ID handed out twice
+//! is a duplicate a user of that ID source would have stored twice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cluster::{Redis, RedisPersistence};
+use cluster::{ClusterError, Postgres, Redis, RedisPersistence};
 use reports::model::InvariantResult;
 
 use crate::history::{History, OpType, Recorder};
 use crate::verify;
 
-/// A Redis `INCR` run.
+/// The ID source under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdSystem {
+    /// Redis `INCR` on one key.
+    RedisIncr(RedisPersistence),
+    /// `SELECT nextval(…)` of a PostgreSQL sequence, one session per client.
+    PostgresSequence,
+}
+
+/// A run of an ID source under kills.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IncrOptions {
-    /// How Redis persists.
-    pub persistence: RedisPersistence,
+pub struct IdRunOptions {
+    /// The system.
+    pub system: IdSystem,
     /// Client threads, one request at a time each.
     pub clients: u64,
     /// How long the clients run.
     pub duration: Duration,
     /// Time between the end of one crash and the next kill.
     pub kill_every: Duration,
-    /// How long Redis stays down after a kill.
+    /// How long the system stays down after a kill.
     pub down_for: Duration,
 }
 
 /// What a run did and found.
 #[derive(Debug)]
-pub struct IncrRun {
+pub struct IdRun {
     /// Every request and its outcome.
     pub history: History,
     /// Kills (each followed by a restart).
@@ -42,24 +52,109 @@ pub struct IncrRun {
     pub unique: InvariantResult,
 }
 
-/// The key every client increments.
-const KEY: &str = "bench:ids";
+/// The key every Redis client increments.
+const REDIS_KEY: &str = "bench:ids";
+/// The PostgreSQL sequence.
+const SEQUENCE: &str = "bench_ids";
 /// A request's longest wait for its answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Runs the clients against a fresh Redis and kills it every `kill_every` (see the module docs).
+/// The running system, as the nemesis sees it.
+enum Server {
+    Redis(Redis),
+    Postgres(Postgres),
+}
+
+impl Server {
+    fn start(system: IdSystem) -> Result<(Self, String), ClusterError> {
+        match system {
+            IdSystem::RedisIncr(persistence) => {
+                let redis = Redis::start(persistence)?;
+                let url = redis.url();
+                Ok((Self::Redis(redis), url))
+            }
+            IdSystem::PostgresSequence => {
+                let pg = Postgres::start()?;
+                pg.create_database("bench")?;
+                let url = pg.url_for("bench");
+                create_sequence(&url)?;
+                Ok((Self::Postgres(pg), url))
+            }
+        }
+    }
+
+    fn kill9(&mut self) -> Result<(), ClusterError> {
+        match self {
+            Self::Redis(r) => r.kill9(),
+            Self::Postgres(p) => p.kill9(),
+        }
+    }
+
+    fn restart(&mut self) -> Result<(), ClusterError> {
+        match self {
+            Self::Redis(r) => r.restart(),
+            Self::Postgres(p) => p.restart(),
+        }
+    }
+}
+
+fn create_sequence(url: &str) -> Result<(), ClusterError> {
+    let failed = |e: tokio_postgres::Error| ClusterError::Command {
+        what: format!("CREATE SEQUENCE {SEQUENCE}"),
+        detail: e.to_string(),
+    };
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(failed)?;
+        let conn = tokio::spawn(conn);
+        let sql = format!("CREATE SEQUENCE IF NOT EXISTS {SEQUENCE}");
+        client.batch_execute(&sql).await.map_err(failed)?;
+        drop(client);
+        let _ = conn.await;
+        Ok(())
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| ClusterError::Io {
+            what: "start a client runtime".into(),
+            source,
+        })
+}
+
+/// Runs the clients against a fresh system and kills it every `kill_every` (see the module
+/// docs).
 ///
 /// # Errors
-/// Redis could not be started or restarted.
-pub fn redis_incr_under_kills(opts: &IncrOptions) -> Result<IncrRun, cluster::ClusterError> {
-    let mut redis = Redis::start(opts.persistence)?;
-    let url = redis.url();
+/// The system could not be started or restarted.
+pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
+    let (mut server, url) = Server::start(opts.system)?;
     let recorder = Arc::new(Recorder::new());
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..opts.clients)
         .map(|process| {
             let (recorder, stop, url) = (Arc::clone(&recorder), Arc::clone(&stop), url.clone());
-            thread::spawn(move || client(process, &url, &recorder, &stop))
+            let system = opts.system;
+            thread::spawn(move || {
+                let mut client = Client::new(system, url);
+                while !stop.load(Ordering::Relaxed) {
+                    recorder.record(process, OpType::Invoke, "generate", None, None);
+                    let (op_type, value, error) = match client.next_id() {
+                        Outcome::Ok(id) => (OpType::Ok, Some(id), None),
+                        Outcome::Fail(e) => (OpType::Fail, None, Some(e)),
+                        Outcome::Info(e) => (OpType::Info, None, Some(e)),
+                    };
+                    recorder.record(process, op_type, "generate", value, error);
+                    if op_type == OpType::Fail {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            })
         })
         .collect();
     let ends = Instant::now() + opts.duration;
@@ -67,13 +162,13 @@ pub fn redis_incr_under_kills(opts: &IncrOptions) -> Result<IncrRun, cluster::Cl
     let mut result = Ok(());
     while Instant::now() + opts.kill_every < ends {
         thread::sleep(opts.kill_every);
-        if let Err(e) = redis.kill9() {
+        if let Err(e) = server.kill9() {
             result = Err(e);
             break;
         }
         kills += 1;
         thread::sleep(opts.down_for);
-        if let Err(e) = redis.restart() {
+        if let Err(e) = server.restart() {
             result = Err(e);
             break;
         }
@@ -94,56 +189,132 @@ pub fn redis_incr_under_kills(opts: &IncrOptions) -> Result<IncrRun, cluster::Cl
         .into_iter()
         .map(|v| u64::try_from(v).unwrap_or(0))
         .collect();
-    let unique = verify::ids_unique("redis-incr", &ids);
-    Ok(IncrRun {
+    let space = match opts.system {
+        IdSystem::RedisIncr(_) => "redis-incr",
+        IdSystem::PostgresSequence => "postgres-nextval",
+    };
+    let unique = verify::ids_unique(space, &ids);
+    Ok(IdRun {
         history,
         kills,
         unique,
     })
 }
 
-/// One client: `INCR` after `INCR`, reconnecting after any error, each recorded.
-fn client(process: u64, url: &str, recorder: &Recorder, stop: &AtomicBool) {
-    let mut conn: Option<redis::Connection> = None;
-    while !stop.load(Ordering::Relaxed) {
-        recorder.record(process, OpType::Invoke, "generate", None, None);
-        let c = match conn.take() {
-            Some(c) => Ok(c),
-            None => connect(url),
-        };
-        let mut c = match c {
-            Ok(c) => c,
-            Err(e) => {
-                // The request never left: it certainly did not run.
-                recorder.record(process, OpType::Fail, "generate", None, Some(e.to_string()));
-                thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        match redis::cmd("INCR").arg(KEY).query::<i64>(&mut c) {
-            Ok(id) => {
-                recorder.record(process, OpType::Ok, "generate", Some(id), None);
-                conn = Some(c);
-            }
-            Err(e) if !e.is_io_error() && !e.is_timeout() => {
-                // Redis answered with an error (LOADING while it reads its files back, …):
-                // it did not run it.
-                recorder.record(process, OpType::Fail, "generate", None, Some(e.to_string()));
-                conn = Some(c);
-                thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => {
-                // Sent, then the connection broke: it may or may not have run.
-                recorder.record(process, OpType::Info, "generate", None, Some(e.to_string()));
-            }
+/// A request's outcome.
+enum Outcome {
+    Ok(i64),
+    /// It certainly did not run.
+    Fail(String),
+    /// It may or may not have run.
+    Info(String),
+}
+
+/// One client's connection, made again after any error.
+enum Client {
+    Redis {
+        url: String,
+        conn: Option<redis::Connection>,
+    },
+    Postgres {
+        url: String,
+        runtime: Option<tokio::runtime::Runtime>,
+        client: Option<tokio_postgres::Client>,
+    },
+}
+
+impl Client {
+    fn new(system: IdSystem, url: String) -> Self {
+        match system {
+            IdSystem::RedisIncr(_) => Self::Redis { url, conn: None },
+            IdSystem::PostgresSequence => Self::Postgres {
+                url,
+                runtime: runtime().ok(),
+                client: None,
+            },
+        }
+    }
+
+    fn next_id(&mut self) -> Outcome {
+        match self {
+            Self::Redis { url, conn } => redis_next(url, conn),
+            Self::Postgres {
+                url,
+                runtime,
+                client,
+            } => match runtime {
+                Some(rt) => postgres_next(rt, url, client),
+                None => Outcome::Fail("no client runtime".into()),
+            },
         }
     }
 }
 
-fn connect(url: &str) -> redis::RedisResult<redis::Connection> {
+fn redis_next(url: &str, conn: &mut Option<redis::Connection>) -> Outcome {
+    let mut c = match conn.take().map_or_else(|| redis_connect(url), Ok) {
+        Ok(c) => c,
+        // The request never left: it certainly did not run.
+        Err(e) => return Outcome::Fail(e.to_string()),
+    };
+    match redis::cmd("INCR").arg(REDIS_KEY).query::<i64>(&mut c) {
+        Ok(id) => {
+            *conn = Some(c);
+            Outcome::Ok(id)
+        }
+        Err(e) if !e.is_io_error() && !e.is_timeout() => {
+            // Redis answered with an error (LOADING while it reads its files back, …): it did
+            // not run it.
+            *conn = Some(c);
+            Outcome::Fail(e.to_string())
+        }
+        // Sent, then the connection broke: it may or may not have run.
+        Err(e) => Outcome::Info(e.to_string()),
+    }
+}
+
+fn redis_connect(url: &str) -> redis::RedisResult<redis::Connection> {
     let client = redis::Client::open(url)?;
     let c = client.get_connection_with_timeout(REQUEST_TIMEOUT)?;
     c.set_read_timeout(Some(REQUEST_TIMEOUT))?;
     c.set_write_timeout(Some(REQUEST_TIMEOUT))?;
     Ok(c)
+}
+
+fn postgres_next(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    client: &mut Option<tokio_postgres::Client>,
+) -> Outcome {
+    rt.block_on(async {
+        let c = match client.take() {
+            Some(c) => c,
+            None => match tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                tokio_postgres::connect(url, tokio_postgres::NoTls),
+            )
+            .await
+            {
+                Ok(Ok((c, conn))) => {
+                    tokio::spawn(conn);
+                    c
+                }
+                Ok(Err(e)) => return Outcome::Fail(e.to_string()),
+                Err(_) => return Outcome::Fail("connect timed out".into()),
+            },
+        };
+        let sql = format!("SELECT nextval('{SEQUENCE}')");
+        match tokio::time::timeout(REQUEST_TIMEOUT, c.query_one(&sql, &[])).await {
+            Ok(Ok(row)) => match row.try_get::<_, i64>(0) {
+                Ok(id) => {
+                    *client = Some(c);
+                    Outcome::Ok(id)
+                }
+                Err(e) => Outcome::Info(e.to_string()),
+            },
+            // The server answered with an error (shutting down, in recovery, …): not run.
+            Ok(Err(e)) if e.as_db_error().is_some() => Outcome::Fail(e.to_string()),
+            Ok(Err(e)) => Outcome::Info(e.to_string()),
+            Err(_) => Outcome::Info("timed out".into()),
+        }
+    })
 }

@@ -8,8 +8,8 @@
 //! description = "…"
 //!
 //! [cluster]
-//! system = "redis_incr"       # Redis INCR as the ID source
-//! persistence = "rdb"         # rdb | aof_everysec | aof_always
+//! system = "redis_incr"       # Redis INCR as the ID source (or "postgres_sequence": nextval)
+//! persistence = "rdb"         # Redis: rdb | aof_everysec | aof_always
 //! snapshot_after_s = 3600     # rdb: a snapshot this long after a change
 //!
 //! [clients]
@@ -24,6 +24,7 @@
 use std::time::Duration;
 
 use cluster::RedisPersistence;
+use loadgen::real::{IdRunOptions, IdSystem};
 use serde::Deserialize;
 
 use crate::LoadError;
@@ -38,6 +39,10 @@ pub const NAMED: &[(&str, &str)] = &[
         "redis_incr_always",
         include_str!("../real/redis_incr_always.toml"),
     ),
+    (
+        "postgres_sequence_kill",
+        include_str!("../real/postgres_sequence_kill.toml"),
+    ),
 ];
 
 /// A parsed real-system scenario.
@@ -48,7 +53,7 @@ pub struct RealScenario {
     /// One line on what it shows.
     pub description: String,
     /// The run.
-    pub options: loadgen::real::IncrOptions,
+    pub options: loadgen::real::IdRunOptions,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,7 +70,7 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct ClusterTable {
     system: System,
-    persistence: Persistence,
+    persistence: Option<Persistence>,
     snapshot_after_s: Option<u32>,
 }
 
@@ -73,6 +78,7 @@ struct ClusterTable {
 #[serde(rename_all = "snake_case")]
 enum System {
     RedisIncr,
+    PostgresSequence,
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
@@ -122,23 +128,20 @@ impl RealScenario {
             path: path.to_owned(),
             message,
         };
-        let System::RedisIncr = file.cluster.system;
-        let persistence = match (file.cluster.persistence, file.cluster.snapshot_after_s) {
-            (Persistence::Rdb, Some(after_s)) if after_s > 0 => RedisPersistence::Rdb { after_s },
-            (Persistence::Rdb, _) => {
-                return Err(bad(
-                    "cluster.snapshot_after_s: persistence \"rdb\" needs a positive number of \
-                     seconds"
-                        .into(),
-                ));
+        let system = match file.cluster.system {
+            System::RedisIncr => {
+                IdSystem::RedisIncr(redis_persistence(&file.cluster).map_err(bad)?)
             }
-            (p, Some(_)) => {
-                return Err(bad(format!(
-                    "cluster.snapshot_after_s applies to persistence \"rdb\" only, not {p:?}"
-                )));
+            System::PostgresSequence => {
+                if file.cluster.persistence.is_some() || file.cluster.snapshot_after_s.is_some() {
+                    return Err(bad(
+                        "cluster.persistence and cluster.snapshot_after_s apply to \
+                         system \"redis_incr\" only (PostgreSQL runs with fsync on)"
+                            .into(),
+                    ));
+                }
+                IdSystem::PostgresSequence
             }
-            (Persistence::AofEverysec, None) => RedisPersistence::AofEverysec,
-            (Persistence::AofAlways, None) => RedisPersistence::AofAlways,
         };
         if !(1..=CLIENTS_MAX).contains(&file.clients.count) {
             return Err(bad(format!(
@@ -158,8 +161,8 @@ impl RealScenario {
         Ok(Self {
             name: file.name,
             description: file.description,
-            options: loadgen::real::IncrOptions {
-                persistence,
+            options: IdRunOptions {
+                system,
                 clients: file.clients.count,
                 duration: Duration::from_secs(file.clients.duration_s),
                 kill_every: Duration::from_millis(file.nemesis.kill_every_ms),
@@ -175,6 +178,33 @@ impl RealScenario {
 pub fn is_real_scenario(name: &str) -> bool {
     NAMED.iter().any(|(n, _)| *n == name)
         || std::fs::read_to_string(name).is_ok_and(|t| is_real_text(&t))
+}
+
+/// Redis's persistence from the `[cluster]` table.
+fn redis_persistence(cluster: &ClusterTable) -> Result<RedisPersistence, String> {
+    Ok(match (&cluster.persistence, cluster.snapshot_after_s) {
+        (None, _) => {
+            return Err(
+                "cluster.persistence: system \"redis_incr\" needs one of \"rdb\", \
+                 \"aof_everysec\", \"aof_always\""
+                    .into(),
+            );
+        }
+        (Some(Persistence::Rdb), Some(after_s)) if after_s > 0 => RedisPersistence::Rdb { after_s },
+        (Some(Persistence::Rdb), _) => {
+            return Err(
+                "cluster.snapshot_after_s: persistence \"rdb\" needs a positive number of seconds"
+                    .into(),
+            );
+        }
+        (Some(p), Some(_)) => {
+            return Err(format!(
+                "cluster.snapshot_after_s applies to persistence \"rdb\" only, not {p:?}"
+            ));
+        }
+        (Some(Persistence::AofEverysec), None) => RedisPersistence::AofEverysec,
+        (Some(Persistence::AofAlways), None) => RedisPersistence::AofAlways,
+    })
 }
 
 /// Loads a real-system scenario by name or from a file; `Ok(None)` when `name` is neither.

@@ -23,6 +23,7 @@ fn list_names_every_scenario() {
         "load_mixed",
         "redis_incr_rdb",
         "redis_incr_always",
+        "postgres_sequence_kill",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(name)),

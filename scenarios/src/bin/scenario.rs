@@ -585,16 +585,19 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
         scenario.options.duration = std::time::Duration::from_secs_f64(s);
     }
     let o = &scenario.options;
+    let system = match o.system {
+        loadgen::real::IdSystem::RedisIncr(p) => format!("Redis INCR ({p:?})"),
+        loadgen::real::IdSystem::PostgresSequence => "PostgreSQL nextval (fsync on)".to_owned(),
+    };
     println!(
-        "real {}: Redis INCR ({:?}), {} clients for {:.1} s, kill -9 every {} ms (down {} ms)",
+        "real {}: {system}, {} clients for {:.1} s, kill -9 every {} ms (down {} ms)",
         scenario.name,
-        o.persistence,
         o.clients,
         o.duration.as_secs_f64(),
         o.kill_every.as_millis(),
         o.down_for.as_millis()
     );
-    let run = match loadgen::real::redis_incr_under_kills(o) {
+    let run = match loadgen::real::ids_under_kills(o) {
         Ok(run) => run,
         Err(e) => {
             eprintln!("scenario: {}: {e}", scenario.name);

@@ -1,17 +1,18 @@
-//! Redis `INCR` as an ID source under kill -9, judged from the clients' history: with RDB
+//! Real ID sources under kill -9, judged from the clients' history. Redis `INCR`: with RDB
 //! snapshots only it hands out acknowledged IDs again (duplicates), with `appendfsync always`
-//! it does not. The history goes to Jepsen's EDN and reads back unchanged.
+//! it does not. A PostgreSQL sequence (`nextval`, fsync on): no duplicate. The history goes to
+//! Jepsen's EDN and reads back unchanged.
 
 use std::time::Duration;
 
 use cluster::RedisPersistence;
 use loadgen::history::History;
-use loadgen::real::{IncrOptions, redis_incr_under_kills};
+use loadgen::real::{IdRunOptions, IdSystem, ids_under_kills};
 use reports::model::Verdict;
 
-fn options(persistence: RedisPersistence) -> IncrOptions {
-    IncrOptions {
-        persistence,
+fn options(persistence: RedisPersistence) -> IdRunOptions {
+    IdRunOptions {
+        system: IdSystem::RedisIncr(persistence),
         clients: 4,
         duration: Duration::from_millis(2_500),
         kill_every: Duration::from_millis(600),
@@ -22,7 +23,7 @@ fn options(persistence: RedisPersistence) -> IncrOptions {
 #[test]
 #[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
 fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
-    let run = redis_incr_under_kills(&options(RedisPersistence::Rdb { after_s: 3_600 })).unwrap();
+    let run = ids_under_kills(&options(RedisPersistence::Rdb { after_s: 3_600 })).unwrap();
     assert!(run.kills >= 2, "{} kills", run.kills);
     assert_eq!(run.unique.verdict, Verdict::Violated, "{:?}", run.unique);
     let c = run.history.completions();
@@ -36,7 +37,23 @@ fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
 #[test]
 #[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
 fn redis_with_appendfsync_always_hands_out_no_id_twice_under_kills() {
-    let run = redis_incr_under_kills(&options(RedisPersistence::AofAlways)).unwrap();
+    let run = ids_under_kills(&options(RedisPersistence::AofAlways)).unwrap();
+    assert!(run.kills >= 2, "{} kills", run.kills);
+    assert_eq!(run.unique.verdict, Verdict::Held, "{:?}", run.unique);
+    assert!(run.history.completions().ok > 100);
+}
+
+#[test]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+fn a_postgres_sequence_hands_out_no_id_twice_under_kills() {
+    let run = ids_under_kills(&IdRunOptions {
+        system: IdSystem::PostgresSequence,
+        clients: 4,
+        duration: Duration::from_millis(5_000),
+        kill_every: Duration::from_millis(1_500),
+        down_for: Duration::from_millis(100),
+    })
+    .unwrap();
     assert!(run.kills >= 2, "{} kills", run.kills);
     assert_eq!(run.unique.verdict, Verdict::Held, "{:?}", run.unique);
     assert!(run.history.completions().ok > 100);
