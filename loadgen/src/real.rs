@@ -50,6 +50,9 @@ pub struct IdRun {
     pub kills: u32,
     /// `ids.unique` over the `ok` IDs.
     pub unique: InvariantResult,
+    /// `faults.took_effect`: a kill happened and disturbed at least one request (failed or of
+    /// unknown outcome). A run whose faults touched nothing proves nothing about them.
+    pub took_effect: InvariantResult,
 }
 
 /// The key every Redis client increments.
@@ -194,11 +197,64 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
         IdSystem::PostgresSequence => "postgres-nextval",
     };
     let unique = verify::ids_unique(space, &ids);
+    let took_effect = faults_took_effect(kills, &history);
     Ok(IdRun {
         history,
         kills,
         unique,
+        took_effect,
     })
+}
+
+/// `faults.took_effect` for `kills` kills over `history`.
+#[must_use]
+pub fn faults_took_effect(kills: u32, history: &History) -> InvariantResult {
+    let name = "faults.took_effect";
+    let c = history.completions();
+    let disturbed = c.fail + c.info;
+    let detail = format!("{kills} kills; {disturbed} requests failed or of unknown outcome");
+    if kills > 0 && disturbed > 0 {
+        return InvariantResult {
+            detail: Some(detail),
+            ..InvariantResult::held(name)
+        };
+    }
+    InvariantResult {
+        name: name.to_owned(),
+        verdict: reports::model::Verdict::Violated,
+        seed: None,
+        first_offending_event: None,
+        detail: Some(format!(
+            "{detail}: the nemesis never touched the clients (run longer, or kill more often)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Recorder;
+
+    #[test]
+    fn a_run_whose_kills_touched_no_request_fails_coverage() {
+        let quiet = Recorder::new();
+        quiet.record(0, OpType::Invoke, "generate", None, None);
+        quiet.record(0, OpType::Ok, "generate", Some(1), None);
+        let quiet = quiet.finish();
+        let verdict = |kills, h: &History| faults_took_effect(kills, h).verdict;
+        assert_eq!(verdict(0, &quiet), reports::model::Verdict::Violated);
+        assert_eq!(verdict(3, &quiet), reports::model::Verdict::Violated);
+        let hit = Recorder::new();
+        hit.record(0, OpType::Invoke, "generate", None, None);
+        hit.record(0, OpType::Info, "generate", None, Some("reset".into()));
+        let hit = hit.finish();
+        assert_eq!(
+            verdict(0, &hit),
+            reports::model::Verdict::Violated,
+            "no kill"
+        );
+        assert_eq!(verdict(1, &hit), reports::model::Verdict::Held);
+    }
 }
 
 /// A request's outcome.

@@ -25,6 +25,12 @@ fn options(persistence: RedisPersistence) -> IdRunOptions {
 fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
     let run = ids_under_kills(&options(RedisPersistence::Rdb { after_s: 3_600 })).unwrap();
     assert!(run.kills >= 2, "{} kills", run.kills);
+    assert_eq!(
+        run.took_effect.verdict,
+        Verdict::Held,
+        "{:?}",
+        run.took_effect
+    );
     assert_eq!(run.unique.verdict, Verdict::Violated, "{:?}", run.unique);
     let c = run.history.completions();
     assert!(c.ok > 100, "{c:?}");
@@ -39,6 +45,12 @@ fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
 fn redis_with_appendfsync_always_hands_out_no_id_twice_under_kills() {
     let run = ids_under_kills(&options(RedisPersistence::AofAlways)).unwrap();
     assert!(run.kills >= 2, "{} kills", run.kills);
+    assert_eq!(
+        run.took_effect.verdict,
+        Verdict::Held,
+        "{:?}",
+        run.took_effect
+    );
     assert_eq!(run.unique.verdict, Verdict::Held, "{:?}", run.unique);
     assert!(run.history.completions().ok > 100);
 }
@@ -55,6 +67,12 @@ fn a_postgres_sequence_hands_out_no_id_twice_under_kills() {
     })
     .unwrap();
     assert!(run.kills >= 2, "{} kills", run.kills);
+    assert_eq!(
+        run.took_effect.verdict,
+        Verdict::Held,
+        "{:?}",
+        run.took_effect
+    );
     assert_eq!(run.unique.verdict, Verdict::Held, "{:?}", run.unique);
     assert!(run.history.completions().ok > 100);
 }

@@ -613,20 +613,28 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
         "  kills: {} (each followed by a restart on the same files)",
         run.kills
     );
-    let verdict = match run.unique.verdict {
-        reports::model::Verdict::Violated => "VIOLATED",
-        _ => "held",
-    };
-    println!(
-        "  {:<12} {verdict:<9} {}{}",
-        run.unique.name,
-        run.unique
-            .first_offending_event
-            .as_deref()
-            .map(|f| format!("{f}; "))
-            .unwrap_or_default(),
-        run.unique.detail.as_deref().unwrap_or_default()
-    );
+    let checks = [&run.unique, &run.took_effect];
+    for check in checks {
+        let verdict = match check.verdict {
+            reports::model::Verdict::Violated => "VIOLATED",
+            _ => "held",
+        };
+        println!(
+            "  {:<28} {verdict:<9} {}{}",
+            check.name,
+            check
+                .first_offending_event
+                .as_deref()
+                .map(|f| format!("{f}; "))
+                .unwrap_or_default(),
+            check.detail.as_deref().unwrap_or_default()
+        );
+    }
+    let violated: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.verdict == reports::model::Verdict::Violated)
+        .map(|c| c.name.as_str())
+        .collect();
     if let Some(path) = &args.history_edn {
         if let Err(e) = std::fs::write(path, run.history.to_edn()) {
             eprintln!("scenario: cannot write {}: {e}", path.display());
@@ -643,16 +651,16 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
             "scenario": scenario.name,
             "requests": {"ok": c.ok, "fail": c.fail, "info": c.info},
             "kills": run.kills,
-            "invariants": [run.unique],
-            "passed": run.unique.verdict != reports::model::Verdict::Violated,
+            "invariants": [&run.unique, &run.took_effect],
+            "passed": violated.is_empty(),
         });
         if let Err(e) = std::fs::write(path, format!("{doc:#}\n")) {
             eprintln!("scenario: cannot write {}: {e}", path.display());
             return ExitCode::from(USAGE);
         }
     }
-    if run.unique.verdict == reports::model::Verdict::Violated {
-        println!("FAIL: {}: {} violated", scenario.name, run.unique.name);
+    if !violated.is_empty() {
+        println!("FAIL: {}: {} violated", scenario.name, violated.join(", "));
         ExitCode::from(1)
     } else {
         println!("PASS: {}", scenario.name);
