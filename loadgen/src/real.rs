@@ -230,33 +230,6 @@ pub fn faults_took_effect(kills: u32, history: &History) -> InvariantResult {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::history::Recorder;
-
-    #[test]
-    fn a_run_whose_kills_touched_no_request_fails_coverage() {
-        let quiet = Recorder::new();
-        quiet.record(0, OpType::Invoke, "generate", None, None);
-        quiet.record(0, OpType::Ok, "generate", Some(1), None);
-        let quiet = quiet.finish();
-        let verdict = |kills, h: &History| faults_took_effect(kills, h).verdict;
-        assert_eq!(verdict(0, &quiet), reports::model::Verdict::Violated);
-        assert_eq!(verdict(3, &quiet), reports::model::Verdict::Violated);
-        let hit = Recorder::new();
-        hit.record(0, OpType::Invoke, "generate", None, None);
-        hit.record(0, OpType::Info, "generate", None, Some("reset".into()));
-        let hit = hit.finish();
-        assert_eq!(
-            verdict(0, &hit),
-            reports::model::Verdict::Violated,
-            "no kill"
-        );
-        assert_eq!(verdict(1, &hit), reports::model::Verdict::Held);
-    }
-}
-
 /// A request's outcome.
 enum Outcome {
     Ok(i64),
@@ -373,4 +346,31 @@ fn postgres_next(
             Err(_) => Outcome::Info("timed out".into()),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Recorder;
+
+    #[test]
+    fn a_run_whose_kills_touched_no_request_fails_coverage() {
+        let quiet = Recorder::new();
+        quiet.record(0, OpType::Invoke, "generate", None, None);
+        quiet.record(0, OpType::Ok, "generate", Some(1), None);
+        let quiet = quiet.finish();
+        let verdict = |kills, h: &History| faults_took_effect(kills, h).verdict;
+        assert_eq!(verdict(0, &quiet), reports::model::Verdict::Violated);
+        assert_eq!(verdict(3, &quiet), reports::model::Verdict::Violated);
+        let hit = Recorder::new();
+        hit.record(0, OpType::Invoke, "generate", None, None);
+        hit.record(0, OpType::Info, "generate", None, Some("reset".into()));
+        let hit = hit.finish();
+        assert_eq!(
+            verdict(0, &hit),
+            reports::model::Verdict::Violated,
+            "no kill"
+        );
+        assert_eq!(verdict(1, &hit), reports::model::Verdict::Held);
+    }
 }
