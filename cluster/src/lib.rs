@@ -182,6 +182,59 @@ fn kill_everything_owned() {
     }
 }
 
+/// Sends `signal` (SIGSTOP to pause, SIGCONT to resume) to the process group `child` leads and
+/// to every descendant of `child` in other groups (a PostgreSQL backend makes itself a group
+/// leader). Stopping goes parent first (no new children meanwhile), resuming children first.
+fn signal_group(child: &Child, signal: Signal, what: &str) -> Result<(), ClusterError> {
+    let pid = i32::try_from(child.id()).map_err(|_| ClusterError::Command {
+        what: format!("{signal} {what}"),
+        detail: format!("pid {} out of range", child.id()),
+    })?;
+    let failed = |e: nix::errno::Errno| ClusterError::Io {
+        what: format!("{signal} {what} (process group {pid})"),
+        source: e.into(),
+    };
+    if signal == Signal::SIGSTOP {
+        killpg(Pid::from_raw(pid), signal).map_err(failed)?;
+    }
+    for descendant in descendants(pid) {
+        // One that exited meanwhile is fine.
+        let _ = nix::sys::signal::kill(Pid::from_raw(descendant), signal);
+    }
+    if signal != Signal::SIGSTOP {
+        killpg(Pid::from_raw(pid), signal).map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// Every process below `pid` (from `/proc`), children before grandchildren.
+fn descendants(pid: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter_map(|p| Some((p, parent_of(p)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let of = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == of).map(|(p, _)| *p));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The parent pid in `/proc/PID/stat` (the field after the parenthesised command name).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// SIGKILLs the process group `child` leads, reaps the leader and waits (up to 5 s) until no
 /// member is left.
 fn kill_group(child: &mut Child, what: &str) -> Result<(), ClusterError> {

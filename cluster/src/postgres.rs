@@ -210,6 +210,33 @@ impl Postgres {
         })
     }
 
+    /// Pauses the server (SIGSTOP to its process group): it keeps its connections and its
+    /// memory, and answers nothing until [`Self::resume`].
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn pause(&self) -> Result<(), ClusterError> {
+        match &self.server {
+            Some(child) => {
+                crate::signal_group(child, nix::sys::signal::Signal::SIGSTOP, "postgres")
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn resume(&self) -> Result<(), ClusterError> {
+        match &self.server {
+            Some(child) => {
+                crate::signal_group(child, nix::sys::signal::Signal::SIGCONT, "postgres")
+            }
+            None => Ok(()),
+        }
+    }
+
     /// SIGKILLs the postmaster and every backend (one process group) and waits for them.
     ///
     /// # Errors

@@ -135,6 +135,33 @@ impl Redis {
         self.starts
     }
 
+    /// Pauses the server (SIGSTOP to its process group): it keeps its connections and its
+    /// memory, and answers nothing until [`Self::resume`].
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn pause(&self) -> Result<(), ClusterError> {
+        match &self.server {
+            Some(child) => {
+                crate::signal_group(child, nix::sys::signal::Signal::SIGSTOP, "redis-server")
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn resume(&self) -> Result<(), ClusterError> {
+        match &self.server {
+            Some(child) => {
+                crate::signal_group(child, nix::sys::signal::Signal::SIGCONT, "redis-server")
+            }
+            None => Ok(()),
+        }
+    }
+
     /// SIGKILLs the server and waits for it.
     ///
     /// # Errors

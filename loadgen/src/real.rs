@@ -1,6 +1,6 @@
 //! Real systems nobody here wrote, as ID sources under faults: Redis `INCR` with its persistence
 //! set as asked, or a PostgreSQL sequence (`nextval`, fsync on), killed with SIGKILL and restarted
-//! on the same files while clients keep asking for IDs. Every request is recorded
+//! on the same files, or paused with SIGSTOP and resumed, while clients keep asking for IDs. Every request is recorded
 //! ([`crate::history`]): `ok` with the ID, `fail` when it certainly did not run (no connection,
 //! or the server answered with an error), `info` when the outcome is unknown (the connection
 //! broke after the request left). `ids.unique` then judges the `ok` IDs: an ID handed out twice
@@ -26,18 +26,29 @@ pub enum IdSystem {
     PostgresSequence,
 }
 
-/// A run of an ID source under kills.
+/// What the nemesis does to the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL, then a restart on the same files after `down_for`.
+    Kill,
+    /// SIGSTOP, then SIGCONT after `down_for`: connections stay open, nothing is answered.
+    Pause,
+}
+
+/// A run of an ID source under faults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdRunOptions {
     /// The system.
     pub system: IdSystem,
+    /// The nemesis's fault.
+    pub fault: Fault,
     /// Client threads, one request at a time each.
     pub clients: u64,
     /// How long the clients run.
     pub duration: Duration,
-    /// Time between the end of one crash and the next kill.
-    pub kill_every: Duration,
-    /// How long the system stays down after a kill.
+    /// Time between the end of one fault and the next.
+    pub every: Duration,
+    /// How long each fault lasts (down after a kill, stopped by a pause).
     pub down_for: Duration,
 }
 
@@ -46,12 +57,13 @@ pub struct IdRunOptions {
 pub struct IdRun {
     /// Every request and its outcome.
     pub history: History,
-    /// Kills (each followed by a restart).
-    pub kills: u32,
+    /// Faults injected (each followed by a restart or a resume).
+    pub faults: u32,
     /// `ids.unique` over the `ok` IDs.
     pub unique: InvariantResult,
-    /// `faults.took_effect`: a kill happened and disturbed at least one request (failed or of
-    /// unknown outcome). A run whose faults touched nothing proves nothing about them.
+    /// `faults.took_effect`: a fault happened and disturbed at least one request (failed, of
+    /// unknown outcome, or held up for at least half the fault). A run whose faults touched
+    /// nothing proves nothing about them.
     pub took_effect: InvariantResult,
 }
 
@@ -86,17 +98,23 @@ impl Server {
         }
     }
 
-    fn kill9(&mut self) -> Result<(), ClusterError> {
-        match self {
-            Self::Redis(r) => r.kill9(),
-            Self::Postgres(p) => p.kill9(),
+    /// Begins `fault`.
+    fn inject(&mut self, fault: Fault) -> Result<(), ClusterError> {
+        match (self, fault) {
+            (Self::Redis(r), Fault::Kill) => r.kill9(),
+            (Self::Postgres(p), Fault::Kill) => p.kill9(),
+            (Self::Redis(r), Fault::Pause) => r.pause(),
+            (Self::Postgres(p), Fault::Pause) => p.pause(),
         }
     }
 
-    fn restart(&mut self) -> Result<(), ClusterError> {
-        match self {
-            Self::Redis(r) => r.restart(),
-            Self::Postgres(p) => p.restart(),
+    /// Ends `fault`: a restart on the same files, or a resume.
+    fn heal(&mut self, fault: Fault) -> Result<(), ClusterError> {
+        match (self, fault) {
+            (Self::Redis(r), Fault::Kill) => r.restart(),
+            (Self::Postgres(p), Fault::Kill) => p.restart(),
+            (Self::Redis(r), Fault::Pause) => r.resume(),
+            (Self::Postgres(p), Fault::Pause) => p.resume(),
         }
     }
 }
@@ -130,8 +148,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
         })
 }
 
-/// Runs the clients against a fresh system and kills it every `kill_every` (see the module
-/// docs).
+/// Runs the clients against a fresh system and injects `fault` every `every` for `down_for`
+/// (see the module docs).
 ///
 /// # Errors
 /// The system could not be started or restarted.
@@ -161,17 +179,17 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
         })
         .collect();
     let ends = Instant::now() + opts.duration;
-    let mut kills = 0;
+    let mut faults = 0;
     let mut result = Ok(());
-    while Instant::now() + opts.kill_every < ends {
-        thread::sleep(opts.kill_every);
-        if let Err(e) = server.kill9() {
+    while Instant::now() + opts.every < ends {
+        thread::sleep(opts.every);
+        if let Err(e) = server.inject(opts.fault) {
             result = Err(e);
             break;
         }
-        kills += 1;
+        faults += 1;
         thread::sleep(opts.down_for);
-        if let Err(e) = server.restart() {
+        if let Err(e) = server.heal(opts.fault) {
             result = Err(e);
             break;
         }
@@ -197,23 +215,48 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
         IdSystem::PostgresSequence => "postgres-nextval",
     };
     let unique = verify::ids_unique(space, &ids);
-    let took_effect = faults_took_effect(kills, &history);
+    let took_effect = faults_took_effect(faults, opts.down_for / 2, &history);
     Ok(IdRun {
         history,
-        kills,
+        faults,
         unique,
         took_effect,
     })
 }
 
-/// `faults.took_effect` for `kills` kills over `history`.
+/// Requests that failed, ended unknown, or took at least `held_up` from invoke to completion.
+fn disturbed(history: &History, held_up: Duration) -> u64 {
+    let held_up_ns = u64::try_from(held_up.as_nanos()).unwrap_or(u64::MAX);
+    let mut invoked = std::collections::BTreeMap::new();
+    let mut n = 0;
+    for op in &history.ops {
+        match op.op_type {
+            OpType::Invoke => {
+                invoked.insert(op.process, op.time_ns);
+            }
+            OpType::Fail | OpType::Info => n += 1,
+            OpType::Ok => {
+                let since = invoked.get(&op.process).copied().unwrap_or(op.time_ns);
+                if op.time_ns.saturating_sub(since) >= held_up_ns {
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+/// `faults.took_effect` for `faults` faults over `history`; a request held up `held_up` or more
+/// counts as disturbed.
 #[must_use]
-pub fn faults_took_effect(kills: u32, history: &History) -> InvariantResult {
+pub fn faults_took_effect(faults: u32, held_up: Duration, history: &History) -> InvariantResult {
     let name = "faults.took_effect";
-    let c = history.completions();
-    let disturbed = c.fail + c.info;
-    let detail = format!("{kills} kills; {disturbed} requests failed or of unknown outcome");
-    if kills > 0 && disturbed > 0 {
+    let disturbed = disturbed(history, held_up);
+    let detail = format!(
+        "{faults} faults; {disturbed} requests failed, of unknown outcome or held up {} ms or more",
+        held_up.as_millis()
+    );
+    if faults > 0 && disturbed > 0 {
         return InvariantResult {
             detail: Some(detail),
             ..InvariantResult::held(name)
@@ -354,12 +397,13 @@ mod tests {
     use crate::history::Recorder;
 
     #[test]
-    fn a_run_whose_kills_touched_no_request_fails_coverage() {
+    fn a_run_whose_faults_touched_no_request_fails_coverage() {
         let quiet = Recorder::new();
         quiet.record(0, OpType::Invoke, "generate", None, None);
         quiet.record(0, OpType::Ok, "generate", Some(1), None);
         let quiet = quiet.finish();
-        let verdict = |kills, h: &History| faults_took_effect(kills, h).verdict;
+        let verdict =
+            |faults, h: &History| faults_took_effect(faults, Duration::from_millis(100), h).verdict;
         assert_eq!(verdict(0, &quiet), reports::model::Verdict::Violated);
         assert_eq!(verdict(3, &quiet), reports::model::Verdict::Violated);
         let hit = Recorder::new();
@@ -369,8 +413,29 @@ mod tests {
         assert_eq!(
             verdict(0, &hit),
             reports::model::Verdict::Violated,
-            "no kill"
+            "no fault"
         );
         assert_eq!(verdict(1, &hit), reports::model::Verdict::Held);
+        // A request held up by a pause counts; a quick one does not.
+        let slow = History {
+            ops: vec![op(0, OpType::Invoke, 0), op(1, OpType::Ok, 150_000_000)],
+        };
+        let quick = History {
+            ops: vec![op(0, OpType::Invoke, 0), op(1, OpType::Ok, 50_000_000)],
+        };
+        assert_eq!(verdict(1, &slow), reports::model::Verdict::Held);
+        assert_eq!(verdict(1, &quick), reports::model::Verdict::Violated);
+    }
+
+    fn op(index: u64, op_type: OpType, time_ns: u64) -> crate::history::Op {
+        crate::history::Op {
+            index,
+            process: 0,
+            op_type,
+            f: "generate".into(),
+            value: (op_type == OpType::Ok).then_some(1),
+            time_ns,
+            error: None,
+        }
     }
 }

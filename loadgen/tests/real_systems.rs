@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use cluster::RedisPersistence;
 use loadgen::history::History;
-use loadgen::real::{IdRunOptions, IdSystem, ids_under_kills};
+use loadgen::real::{Fault, IdRunOptions, IdSystem, ids_under_kills};
 use reports::model::Verdict;
 
 fn options(persistence: RedisPersistence) -> IdRunOptions {
     IdRunOptions {
         system: IdSystem::RedisIncr(persistence),
+        fault: Fault::Kill,
         clients: 4,
         duration: Duration::from_millis(2_500),
-        kill_every: Duration::from_millis(600),
+        every: Duration::from_millis(600),
         down_for: Duration::from_millis(100),
     }
 }
@@ -24,7 +25,7 @@ fn options(persistence: RedisPersistence) -> IdRunOptions {
 #[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
 fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
     let run = ids_under_kills(&options(RedisPersistence::Rdb { after_s: 3_600 })).unwrap();
-    assert!(run.kills >= 2, "{} kills", run.kills);
+    assert!(run.faults >= 2, "{} faults", run.faults);
     assert_eq!(
         run.took_effect.verdict,
         Verdict::Held,
@@ -44,7 +45,7 @@ fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
 #[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
 fn redis_with_appendfsync_always_hands_out_no_id_twice_under_kills() {
     let run = ids_under_kills(&options(RedisPersistence::AofAlways)).unwrap();
-    assert!(run.kills >= 2, "{} kills", run.kills);
+    assert!(run.faults >= 2, "{} faults", run.faults);
     assert_eq!(
         run.took_effect.verdict,
         Verdict::Held,
@@ -60,13 +61,14 @@ fn redis_with_appendfsync_always_hands_out_no_id_twice_under_kills() {
 fn a_postgres_sequence_hands_out_no_id_twice_under_kills() {
     let run = ids_under_kills(&IdRunOptions {
         system: IdSystem::PostgresSequence,
+        fault: Fault::Kill,
         clients: 4,
         duration: Duration::from_millis(5_000),
-        kill_every: Duration::from_millis(1_500),
+        every: Duration::from_millis(1_500),
         down_for: Duration::from_millis(100),
     })
     .unwrap();
-    assert!(run.kills >= 2, "{} kills", run.kills);
+    assert!(run.faults >= 2, "{} faults", run.faults);
     assert_eq!(
         run.took_effect.verdict,
         Verdict::Held,

@@ -17,14 +17,16 @@
 //! duration_s = 8
 //!
 //! [nemesis]
-//! kill_every_ms = 1500        # SIGKILL, then a restart on the same files
-//! down_ms = 200
+//! fault = "kill"              # kill: SIGKILL, then a restart on the same files
+//!                             # pause: SIGSTOP, then SIGCONT
+//! every_ms = 1500             # time between the end of one fault and the next
+//! down_ms = 200               # how long each fault lasts
 //! ```
 
 use std::time::Duration;
 
 use cluster::RedisPersistence;
-use loadgen::real::{IdRunOptions, IdSystem};
+use loadgen::real::{Fault, IdRunOptions, IdSystem};
 use serde::Deserialize;
 
 use crate::LoadError;
@@ -42,6 +44,10 @@ pub const NAMED: &[(&str, &str)] = &[
     (
         "postgres_sequence_kill",
         include_str!("../real/postgres_sequence_kill.toml"),
+    ),
+    (
+        "postgres_sequence_pause",
+        include_str!("../real/postgres_sequence_pause.toml"),
     ),
 ];
 
@@ -99,8 +105,16 @@ struct ClientsTable {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NemesisTable {
-    kill_every_ms: u64,
+    fault: FaultKind,
+    every_ms: u64,
     down_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FaultKind {
+    Kill,
+    Pause,
 }
 
 /// Most clients of one run.
@@ -155,17 +169,24 @@ impl RealScenario {
                 file.clients.duration_s
             )));
         }
-        if file.nemesis.kill_every_ms == 0 {
-            return Err(bad("nemesis.kill_every_ms must be positive".into()));
+        if file.nemesis.every_ms == 0 {
+            return Err(bad("nemesis.every_ms must be positive".into()));
+        }
+        if file.nemesis.down_ms == 0 {
+            return Err(bad("nemesis.down_ms must be positive".into()));
         }
         Ok(Self {
             name: file.name,
             description: file.description,
             options: IdRunOptions {
                 system,
+                fault: match file.nemesis.fault {
+                    FaultKind::Kill => Fault::Kill,
+                    FaultKind::Pause => Fault::Pause,
+                },
                 clients: file.clients.count,
                 duration: Duration::from_secs(file.clients.duration_s),
-                kill_every: Duration::from_millis(file.nemesis.kill_every_ms),
+                every: Duration::from_millis(file.nemesis.every_ms),
                 down_for: Duration::from_millis(file.nemesis.down_ms),
             },
         })
@@ -256,11 +277,6 @@ mod tests {
                 "persistence = \"rdb\"",
                 "persistence = \"aof_always\"",
                 "applies to persistence \"rdb\" only",
-            ),
-            (
-                "kill_every_ms = 1500",
-                "kill_every_ms = 0",
-                "nemesis.kill_every_ms",
             ),
             ("down_ms = 200", "down_ms = 200\nextra = 1", "unknown field"),
             (

@@ -24,6 +24,7 @@ fn list_names_every_scenario() {
         "redis_incr_rdb",
         "redis_incr_always",
         "postgres_sequence_kill",
+        "postgres_sequence_pause",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(name)),

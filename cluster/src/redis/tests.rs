@@ -71,3 +71,30 @@ fn a_missing_binary_is_a_clear_error() {
         "{message}"
     );
 }
+
+#[test]
+#[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
+fn a_paused_server_answers_nothing_until_resumed() {
+    let redis = Redis::start(RedisPersistence::AofAlways).unwrap();
+    let mut conn = connect(&redis);
+    assert_eq!(incr(&mut conn, "k"), 1);
+    redis.pause().unwrap();
+    conn.get_mut()
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    conn.get_mut()
+        .write_all(b"*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n")
+        .unwrap();
+    let mut line = String::new();
+    assert!(
+        conn.read_line(&mut line).is_err(),
+        "answered while paused: {line:?}"
+    );
+    redis.resume().unwrap();
+    conn.get_mut()
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    line.clear();
+    conn.read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), ":2", "the request waited, then ran");
+}

@@ -589,12 +589,16 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
         loadgen::real::IdSystem::RedisIncr(p) => format!("Redis INCR ({p:?})"),
         loadgen::real::IdSystem::PostgresSequence => "PostgreSQL nextval (fsync on)".to_owned(),
     };
+    let fault = match o.fault {
+        loadgen::real::Fault::Kill => "kill -9",
+        loadgen::real::Fault::Pause => "SIGSTOP",
+    };
     println!(
-        "real {}: {system}, {} clients for {:.1} s, kill -9 every {} ms (down {} ms)",
+        "real {}: {system}, {} clients for {:.1} s, {fault} every {} ms for {} ms",
         scenario.name,
         o.clients,
         o.duration.as_secs_f64(),
-        o.kill_every.as_millis(),
+        o.every.as_millis(),
         o.down_for.as_millis()
     );
     let run = match loadgen::real::ids_under_kills(o) {
@@ -609,10 +613,11 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
         "  requests: {} ok, {} failed (certainly not run), {} unknown outcome (info)",
         c.ok, c.fail, c.info
     );
-    println!(
-        "  kills: {} (each followed by a restart on the same files)",
-        run.kills
-    );
+    let healed = match o.fault {
+        loadgen::real::Fault::Kill => "a restart on the same files",
+        loadgen::real::Fault::Pause => "SIGCONT",
+    };
+    println!("  faults: {} (each followed by {healed})", run.faults);
     let checks = [&run.unique, &run.took_effect];
     for check in checks {
         let verdict = match check.verdict {
@@ -650,7 +655,7 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
         let doc = serde_json::json!({
             "scenario": scenario.name,
             "requests": {"ok": c.ok, "fail": c.fail, "info": c.info},
-            "kills": run.kills,
+            "faults": run.faults,
             "invariants": [&run.unique, &run.took_effect],
             "passed": violated.is_empty(),
         });
