@@ -33,6 +33,9 @@ pub enum Fault {
     Kill,
     /// SIGSTOP, then SIGCONT after `down_for`: connections stay open, nothing is answered.
     Pause,
+    /// The clients reach the system through a fault proxy ([`cluster::Proxy`]) that black-holes
+    /// every byte for `down_for`: connections stay open, requests and answers vanish.
+    Partition,
 }
 
 /// A run of an ID source under faults.
@@ -65,6 +68,8 @@ pub struct IdRun {
     /// unknown outcome, or held up for at least half the fault). A run whose faults touched
     /// nothing proves nothing about them.
     pub took_effect: InvariantResult,
+    /// What the fault proxy did (partition runs).
+    pub proxy: Option<cluster::ProxyEffects>,
 }
 
 /// The key every Redis client increments.
@@ -81,41 +86,66 @@ enum Server {
 }
 
 impl Server {
-    fn start(system: IdSystem) -> Result<(Self, String), ClusterError> {
+    fn start(system: IdSystem) -> Result<Self, ClusterError> {
         match system {
-            IdSystem::RedisIncr(persistence) => {
-                let redis = Redis::start(persistence)?;
-                let url = redis.url();
-                Ok((Self::Redis(redis), url))
-            }
+            IdSystem::RedisIncr(persistence) => Ok(Self::Redis(Redis::start(persistence)?)),
             IdSystem::PostgresSequence => {
                 let pg = Postgres::start()?;
                 pg.create_database("bench")?;
-                let url = pg.url_for("bench");
-                create_sequence(&url)?;
-                Ok((Self::Postgres(pg), url))
+                create_sequence(&client_url(system, pg.port()))?;
+                Ok(Self::Postgres(pg))
             }
         }
     }
 
-    /// Begins `fault`.
-    fn inject(&mut self, fault: Fault) -> Result<(), ClusterError> {
+    const fn port(&self) -> u16 {
+        match self {
+            Self::Redis(r) => r.port(),
+            Self::Postgres(p) => p.port(),
+        }
+    }
+
+    /// Begins `fault` (a partition is the proxy's business).
+    fn inject(&mut self, fault: Fault, proxy: Option<&cluster::Proxy>) -> Result<(), ClusterError> {
         match (self, fault) {
             (Self::Redis(r), Fault::Kill) => r.kill9(),
             (Self::Postgres(p), Fault::Kill) => p.kill9(),
             (Self::Redis(r), Fault::Pause) => r.pause(),
             (Self::Postgres(p), Fault::Pause) => p.pause(),
+            (_, Fault::Partition) => {
+                if let Some(proxy) = proxy {
+                    proxy.set(cluster::LinkFault::Blackhole);
+                }
+                Ok(())
+            }
         }
     }
 
-    /// Ends `fault`: a restart on the same files, or a resume.
-    fn heal(&mut self, fault: Fault) -> Result<(), ClusterError> {
+    /// Ends `fault`: a restart on the same files, a resume, or the link healed.
+    fn heal(&mut self, fault: Fault, proxy: Option<&cluster::Proxy>) -> Result<(), ClusterError> {
         match (self, fault) {
             (Self::Redis(r), Fault::Kill) => r.restart(),
             (Self::Postgres(p), Fault::Kill) => p.restart(),
             (Self::Redis(r), Fault::Pause) => r.resume(),
             (Self::Postgres(p), Fault::Pause) => p.resume(),
+            (_, Fault::Partition) => {
+                if let Some(proxy) = proxy {
+                    proxy.set(cluster::LinkFault::None);
+                }
+                Ok(())
+            }
         }
+    }
+}
+
+/// Where a client of `system` listening on `port` connects.
+fn client_url(system: IdSystem, port: u16) -> String {
+    match system {
+        IdSystem::RedisIncr(_) => format!("redis://127.0.0.1:{port}/"),
+        IdSystem::PostgresSequence => format!(
+            "postgres://{}@127.0.0.1:{port}/bench?connect_timeout=2",
+            cluster::PG_USER
+        ),
     }
 }
 
@@ -154,7 +184,19 @@ fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
 /// # Errors
 /// The system could not be started or restarted.
 pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
-    let (mut server, url) = Server::start(opts.system)?;
+    let mut server = Server::start(opts.system)?;
+    // A partition needs a link to cut: the clients go through a fault proxy.
+    let proxy = match opts.fault {
+        Fault::Partition => Some(cluster::Proxy::start(
+            std::net::SocketAddr::from(([127, 0, 0, 1], server.port())),
+            1,
+        )?),
+        Fault::Kill | Fault::Pause => None,
+    };
+    let url = client_url(
+        opts.system,
+        proxy.as_ref().map_or(server.port(), |p| p.addr().port()),
+    );
     let recorder = Arc::new(Recorder::new());
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..opts.clients)
@@ -183,13 +225,13 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
     let mut result = Ok(());
     while Instant::now() + opts.every < ends {
         thread::sleep(opts.every);
-        if let Err(e) = server.inject(opts.fault) {
+        if let Err(e) = server.inject(opts.fault, proxy.as_ref()) {
             result = Err(e);
             break;
         }
         faults += 1;
         thread::sleep(opts.down_for);
-        if let Err(e) = server.heal(opts.fault) {
+        if let Err(e) = server.heal(opts.fault, proxy.as_ref()) {
             result = Err(e);
             break;
         }
@@ -221,6 +263,7 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
         faults,
         unique,
         took_effect,
+        proxy: proxy.as_ref().map(cluster::Proxy::effects),
     })
 }
 

@@ -19,6 +19,7 @@
 //! [nemesis]
 //! fault = "kill"              # kill: SIGKILL, then a restart on the same files
 //!                             # pause: SIGSTOP, then SIGCONT
+//!                             # partition: the clients' link black-holed (a fault proxy)
 //! every_ms = 1500             # time between the end of one fault and the next
 //! down_ms = 200               # how long each fault lasts
 //! ```
@@ -48,6 +49,10 @@ pub const NAMED: &[(&str, &str)] = &[
     (
         "postgres_sequence_pause",
         include_str!("../real/postgres_sequence_pause.toml"),
+    ),
+    (
+        "redis_incr_partition",
+        include_str!("../real/redis_incr_partition.toml"),
     ),
 ];
 
@@ -115,6 +120,7 @@ struct NemesisTable {
 enum FaultKind {
     Kill,
     Pause,
+    Partition,
 }
 
 /// Most clients of one run.
@@ -183,6 +189,7 @@ impl RealScenario {
                 fault: match file.nemesis.fault {
                     FaultKind::Kill => Fault::Kill,
                     FaultKind::Pause => Fault::Pause,
+                    FaultKind::Partition => Fault::Partition,
                 },
                 clients: file.clients.count,
                 duration: Duration::from_secs(file.clients.duration_s),

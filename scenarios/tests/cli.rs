@@ -25,6 +25,7 @@ fn list_names_every_scenario() {
         "redis_incr_always",
         "postgres_sequence_kill",
         "postgres_sequence_pause",
+        "redis_incr_partition",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(name)),

@@ -592,6 +592,7 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
     let fault = match o.fault {
         loadgen::real::Fault::Kill => "kill -9",
         loadgen::real::Fault::Pause => "SIGSTOP",
+        loadgen::real::Fault::Partition => "a black-holed link",
     };
     println!(
         "real {}: {system}, {} clients for {:.1} s, {fault} every {} ms for {} ms",
@@ -616,8 +617,15 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
     let healed = match o.fault {
         loadgen::real::Fault::Kill => "a restart on the same files",
         loadgen::real::Fault::Pause => "SIGCONT",
+        loadgen::real::Fault::Partition => "the link healed",
     };
     println!("  faults: {} (each followed by {healed})", run.faults);
+    if let Some(p) = &run.proxy {
+        println!(
+            "  proxy: {} connections, {} bytes up, {} down, {} bytes swallowed",
+            p.connections, p.bytes_up, p.bytes_down, p.dropped_bytes
+        );
+    }
     let checks = [&run.unique, &run.took_effect];
     for check in checks {
         let verdict = match check.verdict {
