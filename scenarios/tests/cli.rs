@@ -525,7 +525,7 @@ fn a_real_system_run_refuses_flags_that_do_not_apply_and_bad_files_name_the_fiel
         &path,
         "name = \"r\"\ndescription = \"d\"\n[cluster]\nsystem = \"redis_incr\"\n\
          persistence = \"rdb\"\n[clients]\ncount = 2\nduration_s = 1\n\
-         [nemesis]\nkill_every_ms = 100\ndown_ms = 10\n",
+         [nemesis]\nfault = \"kill\"\nevery_ms = 100\ndown_ms = 10\n",
     )
     .expect("write");
     let out = scenario().arg(&path).output().expect("run");
