@@ -25,7 +25,7 @@ fn options(persistence: RedisPersistence) -> IdRunOptions {
 #[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
 fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
     let run = ids_under_kills(&options(RedisPersistence::Rdb { after_s: 3_600 })).unwrap();
-    assert!(run.faults >= 2, "{} faults", run.faults);
+    assert!(run.faults >= 1, "{} faults", run.faults);
     assert_eq!(
         run.took_effect.verdict,
         Verdict::Held,
@@ -45,7 +45,7 @@ fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
 #[cfg_attr(not(has_redis), ignore = "redis-server not installed")]
 fn redis_with_appendfsync_always_hands_out_no_id_twice_under_kills() {
     let run = ids_under_kills(&options(RedisPersistence::AofAlways)).unwrap();
-    assert!(run.faults >= 2, "{} faults", run.faults);
+    assert!(run.faults >= 1, "{} faults", run.faults);
     assert_eq!(
         run.took_effect.verdict,
         Verdict::Held,
