@@ -182,6 +182,37 @@ fn kill_everything_owned() {
     }
 }
 
+/// Pauses (`stop`) or resumes the server process `child`, if one runs (see [`signal_group`]).
+fn pause_or_resume(child: Option<&Child>, stop: bool, what: &str) -> Result<(), ClusterError> {
+    let signal = if stop {
+        Signal::SIGSTOP
+    } else {
+        Signal::SIGCONT
+    };
+    child.map_or(Ok(()), |child| signal_group(child, signal, what))
+}
+
+/// Starts a server with `spawn_and_wait` on `port`, or on a free one when `port` is 0; a start
+/// that fails (the port taken meanwhile, among others) is tried again on a fresh port, three
+/// times in all.
+fn start_on_free_port<S>(
+    server: &mut S,
+    port: fn(&mut S) -> &mut u16,
+    spawn_and_wait: fn(&mut S) -> Result<(), ClusterError>,
+) -> Result<(), ClusterError> {
+    let mut last = None;
+    for attempt in 0..3 {
+        if attempt > 0 || *port(server) == 0 {
+            *port(server) = free_port()?;
+        }
+        match spawn_and_wait(server) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("three attempts were made"))
+}
+
 /// Sends `signal` (SIGSTOP to pause, SIGCONT to resume) to the process group `child` leads and
 /// to every descendant of `child` in other groups (a PostgreSQL backend makes itself a group
 /// leader). Stopping goes parent first (no new children meanwhile), resuming children first.

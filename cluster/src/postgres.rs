@@ -216,12 +216,7 @@ impl Postgres {
     /// # Errors
     /// The signal could not be sent.
     pub fn pause(&self) -> Result<(), ClusterError> {
-        match &self.server {
-            Some(child) => {
-                crate::signal_group(child, nix::sys::signal::Signal::SIGSTOP, "postgres")
-            }
-            None => Ok(()),
-        }
+        crate::pause_or_resume(self.server.as_ref(), true, "postgres")
     }
 
     /// Resumes a paused server (SIGCONT).
@@ -229,12 +224,7 @@ impl Postgres {
     /// # Errors
     /// The signal could not be sent.
     pub fn resume(&self) -> Result<(), ClusterError> {
-        match &self.server {
-            Some(child) => {
-                crate::signal_group(child, nix::sys::signal::Signal::SIGCONT, "postgres")
-            }
-            None => Ok(()),
-        }
+        crate::pause_or_resume(self.server.as_ref(), false, "postgres")
     }
 
     /// SIGKILLs the postmaster and every backend (one process group) and waits for them.
@@ -290,20 +280,9 @@ impl Postgres {
     }
 
     fn start_server(&mut self) -> Result<(), ClusterError> {
-        let mut last = None;
-        for attempt in 0..3 {
-            if attempt > 0 || self.port == 0 {
-                self.port = free_port()?;
-            }
-            match self.spawn_and_wait() {
-                Ok(()) => {
-                    self.starts += 1;
-                    return Ok(());
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or(ClusterError::PostgresMissing))
+        crate::start_on_free_port(self, |s| &mut s.port, Self::spawn_and_wait)?;
+        self.starts += 1;
+        Ok(())
     }
 
     fn spawn_and_wait(&mut self) -> Result<(), ClusterError> {

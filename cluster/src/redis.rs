@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{ClusterError, free_port, io, kill_group, own_dir, tail};
+use crate::{ClusterError, io, kill_group, own_dir, tail};
 
 /// How long a start may take before it is an error.
 pub const REDIS_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -141,12 +141,7 @@ impl Redis {
     /// # Errors
     /// The signal could not be sent.
     pub fn pause(&self) -> Result<(), ClusterError> {
-        match &self.server {
-            Some(child) => {
-                crate::signal_group(child, nix::sys::signal::Signal::SIGSTOP, "redis-server")
-            }
-            None => Ok(()),
-        }
+        crate::pause_or_resume(self.server.as_ref(), true, "redis-server")
     }
 
     /// Resumes a paused server (SIGCONT).
@@ -154,12 +149,7 @@ impl Redis {
     /// # Errors
     /// The signal could not be sent.
     pub fn resume(&self) -> Result<(), ClusterError> {
-        match &self.server {
-            Some(child) => {
-                crate::signal_group(child, nix::sys::signal::Signal::SIGCONT, "redis-server")
-            }
-            None => Ok(()),
-        }
+        crate::pause_or_resume(self.server.as_ref(), false, "redis-server")
     }
 
     /// SIGKILLs the server and waits for it.
@@ -184,20 +174,9 @@ impl Redis {
     }
 
     fn start_server(&mut self) -> Result<(), ClusterError> {
-        let mut last = None;
-        for attempt in 0..3 {
-            if attempt > 0 || self.port == 0 {
-                self.port = free_port()?;
-            }
-            match self.spawn_and_wait() {
-                Ok(()) => {
-                    self.starts += 1;
-                    return Ok(());
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or(ClusterError::RedisMissing))
+        crate::start_on_free_port(self, |s| &mut s.port, Self::spawn_and_wait)?;
+        self.starts += 1;
+        Ok(())
     }
 
     fn spawn_and_wait(&mut self) -> Result<(), ClusterError> {

@@ -78,6 +78,21 @@ pub fn load_scenario(name: &str) -> Result<Option<loadfile::LoadScenario>, LoadE
             text,
         )?));
     }
+    match read_file_of_kind(name, loadfile::is_load_text)? {
+        Some(text) => Ok(Some(loadfile::LoadScenario::parse(name, &text)?)),
+        None => Ok(None),
+    }
+}
+
+/// The text of the file `name` when it is a scenario file of the kind `is_kind` recognises;
+/// `Ok(None)` when there is no such file or it is of another kind.
+///
+/// # Errors
+/// The file exists and cannot be read.
+pub(crate) fn read_file_of_kind(
+    name: &str,
+    is_kind: fn(&str) -> bool,
+) -> Result<Option<String>, LoadError> {
     let path = std::path::Path::new(name);
     if !path.is_file() {
         return Ok(None);
@@ -86,10 +101,7 @@ pub fn load_scenario(name: &str) -> Result<Option<loadfile::LoadScenario>, LoadE
         path: name.to_owned(),
         source,
     })?;
-    if !loadfile::is_load_text(&text) {
-        return Ok(None);
-    }
-    Ok(Some(loadfile::LoadScenario::parse(name, &text)?))
+    Ok(is_kind(&text).then_some(text))
 }
 
 /// Results the gate runs besides the named simulations: the model checks, the known-flaws

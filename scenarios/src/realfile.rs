@@ -243,18 +243,10 @@ pub fn load(name: &str) -> Result<Option<RealScenario>, LoadError> {
     if let Some((n, text)) = NAMED.iter().find(|(n, _)| *n == name) {
         return RealScenario::parse(&format!("scenarios/real/{n}.toml"), text).map(Some);
     }
-    let path = std::path::Path::new(name);
-    if !path.is_file() {
-        return Ok(None);
+    match crate::read_file_of_kind(name, is_real_text)? {
+        Some(text) => RealScenario::parse(name, &text).map(Some),
+        None => Ok(None),
     }
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: name.to_owned(),
-        source,
-    })?;
-    if !is_real_text(&text) {
-        return Ok(None);
-    }
-    RealScenario::parse(name, &text).map(Some)
 }
 
 #[cfg(test)]
