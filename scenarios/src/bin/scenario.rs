@@ -495,42 +495,50 @@ fn named(args: &RunArgs) -> ExitCode {
             ExitCode::from(USAGE)
         }
         Some(name) if scenarios::realfile::is_real_scenario(&name) => real(&name, args),
-        Some(name) if scenarios::is_load_scenario(&name) => match foreign_flags(args, true) {
-            Some(flags) => refuse_flags(&name, "a load run", &flags),
-            None => load(&name, args),
-        },
-        Some(name) => match foreign_flags(args, false) {
+        Some(name) if scenarios::is_load_scenario(&name) => {
+            match foreign_flags(args, RunKind::Load) {
+                Some(flags) => refuse_flags(&name, "a load run", &flags),
+                None => load(&name, args),
+            }
+        }
+        Some(name) => match foreign_flags(args, RunKind::Simulation) {
             Some(flags) => refuse_flags(&name, "a simulation", &flags),
             None => named_simulation(&name, args),
         },
     }
 }
 
-/// The flags given that do not apply: the simulation's to a load run (`load` true), or the
-/// load run's to a simulation. `None` when every flag given applies.
-fn foreign_flags(args: &RunArgs, load: bool) -> Option<Vec<&'static str>> {
-    let simulation_only = [
-        ("--seed", args.seed.is_some()),
-        ("--seeds", args.seeds.is_some()),
-        ("--jobs", args.jobs.is_some()),
-        ("--shard", args.shard.is_some()),
-        ("--check-determinism", args.check_determinism),
-        ("--history", args.history.is_some()),
+/// What a `scenario NAME` run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunKind {
+    Simulation,
+    Load,
+    Real,
+}
+
+/// The flags given that do not apply to a run of `kind`. `None` when every flag given applies.
+fn foreign_flags(args: &RunArgs, kind: RunKind) -> Option<Vec<&'static str>> {
+    use RunKind::{Load, Real, Simulation};
+    let flags: [(&'static str, bool, &[RunKind]); 13] = [
+        ("--seed", args.seed.is_some(), &[Simulation]),
+        ("--seeds", args.seeds.is_some(), &[Simulation]),
+        ("--jobs", args.jobs.is_some(), &[Simulation]),
+        ("--shard", args.shard.is_some(), &[Simulation]),
+        ("--check-determinism", args.check_determinism, &[Simulation]),
+        ("--history", args.history.is_some(), &[Simulation]),
+        ("--no-buggify", args.no_buggify, &[Simulation]),
+        ("--rate", args.rate.is_some(), &[Load]),
+        ("--users", args.users.is_some(), &[Load]),
+        ("--host", args.host.is_some(), &[Load]),
+        ("--report", args.report.is_some(), &[Simulation, Load]),
+        ("--flaw", args.flaw.is_some(), &[Simulation, Load]),
+        ("--history-edn", args.history_edn.is_some(), &[Real]),
     ];
-    let load_only = [
-        ("--rate", args.rate.is_some()),
-        ("--users", args.users.is_some()),
-        ("--host", args.host.is_some()),
-    ];
-    let foreign: Vec<&'static str> = if load {
-        &simulation_only[..]
-    } else {
-        &load_only[..]
-    }
-    .iter()
-    .filter(|(_, given)| *given)
-    .map(|(flag, _)| *flag)
-    .collect();
+    let foreign: Vec<&'static str> = flags
+        .iter()
+        .filter(|(_, given, applies)| *given && !applies.contains(&kind))
+        .map(|(flag, _, _)| *flag)
+        .collect();
     (!foreign.is_empty()).then_some(foreign)
 }
 
@@ -548,23 +556,8 @@ fn refuse_flags(name: &str, what: &str, flags: &[&str]) -> ExitCode {
 /// clients under the nemesis, judges the history. Exit 0 when every check held, 1 when one was
 /// violated, 2 on bad usage or when the system cannot be started.
 fn real(name: &str, args: &RunArgs) -> ExitCode {
-    let given = [
-        ("--seed", args.seed.is_some()),
-        ("--seeds", args.seeds.is_some()),
-        ("--jobs", args.jobs.is_some()),
-        ("--shard", args.shard.is_some()),
-        ("--check-determinism", args.check_determinism),
-        ("--history", args.history.is_some()),
-        ("--report", args.report.is_some()),
-        ("--rate", args.rate.is_some()),
-        ("--users", args.users.is_some()),
-        ("--host", args.host.is_some()),
-        ("--flaw", args.flaw.is_some()),
-        ("--no-buggify", args.no_buggify),
-    ];
-    let foreign: Vec<&str> = given.iter().filter(|(_, g)| *g).map(|(f, _)| *f).collect();
-    if !foreign.is_empty() {
-        return refuse_flags(name, "a real-system run", &foreign);
+    if let Some(flags) = foreign_flags(args, RunKind::Real) {
+        return refuse_flags(name, "a real-system run", &flags);
     }
     let mut scenario = match scenarios::realfile::load(name) {
         Ok(Some(s)) => s,
