@@ -7,6 +7,10 @@ include!("src/faketime_paths.rs");
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(has_redis)");
     println!("cargo::rustc-check-cfg=cfg(has_faketime)");
+    println!("cargo::rustc-check-cfg=cfg(has_fuse)");
+    if std::path::Path::new("/dev/fuse").exists() {
+        println!("cargo::rustc-cfg=has_fuse");
+    }
     println!("cargo::rerun-if-changed=/usr/lib/x86_64-linux-gnu/faketime");
     if LIBFAKETIME_PATHS
         .iter()

@@ -9,6 +9,7 @@
 
 mod clock;
 mod deployment;
+pub mod lostfs;
 mod postgres;
 pub mod proxy;
 mod redis;
@@ -16,6 +17,7 @@ mod service;
 
 pub use clock::{FakeClock, libfaketime_path};
 pub use deployment::{Backend, Deployment, DeploymentSpec, RoleProcess};
+pub use lostfs::{LostFs, LostFsEffects};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
 pub use proxy::{Direction, LinkFault, Proxy, ProxyEffects};
 pub use redis::{REDIS_START_TIMEOUT, Redis, RedisPersistence, redis_server_bin};

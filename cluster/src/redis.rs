@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{ClusterError, io, kill_group, own_dir, tail};
+use crate::{ClusterError, LostFs, LostFsEffects, io, kill_group, own_dir, tail};
 
 /// How long a start may take before it is an error.
 pub const REDIS_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -67,6 +67,9 @@ pub fn redis_server_bin() -> Option<PathBuf> {
 pub struct Redis {
     bin: PathBuf,
     persistence: RedisPersistence,
+    /// The lost-writes filesystem under the data directory, when asked for (declared before
+    /// `root`: it unmounts before the directory goes).
+    lostfs: Option<LostFs>,
     /// Kept for its `Drop`: removes the data directory.
     root: tempfile::TempDir,
     port: u16,
@@ -80,16 +83,38 @@ impl Redis {
     /// # Errors
     /// [`ClusterError::RedisMissing`] when `redis-server` is absent; start failures.
     pub fn start(persistence: RedisPersistence) -> Result<Self, ClusterError> {
+        Self::start_with(persistence, false)
+    }
+
+    /// Starts a server on a fresh data directory; with `lose_unsynced`, the data directory is a
+    /// [`LostFs`] mount, so that [`Redis::power_loss`] can drop what Redis wrote and did not
+    /// sync.
+    ///
+    /// # Errors
+    /// As [`Redis::start`]; the mount failed.
+    pub fn start_with(
+        persistence: RedisPersistence,
+        lose_unsynced: bool,
+    ) -> Result<Self, ClusterError> {
         let bin = redis_server_bin().ok_or(ClusterError::RedisMissing)?;
         let root = tempfile::Builder::new()
             .prefix("bench-redis-")
             .tempdir()
             .map_err(io("create a temporary directory"))?;
         own_dir(root.path(), true);
-        fs::create_dir(root.path().join("data")).map_err(io("create the data directory"))?;
+        let data = root.path().join("data");
+        fs::create_dir(&data).map_err(io("create the data directory"))?;
+        let lostfs = if lose_unsynced {
+            let backing = root.path().join("disk");
+            fs::create_dir(&backing).map_err(io("create the backing directory"))?;
+            Some(LostFs::mount(&backing, &data)?)
+        } else {
+            None
+        };
         let mut redis = Self {
             bin,
             persistence,
+            lostfs,
             root,
             port: 0,
             server: None,
@@ -161,6 +186,26 @@ impl Redis {
             return Ok(());
         };
         kill_group(&mut child, "redis-server")
+    }
+
+    /// A power loss: the server is killed, then every write it had not synced is dropped (it
+    /// must have been started with `lose_unsynced`). Restart it with [`Redis::restart`].
+    ///
+    /// # Errors
+    /// The kill failed, or the data directory is not a lost-writes mount.
+    pub fn power_loss(&mut self) -> Result<LostFsEffects, ClusterError> {
+        self.kill9()?;
+        let lostfs = self.lostfs.as_ref().ok_or_else(|| ClusterError::Command {
+            what: "power loss".into(),
+            detail: "Redis was not started on a lost-writes filesystem".into(),
+        })?;
+        Ok(lostfs.power_loss())
+    }
+
+    /// What the lost-writes filesystem under the data directory did, if there is one.
+    #[must_use]
+    pub fn lost_writes(&self) -> Option<LostFsEffects> {
+        self.lostfs.as_ref().map(LostFs::effects)
     }
 
     /// Starts the server again on the same data directory and port (after [`Redis::kill9`] it

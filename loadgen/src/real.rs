@@ -36,6 +36,9 @@ pub enum Fault {
     /// The clients reach the system through a fault proxy ([`cluster::Proxy`]) that black-holes
     /// every byte for `down_for`: connections stay open, requests and answers vanish.
     Partition,
+    /// A power loss: SIGKILL, then every write the system had not synced is dropped (its data
+    /// directory is a [`cluster::LostFs`] mount), then a restart after `down_for` (Redis only).
+    PowerLoss,
 }
 
 /// A run of an ID source under faults.
@@ -70,6 +73,8 @@ pub struct IdRun {
     pub took_effect: InvariantResult,
     /// What the fault proxy did (partition runs).
     pub proxy: Option<cluster::ProxyEffects>,
+    /// What the lost-writes filesystem did (power-loss runs).
+    pub lost_writes: Option<cluster::LostFsEffects>,
 }
 
 /// The key every Redis client increments.
@@ -86,9 +91,16 @@ enum Server {
 }
 
 impl Server {
-    fn start(system: IdSystem) -> Result<Self, ClusterError> {
+    fn start(system: IdSystem, fault: Fault) -> Result<Self, ClusterError> {
+        let lose_unsynced = fault == Fault::PowerLoss;
         match system {
-            IdSystem::RedisIncr(persistence) => Ok(Self::Redis(Redis::start(persistence)?)),
+            IdSystem::RedisIncr(persistence) => {
+                Ok(Self::Redis(Redis::start_with(persistence, lose_unsynced)?))
+            }
+            IdSystem::PostgresSequence if lose_unsynced => Err(ClusterError::Command {
+                what: "a power loss of PostgreSQL".into(),
+                detail: "not supported yet: power losses run on Redis only".into(),
+            }),
             IdSystem::PostgresSequence => {
                 let pg = Postgres::start()?;
                 pg.create_database("bench")?;
@@ -110,6 +122,8 @@ impl Server {
         match (self, fault) {
             (Self::Redis(r), Fault::Kill) => r.kill9(),
             (Self::Postgres(p), Fault::Kill) => p.kill9(),
+            (Self::Redis(r), Fault::PowerLoss) => r.power_loss().map(|_| ()),
+            (Self::Postgres(p), Fault::PowerLoss) => p.kill9(),
             (Self::Redis(r), Fault::Pause) => r.pause(),
             (Self::Postgres(p), Fault::Pause) => p.pause(),
             (_, Fault::Partition) => {
@@ -124,8 +138,8 @@ impl Server {
     /// Ends `fault`: a restart on the same files, a resume, or the link healed.
     fn heal(&mut self, fault: Fault, proxy: Option<&cluster::Proxy>) -> Result<(), ClusterError> {
         match (self, fault) {
-            (Self::Redis(r), Fault::Kill) => r.restart(),
-            (Self::Postgres(p), Fault::Kill) => p.restart(),
+            (Self::Redis(r), Fault::Kill | Fault::PowerLoss) => r.restart(),
+            (Self::Postgres(p), Fault::Kill | Fault::PowerLoss) => p.restart(),
             (Self::Redis(r), Fault::Pause) => r.resume(),
             (Self::Postgres(p), Fault::Pause) => p.resume(),
             (_, Fault::Partition) => {
@@ -184,14 +198,14 @@ fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
 /// # Errors
 /// The system could not be started or restarted.
 pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
-    let mut server = Server::start(opts.system)?;
+    let mut server = Server::start(opts.system, opts.fault)?;
     // A partition needs a link to cut: the clients go through a fault proxy.
     let proxy = match opts.fault {
         Fault::Partition => Some(cluster::Proxy::start(
             std::net::SocketAddr::from(([127, 0, 0, 1], server.port())),
             1,
         )?),
-        Fault::Kill | Fault::Pause => None,
+        Fault::Kill | Fault::Pause | Fault::PowerLoss => None,
     };
     let url = client_url(
         opts.system,
@@ -264,6 +278,10 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
         unique,
         took_effect,
         proxy: proxy.as_ref().map(cluster::Proxy::effects),
+        lost_writes: match &server {
+            Server::Redis(r) => r.lost_writes(),
+            Server::Postgres(_) => None,
+        },
     })
 }
 

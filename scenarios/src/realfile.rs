@@ -20,6 +20,7 @@
 //! fault = "kill"              # kill: SIGKILL, then a restart on the same files
 //!                             # pause: SIGSTOP, then SIGCONT
 //!                             # partition: the clients' link black-holed (a fault proxy)
+//!                             # power_loss: SIGKILL and the unsynced writes dropped (Redis)
 //! every_ms = 1500             # time between the end of one fault and the next
 //! down_ms = 200               # how long each fault lasts
 //! ```
@@ -37,6 +38,10 @@ pub const NAMED: &[(&str, &str)] = &[
     (
         "redis_incr_rdb",
         include_str!("../real/redis_incr_rdb.toml"),
+    ),
+    (
+        "redis_incr_everysec",
+        include_str!("../real/redis_incr_everysec.toml"),
     ),
     (
         "redis_incr_always",
@@ -121,6 +126,7 @@ enum FaultKind {
     Kill,
     Pause,
     Partition,
+    PowerLoss,
 }
 
 /// Most clients of one run.
@@ -175,6 +181,13 @@ impl RealScenario {
                 file.clients.duration_s
             )));
         }
+        if matches!(file.nemesis.fault, FaultKind::PowerLoss)
+            && matches!(system, IdSystem::PostgresSequence)
+        {
+            return Err(bad(
+                "nemesis.fault \"power_loss\" runs on system \"redis_incr\" only (for now)".into(),
+            ));
+        }
         if file.nemesis.every_ms == 0 {
             return Err(bad("nemesis.every_ms must be positive".into()));
         }
@@ -190,6 +203,7 @@ impl RealScenario {
                     FaultKind::Kill => Fault::Kill,
                     FaultKind::Pause => Fault::Pause,
                     FaultKind::Partition => Fault::Partition,
+                    FaultKind::PowerLoss => Fault::PowerLoss,
                 },
                 clients: file.clients.count,
                 duration: Duration::from_secs(file.clients.duration_s),
@@ -260,6 +274,18 @@ mod tests {
             assert_eq!(s.name, *name);
             assert!(is_real_text(text));
         }
+    }
+
+    #[test]
+    fn a_power_loss_of_postgres_is_refused_for_now() {
+        let text = NAMED
+            .iter()
+            .find(|(n, _)| *n == "postgres_sequence_kill")
+            .unwrap()
+            .1
+            .replace("fault = \"kill\"", "fault = \"power_loss\"");
+        let e = RealScenario::parse("p.toml", &text).unwrap_err();
+        assert!(e.to_string().contains("redis_incr\" only"), "{e}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ fn list_names_every_scenario() {
         "chaos",
         "load_mixed",
         "redis_incr_rdb",
+        "redis_incr_everysec",
         "redis_incr_always",
         "postgres_sequence_kill",
         "postgres_sequence_pause",

@@ -98,3 +98,31 @@ fn a_paused_server_answers_nothing_until_resumed() {
     conn.read_line(&mut line).unwrap();
     assert_eq!(line.trim_end(), ":2", "the request waited, then ran");
 }
+
+#[test]
+#[cfg_attr(
+    not(all(has_redis, has_fuse)),
+    ignore = "redis-server or /dev/fuse missing"
+)]
+fn a_power_loss_takes_what_everysec_had_not_synced_and_nothing_from_always() {
+    // A burst of INCRs, then at once a power loss: `everysec` had not fsynced the last of them
+    // (up to a second's worth), `always` had fsynced every one before answering.
+    let after = |persistence| {
+        let mut redis = Redis::start_with(persistence, true).unwrap();
+        let mut conn = connect(&redis);
+        for expected in 1..=2_000 {
+            assert_eq!(incr(&mut conn, "ids"), expected);
+        }
+        let lost = redis.power_loss().unwrap();
+        redis.restart().unwrap();
+        (incr(&mut connect(&redis), "ids"), lost.lost_bytes)
+    };
+    let (next, lost_bytes) = after(RedisPersistence::AofEverysec);
+    assert!(
+        next <= 2_000,
+        "everysec handed out {next}: nothing acknowledged was lost"
+    );
+    assert!(lost_bytes > 0);
+    let (next, lost_bytes) = after(RedisPersistence::AofAlways);
+    assert_eq!((next, lost_bytes), (2_001, 0));
+}

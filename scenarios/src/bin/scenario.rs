@@ -586,6 +586,7 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
         loadgen::real::Fault::Kill => "kill -9",
         loadgen::real::Fault::Pause => "SIGSTOP",
         loadgen::real::Fault::Partition => "a black-holed link",
+        loadgen::real::Fault::PowerLoss => "a power loss",
     };
     println!(
         "real {}: {system}, {} clients for {:.1} s, {fault} every {} ms for {} ms",
@@ -611,8 +612,15 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
         loadgen::real::Fault::Kill => "a restart on the same files",
         loadgen::real::Fault::Pause => "SIGCONT",
         loadgen::real::Fault::Partition => "the link healed",
+        loadgen::real::Fault::PowerLoss => "a restart on what was synced",
     };
     println!("  faults: {} (each followed by {healed})", run.faults);
+    if let Some(l) = &run.lost_writes {
+        println!(
+            "  lost writes: {} bytes dropped by {} power losses ({} files), {} bytes synced",
+            l.lost_bytes, l.power_losses, l.files_lost_data, l.synced_bytes
+        );
+    }
     if let Some(p) = &run.proxy {
         println!(
             "  proxy: {} connections, {} bytes up, {} down, {} bytes swallowed",
