@@ -8,6 +8,16 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(has_redis)");
     println!("cargo::rustc-check-cfg=cfg(has_faketime)");
     println!("cargo::rustc-check-cfg=cfg(has_fuse)");
+    println!("cargo::rustc-check-cfg=cfg(has_postgres)");
+    println!("cargo::rerun-if-changed=/usr/lib/postgresql");
+    let postgres = std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|versions| {
+        versions
+            .filter_map(Result::ok)
+            .any(|v| v.path().join("bin/initdb").is_file())
+    });
+    if postgres {
+        println!("cargo::rustc-cfg=has_postgres");
+    }
     if std::path::Path::new("/dev/fuse").exists() {
         println!("cargo::rustc-cfg=has_fuse");
     }

@@ -98,6 +98,9 @@ fn chown_tree(path: &Path, uid: Uid, gid: Gid) -> Result<(), ClusterError> {
 pub struct Postgres {
     bin_dir: PathBuf,
     run_as: Option<(Uid, Gid)>,
+    /// The lost-writes filesystem under the data directory, when asked for (declared before
+    /// `root`: it unmounts before the directory goes).
+    lostfs: Option<crate::LostFs>,
     /// Kept for its `Drop`: removes the data directory.
     root: tempfile::TempDir,
     port: u16,
@@ -111,6 +114,15 @@ impl Postgres {
     /// # Errors
     /// [`ClusterError::PostgresMissing`] when the binaries are absent; `initdb` or start failures.
     pub fn start() -> Result<Self, ClusterError> {
+        Self::start_with(false)
+    }
+
+    /// [`Postgres::start`]; with `lose_unsynced`, the data directory is a [`crate::LostFs`]
+    /// mount, so that [`Postgres::power_loss`] can drop what the server wrote and did not sync.
+    ///
+    /// # Errors
+    /// As [`Postgres::start`]; the mount failed.
+    pub fn start_with(lose_unsynced: bool) -> Result<Self, ClusterError> {
         let bin_dir = postgres_bin_dir().ok_or(ClusterError::PostgresMissing)?;
         let run_as = run_as()?;
         let root = tempfile::Builder::new()
@@ -119,12 +131,24 @@ impl Postgres {
             .map_err(io("create a temporary directory"))?;
         own_dir(root.path(), true);
         fs::create_dir(root.path().join("sock")).map_err(io("create the socket directory"))?;
-        if let Some((uid, gid)) = run_as {
-            chown_tree(root.path(), uid, gid)?;
-        }
+        let lostfs = if lose_unsynced {
+            let (backing, data) = (root.path().join("disk"), root.path().join("data"));
+            fs::create_dir(&backing).map_err(io("create the backing directory"))?;
+            fs::create_dir(&data).map_err(io("create the data directory"))?;
+            if let Some((uid, gid)) = run_as {
+                chown_tree(root.path(), uid, gid)?;
+            }
+            Some(crate::LostFs::mount(&backing, &data)?)
+        } else {
+            if let Some((uid, gid)) = run_as {
+                chown_tree(root.path(), uid, gid)?;
+            }
+            None
+        };
         let mut pg = Self {
             bin_dir,
             run_as,
+            lostfs,
             root,
             port: 0,
             server: None,
@@ -236,6 +260,26 @@ impl Postgres {
             return Ok(());
         };
         kill_group(&mut child, "postgres")
+    }
+
+    /// A power loss: the server is killed, then every write it had not synced is dropped (it
+    /// must have been started with `lose_unsynced`). Restart it with [`Postgres::restart`].
+    ///
+    /// # Errors
+    /// The kill failed, or the data directory is not a lost-writes mount.
+    pub fn power_loss(&mut self) -> Result<crate::LostFsEffects, ClusterError> {
+        self.kill9()?;
+        let lostfs = self.lostfs.as_ref().ok_or_else(|| ClusterError::Command {
+            what: "power loss".into(),
+            detail: "PostgreSQL was not started on a lost-writes filesystem".into(),
+        })?;
+        Ok(lostfs.power_loss())
+    }
+
+    /// What the lost-writes filesystem under the data directory did, if there is one.
+    #[must_use]
+    pub fn lost_writes(&self) -> Option<crate::LostFsEffects> {
+        self.lostfs.as_ref().map(crate::LostFs::effects)
     }
 
     /// Starts the server again on the same data directory (after [`Postgres::kill9`] it runs

@@ -37,7 +37,7 @@ pub enum Fault {
     /// every byte for `down_for`: connections stay open, requests and answers vanish.
     Partition,
     /// A power loss: SIGKILL, then every write the system had not synced is dropped (its data
-    /// directory is a [`cluster::LostFs`] mount), then a restart after `down_for` (Redis only).
+    /// directory is a [`cluster::LostFs`] mount), then a restart after `down_for`.
     PowerLoss,
 }
 
@@ -97,12 +97,8 @@ impl Server {
             IdSystem::RedisIncr(persistence) => {
                 Ok(Self::Redis(Redis::start_with(persistence, lose_unsynced)?))
             }
-            IdSystem::PostgresSequence if lose_unsynced => Err(ClusterError::Command {
-                what: "a power loss of PostgreSQL".into(),
-                detail: "not supported yet: power losses run on Redis only".into(),
-            }),
             IdSystem::PostgresSequence => {
-                let pg = Postgres::start()?;
+                let pg = Postgres::start_with(lose_unsynced)?;
                 pg.create_database("bench")?;
                 create_sequence(&client_url(system, pg.port()))?;
                 Ok(Self::Postgres(pg))
@@ -123,7 +119,7 @@ impl Server {
             (Self::Redis(r), Fault::Kill) => r.kill9(),
             (Self::Postgres(p), Fault::Kill) => p.kill9(),
             (Self::Redis(r), Fault::PowerLoss) => r.power_loss().map(|_| ()),
-            (Self::Postgres(p), Fault::PowerLoss) => p.kill9(),
+            (Self::Postgres(p), Fault::PowerLoss) => p.power_loss().map(|_| ()),
             (Self::Redis(r), Fault::Pause) => r.pause(),
             (Self::Postgres(p), Fault::Pause) => p.pause(),
             (_, Fault::Partition) => {
@@ -280,7 +276,7 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
         proxy: proxy.as_ref().map(cluster::Proxy::effects),
         lost_writes: match &server {
             Server::Redis(r) => r.lost_writes(),
-            Server::Postgres(_) => None,
+            Server::Postgres(p) => p.lost_writes(),
         },
     })
 }

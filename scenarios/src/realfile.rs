@@ -20,7 +20,7 @@
 //! fault = "kill"              # kill: SIGKILL, then a restart on the same files
 //!                             # pause: SIGSTOP, then SIGCONT
 //!                             # partition: the clients' link black-holed (a fault proxy)
-//!                             # power_loss: SIGKILL and the unsynced writes dropped (Redis)
+//!                             # power_loss: SIGKILL and the unsynced writes dropped
 //! every_ms = 1500             # time between the end of one fault and the next
 //! down_ms = 200               # how long each fault lasts
 //! ```
@@ -46,6 +46,10 @@ pub const NAMED: &[(&str, &str)] = &[
     (
         "redis_incr_always",
         include_str!("../real/redis_incr_always.toml"),
+    ),
+    (
+        "postgres_sequence",
+        include_str!("../real/postgres_sequence.toml"),
     ),
     (
         "postgres_sequence_kill",
@@ -181,13 +185,6 @@ impl RealScenario {
                 file.clients.duration_s
             )));
         }
-        if matches!(file.nemesis.fault, FaultKind::PowerLoss)
-            && matches!(system, IdSystem::PostgresSequence)
-        {
-            return Err(bad(
-                "nemesis.fault \"power_loss\" runs on system \"redis_incr\" only (for now)".into(),
-            ));
-        }
         if file.nemesis.every_ms == 0 {
             return Err(bad("nemesis.every_ms must be positive".into()));
         }
@@ -274,18 +271,6 @@ mod tests {
             assert_eq!(s.name, *name);
             assert!(is_real_text(text));
         }
-    }
-
-    #[test]
-    fn a_power_loss_of_postgres_is_refused_for_now() {
-        let text = NAMED
-            .iter()
-            .find(|(n, _)| *n == "postgres_sequence_kill")
-            .unwrap()
-            .1
-            .replace("fault = \"kill\"", "fault = \"power_loss\"");
-        let e = RealScenario::parse("p.toml", &text).unwrap_err();
-        assert!(e.to_string().contains("redis_incr\" only"), "{e}");
     }
 
     #[test]

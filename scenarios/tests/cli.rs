@@ -24,6 +24,7 @@ fn list_names_every_scenario() {
         "redis_incr_rdb",
         "redis_incr_everysec",
         "redis_incr_always",
+        "postgres_sequence",
         "postgres_sequence_kill",
         "postgres_sequence_pause",
         "redis_incr_partition",

@@ -95,3 +95,18 @@ fn metadata_survives_a_power_loss() {
     assert_eq!(names, ["manifest"]);
     assert_eq!(read(&root.path().join("backing/d/manifest")), b"v1");
 }
+
+#[test]
+#[cfg_attr(
+    not(all(has_fuse, has_postgres)),
+    ignore = "/dev/fuse or PostgreSQL missing"
+)]
+fn postgres_runs_on_the_mount_and_restarts_after_a_power_loss() {
+    let mut pg = crate::Postgres::start_with(true).unwrap();
+    pg.create_database("bench").unwrap();
+    let lost = pg.power_loss().unwrap();
+    assert_eq!(lost.power_losses, 1);
+    pg.restart().unwrap();
+    pg.create_database("bench2").unwrap();
+    assert!(pg.lost_writes().unwrap().synced_bytes > 0);
+}
