@@ -577,8 +577,10 @@ mod tests {
                     tokens
                         .iter()
                         .map(|&token| {
+                            // No panic in here: the other racer would wait at the barrier
+                            // forever. Store errors are judged after the join.
                             barrier.wait();
-                            store.consume_once(token, user, 1).expect("consume")
+                            store.consume_once(token, user, 1)
                         })
                         .collect::<Vec<_>>()
                 })
@@ -586,6 +588,9 @@ mod tests {
             .collect();
         let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
         for (i, (a, b)) in results[0].iter().zip(&results[1]).enumerate() {
+            let (Ok(a), Ok(b)) = (a, b) else {
+                panic!("token {i}: a store failed: {a:?} / {b:?}");
+            };
             match (a, b) {
                 (Ok(key), Err(OnceRejection::AlreadyConsumed))
                 | (Err(OnceRejection::AlreadyConsumed), Ok(key)) => {
