@@ -275,6 +275,10 @@ fn kill_group(child: &mut Child, what: &str) -> Result<(), ClusterError> {
         what: format!("kill {what}"),
         detail: format!("pid {} out of range", child.id()),
     })?;
+    // Every process below it too, whatever its group (a PostgreSQL backend leads its own), and
+    // found before the parent dies (its children are then re-parented): a "power loss" that
+    // left a backend writing for a moment longer would not be one.
+    let below = descendants(pid);
     match killpg(Pid::from_raw(pid), Signal::SIGKILL) {
         Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
         Err(e) => {
@@ -284,10 +288,23 @@ fn kill_group(child: &mut Child, what: &str) -> Result<(), ClusterError> {
             });
         }
     }
+    for &p in &below {
+        let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
     child.wait().map_err(io(format!("wait for {what}")))?;
     owned().groups.remove(&pid);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while killpg(Pid::from_raw(pid), None).is_ok() && Instant::now() < deadline {
+    let alive = |p: i32| {
+        // A zombie (state Z) is dead; only its parent's reaping is missing.
+        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    while (killpg(Pid::from_raw(pid), None).is_ok() || below.iter().any(|&p| alive(p)))
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
