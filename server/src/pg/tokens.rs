@@ -54,12 +54,20 @@ CREATE TABLE IF NOT EXISTS tok_once (
 CREATE INDEX IF NOT EXISTS tok_once_expires_at ON tok_once (expires_at_ms);
 CREATE TABLE IF NOT EXISTS tok_rows (
     tbl TEXT   PRIMARY KEY,
-    n   BIGINT NOT NULL CHECK (n >= 0)
+    n   BIGINT NOT NULL CHECK (n >= 0),
+    forgotten_until_ms BIGINT NOT NULL DEFAULT 0 CHECK (forgotten_until_ms >= 0)
 );
 INSERT INTO tok_rows SELECT 'tok_revoked', COUNT(*) FROM tok_revoked ON CONFLICT (tbl) DO NOTHING;
 INSERT INTO tok_rows SELECT 'tok_once', COUNT(*) FROM tok_once ON CONFLICT (tbl) DO NOTHING;
-ALTER TABLE tok_rows ADD COLUMN IF NOT EXISTS forgotten_until_ms BIGINT NOT NULL DEFAULT 0
-    CHECK (forgotten_until_ms >= 0);
+-- A database from before the horizon gets its column. Only then: an ALTER TABLE takes an
+-- exclusive lock even when the column exists, and two stores opening at once would deadlock.
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                   WHERE table_name = 'tok_rows' AND column_name = 'forgotten_until_ms') THEN
+        ALTER TABLE tok_rows ADD COLUMN forgotten_until_ms BIGINT NOT NULL DEFAULT 0
+            CHECK (forgotten_until_ms >= 0);
+    END IF;
+END $$;
 "#;
 
 impl From<DbError> for TokenStoreError {
@@ -569,11 +577,16 @@ mod tests {
             })
             .collect();
         let barrier = Arc::new(Barrier::new(2));
-        let racers: Vec<_> = (0..2)
-            .map(|_| {
-                let (url, tokens, barrier) = (url.clone(), tokens.clone(), barrier.clone());
+        // Opened here, not in the racers: a racer that failed to open would leave the other
+        // waiting at the barrier.
+        let stores: Vec<PgTokenStore> = (0..2)
+            .map(|_| PgTokenStore::open(&url, limits).expect("open"))
+            .collect();
+        let racers: Vec<_> = stores
+            .into_iter()
+            .map(|mut store| {
+                let (tokens, barrier) = (tokens.clone(), barrier.clone());
                 std::thread::spawn(move || {
-                    let mut store = PgTokenStore::open(&url, limits).expect("open");
                     tokens
                         .iter()
                         .map(|&token| {

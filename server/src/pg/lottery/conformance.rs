@@ -209,12 +209,18 @@ fn two_stores_racing_on_the_same_branch_decide_it_once() {
     setup(&mut first);
     let steps = race_plan();
     let barrier = Barrier::new(2);
+    // Opened here, not in the racers: a racer that failed to open would leave the other
+    // waiting at the barrier.
+    let stores: Vec<PgLotteryStore> = (0..2)
+        .map(|_| PgLotteryStore::open(&url).expect("open"))
+        .collect();
     let outcomes: Vec<Vec<BranchOutcome>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..2)
-            .map(|side| {
-                let (steps, barrier, url) = (&steps, &barrier, &url);
+        let handles: Vec<_> = stores
+            .into_iter()
+            .enumerate()
+            .map(|(side, mut store)| {
+                let (steps, barrier) = (&steps, &barrier);
                 scope.spawn(move || {
-                    let mut store = PgLotteryStore::open(url).expect("open");
                     steps
                         .iter()
                         .map(|step| {
