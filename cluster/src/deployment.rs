@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::{ClusterError, Postgres, Service, ServiceSpec, io};
+use crate::{ClusterError, FakeClock, Postgres, Proxy, Service, ServiceSpec, io};
 
 /// One process of a [`Deployment`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,6 +83,30 @@ pub struct DeploymentSpec {
     pub extra_args: Vec<String>,
     /// How long the coordinator waits for one participant call, in ms.
     pub participant_timeout_ms: u64,
+    /// Chaos hooks (PostgreSQL only): every process on its own libfaketime clock, every
+    /// process→PostgreSQL and coordinator→participant link through a fault proxy, and
+    /// PostgreSQL's data directory on the lost-writes filesystem.
+    pub chaos: bool,
+}
+
+/// A network link of a chaos [`Deployment`], each behind its own fault proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Link {
+    /// A process's connections to PostgreSQL.
+    Database(RoleProcess),
+    /// The coordinator's calls to a participant or the token service.
+    FromCoordinator(RoleProcess),
+}
+
+impl Link {
+    /// `id-1→postgres`, `coordinator→wallet`, …
+    #[must_use]
+    pub fn name(self) -> String {
+        match self {
+            Self::Database(w) => format!("{}→postgres", w.name()),
+            Self::FromCoordinator(w) => format!("coordinator→{}", w.name()),
+        }
+    }
 }
 
 impl DeploymentSpec {
@@ -95,6 +119,7 @@ impl DeploymentSpec {
             id_servers: 3,
             extra_args: Vec::new(),
             participant_timeout_ms: 1_000,
+            chaos: false,
         }
     }
 }
@@ -102,9 +127,11 @@ impl DeploymentSpec {
 /// A running deployment; dropping it kills every process and removes every directory.
 #[derive(Debug)]
 pub struct Deployment {
-    // Field order is drop order: the servers go before the database they use.
+    // Field order is drop order: the servers go before the links and the database they use.
     services: Vec<(RoleProcess, Service)>,
+    links: Vec<(Link, Proxy)>,
     postgres: Option<Postgres>,
+    clocks: Vec<(RoleProcess, FakeClock)>,
     admin_token: String,
     dir: tempfile::TempDir,
 }
@@ -122,7 +149,13 @@ impl Deployment {
             .map_err(io("create the deployment directory"))?;
         crate::own_dir(dir.path(), true);
         let postgres = match spec.backend {
-            Backend::Postgres => Some(Postgres::start()?),
+            Backend::Postgres => Some(Postgres::start_with(spec.chaos)?),
+            Backend::Sqlite if spec.chaos => {
+                return Err(ClusterError::Command {
+                    what: "start a chaos deployment".into(),
+                    detail: "the chaos hooks need PostgreSQL, not SQLite files".into(),
+                });
+            }
             Backend::Sqlite => None,
         };
         let admin_token = random_token()?;
@@ -133,7 +166,9 @@ impl Deployment {
             .map_err(io("write the JWT secret"))?;
         let mut deployment = Self {
             services: Vec::new(),
+            links: Vec::new(),
             postgres,
+            clocks: Vec::new(),
             admin_token,
             dir,
         };
@@ -157,6 +192,13 @@ impl Deployment {
         token_file: &std::path::Path,
     ) -> Result<(), ClusterError> {
         let db = match &self.postgres {
+            Some(pg) if spec.chaos => {
+                pg.create_database(which.database())?;
+                let proxy = Proxy::start(loopback(pg.port()), link_seed(which))?;
+                let url = pg.url_via(which.database(), proxy.addr().port());
+                self.links.push((Link::Database(which), proxy));
+                url
+            }
             Some(pg) => {
                 pg.create_database(which.database())?;
                 pg.url_for(which.database())
@@ -180,27 +222,91 @@ impl Deployment {
             self.dir.path().join("jwt-secret").display().to_string(),
         ];
         if which == RoleProcess::Coordinator {
+            let [wallet, inventory, token] = [
+                RoleProcess::Wallet,
+                RoleProcess::Inventory,
+                RoleProcess::Token,
+            ]
+            .map(|to| self.coordinator_url(spec, to));
             args.extend([
                 "--wallet-url".to_owned(),
-                self.url(RoleProcess::Wallet),
+                wallet?,
                 "--inventory-url".to_owned(),
-                self.url(RoleProcess::Inventory),
+                inventory?,
                 "--token-url".to_owned(),
-                self.url(RoleProcess::Token),
+                token?,
                 "--participant-timeout-ms".to_owned(),
                 spec.participant_timeout_ms.to_string(),
             ]);
         }
         args.extend(spec.extra_args.iter().cloned());
+        let env = if spec.chaos {
+            let clock = FakeClock::new()?;
+            let env = clock.env();
+            self.clocks.push((which, clock));
+            env
+        } else {
+            Vec::new()
+        };
         let service = Service::start(ServiceSpec {
             name: which.name(),
             program: spec.server_bin.clone(),
             args,
-            env: Vec::new(),
+            env,
             log: self.dir.path().join(format!("{}.log", which.name())),
         })?;
         self.services.push((which, service));
         Ok(())
+    }
+
+    /// The URL the coordinator is given for `to`: through a fault proxy in a chaos deployment.
+    fn coordinator_url(
+        &mut self,
+        spec: &DeploymentSpec,
+        to: RoleProcess,
+    ) -> Result<String, ClusterError> {
+        let Some(port) = self
+            .services()
+            .find(|(w, _)| *w == to)
+            .map(|(_, s)| s.port())
+        else {
+            return Ok(String::new());
+        };
+        if !spec.chaos {
+            return Ok(format!("http://127.0.0.1:{port}"));
+        }
+        let proxy = Proxy::start(loopback(port), link_seed(to) ^ 0x9e37)?;
+        let url = format!("http://{}", proxy.addr());
+        self.links.push((Link::FromCoordinator(to), proxy));
+        Ok(url)
+    }
+
+    /// The supervisor's round (what systemd's `Restart=always` does): tries to restart every
+    /// process that is down (it exited on its own, or an earlier restart failed: its database
+    /// was unreachable, say); returns the processes still down.
+    pub fn revive(&mut self) -> Vec<RoleProcess> {
+        let mut down = Vec::new();
+        for (which, service) in &mut self.services {
+            if service.is_down() && service.restart().is_err() {
+                down.push(*which);
+            }
+        }
+        down
+    }
+
+    /// Every fault-proxied link (none unless [`DeploymentSpec::chaos`]).
+    #[must_use]
+    pub fn links(&self) -> &[(Link, Proxy)] {
+        &self.links
+    }
+
+    /// A process's libfaketime clock (`None` unless [`DeploymentSpec::chaos`]).
+    #[must_use]
+    pub fn clock(&mut self, which: RoleProcess) -> Option<&mut FakeClock> {
+        self.clocks
+            .iter_mut()
+            .find(|(w, _)| *w == which)
+            .map(|(_, c)| c)
     }
 
     /// The base URL of a process (empty if it is not part of the deployment).
@@ -260,6 +366,17 @@ impl Drop for Deployment {
         // The fields drop after this: the servers, PostgreSQL, then the directory.
         crate::own_dir(self.dir.path(), false);
     }
+}
+
+fn loopback(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A fixed jitter seed per link (the proxies' jitter is not used by the chaos nemesis).
+fn link_seed(which: RoleProcess) -> u64 {
+    which.name().bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn random_token() -> Result<String, ClusterError> {

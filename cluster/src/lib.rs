@@ -16,7 +16,7 @@ mod redis;
 mod service;
 
 pub use clock::{FakeClock, libfaketime_path};
-pub use deployment::{Backend, Deployment, DeploymentSpec, RoleProcess};
+pub use deployment::{Backend, Deployment, DeploymentSpec, Link, RoleProcess};
 pub use lostfs::{LostFs, LostFsEffects};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
 pub use proxy::{Direction, LinkFault, Proxy, ProxyEffects};

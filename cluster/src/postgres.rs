@@ -199,10 +199,13 @@ impl Postgres {
     /// A connection URL for another database of this server.
     #[must_use]
     pub fn url_for(&self, database: &str) -> String {
-        format!(
-            "postgres://{PG_USER}@127.0.0.1:{}/{database}?connect_timeout=5",
-            self.port
-        )
+        self.url_via(database, self.port)
+    }
+
+    /// [`Postgres::url_for`] through another port (a fault proxy in front of this server).
+    #[must_use]
+    pub fn url_via(&self, database: &str, port: u16) -> String {
+        format!("postgres://{PG_USER}@127.0.0.1:{port}/{database}?connect_timeout=5")
     }
 
     /// Creates database `name` (an existing one is kept).

@@ -68,6 +68,12 @@ impl Service {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Its loopback port (kept across restarts).
+    #[must_use]
+    pub const fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The pid while it runs.
     #[must_use]
     pub fn pid(&self) -> Option<u32> {
@@ -102,6 +108,36 @@ impl Service {
         };
         self.kills += 1;
         kill_group(&mut child, &self.spec.name)
+    }
+
+    /// Whether it is down: never restarted after a kill, a restart that failed, or exited on
+    /// its own (a fail-stop, a crash; then reaped).
+    pub fn is_down(&mut self) -> bool {
+        let exited = self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+        if exited {
+            self.child = None;
+        }
+        self.child.is_none()
+    }
+
+    /// SIGSTOPs it and every process it started: its connections stay open, nothing is
+    /// answered until [`Service::resume`].
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn pause(&self) -> Result<(), ClusterError> {
+        crate::pause_or_resume(self.child.as_ref(), true, &self.spec.name)
+    }
+
+    /// SIGCONTs what [`Service::pause`] stopped.
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn resume(&self) -> Result<(), ClusterError> {
+        crate::pause_or_resume(self.child.as_ref(), false, &self.spec.name)
     }
 
     /// Starts it again at the same address (after [`Service::kill9`] or [`Service::stop`]).

@@ -37,6 +37,9 @@ pub struct ClusterOptions {
     pub kill: Vec<String>,
     /// PostgreSQL, or SQLite files.
     pub backend: cluster::Backend,
+    /// Every fault kind against the processes while the load runs (`cluster_chaos`; needs
+    /// PostgreSQL, libfaketime and FUSE).
+    pub chaos: Option<crate::chaos::ChaosOptions>,
 }
 
 /// Parses a process name of a deployment (`id-N`, `token`, `coordinator`, `wallet`,
@@ -99,14 +102,67 @@ pub fn cluster_run(opts: ClusterOptions) -> Result<LoadReport, LoadError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(run(load, opts.id_servers, kills, opts.backend))
+    if opts.chaos.as_ref().is_some_and(|c| c.faults.is_empty()) {
+        return Err(LoadError::BadOption {
+            field: "chaos.faults",
+            reason: "name at least one fault kind".into(),
+        });
+    }
+    rt.block_on(run(load, opts.id_servers, kills, opts.backend, opts.chaos))
 }
 
 fn start_error(e: &cluster::ClusterError) -> LoadError {
     LoadError::Server(format!("deployment: {e}"))
 }
 
-/// The killer thread: at each instant, SIGKILLs one process and restarts it.
+/// The nemesis thread: the planned kills, then the chaos nemesis (if any) until `until`.
+fn nemesis(
+    deployment: Deployment,
+    plan: Vec<(Instant, RoleProcess)>,
+    chaos: Option<(crate::chaos::ChaosOptions, Instant, Instant)>,
+    started: Instant,
+) -> (Deployment, Result<Nemesis, LoadError>) {
+    let (mut deployment, kills) = kill_and_restart(deployment, plan, started);
+    let mut windows = match kills {
+        Ok(w) => w,
+        Err(e) => return (deployment, Err(e)),
+    };
+    let Some((opts, first, until)) = chaos else {
+        return (deployment, Ok((windows, Vec::new())));
+    };
+    match crate::chaos::run_nemesis(&mut deployment, &opts, started, first, until) {
+        Ok(applied) => {
+            windows.extend(applied.iter().map(crate::chaos::Applied::window));
+            (deployment, Ok((windows, applied)))
+        }
+        Err(e) => (deployment, Err(start_error(&e))),
+    }
+}
+
+/// Restarts every process that is down, trying again until [`SETTLE_WAIT_MS`] has passed.
+fn revive_all(mut deployment: Deployment) -> Result<Deployment, LoadError> {
+    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
+    loop {
+        let down = deployment.revive();
+        if down.is_empty() {
+            return Ok(deployment);
+        }
+        if Instant::now() >= deadline {
+            let names: Vec<String> = down.iter().map(|w| w.name()).collect();
+            return Err(LoadError::Server(format!(
+                "deployment: {} still down after {SETTLE_WAIT_MS} ms of restarts (logs in {})",
+                names.join(", "),
+                deployment.dir().display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The fault windows of a run, and the chaos faults as applied.
+type Nemesis = (Vec<FaultWindow>, Vec<crate::chaos::Applied>);
+
+/// The kills: at each instant, SIGKILLs one process and restarts it.
 fn kill_and_restart(
     mut deployment: Deployment,
     plan: Vec<(Instant, RoleProcess)>,
@@ -127,6 +183,8 @@ fn kill_and_restart(
             start_s,
             end_s: started.elapsed().as_secs_f64(),
             label: format!("{}: kill -9 and restart", which.name()),
+            process: Some(which.name()),
+            kind: Some("kill".into()),
         });
     }
     (deployment, Ok(windows))
@@ -179,9 +237,13 @@ async fn wait_settled(
 ) -> Result<(Ledger, Vec<DrawEvent>, bool), LoadError> {
     let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
     loop {
-        let state = merged_state(admin, bases).await?;
-        if invariants::settled(&state.0).is_ok() || Instant::now() >= deadline {
-            return Ok(state);
+        // A process whose database connection broke (PostgreSQL killed or cut off) answers
+        // 503 until its store reconnects: asked again until the deadline.
+        match merged_state(admin, bases).await {
+            Ok(state) if invariants::settled(&state.0).is_ok() => return Ok(state),
+            Ok(state) if Instant::now() >= deadline => return Ok(state),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Ok(_) | Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -257,6 +319,7 @@ async fn run(
     id_servers: usize,
     kills: Vec<RoleProcess>,
     backend: cluster::Backend,
+    chaos: Option<crate::chaos::ChaosOptions>,
 ) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
     let wall_start = SystemTime::now();
@@ -264,6 +327,7 @@ async fn run(
     spec.id_servers = id_servers;
     spec.backend = backend;
     spec.extra_args = crate::flaw_args(opts.flaw);
+    spec.chaos = chaos.is_some();
     let deployment = tokio::task::spawn_blocking(move || Deployment::start(&spec))
         .await
         .map_err(|e| LoadError::Server(format!("deployment task: {e}")))?
@@ -296,14 +360,25 @@ async fn run(
             )
         })
         .collect();
-    let killer = std::thread::spawn(move || kill_and_restart(deployment, plan, started));
+    let asked_chaos = chaos.as_ref().map(|c| c.faults.clone());
+    let chaos = chaos.map(|c| {
+        let measured = Duration::from_secs(opts.duration_s);
+        let first = shared.measure_start + c.every.min(measured / 4);
+        (c, first, shared.measure_start + measured)
+    });
+    let killer = std::thread::spawn(move || nemesis(deployment, plan, chaos, started));
     let attacked = crate::attack(&bases.ledgers[0].1, &opts, &shared).await;
     let (deployment, windows) = tokio::task::spawn_blocking(move || killer.join())
         .await
         .map_err(|e| LoadError::Server(format!("killer task: {e}")))?
         .map_err(|_| LoadError::Server("killer thread panicked".to_owned()))?;
-    let windows = windows?;
+    let (windows, applied) = windows?;
     attacked?;
+    // Whatever is down after the last fault (a fail-stop) is restarted before the deployment
+    // is judged, as a supervisor would, for up to SETTLE_WAIT_MS.
+    let deployment = tokio::task::spawn_blocking(move || revive_all(deployment))
+        .await
+        .map_err(|e| LoadError::Server(format!("supervisor task: {e}")))??;
 
     let (_, need_lottery) = shared.mix.needs();
     let settled = if need_lottery {
@@ -317,9 +392,12 @@ async fn run(
     }
     verification.push(crate::verify::kills_done(
         "cluster.kills_done",
-        windows.len(),
+        windows.len() - applied.len(),
         asked,
     ));
+    if let Some(kinds) = &asked_chaos {
+        verification.push(crate::chaos::took_effect(kinds, &applied));
+    }
     let processes: Vec<String> = deployment
         .services()
         .map(|(w, s)| format!("{} ({} start(s))", w.name(), s.starts()))

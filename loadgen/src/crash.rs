@@ -159,6 +159,8 @@ fn kill_and_restart(
             start_s,
             end_s: started.elapsed().as_secs_f64(),
             label: format!("kill -9 #{} and restart", n + 1),
+            process: None,
+            kind: Some("kill".into()),
         });
         sampler = Sampler::start(server.pid(), started);
     }

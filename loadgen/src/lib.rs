@@ -10,6 +10,7 @@
 //! The result is a [`reports::model::LoadReport`]; a violated check makes
 //! [`reports::model::LoadReport::passed`] false (callers must fail the run on it).
 
+pub mod chaos;
 pub mod cluster;
 pub mod conn;
 pub mod crash;
@@ -30,6 +31,7 @@ use goose::prelude::*;
 use reports::model::{InvariantResult, LoadReport, Verdict};
 use serde_json::{Value, json};
 
+pub use crate::chaos::{ChaosFault, ChaosOptions};
 pub use crate::cluster::{ClusterOptions, cluster_run};
 pub use crate::crash::{CrashOptions, crash_under_load};
 use crate::stats::Schedule;

@@ -24,6 +24,9 @@ pub enum IdSystem {
     RedisIncr(RedisPersistence),
     /// `SELECT nextval(…)` of a PostgreSQL sequence, one session per client.
     PostgresSequence,
+    /// The same sequence, each value stored by an `INSERT` in the transaction that takes it
+    /// (the transaction writes, so its commit waits for the WAL flush).
+    PostgresSequenceStored,
 }
 
 /// What the nemesis does to the system.
@@ -81,6 +84,8 @@ pub struct IdRun {
 const REDIS_KEY: &str = "bench:ids";
 /// The PostgreSQL sequence.
 const SEQUENCE: &str = "bench_ids";
+/// The table [`IdSystem::PostgresSequenceStored`] stores every value in.
+const STORED: &str = "bench_used";
 /// A request's longest wait for its answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -97,7 +102,7 @@ impl Server {
             IdSystem::RedisIncr(persistence) => {
                 Ok(Self::Redis(Redis::start_with(persistence, lose_unsynced)?))
             }
-            IdSystem::PostgresSequence => {
+            IdSystem::PostgresSequence | IdSystem::PostgresSequenceStored => {
                 let pg = Postgres::start_with(lose_unsynced)?;
                 pg.create_database("bench")?;
                 create_sequence(&client_url(system, pg.port()))?;
@@ -152,7 +157,7 @@ impl Server {
 fn client_url(system: IdSystem, port: u16) -> String {
     match system {
         IdSystem::RedisIncr(_) => format!("redis://127.0.0.1:{port}/"),
-        IdSystem::PostgresSequence => format!(
+        IdSystem::PostgresSequence | IdSystem::PostgresSequenceStored => format!(
             "postgres://{}@127.0.0.1:{port}/bench?connect_timeout=2",
             cluster::PG_USER
         ),
@@ -170,7 +175,11 @@ fn create_sequence(url: &str) -> Result<(), ClusterError> {
             .await
             .map_err(failed)?;
         let conn = tokio::spawn(conn);
-        let sql = format!("CREATE SEQUENCE IF NOT EXISTS {SEQUENCE}");
+        // No key on the table: a value taken twice must reach the checker, not fail an insert.
+        let sql = format!(
+            "CREATE SEQUENCE IF NOT EXISTS {SEQUENCE}; \
+             CREATE TABLE IF NOT EXISTS {STORED} (id bigint NOT NULL)"
+        );
         client.batch_execute(&sql).await.map_err(failed)?;
         drop(client);
         let _ = conn.await;
@@ -265,6 +274,7 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
     let space = match opts.system {
         IdSystem::RedisIncr(_) => "redis-incr",
         IdSystem::PostgresSequence => "postgres-nextval",
+        IdSystem::PostgresSequenceStored => "postgres-nextval-stored",
     };
     let unique = verify::ids_unique(space, &ids);
     let took_effect = faults_took_effect(faults, opts.down_for / 2, &history);
@@ -349,6 +359,8 @@ enum Client {
         url: String,
         runtime: Option<tokio::runtime::Runtime>,
         client: Option<tokio_postgres::Client>,
+        /// The value is stored in the transaction that takes it.
+        stored: bool,
     },
 }
 
@@ -356,10 +368,11 @@ impl Client {
     fn new(system: IdSystem, url: String) -> Self {
         match system {
             IdSystem::RedisIncr(_) => Self::Redis { url, conn: None },
-            IdSystem::PostgresSequence => Self::Postgres {
+            IdSystem::PostgresSequence | IdSystem::PostgresSequenceStored => Self::Postgres {
                 url,
                 runtime: runtime().ok(),
                 client: None,
+                stored: system == IdSystem::PostgresSequenceStored,
             },
         }
     }
@@ -371,8 +384,9 @@ impl Client {
                 url,
                 runtime,
                 client,
+                stored,
             } => match runtime {
-                Some(rt) => postgres_next(rt, url, client),
+                Some(rt) => postgres_next(rt, url, client, *stored),
                 None => Outcome::Fail("no client runtime".into()),
             },
         }
@@ -413,6 +427,7 @@ fn postgres_next(
     rt: &tokio::runtime::Runtime,
     url: &str,
     client: &mut Option<tokio_postgres::Client>,
+    stored: bool,
 ) -> Outcome {
     rt.block_on(async {
         let c = match client.take() {
@@ -431,8 +446,21 @@ fn postgres_next(
                 Err(_) => return Outcome::Fail("connect timed out".into()),
             },
         };
-        let sql = format!("SELECT nextval('{SEQUENCE}')");
-        match tokio::time::timeout(REQUEST_TIMEOUT, c.query_one(&sql, &[])).await {
+        // The value counts only once an explicit COMMIT has returned: what an application that
+        // uses the value after its transaction sees (PostgreSQL's advice for values used
+        // outside the database).
+        let sql = if stored {
+            format!("INSERT INTO {STORED} (id) VALUES (nextval('{SEQUENCE}')) RETURNING id")
+        } else {
+            format!("SELECT nextval('{SEQUENCE}')")
+        };
+        let asked = async {
+            c.batch_execute("BEGIN").await?;
+            let row = c.query_one(&sql, &[]).await?;
+            c.batch_execute("COMMIT").await?;
+            Ok::<_, tokio_postgres::Error>(row)
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, asked).await {
             Ok(Ok(row)) => match row.try_get::<_, i64>(0) {
                 Ok(id) => {
                     *client = Some(c);
@@ -440,7 +468,8 @@ fn postgres_next(
                 }
                 Err(e) => Outcome::Info(e.to_string()),
             },
-            // The server answered with an error (shutting down, in recovery, …): not run.
+            // The server answered with an error (shutting down, in recovery, …): not run, or
+            // run and not committed — a value never handed out.
             Ok(Err(e)) if e.as_db_error().is_some() => Outcome::Fail(e.to_string()),
             Ok(Err(e)) => Outcome::Info(e.to_string()),
             Err(_) => Outcome::Info("timed out".into()),

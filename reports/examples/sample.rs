@@ -519,6 +519,8 @@ pub fn sample_load() -> LoadReport {
             start_s: kill.0,
             end_s: kill.1,
             label: "kill -9 sut-server, restart".into(),
+            process: None,
+            kind: Some("kill".into()),
         }],
         verification: vec![
             InvariantResult::held("ids.unique"),

@@ -714,6 +714,7 @@ fn load(r: &LoadReport) -> Markup {
         .any(|e| !e.over_time.is_empty())
         .then(|| throughput_chart(r, &shades, x_range));
     let server = (!r.server.is_empty()).then(|| server_charts(r, &shades, x_range));
+    let fault_timeline = process_timeline(r, x_range.map_or(1.0, |(_, end)| end));
     html! {
         h2 { "Load: " (r.scenario) " " (badge(r.passed())) }
         (load_facts(r))
@@ -725,10 +726,46 @@ fn load(r: &LoadReport) -> Markup {
             @if let Some(t) = throughput { (svg_or_error(t)) }
             @for (_, chart) in over_time { (svg_or_error(chart)) }
         }
+        @if let Some(t) = fault_timeline { h3 { "Faults per process" } p.note { "One lane per process or link; one colour per fault kind." } (svg_or_error(t)) }
         @if let Some((cpu, rss)) = server { h3 { "Server resources" } div style="display:flex;gap:16px;flex-wrap:wrap" { (svg_or_error(cpu)) (svg_or_error(rss)) } }
         h3 { "Verification" }
         @if r.verification.is_empty() { p.muted { "no post-run verification recorded" } } @else { (invariant_table(&r.verification)) }
     }
+}
+
+/// The fault windows on one lane per process or link (`None` when no window names its
+/// process: a run with one server has the shading of the charts above).
+fn process_timeline(r: &LoadReport, end_s: f64) -> Option<Result<String, charts::ChartError>> {
+    let mut lanes: Vec<String> = Vec::new();
+    for p in r.fault_windows.iter().filter_map(|w| w.process.as_ref()) {
+        if !lanes.contains(p) {
+            lanes.push(p.clone());
+        }
+    }
+    if lanes.is_empty() {
+        return None;
+    }
+    lanes.sort();
+    let bars: Vec<TimelineBar> = r
+        .fault_windows
+        .iter()
+        .filter_map(|w| {
+            Some(TimelineBar {
+                lane: w.process.clone()?,
+                kind: w.kind.clone().unwrap_or_else(|| "fault".into()),
+                start_s: w.start_s,
+                end_s: Some(w.end_s),
+            })
+        })
+        .collect();
+    Some(charts::timeline_chart(
+        "Fault timeline (one lane per process or link)",
+        &lanes,
+        &bars,
+        &[],
+        end_s,
+        CHART_W,
+    ))
 }
 
 /// The load run's facts: target, duration, mode, users, fault windows.

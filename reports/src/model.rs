@@ -588,6 +588,13 @@ pub struct FaultWindow {
     pub start_s: f64,
     pub end_s: f64,
     pub label: String,
+    /// The process or link it hit, for its lane on the fault timeline (`None`: the run's one
+    /// server).
+    #[serde(default)]
+    pub process: Option<String>,
+    /// The fault kind (`kill`, `pause`, `clock`, …), one colour each on the timeline.
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 /// A load run against the real server.

@@ -301,3 +301,39 @@ fn model_page_draws_the_counterexample_as_a_sequence_chart() {
     assert!(html.contains("18342"));
     assert!(html.contains("Counterexample for"));
 }
+
+#[test]
+fn a_deployment_run_shows_each_fault_on_its_process_lane() {
+    let mut load = sample::sample_load();
+    // The sample's kill names no process: no per-process timeline.
+    let single = render(load.clone().into());
+    assert!(!single.contains("Faults per process"));
+    let window = |process: &str, kind: &str, start_s: f64| FaultWindow {
+        start_s,
+        end_s: start_s + 1.5,
+        label: format!("{process}: {kind}"),
+        process: Some(process.into()),
+        kind: Some(kind.into()),
+    };
+    load.fault_windows = vec![
+        window("coordinator", "pause", 3.0),
+        window("wallet→postgres", "partition", 6.0),
+        window("postgres", "power_loss", 9.0),
+        window("coordinator", "clock", 12.0),
+    ];
+    let html = render(load.into());
+    assert!(html.contains("Faults per process"));
+    let svgs = common::svgs(&html);
+    let timeline = svgs
+        .iter()
+        .find(|s| has_label(s, "Fault timeline (one lane per process or link)"))
+        .expect("the per-process fault timeline");
+    for lane in ["coordinator", "wallet→postgres", "postgres"] {
+        assert!(has_label(timeline, lane), "lane {lane}");
+    }
+    for kind in ["pause", "partition", "power_loss", "clock"] {
+        assert!(has_label(timeline, kind), "kind {kind} in the legend");
+    }
+    common::check_balanced(&html).unwrap();
+    assert!(common::external_references(&html).is_empty());
+}

@@ -87,6 +87,45 @@ pub struct ClusterSpec {
     /// `postgres` (a throwaway server, the default) or `sqlite` (files; nothing to install).
     #[serde(default)]
     pub database: ClusterDatabase,
+    /// `[load.cluster.chaos]`: every fault kind against the processes (`cluster_chaos`).
+    #[serde(default)]
+    pub chaos: Option<ChaosSpec>,
+}
+
+/// `[load.cluster.chaos]`: the chaos nemesis (docs/real.md). One fault at a time, `every_ms`
+/// apart, each held `down_ms`; the kinds take turns in an order drawn from `seed` (`--seed`
+/// overrides it).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChaosSpec {
+    /// Fault kinds: `kill`, `pause`, `clock`, `partition`, `power_loss`, `db_kill`.
+    pub faults: Vec<String>,
+    /// From the end of one fault to the start of the next, ms.
+    pub every_ms: u64,
+    /// How long each fault holds, ms.
+    pub down_ms: u64,
+    /// Draws the order of the kinds, the targets and the clock steps.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl ChaosSpec {
+    /// The nemesis's options, `seed` in place of the file's when given.
+    ///
+    /// # Errors
+    /// An unknown fault kind.
+    pub fn options(&self, seed: Option<u64>) -> Result<loadgen::ChaosOptions, String> {
+        Ok(loadgen::ChaosOptions {
+            seed: seed.unwrap_or(self.seed),
+            faults: self
+                .faults
+                .iter()
+                .map(|f| loadgen::ChaosFault::parse(f))
+                .collect::<Result<_, _>>()?,
+            every: std::time::Duration::from_millis(self.every_ms),
+            down_for: std::time::Duration::from_millis(self.down_ms),
+        })
+    }
 }
 
 /// Where a deployment keeps its state.
@@ -109,6 +148,29 @@ impl ClusterDatabase {
             Self::Sqlite => cluster::Backend::Sqlite,
         }
     }
+}
+
+fn validate_chaos(c: &ChaosSpec, database: ClusterDatabase) -> Result<(), (&'static str, String)> {
+    if database != ClusterDatabase::Postgres {
+        return Err((
+            "database",
+            "the chaos nemesis needs PostgreSQL (power losses, proxied database links)".into(),
+        ));
+    }
+    let faults = c.options(None).map_err(|m| ("faults", m))?.faults;
+    if faults.is_empty() {
+        return Err(("faults", "name at least one fault kind".into()));
+    }
+    if c.every_ms == 0 {
+        return Err(("every_ms", "must be positive".into()));
+    }
+    if !(100..=60_000).contains(&c.down_ms) {
+        return Err((
+            "down_ms",
+            format!("{} is not within 100..=60000", c.down_ms),
+        ));
+    }
+    Ok(())
 }
 
 fn default_id_servers() -> usize {
@@ -260,6 +322,7 @@ pub const NAMED: &[(&str, &str)] = &[
         include_str!("../load/crash_under_load.toml"),
     ),
     ("cluster_pg", include_str!("../load/cluster_pg.toml")),
+    ("cluster_chaos", include_str!("../real/cluster_chaos.toml")),
 ];
 
 /// Whether `text` is a load scenario (has a top-level `load` table). Text that is not TOML
@@ -383,6 +446,9 @@ impl LoadScenario {
             for name in &c.kill {
                 loadgen::cluster::parse_process(name, c.id_servers).map_err(|m| ("kill", m))?;
             }
+            if let Some(chaos) = &c.chaos {
+                validate_chaos(chaos, c.database)?;
+            }
         }
         l.mix.validate().map_err(|m| ("mix", m))?;
         let t = &l.thresholds;
@@ -500,6 +566,18 @@ mod tests {
             ("database = \"mysql\"", "unknown variant `mysql`"),
             ("kill = [\"id-3\"]", "field `kill`"),
             ("id_servers = 0", "field `id_servers`"),
+            (
+                "[load.cluster.chaos]\nfaults = [\"meteor\"]\nevery_ms = 1\ndown_ms = 500",
+                "unknown fault `meteor`",
+            ),
+            (
+                "[load.cluster.chaos]\nfaults = [\"kill\"]\nevery_ms = 1\ndown_ms = 5",
+                "field `down_ms`",
+            ),
+            (
+                "database = \"sqlite\"\n[load.cluster.chaos]\nfaults = [\"kill\"]\nevery_ms = 1\ndown_ms = 500",
+                "needs PostgreSQL",
+            ),
         ] {
             let text = GOOD.replace(
                 "[load.mix]",

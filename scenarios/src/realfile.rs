@@ -63,6 +63,10 @@ pub const NAMED: &[(&str, &str)] = &[
         "redis_incr_partition",
         include_str!("../real/redis_incr_partition.toml"),
     ),
+    (
+        "postgres_sequence_stored",
+        include_str!("../real/postgres_sequence_stored.toml"),
+    ),
 ];
 
 /// A parsed real-system scenario.
@@ -99,6 +103,7 @@ struct ClusterTable {
 enum System {
     RedisIncr,
     PostgresSequence,
+    PostgresSequenceStored,
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
@@ -162,7 +167,7 @@ impl RealScenario {
             System::RedisIncr => {
                 IdSystem::RedisIncr(redis_persistence(&file.cluster).map_err(bad)?)
             }
-            System::PostgresSequence => {
+            System::PostgresSequence | System::PostgresSequenceStored => {
                 if file.cluster.persistence.is_some() || file.cluster.snapshot_after_s.is_some() {
                     return Err(bad(
                         "cluster.persistence and cluster.snapshot_after_s apply to \
@@ -170,7 +175,11 @@ impl RealScenario {
                             .into(),
                     ));
                 }
-                IdSystem::PostgresSequence
+                if matches!(file.cluster.system, System::PostgresSequence) {
+                    IdSystem::PostgresSequence
+                } else {
+                    IdSystem::PostgresSequenceStored
+                }
             }
         };
         if !(1..=CLIENTS_MAX).contains(&file.clients.count) {

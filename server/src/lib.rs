@@ -100,6 +100,11 @@ pub const DRAW_LIMITER_USERS_MAX: usize = 100_000;
 pub struct ServerConfig {
     /// The database: an SQLite file (tokens and lottery beside it) or a PostgreSQL URL.
     pub db: Db,
+    /// Fail-stop: when a lottery commit fails (the database went away mid-batch), answer what
+    /// waited with 503 and exit the process with [`lottery::EXIT_STORE_FAILED`], for a
+    /// supervisor to restart it on its log. `false` (in-process tests): refuse every later
+    /// request instead. The `sut-server` binary sets it.
+    pub exit_on_store_failure: bool,
     /// Admission limits.
     pub admission: AdmissionConfig,
     /// IDs published to the lock-free front at a time.
@@ -184,6 +189,7 @@ impl ServerConfig {
             token_url: None,
             draw_rate_per_s: 10.0,
             draw_burst: 20,
+            exit_on_store_failure: false,
         }
     }
 
@@ -422,6 +428,7 @@ fn open_stores(
                 faults: cfg.participant_faults.clone(),
                 remote: cfg.remote_participants()?,
                 partial: cfg.role != Role::All,
+                exit_on_store_failure: cfg.exit_on_store_failure,
             },
         )?))
     } else {
@@ -1063,6 +1070,16 @@ struct HealthBody {
     snowflake: Option<ids::SnowflakeView>,
     in_flight: usize,
     queued: usize,
+    /// This process's wall clock when it answered, ms since the Unix epoch (what its Snowflake
+    /// IDs, token expiries and deadlines read; a bench that steps the clock checks it here).
+    wall_clock_ms: u64,
+}
+
+/// The wall clock now, ms since the Unix epoch (0 before it).
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Every loaded tag's allocator health (blocking; none for a role without IDs).
@@ -1099,6 +1116,7 @@ async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiEr
         snowflake: state.ids.as_ref().map(|ids| ids.snowflake.view()),
         in_flight: state.admission.in_flight(),
         queued: state.admission.queued(),
+        wall_clock_ms: wall_clock_ms(),
     }))
 }
 

@@ -103,7 +103,14 @@ pub struct LotteryOptions {
     /// need every part (`lottery.settled`, `lottery.agreement`) are left out of its `/ledger`
     /// and judged over every process's `GET /lottery/state` instead.
     pub partial: bool,
+    /// Fail-stop by exiting the process after a failed commit (see
+    /// [`crate::ServerConfig::exit_on_store_failure`]).
+    pub exit_on_store_failure: bool,
 }
+
+/// The exit code of a process whose lottery commit failed (`EX_TEMPFAIL`): what it held in
+/// memory may not match its log, and only a restart on the log is sure to.
+pub const EXIT_STORE_FAILED: i32 = 75;
 
 /// `GET /lottery/state`: this process's part of the lottery, raw, for a verifier that reads
 /// every process of a deployment and merges the parts ([`Ledger::merge`]).
@@ -765,6 +772,7 @@ struct Writer<S> {
     replayed: u64,
     metrics: Arc<Metrics>,
     failed: Option<ApiError>,
+    exit_on_store_failure: bool,
     /// Messages for participants in other processes, sent after the next commit.
     outbox: Option<Outbox>,
     /// Only part of the lottery runs here (see [`LotteryOptions::partial`]).
@@ -1097,6 +1105,17 @@ impl<S: DurableLottery> Writer<S> {
                 }
             }
             let stop = batch.iter().any(|c| matches!(c, Command::Stop));
+            if let Some(err) = &self.failed
+                && self.exit_on_store_failure
+            {
+                // Fail-stop: what waited was answered 503 by the failed commit; memory may be
+                // ahead of the log, so no later request may be judged on it.
+                eprintln!(
+                    "lottery: {}; exiting for a restart on the log (fail-stop)",
+                    err.error
+                );
+                std::process::exit(EXIT_STORE_FAILED);
+            }
             if let Some(err) = &self.failed {
                 for cmd in batch {
                     refuse(cmd, err);
@@ -1194,6 +1213,7 @@ impl Lottery {
             replayed,
             metrics,
             failed: None,
+            exit_on_store_failure: options.exit_on_store_failure,
             outbox,
             partial: options.partial,
             events_dropped: false,

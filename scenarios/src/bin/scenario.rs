@@ -520,7 +520,7 @@ enum RunKind {
 fn foreign_flags(args: &RunArgs, kind: RunKind) -> Option<Vec<&'static str>> {
     use RunKind::{Load, Real, Simulation};
     let flags: [(&'static str, bool, &[RunKind]); 13] = [
-        ("--seed", args.seed.is_some(), &[Simulation]),
+        ("--seed", args.seed.is_some(), &[Simulation, Load]),
         ("--seeds", args.seeds.is_some(), &[Simulation]),
         ("--jobs", args.jobs.is_some(), &[Simulation]),
         ("--shard", args.shard.is_some(), &[Simulation]),
@@ -581,6 +581,9 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
     let system = match o.system {
         loadgen::real::IdSystem::RedisIncr(p) => format!("Redis INCR ({p:?})"),
         loadgen::real::IdSystem::PostgresSequence => "PostgreSQL nextval (fsync on)".to_owned(),
+        loadgen::real::IdSystem::PostgresSequenceStored => {
+            "PostgreSQL nextval stored by an INSERT in its transaction (fsync on)".to_owned()
+        }
     };
     let fault = match o.fault {
         loadgen::real::Fault::Kill => "kill -9",
@@ -823,11 +826,23 @@ fn run_load(
         );
         return Err(ExitCode::from(USAGE));
     }
+    let chaos = spec.cluster.as_ref().and_then(|c| c.chaos.as_ref());
+    if args.seed.is_some() && chaos.is_none() {
+        eprintln!("scenario {name}: --seed applies to simulations and chaos runs only");
+        return Err(ExitCode::from(USAGE));
+    }
     let result = if let Some(cluster) = &spec.cluster {
         if args.host.is_some() {
             eprintln!("scenario {name}: a deployment run starts its own processes: no --host");
             return Err(ExitCode::from(USAGE));
         }
+        let chaos = match chaos.map(|c| c.options(args.seed)).transpose() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("scenario {name}: {e}");
+                return Err(ExitCode::from(USAGE));
+            }
+        };
         loadgen::cluster_run(loadgen::ClusterOptions {
             load: loadgen::LoadOptions {
                 workload: name.to_owned(),
@@ -844,6 +859,7 @@ fn run_load(
             id_servers: cluster.id_servers,
             kill: cluster.kill.clone(),
             backend: cluster.database.backend(),
+            chaos,
         })
     } else if spec.kills > 0 {
         if args.host.is_some() {

@@ -160,6 +160,7 @@ async fn serve(args: Args) -> Result<(), String> {
     let db = args.db.clone().ok_or("--db is required")?;
     let mut cfg = ServerConfig::with_db(db);
     cfg.role = args.role;
+    cfg.exit_on_store_failure = true;
     cfg.wallet_url = args.wallet_url.clone();
     cfg.inventory_url = args.inventory_url.clone();
     cfg.participant_timeout_ms = args.participant_timeout_ms;

@@ -1,0 +1,503 @@
+//! The chaos nemesis of `cluster_chaos` (docs/real.md): every fault kind against the real
+//! processes of a [`Deployment`] started with its chaos hooks, while the load runs.
+//!
+//! One fault at a time, `every` apart, each held `down_for` and then healed; the kinds take turns
+//! in an order drawn from the seed, and so do their targets:
+//!
+//! - `kill`: SIGKILL of a role process, restarted on its database `down_for` later;
+//! - `pause`: SIGSTOP of a role process, SIGCONT `down_for` later;
+//! - `clock`: a role process's wall clock (libfaketime) stepped back or forward by seconds,
+//!   stepped home `down_for` later (a second step, the other way);
+//! - `partition`: one link (a process→PostgreSQL, or the coordinator→a participant or the
+//!   token service) refused or black-holed by its fault proxy;
+//! - `power_loss`: PostgreSQL SIGKILLed, every write it had not synced dropped, restarted
+//!   through crash recovery `down_for` later;
+//! - `db_kill`: PostgreSQL SIGKILLed and restarted on its files.
+//!
+//! Every fault's observable effect is checked while it holds (the fault-coverage rule): the
+//! killed port refuses connections, the paused process does not answer, the process reports the
+//! stepped clock on `/health`, the proxy refused or swallowed something, the power loss dropped
+//! unsynced bytes. A kind none of whose faults took effect fails the run (`chaos.took_effect`).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cluster::{ClusterError, Deployment, LinkFault, RoleProcess};
+use reports::model::{FaultWindow, InvariantResult, Verdict};
+
+/// How long a probe waits for an answer.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(400);
+/// A clock step is seen when the process's clock is within this of the step.
+const CLOCK_SEEN_WITHIN_MS: i64 = 2_000;
+
+/// A kind of fault the chaos nemesis applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ChaosFault {
+    /// SIGKILL of a role process and a restart.
+    Kill,
+    /// SIGSTOP, then SIGCONT.
+    Pause,
+    /// A wall-clock step of one process, then back.
+    Clock,
+    /// A link refused or black-holed.
+    Partition,
+    /// PostgreSQL loses what it did not sync.
+    PowerLoss,
+    /// PostgreSQL SIGKILLed and restarted.
+    DbKill,
+}
+
+impl ChaosFault {
+    /// Every kind, in the order they are named in files.
+    pub const ALL: [Self; 6] = [
+        Self::Kill,
+        Self::Pause,
+        Self::Clock,
+        Self::Partition,
+        Self::PowerLoss,
+        Self::DbKill,
+    ];
+
+    /// Its name in scenario files and reports.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Kill => "kill",
+            Self::Pause => "pause",
+            Self::Clock => "clock",
+            Self::Partition => "partition",
+            Self::PowerLoss => "power_loss",
+            Self::DbKill => "db_kill",
+        }
+    }
+
+    /// The kind named `name`.
+    ///
+    /// # Errors
+    /// An unknown name (the message lists the known ones).
+    pub fn parse(name: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Self::ALL.iter().map(|f| f.name()).collect();
+                format!("unknown fault `{name}` (known: {})", known.join(", "))
+            })
+    }
+}
+
+/// What the nemesis does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChaosOptions {
+    /// Draws the order of the kinds, the targets and the clock steps.
+    pub seed: u64,
+    /// The kinds, each applied in turn (at least one).
+    pub faults: Vec<ChaosFault>,
+    /// From the end of one fault to the start of the next.
+    pub every: Duration,
+    /// How long each fault holds.
+    pub down_for: Duration,
+}
+
+/// One fault as applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Applied {
+    /// Its kind.
+    pub kind: ChaosFault,
+    /// The process or link it hit (`id-2`, `coordinator→wallet`, `postgres`).
+    pub target: String,
+    /// What it did and what was seen (`clock −12 s, seen −12.0 s`).
+    pub what: String,
+    /// Seconds since the run started.
+    pub start_s: f64,
+    /// Seconds since the run started, once healed.
+    pub end_s: f64,
+    /// Whether its observable effect was seen.
+    pub took_effect: bool,
+}
+
+impl Applied {
+    /// The report's fault window, on the target's timeline.
+    #[must_use]
+    pub fn window(&self) -> FaultWindow {
+        FaultWindow {
+            start_s: self.start_s,
+            end_s: self.end_s,
+            label: format!(
+                "{}: {} ({})",
+                self.target,
+                self.what,
+                if self.took_effect {
+                    "took effect"
+                } else {
+                    "no effect seen"
+                }
+            ),
+            process: Some(self.target.clone()),
+            kind: Some(self.kind.name().into()),
+        }
+    }
+}
+
+/// splitmix64: a small, seedable, well-mixed generator (the schedule only; nothing secret).
+#[derive(Clone, Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        assert!(n > 0, "a choice among nothing");
+        usize::try_from(self.next() % n as u64).unwrap_or(0)
+    }
+
+    fn shuffled<T: Clone>(&mut self, items: &[T]) -> Vec<T> {
+        let mut v = items.to_vec();
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i + 1));
+        }
+        v
+    }
+}
+
+/// Runs the nemesis from `first` until `until` (no fault starts later than `until - down_for`).
+/// Times in the returned faults count from `started`.
+///
+/// # Errors
+/// A fault or its healing could not be applied (a restart that failed, a signal refused).
+pub fn run_nemesis(
+    deployment: &mut Deployment,
+    opts: &ChaosOptions,
+    started: Instant,
+    first: Instant,
+    until: Instant,
+) -> Result<Vec<Applied>, ClusterError> {
+    assert!(!opts.faults.is_empty(), "a nemesis with no fault kind");
+    let mut rng = Rng(opts.seed);
+    let mut applied = Vec::new();
+    let mut next_at = first;
+    let mut round: Vec<ChaosFault> = Vec::new();
+    while next_at + opts.down_for <= until {
+        supervise_until(deployment, next_at)?;
+        if round.is_empty() {
+            round = rng.shuffled(&opts.faults);
+        }
+        let kind = round.remove(0);
+        let start_s = started.elapsed().as_secs_f64();
+        let (target, what, took_effect) = apply(deployment, kind, opts.down_for, &mut rng)?;
+        applied.push(Applied {
+            kind,
+            target,
+            what,
+            start_s,
+            end_s: started.elapsed().as_secs_f64(),
+            took_effect,
+        });
+        next_at = Instant::now() + opts.every;
+    }
+    Ok(applied)
+}
+
+/// Applies one fault, holds it, heals it; returns the target, what was done and seen, and
+/// whether the effect was seen.
+fn apply(
+    deployment: &mut Deployment,
+    kind: ChaosFault,
+    down_for: Duration,
+    rng: &mut Rng,
+) -> Result<(String, String, bool), ClusterError> {
+    let processes: Vec<RoleProcess> = deployment.services().map(|(w, _)| w).collect();
+    let process = processes[rng.below(processes.len())];
+    let began = Instant::now();
+    match kind {
+        ChaosFault::Kill => {
+            let service = deployment.service(process).ok_or_else(|| gone(process))?;
+            let port = service.port();
+            service.kill9()?;
+            let refused = refuses(port);
+            std::thread::sleep(down_for.saturating_sub(began.elapsed()));
+            // A restart that fails (its database unreachable) is the supervisor's to retry.
+            let restarted = service.restart().is_ok();
+            let what = if restarted {
+                "kill -9, restart"
+            } else {
+                "kill -9, restart failed (left to the supervisor)"
+            };
+            Ok((process.name(), what.into(), refused))
+        }
+        ChaosFault::Pause => {
+            let service = deployment.service(process).ok_or_else(|| gone(process))?;
+            let port = service.port();
+            service.pause()?;
+            let silent = health(port).is_none();
+            std::thread::sleep(down_for.saturating_sub(began.elapsed()));
+            service.resume()?;
+            Ok((process.name(), "SIGSTOP, SIGCONT".into(), silent))
+        }
+        ChaosFault::Clock => clock_step(deployment, process, rng, began, down_for),
+        ChaosFault::Partition => partition(deployment, rng, began, down_for),
+        ChaosFault::PowerLoss | ChaosFault::DbKill => database(deployment, kind, began, down_for),
+    }
+}
+
+/// Sleeps until `until`, restarting every ~100 ms any process that is down (a fail-stop after
+/// its database went away, a restart that failed): the deployment's supervisor.
+///
+/// # Errors
+/// None yet; a restart that fails is tried again on the next round.
+pub fn supervise_until(deployment: &mut Deployment, until: Instant) -> Result<(), ClusterError> {
+    loop {
+        deployment.revive();
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
+}
+
+fn gone(process: RoleProcess) -> ClusterError {
+    ClusterError::Command {
+        what: format!("fault on {}", process.name()),
+        detail: "not a process of this deployment".into(),
+    }
+}
+
+/// Steps one process's clock back 5–30 s or forward 5–60 s, checks `/health` reports it, holds,
+/// steps it home.
+fn clock_step(
+    deployment: &mut Deployment,
+    process: RoleProcess,
+    rng: &mut Rng,
+    began: Instant,
+    down_for: Duration,
+) -> Result<(String, String, bool), ClusterError> {
+    let back = rng.below(2) == 0;
+    let secs = 5 + i64::try_from(rng.below(if back { 26 } else { 56 })).unwrap_or(0);
+    let step_ms = if back { -secs * 1000 } else { secs * 1000 };
+    let port = deployment
+        .service(process)
+        .ok_or_else(|| gone(process))?
+        .port();
+    let clock = deployment
+        .clock(process)
+        .ok_or_else(|| ClusterError::Command {
+            what: format!("clock step on {}", process.name()),
+            detail: "the deployment was started without its chaos hooks".into(),
+        })?;
+    clock.set_offset_ms(step_ms)?;
+    // The process reads the control file on every clock call (FAKETIME_NO_CACHE).
+    let seen_ms = health(port).map(|h| h.wall_clock_ms - real_now_ms());
+    supervise_until(deployment, began + down_for)?;
+    if let Some(clock) = deployment.clock(process) {
+        clock.set_offset_ms(0)?;
+    }
+    let took = seen_ms.is_some_and(|s| (s - step_ms).abs() <= CLOCK_SEEN_WITHIN_MS);
+    let seen = seen_ms.map_or_else(
+        || "not seen: no answer".to_owned(),
+        |s| format!("seen {:+.1} s", s as f64 / 1000.0),
+    );
+    Ok((
+        process.name(),
+        format!("clock {:+} s, {seen}, then home", step_ms / 1000),
+        took,
+    ))
+}
+
+/// Refuses or black-holes one link for `down_for`.
+fn partition(
+    deployment: &mut Deployment,
+    rng: &mut Rng,
+    began: Instant,
+    down_for: Duration,
+) -> Result<(String, String, bool), ClusterError> {
+    let links = deployment.links();
+    if links.is_empty() {
+        return Err(ClusterError::Command {
+            what: "partition".into(),
+            detail: "the deployment was started without its chaos hooks".into(),
+        });
+    }
+    let at = rng.below(links.len());
+    let (fault, how) = if rng.below(2) == 0 {
+        (LinkFault::Refuse, "refused")
+    } else {
+        (LinkFault::Blackhole, "black-holed")
+    };
+    let touched = |e: cluster::ProxyEffects| e.refusals + e.resets + e.dropped_bytes;
+    let before = touched(links[at].1.effects());
+    links[at].1.set(fault);
+    supervise_until(deployment, began + down_for)?;
+    let (link, proxy) = &deployment.links()[at];
+    proxy.set(LinkFault::None);
+    let after = touched(proxy.effects());
+    Ok((link.name(), how.to_owned(), after > before))
+}
+
+/// A power loss or a kill -9 of PostgreSQL, restarted `down_for` later.
+fn database(
+    deployment: &mut Deployment,
+    kind: ChaosFault,
+    began: Instant,
+    down_for: Duration,
+) -> Result<(String, String, bool), ClusterError> {
+    let pg = deployment.postgres().ok_or_else(|| ClusterError::Command {
+        what: kind.name().into(),
+        detail: "the deployment has no PostgreSQL".into(),
+    })?;
+    let port = pg.port();
+    let (what, took) = if kind == ChaosFault::PowerLoss {
+        let lost_before = pg.lost_writes().map_or(0, |l| l.lost_bytes);
+        let after = pg.power_loss()?;
+        let lost = after.lost_bytes - lost_before;
+        (
+            format!("power loss, {lost} unsynced bytes dropped, restart"),
+            lost > 0 && refuses(port),
+        )
+    } else {
+        pg.kill9()?;
+        ("kill -9, restart".to_owned(), refuses(port))
+    };
+    supervise_until(deployment, began + down_for)?;
+    if let Some(pg) = deployment.postgres() {
+        pg.restart()?;
+    }
+    Ok(("postgres".into(), what, took))
+}
+
+/// Whether a TCP connection to the port is refused now.
+fn refuses(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).is_err()
+}
+
+/// What `/health` says, if it answers within [`PROBE_TIMEOUT`].
+#[derive(Debug, serde::Deserialize)]
+struct Health {
+    wall_clock_ms: i64,
+}
+
+fn health(port: u16) -> Option<Health> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).ok()?;
+    s.set_read_timeout(Some(PROBE_TIMEOUT)).ok()?;
+    s.set_write_timeout(Some(PROBE_TIMEOUT)).ok()?;
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| serde_json::from_str(body).ok())
+        .flatten()
+}
+
+fn real_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `chaos.took_effect`: every kind asked for took effect at least once.
+#[must_use]
+pub fn took_effect(asked: &[ChaosFault], applied: &[Applied]) -> InvariantResult {
+    let per_kind: Vec<(ChaosFault, usize, usize)> = asked
+        .iter()
+        .map(|&k| {
+            let of = applied.iter().filter(|a| a.kind == k);
+            (k, of.clone().filter(|a| a.took_effect).count(), of.count())
+        })
+        .collect();
+    let missing: Vec<&str> = per_kind
+        .iter()
+        .filter(|(_, effective, _)| *effective == 0)
+        .map(|(k, _, _)| k.name())
+        .collect();
+    let detail = per_kind
+        .iter()
+        .map(|(k, effective, of)| format!("{} {effective}/{of}", k.name()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    InvariantResult {
+        name: "chaos.took_effect".into(),
+        verdict: if missing.is_empty() {
+            Verdict::Held
+        } else {
+            Verdict::Violated
+        },
+        seed: None,
+        first_offending_event: (!missing.is_empty())
+            .then(|| format!("never took effect: {}", missing.join(", "))),
+        detail: Some(format!("faults that took effect / applied: {detail}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied(kind: ChaosFault, took_effect: bool) -> Applied {
+        Applied {
+            kind,
+            target: "id-1".into(),
+            what: "x".into(),
+            start_s: 0.0,
+            end_s: 1.0,
+            took_effect,
+        }
+    }
+
+    #[test]
+    fn a_kind_that_never_took_effect_fails_coverage() {
+        let asked = [ChaosFault::Kill, ChaosFault::Clock];
+        let both = [
+            applied(ChaosFault::Kill, true),
+            applied(ChaosFault::Clock, false),
+            applied(ChaosFault::Clock, true),
+        ];
+        assert_eq!(took_effect(&asked, &both).verdict, Verdict::Held);
+        let clock_never = [
+            applied(ChaosFault::Kill, true),
+            applied(ChaosFault::Clock, false),
+        ];
+        let r = took_effect(&asked, &clock_never);
+        assert_eq!(r.verdict, Verdict::Violated);
+        assert!(r.first_offending_event.unwrap().contains("clock"));
+        let never_applied = [applied(ChaosFault::Kill, true)];
+        assert_eq!(
+            took_effect(&asked, &never_applied).verdict,
+            Verdict::Violated
+        );
+    }
+
+    #[test]
+    fn fault_names_round_trip_and_unknown_ones_are_named() {
+        for f in ChaosFault::ALL {
+            assert_eq!(ChaosFault::parse(f.name()), Ok(f));
+        }
+        let e = ChaosFault::parse("meteor").unwrap_err();
+        assert!(e.contains("meteor") && e.contains("power_loss"), "{e}");
+    }
+
+    #[test]
+    fn the_schedule_is_a_function_of_the_seed() {
+        let draw = |seed| {
+            let mut r = Rng(seed);
+            (0..8).map(|_| r.below(6)).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+        let mut r = Rng(3);
+        let mut s = r.shuffled(&ChaosFault::ALL);
+        s.sort();
+        assert_eq!(s, ChaosFault::ALL.to_vec(), "a shuffle keeps every kind");
+    }
+}
