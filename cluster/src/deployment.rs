@@ -283,15 +283,15 @@ impl Deployment {
 
     /// The supervisor's round (what systemd's `Restart=always` does): tries to restart every
     /// process that is down (it exited on its own, or an earlier restart failed: its database
-    /// was unreachable, say); returns the processes still down.
-    pub fn revive(&mut self) -> Vec<RoleProcess> {
-        let mut down = Vec::new();
+    /// was unreachable, say); returns each process found down and whether it runs again.
+    pub fn revive(&mut self) -> Vec<(RoleProcess, bool)> {
+        let mut found = Vec::new();
         for (which, service) in &mut self.services {
-            if service.is_down() && service.restart().is_err() {
-                down.push(*which);
+            if service.is_down() {
+                found.push((*which, service.restart().is_ok()));
             }
         }
-        down
+        found
     }
 
     /// Every fault-proxied link (none unless [`DeploymentSpec::chaos`]).

@@ -8,9 +8,11 @@
 //!
 //! - **partition, refusing**: the listening port is closed (new connections get `ECONNREFUSED`)
 //!   and every open connection is reset (RST both ways);
-//! - **partition, black hole**: connections are accepted and kept open, and every byte either way
-//!   is swallowed (clients see timeouts, not errors);
-//! - **one way**: the bytes of one direction are swallowed, the other direction flows;
+//! - **partition, black hole**: connections are accepted and kept open, and no byte gets through
+//!   either way until the link heals (clients see timeouts, not errors). As on a real network,
+//!   where TCP retransmits what a partition dropped, nothing is lost: what was sent is held and
+//!   delivered, in order, after the partition (the sender's buffers fill meanwhile);
+//! - **one way**: the same for the bytes of one direction; the other direction flows;
 //! - **latency** with jitter: each chunk is delivered `delay ± jitter` after it was read, never
 //!   before an earlier one (order kept, as TCP keeps it);
 //! - **bandwidth**: each direction is paced to a byte rate;
@@ -58,12 +60,12 @@ pub enum LinkFault {
     None,
     /// Partition, refusing: the port closed, open connections reset.
     Refuse,
-    /// Partition, black hole: connections stay open, every byte is swallowed.
+    /// Partition, black hole: connections stay open, no byte gets through until it heals.
     Blackhole,
-    /// The bytes of one direction are swallowed.
+    /// The bytes of one direction are held until it heals.
     OneWay {
-        /// The direction that loses its bytes.
-        drop: Direction,
+        /// The direction that is cut.
+        stall: Direction,
     },
     /// Each chunk is held `delay_ms ± jitter_ms` (order kept).
     Latency {
@@ -99,8 +101,10 @@ pub struct ProxyEffects {
     pub refusals: u64,
     /// Connections reset (by a refusing partition or a reset mid-stream).
     pub resets: u64,
-    /// Bytes swallowed (black hole, one way, half-open).
+    /// Bytes swallowed (half-open).
     pub dropped_bytes: u64,
+    /// Bytes held back by a partition (black hole, one way), delivered once it healed.
+    pub held_bytes: u64,
     /// Chunks held back by latency or bandwidth.
     pub delayed_chunks: u64,
     /// Connections left half-open.
@@ -115,6 +119,7 @@ struct Counters {
     refusals: AtomicU64,
     resets: AtomicU64,
     dropped_bytes: AtomicU64,
+    held_bytes: AtomicU64,
     delayed_chunks: AtomicU64,
     half_opened: AtomicU64,
 }
@@ -133,6 +138,7 @@ impl Counters {
             refusals: get(&self.refusals),
             resets: get(&self.resets),
             dropped_bytes: get(&self.dropped_bytes),
+            held_bytes: get(&self.held_bytes),
             delayed_chunks: get(&self.delayed_chunks),
             half_opened: get(&self.half_opened),
         }
@@ -353,7 +359,8 @@ struct Pump {
 /// What to do with a chunk just read.
 enum Verdict {
     Deliver(Instant),
-    Drop,
+    /// Held until the partition heals.
+    Hold,
     End(Ending),
 }
 
@@ -411,8 +418,14 @@ impl Pump {
                             self.forward(&mut dst, &buf[..n]).await;
                         }
                         Verdict::Deliver(at) => queue.push_back((at, buf[..n].to_vec())),
-                        Verdict::Drop => {
-                            Counters::add(&self.link.counters.dropped_bytes, n as u64);
+                        Verdict::Hold => {
+                            // Nothing more is read meanwhile: the sender's buffers fill, as
+                            // behind a real partition.
+                            Counters::add(&self.link.counters.held_bytes, n as u64);
+                            if let Some(ending) = self.held_until_healed().await {
+                                return self.end(ending, src, dst).await;
+                            }
+                            queue.push_back((Instant::now(), buf[..n].to_vec()));
                         }
                         Verdict::End(ending) => {
                             if ending == Ending::HalfOpen {
@@ -464,6 +477,45 @@ impl Pump {
         }
     }
 
+    /// Waits while the link's fault cuts this direction; `Some` when the connection ends
+    /// meanwhile (a refusing partition, a half-open close, the other direction's reset).
+    async fn held_until_healed(&mut self) -> Option<Ending> {
+        loop {
+            let fault = *self.link.faults.borrow_and_update();
+            let cut = match fault {
+                LinkFault::Blackhole => true,
+                LinkFault::OneWay { stall } => stall == self.direction,
+                _ => false,
+            };
+            if !cut {
+                return None;
+            }
+            tokio::select! {
+                biased;
+                ending = self.closed.changed() => {
+                    return Some(if ending.is_ok() { *self.closed.borrow() } else { Ending::Reset });
+                }
+                changed = self.link.faults.changed() => {
+                    if changed.is_err() {
+                        return Some(Ending::Reset);
+                    }
+                    // As in the main loop, the up direction ends the connection for both.
+                    if self.direction == Direction::Up {
+                        match *self.link.faults.borrow() {
+                            LinkFault::Refuse => {
+                                self.state.closing.send_replace(Ending::Reset);
+                            }
+                            LinkFault::HalfOpen => {
+                                self.state.closing.send_replace(Ending::HalfOpen);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The fault in force decides what happens to `n` bytes just read.
     fn judge(&mut self, n: usize, paced_until: &mut Instant) -> Verdict {
         let now = Instant::now();
@@ -477,8 +529,8 @@ impl Pump {
             LinkFault::None => Verdict::Deliver(now),
             LinkFault::Refuse => Verdict::End(Ending::Reset),
             LinkFault::HalfOpen => Verdict::End(Ending::HalfOpen),
-            LinkFault::Blackhole => Verdict::Drop,
-            LinkFault::OneWay { drop } if drop == self.direction => Verdict::Drop,
+            LinkFault::Blackhole => Verdict::Hold,
+            LinkFault::OneWay { stall } if stall == self.direction => Verdict::Hold,
             LinkFault::OneWay { .. } => Verdict::Deliver(now),
             LinkFault::ResetAfter { bytes } if through > bytes => Verdict::End(Ending::Reset),
             LinkFault::ResetAfter { .. } => Verdict::Deliver(now),

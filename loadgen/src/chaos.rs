@@ -140,6 +140,138 @@ impl Applied {
     }
 }
 
+/// A process the supervisor found down (it exited on its own: a fail-stop) and restarted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Revived {
+    /// Which.
+    pub process: String,
+    /// Seconds since the run started.
+    pub at_s: f64,
+    /// Whether the restart succeeded (else it is tried again on the next round).
+    pub restarted: bool,
+}
+
+impl Revived {
+    /// The report's mark on the process's timeline.
+    #[must_use]
+    pub fn window(&self) -> FaultWindow {
+        FaultWindow {
+            start_s: self.at_s,
+            end_s: self.at_s + 0.05,
+            label: format!(
+                "{}: {}",
+                self.process,
+                if self.restarted {
+                    "down (exited on its own), restarted by the supervisor"
+                } else {
+                    "down (exited on its own), restarts failing, tried every 100 ms"
+                }
+            ),
+            process: Some(self.process.clone()),
+            kind: Some("supervisor restart".into()),
+        }
+    }
+}
+
+/// The deployment's supervisor (what systemd's `Restart=always` does): restarts every process
+/// that is down, every [`SUPERVISE_EVERY`], and remembers each restart.
+#[derive(Debug)]
+pub struct Supervisor {
+    started: Instant,
+    /// Every process found down, in order.
+    pub revived: Vec<Revived>,
+    /// Processes whose restarts fail so far.
+    failing: std::collections::BTreeSet<String>,
+}
+
+/// How often the supervisor looks.
+pub const SUPERVISE_EVERY: Duration = Duration::from_millis(100);
+
+impl Supervisor {
+    /// A supervisor whose times count from `started`.
+    #[must_use]
+    pub fn new(started: Instant) -> Self {
+        Self {
+            started,
+            revived: Vec::new(),
+            failing: std::collections::BTreeSet::new(),
+        }
+    }
+
+    /// One round: restarts what is down. A process whose restart keeps failing (its database
+    /// still unreachable) is reported once, then again when it runs.
+    pub fn round(&mut self, deployment: &mut Deployment) {
+        for (which, restarted) in deployment.revive() {
+            let process = which.name();
+            let first_failure = !restarted && self.failing.insert(process.clone());
+            if !(restarted || first_failure) {
+                continue;
+            }
+            if restarted {
+                self.failing.remove(&process);
+            }
+            let revived = Revived {
+                process,
+                at_s: self.started.elapsed().as_secs_f64(),
+                restarted,
+            };
+            eprintln!(
+                "chaos: {:>7.1} s  supervisor {}",
+                revived.at_s,
+                revived.window().label
+            );
+            self.revived.push(revived);
+        }
+    }
+
+    /// Rounds until `until`.
+    pub fn until(&mut self, deployment: &mut Deployment, until: Instant) {
+        loop {
+            self.round(deployment);
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(SUPERVISE_EVERY));
+        }
+    }
+
+    /// Rounds on a thread of its own until [`Watch::stop`] hands the deployment back.
+    #[must_use]
+    pub fn watch(mut self, mut deployment: Deployment) -> Watch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                self.round(&mut deployment);
+                std::thread::sleep(SUPERVISE_EVERY);
+            }
+            (deployment, self)
+        });
+        Watch { stop, thread }
+    }
+}
+
+/// A [`Supervisor`] watching a deployment on its own thread.
+#[derive(Debug)]
+pub struct Watch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(Deployment, Supervisor)>,
+}
+
+impl Watch {
+    /// Stops watching; the deployment and the supervisor's record.
+    ///
+    /// # Errors
+    /// The supervisor's thread panicked.
+    pub fn stop(self) -> Result<(Deployment, Supervisor), String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| "the supervisor's thread panicked".to_owned())
+    }
+}
+
 /// splitmix64: a small, seedable, well-mixed generator (the schedule only; nothing secret).
 #[derive(Clone, Debug)]
 struct Rng(u64);
@@ -174,32 +306,41 @@ impl Rng {
 /// A fault or its healing could not be applied (a restart that failed, a signal refused).
 pub fn run_nemesis(
     deployment: &mut Deployment,
+    supervisor: &mut Supervisor,
     opts: &ChaosOptions,
-    started: Instant,
     first: Instant,
     until: Instant,
 ) -> Result<Vec<Applied>, ClusterError> {
+    let started = supervisor.started;
     assert!(!opts.faults.is_empty(), "a nemesis with no fault kind");
     let mut rng = Rng(opts.seed);
     let mut applied = Vec::new();
     let mut next_at = first;
     let mut round: Vec<ChaosFault> = Vec::new();
     while next_at + opts.down_for <= until {
-        supervise_until(deployment, next_at)?;
+        supervisor.until(deployment, next_at);
         if round.is_empty() {
             round = rng.shuffled(&opts.faults);
         }
         let kind = round.remove(0);
         let start_s = started.elapsed().as_secs_f64();
-        let (target, what, took_effect) = apply(deployment, kind, opts.down_for, &mut rng)?;
-        applied.push(Applied {
+        let (target, what, took_effect) =
+            apply(deployment, supervisor, kind, opts.down_for, &mut rng)?;
+        let fault = Applied {
             kind,
             target,
             what,
             start_s,
             end_s: started.elapsed().as_secs_f64(),
             took_effect,
-        });
+        };
+        eprintln!(
+            "chaos: {:>7.1} s  {:<10} {}",
+            fault.start_s,
+            kind.name(),
+            fault.window().label
+        );
+        applied.push(fault);
         next_at = Instant::now() + opts.every;
     }
     Ok(applied)
@@ -209,6 +350,7 @@ pub fn run_nemesis(
 /// whether the effect was seen.
 fn apply(
     deployment: &mut Deployment,
+    supervisor: &mut Supervisor,
     kind: ChaosFault,
     down_for: Duration,
     rng: &mut Rng,
@@ -241,25 +383,11 @@ fn apply(
             service.resume()?;
             Ok((process.name(), "SIGSTOP, SIGCONT".into(), silent))
         }
-        ChaosFault::Clock => clock_step(deployment, process, rng, began, down_for),
-        ChaosFault::Partition => partition(deployment, rng, began, down_for),
-        ChaosFault::PowerLoss | ChaosFault::DbKill => database(deployment, kind, began, down_for),
-    }
-}
-
-/// Sleeps until `until`, restarting every ~100 ms any process that is down (a fail-stop after
-/// its database went away, a restart that failed): the deployment's supervisor.
-///
-/// # Errors
-/// None yet; a restart that fails is tried again on the next round.
-pub fn supervise_until(deployment: &mut Deployment, until: Instant) -> Result<(), ClusterError> {
-    loop {
-        deployment.revive();
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(());
+        ChaosFault::Clock => clock_step(deployment, supervisor, process, rng, began + down_for),
+        ChaosFault::Partition => partition(deployment, supervisor, rng, began + down_for),
+        ChaosFault::PowerLoss | ChaosFault::DbKill => {
+            database(deployment, supervisor, kind, began + down_for)
         }
-        std::thread::sleep(left.min(Duration::from_millis(100)));
     }
 }
 
@@ -274,10 +402,10 @@ fn gone(process: RoleProcess) -> ClusterError {
 /// steps it home.
 fn clock_step(
     deployment: &mut Deployment,
+    supervisor: &mut Supervisor,
     process: RoleProcess,
     rng: &mut Rng,
-    began: Instant,
-    down_for: Duration,
+    heal_at: Instant,
 ) -> Result<(String, String, bool), ClusterError> {
     let back = rng.below(2) == 0;
     let secs = 5 + i64::try_from(rng.below(if back { 26 } else { 56 })).unwrap_or(0);
@@ -295,7 +423,7 @@ fn clock_step(
     clock.set_offset_ms(step_ms)?;
     // The process reads the control file on every clock call (FAKETIME_NO_CACHE).
     let seen_ms = health(port).map(|h| h.wall_clock_ms - real_now_ms());
-    supervise_until(deployment, began + down_for)?;
+    supervisor.until(deployment, heal_at);
     if let Some(clock) = deployment.clock(process) {
         clock.set_offset_ms(0)?;
     }
@@ -314,9 +442,9 @@ fn clock_step(
 /// Refuses or black-holes one link for `down_for`.
 fn partition(
     deployment: &mut Deployment,
+    supervisor: &mut Supervisor,
     rng: &mut Rng,
-    began: Instant,
-    down_for: Duration,
+    heal_at: Instant,
 ) -> Result<(String, String, bool), ClusterError> {
     let links = deployment.links();
     if links.is_empty() {
@@ -331,10 +459,10 @@ fn partition(
     } else {
         (LinkFault::Blackhole, "black-holed")
     };
-    let touched = |e: cluster::ProxyEffects| e.refusals + e.resets + e.dropped_bytes;
+    let touched = |e: cluster::ProxyEffects| e.refusals + e.resets + e.held_bytes;
     let before = touched(links[at].1.effects());
     links[at].1.set(fault);
-    supervise_until(deployment, began + down_for)?;
+    supervisor.until(deployment, heal_at);
     let (link, proxy) = &deployment.links()[at];
     proxy.set(LinkFault::None);
     let after = touched(proxy.effects());
@@ -344,9 +472,9 @@ fn partition(
 /// A power loss or a kill -9 of PostgreSQL, restarted `down_for` later.
 fn database(
     deployment: &mut Deployment,
+    supervisor: &mut Supervisor,
     kind: ChaosFault,
-    began: Instant,
-    down_for: Duration,
+    heal_at: Instant,
 ) -> Result<(String, String, bool), ClusterError> {
     let pg = deployment.postgres().ok_or_else(|| ClusterError::Command {
         what: kind.name().into(),
@@ -365,7 +493,7 @@ fn database(
         pg.kill9()?;
         ("kill -9, restart".to_owned(), refuses(port))
     };
-    supervise_until(deployment, began + down_for)?;
+    supervisor.until(deployment, heal_at);
     if let Some(pg) = deployment.postgres() {
         pg.restart()?;
     }

@@ -17,6 +17,7 @@ use cluster::{Deployment, DeploymentSpec, RoleProcess};
 use reports::model::{FaultWindow, InvariantResult, LoadReport, Verdict};
 use sut::lottery::{DrawEvent, Ledger, invariants};
 
+use crate::chaos::Supervisor;
 use crate::{Bases, LoadError, LoadOptions, USERS_MAX};
 
 /// The tag step of the run (IDs per segment).
@@ -115,48 +116,50 @@ fn start_error(e: &cluster::ClusterError) -> LoadError {
     LoadError::Server(format!("deployment: {e}"))
 }
 
-/// The nemesis thread: the planned kills, then the chaos nemesis (if any) until `until`.
+/// The nemesis thread: the planned kills, then the chaos nemesis (if any) until `until`, its
+/// supervisor restarting whatever went down on its own meanwhile.
 fn nemesis(
     deployment: Deployment,
     plan: Vec<(Instant, RoleProcess)>,
     chaos: Option<(crate::chaos::ChaosOptions, Instant, Instant)>,
     started: Instant,
-) -> (Deployment, Result<Nemesis, LoadError>) {
+) -> (Deployment, Supervisor, Result<Nemesis, LoadError>) {
+    let mut supervisor = Supervisor::new(started);
     let (mut deployment, kills) = kill_and_restart(deployment, plan, started);
     let mut windows = match kills {
         Ok(w) => w,
-        Err(e) => return (deployment, Err(e)),
+        Err(e) => return (deployment, supervisor, Err(e)),
     };
     let Some((opts, first, until)) = chaos else {
-        return (deployment, Ok((windows, Vec::new())));
+        return (deployment, supervisor, Ok((windows, Vec::new())));
     };
-    match crate::chaos::run_nemesis(&mut deployment, &opts, started, first, until) {
+    let applied = crate::chaos::run_nemesis(&mut deployment, &mut supervisor, &opts, first, until);
+    match applied {
         Ok(applied) => {
             windows.extend(applied.iter().map(crate::chaos::Applied::window));
-            (deployment, Ok((windows, applied)))
+            (deployment, supervisor, Ok((windows, applied)))
         }
-        Err(e) => (deployment, Err(start_error(&e))),
+        Err(e) => (deployment, supervisor, Err(start_error(&e))),
     }
 }
 
-/// Restarts every process that is down, trying again until [`SETTLE_WAIT_MS`] has passed.
-fn revive_all(mut deployment: Deployment) -> Result<Deployment, LoadError> {
-    let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
-    loop {
-        let down = deployment.revive();
-        if down.is_empty() {
-            return Ok(deployment);
-        }
-        if Instant::now() >= deadline {
-            let names: Vec<String> = down.iter().map(|w| w.name()).collect();
-            return Err(LoadError::Server(format!(
-                "deployment: {} still down after {SETTLE_WAIT_MS} ms of restarts (logs in {})",
-                names.join(", "),
-                deployment.dir().display()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(500));
+/// Waits for the lottery to settle (when the mix draws), then runs every check.
+async fn judge(
+    prep: &crate::Prepared,
+    shared: &crate::Shared,
+    bases: &Bases,
+) -> Result<Vec<InvariantResult>, LoadError> {
+    let (_, need_lottery) = shared.mix.needs();
+    let settled = if need_lottery {
+        Some(wait_settled(&prep.admin, bases).await?)
+    } else {
+        None
+    };
+    let mut verification = crate::verification(prep, shared).await?;
+    if let Some((ledger, events, dropped)) = settled {
+        verification.extend(deployment_checks(&ledger, &events, dropped));
     }
+    Ok(verification)
 }
 
 /// The fault windows of a run, and the chaos faults as applied.
@@ -368,31 +371,26 @@ async fn run(
     });
     let killer = std::thread::spawn(move || nemesis(deployment, plan, chaos, started));
     let attacked = crate::attack(&bases.ledgers[0].1, &opts, &shared).await;
-    let (deployment, windows) = tokio::task::spawn_blocking(move || killer.join())
+    let (deployment, supervisor, windows) = tokio::task::spawn_blocking(move || killer.join())
         .await
         .map_err(|e| LoadError::Server(format!("killer task: {e}")))?
         .map_err(|_| LoadError::Server("killer thread panicked".to_owned()))?;
-    let (windows, applied) = windows?;
-    attacked?;
-    // Whatever is down after the last fault (a fail-stop) is restarted before the deployment
-    // is judged, as a supervisor would, for up to SETTLE_WAIT_MS.
-    let deployment = tokio::task::spawn_blocking(move || revive_all(deployment))
+    // The supervisor keeps restarting whatever goes down on its own (a fail-stop after the
+    // database went away) while the deployment settles and is judged; the watch is stopped on
+    // every path, so the deployment is always torn down.
+    let watch = supervisor.watch(deployment);
+    let judged = judge(&prep, &shared, &bases).await;
+    let (deployment, supervisor) = tokio::task::spawn_blocking(move || watch.stop())
         .await
-        .map_err(|e| LoadError::Server(format!("supervisor task: {e}")))??;
-
-    let (_, need_lottery) = shared.mix.needs();
-    let settled = if need_lottery {
-        Some(wait_settled(&prep.admin, &bases).await?)
-    } else {
-        None
-    };
-    let mut verification = crate::verification(&prep, &shared).await?;
-    if let Some((ledger, events, dropped)) = settled {
-        verification.extend(deployment_checks(&ledger, &events, dropped));
-    }
+        .map_err(|e| LoadError::Server(format!("supervisor task: {e}")))?
+        .map_err(LoadError::Server)?;
+    let (mut windows, applied) = windows?;
+    attacked?;
+    let mut verification = judged?;
+    windows.extend(supervisor.revived.iter().map(crate::chaos::Revived::window));
     verification.push(crate::verify::kills_done(
         "cluster.kills_done",
-        windows.len() - applied.len(),
+        windows.len() - applied.len() - supervisor.revived.len(),
         asked,
     ));
     if let Some(kinds) = &asked_chaos {

@@ -7,7 +7,7 @@
 //! is a duplicate a user of that ID source would have stored twice.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -218,27 +218,15 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
     );
     let recorder = Arc::new(Recorder::new());
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..opts.clients)
-        .map(|process| {
-            let (recorder, stop, url) = (Arc::clone(&recorder), Arc::clone(&stop), url.clone());
-            let system = opts.system;
-            thread::spawn(move || {
-                let mut client = Client::new(system, url);
-                while !stop.load(Ordering::Relaxed) {
-                    recorder.record(process, OpType::Invoke, "generate", None, None);
-                    let (op_type, value, error) = match client.next_id() {
-                        Outcome::Ok(id) => (OpType::Ok, Some(id), None),
-                        Outcome::Fail(e) => (OpType::Fail, None, Some(e)),
-                        Outcome::Info(e) => (OpType::Info, None, Some(e)),
-                    };
-                    recorder.record(process, op_type, "generate", value, error);
-                    if op_type == OpType::Fail {
-                        thread::sleep(Duration::from_millis(10));
-                    }
-                }
-            })
-        })
-        .collect();
+    let done = Arc::new(AtomicU64::new(0));
+    let clients = spawn_clients(
+        opts.system,
+        opts.clients,
+        &url,
+        Some(&recorder),
+        &stop,
+        &done,
+    );
     let ends = Instant::now() + opts.duration;
     let mut faults = 0;
     let mut result = Ok(());
@@ -289,6 +277,79 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
             Server::Postgres(p) => p.lost_writes(),
         },
     })
+}
+
+/// Starts `count` client threads asking `url` for IDs until `stop`, each completed request
+/// counted in `done` and, with a recorder, recorded (invoke, then ok, fail or info).
+fn spawn_clients(
+    system: IdSystem,
+    count: u64,
+    url: &str,
+    recorder: Option<&Arc<Recorder>>,
+    stop: &Arc<AtomicBool>,
+    done: &Arc<AtomicU64>,
+) -> Vec<thread::JoinHandle<()>> {
+    (0..count)
+        .map(|process| {
+            let recorder = recorder.map(Arc::clone);
+            let (stop, done, url) = (Arc::clone(stop), Arc::clone(done), url.to_owned());
+            thread::spawn(move || {
+                let mut client = Client::new(system, url);
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(r) = &recorder {
+                        r.record(process, OpType::Invoke, "generate", None, None);
+                    }
+                    let (op_type, value, error) = match client.next_id() {
+                        Outcome::Ok(id) => (OpType::Ok, Some(id), None),
+                        Outcome::Fail(e) => (OpType::Fail, None, Some(e)),
+                        Outcome::Info(e) => (OpType::Info, None, Some(e)),
+                    };
+                    if let Some(r) = &recorder {
+                        r.record(process, op_type, "generate", value, error);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                    if op_type == OpType::Fail {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// The clients' maximum rate (requests/s) against one fresh, fault-free `system`, in
+/// `rounds` pairs of `round`-long runs, alternately with the history recorded and without,
+/// side by side on the same server: the cost of recording is the ratio of the two
+/// (`examples/history_cost.rs`). Returns `(recorded, rate)` per run, in run order.
+///
+/// # Errors
+/// The system could not be started.
+pub fn recording_cost(
+    system: IdSystem,
+    clients: u64,
+    round: Duration,
+    rounds: u32,
+) -> Result<Vec<(bool, f64)>, ClusterError> {
+    let server = Server::start(system, Fault::Kill)?;
+    let url = client_url(system, server.port());
+    let mut rates = Vec::new();
+    for i in 0..rounds * 2 {
+        // ABBA order: neither side always runs first (warm caches, a growing key).
+        let recorded = matches!(i % 4, 1 | 2);
+        let recorder = recorded.then(|| Arc::new(Recorder::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let threads = spawn_clients(system, clients, &url, recorder.as_ref(), &stop, &done);
+        thread::sleep(round);
+        stop.store(true, Ordering::Relaxed);
+        let n = done.load(Ordering::Relaxed);
+        for t in threads {
+            let _ = t.join();
+        }
+        rates.push((recorded, n as f64 / round.as_secs_f64()));
+    }
+    drop(server);
+    Ok(rates)
 }
 
 /// Requests that failed, ended unknown, or took at least `held_up` from invoke to completion.

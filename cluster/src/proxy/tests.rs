@@ -126,46 +126,54 @@ fn a_refusing_partition_closes_the_port_resets_open_connections_and_heals() {
 }
 
 #[test]
-fn a_black_hole_swallows_every_byte_and_keeps_the_connection() {
+fn a_black_hole_holds_every_byte_until_it_heals_and_loses_none() {
     let (upstream, _) = echo_server();
     let proxy = Proxy::start(upstream, 1).unwrap();
     let mut s = connect(&proxy);
     proxy.set(LinkFault::Blackhole);
     s.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    let lost = round_trip(&mut s, b"lost");
+    let held = round_trip(&mut s, b"held");
     assert!(
-        lost.as_ref()
+        held.as_ref()
             .is_err_and(|e| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
-        "{lost:?}"
+        "{held:?}"
     );
-    wait_for("the bytes dropped", || proxy.effects().dropped_bytes == 4);
+    wait_for("the bytes held", || proxy.effects().held_bytes == 4);
+    assert_eq!(proxy.effects().bytes_up, 0, "nothing got through");
     proxy.set(LinkFault::None);
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    assert_eq!(
-        round_trip(&mut s, b"back").unwrap(),
-        b"back",
-        "same connection"
-    );
+    // Healed: the held request arrives first (TCP's order), then the next one, on the same
+    // connection.
+    s.write_all(b"back").unwrap();
+    let mut echo = [0_u8; 8];
+    s.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"heldback", "nothing lost");
+    assert_eq!(proxy.effects().dropped_bytes, 0);
 }
 
 #[test]
-fn one_way_loses_one_direction_only() {
+fn one_way_cuts_one_direction_only() {
     let (upstream, _) = echo_server();
     let proxy = Proxy::start(upstream, 1).unwrap();
     let mut s = connect(&proxy);
     proxy.set(LinkFault::OneWay {
-        drop: Direction::Down,
+        stall: Direction::Down,
     });
     s.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    assert!(round_trip(&mut s, b"up").is_err(), "the echo is lost");
-    // The request itself went through (the echo server answered into the void).
-    wait_for("up forwarded, down dropped", || {
+    assert!(round_trip(&mut s, b"up").is_err(), "the echo is held");
+    // The request itself went through (the echo server answered into the cut direction).
+    wait_for("up forwarded, down held", || {
         let e = proxy.effects();
-        e.bytes_up == 2 && e.dropped_bytes == 2
+        e.bytes_up == 2 && e.held_bytes == 2
     });
     assert_eq!(proxy.effects().bytes_down, 0);
+    proxy.set(LinkFault::None);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut echo = [0_u8; 2];
+    s.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"up", "the held echo arrives once healed");
 }
 
 #[test]

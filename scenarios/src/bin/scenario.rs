@@ -626,8 +626,8 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
     }
     if let Some(p) = &run.proxy {
         println!(
-            "  proxy: {} connections, {} bytes up, {} down, {} bytes swallowed",
-            p.connections, p.bytes_up, p.bytes_down, p.dropped_bytes
+            "  proxy: {} connections, {} bytes up, {} down, {} bytes held by the partitions",
+            p.connections, p.bytes_up, p.bytes_down, p.held_bytes
         );
     }
     let checks = [&run.unique, &run.took_effect];
