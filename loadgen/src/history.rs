@@ -117,15 +117,95 @@ impl Recorder {
         });
     }
 
-    /// The history recorded.
+    /// A recorder for one client thread: it keeps its records to itself (no lock, no
+    /// contention between clients) and hands them over when dropped; [`Recorder::finish`]
+    /// merges every client's records by time.
+    #[must_use]
+    pub fn client(&self, process: u64) -> ClientRecorder<'_> {
+        ClientRecorder {
+            shared: self,
+            process,
+            ops: Vec::with_capacity(1024),
+        }
+    }
+
+    /// The history recorded: every record by time (ties in the order they were handed over),
+    /// indexed from 0.
     #[must_use]
     pub fn finish(self) -> History {
-        History {
-            ops: self
-                .ops
-                .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        let mut ops = self
+            .ops
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ops.sort_by_key(|op| op.time_ns);
+        for (i, op) in ops.iter_mut().enumerate() {
+            op.index = i as u64;
         }
+        History { ops }
+    }
+}
+
+/// One client's records ([`Recorder::client`]), handed to the shared recorder when dropped.
+/// It keeps them compact (no allocation per record but an error's text) and makes them
+/// [`Op`]s only then, off the client's hot path.
+#[derive(Debug)]
+pub struct ClientRecorder<'a> {
+    shared: &'a Recorder,
+    process: u64,
+    ops: Vec<Compact>,
+}
+
+/// A record as a client keeps it.
+#[derive(Debug)]
+struct Compact {
+    time_ns: u64,
+    op_type: OpType,
+    f: &'static str,
+    value: Option<i64>,
+    error: Option<String>,
+}
+
+impl ClientRecorder<'_> {
+    /// Records one operation record of this client at the time now.
+    pub fn record(
+        &mut self,
+        op_type: OpType,
+        f: &'static str,
+        value: Option<i64>,
+        error: Option<String>,
+    ) {
+        let time_ns = u64::try_from(self.shared.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        debug_assert!(
+            self.ops.last().is_none_or(|last| last.time_ns <= time_ns),
+            "one client's records go forward in time"
+        );
+        self.ops.push(Compact {
+            time_ns,
+            op_type,
+            f,
+            value,
+            error,
+        });
+    }
+}
+
+impl Drop for ClientRecorder<'_> {
+    fn drop(&mut self) {
+        let mut ops = self
+            .shared
+            .ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let process = self.process;
+        ops.extend(self.ops.drain(..).map(|c| Op {
+            index: 0,
+            process,
+            op_type: c.op_type,
+            f: c.f.to_owned(),
+            value: c.value,
+            time_ns: c.time_ns,
+            error: c.error,
+        }));
     }
 }
 
@@ -436,6 +516,41 @@ fn parse_op(line: &str) -> Parse<Op> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_recorders_merge_by_time_and_are_indexed_in_that_order() {
+        let r = Recorder::new();
+        std::thread::scope(|scope| {
+            for process in 0..4 {
+                let r = &r;
+                scope.spawn(move || {
+                    let mut h = r.client(process);
+                    for i in 0..500 {
+                        h.record(OpType::Invoke, "generate", None, None);
+                        h.record(OpType::Ok, "generate", Some(i), None);
+                    }
+                });
+            }
+        });
+        let history = r.finish();
+        assert_eq!(history.ops.len(), 4 * 1000);
+        for (i, pair) in history.ops.windows(2).enumerate() {
+            assert!(pair[0].time_ns <= pair[1].time_ns, "by time at {i}");
+        }
+        for (i, op) in history.ops.iter().enumerate() {
+            assert_eq!(op.index, i as u64);
+        }
+        for process in 0..4 {
+            // Each client's own records keep their order: invoke, ok 0, invoke, ok 1, …
+            let values: Vec<i64> = history
+                .ops
+                .iter()
+                .filter(|o| o.process == process && o.op_type == OpType::Ok)
+                .filter_map(|o| o.value)
+                .collect();
+            assert_eq!(values, (0..500).collect::<Vec<_>>(), "client {process}");
+        }
+    }
 
     fn sample() -> History {
         let r = Recorder::new();

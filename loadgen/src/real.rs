@@ -295,17 +295,18 @@ fn spawn_clients(
             let (stop, done, url) = (Arc::clone(stop), Arc::clone(done), url.to_owned());
             thread::spawn(move || {
                 let mut client = Client::new(system, url);
+                let mut history = recorder.as_ref().map(|r| r.client(process));
                 while !stop.load(Ordering::Relaxed) {
-                    if let Some(r) = &recorder {
-                        r.record(process, OpType::Invoke, "generate", None, None);
+                    if let Some(h) = &mut history {
+                        h.record(OpType::Invoke, "generate", None, None);
                     }
                     let (op_type, value, error) = match client.next_id() {
                         Outcome::Ok(id) => (OpType::Ok, Some(id), None),
                         Outcome::Fail(e) => (OpType::Fail, None, Some(e)),
                         Outcome::Info(e) => (OpType::Info, None, Some(e)),
                     };
-                    if let Some(r) = &recorder {
-                        r.record(process, op_type, "generate", value, error);
+                    if let Some(h) = &mut history {
+                        h.record(op_type, "generate", value, error);
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                     if op_type == OpType::Fail {

@@ -189,8 +189,9 @@ pub fn id_gaps(ids: &[u64]) -> u64 {
     v.windows(2).map(|w| w[1] - w[0] - 1).sum()
 }
 
-/// `ids.monotonic_per_server`: every ID a user got from one server exceeded the ones it got
-/// from that server before (`regressions` as found by the workload).
+/// `ids.monotonic_per_server`: every segment ID a user got from one server exceeded the ones it
+/// got from that server before, and every Snowflake ID the ones from the same worker id
+/// (`regressions` as found by the workload).
 #[must_use]
 pub fn ids_monotonic_per_server(
     regressions: &[crate::workload::IdRegression],
@@ -200,7 +201,18 @@ pub fn ids_monotonic_per_server(
     match regressions.first() {
         None => held(
             name,
-            format!("every user's IDs from each of {servers} server(s) went up"),
+            format!(
+                "every user's IDs from each of {servers} server(s) went up (Snowflake IDs per \
+                 worker id)"
+            ),
+        ),
+        Some(r) if r.kind == "snowflake" => violated(
+            name,
+            format!(
+                "snowflake ID {} from worker id {} after {} (user {})",
+                r.after, r.server, r.before, r.user
+            ),
+            format!("{} regression(s) kept", regressions.len()),
         ),
         Some(r) => violated(
             name,

@@ -464,7 +464,8 @@ pub struct IdRegression {
     pub kind: &'static str,
     /// The user.
     pub user: usize,
-    /// The server (index into [`Urls::id_servers`]).
+    /// Segment IDs: the server (index into [`Urls::id_servers`]); Snowflake IDs: the worker
+    /// id decoded from the ID.
     pub server: usize,
     /// The earlier ID.
     pub before: u64,
@@ -734,7 +735,12 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
             .await
             {
                 lock(&sh.snowflake_ids).push(id);
-                sh.note_id_order("snowflake", lag.user, server, &[id]);
+                // Snowflake promises order per worker id: a server restarted under a new worker
+                // id may issue below what its previous incarnation issued on a clock that ran
+                // ahead (unique still, as the worker ids differ).
+                let worker = sut::snowflake::Layout::default().decode(id).worker;
+                let worker = usize::try_from(worker).unwrap_or(usize::MAX);
+                sh.note_id_order("snowflake", lag.user, worker, &[id]);
             }
         }
         Kind::Tokens => tokens_operation(user, sh, lag).await,
@@ -1072,5 +1078,14 @@ mod id_order_tests {
             first.contains("segment ID 11 from server #1 after 11"),
             "{first}"
         );
+        // Snowflake IDs are ordered per worker id (the `server` slot holds it).
+        let mut snowflake = IdOrder::default();
+        snowflake.note("snowflake", 0, 5, &[9]);
+        snowflake.note("snowflake", 0, 6, &[3]); // another worker: may be lower
+        assert!(snowflake.regressions.is_empty());
+        snowflake.note("snowflake", 0, 5, &[8]);
+        let result = ids_monotonic_per_server(&snowflake.regressions, 1);
+        let first = result.first_offending_event.unwrap();
+        assert!(first.contains("from worker id 5 after 9"), "{first}");
     }
 }

@@ -110,29 +110,34 @@ struct Drawer {
 }
 
 impl Drawer {
+    /// A user's JWT and a one-time token for activity 1.
+    async fn tokens(&self, user: u64) -> (String, String) {
+        let (status, v) = post_as(
+            &self.client,
+            format!("{}/tokens", self.token),
+            &self.admin,
+            json!({"user": user}),
+        )
+        .await;
+        assert_eq!(status, 200, "{v}");
+        let jwt = v["token"].as_str().unwrap().to_owned();
+        let (status, v) = post_as(
+            &self.client,
+            format!("{}/tokens/once", self.token),
+            &jwt,
+            json!({"user": user, "activity": "1"}),
+        )
+        .await;
+        assert!(matches!(status, 200 | 201), "{v}");
+        (jwt, v["token"].as_str().unwrap().to_owned())
+    }
+
     /// One draw per user, in turn, as a real client makes it (a JWT from the token service, a
     /// one-time token for the activity, the draw); returns the xids answered 200 or 202.
     async fn draws(&self, users: std::ops::Range<u64>) -> Vec<u64> {
         let mut xids = Vec::new();
         for user in users {
-            let (status, v) = post_as(
-                &self.client,
-                format!("{}/tokens", self.token),
-                &self.admin,
-                json!({"user": user}),
-            )
-            .await;
-            assert_eq!(status, 200, "{v}");
-            let jwt = v["token"].as_str().unwrap().to_owned();
-            let (status, v) = post_as(
-                &self.client,
-                format!("{}/tokens/once", self.token),
-                &jwt,
-                json!({"user": user, "activity": "1"}),
-            )
-            .await;
-            assert!(matches!(status, 200 | 201), "{v}");
-            let once = v["token"].as_str().unwrap().to_owned();
+            let (jwt, once) = self.tokens(user).await;
             let body = json!({
                 "activity": 1, "price_minor": 100, "won": user % 3 == 0, "once_token": once,
             });
@@ -248,6 +253,115 @@ async fn draws_settle_after_a_wallet_crash(backend: Backend) {
         60 * 1_000,
         "money is conserved across the crash"
     );
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .unwrap();
+}
+
+/// Runs one statement on `url`.
+async fn sql(url: &str, statement: &str) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let conn = tokio::spawn(conn);
+    client.batch_execute(statement).await.expect(statement);
+    drop(client);
+    let _ = conn.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+async fn a_lottery_process_whose_database_went_away_exits_and_its_restart_recovers() {
+    let mut cluster =
+        tokio::task::spawn_blocking(move || Deployment::start(&spec(1, Backend::Postgres)))
+            .await
+            .unwrap()
+            .expect("start the deployment");
+    let client = reqwest::Client::new();
+    let coordinator = cluster.url(RoleProcess::Coordinator);
+    let admin = cluster.admin_token().to_owned();
+    let (status, body) = post_as(
+        &client,
+        format!("{}/admin/accounts", cluster.url(RoleProcess::Wallet)),
+        &admin,
+        json!({"user": 1, "count": 5, "balance_minor": 1_000}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let drawer = Drawer {
+        client: client.clone(),
+        token: cluster.url(RoleProcess::Token),
+        coordinator: coordinator.clone(),
+        admin: admin.clone(),
+    };
+    let before = drawer.draws(1..2).await;
+    assert_eq!(before.len(), 1, "a draw while everything is up");
+    // The next draw's tokens, while the token service still has its database.
+    let (jwt, once) = drawer.tokens(2).await;
+    assert!(cluster.revive().is_empty(), "nothing is down yet");
+
+    // The coordinator's database goes away (its sessions ended, new ones refused; the token
+    // service's stays): its next commit fails, it answers 503 (or the connection ends) and
+    // exits for a restart on its log.
+    let admin_url = cluster.postgres().unwrap().url_for("postgres");
+    sql(&admin_url, "ALTER DATABASE coord ALLOW_CONNECTIONS false").await;
+    sql(
+        &admin_url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'coord'",
+    )
+    .await;
+    let refused = client
+        .post(format!("{coordinator}/lottery/draw"))
+        .bearer_auth(&jwt)
+        .json(&json!({"activity": 1, "price_minor": 100, "won": false, "once_token": once}))
+        .send()
+        .await;
+    assert!(
+        refused.as_ref().is_err() || refused.as_ref().is_ok_and(|r| r.status() == 503),
+        "{refused:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !cluster.service(RoleProcess::Coordinator).unwrap().is_down() {
+        assert!(Instant::now() < deadline, "the coordinator did not exit");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = cluster.service(RoleProcess::Coordinator).unwrap().log();
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("fail-stop"), "{log}");
+
+    // The supervisor's round: the database back, the coordinator restarted on its log.
+    sql(&admin_url, "ALTER DATABASE coord ALLOW_CONNECTIONS true").await;
+    let revived = tokio::task::block_in_place(|| cluster.revive());
+    assert!(
+        revived
+            .iter()
+            .any(|(w, up)| *w == RoleProcess::Coordinator && *up),
+        "{revived:?}"
+    );
+    assert_eq!(
+        cluster.service(RoleProcess::Coordinator).unwrap().starts(),
+        2
+    );
+    // Draws confirm again through the restarted coordinator, and the wallet was paid for the
+    // one before the outage and the one after; the refused one froze nothing.
+    // (User 4: a losing draw, no stock needed.)
+    let after = drawer.draws(4..5).await;
+    assert_eq!(after.len(), 1, "a draw after the restart");
+    let wallet = cluster.url(RoleProcess::Wallet);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, report) = get(&client, format!("{wallet}/ledger")).await;
+        assert_eq!(status, 200, "{report}");
+        assert_eq!(report["safe"], true, "{report}");
+        if report["frozen_minor"] == 0 && report["collected_minor"] == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the wallet never settled: {report}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::task::spawn_blocking(move || drop(cluster))
         .await
         .unwrap();
