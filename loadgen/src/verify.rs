@@ -189,9 +189,10 @@ pub fn id_gaps(ids: &[u64]) -> u64 {
     v.windows(2).map(|w| w[1] - w[0] - 1).sum()
 }
 
-/// `ids.monotonic_per_server`: every segment ID a user got from one server exceeded the ones it
-/// got from that server before, and every Snowflake ID the ones from the same worker id
-/// (`regressions` as found by the workload).
+/// `ids.monotonic_per_server`: every segment ID a user got from one server's allocator
+/// incarnation exceeded the ones it got from that incarnation before, and every Snowflake ID
+/// the ones from the same worker id (`regressions` as found by the workload). As in the
+/// simulator's `ids.monotonic`, a restart starts a new incarnation.
 #[must_use]
 pub fn ids_monotonic_per_server(
     regressions: &[crate::workload::IdRegression],
@@ -202,8 +203,8 @@ pub fn ids_monotonic_per_server(
         None => held(
             name,
             format!(
-                "every user's IDs from each of {servers} server(s) went up (Snowflake IDs per \
-                 worker id)"
+                "every user's IDs from each of {servers} server(s) went up (segment IDs per \
+                 allocator incarnation, Snowflake IDs per worker id)"
             ),
         ),
         Some(r) if r.kind == "snowflake" => violated(
@@ -217,10 +218,13 @@ pub fn ids_monotonic_per_server(
         Some(r) => violated(
             name,
             format!(
-                "{} ID {} from server #{} after {} (user {})",
+                "{} ID {} from server #{}{} after {} (user {})",
                 r.kind,
                 r.after,
                 r.server + 1,
+                r.incarnation
+                    .map(|i| format!(" (allocator incarnation {i})"))
+                    .unwrap_or_default(),
                 r.before,
                 r.user
             ),

@@ -467,6 +467,8 @@ pub struct IdRegression {
     /// Segment IDs: the server (index into [`Urls::id_servers`]); Snowflake IDs: the worker
     /// id decoded from the ID.
     pub server: usize,
+    /// Segment IDs: the allocator incarnation that issued them, when the server says.
+    pub incarnation: Option<u64>,
     /// The earlier ID.
     pub before: u64,
     /// The ID that did not exceed it.
@@ -476,20 +478,31 @@ pub struct IdRegression {
 /// Regressions kept for the report.
 pub const ID_REGRESSIONS_KEPT: usize = 16;
 
+/// Where IDs come from, for their order: a server and the allocator incarnation it names
+/// (segment IDs), or a Snowflake worker id and `None`.
+pub type IdSource = (usize, Option<u64>);
+
 /// Each (kind, user, server)'s highest ID so far, and the IDs that did not exceed it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdOrder {
-    last: BTreeMap<(&'static str, usize, usize), u64>,
+    last: BTreeMap<(&'static str, usize, IdSource), u64>,
     /// The first [`ID_REGRESSIONS_KEPT`] IDs that did not go up.
     pub regressions: Vec<IdRegression>,
 }
 
 impl IdOrder {
-    /// Checks that `ids` (in answer order) exceed every ID user `user` got from `server` before
-    /// (a user's requests are sequential, so a server that keeps its promise answers each
-    /// higher).
-    pub fn note(&mut self, kind: &'static str, user: usize, server: usize, ids: &[u64]) {
-        let mut previous = self.last.get(&(kind, user, server)).copied();
+    /// Checks that `ids` (in answer order) exceed every ID user `user` got from `source` before
+    /// (a server and the allocator incarnation it names, or a Snowflake worker id; a user's
+    /// requests are sequential, so a source that keeps its promise answers each higher).
+    pub fn note(
+        &mut self,
+        kind: &'static str,
+        user: usize,
+        source: IdSource,
+        ids: &[u64],
+    ) {
+        let (server, incarnation) = source;
+        let mut previous = self.last.get(&(kind, user, source)).copied();
         for &id in ids {
             if let Some(before) = previous
                 && id <= before
@@ -499,6 +512,7 @@ impl IdOrder {
                     kind,
                     user,
                     server,
+                    incarnation,
                     before,
                     after: id,
                 });
@@ -506,15 +520,21 @@ impl IdOrder {
             previous = Some(previous.map_or(id, |p| p.max(id)));
         }
         if let Some(p) = previous {
-            self.last.insert((kind, user, server), p);
+            self.last.insert((kind, user, source), p);
         }
     }
 }
 
 impl Shared {
     /// [`IdOrder::note`] on the run's record.
-    pub fn note_id_order(&self, kind: &'static str, user: usize, server: usize, ids: &[u64]) {
-        lock(&self.id_order).note(kind, user, server, ids);
+    pub fn note_id_order(
+        &self,
+        kind: &'static str,
+        user: usize,
+        source: IdSource,
+        ids: &[u64],
+    ) {
+        lock(&self.id_order).note(kind, user, source, ids);
     }
 
     /// When user `k`'s last request was answered.
@@ -693,12 +713,17 @@ pub mod names {
 #[derive(serde::Deserialize)]
 struct IdAnswer {
     id: u64,
+    /// The issuing allocator's incarnation (absent from servers that do not say).
+    #[serde(default)]
+    instance: Option<u64>,
 }
 
 /// `{"ids": [..]}` of `GET /id/{tag}/batch`.
 #[derive(serde::Deserialize)]
 struct IdsAnswer {
     ids: Vec<u64>,
+    #[serde(default)]
+    instance: Option<u64>,
 }
 
 async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) {
@@ -707,23 +732,23 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
         .id_server(sh.id_turn.fetch_add(1, Ordering::Relaxed));
     match kind {
         Kind::Id => {
-            if let Some((200, Some(IdAnswer { id }))) =
+            if let Some((200, Some(IdAnswer { id, instance }))) =
                 call(user, sh, names::ID, &urls.id, Body::Get, lag, &[200]).await
             {
                 lock(&sh.segment_ids).push(id);
-                sh.note_id_order("segment", lag.user, server, &[id]);
+                sh.note_id_order("segment", lag.user, (server, instance), &[id]);
             }
         }
         Kind::Batch => {
-            if let Some((200, Some(IdsAnswer { ids }))) =
+            if let Some((200, Some(IdsAnswer { ids, instance }))) =
                 call(user, sh, names::BATCH, &urls.batch, Body::Get, lag, &[200]).await
             {
-                sh.note_id_order("segment", lag.user, server, &ids);
+                sh.note_id_order("segment", lag.user, (server, instance), &ids);
                 lock(&sh.segment_ids).extend(ids);
             }
         }
         Kind::Snowflake => {
-            if let Some((200, Some(IdAnswer { id }))) = call(
+            if let Some((200, Some(IdAnswer { id, .. }))) = call(
                 user,
                 sh,
                 names::SNOWFLAKE,
@@ -740,7 +765,7 @@ async fn operation(user: &mut GooseUser, sh: &Shared, kind: Kind, lag: &Origin) 
                 // ahead (unique still, as the worker ids differ).
                 let worker = sut::snowflake::Layout::default().decode(id).worker;
                 let worker = usize::try_from(worker).unwrap_or(usize::MAX);
-                sh.note_id_order("snowflake", lag.user, worker, &[id]);
+                sh.note_id_order("snowflake", lag.user, (worker, None), &[id]);
             }
         }
         Kind::Tokens => tokens_operation(user, sh, lag).await,
@@ -1053,10 +1078,12 @@ mod id_order_tests {
     #[test]
     fn ids_that_go_up_per_user_and_server_hold() {
         let mut order = IdOrder::default();
-        order.note("segment", 0, 0, &[1, 2, 3]);
-        order.note("segment", 0, 1, &[1, 2]); // another server may be lower
-        order.note("segment", 1, 0, &[1]); // another user too
-        order.note("segment", 0, 0, &[4, 5]);
+        order.note("segment", 0, (0, Some(1)), &[1, 2, 3]);
+        order.note("segment", 0, (1, Some(1)), &[1, 2]); // another server may be lower
+        order.note("segment", 1, (0, Some(1)), &[1]); // another user too
+        order.note("segment", 0, (0, Some(1)), &[4, 5]);
+        // The same server restarted (a new incarnation) may draw a lower, reclaimed range.
+        order.note("segment", 0, (0, Some(2)), &[2]);
         assert!(order.regressions.is_empty());
         assert_eq!(
             ids_monotonic_per_server(&order.regressions, 2).verdict,
@@ -1067,23 +1094,23 @@ mod id_order_tests {
     #[test]
     fn an_id_that_does_not_go_up_fires_the_check() {
         let mut order = IdOrder::default();
-        order.note("segment", 0, 0, &[10, 11]);
-        order.note("segment", 0, 0, &[11]);
-        order.note("snowflake", 3, 1, &[7, 5]);
+        order.note("segment", 0, (0, Some(1)), &[10, 11]);
+        order.note("segment", 0, (0, Some(1)), &[11]);
+        order.note("snowflake", 3, (1, None), &[7, 5]);
         assert_eq!(order.regressions.len(), 2);
         let result = ids_monotonic_per_server(&order.regressions, 2);
         assert_eq!(result.verdict, Verdict::Violated);
         let first = result.first_offending_event.unwrap();
         assert!(
-            first.contains("segment ID 11 from server #1 after 11"),
+            first.contains("segment ID 11 from server #1 (allocator incarnation 1) after 11"),
             "{first}"
         );
         // Snowflake IDs are ordered per worker id (the `server` slot holds it).
         let mut snowflake = IdOrder::default();
-        snowflake.note("snowflake", 0, 5, &[9]);
-        snowflake.note("snowflake", 0, 6, &[3]); // another worker: may be lower
+        snowflake.note("snowflake", 0, (5, None), &[9]);
+        snowflake.note("snowflake", 0, (6, None), &[3]); // another worker: may be lower
         assert!(snowflake.regressions.is_empty());
-        snowflake.note("snowflake", 0, 5, &[8]);
+        snowflake.note("snowflake", 0, (5, None), &[8]);
         let result = ids_monotonic_per_server(&snowflake.regressions, 1);
         let first = result.first_offending_event.unwrap();
         assert!(first.contains("from worker id 5 after 9"), "{first}");

@@ -944,6 +944,10 @@ async fn tag_ids(state: &AppState, tag: String) -> Result<Arc<ids::TagIds>, ApiE
 #[derive(Serialize, ToSchema)]
 struct IdBody {
     id: u64,
+    /// Segment IDs: the allocator incarnation that issued it (new at every start): IDs of one
+    /// incarnation strictly increase; a restarted server may draw a lower, reclaimed range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance: Option<u64>,
 }
 
 #[utoipa::path(
@@ -968,12 +972,15 @@ async fn next_id(
     let ids = tag_ids(&state, segment(tag, "tag")?).await?;
     let id = ids.next_id()?;
     state.metrics.ids_issued.fetch_add(1, Ordering::Relaxed);
-    Ok(Json(IdBody { id }))
+    let instance = Some(state.ids()?.tags.instance().0);
+    Ok(Json(IdBody { id, instance }))
 }
 
 #[derive(Serialize, ToSchema)]
 struct IdsBody {
     ids: Vec<u64>,
+    /// The allocator incarnation that issued them (see `IdBody`).
+    instance: u64,
 }
 
 #[utoipa::path(
@@ -1011,7 +1018,8 @@ async fn next_ids(
     let ids = tag_ids(&state, tag).await?;
     let ids = ids.next_ids(n)?;
     state.metrics.ids_issued.fetch_add(n, Ordering::Relaxed);
-    Ok(Json(IdsBody { ids }))
+    let instance = state.ids()?.tags.instance().0;
+    Ok(Json(IdsBody { ids, instance }))
 }
 
 #[utoipa::path(
@@ -1031,7 +1039,7 @@ async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiErr
         .metrics
         .snowflake_issued
         .fetch_add(1, Ordering::Relaxed);
-    Ok(Json(IdBody { id }))
+    Ok(Json(IdBody { id, instance: None }))
 }
 
 #[utoipa::path(
