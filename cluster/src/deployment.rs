@@ -96,6 +96,9 @@ pub enum Link {
     Database(RoleProcess),
     /// The coordinator's calls to a participant or the token service.
     FromCoordinator(RoleProcess),
+    /// The load's clients to a process they call (an ID server, the token service, the
+    /// coordinator).
+    FromClients(RoleProcess),
 }
 
 impl Link {
@@ -105,6 +108,7 @@ impl Link {
         match self {
             Self::Database(w) => format!("{}→postgres", w.name()),
             Self::FromCoordinator(w) => format!("coordinator→{}", w.name()),
+            Self::FromClients(w) => format!("clients→{}", w.name()),
         }
     }
 }
@@ -181,6 +185,9 @@ impl Deployment {
         order.extend((0..spec.id_servers.max(1)).map(RoleProcess::Id));
         for which in order {
             deployment.start_role(spec, which, &token_file)?;
+        }
+        if spec.chaos {
+            deployment.proxy_clients()?;
         }
         Ok(deployment)
     }
@@ -292,6 +299,44 @@ impl Deployment {
             }
         }
         found
+    }
+
+    /// A fault proxy in front of every process the load's clients call.
+    fn proxy_clients(&mut self) -> Result<(), ClusterError> {
+        let called: Vec<(RoleProcess, u16)> = self
+            .services()
+            .filter(|(w, _)| {
+                matches!(
+                    w,
+                    RoleProcess::Id(_) | RoleProcess::Token | RoleProcess::Coordinator
+                )
+            })
+            .map(|(w, s)| (w, s.port()))
+            .collect();
+        for (which, port) in called {
+            let proxy = Proxy::start(loopback(port), link_seed(which) ^ 0x5bd1)?;
+            self.links.push((Link::FromClients(which), proxy));
+        }
+        Ok(())
+    }
+
+    /// The URL the load's clients use for a process: through its fault proxy in a chaos
+    /// deployment, else [`Deployment::url`].
+    #[must_use]
+    pub fn client_url(&self, which: RoleProcess) -> String {
+        self.links
+            .iter()
+            .find(|(l, _)| *l == Link::FromClients(which))
+            .map_or_else(|| self.url(which), |(_, p)| format!("http://{}", p.addr()))
+    }
+
+    /// Every ID server's URL for the load's clients ([`Deployment::client_url`]).
+    #[must_use]
+    pub fn client_id_urls(&self) -> Vec<String> {
+        self.services()
+            .filter(|(w, _)| matches!(w, RoleProcess::Id(_)))
+            .map(|(w, _)| self.client_url(w))
+            .collect()
     }
 
     /// Every fault-proxied link (none unless [`DeploymentSpec::chaos`]).

@@ -339,9 +339,9 @@ async fn run(
     let admin_token = Some(deployment.admin_token().to_owned());
     let prep = crate::prepare(&bases, &opts, CLUSTER_STEP, admin_token).await?;
     let urls = crate::workload::Urls::deployment(
-        &deployment.id_urls(),
-        &deployment.url(RoleProcess::Token),
-        &deployment.url(RoleProcess::Coordinator),
+        &deployment.client_id_urls(),
+        &deployment.client_url(RoleProcess::Token),
+        &deployment.client_url(RoleProcess::Coordinator),
         &prep.tag,
     )
     .map_err(|reason| LoadError::BadOption {

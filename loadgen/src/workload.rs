@@ -494,13 +494,7 @@ impl IdOrder {
     /// Checks that `ids` (in answer order) exceed every ID user `user` got from `source` before
     /// (a server and the allocator incarnation it names, or a Snowflake worker id; a user's
     /// requests are sequential, so a source that keeps its promise answers each higher).
-    pub fn note(
-        &mut self,
-        kind: &'static str,
-        user: usize,
-        source: IdSource,
-        ids: &[u64],
-    ) {
+    pub fn note(&mut self, kind: &'static str, user: usize, source: IdSource, ids: &[u64]) {
         let (server, incarnation) = source;
         let mut previous = self.last.get(&(kind, user, source)).copied();
         for &id in ids {
@@ -527,13 +521,7 @@ impl IdOrder {
 
 impl Shared {
     /// [`IdOrder::note`] on the run's record.
-    pub fn note_id_order(
-        &self,
-        kind: &'static str,
-        user: usize,
-        source: IdSource,
-        ids: &[u64],
-    ) {
+    pub fn note_id_order(&self, kind: &'static str, user: usize, source: IdSource, ids: &[u64]) {
         lock(&self.id_order).note(kind, user, source, ids);
     }
 
