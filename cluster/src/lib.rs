@@ -8,6 +8,7 @@
 //! and remove every directory this crate owns at that moment before the process exits.
 
 mod clock;
+mod command;
 mod deployment;
 pub mod lostfs;
 mod postgres;
@@ -16,6 +17,7 @@ mod redis;
 mod service;
 
 pub use clock::{FakeClock, libfaketime_path};
+pub use command::{COMMAND_START_TIMEOUT, CommandService, CommandSpec};
 pub use deployment::{Backend, Deployment, DeploymentSpec, Link, RoleProcess};
 pub use lostfs::{LostFs, LostFsEffects};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};

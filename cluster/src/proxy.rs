@@ -111,6 +111,21 @@ pub struct ProxyEffects {
     pub half_opened: u64,
 }
 
+impl std::ops::AddAssign for ProxyEffects {
+    /// Sums the effects of several links.
+    fn add_assign(&mut self, other: Self) {
+        self.connections += other.connections;
+        self.bytes_up += other.bytes_up;
+        self.bytes_down += other.bytes_down;
+        self.refusals += other.refusals;
+        self.resets += other.resets;
+        self.dropped_bytes += other.dropped_bytes;
+        self.held_bytes += other.held_bytes;
+        self.delayed_chunks += other.delayed_chunks;
+        self.half_opened += other.half_opened;
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     connections: AtomicU64,

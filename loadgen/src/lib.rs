@@ -10,6 +10,7 @@
 //! The result is a [`reports::model::LoadReport`]; a violated check makes
 //! [`reports::model::LoadReport::passed`] false (callers must fail the run on it).
 
+pub mod blackbox;
 pub mod chaos;
 pub mod cluster;
 pub mod conn;

@@ -87,7 +87,7 @@ const SEQUENCE: &str = "bench_ids";
 /// The table [`IdSystem::PostgresSequenceStored`] stores every value in.
 const STORED: &str = "bench_used";
 /// A request's longest wait for its answer.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The running system, as the nemesis sees it.
 enum Server {
@@ -187,7 +187,7 @@ fn create_sequence(url: &str) -> Result<(), ClusterError> {
     })
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -403,7 +403,7 @@ pub fn faults_took_effect(faults: u32, held_up: Duration, history: &History) -> 
 }
 
 /// A request's outcome.
-enum Outcome {
+pub(crate) enum Outcome {
     Ok(i64),
     /// It certainly did not run.
     Fail(String),
@@ -441,27 +441,37 @@ impl Client {
 
     fn next_id(&mut self) -> Outcome {
         match self {
-            Self::Redis { url, conn } => redis_next(url, conn),
+            Self::Redis { url, conn } => redis_incr(url, REDIS_KEY, conn),
             Self::Postgres {
                 url,
                 runtime,
                 client,
                 stored,
             } => match runtime {
-                Some(rt) => postgres_next(rt, url, client, *stored),
+                Some(rt) => {
+                    let sql = if *stored {
+                        format!(
+                            "INSERT INTO {STORED} (id) VALUES (nextval('{SEQUENCE}')) RETURNING id"
+                        )
+                    } else {
+                        format!("SELECT nextval('{SEQUENCE}')")
+                    };
+                    postgres_ask(rt, url, client, &sql)
+                }
                 None => Outcome::Fail("no client runtime".into()),
             },
         }
     }
 }
 
-fn redis_next(url: &str, conn: &mut Option<redis::Connection>) -> Outcome {
+/// `INCR key` on a (re)used connection to `url`.
+pub(crate) fn redis_incr(url: &str, key: &str, conn: &mut Option<redis::Connection>) -> Outcome {
     let mut c = match conn.take().map_or_else(|| redis_connect(url), Ok) {
         Ok(c) => c,
         // The request never left: it certainly did not run.
         Err(e) => return Outcome::Fail(e.to_string()),
     };
-    match redis::cmd("INCR").arg(REDIS_KEY).query::<i64>(&mut c) {
+    match redis::cmd("INCR").arg(key).query::<i64>(&mut c) {
         Ok(id) => {
             *conn = Some(c);
             Outcome::Ok(id)
@@ -485,11 +495,12 @@ fn redis_connect(url: &str) -> redis::RedisResult<redis::Connection> {
     Ok(c)
 }
 
-fn postgres_next(
+/// `sql` (one row, an `i64` first) in an explicit transaction on a (re)used session to `url`.
+pub(crate) fn postgres_ask(
     rt: &tokio::runtime::Runtime,
     url: &str,
     client: &mut Option<tokio_postgres::Client>,
-    stored: bool,
+    sql: &str,
 ) -> Outcome {
     rt.block_on(async {
         let c = match client.take() {
@@ -511,14 +522,9 @@ fn postgres_next(
         // The value counts only once an explicit COMMIT has returned: what an application that
         // uses the value after its transaction sees (PostgreSQL's advice for values used
         // outside the database).
-        let sql = if stored {
-            format!("INSERT INTO {STORED} (id) VALUES (nextval('{SEQUENCE}')) RETURNING id")
-        } else {
-            format!("SELECT nextval('{SEQUENCE}')")
-        };
         let asked = async {
             c.batch_execute("BEGIN").await?;
-            let row = c.query_one(&sql, &[]).await?;
+            let row = c.query_one(sql, &[]).await?;
             c.batch_execute("COMMIT").await?;
             Ok::<_, tokio_postgres::Error>(row)
         };
@@ -532,7 +538,9 @@ fn postgres_next(
             },
             // The server answered with an error (shutting down, in recovery, …): not run, or
             // run and not committed — a value never handed out.
-            Ok(Err(e)) if e.as_db_error().is_some() => Outcome::Fail(e.to_string()),
+            Ok(Err(ref e)) if let Some(db) = e.as_db_error() => {
+                Outcome::Fail(format!("db error: {} ({})", db.message(), db.code().code()))
+            }
             Ok(Err(e)) => Outcome::Info(e.to_string()),
             Err(_) => Outcome::Info("timed out".into()),
         }

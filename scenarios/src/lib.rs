@@ -3,6 +3,7 @@
 //! binary so it runs from any directory), and loading a scenario by name or from a file.
 
 pub mod flaws;
+pub mod ids;
 pub mod loadfile;
 pub mod realfile;
 pub mod report;

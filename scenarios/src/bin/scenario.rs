@@ -128,6 +128,10 @@ enum Command {
         /// The scenario file.
         file: PathBuf,
     },
+    /// Test your own ID service, black box: Leaf, Tinyid, any HTTP API, Redis INCR or a
+    /// PostgreSQL sequence at one or more URLs, optionally started by the bench and put under
+    /// faults; the clients' history is judged (unique, monotonic if promised, gaps, errors).
+    Ids(scenarios::ids::IdsArgs),
     /// Measure the simulator's speed against a bare madsim ping-pong of the same node count.
     Bench {
         /// The scenario to measure.
@@ -434,6 +438,11 @@ fn subcommand(command: Command) -> ExitCode {
             }
         }
         Command::Gate(args) => gate(&args),
+        Command::Ids(args) => match scenarios::ids::run(&args) {
+            scenarios::ids::IdsExit::Passed => ExitCode::SUCCESS,
+            scenarios::ids::IdsExit::Violated => ExitCode::from(1),
+            scenarios::ids::IdsExit::Usage => ExitCode::from(USAGE),
+        },
     }
 }
 

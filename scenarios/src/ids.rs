@@ -1,0 +1,300 @@
+//! `scenario ids`: test your own ID service, black box (docs/own-service.md). The options name
+//! the kind of API, its URLs and key, the load, what the target promises, and optionally the
+//! commands that start its servers and the faults to inject; [`loadgen::blackbox`] runs it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use loadgen::blackbox::{
+    BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic,
+    TARGET_KINDS, Target,
+};
+use reports::model::Verdict;
+
+/// The options of `scenario ids`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    scenario ids --target leaf --url http://127.0.0.1:8080 --key orders --monotonic server\n  \
+    scenario ids --target tinyid --url http://127.0.0.1:9999 --key test --token T --batch 10\n  \
+    scenario ids --target http --url 'http://127.0.0.1:8000/ids/{key}' --key orders \\\n      \
+    --json-pointer /data/id\n  \
+    scenario ids --target redis --url redis://127.0.0.1:6379/ --key ids --monotonic global\n  \
+    scenario ids --target leaf --url http://127.0.0.1:8080 --key orders \\\n      \
+    --server-cmd 'exec java -jar leaf-server.jar' --nemesis kill,pause --duration 60\n\n\
+Exit status: 0 every check held, 1 a check was violated, 2 bad usage or the target could not \
+be started or reached.")]
+pub struct IdsArgs {
+    /// The kind of ID API.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(TARGET_KINDS))]
+    pub target: String,
+    /// A server's URL (repeat for several servers; requests are spread over them in turn).
+    /// `http`: the request URL, `{key}` is replaced by the key; `leaf`, `tinyid`: the base URL;
+    /// `redis`: redis://HOST:PORT/; `postgres`: postgres://USER@HOST:PORT/DATABASE.
+    #[arg(long = "url", required = true)]
+    pub urls: Vec<String>,
+    /// The key: Leaf's biz tag, Tinyid's bizType, the Redis key, the PostgreSQL sequence.
+    #[arg(long, default_value = "")]
+    pub key: String,
+    /// `tinyid`: the token parameter.
+    #[arg(long, default_value = "")]
+    pub token: String,
+    /// `tinyid`: IDs per request (batchSize).
+    #[arg(long, default_value_t = 1)]
+    pub batch: u32,
+    /// `leaf`: ask `/api/snowflake/get/{key}` instead of the segment route.
+    #[arg(long)]
+    pub leaf_snowflake: bool,
+    /// `http`: where the ID is in a JSON answer (RFC 6901 pointer, e.g. /data/id); without it the
+    /// body is the ID (or several, comma-separated).
+    #[arg(long)]
+    pub json_pointer: Option<String>,
+    /// How long the clients run, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Client threads, one request at a time each.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u64,
+    /// Total requests per second over every client (default: as fast as answered).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// The order the target promises: `none` (only uniqueness is judged), `server` (each
+    /// server's IDs increase: Leaf and Tinyid segments), `global` (one counter: Redis INCR,
+    /// a PostgreSQL sequence without cache).
+    #[arg(long, default_value = "none", value_parser = Monotonic::parse)]
+    pub monotonic: Monotonic,
+    /// The command that starts one server (run by `sh -c`; repeat, one per --url, in the same
+    /// order). The bench then starts the servers, owns them and may kill, pause and clock-step
+    /// them; it waits until the URL's port accepts connections.
+    #[arg(long = "server-cmd")]
+    pub server_cmds: Vec<String>,
+    /// Faults, comma-separated, taken in turn, one server at a time: kill (SIGKILL, then the
+    /// same command again), pause (SIGSTOP/SIGCONT), clock (libfaketime step, back then
+    /// forward), partition (the clients' link black-holed by a fault proxy). All but partition
+    /// need --server-cmd.
+    #[arg(long, value_delimiter = ',', value_parser = BlackBoxFault::parse)]
+    pub nemesis: Vec<BlackBoxFault>,
+    /// Time between the end of one fault and the next, ms.
+    #[arg(long, default_value_t = 2_000)]
+    pub every_ms: u64,
+    /// How long each fault lasts, ms.
+    #[arg(long, default_value_t = 500)]
+    pub down_ms: u64,
+    /// The size of a clock step, ms.
+    #[arg(long, default_value_t = 30_000)]
+    pub clock_step_ms: i64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the clients' history as Jepsen's EDN (one `:generate` op per ID).
+    #[arg(long)]
+    pub history_edn: Option<PathBuf>,
+}
+
+/// What `scenario ids` exits with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdsExit {
+    /// Every check held.
+    Passed,
+    /// A check was violated.
+    Violated,
+    /// Bad usage, or the target could not be started or reached.
+    Usage,
+}
+
+impl IdsArgs {
+    /// The run these options ask for.
+    ///
+    /// # Errors
+    /// A message naming the option that is wrong.
+    pub fn options(&self) -> Result<BlackBoxOptions, String> {
+        let target = match self.target.as_str() {
+            "http" => Target::Http {
+                pointer: self.json_pointer.clone(),
+            },
+            "leaf" => Target::Leaf {
+                snowflake: self.leaf_snowflake,
+            },
+            "tinyid" => Target::Tinyid {
+                token: self.token.clone(),
+                batch: self.batch,
+            },
+            "redis" => Target::Redis,
+            "postgres" => Target::Postgres,
+            other => return Err(format!("--target {other}: not a kind")),
+        };
+        if self.key.is_empty() && self.target != "http" {
+            return Err(format!("--target {}: give the --key", self.target));
+        }
+        if self.json_pointer.is_some() && self.target != "http" {
+            return Err("--json-pointer applies to --target http only".into());
+        }
+        if !(self.duration.is_finite() && self.duration >= 1.0) {
+            return Err(format!(
+                "--duration must be at least 1 second, not {}",
+                self.duration
+            ));
+        }
+        let nemesis = (!self.nemesis.is_empty()).then(|| BlackBoxNemesis {
+            faults: self.nemesis.clone(),
+            every: Duration::from_millis(self.every_ms),
+            down_for: Duration::from_millis(self.down_ms),
+            clock_step_ms: self.clock_step_ms,
+        });
+        Ok(BlackBoxOptions {
+            target,
+            urls: self.urls.clone(),
+            key: self.key.clone(),
+            clients: self.concurrency,
+            rate: self.rate,
+            duration: Duration::from_secs_f64(self.duration),
+            monotonic: self.monotonic,
+            commands: self.server_cmds.clone(),
+            nemesis,
+        })
+    }
+}
+
+/// Runs `scenario ids`, printing what it does and finds.
+#[must_use]
+pub fn run(args: &IdsArgs) -> IdsExit {
+    let opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("scenario ids: {e}");
+            return IdsExit::Usage;
+        }
+    };
+    println!(
+        "ids: {} at {} server(s), key `{}`, {} clients for {:.1} s{}{}",
+        opts.target.kind(),
+        opts.urls.len(),
+        opts.key,
+        opts.clients,
+        opts.duration.as_secs_f64(),
+        opts.rate.map(|r| format!(" at {r}/s")).unwrap_or_default(),
+        opts.nemesis
+            .as_ref()
+            .map(|n| format!(
+                ", nemesis {} every {} ms for {} ms",
+                n.faults
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                n.every.as_millis(),
+                n.down_for.as_millis()
+            ))
+            .unwrap_or_default()
+    );
+    let run = match loadgen::blackbox::run(&opts) {
+        Ok(run) => run,
+        Err(e) => {
+            let hint = match &e {
+                BlackBoxError::Unreachable { .. } => {
+                    " (is it running, is the key known, does --target match its API?)"
+                }
+                _ => "",
+            };
+            eprintln!("scenario ids: {e}{hint}");
+            return IdsExit::Usage;
+        }
+    };
+    print_run(&run);
+    if let Err(e) = write_outputs(args, &run) {
+        eprintln!("scenario ids: {e}");
+        return IdsExit::Usage;
+    }
+    if run.passed() {
+        println!("PASS");
+        IdsExit::Passed
+    } else {
+        let violated: Vec<&str> = run
+            .checks()
+            .iter()
+            .filter(|c| c.verdict == Verdict::Violated)
+            .map(|c| c.name.as_str())
+            .collect();
+        println!("FAIL: {} violated", violated.join(", "));
+        IdsExit::Violated
+    }
+}
+
+fn print_run(run: &BlackBoxRun) {
+    let c = run.history.completions();
+    let e = &run.errors;
+    println!(
+        "  requests: {} IDs in {} ok answers; {} failed (refused {}, error answers {}), {} unknown \
+         outcome (timeouts {}, broken {})",
+        run.ids,
+        c.ok,
+        e.refused + e.answered,
+        e.refused,
+        e.answered,
+        e.timeout + e.unknown,
+        e.timeout,
+        e.unknown
+    );
+    for example in &run.error_examples {
+        println!("    first {example}");
+    }
+    println!(
+        "  gaps: {} IDs never handed out between the smallest and the largest",
+        run.gaps
+    );
+    if run.faults > 0 {
+        println!("  faults: {}", run.faults);
+    }
+    if let Some(p) = &run.proxy {
+        println!(
+            "  proxies: {} connections, {} bytes held by the partitions",
+            p.connections, p.held_bytes
+        );
+    }
+    for check in run.checks() {
+        let verdict = if check.verdict == Verdict::Violated {
+            "VIOLATED"
+        } else {
+            "held"
+        };
+        println!(
+            "  {:<28} {verdict:<9} {}{}",
+            check.name,
+            check
+                .first_offending_event
+                .as_deref()
+                .map(|f| format!("{f}; "))
+                .unwrap_or_default(),
+            check.detail.as_deref().unwrap_or_default()
+        );
+    }
+}
+
+fn write_outputs(args: &IdsArgs, run: &BlackBoxRun) -> Result<(), String> {
+    if let Some(path) = &args.history_edn {
+        std::fs::write(path, run.history.to_edn())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!(
+            "  history: {} ({} records, EDN)",
+            path.display(),
+            run.history.ops.len()
+        );
+    }
+    if let Some(path) = &args.json {
+        let c = run.history.completions();
+        let doc = serde_json::json!({
+            "target": args.target,
+            "urls": args.urls,
+            "key": args.key,
+            "ids": run.ids,
+            "gaps": run.gaps,
+            "requests": {"ok": c.ok, "fail": c.fail, "info": c.info},
+            "errors": run.errors,
+            "faults": run.faults,
+            "invariants": run.checks(),
+            "passed": run.passed(),
+        });
+        std::fs::write(path, format!("{doc:#}\n"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}

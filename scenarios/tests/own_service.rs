@@ -1,0 +1,194 @@
+//! `scenario ids` against services that are not ours: `id-compat`, a test-only Leaf- or
+//! Tinyid-compatible segment service (sut-server's `id-compat` binary), two instances on one
+//! database file. With the upstream race planted the bench must catch duplicates through the
+//! target's own API; without it the same run must pass, also under every fault.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn compat_binary() -> PathBuf {
+    let scenario = PathBuf::from(env!("CARGO_BIN_EXE_scenario"));
+    let compat = scenario.with_file_name("id-compat");
+    assert!(
+        compat.is_file(),
+        "{} is missing: build it with `cargo build -p sut-server --bin id-compat` \
+         (`cargo test --workspace` builds it)",
+        compat.display()
+    );
+    compat
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// `scenario ids` over two `id-compat` instances of `api` on one fresh database.
+fn ids_over_two_instances(api: &str, planted: bool, duration_s: u32, extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ids.db");
+    let compat = compat_binary();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scenario"));
+    let duration = duration_s.to_string();
+    cmd.args([
+        "ids",
+        "--target",
+        api,
+        "--duration",
+        &duration,
+        "--monotonic",
+        "server",
+    ]);
+    let key = if api == "tinyid" { "test" } else { "orders" };
+    cmd.args(["--key", key]);
+    if api == "tinyid" {
+        cmd.args(["--token", "tk", "--batch", "5"]);
+    }
+    for _ in 0..2 {
+        let port = free_port();
+        let race = if planted { " --planted-race" } else { "" };
+        cmd.args(["--url", &format!("http://127.0.0.1:{port}")]);
+        cmd.args([
+            "--server-cmd",
+            &format!(
+                "exec {} --api {api} --db {} --listen 127.0.0.1:{port} --tag {key} --token tk{race}",
+                compat.display(),
+                db.display()
+            ),
+        ]);
+    }
+    cmd.args(extra);
+    cmd.output().expect("scenario runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn violated_line(out: &Output, check: &str) -> bool {
+    text(out)
+        .lines()
+        .any(|l| l.trim_start().starts_with(check) && l.contains("VIOLATED"))
+}
+
+#[test]
+fn a_leaf_compatible_service_with_the_planted_segment_race_is_caught_and_a_correct_one_passes() {
+    let planted = ids_over_two_instances("leaf", true, 3, &[]);
+    assert_eq!(planted.status.code(), Some(1), "{}", text(&planted));
+    assert!(
+        violated_line(&planted, "ids.unique[leaf:orders]"),
+        "{}",
+        text(&planted)
+    );
+    let correct = ids_over_two_instances("leaf", false, 3, &[]);
+    assert_eq!(correct.status.code(), Some(0), "{}", text(&correct));
+    assert!(
+        text(&correct).contains("all distinct"),
+        "{}",
+        text(&correct)
+    );
+}
+
+#[test]
+fn a_tinyid_compatible_service_without_its_version_check_is_caught_and_a_correct_one_passes() {
+    let planted = ids_over_two_instances("tinyid", true, 3, &[]);
+    assert_eq!(planted.status.code(), Some(1), "{}", text(&planted));
+    assert!(
+        violated_line(&planted, "ids.unique[tinyid:test]"),
+        "{}",
+        text(&planted)
+    );
+    let correct = ids_over_two_instances("tinyid", false, 3, &[]);
+    assert_eq!(correct.status.code(), Some(0), "{}", text(&correct));
+}
+
+#[test]
+fn a_correct_service_passes_under_kills_pauses_clock_steps_and_partitions() {
+    let out = ids_over_two_instances(
+        "leaf",
+        false,
+        8,
+        &[
+            "--nemesis",
+            "kill,pause,clock,partition",
+            "--every-ms",
+            "700",
+            "--down-ms",
+            "300",
+        ],
+    );
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("faults.took_effect           held"), "{all}");
+    // Every fault kind came round at least once, and each was seen in place.
+    let seen = all
+        .lines()
+        .find(|l| l.contains("faults.took_effect"))
+        .unwrap_or_default()
+        .split("; ")
+        .find_map(|part| part.strip_suffix(" faults seen in place"))
+        .unwrap_or_else(|| panic!("no fault count in:\n{all}"));
+    let (seen, of) = seen.split_once(" of ").expect("N of M");
+    assert_eq!(seen, of, "{all}");
+    assert!(of.parse::<u32>().expect("a count") >= 4, "{all}");
+}
+
+#[test]
+fn an_unreachable_target_and_faults_without_commands_are_usage_errors() {
+    let port = free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
+        .args([
+            "ids",
+            "--target",
+            "leaf",
+            "--key",
+            "orders",
+            "--duration",
+            "1",
+        ])
+        .args(["--url", &format!("http://127.0.0.1:{port}")])
+        .output()
+        .expect("scenario runs");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("no ID before the run started"),
+        "{}",
+        text(&out)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
+        .args([
+            "ids",
+            "--target",
+            "leaf",
+            "--key",
+            "orders",
+            "--nemesis",
+            "kill",
+        ])
+        .args(["--url", &format!("http://127.0.0.1:{port}")])
+        .output()
+        .expect("scenario runs");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--server-cmd"), "{}", text(&out));
+    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
+        .args(["ids", "--target", "zookeeper", "--url", "http://x"])
+        .output()
+        .expect("scenario runs");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn ids_help_lists_the_targets() {
+    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
+        .args(["ids", "--help"])
+        .output()
+        .expect("scenario runs");
+    let help = text(&out);
+    for kind in ["http", "leaf", "tinyid", "redis", "postgres"] {
+        assert!(help.contains(kind), "{kind} missing from:\n{help}");
+    }
+}
