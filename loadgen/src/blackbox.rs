@@ -250,11 +250,14 @@ pub enum BlackBoxFault {
     /// The server's wall clock stepped by `clock_step_ms` (backwards, then forwards on the next
     /// fault, in turn), stepped home `down` later.
     Clock,
+    /// The machine's power: every server SIGKILLed, every write to `{data}` that was not synced
+    /// dropped (a lost-unsynced-writes filesystem), every server restarted `down` later.
+    PowerLoss,
 }
 
 impl BlackBoxFault {
     /// The names, as `--nemesis` takes them.
-    pub const NAMES: [&str; 4] = ["kill", "pause", "partition", "clock"];
+    pub const NAMES: [&str; 5] = ["kill", "pause", "partition", "clock", "power_loss"];
 
     /// Parses a name of [`BlackBoxFault::NAMES`].
     ///
@@ -266,6 +269,7 @@ impl BlackBoxFault {
             "pause" => Ok(Self::Pause),
             "partition" => Ok(Self::Partition),
             "clock" => Ok(Self::Clock),
+            "power_loss" => Ok(Self::PowerLoss),
             other => Err(format!(
                 "`{other}`: expected one of {}",
                 Self::NAMES.join(", ")
@@ -281,13 +285,17 @@ impl BlackBoxFault {
             Self::Pause => "pause",
             Self::Partition => "partition",
             Self::Clock => "clock",
+            Self::PowerLoss => "power_loss",
         }
     }
 
     /// Whether the bench must own the servers' processes for it.
     #[must_use]
     pub const fn needs_commands(self) -> bool {
-        matches!(self, Self::Kill | Self::Pause | Self::Clock)
+        matches!(
+            self,
+            Self::Kill | Self::Pause | Self::Clock | Self::PowerLoss
+        )
     }
 }
 
@@ -322,7 +330,9 @@ pub struct BlackBoxOptions {
     /// The order the target promises.
     pub monotonic: Monotonic,
     /// The commands that start the servers, one per URL, in the same order; empty when they
-    /// already run (then only `partition` applies).
+    /// already run (then only `partition` applies). `{data}` in a command is replaced by the
+    /// run's data directory (fresh, removed afterwards; on the lost-writes filesystem when the
+    /// nemesis cuts the power), `{server}` by the server's number (1, 2, …).
     pub commands: Vec<String>,
     /// Faults, if any.
     pub nemesis: Option<BlackBoxNemesis>,
@@ -392,6 +402,8 @@ pub struct BlackBoxRun {
     pub took_effect: Option<InvariantResult>,
     /// What the fault proxies did (partition runs), summed over the links.
     pub proxy: Option<cluster::ProxyEffects>,
+    /// What the lost-writes filesystem did (power-loss runs).
+    pub lost_writes: Option<cluster::LostFsEffects>,
 }
 
 impl BlackBoxRun {
@@ -433,7 +445,29 @@ struct Servers {
     clocks: Vec<FakeClock>,
     proxies: Vec<Proxy>,
     client_urls: Vec<String>,
-    _logs: Option<tempfile::TempDir>,
+    /// The lost-writes filesystem under `{data}` (power-loss runs); unmounted after the
+    /// servers are gone (fields drop in order).
+    lostfs: Option<cluster::LostFs>,
+    /// Logs and `{data}`.
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// The run's data directory, mounted on a lost-writes filesystem when `lose_unsynced`.
+fn data_dir(
+    root: &std::path::Path,
+    lose_unsynced: bool,
+) -> Result<(std::path::PathBuf, Option<cluster::LostFs>), BlackBoxError> {
+    let data = root.join("data");
+    let made =
+        |e: std::io::Error| BlackBoxError::Usage(format!("cannot make {}: {e}", data.display()));
+    std::fs::create_dir(&data).map_err(made)?;
+    if !lose_unsynced {
+        return Ok((data, None));
+    }
+    let backing = root.join("disk");
+    std::fs::create_dir(&backing).map_err(made)?;
+    let lostfs = cluster::LostFs::mount(&backing, &data)?;
+    Ok((data, Some(lostfs)))
 }
 
 impl Servers {
@@ -444,13 +478,18 @@ impl Servers {
             .map(|n| n.faults.as_slice())
             .unwrap_or_default();
         let clocked = faults.contains(&BlackBoxFault::Clock);
-        let (mut commands, mut clocks, mut logs) = (Vec::new(), Vec::new(), None);
+        let (mut commands, mut clocks, mut logs, mut lostfs) = (Vec::new(), Vec::new(), None, None);
         if !opts.commands.is_empty() {
             let dir = tempfile::Builder::new()
                 .prefix("bench-own-service-")
                 .tempdir()
-                .map_err(|e| BlackBoxError::Usage(format!("cannot make a log folder: {e}")))?;
+                .map_err(|e| BlackBoxError::Usage(format!("cannot make a run folder: {e}")))?;
+            let (data, mounted) = data_dir(dir.path(), faults.contains(&BlackBoxFault::PowerLoss))?;
+            lostfs = mounted;
             for (i, (command, url)) in opts.commands.iter().zip(&opts.urls).enumerate() {
+                let command = command
+                    .replace("{data}", &data.display().to_string())
+                    .replace("{server}", &(i + 1).to_string());
                 let mut env = Vec::new();
                 if clocked {
                     let clock = FakeClock::new()?;
@@ -459,7 +498,7 @@ impl Servers {
                 }
                 commands.push(CommandService::start(CommandSpec {
                     name: format!("server-{}", i + 1),
-                    command: command.clone(),
+                    command,
                     port: socket_addr(url)?.port(),
                     env,
                     log: dir.path().join(format!("server-{}.log", i + 1)),
@@ -481,7 +520,8 @@ impl Servers {
             clocks,
             proxies,
             client_urls,
-            _logs: logs,
+            lostfs,
+            _dir: logs,
         })
     }
 
@@ -502,10 +542,22 @@ impl Servers {
                 Ok(true)
             }
             BlackBoxFault::Clock => {
-                let step = if n.is_multiple_of(2) { -step_ms } else { step_ms };
+                let step = if n.is_multiple_of(2) {
+                    -step_ms
+                } else {
+                    step_ms
+                };
                 self.clocks[server].set_offset_ms(step)?;
                 let library = cluster::libfaketime_path();
                 Ok(library.is_some_and(|l| self.commands[server].maps_library(&l)))
+            }
+            BlackBoxFault::PowerLoss => {
+                for command in &mut self.commands {
+                    command.kill9()?;
+                }
+                let lostfs = self.lostfs.as_ref().expect("power-loss runs mount {data}");
+                lostfs.power_loss();
+                Ok(self.commands.iter_mut().all(CommandService::is_down))
             }
         }
     }
@@ -521,6 +573,10 @@ impl Servers {
                 Ok(())
             }
             BlackBoxFault::Clock => self.clocks[server].set_offset_ms(0),
+            BlackBoxFault::PowerLoss => self
+                .commands
+                .iter_mut()
+                .try_for_each(CommandService::restart),
         }
     }
 
@@ -637,6 +693,15 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
                 f.name()
             ));
         }
+        if n.faults.contains(&BlackBoxFault::PowerLoss)
+            && !opts.commands.iter().all(|c| c.contains("{data}"))
+        {
+            return usage(
+                "--nemesis power_loss: put {data} in every --server-cmd where the service keeps \
+                 its files (the bench mounts its lost-writes filesystem there)"
+                    .into(),
+            );
+        }
         if n.faults.contains(&BlackBoxFault::Clock) && cluster::libfaketime_path().is_none() {
             return usage(
                 "--nemesis clock needs libfaketime (Debian: apt-get install faketime)".into(),
@@ -710,13 +775,11 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
         .results
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    Ok(judge(
-        opts,
-        history,
-        results,
-        faults,
-        servers.proxy_effects(),
-    ))
+    let effects = Effects {
+        proxy: servers.proxy_effects(),
+        lost_writes: servers.lostfs.as_ref().map(cluster::LostFs::effects),
+    };
+    Ok(judge(opts, history, results, faults, effects))
 }
 
 /// The state the client threads share.
@@ -764,6 +827,12 @@ impl ClientResults {
 
 fn same_class(a: &str, b: &str) -> bool {
     a.split(':').next() == b.split(':').next()
+}
+
+/// What the fault machinery did.
+struct Effects {
+    proxy: Option<cluster::ProxyEffects>,
+    lost_writes: Option<cluster::LostFsEffects>,
 }
 
 /// What the nemesis did.
@@ -1038,7 +1107,7 @@ fn judge(
     history: History,
     mut results: ClientResults,
     faults: FaultCount,
-    proxy: Option<cluster::ProxyEffects>,
+    effects: Effects,
 ) -> BlackBoxRun {
     results.completed.sort_by_key(|c| c.complete_ns);
     let ids: Vec<u64> = results
@@ -1061,7 +1130,8 @@ fn judge(
         error_examples: results.examples,
         faults: faults.injected,
         history,
-        proxy,
+        proxy: effects.proxy,
+        lost_writes: effects.lost_writes,
     }
 }
 

@@ -64,13 +64,15 @@ pub struct IdsArgs {
     pub monotonic: Monotonic,
     /// The command that starts one server (run by `sh -c`; repeat, one per --url, in the same
     /// order). The bench then starts the servers, owns them and may kill, pause and clock-step
-    /// them; it waits until the URL's port accepts connections.
+    /// them; it waits until the URL's port accepts connections. `{data}` is replaced by a fresh
+    /// data directory of the run, `{server}` by the server's number (1, 2, …).
     #[arg(long = "server-cmd")]
     pub server_cmds: Vec<String>,
     /// Faults, comma-separated, taken in turn, one server at a time: kill (SIGKILL, then the
     /// same command again), pause (SIGSTOP/SIGCONT), clock (libfaketime step, back then
-    /// forward), partition (the clients' link black-holed by a fault proxy). All but partition
-    /// need --server-cmd.
+    /// forward), partition (the clients' link black-holed by a fault proxy), power_loss (every
+    /// server killed and the writes under {data} they had not synced dropped). All but
+    /// partition need --server-cmd; power_loss needs {data} in them.
     #[arg(long, value_delimiter = ',', value_parser = BlackBoxFault::parse)]
     pub nemesis: Vec<BlackBoxFault>,
     /// Time between the end of one fault and the next, ms.
@@ -243,6 +245,12 @@ fn print_run(run: &BlackBoxRun) {
     );
     if run.faults > 0 {
         println!("  faults: {}", run.faults);
+    }
+    if let Some(l) = &run.lost_writes {
+        println!(
+            "  lost writes: {} bytes dropped by {} power losses ({} files), {} bytes synced",
+            l.lost_bytes, l.power_losses, l.files_lost_data, l.synced_bytes
+        );
     }
     if let Some(p) = &run.proxy {
         println!(

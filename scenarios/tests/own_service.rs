@@ -25,8 +25,19 @@ fn free_port() -> u16 {
 
 /// `scenario ids` over two `id-compat` instances of `api` on one fresh database.
 fn ids_over_two_instances(api: &str, planted: bool, duration_s: u32, extra: &[&str]) -> Output {
+    let race = if planted { " --planted-race" } else { "" };
+    ids_over_two(api, race, "", duration_s, extra)
+}
+
+/// `scenario ids` over two `id-compat` instances of `api` started with `flags`, on one database
+/// in `db_dir` (empty: a fresh temporary directory; `{data}`: the run's own).
+fn ids_over_two(api: &str, flags: &str, db_dir: &str, duration_s: u32, extra: &[&str]) -> Output {
     let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("ids.db");
+    let db = if db_dir.is_empty() {
+        dir.path().join("ids.db")
+    } else {
+        PathBuf::from(db_dir).join("ids.db")
+    };
     let compat = compat_binary();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_scenario"));
     let duration = duration_s.to_string();
@@ -46,12 +57,11 @@ fn ids_over_two_instances(api: &str, planted: bool, duration_s: u32, extra: &[&s
     }
     for _ in 0..2 {
         let port = free_port();
-        let race = if planted { " --planted-race" } else { "" };
         cmd.args(["--url", &format!("http://127.0.0.1:{port}")]);
         cmd.args([
             "--server-cmd",
             &format!(
-                "exec {} --api {api} --db {} --listen 127.0.0.1:{port} --tag {key} --token tk{race}",
+                "exec {} --api {api} --db {} --listen 127.0.0.1:{port} --tag {key} --token tk{flags}",
                 compat.display(),
                 db.display()
             ),
@@ -135,6 +145,26 @@ fn a_correct_service_passes_under_kills_pauses_clock_steps_and_partitions() {
     let (seen, of) = seen.split_once(" of ").expect("N of M");
     assert_eq!(seen, of, "{all}");
     assert!(of.parse::<u32>().expect("a count") >= 4, "{all}");
+}
+
+#[test]
+fn a_service_that_acknowledges_before_its_writes_are_durable_is_caught_by_power_losses() {
+    let power = [
+        "--nemesis",
+        "power_loss",
+        "--every-ms",
+        "800",
+        "--down-ms",
+        "200",
+    ];
+    let planted = ids_over_two("leaf", " --planted-nosync", "{data}", 5, &power);
+    let all = text(&planted);
+    assert_eq!(planted.status.code(), Some(1), "{all}");
+    assert!(violated_line(&planted, "ids.unique[leaf:orders]"), "{all}");
+    let correct = ids_over_two("leaf", "", "{data}", 5, &power);
+    let all = text(&correct);
+    assert_eq!(correct.status.code(), Some(0), "{all}");
+    assert!(all.contains("lost writes: "), "{all}");
 }
 
 #[test]

@@ -17,6 +17,10 @@
 //! Without it, both take segments correctly (one `BEGIN IMMEDIATE` transaction for Leaf; the
 //! version check and a retry for Tinyid).
 //!
+//! With `--planted-nosync` the database acknowledges commits before they are durable (SQLite
+//! `synchronous=OFF`, as a MySQL with `innodb_flush_log_at_trx_commit=0`): after a power loss
+//! the segment table is behind the segments already handed out, and they are handed out again.
+//!
 //! Prints `listening on ADDR` when it serves.
 
 use std::net::SocketAddr;
@@ -60,6 +64,10 @@ struct Args {
     /// Plant the upstream race (see the program's documentation).
     #[arg(long)]
     planted_race: bool,
+    /// Acknowledge before the database is durable (SQLite `synchronous=OFF`, as a MySQL with
+    /// `innodb_flush_log_at_trx_commit=0`): a power loss forgets segments already handed out.
+    #[arg(long)]
+    planted_nosync: bool,
     /// How long the planted race's window is held open, ms.
     #[arg(long, default_value_t = 20)]
     race_window_ms: u64,
@@ -105,6 +113,10 @@ fn serve(args: Args) -> Result<(), String> {
         return Err(format!("--step {}: must be at least 1", args.step));
     }
     let db = open(&args.db, args.api, &args.tags, args.step)?;
+    if args.planted_nosync {
+        db.pragma_update(None, "synchronous", "OFF")
+            .map_err(|e| format!("{}: {e}", args.db.display()))?;
+    }
     let instance = Instance {
         db,
         segments: std::collections::HashMap::new(),
@@ -139,7 +151,11 @@ fn open(
     let failed = |e: rusqlite::Error| format!("{}: {e}", path.display());
     let db = Connection::open(path).map_err(failed)?;
     db.busy_timeout(Duration::from_secs(10)).map_err(failed)?;
-    db.pragma_update(None, "journal_mode", "WAL")
+    // A rollback journal, not WAL: WAL's shared memory needs mmap, which a lost-writes
+    // filesystem (direct I/O) does not offer. Every commit is synced.
+    db.pragma_update(None, "journal_mode", "DELETE")
+        .map_err(failed)?;
+    db.pragma_update(None, "synchronous", "FULL")
         .map_err(failed)?;
     db.execute_batch(
         "CREATE TABLE IF NOT EXISTS leaf_alloc (biz_tag TEXT PRIMARY KEY, max_id INTEGER NOT NULL, \
