@@ -663,11 +663,18 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
     if opts.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         return usage("--rate must be a positive number of requests per second".into());
     }
-    if let Target::Http { .. } = opts.target
-        && opts.urls.iter().any(|u| !u.contains("{key}"))
-        && opts.key.is_empty()
-    {
-        return usage("--target http: put {key} in the --url or give no --key".into());
+    if let Target::Http { .. } = opts.target {
+        for url in &opts.urls {
+            match (url.contains("{key}"), opts.key.is_empty()) {
+                (true, true) => return usage(format!("--url {url} has {{key}}: give the --key")),
+                (false, false) => {
+                    return usage(format!(
+                        "--url {url}: put {{key}} where the key goes, or give no --key"
+                    ));
+                }
+                _ => {}
+            }
+        }
     }
     if matches!(opts.target, Target::Postgres) && !is_sql_name(&opts.key) {
         return usage(format!(
@@ -1115,7 +1122,11 @@ fn judge(
         .iter()
         .flat_map(|c| c.ids.iter().map(|id| u64::from_ne_bytes(id.to_ne_bytes())))
         .collect();
-    let space = format!("{}:{}", opts.target.kind(), opts.key);
+    let space = if opts.key.is_empty() {
+        opts.target.kind().to_owned()
+    } else {
+        format!("{}:{}", opts.target.kind(), opts.key)
+    };
     let took_effect = opts
         .nemesis
         .as_ref()

@@ -8,6 +8,7 @@ pub mod loadfile;
 pub mod realfile;
 pub mod report;
 pub mod search;
+pub mod upstream;
 
 use sim::scenario::{Scenario, ScenarioError};
 

@@ -222,3 +222,37 @@ fn ids_help_lists_the_targets() {
         assert!(help.contains(kind), "{kind} missing from:\n{help}");
     }
 }
+
+#[test]
+fn every_upstream_bug_is_caught_through_its_api_and_its_control_passes() {
+    let list = Command::new(env!("CARGO_BIN_EXE_scenario"))
+        .args(["flaws", "--list"])
+        .output()
+        .expect("scenario runs");
+    let listed = text(&list);
+    for origin in [
+        "https://github.com/Meituan-Dianping/Leaf/pull/156",
+        "https://github.com/didi/tinyid/issues/47",
+        "https://github.com/baidu/uid-generator/issues/85",
+    ] {
+        assert!(listed.contains(origin), "{origin} missing from:\n{listed}");
+    }
+    compat_binary();
+    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
+        .args(["flaws", "--upstream"])
+        .output()
+        .expect("scenario runs");
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    for (bug, check) in [
+        ("leaf_pr156_commit_before_select", "ids.unique"),
+        ("tinyid_issue47_load_race", "ids.monotonic"),
+        ("uid_generator_issue85_borrowed_seconds", "ids.monotonic"),
+    ] {
+        let row = all
+            .lines()
+            .find(|l| l.starts_with(bug))
+            .unwrap_or_else(|| panic!("no row for {bug}:\n{all}"));
+        assert!(row.contains(" passed ") && row.contains(check), "{row}");
+    }
+}

@@ -187,6 +187,12 @@ fn bad_options_are_refused_naming_what() {
     let mut o = options(leaf);
     o.urls = vec!["not a url".into()];
     assert!(usage(&o).contains("--url not a url"));
+    let mut o = options(Target::Http { pointer: None });
+    assert!(usage(&o).contains("put {key}"), "a key with nowhere to go");
+    o.key = String::new();
+    assert!(validate(&o).is_ok(), "a URL without a key");
+    o.urls = vec!["http://127.0.0.1:8080/ids/{key}".into()];
+    assert!(usage(&o).contains("give the --key"));
     assert!(BlackBoxFault::parse("flood").is_err());
     assert!(Monotonic::parse("sometimes").is_err());
 }

@@ -194,9 +194,15 @@ struct GateArgs {
 
 #[derive(Debug, clap::Args)]
 struct FlawsArgs {
-    /// Print the catalog (name, source, description) without running it.
+    /// Print the catalog (name, source, description) and the upstream-bug entries (name,
+    /// origin, mechanism) without running them.
     #[arg(long)]
     list: bool,
+    /// Run the upstream-bug entries instead (process mode: each bug's mechanism in `id-compat`,
+    /// a test-only service speaking the upstream API, caught through that API by `scenario ids`;
+    /// each also runs without the bug, and that run must pass).
+    #[arg(long)]
+    upstream: bool,
     /// Only these flaws (repeat the option); default all.
     #[arg(long)]
     only: Vec<sut::flaw::Flaw>,
@@ -1713,7 +1719,11 @@ fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 fn flaws(args: FlawsArgs) -> ExitCode {
     if args.list {
         print_flaw_list();
+        print_upstream_list();
         return ExitCode::SUCCESS;
+    }
+    if args.upstream {
+        return upstream_flaws();
     }
     let opts = scenarios::flaws::FlawOptions {
         sweeps: args.sweeps,
@@ -1788,6 +1798,63 @@ fn print_flaw_list() {
             flaw.source(),
             flaw.description()
         );
+    }
+}
+
+fn print_upstream_list() {
+    println!("\nupstream bugs (process mode, `scenario flaws --upstream`):");
+    for bug in &scenarios::upstream::UPSTREAM {
+        println!("{:<40} {}", bug.name, bug.origin);
+        println!(
+            "{:<40} {}",
+            "",
+            bug.mechanism
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+}
+
+/// `scenario flaws --upstream`: every upstream entry, planted and as the control.
+fn upstream_flaws() -> ExitCode {
+    let compat = match scenarios::upstream::compat_binary() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("scenario flaws: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let mut all = true;
+    println!(
+        "{:<40} {:<10} {:<8} caught by",
+        "upstream bug", "control", "IDs"
+    );
+    for bug in &scenarios::upstream::UPSTREAM {
+        let row = match scenarios::upstream::run(bug, &compat) {
+            Ok(row) => row,
+            Err(e) => {
+                eprintln!("scenario flaws: {}: {e}", bug.name);
+                return ExitCode::from(USAGE);
+            }
+        };
+        all &= row.passed();
+        println!(
+            "{:<40} {:<10} {:<8} {}",
+            bug.name,
+            if row.control_passed {
+                "passed"
+            } else {
+                "FAILED"
+            },
+            row.ids.0,
+            row.caught.as_deref().unwrap_or("NOT CAUGHT")
+        );
+    }
+    if all {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -1,33 +1,43 @@
-//! `id-compat`: TEST ONLY. A small ID service that speaks Meituan Leaf's or Didi Tinyid's HTTP
-//! API over a segment table in one SQLite file, so that `scenario ids --target leaf|tinyid` can be
-//! shown catching a real bug class in a service that is not ours (docs/own-service.md). Several
-//! instances may share one file, as Leaf and Tinyid servers share one MySQL.
+//! `id-compat`: TEST ONLY. A small ID service that speaks Meituan Leaf's, Didi Tinyid's or Baidu
+//! uid-generator's way over one SQLite file, so that `scenario ids` can be shown catching real bug
+//! classes in a service that is not ours (docs/own-service.md). Several instances may share one
+//! file, as Leaf and Tinyid servers share one MySQL.
 //!
-//! With `--planted-race` each API carries the mechanism of a known upstream bug, with its window
-//! widened so that a short run hits it:
+//! Each `--planted-*` switch carries the mechanism of a known bug, its window widened so that a
+//! short run hits it:
 //!
-//! - Leaf (the mechanism of Leaf PR #156): the `UPDATE … SET max_id = max_id + step` commits on
-//!   its own, then the `SELECT max_id` runs in a second transaction. An instance whose UPDATE is
-//!   followed by another instance's before its SELECT reads the other's `max_id`: both take the
-//!   same segment and hand out the same IDs.
-//! - Tinyid: the optimistic lock left out (`UPDATE … SET max_id = ? WHERE biz_type = ?` without
-//!   `AND version = ?`): two instances that read the same row both write `max_id + step` and take
-//!   the same segment.
+//! - `--planted-race`, Leaf: the `UPDATE … SET max_id = max_id + step` commits on its own and the
+//!   `SELECT max_id` runs in a second transaction, as the unmerged Leaf PR #156 rewrote
+//!   `updateMaxIdAndGetLeafAlloc`. An instance whose UPDATE is followed by another instance's
+//!   before its SELECT reads the other's `max_id`: both take the same segment.
+//! - `--planted-race`, Tinyid: the optimistic lock left out (`UPDATE … WHERE biz_type = ?`
+//!   without `AND version = ?`): two instances that read the same row take the same segment.
+//! - `--planted-reorder`, Tinyid (Tinyid issue #47): the next segment is fetched in the
+//!   background when the current one is 80% used; when the current one runs out first, a second
+//!   segment is fetched synchronously, and the background one lands afterwards as "next": the
+//!   instance hands out ① then ③ then ②, and its IDs go backwards.
+//! - `--planted-borrow`, uid (uid-generator issue #85): `CachedUidGenerator` fills its ring with
+//!   the IDs of "the next second" whenever it runs low, whatever the clock says, so under load the
+//!   time field runs ahead of the wall clock; after a restart (a new worker id, the time field
+//!   back at the real second) IDs are lower than those handed out before it.
+//! - `--planted-nosync`, any: the database acknowledges before it is durable (SQLite
+//!   `synchronous=OFF`, as a MySQL with `innodb_flush_log_at_trx_commit=0`): after a power loss
+//!   the segment table is behind the segments already handed out.
 //!
-//! Without it, both take segments correctly (one `BEGIN IMMEDIATE` transaction for Leaf; the
-//! version check and a retry for Tinyid).
+//! Without them: one `BEGIN IMMEDIATE` transaction for Leaf; the version check, a retry, and a
+//! wait for a background fetch in flight for Tinyid; the real second (waiting out a full one)
+//! for uid.
 //!
-//! With `--planted-nosync` the database acknowledges commits before they are durable (SQLite
-//! `synchronous=OFF`, as a MySQL with `innodb_flush_log_at_trx_commit=0`): after a power loss
-//! the segment table is behind the segments already handed out, and they are handed out again.
-//!
-//! Prints `listening on ADDR` when it serves.
+//! Routes: `GET /api/segment/get/{key}` (Leaf; `/api/snowflake/get/{key}` answers 0, Leaf's
+//! switched-off mode), `GET /tinyid/id/nextIdSimple` and `/tinyid/id/nextId` (Tinyid), `GET /uid`
+//! (uid, the ID as text). Prints `listening on ADDR` when it serves.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -40,7 +50,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 #[derive(Debug, Parser)]
 #[command(
     name = "id-compat",
-    about = "TEST ONLY: a Leaf- or Tinyid-compatible segment ID service over one SQLite file"
+    about = "TEST ONLY: Leaf-, Tinyid- or uid-generator-compatible ID service over one SQLite file"
 )]
 struct Args {
     /// Which API to speak.
@@ -61,41 +71,90 @@ struct Args {
     /// The token Tinyid's routes ask for.
     #[arg(long, default_value = "0f673adf80504e2eaa552f5d791b644c")]
     token: String,
-    /// Plant the upstream race (see the program's documentation).
+    /// Leaf, Tinyid: take segments without the database's protection (see the documentation).
     #[arg(long)]
     planted_race: bool,
-    /// Acknowledge before the database is durable (SQLite `synchronous=OFF`, as a MySQL with
-    /// `innodb_flush_log_at_trx_commit=0`): a power loss forgets segments already handed out.
+    /// Tinyid: the background fetch of the next segment races the synchronous one (issue #47).
+    #[arg(long)]
+    planted_reorder: bool,
+    /// uid: borrow future seconds under load (uid-generator issue #85).
+    #[arg(long)]
+    planted_borrow: bool,
+    /// Acknowledge before the database is durable (SQLite `synchronous=OFF`).
     #[arg(long)]
     planted_nosync: bool,
-    /// How long the planted race's window is held open, ms.
+    /// How long a planted race's window is held open, ms.
     #[arg(long, default_value_t = 20)]
     race_window_ms: u64,
+    /// uid: bits of the sequence (IDs per second per worker: 2^bits); uid-generator's default
+    /// is 13.
+    #[arg(long, default_value_t = 13)]
+    seq_bits: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Api {
     Leaf,
     Tinyid,
+    Uid,
 }
 
-/// One instance: its connection and the segments it holds, per key.
-struct Instance {
-    db: Connection,
-    segments: std::collections::HashMap<String, Segment>,
-    api: Api,
-    planted_race: bool,
-    race_window: Duration,
+/// The planted bugs and their window.
+#[derive(Clone, Copy, Debug)]
+struct Plants {
+    race: bool,
+    reorder: bool,
+    borrow: bool,
+    window: Duration,
 }
 
-/// The IDs `next..end` this instance may hand out.
+/// The IDs `next..end` of a segment that began at `start`.
 #[derive(Clone, Copy, Debug)]
 struct Segment {
+    start: i64,
     next: i64,
     end: i64,
 }
 
-type Shared = Arc<(Mutex<Instance>, String)>;
+/// One key's segments in an instance: the current one and, Tinyid, the next (fetched in the
+/// background).
+#[derive(Debug)]
+struct KeySegments {
+    current: Segment,
+    next: Option<Segment>,
+    loading: bool,
+}
+
+/// uid-generator's state: the worker id this start got, the time field and the sequence.
+#[derive(Debug)]
+struct Uid {
+    worker: i64,
+    second: i64,
+    seq: i64,
+}
+
+/// One instance.
+struct Instance {
+    db: Connection,
+    db_path: PathBuf,
+    api: Api,
+    plants: Plants,
+    segments: HashMap<String, KeySegments>,
+    uid: Uid,
+    seq_bits: u32,
+}
+
+struct Inner {
+    instance: Mutex<Instance>,
+    token: String,
+}
+
+type Shared = Arc<Inner>;
+
+/// uid-generator's epoch (2016-05-20) in Unix seconds.
+const UID_EPOCH_S: i64 = 1_463_702_400;
+/// uid-generator's worker-id bits.
+const UID_WORKER_BITS: u32 = 22;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -112,24 +171,49 @@ fn serve(args: Args) -> Result<(), String> {
     if args.step < 1 {
         return Err(format!("--step {}: must be at least 1", args.step));
     }
-    let db = open(&args.db, args.api, &args.tags, args.step)?;
+    if !(1..=20).contains(&args.seq_bits) {
+        return Err(format!("--seq-bits {}: must be 1..=20", args.seq_bits));
+    }
+    let db = open(&args.db, &args.tags, args.step)?;
     if args.planted_nosync {
         db.pragma_update(None, "synchronous", "OFF")
             .map_err(|e| format!("{}: {e}", args.db.display()))?;
     }
+    let worker = db
+        .execute(
+            "INSERT INTO worker_node (started_ms) VALUES (?1)",
+            params![now_ms()],
+        )
+        .map(|_| db.last_insert_rowid())
+        .map_err(|e| format!("{}: worker id: {e}", args.db.display()))?;
     let instance = Instance {
         db,
-        segments: std::collections::HashMap::new(),
+        db_path: args.db.clone(),
         api: args.api,
-        planted_race: args.planted_race,
-        race_window: Duration::from_millis(args.race_window_ms),
+        plants: Plants {
+            race: args.planted_race,
+            reorder: args.planted_reorder,
+            borrow: args.planted_borrow,
+            window: Duration::from_millis(args.race_window_ms),
+        },
+        segments: HashMap::new(),
+        uid: Uid {
+            worker,
+            second: now_ms() / 1_000 - UID_EPOCH_S,
+            seq: -1,
+        },
+        seq_bits: args.seq_bits,
     };
-    let shared: Shared = Arc::new((Mutex::new(instance), args.token));
+    let shared: Shared = Arc::new(Inner {
+        instance: Mutex::new(instance),
+        token: args.token,
+    });
     let app = Router::new()
         .route("/api/segment/get/{key}", get(leaf_segment))
         .route("/api/snowflake/get/{key}", get(leaf_snowflake))
         .route("/tinyid/id/nextIdSimple", get(tinyid_simple))
         .route("/tinyid/id/nextId", get(tinyid_next))
+        .route("/uid", get(uid))
         .with_state(shared);
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
@@ -142,12 +226,13 @@ fn serve(args: Args) -> Result<(), String> {
     })
 }
 
-fn open(
-    path: &std::path::Path,
-    api: Api,
-    tags: &[String],
-    step: i64,
-) -> Result<Connection, String> {
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn open(path: &std::path::Path, tags: &[String], step: i64) -> Result<Connection, String> {
     let failed = |e: rusqlite::Error| format!("{}: {e}", path.display());
     let db = Connection::open(path).map_err(failed)?;
     db.busy_timeout(Duration::from_secs(10)).map_err(failed)?;
@@ -158,141 +243,243 @@ fn open(
     db.pragma_update(None, "synchronous", "FULL")
         .map_err(failed)?;
     db.execute_batch(
-        "CREATE TABLE IF NOT EXISTS leaf_alloc (biz_tag TEXT PRIMARY KEY, max_id INTEGER NOT NULL, \
-           step INTEGER NOT NULL);
+        "CREATE TABLE IF NOT EXISTS leaf_alloc (biz_tag TEXT PRIMARY KEY, \
+           max_id INTEGER NOT NULL, step INTEGER NOT NULL);
          CREATE TABLE IF NOT EXISTS tiny_id_info (biz_type TEXT PRIMARY KEY, \
-           max_id INTEGER NOT NULL, step INTEGER NOT NULL, version INTEGER NOT NULL);",
+           max_id INTEGER NOT NULL, step INTEGER NOT NULL, version INTEGER NOT NULL);
+         CREATE TABLE IF NOT EXISTS worker_node (id INTEGER PRIMARY KEY AUTOINCREMENT, \
+           started_ms INTEGER NOT NULL);",
     )
     .map_err(failed)?;
     for tag in tags {
-        let sql = match api {
-            Api::Leaf => {
-                "INSERT OR IGNORE INTO leaf_alloc (biz_tag, max_id, step) VALUES (?1, 1, ?2)"
-            }
-            Api::Tinyid => {
-                "INSERT OR IGNORE INTO tiny_id_info (biz_type, max_id, step, version) \
-                 VALUES (?1, 0, ?2, 0)"
-            }
-        };
-        db.execute(sql, params![tag, step]).map_err(failed)?;
+        db.execute(
+            "INSERT OR IGNORE INTO leaf_alloc (biz_tag, max_id, step) VALUES (?1, 1, ?2)",
+            params![tag, step],
+        )
+        .map_err(failed)?;
+        db.execute(
+            "INSERT OR IGNORE INTO tiny_id_info (biz_type, max_id, step, version) \
+             VALUES (?1, 0, ?2, 0)",
+            params![tag, step],
+        )
+        .map_err(failed)?;
     }
     Ok(db)
 }
 
-impl Instance {
-    /// The next `count` IDs for `key`, taking new segments as needed.
-    fn next_ids(&mut self, key: &str, count: usize) -> Result<Vec<i64>, String> {
-        let mut ids = Vec::with_capacity(count);
-        while ids.len() < count {
-            let segment = match self.segments.get(key) {
-                Some(s) if s.next < s.end => *s,
-                _ => self.take_segment(key)?,
-            };
-            ids.push(segment.next);
-            self.segments.insert(
-                key.to_owned(),
-                Segment {
-                    next: segment.next + 1,
-                    end: segment.end,
-                },
-            );
-        }
-        Ok(ids)
+/// Leaf's `updateMaxIdAndGetLeafAlloc`: the segment is `max_id - step .. max_id`.
+fn leaf_segment_from(
+    db: &Connection,
+    key: &str,
+    plants: Plants,
+) -> rusqlite::Result<Option<Segment>> {
+    let update = "UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?1";
+    let select = "SELECT max_id, step FROM leaf_alloc WHERE biz_tag = ?1";
+    let read = |db: &Connection| {
+        db.query_row(select, params![key], |r| {
+            let (max_id, step): (i64, i64) = (r.get(0)?, r.get(1)?);
+            Ok(Segment {
+                start: max_id - step,
+                next: max_id - step,
+                end: max_id,
+            })
+        })
+        .optional()
+    };
+    if plants.race {
+        // The UPDATE commits on its own; the SELECT reads whatever max_id is by then.
+        db.execute(update, params![key])?;
+        std::thread::sleep(plants.window);
+        return read(db);
     }
+    db.execute_batch("BEGIN IMMEDIATE")?;
+    let taken = db.execute(update, params![key]).and_then(|_| read(db));
+    db.execute_batch(if taken.is_ok() { "COMMIT" } else { "ROLLBACK" })?;
+    taken
+}
 
+/// Tinyid's `getNextSegmentId`: read the row, write `max_id + step` if the version is still
+/// the one read (retried); the segment is `max_id + 1 ..= max_id + step`.
+fn tinyid_segment_from(
+    db: &Connection,
+    key: &str,
+    plants: Plants,
+) -> Result<Option<Segment>, String> {
+    const ATTEMPTS: u32 = 10;
+    let failed = |e: rusqlite::Error| format!("segment for `{key}`: {e}");
+    for _ in 0..ATTEMPTS {
+        let row: Option<(i64, i64, i64)> = db
+            .query_row(
+                "SELECT max_id, step, version FROM tiny_id_info WHERE biz_type = ?1",
+                params![key],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(failed)?;
+        let Some((max_id, step, version)) = row else {
+            return Ok(None);
+        };
+        let updated = if plants.race {
+            std::thread::sleep(plants.window);
+            db.execute(
+                "UPDATE tiny_id_info SET max_id = ?1, version = version + 1 WHERE biz_type = ?2",
+                params![max_id + step, key],
+            )
+        } else {
+            db.execute(
+                "UPDATE tiny_id_info SET max_id = ?1, version = version + 1 \
+                 WHERE biz_type = ?2 AND max_id = ?3 AND version = ?4",
+                params![max_id + step, key, max_id, version],
+            )
+        }
+        .map_err(failed)?;
+        if updated == 1 {
+            return Ok(Some(Segment {
+                start: max_id + 1,
+                next: max_id + 1,
+                end: max_id + step + 1,
+            }));
+        }
+    }
+    Err(format!(
+        "segment for `{key}`: {ATTEMPTS} version conflicts in a row"
+    ))
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, Instance> {
+    shared
+        .instance
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Instance {
     fn take_segment(&self, key: &str) -> Result<Segment, String> {
-        let failed = |e: rusqlite::Error| format!("segment for `{key}`: {e}");
         let taken = match self.api {
-            Api::Leaf => self.leaf_segment(key).map_err(failed)?,
-            Api::Tinyid => self.tinyid_segment(key)?,
+            Api::Leaf => leaf_segment_from(&self.db, key, self.plants)
+                .map_err(|e| format!("segment for `{key}`: {e}"))?,
+            Api::Tinyid | Api::Uid => tinyid_segment_from(&self.db, key, self.plants)?,
         };
         taken.ok_or_else(|| format!("unknown key `{key}`"))
     }
 
-    /// Leaf's `updateMaxIdAndGetLeafAlloc`: the segment is `max_id - step .. max_id`.
-    fn leaf_segment(&self, key: &str) -> rusqlite::Result<Option<Segment>> {
-        let update = "UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?1";
-        let select = "SELECT max_id, step FROM leaf_alloc WHERE biz_tag = ?1";
-        let read = |db: &Connection| {
-            db.query_row(select, params![key], |r| {
-                Ok(Segment {
-                    next: r.get::<_, i64>(0)? - r.get::<_, i64>(1)?,
-                    end: r.get(0)?,
-                })
-            })
-            .optional()
-        };
-        if self.planted_race {
-            // The UPDATE commits on its own; the SELECT reads whatever max_id is by then.
-            self.db.execute(update, params![key])?;
-            std::thread::sleep(self.race_window);
-            return read(&self.db);
-        }
-        self.db.execute_batch("BEGIN IMMEDIATE")?;
-        let taken = self
-            .db
-            .execute(update, params![key])
-            .and_then(|_| read(&self.db));
-        let end = if taken.is_ok() { "COMMIT" } else { "ROLLBACK" };
-        self.db.execute_batch(end)?;
-        taken
-    }
-
-    /// Tinyid's `getNextSegmentId`: read the row, write `max_id + step` if the version is still
-    /// the one read (retried), the segment is `max_id + 1 ..= max_id + step`.
-    fn tinyid_segment(&self, key: &str) -> Result<Option<Segment>, String> {
-        let failed = |e: rusqlite::Error| format!("segment for `{key}`: {e}");
-        const ATTEMPTS: u32 = 10;
-        for _ in 0..ATTEMPTS {
-            let row: Option<(i64, i64, i64)> = self
-                .db
-                .query_row(
-                    "SELECT max_id, step, version FROM tiny_id_info WHERE biz_type = ?1",
-                    params![key],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()
-                .map_err(failed)?;
-            let Some((max_id, step, version)) = row else {
-                return Ok(None);
-            };
-            let updated = if self.planted_race {
-                std::thread::sleep(self.race_window);
-                self.db.execute(
-                    "UPDATE tiny_id_info SET max_id = ?1, version = version + 1 WHERE biz_type = ?2",
-                    params![max_id + step, key],
-                )
-            } else {
-                self.db.execute(
-                    "UPDATE tiny_id_info SET max_id = ?1, version = version + 1 \
-                     WHERE biz_type = ?2 AND max_id = ?3 AND version = ?4",
-                    params![max_id + step, key, max_id, version],
-                )
+    /// uid-generator's next ID: `time | worker | sequence`.
+    fn next_uid(&mut self) -> Result<i64, String> {
+        let seq_max = (1_i64 << self.seq_bits) - 1;
+        let real = now_ms() / 1_000 - UID_EPOCH_S;
+        let u = &mut self.uid;
+        if self.plants.borrow {
+            // CachedUidGenerator: a full second's IDs taken, the next second's come, clock or not.
+            if u.seq >= seq_max {
+                u.second += 1;
+                u.seq = -1;
             }
-            .map_err(failed)?;
-            if updated == 1 {
-                return Ok(Some(Segment {
-                    next: max_id + 1,
-                    end: max_id + step + 1,
-                }));
+        } else {
+            // DefaultUidGenerator: the real second; a full one is waited out.
+            if real < u.second {
+                return Err(format!("clock moved backwards by {} s", u.second - real));
+            }
+            if real > u.second {
+                u.second = real;
+                u.seq = -1;
+            } else if u.seq >= seq_max {
+                std::thread::sleep(Duration::from_millis(5));
+                return self.next_uid();
             }
         }
-        Err(format!(
-            "segment for `{key}`: {ATTEMPTS} version conflicts in a row"
-        ))
+        u.seq += 1;
+        let shift = UID_WORKER_BITS + self.seq_bits;
+        Ok((u.second << shift) | (u.worker << self.seq_bits) | u.seq)
     }
 }
 
+/// The next `count` IDs for `key` from this instance's segments, taking new ones as needed
+/// (Tinyid: the next one fetched in the background once 80% of the current one is used).
+fn next_ids(shared: &Shared, key: &str, count: usize) -> Result<Vec<i64>, String> {
+    let mut ids = Vec::with_capacity(count);
+    while ids.len() < count {
+        let mut instance = lock(shared);
+        let api = instance.api;
+        let Some(segments) = instance.segments.get_mut(key) else {
+            let current = instance.take_segment(key)?;
+            instance.segments.insert(
+                key.to_owned(),
+                KeySegments {
+                    current,
+                    next: None,
+                    loading: false,
+                },
+            );
+            continue;
+        };
+        let s = &mut segments.current;
+        if s.next < s.end {
+            ids.push(s.next);
+            s.next += 1;
+            let used_most = (s.next - s.start) * 5 >= (s.end - s.start) * 4;
+            if api == Api::Tinyid && used_most && segments.next.is_none() && !segments.loading {
+                segments.loading = true;
+                load_next_in_background(shared, key);
+            }
+            continue;
+        }
+        if let Some(next) = segments.next.take() {
+            segments.current = next;
+            continue;
+        }
+        if segments.loading && !instance.plants.reorder {
+            // The next segment is on its way: wait for it rather than take another.
+            drop(instance);
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        // Tinyid issue #47: `loadCurrent` takes a segment of its own while `loadNext` is still
+        // in flight (or there is no background fetch: Leaf, or nothing started yet).
+        let current = instance.take_segment(key)?;
+        if let Some(segments) = instance.segments.get_mut(key) {
+            segments.current = current;
+        }
+    }
+    Ok(ids)
+}
+
+/// Tinyid's `loadNext`: fetches a segment on its own connection, then (after the planted
+/// window) makes it the key's next one.
+fn load_next_in_background(shared: &Shared, key: &str) {
+    let (shared, key) = (Arc::clone(shared), key.to_owned());
+    std::thread::spawn(move || {
+        let (path, plants) = {
+            let instance = lock(&shared);
+            (instance.db_path.clone(), instance.plants)
+        };
+        let fetched = Connection::open(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|db| {
+                db.busy_timeout(Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?;
+                tinyid_segment_from(&db, &key, plants)
+            });
+        if plants.reorder {
+            std::thread::sleep(plants.window);
+        }
+        let mut instance = lock(&shared);
+        if let Some(segments) = instance.segments.get_mut(&key) {
+            segments.loading = false;
+            if let Ok(Some(next)) = fetched {
+                segments.next = Some(next);
+            }
+        }
+    });
+}
+
 async fn ids(shared: Shared, key: String, count: usize) -> Result<Vec<i64>, String> {
-    tokio::task::spawn_blocking(move || {
-        let mut instance = shared
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        instance.next_ids(&key, count)
-    })
-    .await
-    .map_err(|e| e.to_string())?
+    tokio::task::spawn_blocking(move || next_ids(&shared, &key, count))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+fn api_of(shared: &Shared) -> Api {
+    lock(shared).api
 }
 
 /// Leaf: the ID as text; an error is HTTP 500.
@@ -300,7 +487,7 @@ async fn leaf_segment(
     State(shared): State<Shared>,
     Path(key): Path<String>,
 ) -> (StatusCode, String) {
-    if shared.0.lock().map(|i| i.api != Api::Leaf).unwrap_or(true) {
+    if api_of(&shared) != Api::Leaf {
         return (StatusCode::NOT_FOUND, String::new());
     }
     match ids(shared, key, 1).await {
@@ -327,15 +514,10 @@ struct TinyidQuery {
 
 /// Tinyid's IDs, or the error (every error is HTTP 200 in Tinyid).
 async fn tinyid_ids(shared: Shared, q: TinyidQuery) -> Result<Vec<i64>, String> {
-    if shared
-        .0
-        .lock()
-        .map(|i| i.api != Api::Tinyid)
-        .unwrap_or(true)
-    {
+    if api_of(&shared) != Api::Tinyid {
         return Err("not a Tinyid instance".into());
     }
-    if q.token.as_deref() != Some(shared.1.as_str()) {
+    if q.token.as_deref() != Some(shared.token.as_str()) {
         return Err("token is error".into());
     }
     let key = q.biz_type.ok_or("bizType is missing")?;
@@ -351,11 +533,24 @@ async fn tinyid_simple(State(shared): State<Shared>, Query(q): Query<TinyidQuery
         .unwrap_or_default()
 }
 
-/// `nextId`: `{"data":[…],"code":200,"message":""}`, code 500 on error.
+/// `nextId`: `{"data":[…],"code":200,"message":""}`, code 6 with the message on error.
 async fn tinyid_next(State(shared): State<Shared>, Query(q): Query<TinyidQuery>) -> String {
     match tinyid_ids(shared, q).await {
         Ok(ids) => serde_json::json!({"data": ids, "code": 200, "message": ""}),
-        Err(e) => serde_json::json!({"data": null, "code": 500, "message": e}),
+        Err(e) => serde_json::json!({"data": null, "code": 6, "message": e}),
     }
     .to_string()
+}
+
+/// uid: the ID as text; an error is HTTP 500.
+async fn uid(State(shared): State<Shared>) -> (StatusCode, String) {
+    if api_of(&shared) != Api::Uid {
+        return (StatusCode::NOT_FOUND, String::new());
+    }
+    let next = tokio::task::spawn_blocking(move || lock(&shared).next_uid()).await;
+    match next {
+        Ok(Ok(id)) => (StatusCode::OK, id.to_string()),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }

@@ -1,0 +1,226 @@
+//! The upstream-bug catalog: the mechanisms of real bugs in ID services others wrote, each
+//! named by its origin, reproduced in process mode by `id-compat` (a test-only service that
+//! speaks the upstream project's API, sut-server's `id-compat` binary) and caught through that
+//! API by `scenario ids`'s generic checks (docs/own-service.md). Each entry also runs once
+//! without the bug (the control), which must pass: a check that fires on correct code proves
+//! nothing.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use loadgen::blackbox::{
+    BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic, Target,
+};
+use reports::model::Verdict;
+
+/// One upstream bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamBug {
+    /// The name on command lines.
+    pub name: &'static str,
+    /// Where it comes from.
+    pub origin: &'static str,
+    /// What it does, in one paragraph.
+    pub mechanism: &'static str,
+    /// The check that must catch it (a prefix of the check's name).
+    pub caught_by: &'static str,
+    /// `id-compat --api`.
+    api: &'static str,
+    /// Instances on one database.
+    servers: usize,
+    /// `id-compat` flags that plant the bug (the control runs without them).
+    planted: &'static str,
+    /// `id-compat` flags of both runs.
+    common: &'static str,
+    /// Faults of both runs.
+    faults: &'static [BlackBoxFault],
+    /// What the service promises.
+    monotonic: Monotonic,
+}
+
+/// Every upstream bug reproduced so far.
+pub const UPSTREAM: [UpstreamBug; 3] = [
+    UpstreamBug {
+        name: "leaf_pr156_commit_before_select",
+        origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
+        mechanism: "updateMaxIdAndGetLeafAlloc commits `UPDATE leaf_alloc SET max_id = max_id + \
+                    step` before its `SELECT max_id`; two Leaf servers refreshing one tag both \
+                    update, then both read the later max_id and take the same segment",
+        caught_by: "ids.unique",
+        api: "leaf",
+        servers: 2,
+        planted: "--planted-race",
+        common: "",
+        faults: &[],
+        monotonic: Monotonic::Server,
+    },
+    UpstreamBug {
+        name: "tinyid_issue47_load_race",
+        origin: "Didi Tinyid issue #47 (open): https://github.com/didi/tinyid/issues/47",
+        mechanism: "CachedIdGenerator's loadNext fetches segment 2 in the background; the current \
+                    segment runs out first and loadCurrent (another lock) fetches segment 3; \
+                    segment 2 lands as `next` afterwards: IDs go 1, 3, 2, backwards within one \
+                    server",
+        caught_by: "ids.monotonic",
+        api: "tinyid",
+        servers: 1,
+        planted: "--planted-reorder",
+        common: "--step 50 --race-window-ms 50",
+        faults: &[],
+        monotonic: Monotonic::Server,
+    },
+    UpstreamBug {
+        name: "uid_generator_issue85_borrowed_seconds",
+        origin: "Baidu uid-generator issue #85 (open): https://github.com/baidu/uid-generator/issues/85",
+        mechanism: "CachedUidGenerator fills its ring with the next second's IDs whenever it runs \
+                    low, so under load the time field runs ahead of the clock; after a restart \
+                    IDs restart at the real second, below those already handed out (the new \
+                    worker id sits below the time field and does not help)",
+        caught_by: "ids.monotonic",
+        api: "uid",
+        servers: 1,
+        planted: "--planted-borrow",
+        common: "--seq-bits 6",
+        faults: &[BlackBoxFault::Kill],
+        monotonic: Monotonic::Global,
+    },
+];
+
+/// The entry named `name`.
+#[must_use]
+pub fn find(name: &str) -> Option<&'static UpstreamBug> {
+    UPSTREAM.iter().find(|b| b.name == name)
+}
+
+/// Finds `id-compat`: `$ID_COMPAT`, else beside the running program (or its parent folder).
+///
+/// # Errors
+/// A message saying where it looked and how to build it.
+pub fn compat_binary() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("ID_COMPAT") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("$ID_COMPAT={} is not a file", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut tried = Vec::new();
+    for dir in exe.ancestors().skip(1).take(2) {
+        let candidate = dir.join("id-compat");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        tried.push(candidate.display().to_string());
+    }
+    Err(format!(
+        "id-compat not found (tried {}): build it with `cargo build -p sut-server --bin \
+         id-compat` (add --release to match a release scenario) or set $ID_COMPAT",
+        tried.join(", ")
+    ))
+}
+
+/// The `scenario ids` run of `bug`, planted or not, against `compat`.
+///
+/// # Errors
+/// No free port, or the run could not be made.
+pub fn options(bug: &UpstreamBug, compat: &Path, planted: bool) -> Result<BlackBoxOptions, String> {
+    let mut urls = Vec::new();
+    let mut commands = Vec::new();
+    let flags = if planted { bug.planted } else { "" };
+    for _ in 0..bug.servers {
+        let port = cluster::free_port().map_err(|e| e.to_string())?;
+        let path = if bug.api == "uid" { "/uid" } else { "" };
+        urls.push(format!("http://127.0.0.1:{port}{path}"));
+        commands.push(format!(
+            "exec {} --api {} --db {{data}}/ids.db --listen 127.0.0.1:{port} --tag orders \
+             --token bench {} {flags}",
+            compat.display(),
+            bug.api,
+            bug.common
+        ));
+    }
+    let (target, key) = match bug.api {
+        "leaf" => (Target::Leaf { snowflake: false }, "orders"),
+        "tinyid" => (
+            Target::Tinyid {
+                token: "bench".into(),
+                batch: 1,
+            },
+            "orders",
+        ),
+        _ => (Target::Http { pointer: None }, ""),
+    };
+    Ok(BlackBoxOptions {
+        target,
+        urls,
+        key: key.into(),
+        clients: 4,
+        rate: None,
+        duration: Duration::from_secs(5),
+        monotonic: bug.monotonic,
+        commands,
+        nemesis: (!bug.faults.is_empty()).then(|| BlackBoxNemesis {
+            faults: bug.faults.to_vec(),
+            every: Duration::from_millis(1_500),
+            down_for: Duration::from_millis(200),
+            clock_step_ms: 0,
+        }),
+    })
+}
+
+/// What one entry's two runs found.
+#[derive(Debug)]
+pub struct UpstreamRow {
+    /// The entry.
+    pub bug: &'static UpstreamBug,
+    /// The check that failed on the planted run, with its first offending event.
+    pub caught: Option<String>,
+    /// Whether the control run passed.
+    pub control_passed: bool,
+    /// IDs of the planted run and of the control.
+    pub ids: (u64, u64),
+}
+
+impl UpstreamRow {
+    /// Caught by the expected check, and the control passed.
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        self.control_passed
+            && self
+                .caught
+                .as_deref()
+                .is_some_and(|c| c.starts_with(self.bug.caught_by))
+    }
+}
+
+/// Runs `bug` planted and as the control.
+///
+/// # Errors
+/// A run could not be made (not a verdict).
+pub fn run(bug: &'static UpstreamBug, compat: &Path) -> Result<UpstreamRow, String> {
+    let once = |planted| -> Result<BlackBoxRun, String> {
+        let opts = options(bug, compat, planted)?;
+        loadgen::blackbox::run(&opts).map_err(|e: BlackBoxError| e.to_string())
+    };
+    let planted = once(true)?;
+    let control = once(false)?;
+    let caught = planted
+        .checks()
+        .into_iter()
+        .find(|c| c.verdict == Verdict::Violated)
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c.name,
+                c.first_offending_event.as_deref().unwrap_or_default()
+            )
+        });
+    Ok(UpstreamRow {
+        bug,
+        caught,
+        control_passed: control.passed(),
+        ids: (planted.ids, control.ids),
+    })
+}
