@@ -247,10 +247,7 @@ fn print_run(run: &BlackBoxRun) {
         println!("  faults: {}", run.faults);
     }
     if let Some(l) = &run.lost_writes {
-        println!(
-            "  lost writes: {} bytes dropped by {} power losses ({} files), {} bytes synced",
-            l.lost_bytes, l.power_losses, l.files_lost_data, l.synced_bytes
-        );
+        println!("{}", lost_writes_line(l));
     }
     if let Some(p) = &run.proxy {
         println!(
@@ -259,22 +256,37 @@ fn print_run(run: &BlackBoxRun) {
         );
     }
     for check in run.checks() {
-        let verdict = if check.verdict == Verdict::Violated {
-            "VIOLATED"
-        } else {
-            "held"
-        };
-        println!(
-            "  {:<28} {verdict:<9} {}{}",
-            check.name,
-            check
-                .first_offending_event
-                .as_deref()
-                .map(|f| format!("{f}; "))
-                .unwrap_or_default(),
-            check.detail.as_deref().unwrap_or_default()
-        );
+        println!("{}", check_line(check));
     }
+}
+
+/// One check's line in a run's printout: name, verdict, first offending event, detail.
+#[must_use]
+pub fn check_line(check: &reports::model::InvariantResult) -> String {
+    let verdict = if check.verdict == Verdict::Violated {
+        "VIOLATED"
+    } else {
+        "held"
+    };
+    format!(
+        "  {:<28} {verdict:<9} {}{}",
+        check.name,
+        check
+            .first_offending_event
+            .as_deref()
+            .map(|f| format!("{f}; "))
+            .unwrap_or_default(),
+        check.detail.as_deref().unwrap_or_default()
+    )
+}
+
+/// What the lost-writes filesystem did, as a printout line.
+#[must_use]
+pub fn lost_writes_line(l: &cluster::LostFsEffects) -> String {
+    format!(
+        "  lost writes: {} bytes dropped by {} power losses ({} files), {} bytes synced",
+        l.lost_bytes, l.power_losses, l.files_lost_data, l.synced_bytes
+    )
 }
 
 fn write_outputs(args: &IdsArgs, run: &BlackBoxRun) -> Result<(), String> {

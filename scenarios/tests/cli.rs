@@ -256,8 +256,11 @@ fn flaws_lists_the_catalog_and_runs_one_flaw_to_a_violation() {
     let out = scenario().args(["flaws", "--list"]).output().expect("run");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.lines().count(), 13, "{text}");
-    assert!(text.contains("twitter/snowflake issue #6"), "{text}");
+    let (catalog, upstream) = text.split_once("\n\n").expect("two sections");
+    assert_eq!(catalog.lines().count(), 13, "{text}");
+    assert!(catalog.contains("twitter/snowflake issue #6"), "{text}");
+    assert!(upstream.starts_with("upstream bugs"), "{text}");
+    assert_eq!(upstream.matches("https://github.com/").count(), 3, "{text}");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("flaws.json");

@@ -167,56 +167,35 @@ fn a_service_that_acknowledges_before_its_writes_are_durable_is_caught_by_power_
     assert!(all.contains("lost writes: "), "{all}");
 }
 
+/// `scenario ARGS…`.
+fn scenario(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_scenario"))
+        .args(args)
+        .output()
+        .expect("scenario runs")
+}
+
 #[test]
 fn an_unreachable_target_and_faults_without_commands_are_usage_errors() {
-    let port = free_port();
-    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
-        .args([
-            "ids",
-            "--target",
-            "leaf",
-            "--key",
-            "orders",
-            "--duration",
-            "1",
-        ])
-        .args(["--url", &format!("http://127.0.0.1:{port}")])
-        .output()
-        .expect("scenario runs");
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let leaf = ["ids", "--target", "leaf", "--key", "orders", "--url", &url];
+    let out = scenario(&[&leaf[..], &["--duration", "1"]].concat());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
         text(&out).contains("no ID before the run started"),
         "{}",
         text(&out)
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
-        .args([
-            "ids",
-            "--target",
-            "leaf",
-            "--key",
-            "orders",
-            "--nemesis",
-            "kill",
-        ])
-        .args(["--url", &format!("http://127.0.0.1:{port}")])
-        .output()
-        .expect("scenario runs");
+    let out = scenario(&[&leaf[..], &["--nemesis", "kill"]].concat());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("--server-cmd"), "{}", text(&out));
-    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
-        .args(["ids", "--target", "zookeeper", "--url", "http://x"])
-        .output()
-        .expect("scenario runs");
+    let out = scenario(&["ids", "--target", "zookeeper", "--url", "http://x"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
 
 #[test]
 fn ids_help_lists_the_targets() {
-    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
-        .args(["ids", "--help"])
-        .output()
-        .expect("scenario runs");
+    let out = scenario(&["ids", "--help"]);
     let help = text(&out);
     for kind in ["http", "leaf", "tinyid", "redis", "postgres"] {
         assert!(help.contains(kind), "{kind} missing from:\n{help}");
@@ -225,10 +204,7 @@ fn ids_help_lists_the_targets() {
 
 #[test]
 fn every_upstream_bug_is_caught_through_its_api_and_its_control_passes() {
-    let list = Command::new(env!("CARGO_BIN_EXE_scenario"))
-        .args(["flaws", "--list"])
-        .output()
-        .expect("scenario runs");
+    let list = scenario(&["flaws", "--list"]);
     let listed = text(&list);
     for origin in [
         "https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -238,10 +214,7 @@ fn every_upstream_bug_is_caught_through_its_api_and_its_control_passes() {
         assert!(listed.contains(origin), "{origin} missing from:\n{listed}");
     }
     compat_binary();
-    let out = Command::new(env!("CARGO_BIN_EXE_scenario"))
-        .args(["flaws", "--upstream"])
-        .output()
-        .expect("scenario runs");
+    let out = scenario(&["flaws", "--upstream"]);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     for (bug, check) in [

@@ -634,10 +634,7 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
     };
     println!("  faults: {} (each followed by {healed})", run.faults);
     if let Some(l) = &run.lost_writes {
-        println!(
-            "  lost writes: {} bytes dropped by {} power losses ({} files), {} bytes synced",
-            l.lost_bytes, l.power_losses, l.files_lost_data, l.synced_bytes
-        );
+        println!("{}", scenarios::ids::lost_writes_line(l));
     }
     if let Some(p) = &run.proxy {
         println!(
@@ -647,20 +644,7 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
     }
     let checks = [&run.unique, &run.took_effect];
     for check in checks {
-        let verdict = match check.verdict {
-            reports::model::Verdict::Violated => "VIOLATED",
-            _ => "held",
-        };
-        println!(
-            "  {:<28} {verdict:<9} {}{}",
-            check.name,
-            check
-                .first_offending_event
-                .as_deref()
-                .map(|f| format!("{f}; "))
-                .unwrap_or_default(),
-            check.detail.as_deref().unwrap_or_default()
-        );
+        println!("{}", scenarios::ids::check_line(check));
     }
     let violated: Vec<&str> = checks
         .iter()
