@@ -188,6 +188,16 @@ fn own(path: &Path, req: &Request) {
 }
 
 impl Filesystem for Fs {
+    /// Shared writable mmap of a file opened for direct I/O, where the kernel allows it (Linux
+    /// 6.6 and later): SQLite's WAL index (`-shm`) needs it. The mapped pages are written back
+    /// through `write` like any other data (kept until synced); SQLite's first connection after
+    /// a restart truncates the index and rebuilds it from the WAL, so no stale page is trusted.
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        // An older kernel: mmap stays refused (ENODEV), as before.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let mut s = lock(&self.state);
         let result = s.child(parent.0, name).and_then(|rel| {

@@ -5,10 +5,10 @@
 pub mod flaws;
 pub mod ids;
 pub mod loadfile;
+pub mod process_flaws;
 pub mod realfile;
 pub mod report;
 pub mod search;
-pub mod upstream;
 
 use sim::scenario::{Scenario, ScenarioError};
 

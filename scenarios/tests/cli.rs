@@ -259,7 +259,7 @@ fn flaws_lists_the_catalog_and_runs_one_flaw_to_a_violation() {
     let (catalog, upstream) = text.split_once("\n\n").expect("two sections");
     assert_eq!(catalog.lines().count(), 13, "{text}");
     assert!(catalog.contains("twitter/snowflake issue #6"), "{text}");
-    assert!(upstream.starts_with("upstream bugs"), "{text}");
+    assert!(upstream.starts_with("process mode"), "{text}");
     assert_eq!(upstream.matches("https://github.com/").count(), 3, "{text}");
 
     let dir = tempfile::tempdir().expect("tempdir");

@@ -203,7 +203,7 @@ fn ids_help_lists_the_targets() {
 }
 
 #[test]
-fn every_upstream_bug_is_caught_through_its_api_and_its_control_passes() {
+fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
     let list = scenario(&["flaws", "--list"]);
     let listed = text(&list);
     for origin in [
@@ -214,13 +214,14 @@ fn every_upstream_bug_is_caught_through_its_api_and_its_control_passes() {
         assert!(listed.contains(origin), "{origin} missing from:\n{listed}");
     }
     compat_binary();
-    let out = scenario(&["flaws", "--upstream"]);
+    let out = scenario(&["flaws", "--process"]);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     for (bug, check) in [
         ("leaf_pr156_commit_before_select", "ids.unique"),
         ("tinyid_issue47_load_race", "ids.monotonic"),
         ("uid_generator_issue85_borrowed_seconds", "ids.monotonic"),
+        ("segment_no_version_check", "ids.unique"),
     ] {
         let row = all
             .lines()

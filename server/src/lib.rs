@@ -154,6 +154,9 @@ pub struct ServerConfig {
     pub draw_rate_per_s: f64,
     /// Draws a user may start at once (the bucket's size).
     pub draw_burst: u32,
+    /// Segment tags to create at start when missing (name, step), as `POST /admin/tags` would:
+    /// a black-box run (`scenario ids`) then needs no admin call.
+    pub tags: Vec<(String, u64)>,
 }
 
 impl ServerConfig {
@@ -190,6 +193,7 @@ impl ServerConfig {
             draw_rate_per_s: 10.0,
             draw_burst: 20,
             exit_on_store_failure: false,
+            tags: Vec::new(),
         }
     }
 
@@ -453,6 +457,13 @@ fn open_ids(
     match control.create_tag(XID_TAG, &TagSpec::simple(1000)) {
         Ok(_) | Err(sut::id_store::StoreError::TagExists(_)) => {}
         Err(e) => return Err(format!("xid tag: {e}")),
+    }
+    for (tag, step) in &cfg.tags {
+        ids::validate_tag(tag).map_err(|e| format!("--tag {tag}: {}", e.error))?;
+        match control.create_tag(tag, &TagSpec::simple(*step)) {
+            Ok(_) | Err(sut::id_store::StoreError::TagExists(_)) => {}
+            Err(e) => return Err(format!("--tag {tag}:{step}: {e}")),
+        }
     }
     let control = Arc::new(Mutex::new(control));
     let tags = Arc::new(

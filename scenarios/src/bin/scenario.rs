@@ -194,15 +194,16 @@ struct GateArgs {
 
 #[derive(Debug, clap::Args)]
 struct FlawsArgs {
-    /// Print the catalog (name, source, description) and the upstream-bug entries (name,
+    /// Print the catalog (name, source, description) and the process-mode entries (name,
     /// origin, mechanism) without running them.
     #[arg(long)]
     list: bool,
-    /// Run the upstream-bug entries instead (process mode: each bug's mechanism in `id-compat`,
-    /// a test-only service speaking the upstream API, caught through that API by `scenario ids`;
-    /// each also runs without the bug, and that run must pass).
+    /// Run the process-mode entries instead: real bugs of Leaf, Tinyid and uid-generator planted
+    /// in `id-compat` (a test-only service speaking their API) and the catalogued flaws with a
+    /// real-server form switched on in `sut-server` processes, each caught through its HTTP API
+    /// by `scenario ids`; each also runs without the bug, and that run must pass.
     #[arg(long)]
-    upstream: bool,
+    process: bool,
     /// Only these flaws (repeat the option); default all.
     #[arg(long)]
     only: Vec<sut::flaw::Flaw>,
@@ -1703,11 +1704,11 @@ fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 fn flaws(args: FlawsArgs) -> ExitCode {
     if args.list {
         print_flaw_list();
-        print_upstream_list();
+        print_process_list();
         return ExitCode::SUCCESS;
     }
-    if args.upstream {
-        return upstream_flaws();
+    if args.process {
+        return process_flaws();
     }
     let opts = scenarios::flaws::FlawOptions {
         sweeps: args.sweeps,
@@ -1785,37 +1786,30 @@ fn print_flaw_list() {
     }
 }
 
-fn print_upstream_list() {
-    println!("\nupstream bugs (process mode, `scenario flaws --upstream`):");
-    for bug in &scenarios::upstream::UPSTREAM {
+fn print_process_list() {
+    println!(
+        "\nprocess mode (`scenario flaws --process`): real server processes, through their API"
+    );
+    for bug in &scenarios::process_flaws::ENTRIES {
         println!("{:<40} {}", bug.name, bug.origin);
-        println!(
-            "{:<40} {}",
-            "",
-            bug.mechanism
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
+        let mechanism = bug
+            .mechanism
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        println!("{:<40} {mechanism}", "");
     }
 }
 
-/// `scenario flaws --upstream`: every upstream entry, planted and as the control.
-fn upstream_flaws() -> ExitCode {
-    let compat = match scenarios::upstream::compat_binary() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("scenario flaws: {e}");
-            return ExitCode::from(USAGE);
-        }
-    };
+/// `scenario flaws --process`: every process-mode entry, planted and as the control.
+fn process_flaws() -> ExitCode {
     let mut all = true;
     println!(
         "{:<40} {:<10} {:<8} caught by",
-        "upstream bug", "control", "IDs"
+        "process-mode entry", "control", "IDs"
     );
-    for bug in &scenarios::upstream::UPSTREAM {
-        let row = match scenarios::upstream::run(bug, &compat) {
+    for bug in &scenarios::process_flaws::ENTRIES {
+        let row = match scenarios::process_flaws::run(bug) {
             Ok(row) => row,
             Err(e) => {
                 eprintln!("scenario flaws: {}: {e}", bug.name);

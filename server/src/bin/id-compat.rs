@@ -236,9 +236,10 @@ fn open(path: &std::path::Path, tags: &[String], step: i64) -> Result<Connection
     let failed = |e: rusqlite::Error| format!("{}: {e}", path.display());
     let db = Connection::open(path).map_err(failed)?;
     db.busy_timeout(Duration::from_secs(10)).map_err(failed)?;
-    // A rollback journal, not WAL: WAL's shared memory needs mmap, which a lost-writes
-    // filesystem (direct I/O) does not offer. Every commit is synced.
-    db.pragma_update(None, "journal_mode", "DELETE")
+    // WAL, as most SQLite services run: its index (`-shm`) is a shared mapping, which the
+    // lost-writes filesystem must allow (`scenario ids --nemesis power_loss` puts `{data}` on it).
+    // Every commit is synced.
+    db.pragma_update(None, "journal_mode", "WAL")
         .map_err(failed)?;
     db.pragma_update(None, "synchronous", "FULL")
         .map_err(failed)?;

@@ -94,6 +94,10 @@ struct Args {
     /// may lose are a multiple of it.
     #[arg(long)]
     step_max: Option<u64>,
+    /// A segment tag to create at start if missing, `NAME` or `NAME:STEP` (step 1000 by
+    /// default); repeat for several. Lets `scenario ids` test this server with no admin call.
+    #[arg(long = "tag", value_parser = parse_tag)]
+    tags: Vec<(String, u64)>,
 }
 
 fn main() -> ExitCode {
@@ -185,6 +189,7 @@ async fn serve(args: Args) -> Result<(), String> {
     cfg.lottery_store = args.lottery_store;
     cfg.flaw = args.flaw;
     cfg.step_max = args.step_max;
+    cfg.tags = args.tags;
     if let Some(flaw) = args.flaw {
         eprintln!(
             "sut-server: WARNING: FLAW `{flaw}` SWITCHED ON: {}. This server is broken on \
@@ -221,5 +226,16 @@ async fn wait_for_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+    }
+}
+
+/// `NAME` or `NAME:STEP`.
+fn parse_tag(text: &str) -> Result<(String, u64), String> {
+    match text.split_once(':') {
+        None => Ok((text.to_owned(), 1_000)),
+        Some((name, step)) => step
+            .parse()
+            .map(|step| (name.to_owned(), step))
+            .map_err(|_| format!("`{step}` is not a step (NAME:STEP, e.g. orders:1000)")),
     }
 }

@@ -1,9 +1,14 @@
-//! The upstream-bug catalog: the mechanisms of real bugs in ID services others wrote, each
-//! named by its origin, reproduced in process mode by `id-compat` (a test-only service that
-//! speaks the upstream project's API, sut-server's `id-compat` binary) and caught through that
-//! API by `scenario ids`'s generic checks (docs/own-service.md). Each entry also runs once
-//! without the bug (the control), which must pass: a check that fires on correct code proves
-//! nothing.
+//! Flaws in process mode: broken designs run as real server processes and caught through
+//! their HTTP API by `scenario ids`'s generic checks (docs/own-service.md). Two kinds of entry:
+//!
+//! - upstream bugs: the mechanisms of real bugs in ID services others wrote, each named by its
+//!   origin, reproduced by `id-compat` (a test-only service that speaks the upstream project's
+//!   API, sut-server's `id-compat` binary);
+//! - catalogued flaws of the reference implementation that have a real-server form, switched
+//!   on in `sut-server` (`--flaw`).
+//!
+//! Each entry also runs once without the bug (the control), which must pass: a check that fires
+//! on correct code proves nothing.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,9 +18,29 @@ use loadgen::blackbox::{
 };
 use reports::model::Verdict;
 
-/// One upstream bug.
+/// The server program an entry runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UpstreamBug {
+pub enum Program {
+    /// `id-compat --api API`.
+    IdCompat(&'static str),
+    /// `sut-server`, IDs from `GET /id/{key}`.
+    SutServer,
+}
+
+impl Program {
+    /// The binary's name.
+    #[must_use]
+    pub const fn binary(self) -> &'static str {
+        match self {
+            Self::IdCompat(_) => "id-compat",
+            Self::SutServer => "sut-server",
+        }
+    }
+}
+
+/// One entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessFlaw {
     /// The name on command lines.
     pub name: &'static str,
     /// Where it comes from.
@@ -24,13 +49,13 @@ pub struct UpstreamBug {
     pub mechanism: &'static str,
     /// The check that must catch it (a prefix of the check's name).
     pub caught_by: &'static str,
-    /// `id-compat --api`.
-    api: &'static str,
+    /// The server program.
+    program: Program,
     /// Instances on one database.
     servers: usize,
-    /// `id-compat` flags that plant the bug (the control runs without them).
+    /// Server flags that plant the bug (the control runs without them).
     planted: &'static str,
-    /// `id-compat` flags of both runs.
+    /// Server flags of both runs.
     common: &'static str,
     /// Faults of both runs.
     faults: &'static [BlackBoxFault],
@@ -38,23 +63,23 @@ pub struct UpstreamBug {
     monotonic: Monotonic,
 }
 
-/// Every upstream bug reproduced so far.
-pub const UPSTREAM: [UpstreamBug; 3] = [
-    UpstreamBug {
+/// Every entry.
+pub const ENTRIES: [ProcessFlaw; 4] = [
+    ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
         mechanism: "updateMaxIdAndGetLeafAlloc commits `UPDATE leaf_alloc SET max_id = max_id + \
                     step` before its `SELECT max_id`; two Leaf servers refreshing one tag both \
                     update, then both read the later max_id and take the same segment",
         caught_by: "ids.unique",
-        api: "leaf",
+        program: Program::IdCompat("leaf"),
         servers: 2,
         planted: "--planted-race",
         common: "",
         faults: &[],
         monotonic: Monotonic::Server,
     },
-    UpstreamBug {
+    ProcessFlaw {
         name: "tinyid_issue47_load_race",
         origin: "Didi Tinyid issue #47 (open): https://github.com/didi/tinyid/issues/47",
         mechanism: "CachedIdGenerator's loadNext fetches segment 2 in the background; the current \
@@ -62,14 +87,14 @@ pub const UPSTREAM: [UpstreamBug; 3] = [
                     segment 2 lands as `next` afterwards: IDs go 1, 3, 2, backwards within one \
                     server",
         caught_by: "ids.monotonic",
-        api: "tinyid",
+        program: Program::IdCompat("tinyid"),
         servers: 1,
         planted: "--planted-reorder",
         common: "--step 50 --race-window-ms 50",
         faults: &[],
         monotonic: Monotonic::Server,
     },
-    UpstreamBug {
+    ProcessFlaw {
         name: "uid_generator_issue85_borrowed_seconds",
         origin: "Baidu uid-generator issue #85 (open): https://github.com/baidu/uid-generator/issues/85",
         mechanism: "CachedUidGenerator fills its ring with the next second's IDs whenever it runs \
@@ -77,80 +102,99 @@ pub const UPSTREAM: [UpstreamBug; 3] = [
                     IDs restart at the real second, below those already handed out (the new \
                     worker id sits below the time field and does not help)",
         caught_by: "ids.monotonic",
-        api: "uid",
+        program: Program::IdCompat("uid"),
         servers: 1,
         planted: "--planted-borrow",
         common: "--seq-bits 6",
         faults: &[BlackBoxFault::Kill],
         monotonic: Monotonic::Global,
     },
+    ProcessFlaw {
+        name: "segment_no_version_check",
+        origin: "this catalog (`scenario flaws --list`), in sut-server processes",
+        mechanism: "two sut-server processes on one SQLite file, the segment reload writing \
+                    `max_id = read + step` without the version check: two servers that read the \
+                    same row take the same range",
+        caught_by: "ids.unique",
+        program: Program::SutServer,
+        servers: 2,
+        planted: "--flaw segment_no_version_check",
+        common: "--step-max 10",
+        faults: &[],
+        monotonic: Monotonic::None,
+    },
 ];
 
 /// The entry named `name`.
 #[must_use]
-pub fn find(name: &str) -> Option<&'static UpstreamBug> {
-    UPSTREAM.iter().find(|b| b.name == name)
+pub fn find(name: &str) -> Option<&'static ProcessFlaw> {
+    ENTRIES.iter().find(|b| b.name == name)
 }
 
-/// Finds `id-compat`: `$ID_COMPAT`, else beside the running program (or its parent folder).
+/// Finds a server binary of `sut-server`'s package (`id-compat`, `sut-server`) beside the
+/// running program (or in its parent folder).
 ///
 /// # Errors
 /// A message saying where it looked and how to build it.
-pub fn compat_binary() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("ID_COMPAT") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("$ID_COMPAT={} is not a file", p.display()))
-        };
-    }
+pub fn server_binary(name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut tried = Vec::new();
     for dir in exe.ancestors().skip(1).take(2) {
-        let candidate = dir.join("id-compat");
+        let candidate = dir.join(name);
         if candidate.is_file() {
             return Ok(candidate);
         }
         tried.push(candidate.display().to_string());
     }
     Err(format!(
-        "id-compat not found (tried {}): build it with `cargo build -p sut-server --bin \
-         id-compat` (add --release to match a release scenario) or set $ID_COMPAT",
+        "{name} not found (tried {}): build it with `cargo build -p sut-server --bin {name}` \
+         (add --release to match a release scenario)",
         tried.join(", ")
     ))
 }
 
-/// The `scenario ids` run of `bug`, planted or not, against `compat`.
+/// The `scenario ids` run of `bug`, planted or not, with its server binary `program`.
 ///
 /// # Errors
 /// No free port, or the run could not be made.
-pub fn options(bug: &UpstreamBug, compat: &Path, planted: bool) -> Result<BlackBoxOptions, String> {
+pub fn options(
+    bug: &ProcessFlaw,
+    program: &Path,
+    planted: bool,
+) -> Result<BlackBoxOptions, String> {
     let mut urls = Vec::new();
     let mut commands = Vec::new();
     let flags = if planted { bug.planted } else { "" };
     for _ in 0..bug.servers {
         let port = cluster::free_port().map_err(|e| e.to_string())?;
-        let path = if bug.api == "uid" { "/uid" } else { "" };
+        let (path, args) = match bug.program {
+            Program::IdCompat("uid") => ("/uid", "--api uid".to_owned()),
+            Program::IdCompat(api) => ("", format!("--api {api} --tag orders --token bench")),
+            Program::SutServer => ("/id/{key}", "--tag orders:10".to_owned()),
+        };
         urls.push(format!("http://127.0.0.1:{port}{path}"));
         commands.push(format!(
-            "exec {} --api {} --db {{data}}/ids.db --listen 127.0.0.1:{port} --tag orders \
-             --token bench {} {flags}",
-            compat.display(),
-            bug.api,
+            "exec {} {args} --db {{data}}/ids.db --listen 127.0.0.1:{port} {} {flags}",
+            program.display(),
             bug.common
         ));
     }
-    let (target, key) = match bug.api {
-        "leaf" => (Target::Leaf { snowflake: false }, "orders"),
-        "tinyid" => (
+    let (target, key) = match bug.program {
+        Program::IdCompat("leaf") => (Target::Leaf { snowflake: false }, "orders"),
+        Program::IdCompat("tinyid") => (
             Target::Tinyid {
                 token: "bench".into(),
                 batch: 1,
             },
             "orders",
         ),
-        _ => (Target::Http { pointer: None }, ""),
+        Program::IdCompat(_) => (Target::Http { pointer: None }, ""),
+        Program::SutServer => (
+            Target::Http {
+                pointer: Some("/id".into()),
+            },
+            "orders",
+        ),
     };
     Ok(BlackBoxOptions {
         target,
@@ -172,9 +216,9 @@ pub fn options(bug: &UpstreamBug, compat: &Path, planted: bool) -> Result<BlackB
 
 /// What one entry's two runs found.
 #[derive(Debug)]
-pub struct UpstreamRow {
+pub struct ProcessRow {
     /// The entry.
-    pub bug: &'static UpstreamBug,
+    pub bug: &'static ProcessFlaw,
     /// The check that failed on the planted run, with its first offending event.
     pub caught: Option<String>,
     /// Whether the control run passed.
@@ -183,7 +227,7 @@ pub struct UpstreamRow {
     pub ids: (u64, u64),
 }
 
-impl UpstreamRow {
+impl ProcessRow {
     /// Caught by the expected check, and the control passed.
     #[must_use]
     pub fn passed(&self) -> bool {
@@ -198,10 +242,11 @@ impl UpstreamRow {
 /// Runs `bug` planted and as the control.
 ///
 /// # Errors
-/// A run could not be made (not a verdict).
-pub fn run(bug: &'static UpstreamBug, compat: &Path) -> Result<UpstreamRow, String> {
+/// Its server binary is missing, or a run could not be made (not a verdict).
+pub fn run(bug: &'static ProcessFlaw) -> Result<ProcessRow, String> {
+    let program = server_binary(bug.program.binary())?;
     let once = |planted| -> Result<BlackBoxRun, String> {
-        let opts = options(bug, compat, planted)?;
+        let opts = options(bug, &program, planted)?;
         loadgen::blackbox::run(&opts).map_err(|e: BlackBoxError| e.to_string())
     };
     let planted = once(true)?;
@@ -217,7 +262,7 @@ pub fn run(bug: &'static UpstreamBug, compat: &Path) -> Result<UpstreamRow, Stri
                 c.first_offending_event.as_deref().unwrap_or_default()
             )
         });
-    Ok(UpstreamRow {
+    Ok(ProcessRow {
         bug,
         caught,
         control_passed: control.passed(),
