@@ -30,6 +30,7 @@ use reports::model::{InvariantResult, Verdict};
 
 use crate::history::{History, OpType, Recorder};
 use crate::real::{Outcome, REQUEST_TIMEOUT, postgres_ask, redis_incr};
+use crate::stats::EndpointRecorder;
 use crate::verify;
 
 /// A kind of ID API.
@@ -404,9 +405,32 @@ pub struct BlackBoxRun {
     pub proxy: Option<cluster::ProxyEffects>,
     /// What the lost-writes filesystem did (power-loss runs).
     pub lost_writes: Option<cluster::LostFsEffects>,
+    /// Latency of every request (µs; from its intended send time when paced by `--rate`),
+    /// errors by class, throughput over time.
+    pub latency: reports::model::EndpointStats,
+    /// Each fault: when, which server, which kind.
+    pub fault_windows: Vec<reports::model::FaultWindow>,
 }
 
 impl BlackBoxRun {
+    /// The run as a load report (for the HTML report): the latency of `generate`, the fault
+    /// windows, the checks.
+    #[must_use]
+    pub fn load_report(&self, opts: &BlackBoxOptions) -> reports::model::LoadReport {
+        reports::model::LoadReport {
+            scenario: format!("ids --target {}", opts.target.kind()),
+            target: opts.urls.join(" "),
+            duration_s: opts.duration.as_secs_f64(),
+            warmup_s: 0.0,
+            rate: opts.rate,
+            users: opts.clients,
+            endpoints: vec![self.latency.clone()],
+            server: Vec::new(),
+            fault_windows: self.fault_windows.clone(),
+            verification: self.checks().into_iter().cloned().collect(),
+        }
+    }
+
     /// Every judged check.
     #[must_use]
     pub fn checks(&self) -> Vec<&InvariantResult> {
@@ -577,6 +601,15 @@ impl Servers {
                 .commands
                 .iter_mut()
                 .try_for_each(CommandService::restart),
+        }
+    }
+
+    /// The lane of fault number `n` on the report's timeline.
+    fn name_of(&self, fault: BlackBoxFault, n: u32) -> String {
+        match fault {
+            BlackBoxFault::PowerLoss => "every server".to_owned(),
+            BlackBoxFault::Partition => format!("clients→server-{}", self.target_of(fault, n) + 1),
+            _ => format!("server-{}", self.target_of(fault, n) + 1),
         }
     }
 
@@ -755,6 +788,7 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
         stop: AtomicBool::new(false),
         next_server: AtomicU64::new(0),
         results: std::sync::Mutex::new(ClientResults::default()),
+        latency: std::sync::Mutex::new(EndpointRecorder::default()),
     });
     let threads: Vec<_> = (0..opts.clients)
         .map(|process| {
@@ -767,7 +801,7 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
     let nemesis = opts
         .nemesis
         .as_ref()
-        .map(|n| run_nemesis(n, &mut servers, ends));
+        .map(|n| run_nemesis(n, &mut servers, shared.began, ends));
     if let Some(left) = ends.checked_duration_since(Instant::now()) {
         thread::sleep(left);
     }
@@ -785,6 +819,11 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
     let effects = Effects {
         proxy: servers.proxy_effects(),
         lost_writes: servers.lostfs.as_ref().map(cluster::LostFs::effects),
+        latency: shared
+            .latency
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stats("generate", opts.duration.as_secs_f64()),
     };
     Ok(judge(opts, history, results, faults, effects))
 }
@@ -796,6 +835,7 @@ struct Shared {
     stop: AtomicBool,
     next_server: AtomicU64,
     results: std::sync::Mutex<ClientResults>,
+    latency: std::sync::Mutex<EndpointRecorder>,
 }
 
 impl Shared {
@@ -840,11 +880,14 @@ fn same_class(a: &str, b: &str) -> bool {
 struct Effects {
     proxy: Option<cluster::ProxyEffects>,
     lost_writes: Option<cluster::LostFsEffects>,
+    latency: reports::model::EndpointStats,
 }
 
 /// What the nemesis did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct FaultCount {
+    /// Each fault's window.
+    windows: Vec<reports::model::FaultWindow>,
     /// Faults injected.
     injected: u32,
     /// Faults whose effect was seen in place (the port refused after a kill, libfaketime mapped
@@ -856,6 +899,7 @@ struct FaultCount {
 fn run_nemesis(
     n: &BlackBoxNemesis,
     servers: &mut Servers,
+    began: Instant,
     ends: Instant,
 ) -> Result<FaultCount, ClusterError> {
     let mut count = FaultCount::default();
@@ -864,12 +908,20 @@ fn run_nemesis(
         let kinds = u32::try_from(n.faults.len()).unwrap_or(u32::MAX);
         let fault = n.faults[(count.injected % kinds) as usize];
         let round = count.injected / kinds;
+        let start_s = began.elapsed().as_secs_f64();
         if servers.inject(fault, round, n.clock_step_ms)? {
             count.seen += 1;
         }
         count.injected += 1;
         thread::sleep(n.down_for);
         servers.heal(fault, round)?;
+        count.windows.push(reports::model::FaultWindow {
+            start_s,
+            end_s: began.elapsed().as_secs_f64(),
+            label: fault.name().to_owned(),
+            process: Some(servers.name_of(fault, round)),
+            kind: Some(fault.name().to_owned()),
+        });
     }
     Ok(count)
 }
@@ -887,17 +939,26 @@ fn client_loop(process: u64, opts: &BlackBoxOptions, urls: &[String], shared: &S
     let mut next_at = Instant::now();
     let mut results = ClientResults::default();
     while !shared.stop.load(Ordering::Relaxed) {
-        if let Some(interval) = interval {
-            if let Some(wait) = next_at.checked_duration_since(Instant::now()) {
-                thread::sleep(wait);
+        // When paced, a request is late from its intended send time (wrk2's correction for
+        // coordinated omission); unpaced, from its actual send.
+        let intended = match interval {
+            Some(interval) => {
+                if let Some(wait) = next_at.checked_duration_since(Instant::now()) {
+                    thread::sleep(wait);
+                }
+                next_at += interval;
+                next_at - interval
             }
-            next_at += interval;
-        }
+            None => Instant::now(),
+        };
         let turn = shared.next_server.fetch_add(1, Ordering::Relaxed);
         let server = usize::try_from(turn % urls.len() as u64).unwrap_or(0);
         let invoke_ns = shared.now_ns();
+        let sent = Instant::now();
         history.record(OpType::Invoke, "generate", None, None);
-        match clients[server].next_ids() {
+        let answer = clients[server].next_ids();
+        record_latency(shared, intended, sent, &answer);
+        match answer {
             Answer::Ids(ids) => {
                 // One `ok` per ID, as Jepsen's unique-ids reads them.
                 for (i, id) in ids.iter().enumerate() {
@@ -935,6 +996,24 @@ fn client_loop(process: u64, opts: &BlackBoxOptions, urls: &[String], shared: &S
         .merge(results);
 }
 
+/// Records one request's latency (µs) and, if it gave no ID, its error class.
+fn record_latency(shared: &Shared, intended: Instant, sent: Instant, answer: &Answer) {
+    let now = Instant::now();
+    let us =
+        |from: Instant| u64::try_from(now.duration_since(from).as_micros()).unwrap_or(u64::MAX);
+    let at_ms = u64::try_from(intended.saturating_duration_since(shared.began).as_millis())
+        .unwrap_or(u64::MAX);
+    let error = match answer {
+        Answer::Ids(_) => None,
+        Answer::Error(class, _) => Some(class.key()),
+    };
+    shared
+        .latency
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .record(at_ms, us(intended), us(sent), us(intended), error);
+}
+
 /// How a request that gave no ID ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -957,6 +1036,17 @@ impl ErrorClass {
             Self::Answered => "error answer",
             Self::Timeout => "timeout",
             Self::Unknown => "unknown outcome",
+        }
+    }
+
+    /// Its key in the report's error counts.
+    #[must_use]
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Refused => "refused",
+            Self::Answered => "error_answer",
+            Self::Timeout => "timeout",
+            Self::Unknown => "unknown_outcome",
         }
     }
 
@@ -1130,7 +1220,7 @@ fn judge(
     let took_effect = opts
         .nemesis
         .as_ref()
-        .map(|n| faults_took_effect(n, faults, &history));
+        .map(|n| faults_took_effect(n, &faults, &history));
     BlackBoxRun {
         ids: ids.len() as u64,
         gaps: verify::id_gaps(&ids),
@@ -1143,6 +1233,8 @@ fn judge(
         history,
         proxy: effects.proxy,
         lost_writes: effects.lost_writes,
+        latency: effects.latency,
+        fault_windows: faults.windows,
     }
 }
 
@@ -1150,7 +1242,7 @@ fn judge(
 /// requests (all but clock steps) disturbed some.
 fn faults_took_effect(
     n: &BlackBoxNemesis,
-    faults: FaultCount,
+    faults: &FaultCount,
     history: &History,
 ) -> InvariantResult {
     let only_clocks = n.faults.iter().all(|f| *f == BlackBoxFault::Clock);

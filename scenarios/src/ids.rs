@@ -90,7 +90,15 @@ pub struct IdsArgs {
     /// Write the clients' history as Jepsen's EDN (one `:generate` op per ID).
     #[arg(long)]
     pub history_edn: Option<PathBuf>,
+    /// Write a self-contained HTML report (latency over time and percentiles, the faults on
+    /// each server's lane, the checks), `summary.json` and `junit.xml` into this folder.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }
+
+/// Writes a summary as the HTML report, `summary.json` and `junit.xml` into a folder.
+pub type ReportWriter<'a> =
+    &'a dyn Fn(&std::path::Path, &reports::model::Summary) -> Result<(), String>;
 
 /// What `scenario ids` exits with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,9 +164,10 @@ impl IdsArgs {
     }
 }
 
-/// Runs `scenario ids`, printing what it does and finds.
+/// Runs `scenario ids`, printing what it does and finds; `--report` goes through
+/// `write_report`.
 #[must_use]
-pub fn run(args: &IdsArgs) -> IdsExit {
+pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
     let opts = match args.options() {
         Ok(o) => o,
         Err(e) => {
@@ -206,6 +215,16 @@ pub fn run(args: &IdsArgs) -> IdsExit {
         eprintln!("scenario ids: {e}");
         return IdsExit::Usage;
     }
+    if let Some(dir) = &args.report {
+        let summary =
+            reports::model::Summary::new(format!("scenario ids --target {}", args.target))
+                .with(run.load_report(&opts));
+        if let Err(e) = write_report(dir, &summary) {
+            eprintln!("scenario ids: cannot write the report: {e}");
+            return IdsExit::Usage;
+        }
+        println!("  report: {}", dir.join("index.html").display());
+    }
     if run.passed() {
         println!("PASS");
         IdsExit::Passed
@@ -239,6 +258,16 @@ fn print_run(run: &BlackBoxRun) {
     for example in &run.error_examples {
         println!("    first {example}");
     }
+    let l = &run.latency;
+    println!(
+        "  latency: P50 {} µs, P99 {} µs, P99.9 {} µs, max {} µs ({} requests, {:.0}/s)",
+        l.corrected.p50_us,
+        l.corrected.p99_us,
+        l.corrected.p999_us,
+        l.corrected.max_us,
+        l.requests,
+        l.throughput_rps
+    );
     println!(
         "  gaps: {} IDs never handed out between the smallest and the largest",
         run.gaps

@@ -118,11 +118,15 @@ fn a_tinyid_compatible_service_without_its_version_check_is_caught_and_a_correct
 
 #[test]
 fn a_correct_service_passes_under_kills_pauses_clock_steps_and_partitions() {
+    let report = tempfile::tempdir().expect("report dir");
+    let report_dir = report.path().display().to_string();
     let out = ids_over_two_instances(
         "leaf",
         false,
         8,
         &[
+            "--report",
+            &report_dir,
             "--nemesis",
             "kill,pause,clock,partition",
             "--every-ms",
@@ -145,6 +149,16 @@ fn a_correct_service_passes_under_kills_pauses_clock_steps_and_partitions() {
     let (seen, of) = seen.split_once(" of ").expect("N of M");
     assert_eq!(seen, of, "{all}");
     assert!(of.parse::<u32>().expect("a count") >= 4, "{all}");
+    // The report draws each fault on its server's lane and lists the checks.
+    let html = std::fs::read_to_string(report.path().join("index.html")).expect("index.html");
+    assert!(html.contains("Faults per process"), "no fault lanes");
+    assert!(
+        html.contains("server-1") && html.contains("server-2"),
+        "a lane per server"
+    );
+    assert!(html.contains("ids.monotonic") && html.contains("faults.took_effect"));
+    let summary = std::fs::read_to_string(report.path().join("summary.json")).expect("summary");
+    assert!(summary.contains("\"generate\""), "the latency of generate");
 }
 
 #[test]

@@ -221,17 +221,19 @@ fn a_fault_not_seen_in_place_fails_coverage() {
     let all_seen = FaultCount {
         injected: 2,
         seen: 2,
+        windows: Vec::new(),
     };
     assert_eq!(
-        faults_took_effect(&n, all_seen, &quiet).verdict,
+        faults_took_effect(&n, &all_seen, &quiet).verdict,
         Verdict::Held
     );
     let one_missed = FaultCount {
         injected: 2,
         seen: 1,
+        windows: Vec::new(),
     };
     assert_eq!(
-        faults_took_effect(&n, one_missed, &quiet).verdict,
+        faults_took_effect(&n, &one_missed, &quiet).verdict,
         Verdict::Violated
     );
     // A kill that disturbed no request proves nothing.
@@ -240,7 +242,7 @@ fn a_fault_not_seen_in_place_fails_coverage() {
         ..n
     };
     assert_eq!(
-        faults_took_effect(&kill, all_seen, &quiet).verdict,
+        faults_took_effect(&kill, &all_seen, &quiet).verdict,
         Verdict::Violated
     );
 }

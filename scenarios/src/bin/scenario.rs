@@ -445,7 +445,7 @@ fn subcommand(command: Command) -> ExitCode {
             }
         }
         Command::Gate(args) => gate(&args),
-        Command::Ids(args) => match scenarios::ids::run(&args) {
+        Command::Ids(args) => match scenarios::ids::run(&args, &write_reports) {
             scenarios::ids::IdsExit::Passed => ExitCode::SUCCESS,
             scenarios::ids::IdsExit::Violated => ExitCode::from(1),
             scenarios::ids::IdsExit::Usage => ExitCode::from(USAGE),
