@@ -25,6 +25,8 @@ pub enum Program {
     IdCompat(&'static str),
     /// `sut-server`, IDs from `GET /id/{key}`.
     SutServer,
+    /// `sut-server`, IDs from `GET /snowflake`.
+    SutServerSnowflake,
 }
 
 impl Program {
@@ -33,7 +35,7 @@ impl Program {
     pub const fn binary(self) -> &'static str {
         match self {
             Self::IdCompat(_) => "id-compat",
-            Self::SutServer => "sut-server",
+            Self::SutServer | Self::SutServerSnowflake => "sut-server",
         }
     }
 }
@@ -57,14 +59,17 @@ pub struct ProcessFlaw {
     planted: &'static str,
     /// Server flags of both runs.
     common: &'static str,
-    /// Faults of both runs.
+    /// Faults of both runs: which, every how long, for how long, and a clock step's size.
     faults: &'static [BlackBoxFault],
+    every_ms: u64,
+    down_ms: u64,
+    clock_step_ms: i64,
     /// What the service promises.
     monotonic: Monotonic,
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 4] = [
+pub const ENTRIES: [ProcessFlaw; 5] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -77,6 +82,9 @@ pub const ENTRIES: [ProcessFlaw; 4] = [
         planted: "--planted-race",
         common: "",
         faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
         monotonic: Monotonic::Server,
     },
     ProcessFlaw {
@@ -92,6 +100,9 @@ pub const ENTRIES: [ProcessFlaw; 4] = [
         planted: "--planted-reorder",
         common: "--step 50 --race-window-ms 50",
         faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
         monotonic: Monotonic::Server,
     },
     ProcessFlaw {
@@ -107,6 +118,9 @@ pub const ENTRIES: [ProcessFlaw; 4] = [
         planted: "--planted-borrow",
         common: "--seq-bits 6",
         faults: &[BlackBoxFault::Kill],
+        every_ms: 1_500,
+        down_ms: 200,
+        clock_step_ms: 0,
         monotonic: Monotonic::Global,
     },
     ProcessFlaw {
@@ -121,7 +135,27 @@ pub const ENTRIES: [ProcessFlaw; 4] = [
         planted: "--flaw segment_no_version_check",
         common: "--step-max 10",
         faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
         monotonic: Monotonic::None,
+    },
+    ProcessFlaw {
+        name: "snowflake_seq_reset_first",
+        origin: "this catalog (`scenario flaws --list`), in a sut-server process",
+        mechanism: "Snowflake resets the sequence before it checks for a backward clock: the \
+                    server's wall clock stepped back 3 ms (libfaketime) is waited out, then the \
+                    last millisecond's sequence starts again from 0",
+        caught_by: "ids.unique",
+        program: Program::SutServerSnowflake,
+        servers: 1,
+        planted: "--flaw snowflake_seq_reset_first",
+        common: "",
+        faults: &[BlackBoxFault::Clock],
+        every_ms: 100,
+        down_ms: 50,
+        clock_step_ms: 3,
+        monotonic: Monotonic::Server,
     },
 ];
 
@@ -171,6 +205,7 @@ pub fn options(
             Program::IdCompat("uid") => ("/uid", "--api uid".to_owned()),
             Program::IdCompat(api) => ("", format!("--api {api} --tag orders --token bench")),
             Program::SutServer => ("/id/{key}", "--tag orders:10".to_owned()),
+            Program::SutServerSnowflake => ("/snowflake", String::new()),
         };
         urls.push(format!("http://127.0.0.1:{port}{path}"));
         commands.push(format!(
@@ -195,6 +230,12 @@ pub fn options(
             },
             "orders",
         ),
+        Program::SutServerSnowflake => (
+            Target::Http {
+                pointer: Some("/id".into()),
+            },
+            "",
+        ),
     };
     Ok(BlackBoxOptions {
         target,
@@ -207,9 +248,9 @@ pub fn options(
         commands,
         nemesis: (!bug.faults.is_empty()).then(|| BlackBoxNemesis {
             faults: bug.faults.to_vec(),
-            every: Duration::from_millis(1_500),
-            down_for: Duration::from_millis(200),
-            clock_step_ms: 0,
+            every: Duration::from_millis(bug.every_ms),
+            down_for: Duration::from_millis(bug.down_ms),
+            clock_step_ms: bug.clock_step_ms,
         }),
     })
 }

@@ -236,6 +236,7 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("tinyid_issue47_load_race", "ids.monotonic"),
         ("uid_generator_issue85_borrowed_seconds", "ids.monotonic"),
         ("segment_no_version_check", "ids.unique"),
+        ("snowflake_seq_reset_first", "ids.unique"),
     ] {
         let row = all
             .lines()
