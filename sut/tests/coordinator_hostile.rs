@@ -576,3 +576,71 @@ fn the_referee_catches_finished_before_every_acknowledgement_and_a_second_outcom
     let e = referee_over(&twice).unwrap_err();
     assert!(e.contains("a second final outcome"), "{e}");
 }
+
+/// A hostile operator: every limit of the coordinator's configuration (and of its compensation
+/// wheel's) refused just past its bound and accepted on it, so that a scenario or a server can
+/// never run a coordinator whose timers or budgets are out of range.
+#[test]
+fn a_configuration_past_any_bound_is_refused_and_one_on_it_accepted() {
+    use sut::lottery::wheel::{SLOTS_PER_LEVEL_MAX, TASKS_MAX_LIMIT, WheelConfig};
+    type Edit = fn(&mut CoordinatorConfig);
+    let accepted: [(&str, Edit); 7] = [
+        ("inflight_max 1", |c| {
+            c.inflight_max = 1;
+        }),
+        ("backoff_ms_max = reply_timeout_ms", |c| {
+            c.backoff_ms_max = c.reply_timeout_ms;
+        }),
+        ("attempts_max 1", |c| c.attempts_max = 1),
+        ("attempts_max 32", |c| c.attempts_max = 32),
+        ("events_max 1", |c| c.events_max = 1),
+        ("wheel.tasks_max = inflight_max", |c| {
+            c.wheel.tasks_max = u32::try_from(c.inflight_max).expect("small");
+        }),
+        ("wheel: 2 slots", |c| c.wheel.slots_per_level = 2),
+    ];
+    let refused: [(&str, Edit); 9] = [
+        ("inflight_max 0", |c| c.inflight_max = 0),
+        ("reply_timeout_ms 0", |c| c.reply_timeout_ms = 0),
+        ("backoff_ms_max below reply_timeout_ms", |c| {
+            c.backoff_ms_max = c.reply_timeout_ms - 1;
+        }),
+        ("attempts_max 0", |c| c.attempts_max = 0),
+        ("attempts_max 33", |c| c.attempts_max = 33),
+        ("events_max 0", |c| c.events_max = 0),
+        ("wheel: tick 0", |c| c.wheel.tick_ms = 0),
+        ("wheel: 1 slot", |c| c.wheel.slots_per_level = 1),
+        ("wheel.tasks_max below inflight_max", |c| {
+            c.wheel.tasks_max = u32::try_from(c.inflight_max).expect("small") - 1;
+        }),
+    ];
+    for (what, edit) in accepted {
+        let mut config = CoordinatorConfig::default();
+        edit(&mut config);
+        assert!(Coordinator::new(config).is_ok(), "refused: {what}");
+    }
+    for (what, edit) in refused {
+        let mut config = CoordinatorConfig::default();
+        edit(&mut config);
+        assert!(Coordinator::new(config).is_err(), "accepted: {what}");
+    }
+    let wheel = |edit: fn(&mut WheelConfig)| {
+        let mut w = WheelConfig::default();
+        edit(&mut w);
+        w.validate().is_ok()
+    };
+    assert!(wheel(|w| {
+        w.slots_per_level = SLOTS_PER_LEVEL_MAX;
+        w.levels = 1;
+    }));
+    assert!(!wheel(|w| {
+        w.slots_per_level = SLOTS_PER_LEVEL_MAX + 1;
+        w.levels = 1;
+    }));
+    // 2^16 slots on 4 levels: 2^64 ticks do not fit in a u64.
+    assert!(!wheel(|w| w.slots_per_level = SLOTS_PER_LEVEL_MAX));
+    assert!(!wheel(|w| w.levels = 0));
+    assert!(wheel(|w| w.tasks_max = TASKS_MAX_LIMIT));
+    assert!(!wheel(|w| w.tasks_max = TASKS_MAX_LIMIT + 1));
+    assert!(!wheel(|w| w.tasks_max = 0));
+}
