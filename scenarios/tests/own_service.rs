@@ -117,6 +117,7 @@ fn a_tinyid_compatible_service_without_its_version_check_is_caught_and_a_correct
 }
 
 #[test]
+#[cfg_attr(not(has_faketime), ignore = "libfaketime not installed (clock steps)")]
 fn a_correct_service_passes_under_kills_pauses_clock_steps_and_partitions() {
     let report = tempfile::tempdir().expect("report dir");
     let report_dir = report.path().display().to_string();
@@ -162,6 +163,7 @@ fn a_correct_service_passes_under_kills_pauses_clock_steps_and_partitions() {
 }
 
 #[test]
+#[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
 fn a_service_that_acknowledges_before_its_writes_are_durable_is_caught_by_power_losses() {
     let power = [
         "--nemesis",
@@ -217,6 +219,10 @@ fn ids_help_lists_the_targets() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_faketime),
+    ignore = "libfaketime not installed (snowflake_seq_reset_first)"
+)]
 fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
     let list = scenario(&["flaws", "--list"]);
     let listed = text(&list);
