@@ -56,11 +56,16 @@ fn redis_with_appendfsync_always_hands_out_no_id_twice_under_kills() {
     assert!(run.history.completions().ok > 100);
 }
 
+/// A value taken in a transaction that writes (the `INSERT` that stores it) commits only once
+/// the WAL up to its own record, and so the range's record before it, is flushed: no kill -9
+/// brings it back. (A bare `SELECT nextval` can come back after a kill -9, rarely: the record
+/// that logged its range may still be in PostgreSQL's WAL buffers, in shared memory, when the
+/// kill lands; docs/real.md. So no test asserts either outcome for it.)
 #[test]
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-fn a_postgres_sequence_hands_out_no_id_twice_under_kills() {
+fn a_postgres_sequence_value_stored_in_its_transaction_is_never_handed_out_twice_under_kills() {
     let run = ids_under_kills(&IdRunOptions {
-        system: IdSystem::PostgresSequence,
+        system: IdSystem::PostgresSequenceStored,
         fault: Fault::Kill,
         clients: 4,
         duration: Duration::from_millis(5_000),
