@@ -159,12 +159,6 @@ pub const ENTRIES: [ProcessFlaw; 5] = [
     },
 ];
 
-/// The entry named `name`.
-#[must_use]
-pub fn find(name: &str) -> Option<&'static ProcessFlaw> {
-    ENTRIES.iter().find(|b| b.name == name)
-}
-
 /// Finds a server binary of `sut-server`'s package (`id-compat`, `sut-server`) beside the
 /// running program (or in its parent folder).
 ///
