@@ -16,11 +16,12 @@
 //! The correct participants keep them for every sequence; the fence flaws break them, and the
 //! tests at the end show the check firing on each.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sut::lottery::referee::{self, Answer, BranchState, Referee};
 use sut::lottery::{
     AMOUNT_MAX, ActivityId, DrawArgs, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore,
     MemoryStore, Participant, ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal,
@@ -79,25 +80,12 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
-/// What one branch went through, as its replies said.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Branch {
-    #[default]
-    Fresh,
-    Tried,
-    Confirmed,
-    /// Cancelled after its Try took effect.
-    Cancelled,
-    /// Cancelled with no Try before it (empty rollback).
-    Suspended,
-}
-
 /// Drives the participants of one store and checks their promises after every reply.
 struct Bench {
     store: MemoryStore,
     config: ParticipantConfig,
-    branches: BTreeMap<(u64, Participant), Branch>,
-    paused: Vec<(Participant, Resume)>,
+    referee: Referee,
+    paused: Vec<(Participant, ParticipantMsg, Resume)>,
     /// Every (phase, state before, answer kind) met: what a sequence exercised.
     seen: BTreeSet<(String, String, String)>,
 }
@@ -114,7 +102,7 @@ impl Bench {
         Self {
             store,
             config: ParticipantConfig { flaws },
-            branches: BTreeMap::new(),
+            referee: Referee::new(),
             paused: Vec::new(),
             seen: BTreeSet::new(),
         }
@@ -126,16 +114,16 @@ impl Bench {
 
     fn act(&mut self, action: &Action) -> Result<(), String> {
         let before = self.ledger();
-        let reply = match *action {
+        let (branch, msg, reply) = match *action {
             Action::Send { xid, branch, phase } => {
                 let msg = ParticipantMsg {
                     phase,
                     draw: draw(xid),
                 };
                 match branch.handle(&mut self.store, &self.config, &msg) {
-                    Handled::Reply(reply) => reply,
+                    Handled::Reply(reply) => (branch, msg, reply),
                     Handled::Resume(resume) => {
-                        self.paused.push((branch, resume));
+                        self.paused.push((branch, msg, resume));
                         return Ok(());
                     }
                 }
@@ -145,19 +133,20 @@ impl Bench {
                     return Ok(());
                 }
                 let at = if newest { self.paused.len() - 1 } else { 0 };
-                let (branch, resume) = self.paused.remove(at);
-                branch.handle_resume(&mut self.store, &self.config, &resume)
+                let (branch, msg, resume) = self.paused.remove(at);
+                let reply = branch.handle_resume(&mut self.store, &self.config, &resume);
+                (branch, msg, reply)
             }
             Action::Misroute => return self.misroute(&before),
         };
-        self.check_reply(&reply, &before)?;
+        self.check_reply(branch, &msg, &reply, &before)?;
         self.check_books()
     }
 
     /// A paused half-operation handed to another participant is refused as
     /// `WrongParticipant`, changes nothing, and remains its own participant's to finish.
     fn misroute(&mut self, before: &Ledger) -> Result<(), String> {
-        let Some((branch, resume)) = self.paused.last().cloned() else {
+        let Some((branch, _, resume)) = self.paused.last().cloned() else {
             return Ok(());
         };
         let wrong = match branch {
@@ -190,47 +179,38 @@ impl Bench {
         Ok(())
     }
 
-    /// The reply is a transition the promises allow from what the branch went through.
-    fn check_reply(&mut self, reply: &ParticipantReply, before: &Ledger) -> Result<(), String> {
-        use Branch::{Cancelled, Confirmed, Fresh, Suspended, Tried};
-        let key = (reply.draw.xid.0, reply.branch);
-        let was = self.branches.get(&key).copied().unwrap_or_default();
+    /// The reply is a transition the promises allow from what the branch went through (the
+    /// shared referee, `sut::lottery::referee`), and a repeat or refusal changed nothing.
+    fn check_reply(
+        &mut self,
+        branch: Participant,
+        msg: &ParticipantMsg,
+        reply: &ParticipantReply,
+        before: &Ledger,
+    ) -> Result<(), String> {
+        let was = self.referee.state(msg.draw.xid, branch);
         let kind = match &reply.outcome {
             Ok(effect) => format!("{effect:?}"),
             Err(_) => "refused".to_owned(),
         };
         self.seen
-            .insert((format!("{:?}", reply.phase), format!("{was:?}"), kind));
-        let said = format!(
-            "{:?} of draw {} on {:?} answered {:?} after the branch was {was:?}",
-            reply.phase, key.0, key.1, reply.outcome
-        );
-        let now = match (&reply.outcome, reply.phase, was) {
-            (Ok(Effect::Applied), Phase::Try, Fresh) => Tried,
-            (Ok(Effect::Applied), Phase::Confirm, Tried) => Confirmed,
-            (Ok(Effect::Applied), Phase::Cancel, Tried) => Cancelled,
-            (Ok(Effect::EmptyRollback), Phase::Cancel, Fresh) => Suspended,
-            (Ok(Effect::AlreadyDone), Phase::Confirm, Confirmed)
-            | (Ok(Effect::AlreadyDone), Phase::Cancel, Cancelled | Suspended) => {
-                if self.ledger() != *before {
-                    return Err(format!("a repeat changed the books: {said}"));
-                }
-                was
-            }
-            // A Try may be refused for any reason; a Confirm only when its Try never took
-            // effect or was cancelled; a Cancel only after a Confirm. Otherwise the coordinator
-            // could never finish the draw.
-            (Err(_), Phase::Try, _)
-            | (Err(_), Phase::Confirm, Fresh | Cancelled | Suspended)
-            | (Err(_), Phase::Cancel, Confirmed) => {
-                if self.ledger() != *before {
-                    return Err(format!("a refusal changed the books: {said}"));
-                }
-                was
-            }
-            _ => return Err(format!("a broken promise: {said}")),
-        };
-        self.branches.insert(key, now);
+            .insert((format!("{:?}", msg.phase), format!("{was:?}"), kind));
+        let t = self
+            .referee
+            .judge(branch, msg, reply)
+            .map_err(|b| format!("{b} ({:?})", reply.outcome))?;
+        if t.changes_nothing() && self.ledger() != *before {
+            return Err(format!(
+                "a {} changed the books: {:?} of draw {} on {branch:?}",
+                if t.answer == Answer::Refused {
+                    "refusal"
+                } else {
+                    "repeat"
+                },
+                msg.phase,
+                msg.draw.xid.0
+            ));
+        }
         Ok(())
     }
 
@@ -238,57 +218,48 @@ impl Bench {
     /// went through; money and stock are conserved.
     fn check_books(&mut self) -> Result<(), String> {
         let ledger = self.ledger();
-        let count = |branch: Participant, state: Branch| {
-            self.branches
-                .iter()
-                .filter(|((_, b), s)| *b == branch && **s == state)
-                .count() as u64
-        };
+        let want = self.referee.books();
         let frozen: u64 = ledger.accounts.values().map(|a| a.frozen_minor).sum();
-        let reserved: u64 = ledger.stock.values().map(|s| s.reserved).sum();
-        let issued: u64 = ledger.stock.values().map(|s| s.issued).sum();
         let books = [
+            ("frozen".to_owned(), frozen, want.frozen_minor),
             (
-                "frozen",
-                frozen,
-                PRICE_MINOR * count(Participant::Wallet, Branch::Tried),
-            ),
-            (
-                "collected",
+                "collected".to_owned(),
                 ledger.collected_minor,
-                PRICE_MINOR * count(Participant::Wallet, Branch::Confirmed),
-            ),
-            (
-                "reserved",
-                reserved,
-                count(Participant::Inventory, Branch::Tried),
-            ),
-            (
-                "issued",
-                issued,
-                count(Participant::Inventory, Branch::Confirmed),
+                want.collected_minor,
             ),
         ];
-        for (what, got, want) in books {
-            if got != want {
-                return Err(format!("{what} is {got}, the branches say {want}"));
-            }
+        let stock = ledger.stock.iter().flat_map(|(activity, s)| {
+            [
+                (
+                    format!("reserved of {activity}"),
+                    s.reserved,
+                    want.reserved(*activity),
+                ),
+                (
+                    format!("issued of {activity}"),
+                    s.issued,
+                    want.issued(*activity),
+                ),
+            ]
+        });
+        for (what, got, want) in books.into_iter().chain(stock) {
+            referee::expect(what, got, want).map_err(|b| b.to_string())?;
         }
-        for ((xid, branch), state) in &self.branches {
-            if *branch != Participant::Participation {
+        for (branch, d, state) in self.referee.branches() {
+            if branch != Participant::Participation {
                 continue;
             }
-            let d = draw(*xid);
             let row = ledger.participations.get(&(d.user, d.activity));
             let held = row.filter(|r| r.xid == d.xid).map(|r| r.confirmed);
             let want = match state {
-                Branch::Tried => Some(false),
-                Branch::Confirmed => Some(true),
+                BranchState::Tried => Some(false),
+                BranchState::Confirmed => Some(true),
                 _ => None,
             };
             if held != want {
                 return Err(format!(
-                    "draw {xid}'s participation record is {held:?}, its branch is {state:?}"
+                    "draw {}'s participation record is {held:?}, its branch is {state:?}",
+                    d.xid.0
                 ));
             }
         }

@@ -60,6 +60,7 @@ pub mod journal;
 pub mod ledger;
 pub mod log;
 pub mod participant;
+pub mod referee;
 pub mod rows;
 pub mod rules;
 pub mod store;
