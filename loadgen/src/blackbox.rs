@@ -641,7 +641,7 @@ impl Servers {
 }
 
 /// The address of a URL's host and port (the scheme's usual port when none is given).
-fn socket_addr(url: &str) -> Result<SocketAddr, BlackBoxError> {
+pub(crate) fn socket_addr(url: &str) -> Result<SocketAddr, BlackBoxError> {
     let parsed =
         reqwest::Url::parse(url).map_err(|e| BlackBoxError::Usage(format!("--url {url}: {e}")))?;
     let port = parsed.port().or(match parsed.scheme() {
@@ -1187,7 +1187,7 @@ fn http_ids(
 }
 
 /// An error and its causes, `: `-separated.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

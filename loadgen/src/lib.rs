@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod conn;
 pub mod crash;
 pub mod history;
+pub mod participant;
 pub mod real;
 pub mod stats;
 pub mod target;

@@ -9,6 +9,7 @@ pub mod process_flaws;
 pub mod realfile;
 pub mod report;
 pub mod search;
+pub mod tcc;
 
 use sim::scenario::{Scenario, ScenarioError};
 

@@ -1,5 +1,6 @@
 //! Flaws in process mode: broken designs run as real server processes and caught through
-//! their HTTP API by `scenario ids`'s generic checks (docs/own-service.md). Two kinds of entry:
+//! their HTTP API by the black-box testers' generic checks, `scenario ids` for ID services and
+//! `scenario tcc` for TCC participants (docs/own-service.md). Two kinds of entry:
 //!
 //! - upstream bugs: the mechanisms of real bugs in ID services others wrote, each named by its
 //!   origin, reproduced by `id-compat` (a test-only service that speaks the upstream project's
@@ -16,6 +17,7 @@ use std::time::Duration;
 use loadgen::blackbox::{
     BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic, Target,
 };
+use loadgen::participant::{ParticipantOptions, ParticipantRun};
 use reports::model::Verdict;
 
 /// The server program an entry runs.
@@ -27,6 +29,8 @@ pub enum Program {
     SutServer,
     /// `sut-server`, IDs from `GET /snowflake`.
     SutServerSnowflake,
+    /// `sut-server` as a TCC participant (`POST /tcc/branch`), tested by `scenario tcc`.
+    SutServerParticipant,
 }
 
 impl Program {
@@ -35,7 +39,7 @@ impl Program {
     pub const fn binary(self) -> &'static str {
         match self {
             Self::IdCompat(_) => "id-compat",
-            Self::SutServer | Self::SutServerSnowflake => "sut-server",
+            Self::SutServer | Self::SutServerSnowflake | Self::SutServerParticipant => "sut-server",
         }
     }
 }
@@ -69,7 +73,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 5] = [
+pub const ENTRIES: [ProcessFlaw; 6] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -157,7 +161,32 @@ pub const ENTRIES: [ProcessFlaw; 5] = [
         clock_step_ms: 3,
         monotonic: Monotonic::Server,
     },
+    ProcessFlaw {
+        name: "tcc_no_fence",
+        origin: "this catalog (`scenario flaws --list`), in a sut-server process",
+        mechanism: "TCC participants without a fence, sent coordinator messages over POST \
+                    /tcc/branch by `scenario tcc`'s hostile coordinator (in any order, repeated, \
+                    two at once, across kill -9): a Cancel that overtook its Try is refused \
+                    instead of recorded as an empty rollback, a Try delayed past its Cancel \
+                    takes effect (money frozen for a cancelled draw), a repeated Confirm \
+                    collects twice",
+        caught_by: "participant.",
+        program: Program::SutServerParticipant,
+        servers: 1,
+        planted: "--flaw tcc_no_fence",
+        common: "",
+        faults: &[BlackBoxFault::Kill],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
+    },
 ];
+
+/// Hostile sequences of a participant entry, their length, and the messages between restarts.
+const PARTICIPANT_SEQUENCES: u64 = 30;
+const PARTICIPANT_STEPS: u64 = 40;
+const PARTICIPANT_KILL_EVERY: u64 = 50;
 
 /// Finds a server binary of `sut-server`'s package (`id-compat`, `sut-server`) beside the
 /// running program (or in its parent folder).
@@ -199,7 +228,9 @@ pub fn options(
             Program::IdCompat("uid") => ("/uid", "--api uid".to_owned()),
             Program::IdCompat(api) => ("", format!("--api {api} --tag orders --token bench")),
             Program::SutServer => ("/id/{key}", "--tag orders:10".to_owned()),
-            Program::SutServerSnowflake => ("/snowflake", String::new()),
+            Program::SutServerSnowflake | Program::SutServerParticipant => {
+                ("/snowflake", String::new())
+            }
         };
         urls.push(format!("http://127.0.0.1:{port}{path}"));
         commands.push(format!(
@@ -224,7 +255,7 @@ pub fn options(
             },
             "orders",
         ),
-        Program::SutServerSnowflake => (
+        Program::SutServerSnowflake | Program::SutServerParticipant => (
             Target::Http {
                 pointer: Some("/id".into()),
             },
@@ -258,7 +289,7 @@ pub struct ProcessRow {
     pub caught: Option<String>,
     /// Whether the control run passed.
     pub control_passed: bool,
-    /// IDs of the planted run and of the control.
+    /// IDs (answered messages, for a participant) of the planted run and of the control.
     pub ids: (u64, u64),
 }
 
@@ -280,27 +311,81 @@ impl ProcessRow {
 /// Its server binary is missing, or a run could not be made (not a verdict).
 pub fn run(bug: &'static ProcessFlaw) -> Result<ProcessRow, String> {
     let program = server_binary(bug.program.binary())?;
+    if bug.program == Program::SutServerParticipant {
+        return run_participant(bug, &program);
+    }
     let once = |planted| -> Result<BlackBoxRun, String> {
         let opts = options(bug, &program, planted)?;
         loadgen::blackbox::run(&opts).map_err(|e: BlackBoxError| e.to_string())
     };
     let planted = once(true)?;
     let control = once(false)?;
-    let caught = planted
-        .checks()
-        .into_iter()
-        .find(|c| c.verdict == Verdict::Violated)
-        .map(|c| {
-            format!(
-                "{}: {}",
-                c.name,
-                c.first_offending_event.as_deref().unwrap_or_default()
-            )
-        });
+    let caught = first_violated(planted.checks());
     Ok(ProcessRow {
         bug,
         caught,
         control_passed: control.passed(),
         ids: (planted.ids, control.ids),
+    })
+}
+
+/// The first violated check, with its first offending event.
+fn first_violated<'a>(
+    checks: impl IntoIterator<Item = impl std::borrow::Borrow<reports::model::InvariantResult> + 'a>,
+) -> Option<String> {
+    checks.into_iter().find_map(|c| {
+        let c = c.borrow();
+        (c.verdict == Verdict::Violated).then(|| {
+            format!(
+                "{}: {}",
+                c.name,
+                c.first_offending_event.as_deref().unwrap_or_default()
+            )
+        })
+    })
+}
+
+/// The `scenario tcc` run of a participant entry, planted or not: the tester owns the server
+/// (its admin secret this run's, passed in `SUT_ADMIN_TOKEN`) and restarts it every
+/// [`PARTICIPANT_KILL_EVERY`] messages.
+///
+/// # Errors
+/// No free port.
+pub fn participant_options(
+    bug: &ProcessFlaw,
+    program: &Path,
+    planted: bool,
+) -> Result<ParticipantOptions, String> {
+    let port = cluster::free_port().map_err(|e| e.to_string())?;
+    let flags = if planted { bug.planted } else { "" };
+    let token = loadgen::target::bench_admin_token();
+    Ok(ParticipantOptions {
+        url: format!("http://127.0.0.1:{port}"),
+        admin_token: Some(token.to_owned()),
+        sequences: PARTICIPANT_SEQUENCES,
+        steps: PARTICIPANT_STEPS,
+        seed: 1,
+        command: Some(format!(
+            "exec env SUT_ADMIN_TOKEN={token} {} --db {{data}}/participant.db \
+             --listen 127.0.0.1:{port} {} {flags}",
+            program.display(),
+            bug.common
+        )),
+        kill_every: PARTICIPANT_KILL_EVERY,
+    })
+}
+
+fn run_participant(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, String> {
+    let once = |planted| -> Result<ParticipantRun, String> {
+        let opts = participant_options(bug, program, planted)?;
+        loadgen::participant::run(&opts).map_err(|e| e.to_string())
+    };
+    let planted = once(true)?;
+    let control = once(false)?;
+    Ok(ProcessRow {
+        bug,
+        caught: first_violated(planted.checks()),
+        control_passed: control.passed(),
+        ids: (planted.messages, control.messages),
     })
 }

@@ -1,3 +1,5 @@
+//! `scenario ids` and `scenario tcc` against services the bench does not know from inside.
+//!
 //! `scenario ids` against services that are not ours: `id-compat`, a test-only Leaf- or
 //! Tinyid-compatible segment service (sut-server's `id-compat` binary), two instances on one
 //! database file. With the upstream race planted the bench must catch duplicates through the
@@ -243,6 +245,7 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("uid_generator_issue85_borrowed_seconds", "ids.monotonic"),
         ("segment_no_version_check", "ids.unique"),
         ("snowflake_seq_reset_first", "ids.unique"),
+        ("tcc_no_fence", "participant.promises"),
     ] {
         let row = all
             .lines()
@@ -250,4 +253,78 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
             .unwrap_or_else(|| panic!("no row for {bug}:\n{all}"));
         assert!(row.contains(" passed ") && row.contains(check), "{row}");
     }
+}
+
+/// `scenario tcc` owning a `sut-server` participant started with `flags`, restarted every 30
+/// messages.
+fn tcc_over_sut_server(flags: &str, extra: &[&str]) -> Output {
+    tcc_with_secret(flags, extra, true)
+}
+
+/// [`tcc_over_sut_server`], the tester given the server's admin secret or another one.
+fn tcc_with_secret(flags: &str, extra: &[&str], same_secret: bool) -> Output {
+    let server = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("sut-server");
+    assert!(
+        server.is_file(),
+        "{} is missing: build it with `cargo build -p sut-server --bin sut-server`",
+        server.display()
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let secret = dir.path().join("admin-secret");
+    std::fs::write(&secret, "a-test-admin-secret-of-32-bytes!").expect("secret written");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let command = format!(
+        "exec {} --db {{data}}/p.db --listen 127.0.0.1:{port} --admin-token-file {} {flags}",
+        server.display(),
+        secret.display()
+    );
+    let secret = if same_secret {
+        secret.display().to_string()
+    } else {
+        let wrong = dir.path().join("wrong-secret");
+        std::fs::write(&wrong, "not-the-admin-secret-of-32-bytes").expect("secret written");
+        wrong.display().to_string()
+    };
+    let args = [
+        "tcc",
+        "--url",
+        &url,
+        "--admin-token-file",
+        &secret,
+        "--server-cmd",
+        &command,
+        "--kill-every",
+        "30",
+    ];
+    scenario(&[&args[..], extra].concat())
+}
+
+#[test]
+fn a_correct_participant_keeps_its_promises_across_restarts_and_an_unfenced_one_is_caught() {
+    let correct = tcc_over_sut_server("", &["--sequences", "15"]);
+    let all = text(&correct);
+    assert_eq!(correct.status.code(), Some(0), "{all}");
+    assert!(all.contains("answers met: 16 of the 16"), "{all}");
+    assert!(all.contains("restarts)"), "{all}");
+    assert!(!all.contains(" 0 restarts"), "{all}");
+    let unfenced = tcc_over_sut_server("--flaw tcc_no_fence", &["--sequences", "15"]);
+    let all = text(&unfenced);
+    assert_eq!(unfenced.status.code(), Some(1), "{all}");
+    assert!(violated_line(&unfenced, "participant.promises"), "{all}");
+}
+
+#[test]
+fn a_participant_that_is_not_there_or_refuses_the_secret_is_a_usage_error() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let out = scenario(&["tcc", "--url", &url, "--sequences", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("/admin/accounts"), "{}", text(&out));
+    let out = scenario(&["tcc", "--url", &url, "--kill-every", "3"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--server-cmd"), "{}", text(&out));
+    // A wrong secret: the participant answers 401 and the run says so (exit 2, no verdict).
+    let out = tcc_with_secret("", &["--sequences", "1"], false);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("401"), "{}", text(&out));
 }

@@ -132,6 +132,10 @@ enum Command {
     /// PostgreSQL sequence at one or more URLs, optionally started by the bench and put under
     /// faults; the clients' history is judged (unique, monotonic if promised, gaps, errors).
     Ids(scenarios::ids::IdsArgs),
+    /// Test your own TCC participant, black box, against a hostile coordinator: Try, Confirm
+    /// and Cancel of fresh draws in any order, repeated, two at once, across kill -9 and
+    /// restarts; every answer is judged against the participant's promises and its books.
+    Tcc(scenarios::tcc::TccArgs),
     /// Measure the simulator's speed against a bare madsim ping-pong of the same node count.
     Bench {
         /// The scenario to measure.
@@ -445,11 +449,8 @@ fn subcommand(command: Command) -> ExitCode {
             }
         }
         Command::Gate(args) => gate(&args),
-        Command::Ids(args) => match scenarios::ids::run(&args, &write_reports) {
-            scenarios::ids::IdsExit::Passed => ExitCode::SUCCESS,
-            scenarios::ids::IdsExit::Violated => ExitCode::from(1),
-            scenarios::ids::IdsExit::Usage => ExitCode::from(USAGE),
-        },
+        Command::Ids(args) => exit_of(scenarios::ids::run(&args, &write_reports)),
+        Command::Tcc(args) => exit_of(scenarios::tcc::run(&args)),
     }
 }
 
@@ -1806,7 +1807,7 @@ fn process_flaws() -> ExitCode {
     let mut all = true;
     println!(
         "{:<40} {:<10} {:<8} caught by",
-        "process-mode entry", "control", "IDs"
+        "process-mode entry", "control", "answers"
     );
     for bug in &scenarios::process_flaws::ENTRIES {
         let row = match scenarios::process_flaws::run(bug) {
@@ -2230,5 +2231,14 @@ fn violation_text(invariant: &str, detail: &str) -> String {
         detail.to_owned()
     } else {
         format!("{invariant}: {detail}")
+    }
+}
+
+/// The exit status of a black-box run.
+fn exit_of(exit: scenarios::ids::IdsExit) -> ExitCode {
+    match exit {
+        scenarios::ids::IdsExit::Passed => ExitCode::SUCCESS,
+        scenarios::ids::IdsExit::Violated => ExitCode::from(1),
+        scenarios::ids::IdsExit::Usage => ExitCode::from(USAGE),
     }
 }

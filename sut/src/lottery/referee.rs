@@ -273,6 +273,43 @@ impl Referee {
         })
     }
 
+    /// Judges answers to messages that were in flight at once: they must be explained by some
+    /// order of them (each answer a transition the promises allow, in that order). Returns
+    /// the transitions in the order found, and takes that order's state.
+    ///
+    /// # Errors
+    /// No order explains them: the promise broken in the last order tried; the referee's state
+    /// is then unchanged.
+    pub fn judge_concurrent(
+        &mut self,
+        answers: &[(Participant, ParticipantMsg, ParticipantReply)],
+    ) -> Result<Vec<Transition>, Broken> {
+        assert!(
+            answers.len() <= CONCURRENT_MAX,
+            "{} answers at once: the orders to try grow as n!",
+            answers.len()
+        );
+        let mut order: Vec<usize> = (0..answers.len()).collect();
+        loop {
+            let mut trial = self.clone();
+            let judged: Result<Vec<Transition>, Broken> = order
+                .iter()
+                .map(|&i| {
+                    let (branch, msg, reply) = &answers[i];
+                    trial.judge(*branch, msg, reply)
+                })
+                .collect();
+            match judged {
+                Ok(transitions) => {
+                    *self = trial;
+                    return Ok(transitions);
+                }
+                Err(e) if !next_permutation(&mut order) => return Err(e),
+                Err(_) => {}
+            }
+        }
+    }
+
     /// What the books must hold for the branches judged so far.
     #[must_use]
     pub fn books(&self) -> Books {
@@ -302,6 +339,23 @@ impl Referee {
         }
         books
     }
+}
+
+/// The most answers [`Referee::judge_concurrent`] takes at once.
+pub const CONCURRENT_MAX: usize = 4;
+
+/// The next permutation in lexicographic order; false after the last.
+fn next_permutation(order: &mut [usize]) -> bool {
+    let Some(i) = order.windows(2).rposition(|w| w[0] < w[1]) else {
+        return false;
+    };
+    let j = order
+        .iter()
+        .rposition(|&x| x > order[i])
+        .expect("a larger element exists right of the pivot");
+    order.swap(i, j);
+    order[i + 1..].reverse();
+    true
 }
 
 /// The state after answering `answer` to `phase` from `was`, when the promises allow it.
@@ -409,6 +463,71 @@ mod tests {
         assert_eq!(books.participations_open, 1);
         assert_eq!(books.participations_confirmed, 0);
         assert!(expect("frozen", 20, books.frozen_minor).is_err());
+    }
+
+    fn reply(xid: u64, phase: Phase, outcome: crate::lottery::BranchOutcome) -> ParticipantReply {
+        ParticipantReply {
+            branch: Participant::Wallet,
+            phase,
+            draw: draw(xid, true),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn answers_at_once_are_judged_in_the_order_that_explains_them() {
+        let w = Participant::Wallet;
+        // Listed Cancel first, answered as if the Try ran first: only that order explains it.
+        let mut r = Referee::new();
+        let answers = [
+            (
+                w,
+                msg(1, Phase::Cancel),
+                reply(1, Phase::Cancel, Ok(Effect::Applied)),
+            ),
+            (
+                w,
+                msg(1, Phase::Try),
+                reply(1, Phase::Try, Ok(Effect::Applied)),
+            ),
+        ];
+        let t = r.judge_concurrent(&answers).unwrap();
+        assert_eq!(t[0].phase, Phase::Try, "{t:?}");
+        assert_eq!(r.state(Xid(1), w), BranchState::Cancelled);
+        // A hanging Try: the Try took effect, yet the Cancel found nothing to undo. No order
+        // explains that.
+        let mut r = Referee::new();
+        let answers = [
+            (
+                w,
+                msg(2, Phase::Try),
+                reply(2, Phase::Try, Ok(Effect::Applied)),
+            ),
+            (
+                w,
+                msg(2, Phase::Cancel),
+                reply(2, Phase::Cancel, Ok(Effect::EmptyRollback)),
+            ),
+        ];
+        assert!(r.judge_concurrent(&answers).is_err());
+        assert_eq!(
+            r.state(Xid(2), w),
+            BranchState::Fresh,
+            "a failed judgement changes nothing"
+        );
+    }
+
+    #[test]
+    fn every_permutation_is_visited_once() {
+        let mut order = vec![0, 1, 2];
+        let mut seen = vec![order.clone()];
+        while next_permutation(&mut order) {
+            seen.push(order.clone());
+        }
+        assert_eq!(seen.len(), 6);
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 6);
     }
 
     #[test]

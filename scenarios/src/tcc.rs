@@ -1,0 +1,218 @@
+//! `scenario tcc`: test your own TCC participant against a hostile coordinator, black box
+//! (docs/own-service.md); [`loadgen::participant`] runs it.
+
+use std::path::PathBuf;
+
+use loadgen::participant::{ParticipantError, ParticipantOptions, ParticipantRun};
+use reports::model::Verdict;
+
+use crate::ids::{IdsExit, check_line};
+
+/// The options of `scenario tcc`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    scenario tcc --url http://127.0.0.1:7001 --admin-token-file secret.txt\n  \
+    scenario tcc --url http://127.0.0.1:7001 --admin-token-file secret.txt \\\n      \
+    --server-cmd 'exec sut-server --db {data}/p.db --listen 127.0.0.1:7001 \\\n      \
+    --admin-token-file secret.txt' --kill-every 25\n\n\
+The participant implements POST /admin/accounts, POST /admin/stock, POST /tcc/branch and \
+GET /ledger as docs/own-service.md says (sut-server does). It must be the tester's alone \
+during the run.\n\n\
+Exit status: 0 every promise kept, 1 a promise broken (with the sequence that breaks it), 2 bad \
+usage, or the participant could not be started or reached or did not answer in the contract's \
+form.")]
+pub struct TccArgs {
+    /// The participant's base URL.
+    #[arg(long)]
+    pub url: String,
+    /// File holding the admin secret, sent as `Authorization: Bearer …` (also read from the
+    /// environment variable SUT_ADMIN_TOKEN).
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Hostile sequences to run.
+    #[arg(long, default_value_t = 200)]
+    pub sequences: u64,
+    /// Messages per sequence.
+    #[arg(long, default_value_t = 40)]
+    pub steps: u64,
+    /// The seed of the sequences (the same seed sends the same sequences).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The command that starts the participant (run by `sh -c`; `{data}` is replaced by a fresh
+    /// data directory). The tester then owns it and can restart it (--kill-every).
+    #[arg(long)]
+    pub server_cmd: Option<String>,
+    /// kill -9 the participant and start it again on its data after every this many messages
+    /// (needs --server-cmd): a participant must remember its branches across crashes.
+    #[arg(long, default_value_t = 0)]
+    pub kill_every: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl TccArgs {
+    /// The run these options ask for.
+    ///
+    /// # Errors
+    /// A message naming the option that is wrong.
+    pub fn options(&self) -> Result<ParticipantOptions, String> {
+        let admin_token = match &self.admin_token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => std::env::var("SUT_ADMIN_TOKEN").ok(),
+        };
+        if self.sequences == 0 || self.steps == 0 {
+            return Err("--sequences and --steps must be at least 1".into());
+        }
+        if self.kill_every > 0 && self.server_cmd.is_none() {
+            return Err(
+                "--kill-every needs --server-cmd (the tester must own the participant)".into(),
+            );
+        }
+        Ok(ParticipantOptions {
+            url: self.url.clone(),
+            admin_token,
+            sequences: self.sequences,
+            steps: self.steps,
+            seed: self.seed,
+            command: self.server_cmd.clone(),
+            kill_every: self.kill_every,
+        })
+    }
+}
+
+/// Runs `scenario tcc`, printing what it does and finds.
+#[must_use]
+pub fn run(args: &TccArgs) -> IdsExit {
+    let opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("scenario tcc: {e}");
+            return IdsExit::Usage;
+        }
+    };
+    println!(
+        "tcc: participant at {}, {} hostile sequences of {} messages, seed {}{}",
+        opts.url,
+        opts.sequences,
+        opts.steps,
+        opts.seed,
+        if opts.kill_every > 0 {
+            format!(", kill -9 and restart every {} messages", opts.kill_every)
+        } else {
+            String::new()
+        }
+    );
+    let run = match loadgen::participant::run(&opts) {
+        Ok(run) => run,
+        Err(e) => {
+            let hint = match &e {
+                ParticipantError::Unreachable(_) => {
+                    " (is it running, is the admin secret right, does it implement the contract \
+                     of docs/own-service.md?)"
+                }
+                ParticipantError::Usage(_) => "",
+            };
+            eprintln!("scenario tcc: {e}{hint}");
+            return IdsExit::Usage;
+        }
+    };
+    print_run(&run);
+    if let Some(path) = &args.json
+        && let Err(e) = write_json(path, args, &run)
+    {
+        eprintln!("scenario tcc: {e}");
+        return IdsExit::Usage;
+    }
+    if run.passed() {
+        println!("PASS");
+        IdsExit::Passed
+    } else {
+        let violated: Vec<String> = run
+            .checks()
+            .into_iter()
+            .filter(|c| c.verdict == Verdict::Violated)
+            .map(|c| c.name)
+            .collect();
+        println!("FAIL: {} violated", violated.join(", "));
+        IdsExit::Violated
+    }
+}
+
+fn print_run(run: &ParticipantRun) {
+    println!(
+        "  messages: {} answered in {} sequences ({} pairs sent at once, {} restarts)",
+        run.messages, run.sequences, run.races, run.restarts
+    );
+    if run.passed() {
+        // A run stopped at a finding met only what came before it: not worth a line.
+        println!("{}", coverage_line(run));
+    }
+    for check in run.checks() {
+        println!("{}", check_line(&check));
+    }
+    if let Some(f) = &run.finding {
+        println!(
+            "  sequence {} ({} actions): {}",
+            f.sequence,
+            f.actions.len(),
+            loadgen::participant::render(&f.actions)
+        );
+        if let Some(s) = &f.shrunk {
+            println!(
+                "  the same with only the offending draws ({} actions): {}",
+                s.len(),
+                loadgen::participant::render(s)
+            );
+        }
+    }
+}
+
+/// Which answers the promises allow the sequences met.
+fn coverage_line(run: &ParticipantRun) -> String {
+    let allowed = loadgen::participant::allowed().len();
+    let unreached = run.unreached();
+    let never = unreached
+        .iter()
+        .map(|(p, w, a)| format!("{p:?} after {w:?} answered {a:?}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "  answers met: {} of the {allowed} the promises allow{}",
+        allowed - unreached.len(),
+        if never.is_empty() {
+            String::new()
+        } else {
+            format!(" (never met: {never})")
+        }
+    )
+}
+
+fn write_json(path: &std::path::Path, args: &TccArgs, run: &ParticipantRun) -> Result<(), String> {
+    let doc = serde_json::json!({
+        "url": args.url,
+        "seed": args.seed,
+        "sequences": run.sequences,
+        "messages": run.messages,
+        "races": run.races,
+        "restarts": run.restarts,
+        "answers_met": run.seen.len(),
+        "answers_allowed": loadgen::participant::allowed().len(),
+        "invariants": run.checks(),
+        "finding": run.finding.as_ref().map(|f| serde_json::json!({
+            "check": f.check,
+            "sequence": f.sequence,
+            "what": f.what,
+            "actions": loadgen::participant::render(&f.actions),
+            "shrunk": f.shrunk.as_deref().map(loadgen::participant::render),
+        })),
+        "passed": run.passed(),
+    });
+    std::fs::write(path, format!("{doc:#}\n"))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
