@@ -20,6 +20,7 @@ pub mod participant;
 pub mod real;
 pub mod stats;
 pub mod target;
+pub mod tokens;
 pub mod verify;
 pub mod workload;
 

@@ -10,6 +10,7 @@ pub mod realfile;
 pub mod report;
 pub mod search;
 pub mod tcc;
+pub mod tokens;
 
 use sim::scenario::{Scenario, ScenarioError};
 

@@ -18,6 +18,7 @@ use loadgen::blackbox::{
     BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic, Target,
 };
 use loadgen::participant::{ParticipantOptions, ParticipantRun};
+use loadgen::tokens::{TokensOptions, TokensRun};
 use reports::model::Verdict;
 
 /// The server program an entry runs.
@@ -31,6 +32,8 @@ pub enum Program {
     SutServerSnowflake,
     /// `sut-server` as a TCC participant (`POST /tcc/branch`), tested by `scenario tcc`.
     SutServerParticipant,
+    /// `sut-server`'s one-time tokens, tested by `scenario tokens`.
+    SutServerTokens,
 }
 
 impl Program {
@@ -39,7 +42,10 @@ impl Program {
     pub const fn binary(self) -> &'static str {
         match self {
             Self::IdCompat(_) => "id-compat",
-            Self::SutServer | Self::SutServerSnowflake | Self::SutServerParticipant => "sut-server",
+            Self::SutServer
+            | Self::SutServerSnowflake
+            | Self::SutServerParticipant
+            | Self::SutServerTokens => "sut-server",
         }
     }
 }
@@ -73,7 +79,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 6] = [
+pub const ENTRIES: [ProcessFlaw; 7] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -181,7 +187,30 @@ pub const ENTRIES: [ProcessFlaw; 6] = [
         clock_step_ms: 0,
         monotonic: Monotonic::None,
     },
+    ProcessFlaw {
+        name: "once_check_then_delete",
+        origin: "this catalog (`scenario flaws --list`), in sut-server processes",
+        mechanism: "two sut-server processes on one SQLite file whose one-time-token consume \
+                    checks the token in one transaction and marks it used in a second: \
+                    `scenario tokens` consumes each token from several clients at once over both \
+                    servers, and two of them pass the check before either marks it",
+        caught_by: "tokens.once",
+        program: Program::SutServerTokens,
+        servers: 2,
+        planted: "--flaw once_check_then_delete",
+        common: "",
+        faults: &[BlackBoxFault::Kill],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
+    },
 ];
+
+/// Tokens of a token entry, consumes of each at once, and tokens between restarts.
+const TOKENS: u64 = 200;
+const TOKEN_CONSUMERS: u64 = 6;
+const TOKENS_KILL_EVERY: u64 = 100;
 
 /// Hostile sequences of a participant entry, their length, and the messages between restarts.
 const PARTICIPANT_SEQUENCES: u64 = 30;
@@ -213,12 +242,18 @@ pub fn server_binary(name: &str) -> Result<PathBuf, String> {
 /// The `scenario ids` run of `bug`, planted or not, with its server binary `program`.
 ///
 /// # Errors
-/// No free port, or the run could not be made.
+/// No free port, or `bug` is not an ID entry.
 pub fn options(
     bug: &ProcessFlaw,
     program: &Path,
     planted: bool,
 ) -> Result<BlackBoxOptions, String> {
+    if matches!(
+        bug.program,
+        Program::SutServerParticipant | Program::SutServerTokens
+    ) {
+        return Err(format!("{} is not tested by `scenario ids`", bug.name));
+    }
     let mut urls = Vec::new();
     let mut commands = Vec::new();
     let flags = if planted { bug.planted } else { "" };
@@ -228,9 +263,8 @@ pub fn options(
             Program::IdCompat("uid") => ("/uid", "--api uid".to_owned()),
             Program::IdCompat(api) => ("", format!("--api {api} --tag orders --token bench")),
             Program::SutServer => ("/id/{key}", "--tag orders:10".to_owned()),
-            Program::SutServerSnowflake | Program::SutServerParticipant => {
-                ("/snowflake", String::new())
-            }
+            // (The other kinds were refused above.)
+            _ => ("/snowflake", String::new()),
         };
         urls.push(format!("http://127.0.0.1:{port}{path}"));
         commands.push(format!(
@@ -255,7 +289,7 @@ pub fn options(
             },
             "orders",
         ),
-        Program::SutServerSnowflake | Program::SutServerParticipant => (
+        _ => (
             Target::Http {
                 pointer: Some("/id".into()),
             },
@@ -311,8 +345,10 @@ impl ProcessRow {
 /// Its server binary is missing, or a run could not be made (not a verdict).
 pub fn run(bug: &'static ProcessFlaw) -> Result<ProcessRow, String> {
     let program = server_binary(bug.program.binary())?;
-    if bug.program == Program::SutServerParticipant {
-        return run_participant(bug, &program);
+    match bug.program {
+        Program::SutServerParticipant => return run_participant(bug, &program),
+        Program::SutServerTokens => return run_tokens(bug, &program),
+        _ => {}
     }
     let once = |planted| -> Result<BlackBoxRun, String> {
         let opts = options(bug, &program, planted)?;
@@ -387,5 +423,56 @@ fn run_participant(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessR
         caught: first_violated(planted.checks()),
         control_passed: control.passed(),
         ids: (planted.messages, control.messages),
+    })
+}
+
+/// The `scenario tokens` run of a token entry, planted or not: the tester owns the servers
+/// (one SQLite file, this run's admin and JWT secrets) and restarts them every
+/// [`TOKENS_KILL_EVERY`] tokens.
+///
+/// # Errors
+/// No free port.
+pub fn tokens_options(
+    bug: &ProcessFlaw,
+    program: &Path,
+    planted: bool,
+) -> Result<TokensOptions, String> {
+    let flags = if planted { bug.planted } else { "" };
+    let token = loadgen::target::bench_admin_token();
+    let (mut urls, mut commands) = (Vec::new(), Vec::new());
+    for _ in 0..bug.servers {
+        let port = cluster::free_port().map_err(|e| e.to_string())?;
+        urls.push(format!("http://127.0.0.1:{port}"));
+        // Every instance verifies the others' JWTs: one secret, written before each start.
+        commands.push(format!(
+            "printf %s {token} > {{data}}/jwt-secret && exec env SUT_ADMIN_TOKEN={token} {} \
+             --db {{data}}/tokens.db --listen 127.0.0.1:{port} \
+             --jwt-secret-file {{data}}/jwt-secret {} {flags}",
+            program.display(),
+            bug.common
+        ));
+    }
+    Ok(TokensOptions {
+        urls,
+        admin_token: Some(token.to_owned()),
+        tokens: TOKENS,
+        consumers: TOKEN_CONSUMERS,
+        commands,
+        kill_every: TOKENS_KILL_EVERY,
+    })
+}
+
+fn run_tokens(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, String> {
+    let once = |planted| -> Result<TokensRun, String> {
+        let opts = tokens_options(bug, program, planted)?;
+        loadgen::tokens::run(&opts).map_err(|e| e.to_string())
+    };
+    let planted = once(true)?;
+    let control = once(false)?;
+    Ok(ProcessRow {
+        bug,
+        caught: first_violated(planted.checks()),
+        control_passed: control.passed(),
+        ids: (planted.accepted(), control.accepted()),
     })
 }

@@ -57,15 +57,7 @@ impl TccArgs {
     /// # Errors
     /// A message naming the option that is wrong.
     pub fn options(&self) -> Result<ParticipantOptions, String> {
-        let admin_token = match &self.admin_token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?
-                    .trim()
-                    .to_owned(),
-            ),
-            None => std::env::var("SUT_ADMIN_TOKEN").ok(),
-        };
+        let admin_token = admin_token(self.admin_token_file.as_deref())?;
         if self.sequences == 0 || self.steps == 0 {
             return Err("--sequences and --steps must be at least 1".into());
         }
@@ -83,6 +75,22 @@ impl TccArgs {
             command: self.server_cmd.clone(),
             kill_every: self.kill_every,
         })
+    }
+}
+
+/// The admin secret: the file's first line, or `SUT_ADMIN_TOKEN`.
+///
+/// # Errors
+/// The file cannot be read.
+pub fn admin_token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
+    match file {
+        Some(path) => Ok(Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?
+                .trim()
+                .to_owned(),
+        )),
+        None => Ok(std::env::var("SUT_ADMIN_TOKEN").ok()),
     }
 }
 

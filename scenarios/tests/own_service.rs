@@ -246,6 +246,7 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("segment_no_version_check", "ids.unique"),
         ("snowflake_seq_reset_first", "ids.unique"),
         ("tcc_no_fence", "participant.promises"),
+        ("once_check_then_delete", "tokens.once"),
     ] {
         let row = all
             .lines()
@@ -327,4 +328,47 @@ fn a_participant_that_is_not_there_or_refuses_the_secret_is_a_usage_error() {
     let out = tcc_with_secret("", &["--sequences", "1"], false);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("401"), "{}", text(&out));
+}
+
+/// `scenario tokens` owning two `sut-server` instances on one database, started with `flags`,
+/// restarted every 50 tokens.
+fn tokens_over_two_sut_servers(flags: &str) -> Output {
+    let server = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("sut-server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (admin, jwt) = (dir.path().join("admin"), dir.path().join("jwt"));
+    std::fs::write(&admin, "a-test-admin-secret-of-32-bytes!").expect("secret written");
+    std::fs::write(&jwt, "a-test-jwt-secret-of-at-least-32-bytes").expect("secret written");
+    let admin = admin.display().to_string();
+    let mut args: Vec<String> = ["tokens", "--admin-token-file", &admin, "--tokens", "150"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--consumers", "6", "--kill-every", "50"].map(String::from));
+    for _ in 0..2 {
+        let port = free_port();
+        args.push("--url".into());
+        args.push(format!("http://127.0.0.1:{port}"));
+        args.push("--server-cmd".into());
+        args.push(format!(
+            "exec {} --db {{data}}/t.db --listen 127.0.0.1:{port} --admin-token-file {admin} \
+             --jwt-secret-file {} {flags}",
+            server.display(),
+            jwt.display()
+        ));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    scenario(&args)
+}
+
+#[test]
+fn correct_one_time_tokens_are_used_once_across_instances_and_restarts_and_a_two_step_consume_is_caught()
+ {
+    let correct = tokens_over_two_sut_servers("");
+    let all = text(&correct);
+    assert_eq!(correct.status.code(), Some(0), "{all}");
+    assert!(all.contains("150 accepted over 150 tokens"), "{all}");
+    assert!(all.contains("3 restarts"), "{all}");
+    let flawed = tokens_over_two_sut_servers("--flaw once_check_then_delete");
+    let all = text(&flawed);
+    assert_eq!(flawed.status.code(), Some(1), "{all}");
+    assert!(violated_line(&flawed, "tokens.once "), "{all}");
 }

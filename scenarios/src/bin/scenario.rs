@@ -136,6 +136,10 @@ enum Command {
     /// and Cancel of fresh draws in any order, repeated, two at once, across kill -9 and
     /// restarts; every answer is judged against the participant's promises and its books.
     Tcc(scenarios::tcc::TccArgs),
+    /// Test your own one-time-token service, black box: each token consumed by several clients
+    /// at once over every instance, again after its round and after restarts; at most one
+    /// consume may win, and exactly one when every answer came.
+    Tokens(scenarios::tokens::TokensArgs),
     /// Measure the simulator's speed against a bare madsim ping-pong of the same node count.
     Bench {
         /// The scenario to measure.
@@ -451,6 +455,7 @@ fn subcommand(command: Command) -> ExitCode {
         Command::Gate(args) => gate(&args),
         Command::Ids(args) => exit_of(scenarios::ids::run(&args, &write_reports)),
         Command::Tcc(args) => exit_of(scenarios::tcc::run(&args)),
+        Command::Tokens(args) => exit_of(scenarios::tokens::run(&args)),
     }
 }
 

@@ -1,0 +1,150 @@
+//! `scenario tokens`: test your own one-time-token service, black box (docs/own-service.md);
+//! [`loadgen::tokens`] runs it.
+
+use std::path::PathBuf;
+
+use loadgen::tokens::{TokensError, TokensOptions, TokensRun};
+use reports::model::Verdict;
+
+use crate::ids::{IdsExit, check_line};
+
+/// The options of `scenario tokens`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+    scenario tokens --url http://127.0.0.1:7001 --admin-token-file secret.txt\n  \
+    scenario tokens --url http://127.0.0.1:7001 --url http://127.0.0.1:7002 \\\n      \
+    --admin-token-file secret.txt --consumers 8 --tokens 500\n\n\
+The service implements POST /tokens, POST /tokens/once and POST /tokens/once/consume as \
+docs/own-service.md says (sut-server does).\n\n\
+Exit status: 0 every check held, 1 a check was violated, 2 bad usage, or the service could \
+not be started or reached or did not issue tokens in the contract's form.")]
+pub struct TokensArgs {
+    /// An instance's base URL (repeat for several instances on one store; the consumes of a
+    /// token are spread over them).
+    #[arg(long = "url", required = true)]
+    pub urls: Vec<String>,
+    /// File holding the admin secret for `POST /tokens` (also read from the environment
+    /// variable SUT_ADMIN_TOKEN).
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Tokens to issue and race.
+    #[arg(long, default_value_t = 300)]
+    pub tokens: u64,
+    /// Consumes of each token sent at once.
+    #[arg(long, default_value_t = 4)]
+    pub consumers: u64,
+    /// The command that starts one instance (run by `sh -c`; repeat, one per --url, in the
+    /// same order). `{data}` is replaced by one fresh data directory shared by all, `{server}`
+    /// by the instance's number.
+    #[arg(long = "server-cmd")]
+    pub server_cmds: Vec<String>,
+    /// kill -9 and restart every instance after every this many tokens (needs --server-cmd):
+    /// a used token must stay used.
+    #[arg(long, default_value_t = 0)]
+    pub kill_every: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl TokensArgs {
+    /// The run these options ask for.
+    ///
+    /// # Errors
+    /// A message naming the option that is wrong.
+    pub fn options(&self) -> Result<TokensOptions, String> {
+        let admin_token = crate::tcc::admin_token(self.admin_token_file.as_deref())?;
+        Ok(TokensOptions {
+            urls: self.urls.clone(),
+            admin_token,
+            tokens: self.tokens,
+            consumers: self.consumers,
+            commands: self.server_cmds.clone(),
+            kill_every: self.kill_every,
+        })
+    }
+}
+
+/// Runs `scenario tokens`, printing what it does and finds.
+#[must_use]
+pub fn run(args: &TokensArgs) -> IdsExit {
+    let opts = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("scenario tokens: {e}");
+            return IdsExit::Usage;
+        }
+    };
+    println!(
+        "tokens: {} instance(s), {} one-time tokens, {} consumes of each at once{}",
+        opts.urls.len(),
+        opts.tokens,
+        opts.consumers,
+        if opts.kill_every > 0 {
+            format!(", kill -9 and restart every {} tokens", opts.kill_every)
+        } else {
+            String::new()
+        }
+    );
+    let run = match loadgen::tokens::run(&opts) {
+        Ok(run) => run,
+        Err(e) => {
+            let hint = match &e {
+                TokensError::Unreachable(_) => {
+                    " (is it running, is the admin secret right, does it implement the contract \
+                     of docs/own-service.md?)"
+                }
+                TokensError::Usage(_) => "",
+            };
+            eprintln!("scenario tokens: {e}{hint}");
+            return IdsExit::Usage;
+        }
+    };
+    println!(
+        "  consumes: {} accepted over {} tokens ({} tokens accepted more than once), {} with an \
+         unknown outcome, {} restarts",
+        run.accepted(),
+        run.rounds.len(),
+        run.accepted_twice(),
+        run.unknown(),
+        run.restarts
+    );
+    for check in run.checks() {
+        println!("{}", check_line(&check));
+    }
+    if let Some(path) = &args.json
+        && let Err(e) = write_json(path, args, &run)
+    {
+        eprintln!("scenario tokens: {e}");
+        return IdsExit::Usage;
+    }
+    if run.passed() {
+        println!("PASS");
+        IdsExit::Passed
+    } else {
+        let violated: Vec<String> = run
+            .checks()
+            .into_iter()
+            .filter(|c| c.verdict == Verdict::Violated)
+            .map(|c| c.name)
+            .collect();
+        println!("FAIL: {} violated", violated.join(", "));
+        IdsExit::Violated
+    }
+}
+
+fn write_json(path: &std::path::Path, args: &TokensArgs, run: &TokensRun) -> Result<(), String> {
+    let doc = serde_json::json!({
+        "urls": args.urls,
+        "tokens": run.rounds.len(),
+        "consumers": args.consumers,
+        "accepted": run.accepted(),
+        "accepted_twice": run.accepted_twice(),
+        "unknown": run.unknown(),
+        "restarts": run.restarts,
+        "invariants": run.checks(),
+        "passed": run.passed(),
+    });
+    std::fs::write(path, format!("{doc:#}\n"))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
