@@ -23,7 +23,7 @@ use rand::{Rng, SeedableRng};
 use reports::model::{InvariantResult, Verdict};
 use serde::Deserialize;
 use sut::UserId;
-use sut::lottery::referee::{self, Answer, BranchState, Referee, Transition};
+use sut::lottery::referee::{self, Answer, BranchState, Referee, Said, Transition};
 use sut::lottery::{ActivityId, DrawArgs, Participant, ParticipantMsg, Phase, Xid};
 
 /// Ticket price of every draw.
@@ -471,19 +471,53 @@ fn branch_body(branch: Participant, msg: &ParticipantMsg) -> serde_json::Value {
     serde_json::json!({ "branch": branch, "msg": msg })
 }
 
-/// An answer of `POST /tcc/branch`, reduced to its kind; anything that is not one is an error
-/// of the run (the contract is not kept), never a verdict.
-fn answer_of(status: u16, text: &str) -> Result<sut::lottery::ParticipantReply, ParticipantError> {
+/// A reply of `POST /tcc/branch` as the contract has it: the branch, phase and draw it
+/// answers, and an outcome `{"Ok": "Applied" | "AlreadyDone" | "EmptyRollback"}` or
+/// `{"Err": <any reason>}`.
+#[derive(Deserialize)]
+struct WireReply {
+    branch: Participant,
+    phase: Phase,
+    draw: DrawArgs,
+    outcome: serde_json::Value,
+}
+
+/// An answer of `POST /tcc/branch`, reduced to what it says and its outcome's text; anything
+/// that is not one is an error of the run (the contract is not kept), never a verdict.
+fn answer_of(status: u16, text: &str) -> Result<(Said, String), ParticipantError> {
+    let wrong = |why: String| {
+        ParticipantError::Unreachable(format!("POST /tcc/branch: {why}: {text:.300}"))
+    };
     if status != 200 {
-        return Err(ParticipantError::Unreachable(format!(
-            "POST /tcc/branch answered {status}: {text:.300}"
-        )));
+        return Err(wrong(format!("answered {status}")));
     }
-    serde_json::from_str(text).map_err(|e| {
-        ParticipantError::Unreachable(format!(
-            "POST /tcc/branch: the answer is not a participant reply ({e}): {text:.300}"
-        ))
-    })
+    let reply: WireReply = serde_json::from_str(text)
+        .map_err(|e| wrong(format!("the answer is not a participant reply ({e})")))?;
+    let answer = match (reply.outcome.get("Ok"), reply.outcome.get("Err")) {
+        (Some(ok), None) => match ok.as_str() {
+            Some("Applied") => Answer::Applied,
+            Some("AlreadyDone") => Answer::AlreadyDone,
+            Some("EmptyRollback") => Answer::EmptyRollback,
+            _ => {
+                return Err(wrong(format!(
+                    "`Ok` is {ok}, not Applied, AlreadyDone or EmptyRollback"
+                )));
+            }
+        },
+        (None, Some(_)) => Answer::Refused,
+        _ => {
+            return Err(wrong(
+                "the outcome is neither {\"Ok\": …} nor {\"Err\": …}".into(),
+            ));
+        }
+    };
+    let said = Said {
+        branch: reply.branch,
+        phase: reply.phase,
+        draw: reply.draw,
+        answer,
+    };
+    Ok((said, reply.outcome.to_string()))
 }
 
 /// The participant, and the server process when the tester owns it.
@@ -606,16 +640,13 @@ impl<'a> Sequence<'a> {
 
     fn one(&mut self, send: Send, before: &View) -> Result<Option<Broke>, ParticipantError> {
         let (status, text) = self.bench.wire.rt.block_on(self.send(send))?;
-        let reply = answer_of(status, &text)?;
+        let (said, outcome) = answer_of(status, &text)?;
         self.messages += 1;
         let msg = self.universe.msg(send);
         let was = self.referee.state(msg.draw.xid, send.branch);
-        self.seen.insert((send.phase, was, Answer::of(&reply)));
-        match self.referee.judge(send.branch, &msg, &reply) {
-            Err(broken) => Ok(Some((
-                PROMISES,
-                format!("{send}: {broken} ({:?})", reply.outcome),
-            ))),
+        self.seen.insert((send.phase, was, said.answer));
+        match self.referee.judge_said(send.branch, &msg, &said) {
+            Err(broken) => Ok(Some((PROMISES, format!("{send}: {broken} ({outcome})")))),
             Ok(t) if t.changes_nothing() => {
                 let after = self.view()?;
                 Ok((after != *before).then(|| (UNCHANGED, changed(send, &t, before, &after))))
@@ -637,7 +668,8 @@ impl<'a> Sequence<'a> {
         let (ma, mb) = (self.universe.msg(a), self.universe.msg(b));
         let wasa = self.referee.state(ma.draw.xid, a.branch);
         let wasb = self.referee.state(mb.draw.xid, b.branch);
-        let answers = [(a.branch, ma, ra), (b.branch, mb, rb)];
+        let ((sa, oa), (sb, ob)) = (ra, rb);
+        let answers = [(a.branch, ma, sa), (b.branch, mb, sb)];
         match self.referee.judge_concurrent(&answers) {
             Ok(transitions) => {
                 self.seen
@@ -647,9 +679,9 @@ impl<'a> Sequence<'a> {
             Err(last) => Ok(Some((
                 PROMISES,
                 format!(
-                    "at once {{{a}: {:?} (branch was {wasa:?}); {b}: {:?} (branch was \
+                    "at once {{{a}: {} (branch was {wasa:?}); {b}: {} (branch was \
                      {wasb:?})}}: no order of the two explains both answers ({last})",
-                    answers[0].2.outcome, answers[1].2.outcome
+                    oa, ob
                 ),
             ))),
         }
@@ -721,16 +753,42 @@ fn check_books(
     Ok(())
 }
 
-/// What a repeat or refusal changed.
+/// What a repeat or refusal changed: the figures that differ.
 fn changed(send: Send, t: &Transition, before: &View, after: &View) -> String {
     let what = if t.answer == Answer::Refused {
         "refusal"
     } else {
         "repeat"
     };
+    let mut diffs = Vec::new();
+    let mut figure = |name: &str, b: u128, a: u128| {
+        if a != b {
+            diffs.push(format!("{name} {b} -> {a}"));
+        }
+    };
+    figure(
+        "balances_minor",
+        before.balances_minor,
+        after.balances_minor,
+    );
+    figure("frozen_minor", before.frozen_minor, after.frozen_minor);
+    figure(
+        "collected_minor",
+        before.collected_minor,
+        after.collected_minor,
+    );
+    figure(
+        "participations",
+        u128::from(before.participations),
+        u128::from(after.participations),
+    );
+    if before.stock != after.stock {
+        diffs.push(format!("stock {:?} -> {:?}", before.stock, after.stock));
+    }
     format!(
-        "a {what} changed the books: {send} answered {:?}; before {before:?}, after {after:?}",
-        t.answer
+        "a {what} changed the books: {send} answered {:?}; {}",
+        t.answer,
+        diffs.join(", ")
     )
 }
 

@@ -34,6 +34,8 @@ pub enum Program {
     SutServerParticipant,
     /// `sut-server`'s one-time tokens, tested by `scenario tokens`.
     SutServerTokens,
+    /// `tcc-compat`, a participant with Seata's fence table, tested by `scenario tcc`.
+    TccCompat,
 }
 
 impl Program {
@@ -42,6 +44,7 @@ impl Program {
     pub const fn binary(self) -> &'static str {
         match self {
             Self::IdCompat(_) => "id-compat",
+            Self::TccCompat => "tcc-compat",
             Self::SutServer
             | Self::SutServerSnowflake
             | Self::SutServerParticipant
@@ -79,7 +82,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 7] = [
+pub const ENTRIES: [ProcessFlaw; 8] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -132,6 +135,27 @@ pub const ENTRIES: [ProcessFlaw; 7] = [
         down_ms: 200,
         clock_step_ms: 0,
         monotonic: Monotonic::Global,
+    },
+    ProcessFlaw {
+        name: "seata_5256_6374_fence_rolled_back_with_try",
+        origin: "Apache Seata issues #5256 and #6374 (open): \
+                 https://github.com/apache/incubator-seata/issues/5256, \
+                 https://github.com/apache/incubator-seata/issues/6374",
+        mechanism: "the TCC fence row is written in the Try's own local transaction; a Try that \
+                    fails after an effect outside that transaction (a freeze committed at the \
+                    payment service) rolls the fence row back with it, so the Cancel that follows \
+                    finds no row, records an empty rollback and skips the compensation: money \
+                    stays frozen for a draw that never happened",
+        caught_by: "participant.",
+        program: Program::TccCompat,
+        servers: 1,
+        planted: "--planted-fence-rollback",
+        common: "",
+        faults: &[BlackBoxFault::Kill],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
     },
     ProcessFlaw {
         name: "segment_no_version_check",
@@ -250,7 +274,7 @@ pub fn options(
 ) -> Result<BlackBoxOptions, String> {
     if matches!(
         bug.program,
-        Program::SutServerParticipant | Program::SutServerTokens
+        Program::SutServerParticipant | Program::SutServerTokens | Program::TccCompat
     ) {
         return Err(format!("{} is not tested by `scenario ids`", bug.name));
     }
@@ -346,7 +370,9 @@ impl ProcessRow {
 pub fn run(bug: &'static ProcessFlaw) -> Result<ProcessRow, String> {
     let program = server_binary(bug.program.binary())?;
     match bug.program {
-        Program::SutServerParticipant => return run_participant(bug, &program),
+        Program::SutServerParticipant | Program::TccCompat => {
+            return run_participant(bug, &program);
+        }
         Program::SutServerTokens => return run_tokens(bug, &program),
         _ => {}
     }
@@ -402,9 +428,14 @@ pub fn participant_options(
         steps: PARTICIPANT_STEPS,
         seed: 1,
         command: Some(format!(
-            "exec env SUT_ADMIN_TOKEN={token} {} --db {{data}}/participant.db \
+            "exec env SUT_ADMIN_TOKEN={token} {} --db {{data}}/participant.db {}\
              --listen 127.0.0.1:{port} {} {flags}",
             program.display(),
+            if bug.program == Program::TccCompat {
+                "--payments {data}/payments.db "
+            } else {
+                ""
+            },
             bug.common
         )),
         kill_every: PARTICIPANT_KILL_EVERY,

@@ -232,6 +232,8 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         "https://github.com/Meituan-Dianping/Leaf/pull/156",
         "https://github.com/didi/tinyid/issues/47",
         "https://github.com/baidu/uid-generator/issues/85",
+        "https://github.com/apache/incubator-seata/issues/5256",
+        "https://github.com/apache/incubator-seata/issues/6374",
     ] {
         assert!(listed.contains(origin), "{origin} missing from:\n{listed}");
     }
@@ -245,6 +247,10 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("uid_generator_issue85_borrowed_seconds", "ids.monotonic"),
         ("segment_no_version_check", "ids.unique"),
         ("snowflake_seq_reset_first", "ids.unique"),
+        (
+            "seata_5256_6374_fence_rolled_back_with_try",
+            "participant.unchanged",
+        ),
         ("tcc_no_fence", "participant.promises"),
         ("once_check_then_delete", "tokens.once"),
     ] {
@@ -313,6 +319,53 @@ fn a_correct_participant_keeps_its_promises_across_restarts_and_an_unfenced_one_
     let all = text(&unfenced);
     assert_eq!(unfenced.status.code(), Some(1), "{all}");
     assert!(violated_line(&unfenced, "participant.promises"), "{all}");
+}
+
+/// `scenario tcc` owning a `tcc-compat` participant (Seata's fence table) started with `flags`.
+fn tcc_over_tcc_compat(flags: &str) -> Output {
+    let compat = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("tcc-compat");
+    assert!(
+        compat.is_file(),
+        "{} is missing: build it with `cargo build -p sut-server --bin tcc-compat`",
+        compat.display()
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let secret = dir.path().join("admin-secret");
+    std::fs::write(&secret, "a-test-admin-secret-of-32-bytes!").expect("secret written");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let command = format!(
+        "exec {} --db {{data}}/p.db --payments {{data}}/pay.db --listen 127.0.0.1:{port} \
+         --admin-token-file {} {flags}",
+        compat.display(),
+        secret.display()
+    );
+    let secret = secret.display().to_string();
+    scenario(&[
+        "tcc",
+        "--url",
+        &url,
+        "--admin-token-file",
+        &secret,
+        "--server-cmd",
+        &command,
+        "--kill-every",
+        "30",
+        "--sequences",
+        "30",
+    ])
+}
+
+#[test]
+fn a_seata_style_participant_is_caught_when_a_failed_try_leaves_its_outside_effect() {
+    let correct = tcc_over_tcc_compat("");
+    let all = text(&correct);
+    assert_eq!(correct.status.code(), Some(0), "{all}");
+    let planted = tcc_over_tcc_compat("--planted-fence-rollback");
+    let all = text(&planted);
+    assert_eq!(planted.status.code(), Some(1), "{all}");
+    assert!(violated_line(&planted, "participant.unchanged"), "{all}");
+    assert!(all.contains("frozen_minor"), "{all}");
 }
 
 #[test]

@@ -1797,13 +1797,13 @@ fn print_process_list() {
         "\nprocess mode (`scenario flaws --process`): real server processes, through their API"
     );
     for bug in &scenarios::process_flaws::ENTRIES {
-        println!("{:<40} {}", bug.name, bug.origin);
+        println!("{:<44} {}", bug.name, bug.origin);
         let mechanism = bug
             .mechanism
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        println!("{:<40} {mechanism}", "");
+        println!("{:<44} {mechanism}", "");
     }
 }
 
@@ -1811,7 +1811,7 @@ fn print_process_list() {
 fn process_flaws() -> ExitCode {
     let mut all = true;
     println!(
-        "{:<40} {:<10} {:<8} caught by",
+        "{:<44} {:<10} {:<8} caught by",
         "process-mode entry", "control", "answers"
     );
     for bug in &scenarios::process_flaws::ENTRIES {
@@ -1824,7 +1824,7 @@ fn process_flaws() -> ExitCode {
         };
         all &= row.passed();
         println!(
-            "{:<40} {:<10} {:<8} {}",
+            "{:<44} {:<10} {:<8} {}",
             bug.name,
             if row.control_passed {
                 "passed"

@@ -69,6 +69,33 @@ impl Answer {
     }
 }
 
+/// What a reply says: the branch, phase and draw it names, and its answer's kind (a black-box
+/// driver parses it from the wire; [`Said::of`] takes it from a [`ParticipantReply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Said {
+    /// The branch the reply names.
+    pub branch: Participant,
+    /// The phase the reply names.
+    pub phase: Phase,
+    /// The draw the reply names.
+    pub draw: DrawArgs,
+    /// The answer.
+    pub answer: Answer,
+}
+
+impl Said {
+    /// What `reply` says.
+    #[must_use]
+    pub fn of(reply: &ParticipantReply) -> Self {
+        Self {
+            branch: reply.branch,
+            phase: reply.phase,
+            draw: reply.draw,
+            answer: Answer::of(reply),
+        }
+    }
+}
+
 /// One judged answer: a (phase, state before, answer) the promises allow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Transition {
@@ -230,16 +257,26 @@ impl Referee {
         msg: &ParticipantMsg,
         reply: &ParticipantReply,
     ) -> Result<Transition, Broken> {
-        if reply.branch != branch || reply.phase != msg.phase || reply.draw != msg.draw {
+        self.judge_said(branch, msg, &Said::of(reply))
+    }
+
+    /// [`Referee::judge`] for what a reply said.
+    ///
+    /// # Errors
+    /// The promise broken; the referee's state is then unchanged.
+    pub fn judge_said(
+        &mut self,
+        branch: Participant,
+        msg: &ParticipantMsg,
+        said: &Said,
+    ) -> Result<Transition, Broken> {
+        if said.branch != branch || said.phase != msg.phase || said.draw != msg.draw {
             return Err(Broken::Echo {
                 sent: format!("{:?} of {:?} to {branch:?}", msg.phase, msg.draw),
-                said: format!(
-                    "{:?} of {:?} from {:?}",
-                    reply.phase, reply.draw, reply.branch
-                ),
+                said: format!("{:?} of {:?} from {:?}", said.phase, said.draw, said.branch),
             });
         }
-        self.judge_answer(branch, msg, Answer::of(reply))
+        self.judge_answer(branch, msg, said.answer)
     }
 
     /// [`Referee::judge`] for an answer already reduced to its kind (a black-box driver that
@@ -282,7 +319,7 @@ impl Referee {
     /// is then unchanged.
     pub fn judge_concurrent(
         &mut self,
-        answers: &[(Participant, ParticipantMsg, ParticipantReply)],
+        answers: &[(Participant, ParticipantMsg, Said)],
     ) -> Result<Vec<Transition>, Broken> {
         assert!(
             answers.len() <= CONCURRENT_MAX,
@@ -295,8 +332,8 @@ impl Referee {
             let judged: Result<Vec<Transition>, Broken> = order
                 .iter()
                 .map(|&i| {
-                    let (branch, msg, reply) = &answers[i];
-                    trial.judge(*branch, msg, reply)
+                    let (branch, msg, said) = &answers[i];
+                    trial.judge_said(*branch, msg, said)
                 })
                 .collect();
             match judged {
@@ -465,13 +502,13 @@ mod tests {
         assert!(expect("frozen", 20, books.frozen_minor).is_err());
     }
 
-    fn reply(xid: u64, phase: Phase, outcome: crate::lottery::BranchOutcome) -> ParticipantReply {
-        ParticipantReply {
+    fn reply(xid: u64, phase: Phase, outcome: crate::lottery::BranchOutcome) -> Said {
+        Said::of(&ParticipantReply {
             branch: Participant::Wallet,
             phase,
             draw: draw(xid, true),
             outcome,
-        }
+        })
     }
 
     #[test]
