@@ -82,7 +82,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 8] = [
+pub const ENTRIES: [ProcessFlaw; 10] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -192,6 +192,41 @@ pub const ENTRIES: [ProcessFlaw; 8] = [
         monotonic: Monotonic::Server,
     },
     ProcessFlaw {
+        name: "counter_no_persist",
+        origin: "this catalog (`scenario flaws --list`), in sut-server processes",
+        mechanism: "two sut-server processes on one SQLite file, killed in turn every 300 ms, \
+                    whose segment reload starts issuing from the max_id it read before its own \
+                    write of the new max_id is durable: a process killed in between leaves \
+                    IDs handed out from a range the database never granted it",
+        caught_by: "ids.unique",
+        program: Program::SutServer,
+        servers: 2,
+        planted: "--flaw counter_no_persist",
+        common: "--step-max 10",
+        faults: &[BlackBoxFault::Kill],
+        every_ms: 300,
+        down_ms: 100,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
+    },
+    ProcessFlaw {
+        name: "time_field_narrow",
+        origin: "this catalog (`scenario flaws --list`), in a sut-server process",
+        mechanism: "Snowflake's 41-bit time field (ms since 2020-01-01) runs out in 2089; the \
+                    server's wall clock is moved by libfaketime to 2 s before that for 3 s: the flawed sequencer masks the time into the field and its IDs \
+                    start again near 0, the correct one refuses once the field is exhausted",
+        caught_by: "ids.monotonic",
+        program: Program::SutServerSnowflake,
+        servers: 1,
+        planted: "--flaw time_field_narrow",
+        common: "",
+        faults: &[BlackBoxFault::Clock],
+        every_ms: 1_000,
+        down_ms: 3_000,
+        clock_step_ms: CLOCK_TO_TIME_FIELD_END,
+        monotonic: Monotonic::Server,
+    },
+    ProcessFlaw {
         name: "tcc_no_fence",
         origin: "this catalog (`scenario flaws --list`), in a sut-server process",
         mechanism: "TCC participants without a fence, sent coordinator messages over POST \
@@ -230,6 +265,22 @@ pub const ENTRIES: [ProcessFlaw; 8] = [
         monotonic: Monotonic::None,
     },
 ];
+
+/// `clock_step_ms` of an entry whose clock goes to 2 s before the end of the default Snowflake
+/// layout's time field (computed when the run is made: the step depends on today's date).
+pub const CLOCK_TO_TIME_FIELD_END: i64 = i64::MIN;
+
+/// The clock step that takes today's clock to `before_ms` before the default layout's time
+/// field runs out (a negative step: the nemesis steps by minus it first, forward).
+fn step_to_time_field_end(before_ms: u64) -> i64 {
+    let layout = sut::snowflake::Layout::default();
+    let end_ms = layout.epoch_ms + (1u64 << layout.time_bits);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let ahead_ms = end_ms.saturating_sub(now_ms).saturating_sub(before_ms);
+    -i64::try_from(ahead_ms).unwrap_or(i64::MAX)
+}
 
 /// Tokens of a token entry, consumes of each at once, and tokens between restarts.
 const TOKENS: u64 = 200;
@@ -333,7 +384,14 @@ pub fn options(
             faults: bug.faults.to_vec(),
             every: Duration::from_millis(bug.every_ms),
             down_for: Duration::from_millis(bug.down_ms),
-            clock_step_ms: bug.clock_step_ms,
+            clock_step_ms: if bug.clock_step_ms == CLOCK_TO_TIME_FIELD_END {
+                // The first fault comes about 1.5 s after this (the server starts, then
+                // every_ms): the clock lands about 2 s before the end, in a 3 s fault, so the
+                // end is crossed for any delay from 0.5 s to 3.5 s.
+                step_to_time_field_end(2_000 + 1_500)
+            } else {
+                bug.clock_step_ms
+            },
         }),
     })
 }

@@ -251,6 +251,8 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
             "seata_5256_6374_fence_rolled_back_with_try",
             "participant.unchanged",
         ),
+        ("counter_no_persist", "ids.unique"),
+        ("time_field_narrow", "ids.monotonic"),
         ("tcc_no_fence", "participant.promises"),
         ("once_check_then_delete", "tokens.once"),
     ] {
