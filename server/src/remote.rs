@@ -36,7 +36,7 @@ pub const BRANCHES_BODY_MAX_BYTES: usize = 256 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BranchRequest {
-    /// The branch (`wallet`, `inventory`, `participation`).
+    /// The branch (`Wallet`, `Inventory`, `Participation`).
     #[schema(value_type = String)]
     pub branch: Participant,
     /// The phase and the draw.
