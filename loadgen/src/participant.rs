@@ -65,18 +65,19 @@ pub struct ParticipantOptions {
     pub kill_every: u64,
 }
 
-/// A run could not be made (not a verdict).
+/// A black-box contract run (`scenario tcc`, `scenario tokens`) could not be made (not a
+/// verdict).
 #[derive(Debug, thiserror::Error)]
-pub enum ParticipantError {
+pub enum ContractError {
     /// An option is wrong.
     #[error("{0}")]
     Usage(String),
-    /// The participant could not be started, or did not answer as the contract says.
+    /// The service could not be started, or did not answer as the contract says.
     #[error("{0}")]
     Unreachable(String),
 }
 
-impl From<cluster::ClusterError> for ParticipantError {
+impl From<cluster::ClusterError> for ContractError {
     fn from(e: cluster::ClusterError) -> Self {
         Self::Unreachable(e.to_string())
     }
@@ -385,13 +386,13 @@ struct Wire {
 }
 
 impl Wire {
-    fn new(url: &str, token: Option<String>) -> Result<Self, ParticipantError> {
+    fn new(url: &str, token: Option<String>) -> Result<Self, ContractError> {
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| ParticipantError::Usage(format!("--url {url}: {e}")))?;
+            .map_err(|e| ContractError::Usage(format!("--url {url}: {e}")))?;
         if parsed.host_str().is_none() {
-            return Err(ParticipantError::Usage(format!("--url {url}: no host")));
+            return Err(ContractError::Usage(format!("--url {url}: no host")));
         }
-        let rt = crate::real::runtime().map_err(|e| ParticipantError::Usage(e.to_string()))?;
+        let rt = crate::real::runtime().map_err(|e| ContractError::Usage(e.to_string()))?;
         Ok(Self {
             rt,
             http: Self::client()?,
@@ -402,11 +403,11 @@ impl Wire {
 
     /// A client with an empty connection pool (after a restart, the pooled connections are
     /// dead: a request on one would have an unknown outcome).
-    fn client() -> Result<reqwest::Client, ParticipantError> {
+    fn client() -> Result<reqwest::Client, ContractError> {
         reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
-            .map_err(|e| ParticipantError::Usage(format!("HTTP client: {e}")))
+            .map_err(|e| ContractError::Usage(format!("HTTP client: {e}")))
     }
 
     /// One request and its answer (status, body), asked again while the participant answers
@@ -415,7 +416,7 @@ impl Wire {
         &self,
         path: &str,
         body: Option<&serde_json::Value>,
-    ) -> Result<(u16, String), ParticipantError> {
+    ) -> Result<(u16, String), ContractError> {
         let url = format!("{}{path}", self.base);
         for _ in 0..BUSY_RETRIES {
             let mut request = match body {
@@ -426,7 +427,7 @@ impl Wire {
                 request = request.bearer_auth(t);
             }
             let response = request.send().await.map_err(|e| {
-                ParticipantError::Unreachable(format!(
+                ContractError::Unreachable(format!(
                     "{url}: {} (the outcome is unknown: the run cannot judge it)",
                     crate::blackbox::error_chain(&e)
                 ))
@@ -439,30 +440,30 @@ impl Wire {
             }
             return Ok((status, text));
         }
-        Err(ParticipantError::Unreachable(format!(
+        Err(ContractError::Unreachable(format!(
             "{url}: still busy (503/429) after {BUSY_RETRIES} tries"
         )))
     }
 
-    fn admin(&self, path: &str, body: &serde_json::Value) -> Result<(), ParticipantError> {
+    fn admin(&self, path: &str, body: &serde_json::Value) -> Result<(), ContractError> {
         let (status, text) = self.rt.block_on(self.ask(path, Some(body)))?;
         if (200..300).contains(&status) {
             return Ok(());
         }
-        Err(ParticipantError::Unreachable(format!(
+        Err(ContractError::Unreachable(format!(
             "POST {path} {body} answered {status}: {text}"
         )))
     }
 
-    fn ledger(&self) -> Result<LedgerWire, ParticipantError> {
+    fn ledger(&self) -> Result<LedgerWire, ContractError> {
         let (status, text) = self.rt.block_on(self.ask("/ledger", None))?;
         if status != 200 {
-            return Err(ParticipantError::Unreachable(format!(
+            return Err(ContractError::Unreachable(format!(
                 "GET /ledger answered {status}: {text}"
             )));
         }
         serde_json::from_str(&text)
-            .map_err(|e| ParticipantError::Unreachable(format!("GET /ledger: {e} in {text:.200}")))
+            .map_err(|e| ContractError::Unreachable(format!("GET /ledger: {e} in {text:.200}")))
     }
 }
 
@@ -484,10 +485,9 @@ struct WireReply {
 
 /// An answer of `POST /tcc/branch`, reduced to what it says and its outcome's text; anything
 /// that is not one is an error of the run (the contract is not kept), never a verdict.
-fn answer_of(status: u16, text: &str) -> Result<(Said, String), ParticipantError> {
-    let wrong = |why: String| {
-        ParticipantError::Unreachable(format!("POST /tcc/branch: {why}: {text:.300}"))
-    };
+fn answer_of(status: u16, text: &str) -> Result<(Said, String), ContractError> {
+    let wrong =
+        |why: String| ContractError::Unreachable(format!("POST /tcc/branch: {why}: {text:.300}"));
     if status != 200 {
         return Err(wrong(format!("answered {status}")));
     }
@@ -527,19 +527,19 @@ struct Bench {
 }
 
 impl Bench {
-    fn start(opts: &ParticipantOptions) -> Result<Self, ParticipantError> {
+    fn start(opts: &ParticipantOptions) -> Result<Self, ContractError> {
         let wire = Wire::new(&opts.url, opts.admin_token.clone())?;
         let server = match &opts.command {
             Some(command) => {
                 let dir = tempfile::Builder::new()
                     .prefix("bench-participant-")
                     .tempdir()
-                    .map_err(|e| ParticipantError::Usage(format!("cannot make a folder: {e}")))?;
+                    .map_err(|e| ContractError::Usage(format!("cannot make a folder: {e}")))?;
                 let data = dir.path().join("data");
                 std::fs::create_dir(&data)
-                    .map_err(|e| ParticipantError::Usage(format!("cannot make {data:?}: {e}")))?;
+                    .map_err(|e| ContractError::Usage(format!("cannot make {data:?}: {e}")))?;
                 let port = crate::blackbox::socket_addr(&opts.url)
-                    .map_err(|e| ParticipantError::Usage(e.to_string()))?
+                    .map_err(|e| ContractError::Usage(e.to_string()))?
                     .port();
                 let service = CommandService::start(CommandSpec {
                     name: "participant".into(),
@@ -555,9 +555,9 @@ impl Bench {
         Ok(Self { wire, server })
     }
 
-    fn restart(&mut self) -> Result<(), ParticipantError> {
+    fn restart(&mut self) -> Result<(), ContractError> {
         let Some((service, _)) = self.server.as_mut() else {
-            return Err(ParticipantError::Usage(
+            return Err(ContractError::Usage(
                 "restarts need the command that starts the participant (--server-cmd)".into(),
             ));
         };
@@ -585,7 +585,7 @@ type Broke = (&'static str, String);
 
 impl<'a> Sequence<'a> {
     /// Opens the sequence's accounts and stock and reads the books' starting point.
-    fn open(bench: &'a mut Bench, universe: Universe) -> Result<Self, ParticipantError> {
+    fn open(bench: &'a mut Bench, universe: Universe) -> Result<Self, ContractError> {
         let first = universe.user(0).0.min(universe.user(1).0);
         bench.wire.admin(
             "/admin/accounts",
@@ -610,12 +610,12 @@ impl<'a> Sequence<'a> {
         })
     }
 
-    fn view(&self) -> Result<View, ParticipantError> {
+    fn view(&self) -> Result<View, ContractError> {
         Ok(View::of(&self.bench.wire.ledger()?, self.universe))
     }
 
     /// Runs one action: `Ok(Some(..))` is a broken promise.
-    fn act(&mut self, action: Action) -> Result<Option<Broke>, ParticipantError> {
+    fn act(&mut self, action: Action) -> Result<Option<Broke>, ContractError> {
         let before = self.view()?;
         let broke = match action {
             Action::One(send) => self.one(send, &before)?,
@@ -632,13 +632,13 @@ impl<'a> Sequence<'a> {
         Ok(self.books(&self.view()?).err().map(|what| (BOOKS, what)))
     }
 
-    fn send(&self, send: Send) -> impl Future<Output = Result<(u16, String), ParticipantError>> {
+    fn send(&self, send: Send) -> impl Future<Output = Result<(u16, String), ContractError>> {
         let body = branch_body(send.branch, &self.universe.msg(send));
         let wire = &self.bench.wire;
         async move { wire.ask("/tcc/branch", Some(&body)).await }
     }
 
-    fn one(&mut self, send: Send, before: &View) -> Result<Option<Broke>, ParticipantError> {
+    fn one(&mut self, send: Send, before: &View) -> Result<Option<Broke>, ContractError> {
         let (status, text) = self.bench.wire.rt.block_on(self.send(send))?;
         let (said, outcome) = answer_of(status, &text)?;
         self.messages += 1;
@@ -656,7 +656,7 @@ impl<'a> Sequence<'a> {
     }
 
     /// Two messages at once: the answers must be explained by one of the two orders.
-    fn race(&mut self, a: Send, b: Send) -> Result<Option<Broke>, ParticipantError> {
+    fn race(&mut self, a: Send, b: Send) -> Result<Option<Broke>, ContractError> {
         let (ra, rb) = {
             let (fa, fb) = (self.send(a), self.send(b));
             self.bench.wire.rt.block_on(async { tokio::join!(fa, fb) })
@@ -807,9 +807,9 @@ fn universe_base() -> u64 {
 /// # Errors
 /// The participant could not be started or reached, or did not keep the contract's form
 /// (not a verdict).
-pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ParticipantError> {
+pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
     if opts.kill_every > 0 && opts.command.is_none() {
-        return Err(ParticipantError::Usage(
+        return Err(ContractError::Usage(
             "--kill-every needs --server-cmd (the tester must own the participant)".into(),
         ));
     }
@@ -853,7 +853,7 @@ fn play(
     universe: Universe,
     actions: &[Action],
     run: &mut ParticipantRun,
-) -> Result<(usize, Option<Broke>), ParticipantError> {
+) -> Result<(usize, Option<Broke>), ContractError> {
     let mut seq = Sequence::open(bench, universe)?;
     let mut outcome = (actions.len(), None);
     for (i, action) in actions.iter().enumerate() {
@@ -876,7 +876,7 @@ fn shrink(
     universe: Universe,
     actions: &[Action],
     check: &'static str,
-) -> Result<Option<Vec<Action>>, ParticipantError> {
+) -> Result<Option<Vec<Action>>, ContractError> {
     let draws: BTreeSet<u64> = match actions.last() {
         Some(Action::One(s)) => [s.draw].into(),
         Some(Action::Race(a, b)) => [a.draw, b.draw].into(),

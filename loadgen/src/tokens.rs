@@ -18,6 +18,8 @@
 use std::time::Duration;
 
 use cluster::{CommandService, CommandSpec};
+
+pub use crate::participant::ContractError;
 use reports::model::{InvariantResult, Verdict};
 
 /// How long one request may take.
@@ -42,23 +44,6 @@ pub struct TokensOptions {
     /// With commands: kill -9 and restart every instance after every this many tokens (0:
     /// never).
     pub kill_every: u64,
-}
-
-/// A run could not be made (not a verdict).
-#[derive(Debug, thiserror::Error)]
-pub enum TokensError {
-    /// An option is wrong.
-    #[error("{0}")]
-    Usage(String),
-    /// The service could not be started, or did not answer as the contract says.
-    #[error("{0}")]
-    Unreachable(String),
-}
-
-impl From<cluster::ClusterError> for TokensError {
-    fn from(e: cluster::ClusterError) -> Self {
-        Self::Unreachable(e.to_string())
-    }
 }
 
 /// One consume's answer.
@@ -233,11 +218,11 @@ struct Wire {
 }
 
 impl Wire {
-    fn client() -> Result<reqwest::Client, TokensError> {
+    fn client() -> Result<reqwest::Client, ContractError> {
         reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
-            .map_err(|e| TokensError::Usage(format!("HTTP client: {e}")))
+            .map_err(|e| ContractError::Usage(format!("HTTP client: {e}")))
     }
 
     /// POST `body` to `path` of instance `at`: the status and body, `None` without an answer
@@ -275,26 +260,28 @@ impl Wire {
         bearer: Option<&str>,
         body: &serde_json::Value,
         field: &str,
-    ) -> Result<String, TokensError> {
+    ) -> Result<String, ContractError> {
         let answer = self.rt.block_on(self.post(at, path, bearer, body));
         let Some((status, text)) = answer else {
-            return Err(TokensError::Unreachable(format!(
+            return Err(ContractError::Unreachable(format!(
                 "POST {}{path}: no answer",
                 self.bases[at % self.bases.len()]
             )));
         };
         if !(200..300).contains(&status) {
-            return Err(TokensError::Unreachable(format!(
+            return Err(ContractError::Unreachable(format!(
                 "POST {path} {body} answered {status}: {text:.300}"
             )));
         }
         let doc: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| TokensError::Unreachable(format!("POST {path}: {e} in {text:.300}")))?;
+            .map_err(|e| ContractError::Unreachable(format!("POST {path}: {e} in {text:.300}")))?;
         doc.get(field)
             .and_then(serde_json::Value::as_str)
             .map(str::to_owned)
             .ok_or_else(|| {
-                TokensError::Unreachable(format!("POST {path}: no string `{field}` in {text:.300}"))
+                ContractError::Unreachable(format!(
+                    "POST {path}: no string `{field}` in {text:.300}"
+                ))
             })
     }
 }
@@ -305,12 +292,12 @@ struct Owned {
     _dir: tempfile::TempDir,
 }
 
-fn start(opts: &TokensOptions) -> Result<Option<Owned>, TokensError> {
+fn start(opts: &TokensOptions) -> Result<Option<Owned>, ContractError> {
     if opts.commands.is_empty() {
         return Ok(None);
     }
     if opts.commands.len() != opts.urls.len() {
-        return Err(TokensError::Usage(format!(
+        return Err(ContractError::Usage(format!(
             "{} --server-cmd for {} --url: give one per URL, in the same order",
             opts.commands.len(),
             opts.urls.len()
@@ -319,14 +306,14 @@ fn start(opts: &TokensOptions) -> Result<Option<Owned>, TokensError> {
     let dir = tempfile::Builder::new()
         .prefix("bench-tokens-")
         .tempdir()
-        .map_err(|e| TokensError::Usage(format!("cannot make a folder: {e}")))?;
+        .map_err(|e| ContractError::Usage(format!("cannot make a folder: {e}")))?;
     let data = dir.path().join("data");
     std::fs::create_dir(&data)
-        .map_err(|e| TokensError::Usage(format!("cannot make {}: {e}", data.display())))?;
+        .map_err(|e| ContractError::Usage(format!("cannot make {}: {e}", data.display())))?;
     let mut services = Vec::new();
     for (i, (command, url)) in opts.commands.iter().zip(&opts.urls).enumerate() {
         let port = crate::blackbox::socket_addr(url)
-            .map_err(|e| TokensError::Usage(e.to_string()))?
+            .map_err(|e| ContractError::Usage(e.to_string()))?
             .port();
         services.push(CommandService::start(CommandSpec {
             name: format!("server-{}", i + 1),
@@ -356,20 +343,20 @@ fn user_base() -> u64 {
 ///
 /// # Errors
 /// The service could not be started or reached, or an issue step failed (not a verdict).
-pub fn run(opts: &TokensOptions) -> Result<TokensRun, TokensError> {
+pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
     if opts.urls.is_empty() || opts.tokens == 0 || opts.consumers == 0 {
-        return Err(TokensError::Usage(
+        return Err(ContractError::Usage(
             "give a --url, and --tokens and --consumers of at least 1".into(),
         ));
     }
     if opts.kill_every > 0 && opts.commands.is_empty() {
-        return Err(TokensError::Usage(
+        return Err(ContractError::Usage(
             "--kill-every needs --server-cmd (the tester must own the servers)".into(),
         ));
     }
     let mut owned = start(opts)?;
     let mut wire = Wire {
-        rt: crate::real::runtime().map_err(|e| TokensError::Usage(e.to_string()))?,
+        rt: crate::real::runtime().map_err(|e| ContractError::Usage(e.to_string()))?,
         http: Wire::client()?,
         bases: opts
             .urls

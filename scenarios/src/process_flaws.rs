@@ -505,14 +505,28 @@ fn run_participant(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessR
         let opts = participant_options(bug, program, planted)?;
         loadgen::participant::run(&opts).map_err(|e| e.to_string())
     };
-    let planted = once(true)?;
-    let control = once(false)?;
-    Ok(ProcessRow {
+    let (planted, control) = (once(true)?, once(false)?);
+    Ok(row(
         bug,
-        caught: first_violated(planted.checks()),
-        control_passed: control.passed(),
-        ids: (planted.messages, control.messages),
-    })
+        &planted.checks(),
+        &control.checks(),
+        (planted.messages, control.messages),
+    ))
+}
+
+/// The row of a contract entry from its planted and control runs' checks.
+fn row(
+    bug: &'static ProcessFlaw,
+    planted: &[reports::model::InvariantResult],
+    control: &[reports::model::InvariantResult],
+    answers: (u64, u64),
+) -> ProcessRow {
+    ProcessRow {
+        bug,
+        caught: first_violated(planted),
+        control_passed: control.iter().all(|c| c.verdict != Verdict::Violated),
+        ids: answers,
+    }
 }
 
 /// The `scenario tokens` run of a token entry, planted or not: the tester owns the servers
@@ -556,12 +570,11 @@ fn run_tokens(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, S
         let opts = tokens_options(bug, program, planted)?;
         loadgen::tokens::run(&opts).map_err(|e| e.to_string())
     };
-    let planted = once(true)?;
-    let control = once(false)?;
-    Ok(ProcessRow {
+    let (planted, control) = (once(true)?, once(false)?);
+    Ok(row(
         bug,
-        caught: first_violated(planted.checks()),
-        control_passed: control.passed(),
-        ids: (planted.accepted(), control.accepted()),
-    })
+        &planted.checks(),
+        &control.checks(),
+        (planted.accepted(), control.accepted()),
+    ))
 }

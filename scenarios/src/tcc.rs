@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use loadgen::participant::{ParticipantError, ParticipantOptions, ParticipantRun};
+use loadgen::participant::{ContractError, ParticipantOptions, ParticipantRun};
 use reports::model::Verdict;
 
 use crate::ids::{IdsExit, check_line};
@@ -94,6 +94,37 @@ pub fn admin_token(file: Option<&std::path::Path>) -> Result<Option<String>, Str
     }
 }
 
+/// Says why a contract run could not be made: exit 2.
+#[must_use]
+pub fn not_run(command: &str, e: &ContractError) -> IdsExit {
+    let hint = match e {
+        ContractError::Unreachable(_) => {
+            " (is it running, is the admin secret right, does it implement the contract of \
+             docs/own-service.md?)"
+        }
+        ContractError::Usage(_) => "",
+    };
+    eprintln!("scenario {command}: {e}{hint}");
+    IdsExit::Usage
+}
+
+/// Prints PASS or which checks failed; the exit that says so.
+#[must_use]
+pub fn verdict(checks: &[reports::model::InvariantResult]) -> IdsExit {
+    let violated: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.verdict == Verdict::Violated)
+        .map(|c| c.name.as_str())
+        .collect();
+    if violated.is_empty() {
+        println!("PASS");
+        IdsExit::Passed
+    } else {
+        println!("FAIL: {} violated", violated.join(", "));
+        IdsExit::Violated
+    }
+}
+
 /// Runs `scenario tcc`, printing what it does and finds.
 #[must_use]
 pub fn run(args: &TccArgs) -> IdsExit {
@@ -118,17 +149,7 @@ pub fn run(args: &TccArgs) -> IdsExit {
     );
     let run = match loadgen::participant::run(&opts) {
         Ok(run) => run,
-        Err(e) => {
-            let hint = match &e {
-                ParticipantError::Unreachable(_) => {
-                    " (is it running, is the admin secret right, does it implement the contract \
-                     of docs/own-service.md?)"
-                }
-                ParticipantError::Usage(_) => "",
-            };
-            eprintln!("scenario tcc: {e}{hint}");
-            return IdsExit::Usage;
-        }
+        Err(e) => return not_run("tcc", &e),
     };
     print_run(&run);
     if let Some(path) = &args.json
@@ -137,19 +158,7 @@ pub fn run(args: &TccArgs) -> IdsExit {
         eprintln!("scenario tcc: {e}");
         return IdsExit::Usage;
     }
-    if run.passed() {
-        println!("PASS");
-        IdsExit::Passed
-    } else {
-        let violated: Vec<String> = run
-            .checks()
-            .into_iter()
-            .filter(|c| c.verdict == Verdict::Violated)
-            .map(|c| c.name)
-            .collect();
-        println!("FAIL: {} violated", violated.join(", "));
-        IdsExit::Violated
-    }
+    verdict(&run.checks())
 }
 
 fn print_run(run: &ParticipantRun) {

@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-use loadgen::tokens::{TokensError, TokensOptions, TokensRun};
-use reports::model::Verdict;
+use loadgen::tokens::{TokensOptions, TokensRun};
 
 use crate::ids::{IdsExit, check_line};
 
@@ -88,17 +87,7 @@ pub fn run(args: &TokensArgs) -> IdsExit {
     );
     let run = match loadgen::tokens::run(&opts) {
         Ok(run) => run,
-        Err(e) => {
-            let hint = match &e {
-                TokensError::Unreachable(_) => {
-                    " (is it running, is the admin secret right, does it implement the contract \
-                     of docs/own-service.md?)"
-                }
-                TokensError::Usage(_) => "",
-            };
-            eprintln!("scenario tokens: {e}{hint}");
-            return IdsExit::Usage;
-        }
+        Err(e) => return crate::tcc::not_run("tokens", &e),
     };
     println!(
         "  consumes: {} accepted over {} tokens ({} tokens accepted more than once), {} with an \
@@ -118,19 +107,7 @@ pub fn run(args: &TokensArgs) -> IdsExit {
         eprintln!("scenario tokens: {e}");
         return IdsExit::Usage;
     }
-    if run.passed() {
-        println!("PASS");
-        IdsExit::Passed
-    } else {
-        let violated: Vec<String> = run
-            .checks()
-            .into_iter()
-            .filter(|c| c.verdict == Verdict::Violated)
-            .map(|c| c.name)
-            .collect();
-        println!("FAIL: {} violated", violated.join(", "));
-        IdsExit::Violated
-    }
+    crate::tcc::verdict(&run.checks())
 }
 
 fn write_json(path: &std::path::Path, args: &TokensArgs, run: &TokensRun) -> Result<(), String> {
