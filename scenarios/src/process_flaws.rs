@@ -36,6 +36,8 @@ pub enum Program {
     SutServerTokens,
     /// `tcc-compat`, a participant with Seata's fence table, tested by `scenario tcc`.
     TccCompat,
+    /// `redis-server` (on PATH) as an `INCR` counter, tested by `scenario ids --target redis`.
+    Redis,
 }
 
 impl Program {
@@ -45,6 +47,7 @@ impl Program {
         match self {
             Self::IdCompat(_) => "id-compat",
             Self::TccCompat => "tcc-compat",
+            Self::Redis => "redis-server",
             Self::SutServer
             | Self::SutServerSnowflake
             | Self::SutServerParticipant
@@ -70,6 +73,8 @@ pub struct ProcessFlaw {
     servers: usize,
     /// Server flags that plant the bug (the control runs without them).
     planted: &'static str,
+    /// Server flags of the control run only.
+    control: &'static str,
     /// Server flags of both runs.
     common: &'static str,
     /// Faults of both runs: which, every how long, for how long, and a clock step's size.
@@ -82,7 +87,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 10] = [
+pub const ENTRIES: [ProcessFlaw; 11] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -93,6 +98,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::IdCompat("leaf"),
         servers: 2,
         planted: "--planted-race",
+        control: "",
         common: "",
         faults: &[],
         every_ms: 0,
@@ -111,6 +117,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::IdCompat("tinyid"),
         servers: 1,
         planted: "--planted-reorder",
+        control: "",
         common: "--step 50 --race-window-ms 50",
         faults: &[],
         every_ms: 0,
@@ -129,6 +136,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::IdCompat("uid"),
         servers: 1,
         planted: "--planted-borrow",
+        control: "",
         common: "--seq-bits 6",
         faults: &[BlackBoxFault::Kill],
         every_ms: 1_500,
@@ -150,6 +158,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::TccCompat,
         servers: 1,
         planted: "--planted-fence-rollback",
+        control: "",
         common: "",
         faults: &[BlackBoxFault::Kill],
         every_ms: 0,
@@ -167,6 +176,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::SutServer,
         servers: 2,
         planted: "--flaw segment_no_version_check",
+        control: "",
         common: "--step-max 10",
         faults: &[],
         every_ms: 0,
@@ -184,6 +194,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::SutServerSnowflake,
         servers: 1,
         planted: "--flaw snowflake_seq_reset_first",
+        control: "",
         common: "",
         faults: &[BlackBoxFault::Clock],
         every_ms: 100,
@@ -202,12 +213,32 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::SutServer,
         servers: 2,
         planted: "--flaw counter_no_persist",
+        control: "",
         common: "--step-max 10",
         faults: &[BlackBoxFault::Kill],
         every_ms: 300,
         down_ms: 100,
         clock_step_ms: 0,
         monotonic: Monotonic::None,
+    },
+    ProcessFlaw {
+        name: "counter_everysec",
+        origin: "this catalog (`scenario flaws --list`), in a real Redis",
+        mechanism: "a Redis INCR counter with `appendfsync everysec` acknowledges before its \
+                    append-only file is synced; a power loss every second (every write not \
+                    fsynced dropped by the lost-writes filesystem under its --dir) makes it hand \
+                    out IDs again; the control syncs every write (`appendfsync always`)",
+        caught_by: "ids.unique",
+        program: Program::Redis,
+        servers: 1,
+        planted: "--appendfsync everysec",
+        control: "--appendfsync always",
+        common: "--appendonly yes --save ''",
+        faults: &[BlackBoxFault::PowerLoss],
+        every_ms: 1_000,
+        down_ms: 300,
+        clock_step_ms: 0,
+        monotonic: Monotonic::Global,
     },
     ProcessFlaw {
         name: "time_field_narrow",
@@ -219,6 +250,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::SutServerSnowflake,
         servers: 1,
         planted: "--flaw time_field_narrow",
+        control: "",
         common: "",
         faults: &[BlackBoxFault::Clock],
         every_ms: 1_000,
@@ -239,6 +271,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::SutServerParticipant,
         servers: 1,
         planted: "--flaw tcc_no_fence",
+        control: "",
         common: "",
         faults: &[BlackBoxFault::Kill],
         every_ms: 0,
@@ -257,6 +290,7 @@ pub const ENTRIES: [ProcessFlaw; 10] = [
         program: Program::SutServerTokens,
         servers: 2,
         planted: "--flaw once_check_then_delete",
+        control: "",
         common: "",
         faults: &[BlackBoxFault::Kill],
         every_ms: 0,
@@ -292,12 +326,17 @@ const PARTICIPANT_SEQUENCES: u64 = 30;
 const PARTICIPANT_STEPS: u64 = 40;
 const PARTICIPANT_KILL_EVERY: u64 = 50;
 
-/// Finds a server binary of `sut-server`'s package (`id-compat`, `sut-server`) beside the
-/// running program (or in its parent folder).
+/// Finds a server binary of `sut-server`'s package (`id-compat`, `tcc-compat`, `sut-server`)
+/// beside the running program (or in its parent folder), or `redis-server` on PATH.
 ///
 /// # Errors
 /// A message saying where it looked and how to build it.
 pub fn server_binary(name: &str) -> Result<PathBuf, String> {
+    if name == "redis-server" {
+        return cluster::redis_server_bin().ok_or_else(|| {
+            "redis-server not found on PATH (Debian: apt-get install redis-server)".to_owned()
+        });
+    }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut tried = Vec::new();
     for dir in exe.ancestors().skip(1).take(2) {
@@ -331,9 +370,18 @@ pub fn options(
     }
     let mut urls = Vec::new();
     let mut commands = Vec::new();
-    let flags = if planted { bug.planted } else { "" };
+    let flags = if planted { bug.planted } else { bug.control };
     for _ in 0..bug.servers {
         let port = cluster::free_port().map_err(|e| e.to_string())?;
+        if bug.program == Program::Redis {
+            urls.push(format!("redis://127.0.0.1:{port}/"));
+            commands.push(format!(
+                "exec {} --port {port} --bind 127.0.0.1 --dir {{data}} --daemonize no {} {flags}",
+                program.display(),
+                bug.common
+            ));
+            continue;
+        }
         let (path, args) = match bug.program {
             Program::IdCompat("uid") => ("/uid", "--api uid".to_owned()),
             Program::IdCompat(api) => ("", format!("--api {api} --tag orders --token bench")),
@@ -358,6 +406,7 @@ pub fn options(
             "orders",
         ),
         Program::IdCompat(_) => (Target::Http { pointer: None }, ""),
+        Program::Redis => (Target::Redis, "ids"),
         Program::SutServer => (
             Target::Http {
                 pointer: Some("/id".into()),
@@ -477,7 +526,7 @@ pub fn participant_options(
     planted: bool,
 ) -> Result<ParticipantOptions, String> {
     let port = cluster::free_port().map_err(|e| e.to_string())?;
-    let flags = if planted { bug.planted } else { "" };
+    let flags = if planted { bug.planted } else { bug.control };
     let token = loadgen::target::bench_admin_token();
     Ok(ParticipantOptions {
         url: format!("http://127.0.0.1:{port}"),
@@ -540,7 +589,7 @@ pub fn tokens_options(
     program: &Path,
     planted: bool,
 ) -> Result<TokensOptions, String> {
-    let flags = if planted { bug.planted } else { "" };
+    let flags = if planted { bug.planted } else { bug.control };
     let token = loadgen::target::bench_admin_token();
     let (mut urls, mut commands) = (Vec::new(), Vec::new());
     for _ in 0..bug.servers {

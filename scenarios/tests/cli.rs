@@ -260,7 +260,7 @@ fn flaws_lists_the_catalog_and_runs_one_flaw_to_a_violation() {
     assert_eq!(catalog.lines().count(), 13, "{text}");
     assert!(catalog.contains("twitter/snowflake issue #6"), "{text}");
     assert!(upstream.starts_with("process mode"), "{text}");
-    assert_eq!(upstream.matches("https://github.com/").count(), 3, "{text}");
+    assert_eq!(upstream.matches("https://github.com/").count(), 5, "{text}");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("flaws.json");

@@ -223,7 +223,11 @@ fn ids_help_lists_the_targets() {
 #[test]
 #[cfg_attr(
     not(has_faketime),
-    ignore = "libfaketime not installed (snowflake_seq_reset_first)"
+    ignore = "libfaketime not installed (snowflake_seq_reset_first, time_field_narrow)"
+)]
+#[cfg_attr(
+    not(has_fuse),
+    ignore = "no /dev/fuse (counter_everysec's power losses)"
 )]
 fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
     let list = scenario(&["flaws", "--list"]);
@@ -252,6 +256,7 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
             "participant.unchanged",
         ),
         ("counter_no_persist", "ids.unique"),
+        ("counter_everysec", "ids.unique"),
         ("time_field_narrow", "ids.monotonic"),
         ("tcc_no_fence", "participant.promises"),
         ("once_check_then_delete", "tokens.once"),
