@@ -792,14 +792,19 @@ fn changed(send: Send, t: &Transition, before: &View, after: &View) -> String {
     )
 }
 
-/// A fresh range of user, activity and draw numbers for each sequence of this run, far from
-/// any other run's (the participant's store keeps them).
-fn universe_base() -> u64 {
+/// Numbers (users, activities, draws) one run may use from its [`fresh_base`] on.
+pub const RUN_NUMBERS: u64 = 1 << 24;
+/// Most sequences of one run: each takes 2 × 1,024 numbers of the run's range.
+pub const SEQUENCES_MAX: u64 = RUN_NUMBERS / 2_048;
+
+/// A fresh range of [`RUN_NUMBERS`] numbers for this run, one of 2^22 slots from 2^40 on
+/// (below 2^47: within i64 everywhere), picked at random: the service's store keeps what earlier
+/// runs opened, and two runs share a slot with odds of one in four million.
+pub(crate) fn fresh_base() -> u64 {
     let nonce = crate::target::bench_admin_token()
         .bytes()
         .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    // 2^40 .. 2^50, room for 2^20 sequences of 1,024 numbers each; within i64 everywhere.
-    (1 << 40) + (nonce % (1 << 9)) * (1 << 40)
+    (1 << 40) + (nonce % (1 << 22)) * RUN_NUMBERS
 }
 
 /// Runs the hostile sequences on the participant.
@@ -813,8 +818,14 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
             "--kill-every needs --server-cmd (the tester must own the participant)".into(),
         ));
     }
+    if opts.sequences > SEQUENCES_MAX || opts.steps > 1_000 {
+        return Err(ContractError::Usage(format!(
+            "--sequences {} --steps {}: at most {SEQUENCES_MAX} sequences of 1,000 messages",
+            opts.sequences, opts.steps
+        )));
+    }
     let mut bench = Bench::start(opts)?;
-    let base = universe_base();
+    let base = fresh_base();
     let mut run = ParticipantRun::default();
     for index in 0..opts.sequences {
         let actions = sequence(opts.seed, index, opts.steps, opts.kill_every);

@@ -331,14 +331,6 @@ fn start(opts: &TokensOptions) -> Result<Option<Owned>, ContractError> {
     }))
 }
 
-/// A fresh user number per run, far from other runs' (the service's store keeps them).
-fn user_base() -> u64 {
-    let nonce = crate::target::bench_admin_token()
-        .bytes()
-        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    (1 << 40) + (nonce % (1 << 9)) * (1 << 40)
-}
-
 /// Runs the rounds.
 ///
 /// # Errors
@@ -348,6 +340,14 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
         return Err(ContractError::Usage(
             "give a --url, and --tokens and --consumers of at least 1".into(),
         ));
+    }
+    if opts.tokens > crate::participant::RUN_NUMBERS || opts.consumers > 256 {
+        return Err(ContractError::Usage(format!(
+            "--tokens {} --consumers {}: at most {} tokens and 256 consumers",
+            opts.tokens,
+            opts.consumers,
+            crate::participant::RUN_NUMBERS
+        )));
     }
     if opts.kill_every > 0 && opts.commands.is_empty() {
         return Err(ContractError::Usage(
@@ -365,7 +365,7 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
             .collect(),
         admin: opts.admin_token.clone(),
     };
-    let base = user_base();
+    let base = crate::participant::fresh_base();
     let mut out = TokensRun::default();
     for index in 0..opts.tokens {
         let user = base + index;
