@@ -37,7 +37,7 @@ pub const DRAWS: u64 = 8;
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a 503 or 429 answer is asked again before the run gives up.
-const BUSY_RETRIES: u32 = 20;
+pub(crate) const BUSY_RETRIES: u32 = 20;
 
 /// The three checks a run reports.
 pub const PROMISES: &str = "participant.promises";
@@ -418,31 +418,26 @@ impl Wire {
         body: Option<&serde_json::Value>,
     ) -> Result<(u16, String), ContractError> {
         let url = format!("{}{path}", self.base);
-        for _ in 0..BUSY_RETRIES {
-            let mut request = match body {
+        let make = || {
+            let request = match body {
                 Some(b) => self.http.post(&url).json(b),
                 None => self.http.get(&url),
             };
-            if let Some(t) = &self.token {
-                request = request.bearer_auth(t);
+            match &self.token {
+                Some(t) => request.bearer_auth(t),
+                None => request,
             }
-            let response = request.send().await.map_err(|e| {
-                ContractError::Unreachable(format!(
-                    "{url}: {} (the outcome is unknown: the run cannot judge it)",
-                    crate::blackbox::error_chain(&e)
-                ))
-            })?;
-            let status = response.status().as_u16();
-            let text = response.text().await.unwrap_or_default();
-            if status == 503 || status == 429 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            return Ok((status, text));
+        };
+        match send_retrying_busy(make).await {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => Err(ContractError::Unreachable(format!(
+                "{url}: still busy (503/429) after {BUSY_RETRIES} tries"
+            ))),
+            Err(e) => Err(ContractError::Unreachable(format!(
+                "{url}: {} (the outcome is unknown: the run cannot judge it)",
+                crate::blackbox::error_chain(&e)
+            ))),
         }
-        Err(ContractError::Unreachable(format!(
-            "{url}: still busy (503/429) after {BUSY_RETRIES} tries"
-        )))
     }
 
     fn admin(&self, path: &str, body: &serde_json::Value) -> Result<(), ContractError> {
@@ -465,6 +460,24 @@ impl Wire {
         serde_json::from_str(&text)
             .map_err(|e| ContractError::Unreachable(format!("GET /ledger: {e} in {text:.200}")))
     }
+}
+
+/// Sends the request `make` builds, again (50 ms apart, up to [`BUSY_RETRIES`] times) while
+/// the service answers 503 or 429, which the contracts say change nothing: the status and body,
+/// `None` when it stayed busy, or the transport error (the outcome is then unknown).
+pub(crate) async fn send_retrying_busy(
+    make: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<Option<(u16, String)>, reqwest::Error> {
+    for _ in 0..BUSY_RETRIES {
+        let response = make().send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        if status != 503 && status != 429 {
+            return Ok(Some((status, text)));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(None)
 }
 
 /// The body of `POST /tcc/branch`.

@@ -24,8 +24,6 @@ use reports::model::{InvariantResult, Verdict};
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often a 503 or 429 answer is asked again before it counts as unknown.
-const BUSY_RETRIES: u32 = 20;
 
 /// What to test and how hard.
 #[derive(Clone, Debug)]
@@ -235,21 +233,17 @@ impl Wire {
         body: &serde_json::Value,
     ) -> Option<(u16, String)> {
         let url = format!("{}{path}", self.bases[at % self.bases.len()]);
-        for _ in 0..BUSY_RETRIES {
-            let mut request = self.http.post(&url).json(body);
-            if let Some(b) = bearer {
-                request = request.bearer_auth(b);
+        let make = || {
+            let request = self.http.post(&url).json(body);
+            match bearer {
+                Some(b) => request.bearer_auth(b),
+                None => request,
             }
-            let response = request.send().await.ok()?;
-            let status = response.status().as_u16();
-            let text = response.text().await.ok()?;
-            if status == 503 || status == 429 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            return Some((status, text));
-        }
-        None
+        };
+        crate::participant::send_retrying_busy(make)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// A step that must succeed (issuing): the JSON answer's `field`.
