@@ -8,22 +8,29 @@
 //! - `pause`: SIGSTOP of a role process, SIGCONT `down_for` later;
 //! - `clock`: a role process's wall clock (libfaketime) stepped back or forward by seconds,
 //!   stepped home `down_for` later (a second step, the other way);
-//! - `partition`: one link (a process→PostgreSQL, or the coordinator→a participant or the
-//!   token service) refused or black-holed by its fault proxy;
+//! - `clock_strobe`: a role process's wall clock flipping between home and seconds away, every
+//!   100–400 ms, for `down_for`;
+//! - `clock_skew`: every role process's clock set seconds apart from the others (each its own
+//!   offset, back or forward), all home `down_for` later;
+//! - `partition`: one link (a process→PostgreSQL, the coordinator→a participant or the token
+//!   service, the clients→a process) refused, black-holed, or cut one way by its fault proxy;
+//! - `link_slow`: one link delayed (latency with jitter) or throttled (a bandwidth limit);
+//! - `link_break`: one link's connections reset mid-stream or left half-open (the server sees
+//!   the client leave, the client does not);
 //! - `power_loss`: PostgreSQL SIGKILLed, every write it had not synced dropped, restarted
 //!   through crash recovery `down_for` later;
 //! - `db_kill`: PostgreSQL SIGKILLed and restarted on its files.
 //!
 //! Every fault's observable effect is checked while it holds (the fault-coverage rule): the
 //! killed port refuses connections, the paused process does not answer, the process reports the
-//! stepped clock on `/health`, the proxy refused or swallowed something, the power loss dropped
-//! unsynced bytes. A kind none of whose faults took effect fails the run (`chaos.took_effect`).
+//! stepped clock on `/health` (a strobe both ways, a skew on at least two processes), the proxy
+//! refused, held, delayed, reset or half-opened something, the power loss dropped unsynced bytes. A kind none of whose faults took effect fails the run (`chaos.took_effect`).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cluster::{ClusterError, Deployment, LinkFault, RoleProcess};
+use cluster::{ClusterError, Deployment, Direction, LinkFault, RoleProcess};
 use reports::model::{FaultWindow, InvariantResult, Verdict};
 
 /// How long a probe waits for an answer.
@@ -40,8 +47,16 @@ pub enum ChaosFault {
     Pause,
     /// A wall-clock step of one process, then back.
     Clock,
-    /// A link refused or black-holed.
+    /// One process's wall clock flipping between two offsets.
+    ClockStrobe,
+    /// Every process's wall clock at an offset of its own.
+    ClockSkew,
+    /// A link refused, black-holed or cut one way.
     Partition,
+    /// A link delayed or throttled.
+    LinkSlow,
+    /// A link's connections reset mid-stream or left half-open.
+    LinkBreak,
     /// PostgreSQL loses what it did not sync.
     PowerLoss,
     /// PostgreSQL SIGKILLed and restarted.
@@ -50,11 +65,15 @@ pub enum ChaosFault {
 
 impl ChaosFault {
     /// Every kind, in the order they are named in files.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 10] = [
         Self::Kill,
         Self::Pause,
         Self::Clock,
+        Self::ClockStrobe,
+        Self::ClockSkew,
         Self::Partition,
+        Self::LinkSlow,
+        Self::LinkBreak,
         Self::PowerLoss,
         Self::DbKill,
     ];
@@ -66,7 +85,11 @@ impl ChaosFault {
             Self::Kill => "kill",
             Self::Pause => "pause",
             Self::Clock => "clock",
+            Self::ClockStrobe => "clock_strobe",
+            Self::ClockSkew => "clock_skew",
             Self::Partition => "partition",
+            Self::LinkSlow => "link_slow",
+            Self::LinkBreak => "link_break",
             Self::PowerLoss => "power_loss",
             Self::DbKill => "db_kill",
         }
@@ -384,7 +407,13 @@ fn apply(
             Ok((process.name(), "SIGSTOP, SIGCONT".into(), silent))
         }
         ChaosFault::Clock => clock_step(deployment, supervisor, process, rng, began + down_for),
-        ChaosFault::Partition => partition(deployment, supervisor, rng, began + down_for),
+        ChaosFault::ClockStrobe => {
+            clock_strobe(deployment, supervisor, process, rng, began + down_for)
+        }
+        ChaosFault::ClockSkew => clock_skew(deployment, supervisor, rng, began + down_for),
+        ChaosFault::Partition | ChaosFault::LinkSlow | ChaosFault::LinkBreak => {
+            link_fault(deployment, supervisor, kind, rng, began + down_for)
+        }
         ChaosFault::PowerLoss | ChaosFault::DbKill => {
             database(deployment, supervisor, kind, began + down_for)
         }
@@ -410,63 +439,212 @@ fn clock_step(
     let back = rng.below(2) == 0;
     let secs = 5 + i64::try_from(rng.below(if back { 26 } else { 56 })).unwrap_or(0);
     let step_ms = if back { -secs * 1000 } else { secs * 1000 };
-    let port = deployment
-        .service(process)
-        .ok_or_else(|| gone(process))?
-        .port();
-    let clock = deployment
-        .clock(process)
-        .ok_or_else(|| ClusterError::Command {
-            what: format!("clock step on {}", process.name()),
-            detail: "the deployment was started without its chaos hooks".into(),
-        })?;
-    clock.set_offset_ms(step_ms)?;
+    let port = port_of(deployment, process)?;
+    clock_of(deployment, process)?.set_offset_ms(step_ms)?;
     // The process reads the control file on every clock call (FAKETIME_NO_CACHE).
-    let seen_ms = health(port).map(|h| h.wall_clock_ms - real_now_ms());
+    let seen_ms = seen_offset_ms(port);
     supervisor.until(deployment, heal_at);
-    if let Some(clock) = deployment.clock(process) {
-        clock.set_offset_ms(0)?;
-    }
-    let took = seen_ms.is_some_and(|s| (s - step_ms).abs() <= CLOCK_SEEN_WITHIN_MS);
-    let seen = seen_ms.map_or_else(
-        || "not seen: no answer".to_owned(),
-        |s| format!("seen {:+.1} s", s as f64 / 1000.0),
-    );
+    clock_of(deployment, process)?.set_offset_ms(0)?;
+    let took = seen_ms.is_some_and(|s| near(s, step_ms));
     Ok((
         process.name(),
-        format!("clock {:+} s, {seen}, then home", step_ms / 1000),
+        format!("clock {:+} s, {}, then home", step_ms / 1000, seen(seen_ms)),
         took,
     ))
 }
 
-/// Refuses or black-holes one link for `down_for`.
-fn partition(
+/// Flips one process's clock between home and 5–20 s away (back or forward) every 100–400 ms
+/// until `heal_at`, probing `/health` after each flip; took effect when both positions were
+/// seen.
+fn clock_strobe(
     deployment: &mut Deployment,
     supervisor: &mut Supervisor,
+    process: RoleProcess,
+    rng: &mut Rng,
+    heal_at: Instant,
+) -> Result<(String, String, bool), ClusterError> {
+    let secs = 5 + i64::try_from(rng.below(16)).unwrap_or(0);
+    let away_ms = if rng.below(2) == 0 { -secs } else { secs } * 1000;
+    let period = Duration::from_millis(100 + rng.below(301) as u64);
+    let port = port_of(deployment, process)?;
+    let (mut flips, mut seen_away, mut seen_home) = (0_u32, false, false);
+    while Instant::now() < heal_at {
+        let away = flips % 2 == 0;
+        let offset_ms = if away { away_ms } else { 0 };
+        clock_of(deployment, process)?.set_offset_ms(offset_ms)?;
+        flips += 1;
+        if seen_offset_ms(port).is_some_and(|s| near(s, offset_ms)) {
+            seen_away |= away;
+            seen_home |= !away;
+        }
+        supervisor.until(deployment, (Instant::now() + period).min(heal_at));
+    }
+    clock_of(deployment, process)?.set_offset_ms(0)?;
+    let what = format!(
+        "clock strobe 0 ↔ {:+} s every {} ms, {flips} flips, seen {}",
+        away_ms / 1000,
+        period.as_millis(),
+        match (seen_away, seen_home) {
+            (true, true) => "both ways",
+            (true, false) => "away only",
+            (false, true) => "home only",
+            (false, false) => "neither",
+        }
+    );
+    Ok((process.name(), what, seen_away && seen_home))
+}
+
+/// Sets every process's clock to an offset of its own, 3–10 s back or forward, checks each on
+/// `/health`, holds, steps them all home; took effect when at least two processes showed their
+/// offsets.
+fn clock_skew(
+    deployment: &mut Deployment,
+    supervisor: &mut Supervisor,
+    rng: &mut Rng,
+    heal_at: Instant,
+) -> Result<(String, String, bool), ClusterError> {
+    let processes: Vec<RoleProcess> = deployment.services().map(|(w, _)| w).collect();
+    let mut shown = Vec::new();
+    let mut confirmed = 0_usize;
+    for &process in &processes {
+        let secs = 3 + i64::try_from(rng.below(8)).unwrap_or(0);
+        let offset_ms = if rng.below(2) == 0 { -secs } else { secs } * 1000;
+        let port = port_of(deployment, process)?;
+        clock_of(deployment, process)?.set_offset_ms(offset_ms)?;
+        let seen_ms = seen_offset_ms(port);
+        confirmed += usize::from(seen_ms.is_some_and(|s| near(s, offset_ms)));
+        shown.push(format!("{} {:+} s", process.name(), offset_ms / 1000));
+    }
+    supervisor.until(deployment, heal_at);
+    for &process in &processes {
+        clock_of(deployment, process)?.set_offset_ms(0)?;
+    }
+    let what = format!(
+        "clocks skewed ({}), {confirmed} of {} seen, then home",
+        shown.join(", "),
+        processes.len()
+    );
+    Ok(("every process".into(), what, confirmed >= 2))
+}
+
+fn port_of(deployment: &mut Deployment, process: RoleProcess) -> Result<u16, ClusterError> {
+    Ok(deployment
+        .service(process)
+        .ok_or_else(|| gone(process))?
+        .port())
+}
+
+fn clock_of(
+    deployment: &mut Deployment,
+    process: RoleProcess,
+) -> Result<&mut cluster::FakeClock, ClusterError> {
+    deployment
+        .clock(process)
+        .ok_or_else(|| ClusterError::Command {
+            what: format!("clock fault on {}", process.name()),
+            detail: "the deployment was started without its chaos hooks".into(),
+        })
+}
+
+/// How far the process's wall clock (its `/health`) is from the real one now, if it answers.
+fn seen_offset_ms(port: u16) -> Option<i64> {
+    health(port).map(|h| h.wall_clock_ms - real_now_ms())
+}
+
+const fn near(seen_ms: i64, offset_ms: i64) -> bool {
+    (seen_ms - offset_ms).abs() <= CLOCK_SEEN_WITHIN_MS
+}
+
+fn seen(seen_ms: Option<i64>) -> String {
+    seen_ms.map_or_else(
+        || "not seen: no answer".to_owned(),
+        |s| format!("seen {:+.1} s", s as f64 / 1000.0),
+    )
+}
+
+/// The proxy fault a link kind applies, drawn from the seed, with its name.
+fn draw_link_fault(kind: ChaosFault, rng: &mut Rng) -> (LinkFault, String) {
+    let pick = rng.below(4);
+    match kind {
+        ChaosFault::Partition => match pick {
+            0 => (LinkFault::Refuse, "refused".into()),
+            1 => (LinkFault::Blackhole, "black-holed".into()),
+            2 => (
+                LinkFault::OneWay {
+                    stall: Direction::Up,
+                },
+                "cut one way (requests held)".into(),
+            ),
+            _ => (
+                LinkFault::OneWay {
+                    stall: Direction::Down,
+                },
+                "cut one way (answers held)".into(),
+            ),
+        },
+        ChaosFault::LinkSlow if pick < 2 => {
+            let delay_ms = 20 + rng.below(181) as u64;
+            let jitter_ms = delay_ms / 2;
+            (
+                LinkFault::Latency {
+                    delay_ms,
+                    jitter_ms,
+                },
+                format!("latency {delay_ms} ± {jitter_ms} ms"),
+            )
+        }
+        ChaosFault::LinkSlow => {
+            let bytes_per_s = 2_000 + 1_000 * rng.below(19) as u64;
+            (
+                LinkFault::Bandwidth { bytes_per_s },
+                format!("bandwidth {} KB/s", bytes_per_s / 1000),
+            )
+        }
+        ChaosFault::LinkBreak if pick < 2 => {
+            let bytes = rng.below(2_049) as u64;
+            (
+                LinkFault::ResetAfter { bytes },
+                format!("reset after {bytes} bytes per connection"),
+            )
+        }
+        _ => (LinkFault::HalfOpen, "half-open".into()),
+    }
+}
+
+/// What a link fault's effect moves: a partition refuses, resets or holds; a slow link delays
+/// chunks; a break resets or half-opens connections.
+fn touched(kind: ChaosFault, e: cluster::ProxyEffects) -> u64 {
+    match kind {
+        ChaosFault::Partition => e.refusals + e.resets + e.held_bytes,
+        ChaosFault::LinkSlow => e.delayed_chunks,
+        _ => e.resets + e.half_opened,
+    }
+}
+
+/// Applies a link fault of `kind` to one link for `down_for`.
+fn link_fault(
+    deployment: &mut Deployment,
+    supervisor: &mut Supervisor,
+    kind: ChaosFault,
     rng: &mut Rng,
     heal_at: Instant,
 ) -> Result<(String, String, bool), ClusterError> {
     let links = deployment.links();
     if links.is_empty() {
         return Err(ClusterError::Command {
-            what: "partition".into(),
+            what: kind.name().into(),
             detail: "the deployment was started without its chaos hooks".into(),
         });
     }
     let at = rng.below(links.len());
-    let (fault, how) = if rng.below(2) == 0 {
-        (LinkFault::Refuse, "refused")
-    } else {
-        (LinkFault::Blackhole, "black-holed")
-    };
-    let touched = |e: cluster::ProxyEffects| e.refusals + e.resets + e.held_bytes;
-    let before = touched(links[at].1.effects());
+    let (fault, how) = draw_link_fault(kind, rng);
+    let before = touched(kind, links[at].1.effects());
     links[at].1.set(fault);
     supervisor.until(deployment, heal_at);
     let (link, proxy) = &deployment.links()[at];
     proxy.set(LinkFault::None);
-    let after = touched(proxy.effects());
-    Ok((link.name(), how.to_owned(), after > before))
+    let after = touched(kind, proxy.effects());
+    Ok((link.name(), how, after > before))
 }
 
 /// A power loss or a kill -9 of PostgreSQL, restarted `down_for` later.
@@ -613,6 +791,61 @@ mod tests {
         }
         let e = ChaosFault::parse("meteor").unwrap_err();
         assert!(e.contains("meteor") && e.contains("power_loss"), "{e}");
+    }
+
+    #[test]
+    fn each_link_kind_draws_every_proxy_fault_of_its_own_and_no_other() {
+        let mut rng = Rng(11);
+        let mut seen = std::collections::BTreeSet::new();
+        for kind in [
+            ChaosFault::Partition,
+            ChaosFault::LinkSlow,
+            ChaosFault::LinkBreak,
+        ] {
+            for _ in 0..200 {
+                let (fault, _) = draw_link_fault(kind, &mut rng);
+                let variant = match fault {
+                    LinkFault::Refuse | LinkFault::Blackhole | LinkFault::OneWay { .. } => {
+                        ChaosFault::Partition
+                    }
+                    LinkFault::Latency { .. } | LinkFault::Bandwidth { .. } => ChaosFault::LinkSlow,
+                    LinkFault::ResetAfter { .. } | LinkFault::HalfOpen => ChaosFault::LinkBreak,
+                    LinkFault::None => panic!("a fault that does nothing"),
+                };
+                assert_eq!(variant, kind, "{fault:?} drawn for {}", kind.name());
+                seen.insert(
+                    format!("{fault:?}")
+                        .split([' ', '{'])
+                        .next()
+                        .unwrap()
+                        .to_owned(),
+                );
+            }
+        }
+        // refuse, black hole, one-way, latency, bandwidth, reset, half-open.
+        assert_eq!(seen.len(), 7, "{seen:?}");
+    }
+
+    #[test]
+    fn a_link_fault_counts_only_its_own_effect() {
+        let slow = cluster::ProxyEffects {
+            delayed_chunks: 3,
+            ..Default::default()
+        };
+        let broken = cluster::ProxyEffects {
+            half_opened: 1,
+            ..Default::default()
+        };
+        let held = cluster::ProxyEffects {
+            held_bytes: 10,
+            ..Default::default()
+        };
+        assert_eq!(touched(ChaosFault::LinkSlow, slow), 3);
+        assert_eq!(touched(ChaosFault::LinkBreak, slow), 0);
+        assert_eq!(touched(ChaosFault::Partition, slow), 0);
+        assert_eq!(touched(ChaosFault::LinkBreak, broken), 1);
+        assert_eq!(touched(ChaosFault::LinkSlow, held), 0);
+        assert_eq!(touched(ChaosFault::Partition, held), 10);
     }
 
     #[test]

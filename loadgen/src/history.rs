@@ -240,6 +240,33 @@ pub struct Completions {
 }
 
 impl History {
+    /// The latency of every completed `f` operation (its completion's time minus its
+    /// invoke's) as a report's endpoint: percentiles, throughput and latency over time, and the
+    /// completions that were not `ok` by kind (`fail`: certainly not run; `info`: unknown
+    /// outcome). Times count from the history's start; `duration_s` is the run's length.
+    #[must_use]
+    pub fn endpoint_stats(&self, f: &str, duration_s: f64) -> reports::model::EndpointStats {
+        let mut recorder = crate::stats::EndpointRecorder::default();
+        let mut invoked_ns: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        for op in self.ops.iter().filter(|o| o.f == f) {
+            if op.op_type == OpType::Invoke {
+                invoked_ns.insert(op.process, op.time_ns);
+                continue;
+            }
+            let Some(at_ns) = invoked_ns.remove(&op.process) else {
+                continue;
+            };
+            let latency_us = op.time_ns.saturating_sub(at_ns) / 1_000;
+            let error = match op.op_type {
+                OpType::Fail => Some("fail (certainly not run)"),
+                OpType::Info => Some("info (unknown outcome)"),
+                OpType::Ok | OpType::Invoke => None,
+            };
+            recorder.record(at_ns / 1_000_000, latency_us, latency_us, latency_us, error);
+        }
+        recorder.stats(f, duration_s)
+    }
+
     /// The values of the `ok` completions of `f`, in history order.
     #[must_use]
     pub fn ok_values(&self, f: &str) -> Vec<i64> {

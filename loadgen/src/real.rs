@@ -78,6 +78,53 @@ pub struct IdRun {
     pub proxy: Option<cluster::ProxyEffects>,
     /// What the lost-writes filesystem did (power-loss runs).
     pub lost_writes: Option<cluster::LostFsEffects>,
+    /// Each fault: when, on what, which kind (times since the history started).
+    pub fault_windows: Vec<reports::model::FaultWindow>,
+}
+
+impl IdRun {
+    /// The run as a load report (for the HTML report): the latency of `generate` over time,
+    /// the fault windows on the system's (or the link's) lane, the checks.
+    #[must_use]
+    pub fn load_report(&self, scenario: &str, opts: &IdRunOptions) -> reports::model::LoadReport {
+        let duration_s = opts.duration.as_secs_f64();
+        reports::model::LoadReport {
+            scenario: scenario.to_owned(),
+            target: opts.system.name().to_owned(),
+            duration_s,
+            warmup_s: 0.0,
+            rate: None,
+            users: opts.clients,
+            endpoints: vec![self.history.endpoint_stats("generate", duration_s)],
+            server: Vec::new(),
+            fault_windows: self.fault_windows.clone(),
+            verification: vec![self.unique.clone(), self.took_effect.clone()],
+        }
+    }
+}
+
+impl IdSystem {
+    /// Its name in reports (`redis`, `postgres`).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::RedisIncr(_) => "redis",
+            Self::PostgresSequence | Self::PostgresSequenceStored => "postgres",
+        }
+    }
+}
+
+impl Fault {
+    /// Its name in scenario files and reports.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Kill => "kill",
+            Self::Pause => "pause",
+            Self::Partition => "partition",
+            Self::PowerLoss => "power_loss",
+        }
+    }
 }
 
 /// The key every Redis client increments.
@@ -217,6 +264,7 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
         proxy.as_ref().map_or(server.port(), |p| p.addr().port()),
     );
     let recorder = Arc::new(Recorder::new());
+    let began = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let clients = spawn_clients(
@@ -229,9 +277,15 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
     );
     let ends = Instant::now() + opts.duration;
     let mut faults = 0;
+    let mut fault_windows = Vec::new();
+    let target = match opts.fault {
+        Fault::Partition => format!("clients→{}", opts.system.name()),
+        Fault::Kill | Fault::Pause | Fault::PowerLoss => opts.system.name().to_owned(),
+    };
     let mut result = Ok(());
     while Instant::now() + opts.every < ends {
         thread::sleep(opts.every);
+        let start_s = began.elapsed().as_secs_f64();
         if let Err(e) = server.inject(opts.fault, proxy.as_ref()) {
             result = Err(e);
             break;
@@ -242,6 +296,13 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
             result = Err(e);
             break;
         }
+        fault_windows.push(reports::model::FaultWindow {
+            start_s,
+            end_s: began.elapsed().as_secs_f64(),
+            label: format!("{target}: {}", opts.fault.name()),
+            process: Some(target.clone()),
+            kind: Some(opts.fault.name().to_owned()),
+        });
     }
     if let Some(left) = ends.checked_duration_since(Instant::now()) {
         thread::sleep(left);
@@ -276,6 +337,7 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ClusterError> {
             Server::Redis(r) => r.lost_writes(),
             Server::Postgres(p) => p.lost_writes(),
         },
+        fault_windows,
     })
 }
 

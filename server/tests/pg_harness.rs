@@ -102,3 +102,44 @@ fn an_interrupted_owner_leaves_no_postgres_and_no_directory() {
     assert!(!alive(pid), "the child's PostgreSQL is gone after Ctrl-C");
     assert!(!data_dir.exists(), "and so is its directory");
 }
+
+/// A connection left half-open (PostgreSQL saw the client leave; the client's side stays open
+/// and nothing ever answers) is given up after `ROUND_TRIP_TIMEOUT`, with an error that says so,
+/// and the store's next operation runs on a new connection. Before, the store waited forever,
+/// holding its lock: `cluster_chaos`'s `link_break` fault on a database link.
+#[test]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+fn a_half_open_connection_is_given_up_and_the_store_reconnects() {
+    use cluster::{LinkFault, Proxy};
+    let server = Postgres::start().expect("start PostgreSQL");
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], server.port()));
+    let proxy = Proxy::start(upstream, 7).expect("proxy");
+    let url = server.url_via("postgres", proxy.addr().port());
+    let mut conn = pg::PgConn::open(&url, "CREATE TABLE IF NOT EXISTS t (v BIGINT)").expect("open");
+    conn.execute_alone("INSERT INTO t VALUES (1)", &[])
+        .expect("a statement before the fault");
+
+    proxy.set(LinkFault::HalfOpen);
+    let began = std::time::Instant::now();
+    let e = conn
+        .execute_alone("INSERT INTO t VALUES (2)", &[])
+        .expect_err("no answer on a half-open connection");
+    let waited = began.elapsed();
+    assert!(e.connection_lost, "{e}");
+    assert!(e.message.contains("no answer"), "{e}");
+    assert!(
+        waited >= pg::ROUND_TRIP_TIMEOUT && waited < pg::ROUND_TRIP_TIMEOUT * 3,
+        "gave up after {waited:?}"
+    );
+    assert!(proxy.effects().half_opened >= 1, "{:?}", proxy.effects());
+
+    proxy.set(LinkFault::None);
+    conn.execute_alone("INSERT INTO t VALUES (3)", &[])
+        .expect("a new connection once healed");
+    let direct = pg::connect(&server.url()).expect("connect");
+    let rows =
+        futures_executor::block_on(direct.query("SELECT v FROM t ORDER BY v", &[])).expect("read");
+    let values: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    // The statement sent into the half-open connection never reached PostgreSQL.
+    assert_eq!(values, vec![1, 3]);
+}

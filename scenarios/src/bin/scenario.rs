@@ -552,7 +552,7 @@ fn foreign_flags(args: &RunArgs, kind: RunKind) -> Option<Vec<&'static str>> {
         ("--rate", args.rate.is_some(), &[Load]),
         ("--users", args.users.is_some(), &[Load]),
         ("--host", args.host.is_some(), &[Load]),
-        ("--report", args.report.is_some(), &[Simulation, Load]),
+        ("--report", args.report.is_some(), &[Simulation, Load, Real]),
         ("--flaw", args.flaw.is_some(), &[Simulation, Load]),
         ("--history-edn", args.history_edn.is_some(), &[Real]),
     ];
@@ -681,6 +681,15 @@ fn real(name: &str, args: &RunArgs) -> ExitCode {
             eprintln!("scenario: cannot write {}: {e}", path.display());
             return ExitCode::from(USAGE);
         }
+    }
+    if let Some(dir) = &args.report {
+        let summary = reports::model::Summary::new(format!("scenario {}", scenario.name))
+            .with(run.load_report(&scenario.name, o));
+        if let Err(e) = write_reports(dir, &summary) {
+            eprintln!("scenario: cannot write the report: {e}");
+            return ExitCode::from(USAGE);
+        }
+        println!("  report: {}", dir.join("index.html").display());
     }
     if !violated.is_empty() {
         println!("FAIL: {}: {} violated", scenario.name, violated.join(", "));

@@ -246,10 +246,9 @@ const LEASE_COLUMNS: &str =
 
 fn lease_from_row(r: &Row) -> Result<LeaseRow, DbError> {
     Ok(LeaseRow {
-        tag: r.try_get(0).map_err(|e| DbError {
-            message: format!("column tag: {e}"),
-            retryable: false,
-        })?,
+        tag: r
+            .try_get(0)
+            .map_err(|e| DbError::fatal(format!("column tag: {e}")))?,
         segment: Segment {
             start: get_u64(r, 1, "seg_start")?,
             end: get_u64(r, 2, "seg_end")?,
@@ -270,10 +269,9 @@ fn read_lease(tx: &mut Tx<'_>, tag: &str, segment_start: u64) -> Result<Option<L
 }
 
 fn worker_from_row(r: &Row, first: usize) -> Result<WorkerRow, DbError> {
-    let holder: Option<i64> = r.try_get(first).map_err(|e| DbError {
-        message: format!("column holder: {e}"),
-        retryable: false,
-    })?;
+    let holder: Option<i64> = r
+        .try_get(first)
+        .map_err(|e| DbError::fatal(format!("column holder: {e}")))?;
     Ok(WorkerRow {
         holder: holder
             .map(|h| super::from_sql(h, "holder").map(InstanceId))
@@ -285,10 +283,7 @@ fn worker_from_row(r: &Row, first: usize) -> Result<WorkerRow, DbError> {
 
 fn worker_id_of(r: &Row) -> Result<u32, DbError> {
     let id = get_u64(r, 0, "worker_id")?;
-    u32::try_from(id).map_err(|_| DbError {
-        message: format!("corrupt row: worker id {id}"),
-        retryable: false,
-    })
+    u32::try_from(id).map_err(|_| DbError::fatal(format!("corrupt row: worker id {id}")))
 }
 
 /// The worker rows of `namespace` with ids below `worker_count`.

@@ -51,7 +51,39 @@ pub struct DbError {
     pub message: String,
     /// A serialization failure or deadlock: the transaction did nothing and may be retried.
     pub retryable: bool,
+    /// The connection cannot be trusted any more (it closed, failed, or gave no answer within
+    /// [`ROUND_TRIP_TIMEOUT`]): the store drops it and reconnects on its next operation.
+    pub connection_lost: bool,
 }
+
+impl DbError {
+    /// A failure that retrying will not mend, on a connection still good.
+    #[must_use]
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retryable: false,
+            connection_lost: false,
+        }
+    }
+
+    fn no_answer(what: &str) -> Self {
+        Self {
+            message: format!(
+                "postgres: no answer to {what} within {} s (the connection is given up)",
+                ROUND_TRIP_TIMEOUT.as_secs()
+            ),
+            retryable: false,
+            connection_lost: true,
+        }
+    }
+}
+
+/// How long one call to PostgreSQL (a connect, a statement, a commit) may take before its
+/// connection is given up as dead. A connection whose peer went away without a word
+/// (half-open: the server closed it, a middlebox still acknowledges) never answers, and TCP
+/// keepalive cannot see it; without this a store would wait on it forever, holding its lock.
+pub const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl std::fmt::Display for DbError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,7 +101,14 @@ impl From<tokio_postgres::Error> for DbError {
             || format!("postgres: {e}"),
             |db| format!("postgres: {} ({})", db.message(), db.code().code()),
         );
-        Self { message, retryable }
+        // Anything but an answer from the server (an I/O error, a closed connection) leaves the
+        // connection in an unknown state.
+        let connection_lost = e.as_db_error().is_none();
+        Self {
+            message,
+            retryable,
+            connection_lost,
+        }
     }
 }
 
@@ -95,9 +134,21 @@ pub fn io_runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Runs `fut` to completion on the calling thread (its I/O is driven by [`io_runtime`]).
-fn block<F: std::future::Future>(fut: F) -> F::Output {
-    futures_executor::block_on(fut)
+/// Runs `fut` to completion on the calling thread (its I/O is driven by [`io_runtime`]), or
+/// gives up after [`ROUND_TRIP_TIMEOUT`].
+fn block<T, E: Into<DbError>>(
+    what: &str,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, DbError> {
+    // The timer belongs to the I/O runtime, whose thread drives it; this thread only waits.
+    let timed = {
+        let _context = io_runtime().enter();
+        tokio::time::timeout(ROUND_TRIP_TIMEOUT, fut)
+    };
+    match futures_executor::block_on(timed) {
+        Ok(result) => result.map_err(Into::into),
+        Err(_elapsed) => Err(DbError::no_answer(what)),
+    }
 }
 
 /// Opens one connection to `url` (`postgres://user@host:port/db`).
@@ -105,25 +156,35 @@ fn block<F: std::future::Future>(fut: F) -> F::Output {
 /// # Errors
 /// The URL is malformed or the server cannot be reached.
 pub fn connect(url: &str) -> Result<Client, DbError> {
-    let config: tokio_postgres::Config = url.parse().map_err(|e| DbError {
-        message: format!("bad PostgreSQL URL `{url}`: {e}"),
-        retryable: false,
-    })?;
+    open_connection(url).map(|(client, _task)| client)
+}
+
+/// A connection and the handle of the task that drives it (aborted when the connection is
+/// given up: a task waiting on a peer that will never answer would otherwise stay forever).
+fn open_connection(url: &str) -> Result<(Client, tokio::task::AbortHandle), DbError> {
+    let config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| DbError::fatal(format!("bad PostgreSQL URL `{url}`: {e}")))?;
     let task = io_runtime().spawn(async move {
         let (client, connection) = config.connect(NoTls).await?;
-        tokio::spawn(async move {
+        let driver = tokio::spawn(async move {
             // The connection ends when the client is dropped or the server goes away; the
             // client then reports it closed and the store reconnects.
             let _ = connection.await;
         });
-        Ok::<_, tokio_postgres::Error>(client)
+        Ok::<_, tokio_postgres::Error>((client, driver.abort_handle()))
     });
-    match block(task) {
+    let abort = task.abort_handle();
+    let joined = block("a connect", async {
+        task.await
+            .map_err(|join| DbError::fatal(format!("postgres connect task: {join}")))
+    });
+    match joined {
         Ok(result) => result.map_err(DbError::from),
-        Err(join) => Err(DbError {
-            message: format!("postgres connect task: {join}"),
-            retryable: false,
-        }),
+        Err(e) => {
+            abort.abort();
+            Err(e)
+        }
     }
 }
 
@@ -134,15 +195,20 @@ pub fn connect(url: &str) -> Result<Client, DbError> {
 /// Connection failures, a bad name.
 pub fn create_database(admin_url: &str, name: &str) -> Result<(), DbError> {
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        return Err(DbError {
-            message: format!("database name `{name}`: use letters, digits and `_`"),
-            retryable: false,
-        });
+        return Err(DbError::fatal(format!(
+            "database name `{name}`: use letters, digits and `_`"
+        )));
     }
     let client = connect(admin_url)?;
-    let exists = block(client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]))?;
+    let exists = block(
+        "a catalog query",
+        client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]),
+    )?;
     if exists.is_none() {
-        block(client.batch_execute(&format!("CREATE DATABASE {name}")))?;
+        block(
+            "CREATE DATABASE",
+            client.batch_execute(&format!("CREATE DATABASE {name}")),
+        )?;
     }
     Ok(())
 }
@@ -168,6 +234,8 @@ pub fn url_with_database(url: &str, name: &str) -> String {
 pub struct PgConn {
     url: String,
     client: Option<Client>,
+    /// The task driving `client`'s connection.
+    driver: Option<tokio::task::AbortHandle>,
     statements: HashMap<String, Statement>,
     /// A session advisory lock taken on every (re)connect: the connection is this process's
     /// claim to the database (see [`PgConn::claim`]).
@@ -192,6 +260,7 @@ impl PgConn {
         let mut conn = Self {
             url: url.to_owned(),
             client: None,
+            driver: None,
             statements: HashMap::new(),
             claim: None,
         };
@@ -216,23 +285,41 @@ impl PgConn {
         if self.client.as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(());
         }
-        self.statements.clear();
-        self.client = None;
-        let client = connect(&self.url)?;
+        self.drop_connection();
+        let (client, driver) = open_connection(&self.url)?;
+        self.driver = Some(driver);
         if let Some(key) = self.claim {
-            let row = block(client.query_one("SELECT pg_try_advisory_lock($1)", &[&key]))?;
+            let row = block(
+                "the claim",
+                client.query_one("SELECT pg_try_advisory_lock($1)", &[&key]),
+            )
+            .map_err(|e| self.forget_if_lost(e))?;
             if !row.get::<_, bool>(0) {
-                return Err(DbError {
-                    message: format!(
-                        "the database is claimed by another process (advisory lock {key}): \
+                return Err(DbError::fatal(format!(
+                    "the database is claimed by another process (advisory lock {key}): \
                          one writer per journal"
-                    ),
-                    retryable: false,
-                });
+                )));
             }
         }
         self.client = Some(client);
         Ok(())
+    }
+
+    /// Gives the connection up (the next operation opens a new one).
+    fn drop_connection(&mut self) {
+        self.statements.clear();
+        self.client = None;
+        if let Some(driver) = self.driver.take() {
+            driver.abort();
+        }
+    }
+
+    /// Passes `e` on, first giving the connection up if `e` says it cannot be trusted.
+    fn forget_if_lost(&mut self, e: DbError) -> DbError {
+        if e.connection_lost {
+            self.drop_connection();
+        }
+        e
     }
 
     /// The URL it connects to.
@@ -257,10 +344,13 @@ impl PgConn {
         loop {
             attempt += 1;
             let client = self.client()?;
-            match block(client.batch_execute(sql)) {
+            let answered = block("a batch", async {
+                Ok::<_, DbError>(client.batch_execute(sql).await)
+            });
+            match answered.map_err(|e| self.forget_if_lost(e))? {
                 Ok(()) => return Ok(()),
                 Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && attempt < 5 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(self.forget_if_lost(e.into())),
             }
         }
     }
@@ -272,17 +362,22 @@ impl PgConn {
     /// # Errors
     /// Database failures (not retried).
     pub fn execute_alone(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, DbError> {
+        self.execute_once(sql, params)
+            .map_err(|e| self.forget_if_lost(e))
+    }
+
+    fn execute_once(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, DbError> {
         self.ensure_connected()?;
         let client = self.client.as_mut().expect("connected just above");
         let statement = match self.statements.get(sql) {
             Some(s) => s.clone(),
             None => {
-                let prepared = block(client.prepare(sql))?;
+                let prepared = block("a prepare", client.prepare(sql))?;
                 self.statements.insert(sql.to_owned(), prepared.clone());
                 prepared
             }
         };
-        Ok(block(client.execute(&statement, params))?)
+        block("a statement", client.execute(&statement, params))
     }
 
     /// Runs `op` in one SERIALIZABLE transaction, committing when it returns `Ok`; retries the
@@ -297,7 +392,10 @@ impl PgConn {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let outcome = self.attempt(&mut op);
+            let (outcome, lost) = self.attempt(&mut op);
+            if lost {
+                self.drop_connection();
+            }
             match outcome {
                 Attempt::Done(result) => return result,
                 Attempt::Retry(_) if attempt < TX_ATTEMPTS_MAX => {
@@ -309,16 +407,18 @@ impl PgConn {
         }
     }
 
+    /// One try of `op`; also whether the connection was lost on the way.
     fn attempt<T, E: From<DbError>>(
         &mut self,
         op: &mut impl FnMut(&mut Tx<'_>) -> Result<T, E>,
-    ) -> Attempt<T, E> {
+    ) -> (Attempt<T, E>, bool) {
         if let Err(e) = self.ensure_connected() {
-            return Attempt::Done(Err(e.into()));
+            return (Attempt::Done(Err(e.into())), false);
         }
         let statements = &mut self.statements;
         let client = self.client.as_mut().expect("connected just above");
         let begun = block(
+            "a BEGIN",
             client
                 .build_transaction()
                 .isolation_level(IsolationLevel::Serializable)
@@ -326,31 +426,33 @@ impl PgConn {
         );
         let tx = match begun {
             Ok(tx) => tx,
-            Err(e) => return Attempt::Done(Err(DbError::from(e).into())),
+            Err(e) => {
+                let lost = e.connection_lost;
+                return (Attempt::Done(Err(e.into())), lost);
+            }
         };
         let mut wrapped = Tx {
             tx,
             statements,
             retryable: None,
+            lost: false,
         };
         let result = op(&mut wrapped);
         if let Some(e) = wrapped.retryable.take() {
-            return Attempt::Retry(e);
+            return (Attempt::Retry(e), wrapped.lost);
         }
+        let lost = wrapped.lost;
         match result {
-            Ok(value) => match block(wrapped.tx.commit()) {
-                Ok(()) => Attempt::Done(Ok(value)),
+            Ok(value) => match block("a COMMIT", wrapped.tx.commit()) {
+                Ok(()) => (Attempt::Done(Ok(value)), lost),
+                Err(e) if e.retryable => (Attempt::Retry(e), lost),
                 Err(e) => {
-                    let e = DbError::from(e);
-                    if e.retryable {
-                        Attempt::Retry(e)
-                    } else {
-                        Attempt::Done(Err(e.into()))
-                    }
+                    let lost = lost || e.connection_lost;
+                    (Attempt::Done(Err(e.into())), lost)
                 }
             },
             // Dropping the transaction rolls it back.
-            Err(e) => Attempt::Done(Err(e)),
+            Err(e) => (Attempt::Done(Err(e)), lost),
         }
     }
 }
@@ -372,6 +474,8 @@ pub struct Tx<'a> {
     tx: tokio_postgres::Transaction<'a>,
     statements: &'a mut HashMap<String, Statement>,
     retryable: Option<DbError>,
+    /// A call found the connection lost (the store gives it up once the transaction is over).
+    lost: bool,
 }
 
 impl std::fmt::Debug for Tx<'_> {
@@ -384,8 +488,8 @@ impl std::fmt::Debug for Tx<'_> {
 pub type Param<'p> = &'p (dyn ToSql + Sync);
 
 impl Tx<'_> {
-    fn note(&mut self, e: tokio_postgres::Error) -> DbError {
-        let e = DbError::from(e);
+    fn note(&mut self, e: DbError) -> DbError {
+        self.lost |= e.connection_lost;
         if e.retryable && self.retryable.is_none() {
             self.retryable = Some(e.clone());
         }
@@ -396,7 +500,7 @@ impl Tx<'_> {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
-        let prepared = block(self.tx.prepare(sql)).map_err(|e| self.note(e))?;
+        let prepared = block("a prepare", self.tx.prepare(sql)).map_err(|e| self.note(e))?;
         self.statements.insert(sql.to_owned(), prepared.clone());
         Ok(prepared)
     }
@@ -407,7 +511,7 @@ impl Tx<'_> {
     /// Database failures.
     pub fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64, DbError> {
         let statement = self.statement(sql)?;
-        block(self.tx.execute(&statement, params)).map_err(|e| self.note(e))
+        block("a statement", self.tx.execute(&statement, params)).map_err(|e| self.note(e))
     }
 
     /// Runs a query; returns its rows.
@@ -416,7 +520,7 @@ impl Tx<'_> {
     /// Database failures.
     pub fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, DbError> {
         let statement = self.statement(sql)?;
-        block(self.tx.query(&statement, params)).map_err(|e| self.note(e))
+        block("a query", self.tx.query(&statement, params)).map_err(|e| self.note(e))
     }
 
     /// Runs a query of at most one row.
@@ -425,7 +529,7 @@ impl Tx<'_> {
     /// Database failures, more than one row.
     pub fn query_opt(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Option<Row>, DbError> {
         let statement = self.statement(sql)?;
-        block(self.tx.query_opt(&statement, params)).map_err(|e| self.note(e))
+        block("a query", self.tx.query_opt(&statement, params)).map_err(|e| self.note(e))
     }
 }
 
@@ -441,10 +545,7 @@ pub fn to_sql(v: u64) -> i64 {
 /// # Errors
 /// A negative value (a corrupt row).
 pub fn from_sql(v: i64, what: &str) -> Result<u64, DbError> {
-    u64::try_from(v).map_err(|_| DbError {
-        message: format!("corrupt row: negative {what} {v}"),
-        retryable: false,
-    })
+    u64::try_from(v).map_err(|_| DbError::fatal(format!("corrupt row: negative {what} {v}")))
 }
 
 /// Column `index` of `row` as a `u64`.
@@ -452,10 +553,9 @@ pub fn from_sql(v: i64, what: &str) -> Result<u64, DbError> {
 /// # Errors
 /// A wrong type or a negative value.
 pub fn get_u64(row: &Row, index: usize, what: &str) -> Result<u64, DbError> {
-    let v: i64 = row.try_get(index).map_err(|e| DbError {
-        message: format!("column {what}: {e}"),
-        retryable: false,
-    })?;
+    let v: i64 = row
+        .try_get(index)
+        .map_err(|e| DbError::fatal(format!("column {what}: {e}")))?;
     from_sql(v, what)
 }
 

@@ -101,10 +101,8 @@ fn corrupt(what: &str) -> TokenStoreError {
 
 /// Column `index` of `row`.
 fn column<'r, T: FromSql<'r>>(row: &'r Row, index: usize, what: &str) -> Result<T, DbError> {
-    row.try_get(index).map_err(|e| DbError {
-        message: format!("column {what}: {e}"),
-        retryable: false,
-    })
+    row.try_get(index)
+        .map_err(|e| DbError::fatal(format!("column {what}: {e}")))
 }
 
 /// The name of `table`, as `tok_rows` and the SQL know it.
