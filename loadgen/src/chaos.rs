@@ -621,6 +621,35 @@ fn touched(kind: ChaosFault, e: cluster::ProxyEffects) -> u64 {
     }
 }
 
+/// How long the nemesis watches the links' traffic before it picks one to fault.
+const BUSY_WATCH: Duration = Duration::from_millis(250);
+
+/// The links that carried bytes during [`BUSY_WATCH`] (every link when none did). A fault on a
+/// link nothing uses has no effect to see: the nemesis, like a Jepsen nemesis choosing its
+/// targets, cuts a link in use.
+fn busy_links(deployment: &mut Deployment, supervisor: &mut Supervisor) -> Vec<usize> {
+    let traffic = |d: &Deployment| -> Vec<u64> {
+        d.links()
+            .iter()
+            .map(|(_, p)| {
+                let e = p.effects();
+                e.bytes_up + e.bytes_down + e.connections
+            })
+            .collect()
+    };
+    let before = traffic(deployment);
+    supervisor.until(deployment, Instant::now() + BUSY_WATCH);
+    let after = traffic(deployment);
+    let busy: Vec<usize> = (0..after.len())
+        .filter(|&i| before.get(i).is_some_and(|b| after[i] > *b))
+        .collect();
+    if busy.is_empty() {
+        (0..after.len()).collect()
+    } else {
+        busy
+    }
+}
+
 /// Applies a link fault of `kind` to one link for `down_for`.
 fn link_fault(
     deployment: &mut Deployment,
@@ -636,8 +665,10 @@ fn link_fault(
             detail: "the deployment was started without its chaos hooks".into(),
         });
     }
-    let at = rng.below(links.len());
+    let busy = busy_links(deployment, supervisor);
+    let at = busy[rng.below(busy.len())];
     let (fault, how) = draw_link_fault(kind, rng);
+    let links = deployment.links();
     let before = touched(kind, links[at].1.effects());
     links[at].1.set(fault);
     supervisor.until(deployment, heal_at);

@@ -630,6 +630,41 @@ mod tests {
     }
 
     #[test]
+    fn endpoint_stats_pair_each_completion_with_its_invoke() {
+        let op = |process, op_type, time_ns| Op {
+            index: 0,
+            process,
+            op_type,
+            f: "generate".into(),
+            value: None,
+            time_ns,
+            error: None,
+        };
+        let h = History {
+            ops: vec![
+                op(0, OpType::Invoke, 1_000_000),
+                op(1, OpType::Invoke, 2_000_000),
+                // process 0: 4 ms, ok; process 1: 1,500 ms, unknown outcome.
+                op(0, OpType::Ok, 5_000_000),
+                op(0, OpType::Invoke, 6_000_000),
+                op(0, OpType::Fail, 7_000_000),
+                op(1, OpType::Info, 1_502_000_000),
+                // A completion with no invoke (a truncated history) is not a request.
+                op(2, OpType::Ok, 1_600_000_000),
+            ],
+        };
+        let e = h.endpoint_stats("generate", 2.0);
+        assert_eq!(e.requests, 3);
+        assert_eq!(e.errors.get("info (unknown outcome)"), Some(&1));
+        assert_eq!(e.errors.get("fail (certainly not run)"), Some(&1));
+        assert!((e.throughput_rps - 1.5).abs() < 1e-9);
+        // The slowest request took 1.5 s; the fastest 1 ms.
+        assert!(e.corrected.max_us >= 1_499_000, "{:?}", e.corrected);
+        assert!(e.corrected.p50_us <= 4_100, "{:?}", e.corrected);
+        assert_eq!(h.endpoint_stats("read", 2.0).requests, 0);
+    }
+
+    #[test]
     fn a_jepsen_written_line_reads_with_its_extra_keys_ignored() {
         let line =
             "{:type :ok, :f :generate, :value 3, :time 1234, :process 7, :index 9, :node \"n1\"}";
