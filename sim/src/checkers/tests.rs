@@ -424,6 +424,21 @@ fn agreement_fires_when_a_branch_contradicts_the_reported_outcome() {
 }
 
 #[test]
+fn agreement_judges_only_final_outcomes_a_parked_draw_goes_on() {
+    // Parked, then dead-lettered, then confirmed once the operator retried it: one outcome.
+    let verdict = sut::lottery::Verdict::Confirm;
+    let h = history(vec![
+        outcome(1, DrawOutcome::Parked { verdict }),
+        outcome(1, DrawOutcome::DeadLettered { verdict }),
+        outcome(1, DrawOutcome::Confirmed { won: true }),
+    ]);
+    assert_eq!(
+        lottery_result(&h, &good_ledger(), "lottery.agreement"),
+        Ok(())
+    );
+}
+
+#[test]
 fn a_dead_letter_after_the_heal_fires_one_before_it_does_not() {
     let dead = || {
         outcome(

@@ -281,10 +281,15 @@ fn first_duplicate(
 pub fn agreement(events: &[DrawEvent], ledgers: &[&Ledger]) -> Result<(), LotteryViolation> {
     let mut finals: BTreeMap<Xid, (&'static str, usize)> = BTreeMap::new();
     for (event_index, e) in events.iter().enumerate() {
-        let outcome = match e.outcome {
-            DrawOutcome::Confirmed { .. } => "confirmed",
-            DrawOutcome::Cancelled { .. } => "cancelled",
-            DrawOutcome::Parked { .. } | DrawOutcome::DeadLettered { .. } => continue,
+        // Parked and dead-lettered draws go on: only a final outcome is judged (one place says
+        // which outcomes are final).
+        if !e.outcome.is_final() {
+            continue;
+        }
+        let outcome = if matches!(e.outcome, DrawOutcome::Confirmed { .. }) {
+            "confirmed"
+        } else {
+            "cancelled"
         };
         let xid = e.draw.xid;
         match finals.get(&xid) {
