@@ -2,7 +2,8 @@
 //! processes of a [`Deployment`] started with its chaos hooks, while the load runs.
 //!
 //! One fault at a time, `every` apart, each held `down_for` and then healed; the kinds take turns
-//! in an order drawn from the seed, and so do their targets:
+//! in an order drawn from the seed, and so do their targets; a kind whose fault had no effect
+//! comes again at the end of the round:
 //!
 //! - `kill`: SIGKILL of a role process, restarted on its database `down_for` later;
 //! - `pause`: SIGSTOP of a role process, SIGCONT `down_for` later;
@@ -363,6 +364,12 @@ pub fn run_nemesis(
             kind.name(),
             fault.window().label
         );
+        // A kind whose fault had no effect to see (a link idle for the whole hold, a process
+        // that could not answer its probe) comes again at the end of this round, so that every
+        // kind gets its chance to take effect; the attempt stays in the record.
+        if !took_effect && !round.contains(&kind) {
+            round.push(kind);
+        }
         applied.push(fault);
         next_at = Instant::now() + opts.every;
     }
