@@ -341,10 +341,12 @@ pub fn run_nemesis(
     let mut applied = Vec::new();
     let mut next_at = first;
     let mut round: Vec<ChaosFault> = Vec::new();
+    let mut again = std::collections::BTreeSet::new();
     while next_at + opts.down_for <= until {
         supervisor.until(deployment, next_at);
         if round.is_empty() {
             round = rng.shuffled(&opts.faults);
+            again.clear();
         }
         let kind = round.remove(0);
         let start_s = started.elapsed().as_secs_f64();
@@ -365,9 +367,10 @@ pub fn run_nemesis(
             fault.window().label
         );
         // A kind whose fault had no effect to see (a link idle for the whole hold, a process
-        // that could not answer its probe) comes again at the end of this round, so that every
-        // kind gets its chance to take effect; the attempt stays in the record.
-        if !took_effect && !round.contains(&kind) {
+        // that could not answer its probe) comes again once at the end of this round, so that
+        // every kind gets a second chance to take effect without taking the others' turns; the
+        // attempt stays in the record.
+        if !took_effect && again.insert(kind) {
             round.push(kind);
         }
         applied.push(fault);
@@ -475,18 +478,24 @@ fn clock_strobe(
     let period = Duration::from_millis(100 + rng.below(301) as u64);
     let port = port_of(deployment, process)?;
     let (mut flips, mut seen_away, mut seen_home) = (0_u32, false, false);
-    while Instant::now() < heal_at {
-        let away = flips % 2 == 0;
-        let offset_ms = if away { away_ms } else { 0 };
-        clock_of(deployment, process)?.set_offset_ms(offset_ms)?;
-        flips += 1;
-        if seen_offset_ms(port).is_some_and(|s| near(s, offset_ms)) {
-            seen_away |= away;
-            seen_home |= !away;
+    let mut strobe = || -> Result<(), ClusterError> {
+        while Instant::now() < heal_at {
+            let away = flips % 2 == 0;
+            let offset_ms = if away { away_ms } else { 0 };
+            clock_of(deployment, process)?.set_offset_ms(offset_ms)?;
+            flips += 1;
+            if seen_offset_ms(port).is_some_and(|s| near(s, offset_ms)) {
+                seen_away |= away;
+                seen_home |= !away;
+            }
+            supervisor.until(deployment, (Instant::now() + period).min(heal_at));
         }
-        supervisor.until(deployment, (Instant::now() + period).min(heal_at));
-    }
-    clock_of(deployment, process)?.set_offset_ms(0)?;
+        Ok(())
+    };
+    let strobed = strobe();
+    // Home on every path, also after a failed rewrite.
+    let home = clocks_home(deployment, &[process]);
+    strobed.and(home)?;
     let what = format!(
         "clock strobe 0 ↔ {:+} s every {} ms, {flips} flips, seen {}",
         away_ms / 1000,
@@ -513,25 +522,42 @@ fn clock_skew(
     let processes: Vec<RoleProcess> = deployment.services().map(|(w, _)| w).collect();
     let mut shown = Vec::new();
     let mut confirmed = 0_usize;
-    for &process in &processes {
-        let secs = 3 + i64::try_from(rng.below(8)).unwrap_or(0);
-        let offset_ms = if rng.below(2) == 0 { -secs } else { secs } * 1000;
-        let port = port_of(deployment, process)?;
-        clock_of(deployment, process)?.set_offset_ms(offset_ms)?;
-        let seen_ms = seen_offset_ms(port);
-        confirmed += usize::from(seen_ms.is_some_and(|s| near(s, offset_ms)));
-        shown.push(format!("{} {:+} s", process.name(), offset_ms / 1000));
-    }
-    supervisor.until(deployment, heal_at);
-    for &process in &processes {
-        clock_of(deployment, process)?.set_offset_ms(0)?;
-    }
+    let mut skew = || -> Result<(), ClusterError> {
+        for &process in &processes {
+            let secs = 3 + i64::try_from(rng.below(8)).unwrap_or(0);
+            let offset_ms = if rng.below(2) == 0 { -secs } else { secs } * 1000;
+            let port = port_of(deployment, process)?;
+            clock_of(deployment, process)?.set_offset_ms(offset_ms)?;
+            let seen_ms = seen_offset_ms(port);
+            confirmed += usize::from(seen_ms.is_some_and(|s| near(s, offset_ms)));
+            shown.push(format!("{} {:+} s", process.name(), offset_ms / 1000));
+        }
+        supervisor.until(deployment, heal_at);
+        Ok(())
+    };
+    let skewed = skew();
+    // Every clock home on every path, also when one step failed half-way.
+    let home = clocks_home(deployment, &processes);
+    skewed.and(home)?;
     let what = format!(
         "clocks skewed ({}), {confirmed} of {} seen, then home",
         shown.join(", "),
         processes.len()
     );
     Ok(("every process".into(), what, confirmed >= 2))
+}
+
+/// Steps every clock of `processes` home, each even when an earlier one failed; the first
+/// failure.
+fn clocks_home(deployment: &mut Deployment, processes: &[RoleProcess]) -> Result<(), ClusterError> {
+    let mut first = Ok(());
+    for &process in processes {
+        let home = clock_of(deployment, process).and_then(|c| c.set_offset_ms(0));
+        if first.is_ok() {
+            first = home;
+        }
+    }
+    first
 }
 
 fn port_of(deployment: &mut Deployment, process: RoleProcess) -> Result<u16, ClusterError> {

@@ -101,9 +101,11 @@ impl From<tokio_postgres::Error> for DbError {
             || format!("postgres: {e}"),
             |db| format!("postgres: {} ({})", db.message(), db.code().code()),
         );
-        // Anything but an answer from the server (an I/O error, a closed connection) leaves the
-        // connection in an unknown state.
-        let connection_lost = e.as_db_error().is_none();
+        // A closed connection or an I/O error leaves the connection in an unknown state; an
+        // answer from the server, or an error of the client's own (a row count, a conversion),
+        // does not.
+        let connection_lost = e.is_closed()
+            || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
         Self {
             message,
             retryable,
