@@ -665,8 +665,10 @@ fn busy_links(deployment: &mut Deployment, supervisor: &mut Supervisor) -> Vec<u
         d.links()
             .iter()
             .map(|(_, p)| {
+                // Bytes that reached the other side: a connection accepted by the proxy whose
+                // server refuses it (a process down) carries nothing a slow link could delay.
                 let e = p.effects();
-                e.bytes_up + e.bytes_down + e.connections
+                e.bytes_up + e.bytes_down
             })
             .collect()
     };
