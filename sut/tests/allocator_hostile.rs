@@ -1852,3 +1852,122 @@ proptest! {
         prop_assert_eq!(run(setup, Variant::Correct, &actions), Ok(()));
     }
 }
+
+/// A hostile operator: every limit of the allocator's configuration refused just past its bound
+/// and accepted on it, so that no scenario, model or server runs an allocator whose lease,
+/// renewal, claims or step are out of range (a renewal at or after the usable lease, for one,
+/// would let a lease lapse while its IDs are still handed out).
+#[test]
+fn a_configuration_past_any_bound_is_refused_and_one_on_it_accepted() {
+    type Edit = fn(&mut AllocatorConfig);
+    let accepted: [(&str, Edit); 12] = [
+        ("prefetch_used_pct 1", |c| c.prefetch_used_pct = 1),
+        ("prefetch_used_pct 100", |c| c.prefetch_used_pct = 100),
+        ("claim_pct 1", |c| c.claim_pct = 1),
+        ("claim_pct 100", |c| c.claim_pct = 100),
+        ("lease_ms just above twice drift_ms_max", |c| {
+            c.lease_ms = 2 * c.drift_ms_max + 1;
+            c.renew_interval_ms = c.lease_ms - c.drift_ms_max - 1;
+        }),
+        ("renew_interval_ms 1", |c| c.renew_interval_ms = 1),
+        ("renew_interval_ms just below the usable lease", |c| {
+            c.renew_interval_ms = c.lease_ms - c.drift_ms_max - 1;
+        }),
+        ("request_timeout_ms 1", |c| c.request_timeout_ms = 1),
+        ("fixed step just below 2^62", |c| {
+            c.step = StepPolicy::Fixed {
+                step: SEGMENT_ID_LIMIT - 1,
+            };
+        }),
+        ("Leaf step_max just below 2^62", |c| {
+            c.step = StepPolicy::Leaf {
+                step_max: SEGMENT_ID_LIMIT - 1,
+            };
+        }),
+        ("seed-log step_max just below 2^62", |c| {
+            c.step = StepPolicy::SeedLog {
+                base: 1,
+                step_max: SEGMENT_ID_LIMIT - 1,
+            };
+        }),
+        ("degraded worker of 62 bits", |c| {
+            c.degraded = Some(degraded_config(40));
+        }),
+    ];
+    let refused: [(&str, Edit); 14] = [
+        ("empty tag", |c| c.tag = String::new()),
+        ("prefetch_used_pct 0", |c| c.prefetch_used_pct = 0),
+        ("prefetch_used_pct 101", |c| c.prefetch_used_pct = 101),
+        ("claim_pct 0", |c| c.claim_pct = 0),
+        ("claim_pct 101", |c| c.claim_pct = 101),
+        ("lease_ms twice drift_ms_max", |c| {
+            c.lease_ms = 2 * c.drift_ms_max;
+            c.renew_interval_ms = 1;
+        }),
+        ("renew_interval_ms 0", |c| c.renew_interval_ms = 0),
+        ("renew_interval_ms the usable lease", |c| {
+            c.renew_interval_ms = c.lease_ms - c.drift_ms_max;
+        }),
+        ("request_timeout_ms 0", |c| c.request_timeout_ms = 0),
+        ("fixed step 2^62", |c| {
+            c.step = StepPolicy::Fixed {
+                step: SEGMENT_ID_LIMIT,
+            }
+        }),
+        ("Leaf step_max 2^62", |c| {
+            c.step = StepPolicy::Leaf {
+                step_max: SEGMENT_ID_LIMIT,
+            };
+        }),
+        ("seed-log step_max 2^62", |c| {
+            c.step = StepPolicy::SeedLog {
+                base: 1,
+                step_max: SEGMENT_ID_LIMIT,
+            };
+        }),
+        ("degraded worker of 63 bits", |c| {
+            c.degraded = Some(degraded_config(41));
+        }),
+        ("degraded worker of 61 bits but a zero time unit", |c| {
+            let mut d = degraded_config(39);
+            d.worker.layout.unit_ms = 0;
+            c.degraded = Some(d);
+        }),
+    ];
+    let now = Now {
+        wall_ms: 1_700_000_000_000,
+        mono_ms: 0,
+    };
+    let base = || AllocatorConfig::new(TAG, InstanceId(1));
+    assert!(base().validate().is_ok(), "the defaults are refused");
+    for (what, edit) in accepted {
+        let mut config = base();
+        edit(&mut config);
+        assert!(
+            SegmentAllocator::new(config, now).is_ok(),
+            "refused: {what}"
+        );
+    }
+    for (what, edit) in refused {
+        let mut config = base();
+        edit(&mut config);
+        let err = SegmentAllocator::new(config, now).err();
+        assert!(err.is_some(), "accepted: {what}");
+    }
+}
+
+/// A degraded-mode worker whose layout has `time_bits` of time beside the default worker and
+/// sequence fields (10 + 12 bits).
+fn degraded_config(time_bits: u8) -> sut::segment::DegradedConfig {
+    sut::segment::DegradedConfig {
+        worker: sut::snowflake::WorkerConfig {
+            layout: sut::snowflake::Layout {
+                time_bits,
+                ..sut::snowflake::Layout::default()
+            },
+            ..sut::snowflake::WorkerConfig::default()
+        },
+        worker_id: 1,
+        reserved_ts: 0,
+    }
+}
