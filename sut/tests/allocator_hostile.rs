@@ -19,7 +19,9 @@
 //! - each `Allocate` carries a `min_id` above every ID already issued; each `Release` promises
 //!   truthfully that nothing at or above its `used_end` was issued, and the released segment is
 //!   not issued from again; request ids are never reused;
-//! - it never panics on any reply, and `check_invariants()` holds after every step.
+//! - it never panics on any reply, and `check_invariants()` holds after every step;
+//! - its counters (`AllocatorStats`, what the server's health view reports) only grow within
+//!   an incarnation, never wrap, and `issued` counts exactly the IDs it handed out.
 //!
 //! The correct allocator keeps them for every sequence; the flaws and a few deliberately wrong
 //! wrappers break them, and the tests below show each check firing. A coverage test shows that
@@ -914,6 +916,12 @@ impl Bench {
         if after.leases_expired > before.leases_expired {
             self.cover("lease expired");
         }
+        if !matches!(action, Action::Restart) {
+            counters_only_grow(&before, &after)?;
+        }
+        if self.variant == Variant::Correct {
+            issued_as_counted(&after, self.referee.issued.len())?;
+        }
         self.drain()
     }
 
@@ -1093,6 +1101,65 @@ impl Bench {
             total.unavailable += s.unavailable;
         }
         total
+    }
+}
+
+/// The allocator's counters are counts of events within one incarnation: none goes backwards
+/// or wraps around (a count past 2^62 is a wrapped subtraction: no run here comes near it).
+fn counters_only_grow(before: &AllocatorStats, after: &AllocatorStats) -> Result<(), String> {
+    let pairs = [
+        ("issued", before.issued, after.issued),
+        (
+            "degraded_issued",
+            before.degraded_issued,
+            after.degraded_issued,
+        ),
+        ("reloads", before.reloads, after.reloads),
+        ("pool_grants", before.pool_grants, after.pool_grants),
+        (
+            "buffer_switches",
+            before.buffer_switches,
+            after.buffer_switches,
+        ),
+        ("conflicts", before.conflicts, after.conflicts),
+        (
+            "fetch_failures",
+            before.fetch_failures,
+            after.fetch_failures,
+        ),
+        ("leases_lost", before.leases_lost, after.leases_lost),
+        (
+            "leases_expired",
+            before.leases_expired,
+            after.leases_expired,
+        ),
+        ("ids_abandoned", before.ids_abandoned, after.ids_abandoned),
+        (
+            "malformed_replies",
+            before.malformed_replies,
+            after.malformed_replies,
+        ),
+        ("largest_gap", before.largest_gap, after.largest_gap),
+        ("pending", before.pending, after.pending),
+        ("unavailable", before.unavailable, after.unavailable),
+    ];
+    for (name, was, is) in pairs {
+        if is < was || is >= SEGMENT_ID_LIMIT {
+            return Err(format!("counter {name} went from {was} to {is}"));
+        }
+    }
+    Ok(())
+}
+
+/// The allocator counts every ID it handed out this incarnation, and only those.
+fn issued_as_counted(stats: &AllocatorStats, handed_out: usize) -> Result<(), String> {
+    if stats.issued == handed_out as u64 {
+        Ok(())
+    } else {
+        Err(format!(
+            "stats count {} IDs issued, {handed_out} were handed out",
+            stats.issued
+        ))
     }
 }
 
@@ -1970,4 +2037,36 @@ fn degraded_config(time_bits: u8) -> sut::segment::DegradedConfig {
         worker_id: 1,
         reserved_ts: 0,
     }
+}
+
+#[test]
+fn the_counter_checks_catch_a_count_going_back_wrapping_or_missing_an_id() {
+    let before = AllocatorStats {
+        ids_abandoned: 3,
+        ..AllocatorStats::default()
+    };
+    let back = AllocatorStats {
+        ids_abandoned: 2,
+        ..before
+    };
+    let e = counters_only_grow(&before, &back).unwrap_err();
+    assert!(e.contains("ids_abandoned went from 3 to 2"), "{e}");
+    let wrapped = AllocatorStats {
+        degraded_issued: 0_u64.wrapping_sub(1),
+        ..before
+    };
+    let e = counters_only_grow(&before, &wrapped).unwrap_err();
+    assert!(e.contains("degraded_issued"), "{e}");
+    let grown = AllocatorStats {
+        issued: 4,
+        ids_abandoned: 5,
+        ..before
+    };
+    assert_eq!(counters_only_grow(&before, &grown), Ok(()));
+    let e = issued_as_counted(&grown, 5).unwrap_err();
+    assert!(
+        e.contains("stats count 4 IDs issued, 5 were handed out"),
+        "{e}"
+    );
+    assert_eq!(issued_as_counted(&grown, 4), Ok(()));
 }
