@@ -1107,48 +1107,32 @@ impl Bench {
 /// The allocator's counters are counts of events within one incarnation: none goes backwards
 /// or wraps around (a count past 2^62 is a wrapped subtraction: no run here comes near it).
 fn counters_only_grow(before: &AllocatorStats, after: &AllocatorStats) -> Result<(), String> {
-    let pairs = [
-        ("issued", before.issued, after.issued),
-        (
-            "degraded_issued",
-            before.degraded_issued,
-            after.degraded_issued,
-        ),
-        ("reloads", before.reloads, after.reloads),
-        ("pool_grants", before.pool_grants, after.pool_grants),
-        (
-            "buffer_switches",
-            before.buffer_switches,
-            after.buffer_switches,
-        ),
-        ("conflicts", before.conflicts, after.conflicts),
-        (
-            "fetch_failures",
-            before.fetch_failures,
-            after.fetch_failures,
-        ),
-        ("leases_lost", before.leases_lost, after.leases_lost),
-        (
-            "leases_expired",
-            before.leases_expired,
-            after.leases_expired,
-        ),
-        ("ids_abandoned", before.ids_abandoned, after.ids_abandoned),
-        (
-            "malformed_replies",
-            before.malformed_replies,
-            after.malformed_replies,
-        ),
-        ("largest_gap", before.largest_gap, after.largest_gap),
-        ("pending", before.pending, after.pending),
-        ("unavailable", before.unavailable, after.unavailable),
-    ];
-    for (name, was, is) in pairs {
+    for ((name, was), (_, is)) in counts(before).into_iter().zip(counts(after)) {
         if is < was || is >= SEGMENT_ID_LIMIT {
             return Err(format!("counter {name} went from {was} to {is}"));
         }
     }
     Ok(())
+}
+
+/// Every counter of `AllocatorStats`, by name.
+fn counts(s: &AllocatorStats) -> [(&'static str, u64); 14] {
+    [
+        ("issued", s.issued),
+        ("degraded_issued", s.degraded_issued),
+        ("reloads", s.reloads),
+        ("pool_grants", s.pool_grants),
+        ("buffer_switches", s.buffer_switches),
+        ("conflicts", s.conflicts),
+        ("fetch_failures", s.fetch_failures),
+        ("leases_lost", s.leases_lost),
+        ("leases_expired", s.leases_expired),
+        ("ids_abandoned", s.ids_abandoned),
+        ("malformed_replies", s.malformed_replies),
+        ("largest_gap", s.largest_gap),
+        ("pending", s.pending),
+        ("unavailable", s.unavailable),
+    ]
 }
 
 /// The allocator counts every ID it handed out this incarnation, and only those.
@@ -1961,45 +1945,65 @@ fn a_configuration_past_any_bound_is_refused_and_one_on_it_accepted() {
             c.degraded = Some(degraded_config(40));
         }),
     ];
-    let refused: [(&str, Edit); 14] = [
-        ("empty tag", |c| c.tag = String::new()),
-        ("prefetch_used_pct 0", |c| c.prefetch_used_pct = 0),
-        ("prefetch_used_pct 101", |c| c.prefetch_used_pct = 101),
-        ("claim_pct 0", |c| c.claim_pct = 0),
-        ("claim_pct 101", |c| c.claim_pct = 101),
-        ("lease_ms twice drift_ms_max", |c| {
+    let refused: [(&str, &str, Edit); 14] = [
+        ("empty tag", "tag", |c| c.tag = String::new()),
+        ("prefetch_used_pct 0", "prefetch_used_pct", |c| {
+            c.prefetch_used_pct = 0
+        }),
+        ("prefetch_used_pct 101", "prefetch_used_pct", |c| {
+            c.prefetch_used_pct = 101
+        }),
+        ("claim_pct 0", "claim_pct", |c| c.claim_pct = 0),
+        ("claim_pct 101", "claim_pct", |c| c.claim_pct = 101),
+        ("lease_ms twice drift_ms_max", "lease_ms", |c| {
             c.lease_ms = 2 * c.drift_ms_max;
             c.renew_interval_ms = 1;
         }),
-        ("renew_interval_ms 0", |c| c.renew_interval_ms = 0),
-        ("renew_interval_ms the usable lease", |c| {
-            c.renew_interval_ms = c.lease_ms - c.drift_ms_max;
+        ("renew_interval_ms 0", "renew_interval_ms", |c| {
+            c.renew_interval_ms = 0
         }),
-        ("request_timeout_ms 0", |c| c.request_timeout_ms = 0),
-        ("fixed step 2^62", |c| {
+        (
+            "renew_interval_ms the usable lease",
+            "renew_interval_ms",
+            |c| {
+                c.renew_interval_ms = c.lease_ms - c.drift_ms_max;
+            },
+        ),
+        ("request_timeout_ms 0", "request_timeout_ms", |c| {
+            c.request_timeout_ms = 0
+        }),
+        ("fixed step 2^62", "step", |c| {
             c.step = StepPolicy::Fixed {
                 step: SEGMENT_ID_LIMIT,
             }
         }),
-        ("Leaf step_max 2^62", |c| {
+        ("Leaf step_max 2^62", "step", |c| {
             c.step = StepPolicy::Leaf {
                 step_max: SEGMENT_ID_LIMIT,
             };
         }),
-        ("seed-log step_max 2^62", |c| {
+        ("seed-log step_max 2^62", "step", |c| {
             c.step = StepPolicy::SeedLog {
                 base: 1,
                 step_max: SEGMENT_ID_LIMIT,
             };
         }),
-        ("degraded worker of 63 bits", |c| {
-            c.degraded = Some(degraded_config(41));
-        }),
-        ("degraded worker of 61 bits but a zero time unit", |c| {
-            let mut d = degraded_config(39);
-            d.worker.layout.unit_ms = 0;
-            c.degraded = Some(d);
-        }),
+        (
+            "degraded worker of 63 bits",
+            "degraded.worker.layout",
+            |c| {
+                c.degraded = Some(degraded_config(41));
+            },
+        ),
+        (
+            "degraded worker of 61 bits but a zero time unit",
+            "degraded.worker.layout",
+            |c| {
+                let mut d = degraded_config(39);
+                d.worker.layout.unit_ms = 0;
+                c.degraded = Some(d);
+            },
+        ),
     ];
     let now = Now {
         wall_ms: 1_700_000_000_000,
@@ -2015,11 +2019,13 @@ fn a_configuration_past_any_bound_is_refused_and_one_on_it_accepted() {
             "refused: {what}"
         );
     }
-    for (what, edit) in refused {
+    for (what, field, edit) in refused {
         let mut config = base();
         edit(&mut config);
-        let err = SegmentAllocator::new(config, now).err();
-        assert!(err.is_some(), "accepted: {what}");
+        match SegmentAllocator::new(config, now) {
+            Ok(_) => panic!("accepted: {what}"),
+            Err(err) => assert_eq!(err.field, field, "{what}: {err}"),
+        }
     }
 }
 
