@@ -44,11 +44,13 @@ use sut::clock::Now;
 use sut::flaw::Flaw;
 use sut::id_store::{
     AllocRequest, Grant, InstanceId, Lease, SEGMENT_ID_LIMIT, Segment, StoreCall, StoreError,
-    StoreReply, TagRow, align_up,
+    StoreReply, TagRow, WorkerLease, align_up,
 };
 use sut::segment::{
-    AllocatorConfig, AllocatorStats, IdBlock, Request, SegmentAllocator, StepPolicy, Take, edges,
+    AllocatorConfig, AllocatorStats, DEGRADED_FLAG, DEGRADED_NAMESPACE, DegradedConfig, IdBlock,
+    Request, SegmentAllocator, StepPolicy, Take, edges,
 };
+use sut::snowflake::{Layout, WorkerConfig};
 
 const TAG: &str = "order";
 const LEASE_MS: u64 = 1_000;
@@ -65,6 +67,8 @@ struct Setup {
     step_max: u64,
     claim_pct: u8,
     prefetch_used_pct: u8,
+    /// Degraded mode on (a Snowflake worker of [`DEGRADED_LAYOUT`] leased as `WORKER_ID`).
+    degraded: bool,
 }
 
 impl Setup {
@@ -75,6 +79,7 @@ impl Setup {
         step_max: 16,
         claim_pct: 25,
         prefetch_used_pct: 50,
+        degraded: false,
     };
 }
 
@@ -86,21 +91,51 @@ fn setup() -> impl Strategy<Value = Setup> {
         8u64..=32,
         prop::sample::select(vec![1u8, 25, 50, 100]),
         prop::sample::select(vec![10u8, 50, 100]),
+        prop::bool::ANY,
     )
         .prop_map(
-            |(delta, remainder, tag_step, step_max, claim_pct, prefetch_used_pct)| Setup {
-                delta,
-                remainder: remainder % delta,
-                tag_step,
-                step_max,
-                claim_pct,
-                prefetch_used_pct,
+            |(delta, remainder, tag_step, step_max, claim_pct, prefetch_used_pct, degraded)| {
+                Setup {
+                    delta,
+                    remainder: remainder % delta,
+                    tag_step,
+                    step_max,
+                    claim_pct,
+                    prefetch_used_pct,
+                    degraded,
+                }
             },
         )
 }
 
-fn config(setup: &Setup, instance: u64, flaw: Option<Flaw>) -> AllocatorConfig {
+/// The degraded worker's layout: 2 bits of sequence, so that a few IDs in one millisecond
+/// overflow it (62 bits in all would fit; 52 leave the flag's room plainly visible).
+const DEGRADED_LAYOUT: Layout = Layout {
+    time_bits: 41,
+    worker_bits: 9,
+    seq_bits: 2,
+    epoch_ms: 1_577_836_800_000,
+    unit_ms: 1,
+};
+/// The degraded worker's id in [`DEGRADED_NAMESPACE`].
+const WORKER_ID: u32 = 7;
+/// How far ahead the degraded worker keeps its time reservation.
+const RESERVE_AHEAD_MS: u64 = 400;
+
+/// The allocator's configuration; with degraded mode on, its worker starts strictly above
+/// `floor_ts`, the reservation its worker id carried in the store.
+fn config(setup: &Setup, instance: u64, flaw: Option<Flaw>, floor_ts: u64) -> AllocatorConfig {
+    let degraded = setup.degraded.then(|| DegradedConfig {
+        worker: WorkerConfig {
+            layout: DEGRADED_LAYOUT,
+            reserve_ahead_ms: RESERVE_AHEAD_MS,
+            ..WorkerConfig::default()
+        },
+        worker_id: WORKER_ID,
+        reserved_ts: floor_ts,
+    });
     AllocatorConfig {
+        degraded,
         step: StepPolicy::Leaf {
             step_max: setup.step_max,
         },
@@ -162,6 +197,20 @@ struct Referee {
     credits: Vec<Credit>,
     issued: BTreeSet<u64>,
     last: Option<u64>,
+    /// With degraded mode on: what the referee knows of the degraded worker.
+    degraded: Option<DegradedView>,
+}
+
+/// The degraded worker's promises rest on its time reservation: it issues only in units
+/// strictly above the reservation its lease carried (`floor_ts`: a predecessor may have issued
+/// up to it) and at or below the largest reservation a store reply acknowledged (a successor
+/// starts above that).
+#[derive(Clone, Copy, Debug)]
+struct DegradedView {
+    floor_ts: u64,
+    reserved_ts: u64,
+    last: Option<u64>,
+    issued: u64,
 }
 
 impl Referee {
@@ -172,7 +221,63 @@ impl Referee {
             credits: Vec::new(),
             issued: BTreeSet::new(),
             last: None,
+            degraded: None,
         }
+    }
+
+    /// A referee for an allocator in degraded mode whose worker starts above `floor_ts`.
+    fn degraded(drift_ms_max: u64, floor_ts: u64) -> Self {
+        Self {
+            degraded: Some(DegradedView {
+                floor_ts,
+                reserved_ts: floor_ts,
+                last: None,
+                issued: 0,
+            }),
+            ..Self::new(drift_ms_max)
+        }
+    }
+
+    /// Degraded IDs handed out this incarnation.
+    fn degraded_issued(&self) -> u64 {
+        self.degraded.map_or(0, |d| d.issued)
+    }
+
+    fn issued_degraded(&mut self, id: u64) -> Result<(), String> {
+        let Some(view) = self.degraded.as_mut() else {
+            return Err(format!("degraded-mode ID {id} with degraded mode off"));
+        };
+        let layout_bits =
+            DEGRADED_LAYOUT.time_bits + DEGRADED_LAYOUT.worker_bits + DEGRADED_LAYOUT.seq_bits;
+        if id >> layout_bits != DEGRADED_FLAG >> layout_bits {
+            return Err(format!(
+                "degraded-mode ID {id:#x}: bit 62 must be set and nothing else above the layout"
+            ));
+        }
+        let decoded = DEGRADED_LAYOUT.decode(id);
+        if decoded.worker != u64::from(WORKER_ID) {
+            return Err(format!(
+                "degraded-mode ID {id:#x} of worker {}, not the leased {WORKER_ID}",
+                decoded.worker
+            ));
+        }
+        if decoded.ts <= view.floor_ts || decoded.ts > view.reserved_ts {
+            return Err(format!(
+                "degraded-mode ID {id:#x} in unit {}, outside ({}, {}]: above the floor its lease \
+                 carried, at or below the reservation the store acknowledged",
+                decoded.ts, view.floor_ts, view.reserved_ts
+            ));
+        }
+        if let Some(last) = view.last
+            && id <= last
+        {
+            return Err(format!(
+                "degraded-mode ID {id:#x} handed out after {last:#x}: not increasing"
+            ));
+        }
+        view.last = Some(id);
+        view.issued += 1;
+        Ok(())
     }
 
     fn see(&mut self, seen: &Seen) -> Result<(), String> {
@@ -183,7 +288,7 @@ impl Referee {
                 Ok(())
             }
             Seen::Issued { block, mono } => block.ids().try_for_each(|x| self.issued(x, *mono)),
-            Seen::Degraded { id } => Err(format!("degraded-mode ID {id} with degraded mode off")),
+            Seen::Degraded { id } => self.issued_degraded(*id),
         }
     }
 
@@ -254,6 +359,13 @@ impl Referee {
                     deadline_mono: (sent_mono + req.lease_ms).saturating_sub(drift),
                     released: false,
                 });
+            }
+            (StoreCall::RenewWorker { worker_id, .. }, StoreReply::Worker(Ok(lease))) => {
+                if let Some(view) = self.degraded.as_mut()
+                    && lease.worker_id == *worker_id
+                {
+                    view.reserved_ts = view.reserved_ts.max(lease.reserved_ts);
+                }
             }
             (StoreCall::Renew(req), StoreReply::Renew(Ok(lease))) => {
                 let deadline = (sent_mono + req.lease_ms).saturating_sub(drift);
@@ -353,6 +465,8 @@ struct HostileStore {
     claims: BTreeMap<u64, (Segment, u64)>,
     /// What was answered, per request id (for duplicates and misrouted replies).
     answers: BTreeMap<u64, StoreReply>,
+    /// The degraded worker id's persisted time reservation (what a new holder starts above).
+    worker_reserved_ts: u64,
 }
 
 impl HostileStore {
@@ -365,6 +479,7 @@ impl HostileStore {
             granted: Vec::new(),
             claims: BTreeMap::new(),
             answers: BTreeMap::new(),
+            worker_reserved_ts: 0,
         }
     }
 
@@ -478,9 +593,55 @@ impl HostileStore {
                     Ok(())
                 }
             }),
-            StoreCall::AcquireWorker(_) | StoreCall::RenewWorker { .. } => {
+            StoreCall::RenewWorker {
+                worker_id,
+                instance,
+                reserve_ts,
+                now_ms,
+                lease_ms,
+                ..
+            } => StoreReply::Worker(
+                self.renew_worker(*worker_id, *instance, *reserve_ts, how, k)
+                    .map(|reserved_ts| WorkerLease {
+                        worker_id: *worker_id,
+                        lease_expiry_ms: now_ms + lease_ms,
+                        reserved_ts,
+                    }),
+            ),
+            StoreCall::AcquireWorker(_) => {
                 StoreReply::Worker(Err(StoreError::Backend("no workers here".into())))
             }
+        }
+    }
+
+    /// The degraded worker's reservation: persisted, then reported (the store may report more
+    /// than asked; a stale or stingy answer reports less and persists nothing).
+    fn renew_worker(
+        &mut self,
+        worker_id: u32,
+        instance: InstanceId,
+        reserve_ts: u64,
+        how: How,
+        k: u64,
+    ) -> Result<u64, StoreError> {
+        let persisted = self.worker_reserved_ts;
+        match how {
+            How::Honest | How::Malformed => {
+                self.worker_reserved_ts = persisted.max(reserve_ts);
+                Ok(self.worker_reserved_ts)
+            }
+            How::Generous => {
+                self.worker_reserved_ts = persisted.max(reserve_ts + 1 + k);
+                Ok(self.worker_reserved_ts)
+            }
+            How::Stingy => Ok(persisted),
+            How::Stale => Ok(persisted / 2),
+            How::Conflict | How::Fail if k % 2 == 1 => Err(StoreError::WorkerLeaseLost {
+                namespace: DEGRADED_NAMESPACE.to_owned(),
+                worker_id,
+                instance,
+            }),
+            How::Conflict | How::Fail => Err(StoreError::Backend("renew worker failed".into())),
         }
     }
 
@@ -799,6 +960,8 @@ struct Bench {
     sent: Vec<(u64, StoreCall, u64)>,
     answered: BTreeSet<u64>,
     referee: Referee,
+    /// Every degraded-mode ID of every incarnation.
+    degraded_ids: BTreeSet<u64>,
     /// Mutant state.
     stash: Option<IdBlock>,
     owed: Option<IdBlock>,
@@ -817,12 +980,13 @@ impl Bench {
             variant,
             setup,
             instance: 1,
-            alloc: SegmentAllocator::new(config(&setup, 1, variant.flaw()), now).unwrap(),
+            alloc: SegmentAllocator::new(config(&setup, 1, variant.flaw(), 0), now).unwrap(),
             now,
             store: HostileStore::new(setup),
             sent: Vec::new(),
             answered: BTreeSet::new(),
-            referee: Referee::new(DRIFT_MS),
+            referee: referee_for(&setup, 0),
+            degraded_ids: BTreeSet::new(),
             stash: None,
             owed: None,
             coverage: Coverage::new(),
@@ -855,7 +1019,13 @@ impl Bench {
                     block,
                     mono: now.mono_ms,
                 })?,
-                Take::Degraded(id) => self.referee.see(&Seen::Degraded { id })?,
+                Take::Degraded(id) => {
+                    self.referee.see(&Seen::Degraded { id })?;
+                    if !self.degraded_ids.insert(id) {
+                        return Err(format!("degraded-mode ID {id:#x} handed out twice"));
+                    }
+                    self.cover("degraded ID");
+                }
                 Take::Pending => self.cover("pending"),
                 Take::Unavailable(_) => self.cover("unavailable"),
             },
@@ -886,9 +1056,10 @@ impl Bench {
                 self.past_stats.push(self.alloc.stats());
                 self.instance += 1;
                 self.now.mono_ms = 0;
-                let cfg = config(&self.setup, self.instance, self.variant.flaw());
+                let floor_ts = self.store.worker_reserved_ts;
+                let cfg = config(&self.setup, self.instance, self.variant.flaw(), floor_ts);
                 self.alloc = SegmentAllocator::new(cfg, self.now).unwrap();
-                self.referee = Referee::new(DRIFT_MS);
+                self.referee = referee_for(&self.setup, floor_ts);
                 self.stash = None;
                 self.owed = None;
             }
@@ -920,7 +1091,8 @@ impl Bench {
             counters_only_grow(&before, &after)?;
         }
         if self.variant == Variant::Correct {
-            issued_as_counted(&after, self.referee.issued.len())?;
+            let degraded = self.referee.degraded_issued();
+            issued_as_counted(&after, self.referee.issued.len() as u64, degraded)?;
         }
         self.drain()
     }
@@ -1046,6 +1218,9 @@ impl Bench {
                 (_, StoreReply::Renew(Err(StoreError::LeaseLost { .. })), _) => {
                     self.cover("lease lost");
                 }
+                (_, StoreReply::Worker(Err(StoreError::WorkerLeaseLost { .. })), _) => {
+                    self.cover("worker lease lost");
+                }
                 _ => {}
             }
         }
@@ -1099,6 +1274,7 @@ impl Bench {
             total.pool_grants += s.pool_grants;
             total.buffer_switches += s.buffer_switches;
             total.unavailable += s.unavailable;
+            total.degraded_issued += s.degraded_issued;
         }
         total
     }
@@ -1135,15 +1311,29 @@ fn counts(s: &AllocatorStats) -> [(&'static str, u64); 14] {
     ]
 }
 
-/// The allocator counts every ID it handed out this incarnation, and only those.
-fn issued_as_counted(stats: &AllocatorStats, handed_out: usize) -> Result<(), String> {
-    if stats.issued == handed_out as u64 {
-        Ok(())
-    } else {
-        Err(format!(
+/// The allocator counts every ID it handed out this incarnation, and only those: segment IDs
+/// and degraded-mode IDs apart.
+fn issued_as_counted(stats: &AllocatorStats, handed_out: u64, degraded: u64) -> Result<(), String> {
+    if stats.issued != handed_out {
+        return Err(format!(
             "stats count {} IDs issued, {handed_out} were handed out",
             stats.issued
-        ))
+        ));
+    }
+    if stats.degraded_issued != degraded {
+        return Err(format!(
+            "stats count {} degraded-mode IDs issued, {degraded} were handed out",
+            stats.degraded_issued
+        ));
+    }
+    Ok(())
+}
+
+fn referee_for(setup: &Setup, floor_ts: u64) -> Referee {
+    if setup.degraded {
+        Referee::degraded(DRIFT_MS, floor_ts)
+    } else {
+        Referee::new(DRIFT_MS)
     }
 }
 
@@ -1204,6 +1394,7 @@ fn the_hostile_store_reaches_every_rare_situation() {
         stats.leases_lost += s.leases_lost;
         stats.pool_grants += s.pool_grants;
         stats.buffer_switches += s.buffer_switches;
+        stats.degraded_issued += s.degraded_issued;
     }
     let edges_reached = sut::edge::take();
     for want in [
@@ -1222,6 +1413,8 @@ fn the_hostile_store_reaches_every_rare_situation() {
         "time jumps past a lease",
         "pending",
         "unavailable",
+        "degraded ID",
+        "worker lease lost",
     ] {
         assert!(seen.contains_key(want), "never reached: {want} ({seen:?})");
     }
@@ -1232,6 +1425,7 @@ fn the_hostile_store_reaches_every_rare_situation() {
         ("leases lost", stats.leases_lost),
         ("pooled grants installed", stats.pool_grants),
         ("buffer switches", stats.buffer_switches),
+        ("degraded-mode IDs", stats.degraded_issued),
     ] {
         assert!(n > 0, "never: {what} ({stats:?})");
     }
@@ -1517,6 +1711,88 @@ fn the_referee_catches_a_reused_request_id_and_an_unasked_degraded_id() {
     assert!(e.contains("request id 1 used twice"), "{e}");
     let e = referee_over(&[Seen::Degraded { id: 1 << 62 }]).unwrap_err();
     assert!(e.contains("degraded mode off"), "{e}");
+}
+
+/// A degraded-mode ID of `worker` in time unit `ts`, sequence `seq`.
+fn degraded_id(ts: u64, worker: u32, seq: u64) -> u64 {
+    DEGRADED_FLAG | DEGRADED_LAYOUT.compose(ts, u64::from(worker), seq)
+}
+
+/// The store acknowledges a reservation up to unit `reserved_ts` for request `id`.
+fn reserved(id: u64, reserved_ts: u64) -> [Seen; 2] {
+    let call = StoreCall::RenewWorker {
+        namespace: DEGRADED_NAMESPACE.to_owned(),
+        worker_id: WORKER_ID,
+        instance: InstanceId(1),
+        reserve_ts: reserved_ts,
+        lease_ms: LEASE_MS,
+        now_ms: 0,
+    };
+    let lease = WorkerLease {
+        worker_id: WORKER_ID,
+        lease_expiry_ms: LEASE_MS,
+        reserved_ts,
+    };
+    [
+        Seen::Sent {
+            req: Request { id, call },
+            mono: 0,
+        },
+        Seen::Delivered {
+            id,
+            reply: StoreReply::Worker(Ok(lease)),
+        },
+    ]
+}
+
+fn degraded_referee_over(floor_ts: u64, history: &[Seen]) -> Result<(), String> {
+    let mut referee = Referee::degraded(DRIFT_MS, floor_ts);
+    history.iter().try_for_each(|seen| referee.see(seen))
+}
+
+#[test]
+fn the_referee_catches_degraded_ids_outside_the_reservation_or_of_another_worker() {
+    let [sent, acked] = reserved(1, 100);
+    let ok = |ts, seq| Seen::Degraded {
+        id: degraded_id(ts, WORKER_ID, seq),
+    };
+    let good = [
+        sent.clone(),
+        acked.clone(),
+        ok(51, 0),
+        ok(51, 1),
+        ok(100, 0),
+    ];
+    assert_eq!(degraded_referee_over(50, &good), Ok(()));
+    // At the floor: a predecessor may have issued in that unit.
+    let e = degraded_referee_over(50, &[sent.clone(), acked.clone(), ok(50, 3)]).unwrap_err();
+    assert!(e.contains("outside (50, 100]"), "{e}");
+    // Above what the store acknowledged: a successor starts there.
+    let e = degraded_referee_over(50, &[sent.clone(), acked.clone(), ok(101, 0)]).unwrap_err();
+    assert!(e.contains("outside (50, 100]"), "{e}");
+    // A reservation never acknowledged does not count.
+    let e = degraded_referee_over(50, &[sent.clone(), ok(60, 0)]).unwrap_err();
+    assert!(e.contains("outside (50, 50]"), "{e}");
+    let e = degraded_referee_over(50, &[ok(60, 1), ok(60, 0)]).unwrap_err();
+    assert!(e.contains("outside"), "{e}");
+    let e = degraded_referee_over(50, &[sent.clone(), acked.clone(), ok(60, 1), ok(60, 0)])
+        .unwrap_err();
+    assert!(e.contains("not increasing"), "{e}");
+    let other = Seen::Degraded {
+        id: degraded_id(60, WORKER_ID + 1, 0),
+    };
+    let e = degraded_referee_over(50, &[sent.clone(), acked.clone(), other]).unwrap_err();
+    assert!(e.contains("of worker 8, not the leased 7"), "{e}");
+    let unflagged = Seen::Degraded {
+        id: degraded_id(60, WORKER_ID, 0) & !DEGRADED_FLAG,
+    };
+    let e = degraded_referee_over(50, &[sent.clone(), acked.clone(), unflagged]).unwrap_err();
+    assert!(e.contains("bit 62 must be set"), "{e}");
+    let high = Seen::Degraded {
+        id: degraded_id(60, WORKER_ID, 0) | 1 << 55,
+    };
+    let e = degraded_referee_over(50, &[sent, acked, high]).unwrap_err();
+    assert!(e.contains("nothing else above the layout"), "{e}");
 }
 
 #[test]
@@ -1830,7 +2106,7 @@ fn an_unaligned_claim_keeps_the_invariants() {
         tag_step: 4,
         ..Setup::SMALL
     };
-    let cfg = config(&setup, 1, None);
+    let cfg = config(&setup, 1, None, 0);
     let mut alloc = SegmentAllocator::new(cfg, Now::both(0)).unwrap();
     let now = Now::both(0);
     assert_eq!(alloc.next_id(now), Take::Pending);
@@ -2069,10 +2345,15 @@ fn the_counter_checks_catch_a_count_going_back_wrapping_or_missing_an_id() {
         ..before
     };
     assert_eq!(counters_only_grow(&before, &grown), Ok(()));
-    let e = issued_as_counted(&grown, 5).unwrap_err();
+    let e = issued_as_counted(&grown, 5, 0).unwrap_err();
     assert!(
         e.contains("stats count 4 IDs issued, 5 were handed out"),
         "{e}"
     );
-    assert_eq!(issued_as_counted(&grown, 4), Ok(()));
+    assert_eq!(issued_as_counted(&grown, 4, 0), Ok(()));
+    let e = issued_as_counted(&grown, 4, 1).unwrap_err();
+    assert!(
+        e.contains("stats count 0 degraded-mode IDs issued, 1 were handed out"),
+        "{e}"
+    );
 }
