@@ -27,6 +27,8 @@ mod log_hostile;
 mod participant_hostile;
 #[path = "../../sut/tests/token_hostile.rs"]
 mod token_hostile;
+#[path = "../../sut/tests/wheel_hostile.rs"]
+mod wheel_hostile;
 
 fn seeds() -> Vec<u64> {
     let n = std::env::var("MUTATION_GATE_SEEDS")
