@@ -25,6 +25,8 @@ mod coordinator_hostile;
 mod log_hostile;
 #[path = "../../sut/tests/participant_hostile.rs"]
 mod participant_hostile;
+#[path = "../../sut/tests/snowflake_hostile.rs"]
+mod snowflake_hostile;
 #[path = "../../sut/tests/token_hostile.rs"]
 mod token_hostile;
 #[path = "../../sut/tests/wheel_hostile.rs"]

@@ -280,6 +280,9 @@ impl Sequencer {
         self.last_ts = ts;
         self.last_seq = seq;
         self.stats.issued += 1;
+        // Counted when issued, not when chosen: a borrowed unit that then waits for its
+        // reservation issued nothing.
+        self.stats.logical_issues += u64::from(ts > now_ts);
         Ok(Step::Issue { ts, seq })
     }
 
@@ -353,7 +356,6 @@ impl Sequencer {
                             bound_ms: borrow_ms_max,
                         });
                     }
-                    self.stats.logical_issues += 1;
                     return Ok(Ok(pair));
                 }
                 self.borrow(wall_ms).map(Ok)
@@ -375,7 +377,6 @@ impl Sequencer {
                 bound_ms: borrow_ms_max,
             });
         }
-        self.stats.logical_issues += 1;
         Ok((ts, 0))
     }
 
