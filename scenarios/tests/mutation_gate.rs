@@ -27,6 +27,8 @@ mod log_hostile;
 mod participant_hostile;
 #[path = "../../sut/tests/snowflake_hostile.rs"]
 mod snowflake_hostile;
+#[path = "../../sut/tests/token_cache_hostile.rs"]
+mod token_cache_hostile;
 #[path = "../../sut/tests/token_hostile.rs"]
 mod token_hostile;
 #[path = "../../sut/tests/wheel_hostile.rs"]

@@ -689,7 +689,10 @@ fn random_sequences_find_each_snowflake_flaw() {
             &["not increasing", "outside"][..],
         ),
         (Flaw::SnowflakeNoPersistedTs, &["outside"][..]),
-        (Flaw::TimeFieldNarrow, &["not increasing", "wall clock", "outside"][..]),
+        (
+            Flaw::TimeFieldNarrow,
+            &["not increasing", "wall clock", "outside"][..],
+        ),
     ] {
         let mut runner = TestRunner::new(fixed(CASES * 4));
         let strategy = (setup(), actions());
