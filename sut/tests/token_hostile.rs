@@ -647,9 +647,10 @@ mod service {
         }
     }
 
-    /// The service under test, with the verification mutants applied around it.
+    /// The service under test, with the verification mutants applied around it. Its store is
+    /// boxed, as the server's is (`Box<dyn TokenStore>`): the box's forwarding is on the path.
     struct Sut {
-        svc: TokenService<Store>,
+        svc: TokenService<Box<Store>>,
         mutant: Mutant,
     }
 
@@ -662,7 +663,7 @@ mod service {
                 owners: BTreeMap::new(),
                 blind_once: Cell::new(false),
             };
-            let svc = TokenService::new(cfg, key(), store).expect("a valid config");
+            let svc = TokenService::new(cfg, key(), Box::new(store)).expect("a valid config");
             Self { svc, mutant }
         }
 
