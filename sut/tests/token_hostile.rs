@@ -438,6 +438,9 @@ proptest! {
 ///   own invariants hold (rows within bounds, key index exact, every row past its table's
 ///   horizon), each horizon is the latest expiry purged, and the service's invariant (every
 ///   stored revocation is in the Bloom filter) holds, across restarts;
+/// - `revocation.filter_capacity`: no more revocations are added to the Bloom filter than it
+///   is sized for without reloading it from the exact set (a filter that only fills answers
+///   "maybe" to everything);
 /// - `no_panic`: no input panics.
 ///
 /// The bench mirrors the store contract (sut/src/token/store.rs: what each table holds, given
@@ -652,6 +655,10 @@ mod service {
     struct Sut {
         svc: TokenService<Box<Store>>,
         mutant: Mutant,
+        /// Filter rebuilds seen (`revocation_stats().rebuilds`), and revocations added to the
+        /// filter since the last one.
+        rebuilds_seen: u64,
+        added_since_rebuild: u64,
     }
 
     impl Sut {
@@ -664,7 +671,35 @@ mod service {
                 blind_once: Cell::new(false),
             };
             let svc = TokenService::new(cfg, key(), Box::new(store)).expect("a valid config");
-            Self { svc, mutant }
+            let rebuilds_seen = svc.revocation_stats().rebuilds;
+            Self {
+                svc,
+                mutant,
+                rebuilds_seen,
+                added_since_rebuild: 0,
+            }
+        }
+
+        /// The Bloom filter is sized for `capacity` revocations: once that many were added
+        /// since it was last loaded from the exact set, the next revocation reloads it first
+        /// (a filter that only fills up answers "maybe revoked" to everything and every check
+        /// becomes a store lookup). `added`: this call added a revocation to the filter.
+        fn filter_within_capacity(&mut self, added: bool) -> Result<(), String> {
+            let rebuilds = self.svc.revocation_stats().rebuilds;
+            if rebuilds > self.rebuilds_seen {
+                self.rebuilds_seen = rebuilds;
+                self.added_since_rebuild = 0;
+            }
+            self.added_since_rebuild += u64::from(added);
+            let capacity = self.svc.config().revocation.capacity;
+            if self.added_since_rebuild > capacity {
+                return Err(format!(
+                    "revocation.filter_capacity: {} revocations added to a filter sized for \
+                     {capacity} without reloading it",
+                    self.added_since_rebuild
+                ));
+            }
+            Ok(())
         }
 
         fn verify(&mut self, token: &str, now_ms: u64) -> Result<Claims, Rejection> {
@@ -701,6 +736,8 @@ mod service {
             }
             self.svc = TokenService::new(config(self.mutant), key(), store)
                 .map_err(|e| format!("restart: {e}"))?;
+            self.rebuilds_seen = self.svc.revocation_stats().rebuilds;
+            self.added_since_rebuild = 0;
             Ok(())
         }
     }
@@ -1347,6 +1384,11 @@ mod service {
             let (token, base, what) = self.present(pick);
             let now = self.resolve(clock, base, None);
             let result = self.sut.svc.revoke(&token, Now::both(now));
+            let added = matches!(
+                result,
+                Ok(_) | Err(RevokeError::Store(TokenStoreError::Full { .. }))
+            );
+            self.sut.filter_within_capacity(added)?;
             let Some(i) = self.jwts.iter().position(|j| j.token == token) else {
                 return match result {
                     Err(RevokeError::Rejected(rejection)) => {
@@ -1679,6 +1721,7 @@ mod service {
                 .svc
                 .purge_expired(Now::both(now))
                 .map_err(|e| format!("purge: store error {e}"))?;
+            self.sut.filter_within_capacity(false)?;
             let want = PurgeCounts {
                 revocations: self.purge_revocations(now),
                 once_tokens: self.purge_once(now),
@@ -2111,5 +2154,25 @@ mod service {
         ] {
             assert!(seen.contains(what), "never reached: {what}\n{seen:#?}");
         }
+    }
+
+    /// The filter-capacity check fires on a filter that keeps filling without a reload, and
+    /// counts from zero again after one.
+    #[test]
+    fn the_filter_capacity_check_catches_a_filter_never_reloaded() {
+        let mut sut = Sut::new(Mutant::None);
+        let capacity = sut.svc.config().revocation.capacity;
+        for _ in 0..capacity {
+            assert_eq!(sut.filter_within_capacity(true), Ok(()));
+        }
+        let e = sut.filter_within_capacity(true).unwrap_err();
+        assert!(e.contains("revocation.filter_capacity"), "{e}");
+        sut.rebuilds_seen -= 1;
+        assert_eq!(
+            sut.filter_within_capacity(true),
+            Ok(()),
+            "a reload was seen"
+        );
+        assert_eq!(sut.added_since_rebuild, 1);
     }
 }
