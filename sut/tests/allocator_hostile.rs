@@ -44,7 +44,7 @@ use sut::clock::Now;
 use sut::flaw::Flaw;
 use sut::id_store::{
     AllocRequest, Grant, InstanceId, Lease, SEGMENT_ID_LIMIT, Segment, StoreCall, StoreError,
-    StoreReply, TagRow, WorkerLease, align_up,
+    StoreReply, TagRow, WorkerLease, align_up, fresh_segment,
 };
 use sut::segment::{
     AllocatorConfig, AllocatorStats, DEGRADED_FLAG, DEGRADED_NAMESPACE, DegradedConfig, IdBlock,
@@ -69,9 +69,20 @@ struct Setup {
     prefetch_used_pct: u8,
     /// Degraded mode on (a Snowflake worker of [`DEGRADED_LAYOUT`] leased as `WORKER_ID`).
     degraded: bool,
+    /// The tag starts a few segments before the end of the ID space (2^62).
+    near_end: bool,
 }
 
 impl Setup {
+    /// Where the tag starts: at 1, or 10 steps of its delta before 2^62.
+    fn first_id(&self) -> u64 {
+        if self.near_end {
+            SEGMENT_ID_LIMIT - 10 * self.delta
+        } else {
+            1
+        }
+    }
+
     const SMALL: Self = Self {
         delta: 1,
         remainder: 0,
@@ -80,6 +91,7 @@ impl Setup {
         claim_pct: 25,
         prefetch_used_pct: 50,
         degraded: false,
+        near_end: false,
     };
 }
 
@@ -92,18 +104,27 @@ fn setup() -> impl Strategy<Value = Setup> {
         prop::sample::select(vec![1u8, 25, 50, 100]),
         prop::sample::select(vec![10u8, 50, 100]),
         prop::bool::ANY,
+        prop::bool::weighted(0.25),
     )
         .prop_map(
-            |(delta, remainder, tag_step, step_max, claim_pct, prefetch_used_pct, degraded)| {
-                Setup {
-                    delta,
-                    remainder: remainder % delta,
-                    tag_step,
-                    step_max,
-                    claim_pct,
-                    prefetch_used_pct,
-                    degraded,
-                }
+            |(
+                delta,
+                remainder,
+                tag_step,
+                step_max,
+                claim_pct,
+                prefetch_used_pct,
+                degraded,
+                near_end,
+            )| Setup {
+                delta,
+                remainder: remainder % delta,
+                tag_step,
+                step_max,
+                claim_pct,
+                prefetch_used_pct,
+                degraded,
+                near_end,
             },
         )
 }
@@ -473,7 +494,7 @@ impl HostileStore {
     fn new(setup: Setup) -> Self {
         Self {
             setup,
-            max_id: align_up(1, setup.remainder, setup.delta),
+            max_id: align_up(setup.first_id(), setup.remainder, setup.delta),
             version: 0,
             rows: Vec::new(),
             granted: Vec::new(),
@@ -519,15 +540,16 @@ impl HostileStore {
         }
     }
 
-    /// Fresh IDs at or above `min_id`, at most `ids` of them, cut short at 2^62 like the
-    /// store's (a huge step, a `max_id` a malformed grant moved past 2^62).
-    fn fresh(&self, req: &AllocRequest, ids: u64) -> Segment {
-        let delta = self.setup.delta;
-        let start = align_up(self.max_id.max(req.min_id), self.setup.remainder, delta);
-        let end = start
-            .saturating_add(ids.max(1).saturating_mul(delta))
-            .min(SEGMENT_ID_LIMIT.max(start));
-        Segment { start, end, delta }
+    /// Fresh IDs at or above `min_id`, at most `ids` of them, by the store's own rule
+    /// ([`fresh_segment`]): a short final segment up to 2^62, then `Exhausted` (a tag started
+    /// near the end, a huge step, a `max_id` a malformed grant moved past 2^62).
+    fn fresh(&self, req: &AllocRequest, ids: u64) -> Result<Segment, StoreError> {
+        let (delta, remainder) = (self.setup.delta, self.setup.remainder);
+        let row = TagRow {
+            max_id: align_up(self.max_id.max(req.min_id), remainder, delta),
+            ..self.row()
+        };
+        fresh_segment(&row, ids.max(1))
     }
 
     fn conflict(&self, req: &AllocRequest) -> StoreError {
@@ -656,7 +678,11 @@ impl HostileStore {
                 if row.version == self.version {
                     row.version = row.version.saturating_sub(1 + k % 2);
                     let back = (k % 3) * self.setup.delta;
-                    let first = align_up(1, self.setup.remainder, self.setup.delta);
+                    let first = align_up(
+                        self.setup.first_id(),
+                        self.setup.remainder,
+                        self.setup.delta,
+                    );
                     row.max_id = row.max_id.saturating_sub(back).max(first);
                 }
                 Ok(row)
@@ -691,16 +717,16 @@ impl HostileStore {
         match how {
             How::Honest if req.expected_version != self.version => Err(self.conflict(req)),
             How::Honest => {
-                let segment = self.fresh(req, req.ids);
+                let segment = self.fresh(req, req.ids)?;
                 let claim = sut::id_store::initial_claim(&segment, req.claim_ids);
                 Ok(self.grant(req, segment, claim, false))
             }
             How::Generous => {
-                let segment = self.fresh(req, req.ids);
+                let segment = self.fresh(req, req.ids)?;
                 Ok(self.grant(req, segment, segment.end, false))
             }
             How::Stingy => {
-                let segment = self.fresh(req, 1 + k % req.ids.max(1));
+                let segment = self.fresh(req, 1 + k % req.ids.max(1))?;
                 let claim = if k.is_multiple_of(2) {
                     segment.start
                 } else {
@@ -753,8 +779,13 @@ impl HostileStore {
 impl HostileStore {
     /// A grant outside the store's contract, by `k`.
     fn malformed_grant(&mut self, req: &AllocRequest, k: u64) -> Grant {
-        let fresh = self.fresh(req, req.ids);
-        let delta = fresh.delta;
+        let delta = self.setup.delta;
+        // Past the end of the space: a one-ID segment at `max_id` to start the damage from.
+        let fresh = self.fresh(req, req.ids).unwrap_or(Segment {
+            start: self.max_id,
+            end: self.max_id.saturating_add(delta),
+            delta,
+        });
         let (segment, claim_end) = match k % 7 {
             // The first segment ever granted again (below min_id once anything was issued).
             0 => {
@@ -1212,6 +1243,18 @@ impl Bench {
                 (StoreCall::Allocate(_), StoreReply::Allocate(Ok(g)), _) if g.from_pool => {
                     self.cover("pooled grant");
                 }
+                (StoreCall::Allocate(req), StoreReply::Allocate(Ok(g)), How::Honest)
+                    if g.segment.end == SEGMENT_ID_LIMIT && g.segment.len() < req.ids =>
+                {
+                    self.cover("final short segment");
+                }
+                (
+                    StoreCall::Allocate(_),
+                    StoreReply::Allocate(Err(StoreError::Exhausted(_))),
+                    How::Honest | How::Generous | How::Stingy,
+                ) => {
+                    self.cover("ID space exhausted");
+                }
                 (_, StoreReply::Allocate(Err(StoreError::VersionConflict { .. })), _) => {
                     self.cover("version conflict");
                 }
@@ -1415,6 +1458,8 @@ fn the_hostile_store_reaches_every_rare_situation() {
         "unavailable",
         "degraded ID",
         "worker lease lost",
+        "final short segment",
+        "ID space exhausted",
     ] {
         assert!(seen.contains_key(want), "never reached: {want} ({seen:?})");
     }
