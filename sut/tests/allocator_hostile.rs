@@ -100,7 +100,8 @@ fn setup() -> impl Strategy<Value = Setup> {
         1u64..=3,
         0u64..3,
         1u64..=8,
-        8u64..=32,
+        // Below the tag's step at times: the tag's step is then the cap.
+        2u64..=32,
         prop::sample::select(vec![1u8, 25, 50, 100]),
         prop::sample::select(vec![10u8, 50, 100]),
         prop::bool::ANY,
@@ -220,6 +221,54 @@ struct Referee {
     last: Option<u64>,
     /// With degraded mode on: what the referee knows of the degraded worker.
     degraded: Option<DegradedView>,
+    /// Leaf's step rule, when checked.
+    steps: Option<Steps>,
+}
+
+/// Leaf's dynamic step as seen from outside: the first `Allocate` asks for the tag's step; a
+/// segment used up faster than `LEAF_FAST_MS` doubles the step (up to `step_max`) for the
+/// `Allocate`s that follow (every segment here lasts seconds at most). A used-up segment shows
+/// as a `Release` of all of it once every one of its IDs was handed out.
+#[derive(Clone, Copy, Debug)]
+struct Steps {
+    tag_step: u64,
+    step_max: u64,
+    /// The step of the last `Allocate` and the segments used up since (`None`: nothing asked
+    /// yet; `Some(None)`: unknown, after a shutdown).
+    last: Option<Option<(u64, u32)>>,
+}
+
+impl Steps {
+    fn asked(&mut self, ids: u64) -> Result<(), String> {
+        let cap = self.step_max.max(self.tag_step);
+        let expected = match self.last {
+            None => Some(self.tag_step),
+            Some(None) => None,
+            Some(Some((step, used_up))) => Some(
+                step.checked_shl(used_up)
+                    .filter(|s| s >> used_up == step)
+                    .unwrap_or(u64::MAX)
+                    .min(cap),
+            ),
+        };
+        if let Some(expected) = expected
+            && ids != expected
+        {
+            return Err(format!(
+                "an Allocate for {ids} IDs where Leaf's rule gives {expected} (the tag's step \
+                 {}, doubling per segment used up in under 15 minutes, at most {cap})",
+                self.tag_step
+            ));
+        }
+        self.last = Some(Some((ids, 0)));
+        Ok(())
+    }
+
+    fn used_up(&mut self) {
+        if let Some(Some((_, used_up))) = self.last.as_mut() {
+            *used_up += 1;
+        }
+    }
 }
 
 /// The degraded worker's promises rest on its time reservation: it issues only in units
@@ -243,6 +292,19 @@ impl Referee {
             issued: BTreeSet::new(),
             last: None,
             degraded: None,
+            steps: None,
+        }
+    }
+
+    /// Also checks Leaf's step rule for a tag of step `tag_step`.
+    fn with_steps(self, tag_step: u64, step_max: u64) -> Self {
+        Self {
+            steps: Some(Steps {
+                tag_step,
+                step_max,
+                last: None,
+            }),
+            ..self
         }
     }
 
@@ -327,6 +389,9 @@ impl Referee {
                         alloc.min_id
                     ));
                 }
+                if let Some(steps) = self.steps.as_mut() {
+                    steps.asked(alloc.ids)?;
+                }
             }
             StoreCall::Release(release) => {
                 let s = release.segment_start;
@@ -354,6 +419,17 @@ impl Referee {
                          {above:?} were",
                         release.used_end
                     ));
+                }
+                let used_up = self.credits.iter().any(|c| {
+                    c.segment.start == s
+                        && c.segment.end == release.used_end
+                        && c.segment.delta > 0
+                        && (c.segment.start..c.segment.end)
+                            .step_by(c.segment.delta as usize)
+                            .all(|x| self.issued.contains(&x))
+                });
+                if used_up && let Some(steps) = self.steps.as_mut() {
+                    steps.used_up();
                 }
                 for c in &mut self.credits {
                     c.released |= c.segment.start == s;
@@ -1082,7 +1158,13 @@ impl Bench {
                 }
                 self.alloc.handle_timeout(self.now);
             }
-            Action::Shutdown => self.alloc.shutdown(),
+            Action::Shutdown => {
+                // A used-up segment still held is released whole: not a step change.
+                if let Some(steps) = self.referee.steps.as_mut() {
+                    steps.last = Some(None);
+                }
+                self.alloc.shutdown();
+            }
             Action::Restart => {
                 self.past_stats.push(self.alloc.stats());
                 self.instance += 1;
@@ -1197,6 +1279,10 @@ impl Bench {
             }
         };
         let duplicate = self.answered.contains(&id);
+        if how == How::Malformed {
+            // A malformed row may carry another step: the step rule is no longer knowable.
+            self.referee.steps = None;
+        }
         let mut reply = match self.store.answers.get(&id) {
             Some(again) if duplicate => again.clone(),
             _ => self.store.answer(&call, how, k),
@@ -1373,11 +1459,12 @@ fn issued_as_counted(stats: &AllocatorStats, handed_out: u64, degraded: u64) -> 
 }
 
 fn referee_for(setup: &Setup, floor_ts: u64) -> Referee {
-    if setup.degraded {
+    let referee = if setup.degraded {
         Referee::degraded(DRIFT_MS, floor_ts)
     } else {
         Referee::new(DRIFT_MS)
-    }
+    };
+    referee.with_steps(setup.tag_step, setup.step_max)
 }
 
 fn run_bench(setup: Setup, variant: Variant, actions: &[Action]) -> Result<Bench, String> {
@@ -1850,6 +1937,43 @@ fn the_referee_catches_a_segment_id_in_the_degraded_space() {
     ];
     let e = referee_over(&history).unwrap_err();
     assert!(e.contains("at or above 2^62"), "{e}");
+}
+
+#[test]
+fn the_step_check_catches_a_step_off_leafs_rule() {
+    let fresh = Steps {
+        tag_step: 4,
+        step_max: 16,
+        last: None,
+    };
+    let e = fresh.clone().asked(8).unwrap_err();
+    assert!(e.contains("Leaf's rule gives 4"), "{e}");
+    let mut steps = fresh;
+    assert_eq!(steps.asked(4), Ok(()));
+    assert_eq!(
+        steps.asked(4),
+        Ok(()),
+        "a retry after a conflict keeps the step"
+    );
+    steps.used_up();
+    let e = steps.clone().asked(4).unwrap_err();
+    assert!(e.contains("Leaf's rule gives 8"), "{e}");
+    steps.used_up();
+    steps.used_up();
+    assert_eq!(
+        steps.asked(16),
+        Ok(()),
+        "4 doubled three times, capped at 16"
+    );
+    steps.last = Some(None);
+    assert_eq!(steps.asked(5), Ok(()), "unknown after a shutdown");
+    let capped_by_tag = Steps {
+        tag_step: 8,
+        step_max: 2,
+        last: Some(Some((8, 1))),
+    };
+    let e = capped_by_tag.clone().asked(2).unwrap_err();
+    assert!(e.contains("gives 8"), "{e}");
 }
 
 fn answer(pick: Pick, how: How, k: u64) -> Action {
