@@ -35,8 +35,8 @@
 //! claims into their segment; the tests at the end show each.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use panics::unpanicked;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
@@ -51,6 +51,9 @@ use sut::segment::{
     Request, SegmentAllocator, StepPolicy, Take, edges,
 };
 use sut::snowflake::{Layout, WorkerConfig};
+
+#[path = "support/panics.rs"]
+mod panics;
 
 const TAG: &str = "order";
 const LEASE_MS: u64 = 1_000;
@@ -1107,14 +1110,7 @@ impl Bench {
 
     /// One step; a panic is a broken promise like any other.
     fn step(&mut self, action: &Action) -> Result<(), String> {
-        catch_unwind(AssertUnwindSafe(|| self.act(action))).unwrap_or_else(|panic| {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            Err(format!("panicked: {msg}"))
-        })
+        unpanicked(|| self.act(action))
     }
 
     fn act(&mut self, action: &Action) -> Result<(), String> {
@@ -2246,7 +2242,7 @@ fn a_huge_but_legal_tag_step_is_served() {
     store.create_tag(TAG, &TagSpec::simple(step)).unwrap();
     let cfg = AllocatorConfig::new(TAG, InstanceId(1));
     let mut alloc = SegmentAllocator::new(cfg, Now::both(0)).unwrap();
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for _ in 0..4 {
             if let Take::Block(block) = alloc.next_id(Now::both(0)) {
                 return Some(block.start);

@@ -23,8 +23,8 @@
 //! them and a random search finds each; a coverage test shows every Snowflake edge state reached.
 
 use std::collections::BTreeMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use panics::unpanicked;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -35,6 +35,9 @@ use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use sut::snowflake::{
     EDGES, Layout, NextId, RollbackPolicy, SequencerError, SequencerStats, WorkerConfig,
 };
+
+#[path = "support/panics.rs"]
+mod panics;
 
 const CASES: u32 = 256;
 const NAMESPACE: &str = "snowflake";
@@ -398,14 +401,7 @@ impl Bench {
     }
 
     fn step(&mut self, action: &Action) -> Result<(), String> {
-        catch_unwind(AssertUnwindSafe(|| self.act(action))).unwrap_or_else(|panic| {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            Err(format!("panicked: {msg}"))
-        })
+        unpanicked(|| self.act(action))
     }
 
     fn act(&mut self, action: &Action) -> Result<(), String> {

@@ -217,6 +217,15 @@ impl Model {
             .map(|(key, _)| key.0 * self.cfg.tick_ms)
     }
 
+    /// The tasks handed out and not yet reported on.
+    fn in_flight(&self) -> Vec<TaskHandle> {
+        self.live
+            .iter()
+            .filter(|(_, task)| task.state == State::InFlight)
+            .map(|(handle, _)| *handle)
+            .collect()
+    }
+
     fn held(&self) -> usize {
         self.live.len() + self.dead.len()
     }
@@ -613,13 +622,7 @@ impl Bench {
         let handle = if any {
             self.nth_known(n)
         } else {
-            let in_flight: Vec<TaskHandle> = self
-                .model
-                .live
-                .iter()
-                .filter(|(_, task)| task.state == State::InFlight)
-                .map(|(handle, _)| *handle)
-                .collect();
+            let in_flight = self.model.in_flight();
             in_flight.get(n % in_flight.len().max(1)).copied()
         };
         let Some(handle) = handle else {
@@ -763,13 +766,7 @@ impl Bench {
     /// Liveness: settle everything in flight, then drive to the end of time: all that waits
     /// fires, and the wheel then asks for no wakeup.
     fn settle(&mut self) -> Result<(), String> {
-        let in_flight: Vec<TaskHandle> = self
-            .model
-            .live
-            .iter()
-            .filter(|(_, task)| task.state == State::InFlight)
-            .map(|(handle, _)| *handle)
-            .collect();
+        let in_flight = self.model.in_flight();
         for handle in in_flight {
             self.under
                 .wheel
