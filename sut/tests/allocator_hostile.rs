@@ -36,6 +36,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use leased_ids::LeaseView;
 use panics::unpanicked;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -52,6 +53,8 @@ use sut::segment::{
 };
 use sut::snowflake::{Layout, WorkerConfig};
 
+#[path = "support/leased_ids.rs"]
+mod leased_ids;
 #[path = "support/panics.rs"]
 mod panics;
 
@@ -274,14 +277,10 @@ impl Steps {
     }
 }
 
-/// The degraded worker's promises rest on its time reservation: it issues only in units
-/// strictly above the reservation its lease carried (`floor_ts`: a predecessor may have issued
-/// up to it) and at or below the largest reservation a store reply acknowledged (a successor
-/// starts above that).
+/// The degraded worker's promises rest on its time reservation ([`LeaseView`]).
 #[derive(Clone, Copy, Debug)]
 struct DegradedView {
-    floor_ts: u64,
-    reserved_ts: u64,
+    lease: LeaseView,
     last: Option<u64>,
     issued: u64,
 }
@@ -315,8 +314,7 @@ impl Referee {
     fn degraded(drift_ms_max: u64, floor_ts: u64) -> Self {
         Self {
             degraded: Some(DegradedView {
-                floor_ts,
-                reserved_ts: floor_ts,
+                lease: LeaseView::new(WORKER_ID, floor_ts),
                 last: None,
                 issued: 0,
             }),
@@ -333,34 +331,9 @@ impl Referee {
         let Some(view) = self.degraded.as_mut() else {
             return Err(format!("degraded-mode ID {id} with degraded mode off"));
         };
-        let layout_bits =
-            DEGRADED_LAYOUT.time_bits + DEGRADED_LAYOUT.worker_bits + DEGRADED_LAYOUT.seq_bits;
-        if id >> layout_bits != DEGRADED_FLAG >> layout_bits {
-            return Err(format!(
-                "degraded-mode ID {id:#x}: bit 62 must be set and nothing else above the layout"
-            ));
-        }
-        let decoded = DEGRADED_LAYOUT.decode(id);
-        if decoded.worker != u64::from(WORKER_ID) {
-            return Err(format!(
-                "degraded-mode ID {id:#x} of worker {}, not the leased {WORKER_ID}",
-                decoded.worker
-            ));
-        }
-        if decoded.ts <= view.floor_ts || decoded.ts > view.reserved_ts {
-            return Err(format!(
-                "degraded-mode ID {id:#x} in unit {}, outside ({}, {}]: above the floor its lease \
-                 carried, at or below the reservation the store acknowledged",
-                decoded.ts, view.floor_ts, view.reserved_ts
-            ));
-        }
-        if let Some(last) = view.last
-            && id <= last
-        {
-            return Err(format!(
-                "degraded-mode ID {id:#x} handed out after {last:#x}: not increasing"
-            ));
-        }
+        view.lease
+            .check(&DEGRADED_LAYOUT, DEGRADED_FLAG, id, view.last)
+            .map_err(|e| format!("degraded mode: {e}"))?;
         view.last = Some(id);
         view.issued += 1;
         Ok(())
@@ -464,7 +437,7 @@ impl Referee {
                 if let Some(view) = self.degraded.as_mut()
                     && lease.worker_id == *worker_id
                 {
-                    view.reserved_ts = view.reserved_ts.max(lease.reserved_ts);
+                    view.lease.acknowledged(lease.reserved_ts);
                 }
             }
             (StoreCall::Renew(req), StoreReply::Renew(Ok(lease))) => {
@@ -1915,12 +1888,15 @@ fn the_referee_catches_degraded_ids_outside_the_reservation_or_of_another_worker
         id: degraded_id(60, WORKER_ID, 0) & !DEGRADED_FLAG,
     };
     let e = degraded_referee_over(50, &[sent.clone(), acked.clone(), unflagged]).unwrap_err();
-    assert!(e.contains("bit 62 must be set"), "{e}");
+    assert!(
+        e.contains("must be exactly the flag 0x4000000000000000"),
+        "{e}"
+    );
     let high = Seen::Degraded {
         id: degraded_id(60, WORKER_ID, 0) | 1 << 55,
     };
     let e = degraded_referee_over(50, &[sent, acked, high]).unwrap_err();
-    assert!(e.contains("nothing else above the layout"), "{e}");
+    assert!(e.contains("must be exactly the flag"), "{e}");
 }
 
 #[test]
