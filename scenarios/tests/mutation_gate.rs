@@ -77,7 +77,9 @@ fn every_scenario_holds_on_a_short_sweep() {
             continue;
         }
         let started = Instant::now();
-        let scenario = scenarios::load(name).expect("a named scenario loads");
+        let mut scenario = scenarios::load(name).expect("a named scenario loads");
+        // The state machines' own invariants after every step, as a debug build runs them.
+        scenario.run.self_checks = true;
         let sweep = sim::run::sweep(&scenario, &seeds, jobs(), &|_| {});
         for (seed, v) in sweep.violations() {
             failures.push(format!("{name} seed {seed}: {}: {}", v.invariant, v.detail));

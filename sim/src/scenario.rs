@@ -123,6 +123,12 @@ pub struct RunSection {
     /// BUGGIFY (`sim::buggify`): per seed, shrunk timers and budgets, drift at its bound,
     /// crashes placed at durable steps, stragglers. On by default; `--no-buggify` overrides.
     pub buggify: bool,
+    /// Run every state machine's own `check_invariants` after each of its steps (the
+    /// allocator, the worker-lease holder, the semantic generator, the coordinator, the token
+    /// service and the ID store), failing the run on the first violation. Always on in debug
+    /// builds; the mutation gate turns it on in its release build.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub self_checks: bool,
 }
 
 impl Default for RunSection {
@@ -135,6 +141,7 @@ impl Default for RunSection {
             seed: None,
             expect: None,
             buggify: true,
+            self_checks: false,
         }
     }
 }

@@ -96,9 +96,10 @@ impl State {
         }
     }
 
-    /// The state machines' own invariants, after every tick of a debug build.
-    fn debug_check_invariants(&self) {
-        if cfg!(debug_assertions) {
+    /// The state machines' own invariants, after every tick when self-checks are on
+    /// ([`super::self_checks`]).
+    fn check_own_invariants(&self, self_checks: bool) {
+        if self_checks {
             let checks = [
                 ("segment allocator", self.alloc.check_invariants()),
                 ("worker-lease holder", self.holder.check_invariants()),
@@ -534,6 +535,7 @@ fn new_state(ctx: &Ctx) -> State {
 
 /// Every 5 ms: the allocator's timeouts, the worker lease, the parked requests, the counters.
 async fn tick_forever(ctx: Ctx, state: Arc<Mutex<State>>) {
+    let self_checks = super::self_checks(&ctx.world);
     loop {
         sleep_ms(5).await;
         let now = ctx.now();
@@ -547,7 +549,7 @@ async fn tick_forever(ctx: Ctx, state: Arc<Mutex<State>>) {
             s.worker_upkeep(&ctx, now, &mut out);
             s.retry_parked(&ctx, now, &mut out);
             s.report_stats(&ctx);
-            s.debug_check_invariants();
+            s.check_own_invariants(self_checks);
         }
         flush(&ctx, out);
     }

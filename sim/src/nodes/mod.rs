@@ -17,6 +17,12 @@ use crate::disk::Wal;
 use crate::net::{Ctx, Inbox};
 use crate::world::{Disks, World};
 
+/// Whether the state machines' own invariants are checked after every step: in debug builds,
+/// or when the scenario asks (`[run] self_checks`).
+pub(crate) fn self_checks(world: &World) -> bool {
+    cfg!(debug_assertions) || world.with(|w| w.spec.scenario.run.self_checks)
+}
+
 /// Group commit: waits one simulated fsync, then makes everything appended so far durable
 /// (unless a concurrent commit already did). A crash during the wait loses the pending records
 /// — and the caller never answers, which is what makes that loss safe.
