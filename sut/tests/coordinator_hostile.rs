@@ -1,6 +1,7 @@
 //! The coordinator against hostile participants and a hostile log: replies late, twice, for
 //! the wrong phase or draw, misaddressed, contradicting themselves; log writes acknowledged in
-//! any order; time jumping ahead. The properties are the coordinator's own promises, checked by
+//! any order, and entries acknowledged that it never asked to write (a stale record with other
+//! arguments, a verdict it did not decide, a `Finished` it did not reach); time jumping ahead. The properties are the coordinator's own promises, checked by
 //! a referee that sees only what crosses its boundary (log writes asked for and acknowledged,
 //! messages sent, replies delivered, outcome events):
 //!
@@ -9,12 +10,13 @@
 //! - no Confirm or Cancel before the verdict is durable, and only the verdict's phase;
 //! - `Finished` only when every branch acknowledged the verdict; a final outcome only after
 //!   `Finished` is durable, at most one per draw, and the outcome the verdict says;
+//! - `draws()` lists exactly the draws `stage` knows, never one with a final outcome;
 //! - the coordinator's own invariants after every step.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
+use proptest::test_runner::{Config, RngSeed};
 use sut::clock::Now;
 use sut::lottery::{
     ActivityId, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome, Effect,
@@ -59,6 +61,8 @@ enum Seen {
 /// Checks the promises on the boundary traffic, one observation at a time.
 #[derive(Default)]
 struct Referee {
+    /// Every entry the coordinator asked to write: only those count when acknowledged.
+    asked_entries: BTreeSet<LogEntry>,
     begun: BTreeSet<u64>,
     verdicts_asked: BTreeMap<u64, Verdict>,
     verdicts: BTreeMap<u64, Verdict>,
@@ -73,8 +77,15 @@ struct Referee {
 impl Referee {
     fn see(&mut self, seen: &Seen) -> Result<(), String> {
         match seen {
-            Seen::LogAsked(entry) => self.asked(entry),
+            Seen::LogAsked(entry) => {
+                self.asked_entries.insert(*entry);
+                self.asked(entry)
+            }
             Seen::LogDurable(entry) => {
+                if !self.asked_entries.contains(entry) {
+                    // Acknowledged but never asked for: the coordinator must ignore it.
+                    return Ok(());
+                }
                 match *entry {
                     LogEntry::Begin(d) => {
                         self.begun.insert(d.xid.0);
@@ -233,6 +244,9 @@ enum Action {
     },
     /// Let `ms` pass and fire what is due.
     Wait(u64),
+    /// Acknowledge as durable an entry for draw `n` (modulo) that was never asked for: a Begin
+    /// with other arguments, a verdict, or a `Finished`.
+    Forge { n: u64, kind: u8 },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -273,6 +287,7 @@ fn action() -> impl Strategy<Value = Action> {
         4 => (0usize..8).prop_map(Action::Write),
         6 => (0usize..64, answer, twist).prop_map(|(n, answer, twist)| Action::Answer { n, answer, twist }),
         2 => (1u64..2_000).prop_map(Action::Wait),
+        1 => (0u64..DRAWS, 0u8..4).prop_map(|(n, kind)| Action::Forge { n, kind }),
     ]
 }
 
@@ -346,8 +361,55 @@ impl Bench {
                 self.now_ms += ms;
                 self.coordinator.handle_timeout(at(self.now_ms));
             }
+            Action::Forge { n, kind } => {
+                let xid = Xid(1 + n % DRAWS);
+                let entry = match kind {
+                    0 => LogEntry::Begin(DrawArgs {
+                        price_minor: draw(xid.0).price_minor + 1,
+                        ..draw(xid.0)
+                    }),
+                    1 => LogEntry::Decided {
+                        xid,
+                        verdict: Verdict::Confirm,
+                    },
+                    2 => LogEntry::Decided {
+                        xid,
+                        verdict: Verdict::Cancel,
+                    },
+                    _ => LogEntry::Finished { xid },
+                };
+                if self.referee.asked_entries.contains(&entry) {
+                    return Ok(());
+                }
+                self.referee.see(&Seen::LogDurable(entry))?;
+                self.coordinator.handle_log_written(&entry, now);
+            }
         }
-        self.drain()
+        self.drain()?;
+        self.draws_listed()
+    }
+
+    /// `draws()` and `stage` agree, and a draw with a final outcome is no longer in flight.
+    fn draws_listed(&self) -> Result<(), String> {
+        let listed: Vec<_> = self.coordinator.draws().collect();
+        let staged: Vec<_> = (1..=DRAWS)
+            .filter_map(|x| self.coordinator.stage(Xid(x)).map(|s| (Xid(x), s)))
+            .collect();
+        if listed != staged {
+            return Err(format!(
+                "draws() lists {listed:?}, stage() knows {staged:?}"
+            ));
+        }
+        match listed
+            .iter()
+            .find(|(x, _)| self.referee.final_events.contains(&x.0))
+        {
+            Some((x, stage)) => Err(format!(
+                "draw {}: still in flight ({stage:?}) after its final outcome",
+                x.0
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -408,7 +470,12 @@ fn run(actions: &[Action]) -> Result<(), String> {
 }
 
 proptest! {
-    #![proptest_config(Config { cases: 512, ..Config::default() })]
+    #![proptest_config(Config {
+        cases: 512,
+        rng_seed: RngSeed::Fixed(0xC0_04D0),
+        failure_persistence: None,
+        ..Config::default()
+    })]
 
     #[test]
     fn the_coordinator_keeps_its_promises_whatever_participants_and_the_log_do(
@@ -453,9 +520,44 @@ fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
 
 // The referee fires on bad histories (each one a coordinator bug it must catch).
 
+/// The histories below acknowledge only entries the coordinator asked for (asked before the
+/// history starts, unless the history shows the asking).
 fn referee_over(history: &[Seen]) -> Result<(), String> {
     let mut referee = Referee::default();
+    for seen in history {
+        if let Seen::LogDurable(entry) = seen {
+            referee.asked_entries.insert(*entry);
+        }
+    }
     history.iter().try_for_each(|s| referee.see(s))
+}
+
+#[test]
+fn the_referee_catches_a_try_after_a_begin_acknowledged_but_never_asked() {
+    // A stale Begin of draw 1 with another price: the log never wrote what was asked.
+    let stale = LogEntry::Begin(DrawArgs {
+        price_minor: 11,
+        ..draw(1)
+    });
+    let mut referee = Referee::default();
+    let history = [
+        Seen::LogAsked(LogEntry::Begin(draw(1))),
+        Seen::LogDurable(stale),
+        Seen::Sent(Participant::Wallet, try_msg(1)),
+    ];
+    let e = history.iter().try_for_each(|s| referee.see(s)).unwrap_err();
+    assert!(e.contains("before its Begin was durable"), "{e}");
+}
+
+#[test]
+fn the_draws_check_catches_a_listing_that_disagrees_with_stage() {
+    let mut bench = Bench::new();
+    bench.drain().unwrap();
+    assert_eq!(bench.draws_listed(), Ok(()));
+    // Draw 1 reported finished while the coordinator still has it in flight.
+    bench.referee.final_events.insert(1);
+    let e = bench.draws_listed().unwrap_err();
+    assert!(e.contains("still in flight"), "{e}");
 }
 
 fn try_msg(xid: u64) -> ParticipantMsg {

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, RngSeed, TestCaseError, TestRng, TestRunner};
 use sut::lottery::{
     AMOUNT_MAX, ActivityId, CoordLog, DrawArgs, LogEntry, LogError, LogRecord, UserId, Verdict, Xid,
 };
@@ -317,7 +317,12 @@ fn run(log: &mut dyn Log, writes: &[Write]) -> Result<(), String> {
 }
 
 proptest! {
-    #![proptest_config(Config { cases: 512, ..Config::default() })]
+    #![proptest_config(Config {
+        cases: 512,
+        rng_seed: RngSeed::Fixed(0x1_06),
+        failure_persistence: None,
+        ..Config::default()
+    })]
     #[test]
     fn the_log_keeps_its_promises_whatever_is_written(
         writes in proptest::collection::vec(write(), 1..40)

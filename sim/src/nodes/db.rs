@@ -101,8 +101,8 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     });
     // The store's own invariants after every call, with self-checks on, in correct runs (a flaw
     // may break the store's promises on purpose: the checkers judge those runs).
-    let check_store = super::self_checks(&ctx.world)
-        && ctx.world.with(|w| w.spec.scenario.run.flaw).is_none();
+    let check_store =
+        super::self_checks(&ctx.world) && ctx.world.with(|w| w.spec.scenario.run.flaw).is_none();
     while let Some((msg, from)) = inbox.recv().await {
         let Msg::Store { req, mut call } = msg else {
             continue;
