@@ -25,8 +25,10 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, RngSeed, TestCaseError, TestRng, TestRunner};
+use sut::lottery::journal::Journaled;
 use sut::lottery::{
-    AMOUNT_MAX, ActivityId, CoordLog, DrawArgs, LogEntry, LogError, LogRecord, UserId, Verdict, Xid,
+    AMOUNT_MAX, ActivityId, CoordLog, DrawArgs, LogEntry, LogError, LogRecord, LotteryStore,
+    MemoryStore, StoreError, UserId, Verdict, Xid,
 };
 
 const DRAWS: u64 = 3;
@@ -106,6 +108,24 @@ impl Log for CoordLog {
     }
     fn records(&self) -> BTreeMap<Xid, LogRecord> {
         self.records.clone()
+    }
+}
+
+/// The log as the server keeps it: in a journaled lottery store, read back with `log_load`
+/// (what a restarted coordinator recovers from).
+impl Log for Journaled {
+    fn append(&mut self, entry: &LogEntry) -> Result<(), LogError> {
+        match self.log_append(entry) {
+            Ok(()) => Ok(()),
+            Err(StoreError::Log(e)) => Err(e),
+            Err(other) => panic!("the memory store failed: {other}"),
+        }
+    }
+    fn records(&self) -> BTreeMap<Xid, LogRecord> {
+        self.clone()
+            .log_load()
+            .expect("a memory store reads")
+            .records
     }
 }
 
@@ -328,6 +348,13 @@ proptest! {
         writes in proptest::collection::vec(write(), 1..40)
     ) {
         prop_assert_eq!(run(&mut CoordLog::default(), &writes), Ok(()));
+    }
+
+    #[test]
+    fn the_journaled_store_keeps_and_reloads_the_same_log(
+        writes in proptest::collection::vec(write(), 1..40)
+    ) {
+        prop_assert_eq!(run(&mut Journaled::new(MemoryStore::default()), &writes), Ok(()));
     }
 }
 
