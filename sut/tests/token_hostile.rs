@@ -443,6 +443,8 @@ proptest! {
 ///   own invariants hold (rows within bounds, key index exact, every row past its table's
 ///   horizon), each horizon is the latest expiry purged, and the service's invariant (every
 ///   stored revocation is in the Bloom filter) holds, across restarts;
+/// - `revocation.counted`: each verification that reaches the revocation list is counted once
+///   (a filter negative or an exact lookup), each refusal as revoked once as an exact hit;
 /// - `revocation.filter_capacity`: no more revocations are added to the Bloom filter than it
 ///   is sized for without reloading it from the exact set (a filter that only fills answers
 ///   "maybe" to everything);
@@ -476,9 +478,9 @@ mod service {
     use sut::token::service::RevokeError;
     use sut::token::{
         ActivityId, Claims, Forgotten, JwtConfig, MemoryTokenStore, OnceConfig, OnceIssue, OnceKey,
-        OnceRejection, OnceToken, PurgeCounts, Rejection, RevocationConfig, RevokeOutcome,
-        SigningKey, TokenConfig, TokenEvent, TokenService, TokenStore, TokenStoreError,
-        TokenStoreLimits, UserId, check_revoked_rejected, check_single_use,
+        OnceRejection, OnceToken, PurgeCounts, Rejection, RevocationConfig, RevocationStats,
+        RevokeOutcome, SigningKey, TokenConfig, TokenEvent, TokenService, TokenStore,
+        TokenStoreError, TokenStoreLimits, UserId, check_revoked_rejected, check_single_use,
     };
 
     /// 2024-05-30 00:00 UTC: a multiple of every window and second.
@@ -744,6 +746,42 @@ mod service {
             self.rebuilds_seen = self.svc.revocation_stats().rebuilds;
             self.added_since_rebuild = 0;
             Ok(())
+        }
+    }
+
+    /// `revocation.counted`: a verification that reached the revocation list (accepted, or
+    /// refused as revoked) is counted once, as a filter negative or an exact lookup, and a
+    /// refusal as revoked once as an exact hit; anything refused before the list is not
+    /// counted, and no verification rebuilds the filter.
+    fn revocation_counted(
+        before: &RevocationStats,
+        after: &RevocationStats,
+        result: &Result<Claims, Rejection>,
+    ) -> Result<(), String> {
+        let revoked = matches!(result, Err(Rejection::Revoked));
+        let reached = u64::from(result.is_ok() || revoked);
+        let moved = |a: u64, b: u64| b.checked_sub(a);
+        let deltas = (
+            moved(before.bloom_negatives, after.bloom_negatives),
+            moved(before.exact_lookups, after.exact_lookups),
+            moved(before.exact_hits, after.exact_hits),
+        );
+        let counted = match deltas {
+            (Some(negatives), Some(lookups), Some(hits)) => {
+                negatives + lookups == reached
+                    && hits == u64::from(revoked)
+                    && hits <= lookups
+                    && after.rebuilds == before.rebuilds
+            }
+            _ => false,
+        };
+        if counted {
+            Ok(())
+        } else {
+            Err(format!(
+                "revocation.counted: a verification answering {result:?} moved the counters \
+                 from {before:?} to {after:?}"
+            ))
         }
     }
 
@@ -1268,7 +1306,11 @@ mod service {
         fn verify(&mut self, pick: &Pick, clock: Clock) -> Result<(), String> {
             let (token, base, what) = self.present(pick);
             let now = self.resolve(clock, base, None);
+            let stats_before = self.sut.svc.revocation_stats();
             let result = self.sut.verify(&token, now);
+            if self.sut.mutant == Mutant::None {
+                revocation_counted(&stats_before, &self.sut.svc.revocation_stats(), &result)?;
+            }
             let at = self.at;
             let honest = self.jwts.iter().position(|j| j.token == token);
             let Some(i) = honest else {
@@ -2179,5 +2221,26 @@ mod service {
             "a reload was seen"
         );
         assert_eq!(sut.added_since_rebuild, 1);
+    }
+
+    #[test]
+    fn the_revocation_counter_check_catches_a_lookup_counted_wrong() {
+        let before = RevocationStats::default();
+        let accepted: Result<Claims, Rejection> = Err(Rejection::BadSignature);
+        assert_eq!(revocation_counted(&before, &before, &accepted), Ok(()));
+        let looked = RevocationStats {
+            exact_lookups: 1,
+            ..before
+        };
+        let e = revocation_counted(&before, &looked, &accepted).unwrap_err();
+        assert!(e.contains("revocation.counted"), "{e}");
+        let revoked = Err(Rejection::Revoked);
+        let e = revocation_counted(&before, &looked, &revoked).unwrap_err();
+        assert!(e.contains("revocation.counted"), "no hit counted: {e}");
+        let hit = RevocationStats {
+            exact_hits: 1,
+            ..looked
+        };
+        assert_eq!(revocation_counted(&before, &hit, &revoked), Ok(()));
     }
 }
