@@ -1863,6 +1863,7 @@ mod service {
         #![proptest_config(Config {
             cases: 256,
             rng_seed: RngSeed::Fixed(0x70c3_5e41),
+            failure_persistence: None,
             ..Config::default()
         })]
 
@@ -2242,5 +2243,39 @@ mod service {
             ..looked
         };
         assert_eq!(revocation_counted(&before, &hit, &revoked), Ok(()));
+    }
+
+    /// Once found by the property test above (kept in its regressions file while it had one):
+    /// a verification at the far end of the clock, then one-time tokens issued around it.
+    #[test]
+    fn a_verification_at_the_end_of_time_then_one_time_tokens() {
+        let steps = [
+            Step::Verify {
+                pick: Pick::Honest(Ix(0)),
+                clock: Clock::Abs(18_446_744_073_709_551_000),
+            },
+            Step::Issue {
+                user: 1,
+                clock: Clock::Same,
+            },
+            issue_once(1, 0),
+            Step::IssueOnce {
+                user: 2,
+                b: false,
+                clock: Clock::Own(Bound::Exp, 0),
+            },
+            Step::IssueOnce {
+                user: 1,
+                b: true,
+                clock: Clock::Same,
+            },
+            issue_once(1, 4_000),
+            Step::IssueOnce {
+                user: 3,
+                b: false,
+                clock: Clock::Own(Bound::Exp, 0),
+            },
+        ];
+        assert_eq!(run(Mutant::None, &steps), Ok(()));
     }
 }
