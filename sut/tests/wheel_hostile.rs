@@ -950,3 +950,30 @@ fn a_task_due_in_the_last_representable_tick_fires() {
     assert_eq!(bench.known.len(), 1);
     assert!(bench.fired_once.contains(&(bench.known[0], 0)));
 }
+
+proptest! {
+    #![proptest_config(fixed(CASES))]
+
+    /// The budget an operator (or BUGGIFY) sizes from `retries_to_outlast(horizon)`: the
+    /// fewest retries whose backoffs add up to the horizon, so that a task failing from its
+    /// first run on still has a retry left once the horizon has passed.
+    #[test]
+    fn the_retries_to_outlast_a_horizon_are_the_fewest_whose_backoffs_cover_it(
+        base in 1_u64..200,
+        factor in 1_u64..50,
+        horizon_ms in 0_u64..200_000,
+    ) {
+        let cfg = WheelConfig {
+            backoff_base_ms: base,
+            backoff_cap_ms: base * factor,
+            ..WheelConfig::default()
+        };
+        let retries = cfg.retries_to_outlast(horizon_ms);
+        let waited = |n: u32| (1..=n).map(|f| cfg.backoff_ms(f)).sum::<u64>();
+        prop_assert!(waited(retries) >= horizon_ms, "{} retries wait {} ms", retries, waited(retries));
+        prop_assert!(
+            retries == 0 || waited(retries - 1) < horizon_ms,
+            "{} retries, but {} already wait {} ms", retries, retries - 1, waited(retries - 1)
+        );
+    }
+}
