@@ -15,6 +15,8 @@
 //! - a failure reschedules the task at exactly `now + min(cap, base * 2^(failures - 1))`
 //!   while its budget lasts, then moves it to the dead letters (handle, payload, priority,
 //!   attempts, time of failure), nothing lost and nothing invented;
+//! - one `handle_timeout` moves at most `work_max_per_call` tasks (no more become ready, no
+//!   more leave the overflow list);
 //! - capacity counts dead letters; errors name the misuse (`Unknown`, `NotInFlight`, `Full`,
 //!   `DeadlineTooFar`) and change nothing;
 //! - the wheel's clock never goes back and reaches the driver's time; `status` and `payload`
@@ -22,7 +24,8 @@
 //! - everything left waiting fires in the end.
 //!
 //! Deliberately wrong wheels (a wrapper firing a tick early, one retrying without backoff, one
-//! swapping two ready tasks, one whose cancel forgets) show each check firing; a coverage test
+//! swapping two ready tasks, one whose cancel forgets, one ignoring the work budget) show each
+//! check firing; a coverage test
 //! shows the driver reaching what the properties are about.
 
 use std::cmp::Reverse;
@@ -253,6 +256,8 @@ enum Variant {
     Swap,
     /// A cancel of a waiting task answers Ok but leaves it in the wheel.
     ForgetfulCancel,
+    /// One `handle_timeout` does all the work due, whatever the budget.
+    Unbounded,
 }
 
 struct Under {
@@ -271,6 +276,14 @@ impl Under {
             _ => now_ms,
         };
         self.wheel.handle_timeout(now_ms);
+        while self.variant == Variant::Unbounded
+            && self
+                .wheel
+                .poll_timeout()
+                .is_some_and(|at_ms| at_ms <= now_ms)
+        {
+            self.wheel.handle_timeout(now_ms);
+        }
     }
 
     fn poll_ready(&mut self) -> Option<Fired<u64>> {
@@ -500,7 +513,7 @@ impl Bench {
             if calls > 100_000 {
                 return Err(format!("handle_timeout({now_ms}) makes no progress"));
             }
-            self.under.handle_timeout(now_ms);
+            self.bounded_timeout(now_ms)?;
             self.under
                 .wheel
                 .check_invariants()
@@ -517,12 +530,31 @@ impl Bench {
         Ok(())
     }
 
+    /// One `handle_timeout`, which moves at most `work_max_per_call` tasks: no more become
+    /// ready, and no more leave the overflow list.
+    fn bounded_timeout(&mut self, now_ms: u64) -> Result<(), String> {
+        let wheel = &self.under.wheel;
+        let (ready, overflow) = (wheel.ready_len(), wheel.overflow_len());
+        self.under.handle_timeout(now_ms);
+        let wheel = &self.under.wheel;
+        let made_ready = wheel.ready_len().saturating_sub(ready);
+        let migrated = overflow.saturating_sub(wheel.overflow_len());
+        let budget = self.model.cfg.work_max_per_call as usize;
+        if made_ready > budget || migrated > budget {
+            return Err(format!(
+                "handle_timeout({now_ms}) made {made_ready} tasks ready and moved {migrated} out \
+                 of the overflow list; work_max_per_call is {budget}"
+            ));
+        }
+        Ok(())
+    }
+
     /// One `handle_timeout` with a time before the driver's: no clock moves back; only tasks
     /// already due (scheduled or retried into the past) may become ready, some or all of them
     /// (the work budget).
     fn stale(&mut self, ms: u64) -> Result<(), String> {
         let stale_ms = self.model.now_ms.saturating_sub(ms);
-        self.under.handle_timeout(stale_ms);
+        self.bounded_timeout(stale_ms)?;
         let waiting: Vec<(Key, TaskHandle)> =
             self.model.waiting.iter().map(|(k, h)| (*k, *h)).collect();
         for (key, handle) in waiting {
@@ -885,6 +917,7 @@ fn random_driving_finds_each_broken_wheel() {
         (Variant::NoBackoff, "expected Ok(Retrying"),
         (Variant::Swap, "the model's next ready task is"),
         (Variant::ForgetfulCancel, "the wheel holds"),
+        (Variant::Unbounded, "work_max_per_call is"),
     ] {
         let mut runner = TestRunner::new(fixed(CASES));
         let strategy = case();
