@@ -15,6 +15,8 @@
 //! - a failure reschedules the task at exactly `now + min(cap, base * 2^(failures - 1))`
 //!   while its budget lasts, then moves it to the dead letters (handle, payload, priority,
 //!   attempts, time of failure), nothing lost and nothing invented;
+//! - the edge states of a hand-out (fired late, a same-tick tie) are counted exactly when they
+//!   happen, so the coverage reports built on them do not lie;
 //! - one `handle_timeout` moves at most `work_max_per_call` tasks (no more become ready, no
 //!   more leave the overflow list);
 //! - capacity counts dead letters; errors name the misuse (`Unknown`, `NotInFlight`, `Full`,
@@ -342,6 +344,8 @@ struct Bench {
     known: Vec<TaskHandle>,
     fired_once: BTreeSet<(TaskHandle, u32)>,
     coverage: Coverage,
+    /// The wheel's edge states reached (`sut::edge`), as counted by the wheel.
+    edges: BTreeMap<String, u64>,
 }
 
 impl Bench {
@@ -357,7 +361,18 @@ impl Bench {
             known: Vec::new(),
             fired_once: BTreeSet::new(),
             coverage: Coverage::new(),
+            edges: BTreeMap::new(),
         }
+    }
+
+    /// Moves the edge arrivals counted on this thread since the last call into `self.edges`,
+    /// and returns them.
+    fn take_edges(&mut self) -> BTreeMap<String, u64> {
+        let arrived = sut::edge::take();
+        for (name, n) in &arrived {
+            *self.edges.entry(name.clone()).or_insert(0) += n;
+        }
+        arrived
     }
 
     fn cover(&mut self, what: &'static str) {
@@ -408,6 +423,7 @@ impl Bench {
                 }
             }
         }
+        self.take_edges();
         self.agree()
     }
 
@@ -598,9 +614,11 @@ impl Bench {
 
     /// One `poll_ready`, compared with the model's next ready task.
     fn poll_one(&mut self, drive: Option<(u64, bool)>) -> Result<Option<Fired<u64>>, String> {
+        self.take_edges();
         let polled = self.under.poll_ready();
+        let arrived = self.take_edges();
         let expected = self.model.ready.pop_first();
-        let (f, handle) = match (polled, expected) {
+        let (f, key, handle) = match (polled, expected) {
             (None, None) => return Ok(None),
             (Some(f), None) => {
                 return Err(format!("handed out {f:?}, the model has no task ready"));
@@ -610,12 +628,30 @@ impl Bench {
                     "nothing handed out, the model's {handle:?} is ready"
                 ));
             }
-            (Some(f), Some((_, handle))) => (f, handle),
+            (Some(f), Some((key, handle))) => (f, key, handle),
         };
         if f.handle != handle {
             return Err(format!(
                 "handed out {f:?}, the model's next ready task is {handle:?}"
             ));
+        }
+        // The edge states a hand-out reaches, counted exactly: a task handed out after its due
+        // tick (late), and one handed out while another of its tick is still ready (a tie).
+        let late = key.0 < self.model.wheel_tick;
+        let tie = self
+            .model
+            .ready
+            .first_key_value()
+            .is_some_and(|(next, _)| next.0 == key.0);
+        for (edge, want) in [(wheel::FIRED_LATE, late), (wheel::SAME_TICK_TIE, tie)] {
+            let got = arrived.get(edge.name).copied().unwrap_or(0);
+            if got != u64::from(want) {
+                return Err(format!(
+                    "edge {}: counted {got} for the hand-out of {handle:?}, it was {}reached",
+                    edge.name,
+                    if want { "" } else { "not " }
+                ));
+            }
         }
         let wheel_ms = self.model.wheel_ms();
         let tick_ms = self.model.cfg.tick_ms;
@@ -869,12 +905,16 @@ fn the_hostile_driver_reaches_every_rare_situation() {
     let strategy = case();
     let _ = sut::edge::take();
     let mut seen = Coverage::new();
+    let mut edges: BTreeMap<String, u64> = BTreeMap::new();
     for _ in 0..CASES {
         let (cfg, start_ms, ops) = strategy.new_tree(&mut runner).unwrap().current();
         let bench =
             run_bench(cfg, start_ms, Variant::Correct, &ops).unwrap_or_else(|e| panic!("{e}"));
         for (what, n) in bench.coverage {
             *seen.entry(what).or_insert(0) += n;
+        }
+        for (edge, n) in bench.edges {
+            *edges.entry(edge).or_insert(0) += n;
         }
     }
     for want in [
@@ -897,7 +937,6 @@ fn the_hostile_driver_reaches_every_rare_situation() {
     ] {
         assert!(seen.contains_key(want), "never reached: {want} ({seen:?})");
     }
-    let edges = sut::edge::take();
     for edge in wheel::EDGES {
         assert!(
             edges.contains_key(edge.name),
