@@ -21,7 +21,8 @@
 //!   not issued from again; request ids are never reused;
 //! - it never panics on any reply, and `check_invariants()` holds after every step;
 //! - its counters (`AllocatorStats`, what the server's health view reports) only grow within
-//!   an incarnation, never wrap, and `issued` counts exactly the IDs it handed out.
+//!   an incarnation, never wrap, and `issued`, `degraded_issued`, `pending` and `unavailable`
+//!   count exactly the IDs handed out and the answers given.
 //!
 //! The correct allocator keeps them for every sequence; the flaws and a few deliberately wrong
 //! wrappers break them, and the tests below show each check firing. A coverage test shows that
@@ -1051,6 +1052,8 @@ struct Bench {
     coverage: Coverage,
     /// The stats of the incarnations before this one.
     past_stats: Vec<AllocatorStats>,
+    /// `Pending` and `Unavailable` answers this incarnation.
+    waits: (u64, u64),
 }
 
 impl Bench {
@@ -1074,6 +1077,7 @@ impl Bench {
             owed: None,
             coverage: Coverage::new(),
             past_stats: Vec::new(),
+            waits: (0, 0),
         }
     }
 
@@ -1102,8 +1106,14 @@ impl Bench {
                     }
                     self.cover("degraded ID");
                 }
-                Take::Pending => self.cover("pending"),
-                Take::Unavailable(_) => self.cover("unavailable"),
+                Take::Pending => {
+                    self.waits.0 += 1;
+                    self.cover("pending");
+                }
+                Take::Unavailable(_) => {
+                    self.waits.1 += 1;
+                    self.cover("unavailable");
+                }
             },
             Action::Answer {
                 pick,
@@ -1136,6 +1146,7 @@ impl Bench {
             }
             Action::Restart => {
                 self.past_stats.push(self.alloc.stats());
+                self.waits = (0, 0);
                 self.instance += 1;
                 self.now.mono_ms = 0;
                 let floor_ts = self.store.worker_reserved_ts;
@@ -1175,6 +1186,7 @@ impl Bench {
         if self.variant == Variant::Correct {
             let degraded = self.referee.degraded_issued();
             issued_as_counted(&after, self.referee.issued.len() as u64, degraded)?;
+            waits_as_counted(&after, self.waits)?;
         }
         self.drain()
     }
@@ -1425,6 +1437,23 @@ fn issued_as_counted(stats: &AllocatorStats, handed_out: u64, degraded: u64) -> 
         ));
     }
     Ok(())
+}
+
+/// The allocator counts every `Pending` and every `Unavailable` answer it gave this
+/// incarnation (what the health view reports as waits and refusals).
+fn waits_as_counted(
+    stats: &AllocatorStats,
+    (pending, unavailable): (u64, u64),
+) -> Result<(), String> {
+    if (stats.pending, stats.unavailable) == (pending, unavailable) {
+        Ok(())
+    } else {
+        Err(format!(
+            "stats count {} pending and {} unavailable answers, {pending} and {unavailable} \
+             were given",
+            stats.pending, stats.unavailable
+        ))
+    }
 }
 
 fn referee_for(setup: &Setup, floor_ts: u64) -> Referee {
@@ -2492,6 +2521,12 @@ fn the_counter_checks_catch_a_count_going_back_wrapping_or_missing_an_id() {
         "{e}"
     );
     assert_eq!(issued_as_counted(&grown, 4, 0), Ok(()));
+    assert_eq!(waits_as_counted(&grown, (0, 0)), Ok(()));
+    let e = waits_as_counted(&grown, (0, 1)).unwrap_err();
+    assert!(
+        e.contains("0 unavailable answers, 0 and 1 were given"),
+        "{e}"
+    );
     let e = issued_as_counted(&grown, 4, 1).unwrap_err();
     assert!(
         e.contains("stats count 0 degraded-mode IDs issued, 1 were handed out"),
