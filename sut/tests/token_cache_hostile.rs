@@ -139,8 +139,8 @@ impl Bench {
                     self.cover("renewal reported for a key not held");
                 }
                 self.admit(key, false, |c, now| {
-                    c.handle_renewed(&key, token.clone(), now)
-                })?;
+                    c.handle_renewed(&key, token.clone(), now);
+                });
                 let view = self.held.get_mut(&key).expect("admitted");
                 view.renewing_since_ms = None;
                 let newer = view.best.as_ref().is_none_or(|b| b.exp_ms <= token.exp_ms);
@@ -162,15 +162,10 @@ impl Bench {
         self.agree()
     }
 
-    /// Calls `call` (a `get` or a renewal report for `key`) and checks the admission: a key not
-    /// held is added, evicting from a full cache the least recently used key with no renewal in
+    /// Calls `call` (a `get` or a renewal report for `key`) and applies the admission to the
+    /// referee's view (`agree` compares the two): a key not held is added, evicting from a full cache the least recently used key with no renewal in
     /// flight (else the least recently used). `touch`: the call counts as a use of a held key.
-    fn admit(
-        &mut self,
-        key: u8,
-        touch: bool,
-        call: impl FnOnce(&mut TokenCache<u8>, Now),
-    ) -> Result<(), String> {
+    fn admit(&mut self, key: u8, touch: bool, call: impl FnOnce(&mut TokenCache<u8>, Now)) {
         if self.variant == Variant::ForgetAllWhenFull
             && !self.cache.contains(&key)
             && self.cache.len() >= self.cfg.entries_max
@@ -183,7 +178,7 @@ impl Bench {
             if touch {
                 view.last_used = self.clock;
             }
-            return Ok(());
+            return;
         }
         if self.held.len() >= self.cfg.entries_max {
             let idle = self
@@ -207,12 +202,11 @@ impl Bench {
             ..KeyView::default()
         };
         self.held.insert(key, view);
-        Ok(())
     }
 
     fn get(&mut self, key: u8) -> Result<(), String> {
         let mut answer = None;
-        self.admit(key, true, |c, now| answer = Some(c.get(&key, now)))?;
+        self.admit(key, true, |c, now| answer = Some(c.get(&key, now)));
         let mut answer = answer.expect("called");
         let (now, cfg) = (self.now, self.cfg);
         let view = self.held.get_mut(&key).expect("admitted");
