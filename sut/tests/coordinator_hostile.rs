@@ -746,3 +746,92 @@ fn a_configuration_past_any_bound_is_refused_and_one_on_it_accepted() {
     assert!(!wheel(|w| w.tasks_max = TASKS_MAX_LIMIT + 1));
     assert!(!wheel(|w| w.tasks_max = 0));
 }
+
+/// Acknowledges every log write and answers every message with success until `xid` is no
+/// longer in flight; its outcome event is left undrained.
+fn run_to_the_end(coordinator: &mut Coordinator, xid: Xid) {
+    for step in 0..64 {
+        if coordinator.stage(xid).is_none() {
+            return;
+        }
+        while let Some(entry) = coordinator.poll_log_write() {
+            coordinator.handle_log_written(&entry, at(step));
+        }
+        while let Some((to, msg)) = coordinator.poll_send() {
+            let (from, reply) = hostile_reply(to, &msg, Answer::Applied, Twist::None);
+            coordinator.handle_reply(from, &reply, at(step));
+        }
+    }
+    panic!("draw {xid:?} still in flight after 64 rounds of willing participants");
+}
+
+/// A hostile operator at `start_draw`: every admission bound (price, xid in flight, draws in
+/// flight, undrained events) accepts on it and refuses just past it, with the error naming the
+/// bound, and a refusal asks for no log write and starts nothing.
+#[test]
+fn start_draw_admits_on_every_bound_and_a_refusal_past_one_changes_nothing() {
+    use sut::lottery::{AMOUNT_MAX, CoordinatorError};
+    let config = CoordinatorConfig {
+        inflight_max: 2,
+        events_max: 1,
+        ..CoordinatorConfig::default()
+    };
+    let mut coordinator = Coordinator::new(config).unwrap();
+    let priced = |xid: u64, price_minor: u64| DrawArgs {
+        price_minor,
+        ..draw(xid)
+    };
+    let refused = |coordinator: &mut Coordinator, args: DrawArgs, want: CoordinatorError| {
+        let before: Vec<_> = coordinator.draws().collect();
+        let got = coordinator.start_draw(args, at(0));
+        assert_eq!(got, Err(want), "start_draw({args:?})");
+        assert_eq!(
+            coordinator.poll_log_write(),
+            None,
+            "a refusal asked for a write"
+        );
+        assert_eq!(coordinator.draws().collect::<Vec<_>>(), before);
+    };
+
+    refused(
+        &mut coordinator,
+        priced(1, AMOUNT_MAX + 1),
+        CoordinatorError::AmountTooLarge {
+            amount_minor: AMOUNT_MAX + 1,
+        },
+    );
+    coordinator
+        .start_draw(priced(1, AMOUNT_MAX), at(0))
+        .unwrap();
+    assert_eq!(
+        coordinator.poll_log_write(),
+        Some(LogEntry::Begin(priced(1, AMOUNT_MAX)))
+    );
+    refused(
+        &mut coordinator,
+        draw(1),
+        CoordinatorError::DuplicateXid { xid: Xid(1) },
+    );
+    coordinator.start_draw(draw(2), at(0)).unwrap();
+    // Draw 2's `Begin` is never acknowledged: it stays in flight, logging.
+    assert_eq!(coordinator.poll_log_write(), Some(LogEntry::Begin(draw(2))));
+    refused(
+        &mut coordinator,
+        draw(3),
+        CoordinatorError::Busy { inflight_max: 2 },
+    );
+
+    // Draw 1's `Begin` was taken above; write it, and run draw 1 to its outcome.
+    coordinator.handle_log_written(&LogEntry::Begin(priced(1, AMOUNT_MAX)), at(0));
+    run_to_the_end(&mut coordinator, Xid(1));
+    // One draw in flight, one event undrained: the event bound refuses.
+    refused(
+        &mut coordinator,
+        draw(3),
+        CoordinatorError::EventsFull { events_max: 1 },
+    );
+    let event = coordinator.poll_event().expect("draw 1's outcome");
+    assert_eq!(event.draw.xid, Xid(1));
+    assert!(event.outcome.is_final(), "{event:?}");
+    coordinator.start_draw(draw(3), at(0)).unwrap();
+}
