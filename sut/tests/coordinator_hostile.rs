@@ -11,6 +11,8 @@
 //! - `Finished` only when every branch acknowledged the verdict; a final outcome only after
 //!   `Finished` is durable, at most one per draw, and the outcome the verdict says;
 //! - `draws()` lists exactly the draws `stage` knows, never one with a final outcome;
+//! - `poll_timeout` announces every timeout's work no later than it is due, and never a
+//!   deadline already served;
 //! - the coordinator's own invariants after every step.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,9 +21,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use sut::clock::Now;
 use sut::lottery::{
-    ActivityId, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome, Effect,
-    FenceStatus, LogEntry, Participant, ParticipantMsg, ParticipantReply, Phase, Refusal, UserId,
-    Verdict, Xid,
+    ActivityId, Coordinator, CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome,
+    DrawStage, Effect, FenceStatus, LogEntry, Participant, ParticipantMsg, ParticipantReply, Phase,
+    Refusal, UserId, Verdict, Xid,
 };
 
 const DRAWS: u64 = 4;
@@ -244,6 +246,10 @@ enum Action {
     },
     /// Let `ms` pass and fire what is due.
     Wait(u64),
+    /// Sleep until the coordinator's own next deadline and fire it, as a driver does.
+    Sleep,
+    /// An operator retries draw `n` (modulo): allowed for a dead-lettered draw only.
+    RetryDeadLetter(u64),
     /// Acknowledge as durable an entry for draw `n` (modulo) that was never asked for: a Begin
     /// with other arguments, a verdict, or a `Finished`.
     Forge { n: u64, kind: u8 },
@@ -287,6 +293,8 @@ fn action() -> impl Strategy<Value = Action> {
         4 => (0usize..8).prop_map(Action::Write),
         6 => (0usize..64, answer, twist).prop_map(|(n, answer, twist)| Action::Answer { n, answer, twist }),
         2 => (1u64..2_000).prop_map(Action::Wait),
+        2 => Just(Action::Sleep),
+        1 => (0u64..DRAWS).prop_map(Action::RetryDeadLetter),
         1 => (0u64..DRAWS, 0u8..4).prop_map(|(n, kind)| Action::Forge { n, kind }),
     ]
 }
@@ -298,6 +306,8 @@ struct Bench {
     pending: Vec<LogEntry>,
     sent: Vec<(Participant, ParticipantMsg)>,
     referee: Referee,
+    /// Dead-lettered draws an operator retried (for the coverage test).
+    retried_dead_letters: u32,
 }
 
 impl Bench {
@@ -314,6 +324,7 @@ impl Bench {
             pending: Vec::new(),
             sent: Vec::new(),
             referee: Referee::default(),
+            retried_dead_letters: 0,
         };
         for xid in 1..=DRAWS {
             bench.coordinator.start_draw(draw(xid), at(0)).unwrap();
@@ -321,20 +332,49 @@ impl Bench {
         bench
     }
 
-    /// Drains what the coordinator asks for, through the referee.
-    fn drain(&mut self) -> Result<(), String> {
+    /// Drains what the coordinator asks for, through the referee; returns how many log writes,
+    /// messages and events it produced.
+    fn drain(&mut self) -> Result<usize, String> {
+        let mut outputs = 0;
         while let Some(entry) = self.coordinator.poll_log_write() {
             self.referee.see(&Seen::LogAsked(entry))?;
             self.pending.push(entry);
+            outputs += 1;
         }
         while let Some((to, msg)) = self.coordinator.poll_send() {
             self.referee.see(&Seen::Sent(to, msg))?;
             self.sent.push((to, msg));
+            outputs += 1;
         }
         while let Some(event) = self.coordinator.poll_event() {
             self.referee.see(&Seen::Event(event))?;
+            outputs += 1;
         }
-        self.coordinator.check_invariants()
+        self.coordinator.check_invariants()?;
+        Ok(outputs)
+    }
+
+    /// Time passes to `now_ms`. The promises of `poll_timeout`, on which a driver that sleeps
+    /// until it relies: work that a timeout at `now_ms` does was announced no later than
+    /// `now_ms` (a driver sleeping until the deadline misses nothing), and once handled, the
+    /// next deadline lies after `now_ms` (a driver never spins on a deadline already served).
+    fn wait_until(&mut self, now_ms: u64) -> Result<(), String> {
+        let due_ms = self.coordinator.poll_timeout();
+        self.now_ms = now_ms;
+        self.coordinator.handle_timeout(at(now_ms));
+        let outputs = self.drain()?;
+        if outputs > 0 && due_ms.is_none_or(|due| due > now_ms) {
+            return Err(format!(
+                "a timeout at {now_ms} ms did work ({outputs} outputs) that poll_timeout \
+                 announced for {due_ms:?}"
+            ));
+        }
+        match self.coordinator.poll_timeout() {
+            Some(next_ms) if next_ms <= now_ms => Err(format!(
+                "after a timeout at {now_ms} ms, poll_timeout still says {next_ms} ms"
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn act(&mut self, action: &Action) -> Result<(), String> {
@@ -357,10 +397,13 @@ impl Bench {
                 self.referee.see(&Seen::Delivered(from, reply.clone()))?;
                 self.coordinator.handle_reply(from, &reply, now);
             }
-            Action::Wait(ms) => {
-                self.now_ms += ms;
-                self.coordinator.handle_timeout(at(self.now_ms));
+            Action::Wait(ms) => self.wait_until(self.now_ms + ms)?,
+            Action::Sleep => {
+                if let Some(due_ms) = self.coordinator.poll_timeout() {
+                    self.wait_until(due_ms.max(self.now_ms))?;
+                }
             }
+            Action::RetryDeadLetter(n) => self.retry_dead_letter(Xid(1 + n % DRAWS))?,
             Action::Forge { n, kind } => {
                 let xid = Xid(1 + n % DRAWS);
                 let entry = match kind {
@@ -387,6 +430,44 @@ impl Bench {
         }
         self.drain()?;
         self.draws_listed()
+    }
+
+    /// The operator's retry: accepted exactly for a dead-lettered draw, which is then parked
+    /// with the same verdict and its round due within a tick; refused otherwise, changing
+    /// nothing.
+    fn retry_dead_letter(&mut self, xid: Xid) -> Result<(), String> {
+        let before = self.coordinator.stage(xid);
+        let got = self
+            .coordinator
+            .handle_retry_dead_letter(xid, at(self.now_ms));
+        let after = self.coordinator.stage(xid);
+        match (before, got) {
+            (Some(DrawStage::DeadLettered(verdict)), Ok(())) => {
+                if after != Some(DrawStage::Parked(verdict)) {
+                    return Err(format!("retried dead letter {xid:?} is {after:?}"));
+                }
+                self.retried_dead_letters += 1;
+                let due_by_ms = self.now_ms + self.coordinator.config().wheel.tick_ms;
+                match self.coordinator.poll_timeout() {
+                    Some(due_ms) if due_ms <= due_by_ms => Ok(()),
+                    due => Err(format!(
+                        "retried dead letter {xid:?}: next deadline {due:?}, not by {due_by_ms}"
+                    )),
+                }
+            }
+            (before, Err(CoordinatorError::NotDeadLettered { xid: refused }))
+                if refused == xid && !matches!(before, Some(DrawStage::DeadLettered(_))) =>
+            {
+                if after == before {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "a refused retry moved {xid:?} from {before:?} to {after:?}"
+                    ))
+                }
+            }
+            (before, got) => Err(format!("retry of {xid:?} in {before:?}: {got:?}")),
+        }
     }
 
     /// `draws()` and `stage` agree, and a draw with a final outcome is no longer in flight.
@@ -509,8 +590,17 @@ fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
         if bench.coordinator.parked().next().is_some() {
             outcomes.insert("parked".to_owned());
         }
+        if bench.retried_dead_letters > 0 {
+            outcomes.insert("dead letter retried".to_owned());
+        }
     }
-    for want in ["verdict Confirm", "verdict Cancel", "final event", "parked"] {
+    for want in [
+        "verdict Confirm",
+        "verdict Cancel",
+        "final event",
+        "parked",
+        "dead letter retried",
+    ] {
         assert!(
             outcomes.contains(want),
             "never reached: {want} ({outcomes:?})"
@@ -770,7 +860,7 @@ fn run_to_the_end(coordinator: &mut Coordinator, xid: Xid) {
 /// bound, and a refusal asks for no log write and starts nothing.
 #[test]
 fn start_draw_admits_on_every_bound_and_a_refusal_past_one_changes_nothing() {
-    use sut::lottery::{AMOUNT_MAX, CoordinatorError};
+    use sut::lottery::AMOUNT_MAX;
     let config = CoordinatorConfig {
         inflight_max: 2,
         events_max: 1,
