@@ -470,6 +470,54 @@ impl Bench {
         }
     }
 
+    /// The other views of the draws in flight agree with `draws()`: their count, the parked and
+    /// the dead-lettered ones, and the armed reply timers (earliest first, one per branch, only
+    /// for draws in flight; the earliest is `poll_timeout` when no round is scheduled).
+    fn views_agree(&self, listed: &[(Xid, DrawStage)]) -> Result<(), String> {
+        let c = &self.coordinator;
+        let parked: Vec<_> = listed
+            .iter()
+            .filter(|(_, s)| matches!(s, DrawStage::Parked(_)))
+            .map(|(x, _)| *x)
+            .collect();
+        let dead: Vec<_> = listed
+            .iter()
+            .filter_map(|(x, s)| match s {
+                DrawStage::DeadLettered(v) => Some((*x, *v)),
+                _ => None,
+            })
+            .collect();
+        let armed: Vec<_> = c.armed().collect();
+        let in_flight = |x: &Xid| listed.iter().any(|(y, _)| y == x);
+        let branches: BTreeSet<_> = armed.iter().map(|(_, x, b)| (*x, *b)).collect();
+        let problem = if c.inflight() != listed.len() {
+            format!(
+                "inflight() {} for {} draws listed",
+                c.inflight(),
+                listed.len()
+            )
+        } else if c.parked().collect::<Vec<_>>() != parked {
+            format!("parked() disagrees with the stages {listed:?}")
+        } else if c
+            .dead_letters()
+            .map(|(d, v)| (d.xid, v))
+            .collect::<Vec<_>>()
+            != dead
+        {
+            format!("dead_letters() disagrees with the stages {listed:?}")
+        } else if !armed.is_sorted_by_key(|a| a.0)
+            || branches.len() != armed.len()
+            || !armed.iter().all(|(_, x, _)| in_flight(x))
+        {
+            format!("armed() {armed:?} for the draws {listed:?}")
+        } else if parked.is_empty() && c.poll_timeout() != armed.first().map(|a| a.0) {
+            format!("poll_timeout {:?} but armed() {armed:?}", c.poll_timeout())
+        } else {
+            return Ok(());
+        };
+        Err(problem)
+    }
+
     /// `draws()` and `stage` agree, and a draw with a final outcome is no longer in flight.
     fn draws_listed(&self) -> Result<(), String> {
         let listed: Vec<_> = self.coordinator.draws().collect();
@@ -481,6 +529,7 @@ impl Bench {
                 "draws() lists {listed:?}, stage() knows {staged:?}"
             ));
         }
+        self.views_agree(&listed)?;
         match listed
             .iter()
             .find(|(x, _)| self.referee.final_events.contains(&x.0))
@@ -648,6 +697,24 @@ fn the_draws_check_catches_a_listing_that_disagrees_with_stage() {
     bench.referee.final_events.insert(1);
     let e = bench.draws_listed().unwrap_err();
     assert!(e.contains("still in flight"), "{e}");
+}
+
+#[test]
+fn the_views_check_catches_views_that_disagree_with_the_listing() {
+    let mut bench = Bench::new();
+    bench.drain().unwrap();
+    let listed: Vec<_> = bench.coordinator.draws().collect();
+    assert_eq!(bench.views_agree(&listed), Ok(()));
+    let e = bench.views_agree(&listed[1..]).unwrap_err();
+    assert!(e.contains("inflight()"), "{e}");
+    let mut parked = listed.clone();
+    parked[0].1 = DrawStage::Parked(Verdict::Cancel);
+    let e = bench.views_agree(&parked).unwrap_err();
+    assert!(e.contains("parked()"), "{e}");
+    let mut dead = listed;
+    dead[0].1 = DrawStage::DeadLettered(Verdict::Cancel);
+    let e = bench.views_agree(&dead).unwrap_err();
+    assert!(e.contains("dead_letters()"), "{e}");
 }
 
 fn try_msg(xid: u64) -> ParticipantMsg {
