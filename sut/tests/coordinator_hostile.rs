@@ -470,8 +470,8 @@ impl Bench {
         }
     }
 
-    /// The other views of the draws in flight agree with `draws()`: their count, the parked and
-    /// the dead-lettered ones, and the armed reply timers (earliest first, one per branch, only
+    /// The other views of the draws in flight agree with `draws()`: their count, their
+    /// arguments, the parked and the dead-lettered ones, and the armed reply timers (earliest first, one per branch, only
     /// for draws in flight; the earliest is `poll_timeout` when no round is scheduled).
     fn views_agree(&self, listed: &[(Xid, DrawStage)]) -> Result<(), String> {
         let c = &self.coordinator;
@@ -490,12 +490,16 @@ impl Bench {
         let armed: Vec<_> = c.armed().collect();
         let in_flight = |x: &Xid| listed.iter().any(|(y, _)| y == x);
         let branches: BTreeSet<_> = armed.iter().map(|(_, x, b)| (*x, *b)).collect();
+        let args_known =
+            (1..=DRAWS).all(|x| c.draw(Xid(x)) == in_flight(&Xid(x)).then_some(draw(x)));
         let problem = if c.inflight() != listed.len() {
             format!(
                 "inflight() {} for {} draws listed",
                 c.inflight(),
                 listed.len()
             )
+        } else if !args_known {
+            format!("draw() disagrees with the draws listed {listed:?}")
         } else if c.parked().collect::<Vec<_>>() != parked {
             format!("parked() disagrees with the stages {listed:?}")
         } else if c
@@ -707,6 +711,10 @@ fn the_views_check_catches_views_that_disagree_with_the_listing() {
     assert_eq!(bench.views_agree(&listed), Ok(()));
     let e = bench.views_agree(&listed[1..]).unwrap_err();
     assert!(e.contains("inflight()"), "{e}");
+    let mut other = listed.clone();
+    other[0].0 = Xid(DRAWS + 1);
+    let e = bench.views_agree(&other).unwrap_err();
+    assert!(e.contains("draw()"), "{e}");
     let mut parked = listed.clone();
     parked[0].1 = DrawStage::Parked(Verdict::Cancel);
     let e = bench.views_agree(&parked).unwrap_err();
