@@ -19,6 +19,9 @@
 //! - each `Allocate` carries a `min_id` above every ID already issued; each `Release` promises
 //!   truthfully that nothing at or above its `used_end` was issued, and the released segment is
 //!   not issued from again; request ids are never reused;
+//! - each `Allocate` asks for the step Leaf's rule gives from the lifetimes of the segments used
+//!   up before it (under 15 minutes: doubled, under 30: kept, otherwise halved; between the
+//!   tag's step and the cap), its thresholds checked to the millisecond by a directed test;
 //! - it never panics on any reply, and `check_invariants()` holds after every step;
 //! - its counters (`AllocatorStats`, what the server's health view reports) only grow within
 //!   an incarnation, never wrap, and `issued`, `degraded_issued`, `pending` and `unavailable`
@@ -192,7 +195,11 @@ enum Seen {
     /// It asked for this store call.
     Sent { req: Request, mono: u64 },
     /// This reply was delivered to it under request id `id`.
-    Delivered { id: u64, reply: StoreReply },
+    Delivered {
+        id: u64,
+        reply: StoreReply,
+        mono: u64,
+    },
     /// It handed out these IDs.
     Issued { block: IdBlock, mono: u64 },
     /// It handed out a degraded-mode ID.
@@ -206,6 +213,8 @@ struct Credit {
     claim_end: u64,
     /// Strictly before this monotonic instant the lease is provable.
     deadline_mono: u64,
+    /// When the grant was delivered: the segment's lifetime counts from here.
+    granted_mono: u64,
     /// A Release of its start was sent since it was granted.
     released: bool,
 }
@@ -232,30 +241,44 @@ struct Referee {
     steps: Option<Steps>,
 }
 
-/// Leaf's dynamic step as seen from outside: the first `Allocate` asks for the tag's step; a
-/// segment used up faster than `LEAF_FAST_MS` doubles the step (up to `step_max`) for the
-/// `Allocate`s that follow (every segment here lasts seconds at most). A used-up segment shows
-/// as a `Release` of all of it once every one of its IDs was handed out.
-#[derive(Clone, Copy, Debug)]
+/// Leaf's dynamic step as seen from outside: the first `Allocate` asks for the tag's step; each
+/// segment used up changes the step for the `Allocate`s that follow by its lifetime (from the
+/// delivery of its grant to the `Release` of all of it, sent once every one of its IDs was handed
+/// out): under 15 minutes the step doubles (at most `step_max`), under 30 it stays, otherwise it
+/// halves (never below the tag's step).
+#[derive(Clone, Debug)]
 struct Steps {
     tag_step: u64,
     step_max: u64,
-    /// The step of the last `Allocate` and the segments used up since (`None`: nothing asked
-    /// yet; `Some(None)`: unknown, after a shutdown).
-    last: Option<Option<(u64, u32)>>,
+    /// The step of the last `Allocate` and the lifetimes of the segments used up since
+    /// (`None`: nothing asked yet; `Some(None)`: unknown, after a shutdown).
+    last: Option<Option<(u64, Vec<u64>)>>,
 }
 
+/// Leaf's thresholds, as its documentation states them.
+const LEAF_FAST_MS: u64 = 15 * 60 * 1000;
+const LEAF_SLOW_MS: u64 = 30 * 60 * 1000;
+
 impl Steps {
+    fn after(&self, step: u64, lasted_ms: u64) -> u64 {
+        let floor = self.tag_step.max(1);
+        if lasted_ms < LEAF_FAST_MS {
+            step.saturating_mul(2).min(self.step_max.max(floor))
+        } else if lasted_ms < LEAF_SLOW_MS {
+            step.max(floor)
+        } else {
+            (step / 2).max(floor)
+        }
+    }
+
     fn asked(&mut self, ids: u64) -> Result<(), String> {
-        let cap = self.step_max.max(self.tag_step);
-        let expected = match self.last {
+        let expected = match &self.last {
             None => Some(self.tag_step),
             Some(None) => None,
-            Some(Some((step, used_up))) => Some(
-                step.checked_shl(used_up)
-                    .filter(|s| s >> used_up == step)
-                    .unwrap_or(u64::MAX)
-                    .min(cap),
+            Some(Some((step, lifetimes))) => Some(
+                lifetimes
+                    .iter()
+                    .fold(*step, |step, lasted_ms| self.after(step, *lasted_ms)),
             ),
         };
         if let Some(expected) = expected
@@ -263,17 +286,23 @@ impl Steps {
         {
             return Err(format!(
                 "an Allocate for {ids} IDs where Leaf's rule gives {expected} (the tag's step \
-                 {}, doubling per segment used up in under 15 minutes, at most {cap})",
-                self.tag_step
+                 {}, at most {}, after segments that lasted {:?} ms)",
+                self.tag_step,
+                self.step_max,
+                self.last
+                    .clone()
+                    .flatten()
+                    .map(|(_, l)| l)
+                    .unwrap_or_default()
             ));
         }
-        self.last = Some(Some((ids, 0)));
+        self.last = Some(Some((ids, Vec::new())));
         Ok(())
     }
 
-    fn used_up(&mut self) {
-        if let Some(Some((_, used_up))) = self.last.as_mut() {
-            *used_up += 1;
+    fn used_up(&mut self, lasted_ms: u64) {
+        if let Some(Some((_, lifetimes))) = self.last.as_mut() {
+            lifetimes.push(lasted_ms);
         }
     }
 }
@@ -343,8 +372,8 @@ impl Referee {
     fn see(&mut self, seen: &Seen) -> Result<(), String> {
         match seen {
             Seen::Sent { req, mono } => self.sent(req, *mono),
-            Seen::Delivered { id, reply } => {
-                self.delivered(*id, reply);
+            Seen::Delivered { id, reply, mono } => {
+                self.delivered(*id, reply, *mono);
                 Ok(())
             }
             Seen::Issued { block, mono } => block.ids().try_for_each(|x| self.issued(x, *mono)),
@@ -397,16 +426,28 @@ impl Referee {
                         release.used_end
                     ));
                 }
-                let used_up = self.credits.iter().any(|c| {
-                    c.segment.start == s
-                        && c.segment.end == release.used_end
-                        && c.segment.delta > 0
-                        && (c.segment.start..c.segment.end)
-                            .step_by(c.segment.delta as usize)
-                            .all(|x| self.issued.contains(&x))
-                });
-                if used_up && let Some(steps) = self.steps.as_mut() {
-                    steps.used_up();
+                // When each grant of this segment, used up, was delivered.
+                let granted: BTreeSet<u64> = self
+                    .credits
+                    .iter()
+                    .filter(|c| {
+                        c.segment.start == s
+                            && c.segment.end == release.used_end
+                            && c.segment.delta > 0
+                            && (c.segment.start..c.segment.end)
+                                .step_by(c.segment.delta as usize)
+                                .all(|x| self.issued.contains(&x))
+                    })
+                    .map(|c| c.granted_mono)
+                    .collect();
+                if let Some(steps) = self.steps.as_mut() {
+                    match granted.iter().collect::<Vec<_>>()[..] {
+                        [] => {}
+                        [granted_mono] => steps.used_up(mono - granted_mono),
+                        // The same segment granted twice at different times: which grant the
+                        // allocator kept, and so the lifetime, is not visible.
+                        _ => steps.last = Some(None),
+                    }
                 }
                 for c in &mut self.credits {
                     c.released |= c.segment.start == s;
@@ -420,7 +461,7 @@ impl Referee {
 
     /// Credits a grant or a renewal only when it answers a call of its kind this incarnation
     /// made.
-    fn delivered(&mut self, id: u64, reply: &StoreReply) {
+    fn delivered(&mut self, id: u64, reply: &StoreReply, mono: u64) {
         let Some((call, sent_mono)) = self.calls.get(&id) else {
             return;
         };
@@ -431,6 +472,7 @@ impl Referee {
                     segment: grant.segment,
                     claim_end: grant.claim_end,
                     deadline_mono: (sent_mono + req.lease_ms).saturating_sub(drift),
+                    granted_mono: mono,
                     released: false,
                 });
             }
@@ -1350,6 +1392,7 @@ impl Bench {
         }
         self.referee.see(&Seen::Delivered {
             id,
+            mono: self.now.mono_ms,
             reply: reply.clone(),
         })?;
         self.alloc.handle_reply(id, reply, self.now);
@@ -1610,6 +1653,7 @@ fn alloc_req(id: u64, min_id: u64) -> Seen {
 fn granted(id: u64, start: u64, end: u64, claim_end: u64) -> Seen {
     Seen::Delivered {
         id,
+        mono: 0,
         reply: StoreReply::Allocate(Ok(Grant {
             tag: TAG.to_owned(),
             segment: Segment {
@@ -1655,6 +1699,7 @@ fn renewed(id: u64, segment_start: u64, claim_end: u64, mono: u64) -> [Seen; 2] 
         },
         Seen::Delivered {
             id,
+            mono,
             reply: StoreReply::Renew(Ok(Lease {
                 claim_end,
                 lease_expiry_ms: mono + LEASE_MS,
@@ -1721,6 +1766,7 @@ fn the_referee_catches_an_invented_id() {
         alloc_req(1, 0),
         Seen::Delivered {
             id: 1,
+            mono: 0,
             reply: StoreReply::Allocate(Ok(Grant {
                 tag: TAG.to_owned(),
                 segment: Segment {
@@ -1759,6 +1805,7 @@ fn the_referee_catches_an_id_beyond_the_acknowledged_claim() {
         granted(1, 1, 11, 4),
         Seen::Delivered {
             id: 9,
+            mono: 0,
             reply: StoreReply::Renew(Ok(Lease {
                 claim_end: 11,
                 lease_expiry_ms: LEASE_MS,
@@ -1872,6 +1919,7 @@ fn reserved(id: u64, reserved_ts: u64) -> [Seen; 2] {
         },
         Seen::Delivered {
             id,
+            mono: 0,
             reply: StoreReply::Worker(Ok(lease)),
         },
     ]
@@ -1958,25 +2006,120 @@ fn the_step_check_catches_a_step_off_leafs_rule() {
         Ok(()),
         "a retry after a conflict keeps the step"
     );
-    steps.used_up();
+    steps.used_up(1_000);
     let e = steps.clone().asked(4).unwrap_err();
     assert!(e.contains("Leaf's rule gives 8"), "{e}");
-    steps.used_up();
-    steps.used_up();
+    steps.used_up(10);
+    steps.used_up(LEAF_FAST_MS - 1);
     assert_eq!(
         steps.asked(16),
         Ok(()),
         "4 doubled three times, capped at 16"
     );
+    // 16 kept (15 minutes, just under 30), halved (30 minutes), kept, halved (an hour): 4.
+    for lasted_ms in [
+        LEAF_FAST_MS,
+        LEAF_SLOW_MS - 1,
+        LEAF_SLOW_MS,
+        LEAF_FAST_MS,
+        3_600_000,
+    ] {
+        steps.used_up(lasted_ms);
+    }
+    let e = steps.clone().asked(8).unwrap_err();
+    assert!(e.contains("Leaf's rule gives 4"), "{e}");
+    assert_eq!(steps.asked(4), Ok(()));
+    // Halving stops at the tag's step.
+    steps.used_up(LEAF_SLOW_MS);
+    let e = steps.clone().asked(2).unwrap_err();
+    assert!(e.contains("Leaf's rule gives 4"), "{e}");
     steps.last = Some(None);
     assert_eq!(steps.asked(5), Ok(()), "unknown after a shutdown");
     let capped_by_tag = Steps {
         tag_step: 8,
         step_max: 2,
-        last: Some(Some((8, 1))),
+        last: Some(Some((8, vec![0]))),
     };
     let e = capped_by_tag.clone().asked(2).unwrap_err();
     assert!(e.contains("gives 8"), "{e}");
+}
+
+/// A willing store and a caller that takes the last ID of each segment exactly `lifetimes_ms`
+/// after its grant was delivered (the allocator asks for the next segment only once one is used
+/// up); every lease is renewed meanwhile. Returns the size of every `Allocate`, in order. The
+/// referee checks each against Leaf's rule.
+fn leaf_lifetimes(lifetimes_ms: &[u64]) -> Result<Vec<u64>, String> {
+    let setup = Setup {
+        prefetch_used_pct: 100,
+        ..Setup::SMALL
+    };
+    let mut bench = Bench::new(setup, Variant::Correct);
+    // Every call is answered at once, in order: the calls before `answered` are all answered.
+    let mut answered = 0;
+    let mut answer_all = |bench: &mut Bench| -> Result<bool, String> {
+        let mut released = false;
+        while answered < bench.sent.len() {
+            released |= matches!(bench.sent[answered].1, StoreCall::Release(_));
+            bench.step(&answer(Pick::Any(answered), How::Honest, 0))?;
+            answered += 1;
+        }
+        Ok(released)
+    };
+    bench.step(&Action::Take(1))?;
+    answer_all(&mut bench)?;
+    for &lifetime_ms in lifetimes_ms {
+        let granted = bench.now.mono_ms;
+        let end = granted + lifetime_ms;
+        while let Some(due) = bench.alloc.poll_timeout().filter(|due| *due < end) {
+            bench.step(&Action::Advance(due.saturating_sub(bench.now.mono_ms)))?;
+            bench.step(&Action::Timeout)?;
+            if answer_all(&mut bench)? {
+                return Err(format!(
+                    "a Release at {} ms, before {end}",
+                    bench.now.mono_ms
+                ));
+            }
+        }
+        bench.step(&Action::Advance(end - bench.now.mono_ms))?;
+        loop {
+            bench.step(&Action::Take(1))?;
+            if answer_all(&mut bench)? {
+                break;
+            }
+        }
+        if bench.now.mono_ms != end {
+            return Err(format!(
+                "the segment lasted to {} ms, not {end}",
+                bench.now.mono_ms
+            ));
+        }
+    }
+    Ok(bench
+        .sent
+        .iter()
+        .filter_map(|(_, call, _)| match call {
+            StoreCall::Allocate(a) => Some(a.ids),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Leaf's thresholds hold to the millisecond: a segment that lasted just under 15 minutes
+/// doubles the step, exactly 15 keeps it, just under 30 keeps it, exactly 30 halves it.
+#[test]
+fn leafs_step_changes_at_exactly_15_and_30_minutes() {
+    // The last segment, used up at once, shows the step the one before left.
+    let lifetimes = [
+        LEAF_FAST_MS - 1,
+        LEAF_FAST_MS,
+        LEAF_SLOW_MS - 1,
+        LEAF_SLOW_MS,
+        0,
+    ];
+    let asked = leaf_lifetimes(&lifetimes).unwrap();
+    // An `Allocate` is sent as the last ID is taken, before the used-up segment changes the
+    // step: the tag's step 4 twice; doubled; kept; kept; halved.
+    assert_eq!(asked, [4, 4, 8, 8, 8, 4]);
 }
 
 fn answer(pick: Pick, how: How, k: u64) -> Action {
@@ -2301,6 +2444,7 @@ fn an_unaligned_claim_keeps_the_invariants() {
     referee
         .see(&Seen::Delivered {
             id: allocate.id,
+            mono: 0,
             reply: reply.clone(),
         })
         .unwrap();
