@@ -13,6 +13,11 @@
 //! - `draws()` lists exactly the draws `stage` knows, never one with a final outcome;
 //! - `poll_timeout` announces every timeout's work no later than it is due, and never a
 //!   deadline already served;
+//! - the pacing: at most `attempts_max` sends per branch and round, each after the previous
+//!   one's reply timeout; a round runs out only once a branch's last attempt timed out; a parked
+//!   draw's next round starts when due (park delay, then the wheel's backoff) and no later than
+//!   the first timeout after it, Cancels first within a tick; dead-lettered exactly past the
+//!   retry budget;
 //! - the coordinator's own invariants after every step.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -299,6 +304,253 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
+/// One branch's current round: the phase it carries and when each of its sends went out (ms).
+struct Round {
+    phase: Phase,
+    sent_ms: Vec<u64>,
+}
+
+/// A draw's compensation task as seen from outside: rounds failed since it was scheduled, and
+/// when its next round is due (ms).
+#[derive(Clone, Copy, Debug)]
+struct Schedule {
+    failures: u32,
+    due_ms: u64,
+}
+
+/// The pacing a driver relies on, checked from outside (stage changes and sends): every round
+/// gives each branch at most `attempts_max` sends, each no earlier than the previous one's reply
+/// timeout; a round runs out only when some branch had all of them and the last one timed out;
+/// a parked draw's next round starts when it is due (the park delay, then the wheel's backoff
+/// per failed round, at once for a retried dead letter) and at the first timeout after that,
+/// the Cancels first among rounds due in the same tick; a draw is dead-lettered exactly when
+/// its round fails past the retry budget.
+#[derive(Default)]
+struct Pacing {
+    stages: BTreeMap<Xid, DrawStage>,
+    rounds: BTreeMap<(Xid, Participant), Round>,
+    scheduled: BTreeMap<Xid, Schedule>,
+    /// Coverage: rounds of both verdicts started by one timeout, due in the same tick.
+    ties: u32,
+    /// Coverage: compensation rounds that failed and were retried after a backoff.
+    backoffs: u32,
+}
+
+impl Pacing {
+    fn new_round(&mut self, xid: Xid, phase: Phase) {
+        for branch in draw(xid.0).branches() {
+            self.rounds.insert(
+                (xid, branch),
+                Round {
+                    phase,
+                    sent_ms: Vec::new(),
+                },
+            );
+        }
+    }
+
+    /// A round of `xid` ran out at `now_ms`: some branch had every attempt, the last timed out.
+    fn ran_out(&self, xid: Xid, config: &CoordinatorConfig, now_ms: u64) -> Result<(), String> {
+        let last = config.attempts_max - 1;
+        let exhausted = draw(xid.0).branches().any(|branch| {
+            self.rounds.get(&(xid, branch)).is_some_and(|round| {
+                round.sent_ms.len() == config.attempts_max as usize
+                    && round
+                        .sent_ms
+                        .last()
+                        .is_some_and(|sent| now_ms >= sent + config.timeout_ms(last))
+            })
+        });
+        if exhausted {
+            Ok(())
+        } else {
+            let rounds: Vec<_> = draw(xid.0)
+                .branches()
+                .map(|b| (b, self.rounds.get(&(xid, b)).map(|r| r.sent_ms.clone())))
+                .collect();
+            Err(format!(
+                "{xid:?} gave up at {now_ms} ms with no branch out of attempts: {rounds:?}"
+            ))
+        }
+    }
+
+    /// A round of `xid` failed (`now` stage `after`): the first park waits the park delay, each
+    /// later failure the wheel's backoff, and the one past the budget dead-letters the draw.
+    fn failed(
+        &mut self,
+        xid: Xid,
+        after: DrawStage,
+        config: &CoordinatorConfig,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        let (failures, delay_ms) = match self.scheduled.get(&xid) {
+            None => (0, config.park_delay_ms),
+            Some(s) => (s.failures + 1, config.wheel.backoff_ms(s.failures + 1)),
+        };
+        let dead = failures > config.compensation_retries_max;
+        match (after, dead) {
+            (DrawStage::Parked(_), false) => {
+                self.backoffs += u32::from(failures > 0);
+                let due_ms = now_ms + delay_ms;
+                self.scheduled.insert(xid, Schedule { failures, due_ms });
+                Ok(())
+            }
+            (DrawStage::DeadLettered(_), true) => {
+                self.scheduled.remove(&xid);
+                Ok(())
+            }
+            _ => Err(format!(
+                "{xid:?}: after {failures} failed rounds (budget {}) it is {after:?}",
+                config.compensation_retries_max
+            )),
+        }
+    }
+
+    /// Compares the stages after a step with those before it; `timeout` says the step was a
+    /// timeout at `now_ms`.
+    fn step(
+        &mut self,
+        coordinator: &Coordinator,
+        sends: &[(Participant, ParticipantMsg)],
+        timeout: bool,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        let config = *coordinator.config();
+        let tick_ms = config.wheel.tick_ms;
+        let mut started = Vec::new();
+        for xid in (1..=DRAWS).map(Xid) {
+            let before = self.stages.get(&xid).copied();
+            let after = coordinator.stage(xid);
+            match (before, after) {
+                (Some(DrawStage::Parked(_)), Some(DrawStage::Finishing(verdict))) => {
+                    let due_ms = self.scheduled[&xid].due_ms;
+                    if now_ms < due_ms {
+                        return Err(format!(
+                            "{xid:?}: a round at {now_ms} ms, due at {due_ms} ms"
+                        ));
+                    }
+                    started.push((xid, verdict, due_ms.div_ceil(tick_ms)));
+                    self.new_round(xid, verdict.phase());
+                }
+                (before, Some(DrawStage::Trying)) if before != Some(DrawStage::Trying) => {
+                    self.new_round(xid, Phase::Try);
+                }
+                (before, Some(DrawStage::Finishing(verdict)))
+                    if !matches!(before, Some(DrawStage::Finishing(_))) =>
+                {
+                    self.new_round(xid, verdict.phase());
+                }
+                (Some(DrawStage::Trying), Some(DrawStage::LoggingVerdict(Verdict::Cancel)))
+                    if timeout =>
+                {
+                    self.ran_out(xid, &config, now_ms)?
+                }
+                (
+                    Some(DrawStage::Finishing(_)),
+                    Some(after @ (DrawStage::Parked(_) | DrawStage::DeadLettered(_))),
+                ) => {
+                    self.ran_out(xid, &config, now_ms)?;
+                    self.failed(xid, after, &config, now_ms)?;
+                }
+                (Some(DrawStage::DeadLettered(_)), Some(DrawStage::Parked(_))) => {
+                    let due_ms = now_ms;
+                    self.scheduled.insert(
+                        xid,
+                        Schedule {
+                            failures: 0,
+                            due_ms,
+                        },
+                    );
+                }
+                (Some(DrawStage::Parked(_)), Some(DrawStage::Parked(_))) if timeout => {
+                    let due_ms = self.scheduled[&xid].due_ms;
+                    if now_ms >= due_ms.div_ceil(tick_ms) * tick_ms {
+                        return Err(format!(
+                            "{xid:?}: its round due at {due_ms} ms has not started at {now_ms} ms"
+                        ));
+                    }
+                }
+                (_, None | Some(DrawStage::LoggingFinished(_))) => {
+                    self.scheduled.remove(&xid);
+                }
+                _ => {}
+            }
+            match after {
+                Some(stage) => self.stages.insert(xid, stage),
+                None => self.stages.remove(&xid),
+            };
+        }
+        self.cancels_first(&started, sends)?;
+        for (to, msg) in sends {
+            self.sent(*to, msg, &config, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Among rounds that one timeout started, due in the same tick, a Cancel's sends come first.
+    fn cancels_first(
+        &mut self,
+        started: &[(Xid, Verdict, u64)],
+        sends: &[(Participant, ParticipantMsg)],
+    ) -> Result<(), String> {
+        let first_send = |xid: Xid| sends.iter().position(|(_, m)| m.draw.xid == xid);
+        for &(cancel, _, tick) in started.iter().filter(|s| s.1 == Verdict::Cancel) {
+            for &(confirm, _, _) in started
+                .iter()
+                .filter(|s| s.1 == Verdict::Confirm && s.2 == tick)
+            {
+                self.ties += 1;
+                if first_send(confirm) < first_send(cancel) {
+                    return Err(format!(
+                        "rounds due in tick {tick}: Confirm {confirm:?} sent before Cancel \
+                         {cancel:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One send: in its branch's round, of the round's phase, within the attempts, and no
+    /// earlier than the previous send's reply timeout.
+    fn sent(
+        &mut self,
+        to: Participant,
+        msg: &ParticipantMsg,
+        config: &CoordinatorConfig,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        let xid = msg.draw.xid;
+        let Some(round) = self.rounds.get_mut(&(xid, to)) else {
+            return Err(format!(
+                "{xid:?}: a {:?} to {to:?} outside any round",
+                msg.phase
+            ));
+        };
+        let attempt = round.sent_ms.len();
+        if msg.phase != round.phase || attempt >= config.attempts_max as usize {
+            return Err(format!(
+                "{xid:?}: {:?} to {to:?} as send {} of a {:?} round of at most {}",
+                msg.phase,
+                attempt + 1,
+                round.phase,
+                config.attempts_max
+            ));
+        }
+        if let Some(&previous_ms) = round.sent_ms.last() {
+            let timeout_ms = config.timeout_ms(u32::try_from(attempt - 1).unwrap());
+            if now_ms < previous_ms + timeout_ms {
+                return Err(format!(
+                    "{xid:?}: resent to {to:?} at {now_ms} ms, {previous_ms} + {timeout_ms} ms \
+                     after the previous send"
+                ));
+            }
+        }
+        round.sent_ms.push(now_ms);
+        Ok(())
+    }
+}
+
 /// The coordinator, its environment's memory, and the referee.
 struct Bench {
     coordinator: Coordinator,
@@ -308,6 +560,9 @@ struct Bench {
     referee: Referee,
     /// Dead-lettered draws an operator retried (for the coverage test).
     retried_dead_letters: u32,
+    pacing: Pacing,
+    /// The step being drained is a timeout.
+    in_timeout: bool,
 }
 
 impl Bench {
@@ -325,6 +580,8 @@ impl Bench {
             sent: Vec::new(),
             referee: Referee::default(),
             retried_dead_letters: 0,
+            pacing: Pacing::default(),
+            in_timeout: false,
         };
         for xid in 1..=DRAWS {
             bench.coordinator.start_draw(draw(xid), at(0)).unwrap();
@@ -341,11 +598,15 @@ impl Bench {
             self.pending.push(entry);
             outputs += 1;
         }
+        let mut sends = Vec::new();
         while let Some((to, msg)) = self.coordinator.poll_send() {
             self.referee.see(&Seen::Sent(to, msg))?;
             self.sent.push((to, msg));
+            sends.push((to, msg));
             outputs += 1;
         }
+        self.pacing
+            .step(&self.coordinator, &sends, self.in_timeout, self.now_ms)?;
         while let Some(event) = self.coordinator.poll_event() {
             self.referee.see(&Seen::Event(event))?;
             outputs += 1;
@@ -362,7 +623,10 @@ impl Bench {
         let due_ms = self.coordinator.poll_timeout();
         self.now_ms = now_ms;
         self.coordinator.handle_timeout(at(now_ms));
-        let outputs = self.drain()?;
+        self.in_timeout = true;
+        let outputs = self.drain();
+        self.in_timeout = false;
+        let outputs = outputs?;
         if outputs > 0 && due_ms.is_none_or(|due| due > now_ms) {
             return Err(format!(
                 "a timeout at {now_ms} ms did work ({outputs} outputs) that poll_timeout \
@@ -646,6 +910,12 @@ fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
         if bench.retried_dead_letters > 0 {
             outcomes.insert("dead letter retried".to_owned());
         }
+        if bench.pacing.ties > 0 {
+            outcomes.insert("rounds of both verdicts due in one tick".to_owned());
+        }
+        if bench.pacing.backoffs > 0 {
+            outcomes.insert("round retried after a backoff".to_owned());
+        }
     }
     for want in [
         "verdict Confirm",
@@ -653,6 +923,8 @@ fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
         "final event",
         "parked",
         "dead letter retried",
+        "rounds of both verdicts due in one tick",
+        "round retried after a backoff",
     ] {
         assert!(
             outcomes.contains(want),
