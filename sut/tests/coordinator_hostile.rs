@@ -18,6 +18,9 @@
 //!   draw's next round starts when due (park delay, then the wheel's backoff) and no later than
 //!   the first timeout after it, Cancels first within a tick; dead-lettered exactly past the
 //!   retry budget;
+//! - the coordinator's edge states counted exactly when the step reached them (a duplicate or
+//!   late reply, a repeated Try that landed, a timed-out Try, a park, a parked draw completed, a
+//!   dead letter), so that a sweep's coverage report can be trusted;
 //! - the coordinator's own invariants after every step.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,6 +28,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use sut::clock::Now;
+use sut::edge::Edge;
+use sut::lottery::coordinator::{
+    DEAD_LETTERED, DUPLICATE_REPLY, DUPLICATE_TRY_LANDED, PARKED, PARKED_DRAW_COMPLETED,
+    REPLY_AFTER_VERDICT, TRY_TIMED_OUT,
+};
 use sut::lottery::{
     ActivityId, Coordinator, CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome,
     DrawStage, Effect, FenceStatus, LogEntry, Participant, ParticipantMsg, ParticipantReply, Phase,
@@ -334,9 +342,18 @@ struct Pacing {
     ties: u32,
     /// Coverage: compensation rounds that failed and were retried after a backoff.
     backoffs: u32,
+    /// The branches the coordinator counts as done: answered their Try with success while
+    /// trying, then (once the verdict is durable) acknowledged the verdict's phase.
+    done: BTreeSet<(Xid, Participant)>,
+    /// The coordinator's edge states this step must count, and how often.
+    edges: BTreeMap<&'static str, u64>,
 }
 
 impl Pacing {
+    fn expect(&mut self, edge: &Edge) {
+        *self.edges.entry(edge.name).or_insert(0) += 1;
+    }
+
     fn new_round(&mut self, xid: Xid, phase: Phase) {
         for branch in draw(xid.0).branches() {
             self.rounds.insert(
@@ -390,12 +407,16 @@ impl Pacing {
         let dead = failures > config.compensation_retries_max;
         match (after, dead) {
             (DrawStage::Parked(_), false) => {
+                if failures == 0 {
+                    self.expect(&PARKED);
+                }
                 self.backoffs += u32::from(failures > 0);
                 let due_ms = now_ms + delay_ms;
                 self.scheduled.insert(xid, Schedule { failures, due_ms });
                 Ok(())
             }
             (DrawStage::DeadLettered(_), true) => {
+                self.expect(&DEAD_LETTERED);
                 self.scheduled.remove(&xid);
                 Ok(())
             }
@@ -438,12 +459,15 @@ impl Pacing {
                 (before, Some(DrawStage::Finishing(verdict)))
                     if !matches!(before, Some(DrawStage::Finishing(_))) =>
                 {
+                    // The verdict is durable: every branch is to acknowledge it afresh.
+                    self.done.retain(|(x, _)| *x != xid);
                     self.new_round(xid, verdict.phase());
                 }
                 (Some(DrawStage::Trying), Some(DrawStage::LoggingVerdict(Verdict::Cancel)))
                     if timeout =>
                 {
-                    self.ran_out(xid, &config, now_ms)?
+                    self.ran_out(xid, &config, now_ms)?;
+                    self.expect(&TRY_TIMED_OUT);
                 }
                 (
                     Some(DrawStage::Finishing(_)),
@@ -470,7 +494,11 @@ impl Pacing {
                         ));
                     }
                 }
-                (_, None | Some(DrawStage::LoggingFinished(_))) => {
+                (_, None) => {
+                    self.scheduled.remove(&xid);
+                    self.done.retain(|(x, _)| *x != xid);
+                }
+                (_, Some(DrawStage::LoggingFinished(_))) => {
                     self.scheduled.remove(&xid);
                 }
                 _ => {}
@@ -485,6 +513,63 @@ impl Pacing {
             self.sent(*to, msg, &config, now_ms)?;
         }
         Ok(())
+    }
+
+    /// The edge state a reply delivered in `stage` reaches, seen from outside (a stale,
+    /// duplicate or misaddressed reply is ignored; a repeated Try refused as already tried
+    /// proves the first landed; the last acknowledgement of a draw holding a compensation task
+    /// or dead-lettered completes a parked draw; a Try reply after the verdict is late), and
+    /// the branches it makes done.
+    fn reply(&mut self, stage: Option<DrawStage>, from: Participant, reply: &ParticipantReply) {
+        let xid = reply.draw.xid;
+        if from != reply.branch {
+            return;
+        }
+        let Some(stage) = stage else {
+            return self.expect(&DUPLICATE_REPLY);
+        };
+        if reply.draw != draw(xid.0) || !reply.draw.has_branch(from) {
+            return;
+        }
+        if self.done.contains(&(xid, from)) {
+            return self.expect(&DUPLICATE_REPLY);
+        }
+        match stage {
+            DrawStage::Trying if reply.phase == Phase::Try => match &reply.outcome {
+                Ok(_) => {
+                    self.done.insert((xid, from));
+                }
+                Err(Refusal::TryFenced {
+                    existing: FenceStatus::Tried,
+                }) => {
+                    self.done.insert((xid, from));
+                    self.expect(&DUPLICATE_TRY_LANDED);
+                }
+                Err(_) => {}
+            },
+            DrawStage::Finishing(v) | DrawStage::Parked(v) | DrawStage::DeadLettered(v)
+                if reply.phase == v.phase() && reply.outcome.is_ok() =>
+            {
+                self.done.insert((xid, from));
+                let all_done = draw(xid.0)
+                    .branches()
+                    .all(|b| self.done.contains(&(xid, b)));
+                let held =
+                    !matches!(stage, DrawStage::Finishing(_)) || self.scheduled.contains_key(&xid);
+                if all_done && held {
+                    self.expect(&PARKED_DRAW_COMPLETED);
+                }
+            }
+            DrawStage::LoggingBegin | DrawStage::Trying => {}
+            _ if reply.phase == Phase::Try => self.expect(&REPLY_AFTER_VERDICT),
+            _ => {}
+        }
+    }
+
+    /// The coordinator's edge counts since the last call equal what this step expected.
+    fn edges_counted(&mut self) -> Result<(), String> {
+        let want = std::mem::take(&mut self.edges);
+        edges_agree(&sut::edge::take(), &want)
     }
 
     /// Among rounds that one timeout started, due in the same tick, a Cancel's sends come first.
@@ -551,6 +636,26 @@ impl Pacing {
     }
 }
 
+/// The coordinator's edge states in `got` (counts on this thread) are exactly `want`.
+fn edges_agree(
+    got: &BTreeMap<String, u64>,
+    want: &BTreeMap<&'static str, u64>,
+) -> Result<(), String> {
+    let counted: BTreeMap<&str, u64> = got
+        .iter()
+        .filter(|(name, _)| name.starts_with("coordinator."))
+        .map(|(name, n)| (name.as_str(), *n))
+        .collect();
+    let wanted: BTreeMap<&str, u64> = want.iter().map(|(name, n)| (*name, *n)).collect();
+    if counted == wanted {
+        Ok(())
+    } else {
+        Err(format!(
+            "edge states counted {counted:?}, reached {wanted:?}"
+        ))
+    }
+}
+
 /// The coordinator, its environment's memory, and the referee.
 struct Bench {
     coordinator: Coordinator,
@@ -563,6 +668,8 @@ struct Bench {
     pacing: Pacing,
     /// The step being drained is a timeout.
     in_timeout: bool,
+    /// The coordinator's edge states reached so far (for the coverage test).
+    edges_reached: BTreeMap<&'static str, u64>,
 }
 
 impl Bench {
@@ -582,7 +689,10 @@ impl Bench {
             retried_dead_letters: 0,
             pacing: Pacing::default(),
             in_timeout: false,
+            edges_reached: BTreeMap::new(),
         };
+        // Counts left on this thread by an earlier run belong to no step of this one.
+        let _ = sut::edge::take();
         for xid in 1..=DRAWS {
             bench.coordinator.start_draw(draw(xid), at(0)).unwrap();
         }
@@ -659,6 +769,8 @@ impl Bench {
                 let (to, msg) = self.sent[n % self.sent.len()];
                 let (from, reply) = hostile_reply(to, &msg, answer, twist);
                 self.referee.see(&Seen::Delivered(from, reply.clone()))?;
+                let stage = self.coordinator.stage(reply.draw.xid);
+                self.pacing.reply(stage, from, &reply);
                 self.coordinator.handle_reply(from, &reply, now);
             }
             Action::Wait(ms) => self.wait_until(self.now_ms + ms)?,
@@ -693,7 +805,11 @@ impl Bench {
             }
         }
         self.drain()?;
-        self.draws_listed()
+        self.draws_listed()?;
+        for (name, n) in &self.pacing.edges {
+            *self.edges_reached.entry(name).or_insert(0) += n;
+        }
+        self.pacing.edges_counted()
     }
 
     /// The operator's retry: accepted exactly for a dead-lettered draw, which is then parked
@@ -916,6 +1032,9 @@ fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
         if bench.pacing.backoffs > 0 {
             outcomes.insert("round retried after a backoff".to_owned());
         }
+        for name in bench.edges_reached.keys() {
+            outcomes.insert((*name).to_owned());
+        }
     }
     for want in [
         "verdict Confirm",
@@ -925,6 +1044,13 @@ fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
         "dead letter retried",
         "rounds of both verdicts due in one tick",
         "round retried after a backoff",
+        DUPLICATE_REPLY.name,
+        DUPLICATE_TRY_LANDED.name,
+        REPLY_AFTER_VERDICT.name,
+        TRY_TIMED_OUT.name,
+        PARKED.name,
+        PARKED_DRAW_COMPLETED.name,
+        DEAD_LETTERED.name,
     ] {
         assert!(
             outcomes.contains(want),
@@ -973,6 +1099,70 @@ fn the_draws_check_catches_a_listing_that_disagrees_with_stage() {
     bench.referee.final_events.insert(1);
     let e = bench.draws_listed().unwrap_err();
     assert!(e.contains("still in flight"), "{e}");
+}
+
+#[test]
+fn the_pacing_check_catches_an_early_resend_an_extra_attempt_and_an_early_give_up() {
+    let mut bench = Bench::new();
+    bench.drain().unwrap();
+    // Acknowledge the Begins until one draw is trying: its Trys went out at 0 ms.
+    while bench.sent.is_empty() {
+        bench.act(&Action::Write(0)).unwrap();
+    }
+    let (to, msg) = bench.sent[0];
+    let config = *bench.coordinator.config();
+    assert_eq!((config.attempts_max, config.timeout_ms(0)), (2, 100));
+    let resend = [(to, msg)];
+    let e = bench
+        .pacing
+        .step(&bench.coordinator, &resend, true, 99)
+        .unwrap_err();
+    assert!(e.contains("resent to") && e.contains("0 + 100 ms"), "{e}");
+    let e = bench
+        .pacing
+        .ran_out(msg.draw.xid, &config, 100)
+        .unwrap_err();
+    assert!(e.contains("no branch out of attempts"), "{e}");
+    bench
+        .pacing
+        .step(&bench.coordinator, &resend, true, 100)
+        .unwrap();
+    let e = bench
+        .pacing
+        .step(&bench.coordinator, &resend, true, 300)
+        .unwrap_err();
+    assert!(e.contains("send 3 of a Try round of at most 2"), "{e}");
+}
+
+#[test]
+fn the_edge_check_catches_counts_that_differ_from_what_the_step_reached() {
+    let mut pacing = Pacing::default();
+    let late = ParticipantReply {
+        branch: Participant::Wallet,
+        phase: Phase::Try,
+        draw: draw(1),
+        outcome: Ok(Effect::Applied),
+    };
+    // A reply for a draw no longer in flight is a duplicate.
+    pacing.reply(None, Participant::Wallet, &late);
+    let reached = BTreeMap::from([(DUPLICATE_REPLY.name, 1)]);
+    assert_eq!(pacing.edges, reached);
+    let counted = |n: u64| BTreeMap::from([(DUPLICATE_REPLY.name.to_owned(), n)]);
+    assert_eq!(edges_agree(&counted(1), &reached), Ok(()));
+    for wrong in [counted(0), counted(2), BTreeMap::new()] {
+        let e = edges_agree(&wrong, &reached).unwrap_err();
+        assert!(e.contains("coordinator.duplicate_reply"), "{e}");
+    }
+    let with_wheel = BTreeMap::from([
+        (DUPLICATE_REPLY.name.to_owned(), 1),
+        ("wheel.fired_late".to_owned(), 3),
+    ]);
+    assert_eq!(edges_agree(&with_wheel, &reached), Ok(()));
+    let parked_too = BTreeMap::from([
+        (DUPLICATE_REPLY.name.to_owned(), 1),
+        (PARKED.name.to_owned(), 1),
+    ]);
+    assert!(edges_agree(&parked_too, &reached).is_err());
 }
 
 #[test]
