@@ -312,6 +312,26 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
+/// How long the referee lets attempt `attempt` (0-based) wait for its reply, from the
+/// configuration's numbers and not the coordinator's own arithmetic: the reply timeout doubled
+/// per attempt, capped.
+fn reply_timeout_ms(config: &CoordinatorConfig, attempt: u32) -> u64 {
+    let doubled = 1_u64
+        .checked_shl(attempt)
+        .and_then(|factor| config.reply_timeout_ms.checked_mul(factor));
+    doubled.map_or(config.backoff_ms_max, |ms| ms.min(config.backoff_ms_max))
+}
+
+/// How long a parked draw waits after its `failures`-th failed round (1-based): the wheel's
+/// backoff base doubled per failure, capped.
+fn round_backoff_ms(config: &CoordinatorConfig, failures: u32) -> u64 {
+    let wheel = &config.wheel;
+    let doubled = 1_u64
+        .checked_shl(failures - 1)
+        .and_then(|factor| wheel.backoff_base_ms.checked_mul(factor));
+    doubled.map_or(wheel.backoff_cap_ms, |ms| ms.min(wheel.backoff_cap_ms))
+}
+
 /// One branch's current round: the phase it carries and when each of its sends went out (ms).
 struct Round {
     phase: Phase,
@@ -375,7 +395,7 @@ impl Pacing {
                     && round
                         .sent_ms
                         .last()
-                        .is_some_and(|sent| now_ms >= sent + config.timeout_ms(last))
+                        .is_some_and(|sent| now_ms >= sent + reply_timeout_ms(config, last))
             })
         });
         if exhausted {
@@ -402,7 +422,7 @@ impl Pacing {
     ) -> Result<(), String> {
         let (failures, delay_ms) = match self.scheduled.get(&xid) {
             None => (0, config.park_delay_ms),
-            Some(s) => (s.failures + 1, config.wheel.backoff_ms(s.failures + 1)),
+            Some(s) => (s.failures + 1, round_backoff_ms(config, s.failures + 1)),
         };
         let dead = failures > config.compensation_retries_max;
         match (after, dead) {
@@ -623,7 +643,7 @@ impl Pacing {
             ));
         }
         if let Some(&previous_ms) = round.sent_ms.last() {
-            let timeout_ms = config.timeout_ms(u32::try_from(attempt - 1).unwrap());
+            let timeout_ms = reply_timeout_ms(config, u32::try_from(attempt - 1).unwrap());
             if now_ms < previous_ms + timeout_ms {
                 return Err(format!(
                     "{xid:?}: resent to {to:?} at {now_ms} ms, {previous_ms} + {timeout_ms} ms \
@@ -1111,7 +1131,10 @@ fn the_pacing_check_catches_an_early_resend_an_extra_attempt_and_an_early_give_u
     }
     let (to, msg) = bench.sent[0];
     let config = *bench.coordinator.config();
-    assert_eq!((config.attempts_max, config.timeout_ms(0)), (2, 100));
+    assert_eq!(
+        (config.attempts_max, reply_timeout_ms(&config, 0)),
+        (2, 100)
+    );
     let resend = [(to, msg)];
     let e = bench
         .pacing
