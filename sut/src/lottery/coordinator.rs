@@ -1079,3 +1079,112 @@ impl Coordinator {
         }
     }
 }
+
+#[cfg(test)]
+mod corruption {
+    //! `check_invariants` fires on each way the coordinator's state can disagree with itself
+    //! (states a correct coordinator never reaches, made here by hand).
+
+    use super::*;
+    use crate::lottery::ActivityId;
+    use crate::lottery::rows::Effect;
+
+    fn at(mono_ms: u64) -> Now {
+        Now {
+            wall_ms: mono_ms,
+            mono_ms,
+        }
+    }
+
+    fn args(xid: u64) -> DrawArgs {
+        DrawArgs {
+            xid: Xid(xid),
+            user: crate::UserId(xid),
+            activity: ActivityId(1),
+            price_minor: 10,
+            won: false,
+        }
+    }
+
+    /// Draw 2 parked (a compensation task held), then draw 1 trying (its branches armed).
+    fn trying_and_parked() -> Coordinator {
+        let mut c = Coordinator::new(CoordinatorConfig::default()).unwrap();
+        c.start_draw(args(2), at(0)).unwrap();
+        c.handle_log_written(&LogEntry::Begin(args(2)), at(0));
+        for branch in args(2).branches() {
+            let reply = ParticipantReply {
+                branch,
+                phase: Phase::Try,
+                draw: args(2),
+                outcome: Ok(Effect::Applied),
+            };
+            c.handle_reply(branch, &reply, at(0));
+        }
+        let decided = LogEntry::Decided {
+            xid: Xid(2),
+            verdict: Verdict::Confirm,
+        };
+        c.handle_log_written(&decided, at(0));
+        // The Confirm goes unanswered until the draw parks.
+        let mut now_ms = 0;
+        while !matches!(c.stage(Xid(2)), Some(DrawStage::Parked(_))) {
+            now_ms += 1_000;
+            c.handle_timeout(at(now_ms));
+        }
+        c.start_draw(args(1), at(now_ms)).unwrap();
+        c.handle_log_written(&LogEntry::Begin(args(1)), at(now_ms));
+        assert_eq!(c.stage(Xid(1)), Some(DrawStage::Trying));
+        c.check_invariants().unwrap();
+        c
+    }
+
+    fn corrupted(name: &str, corrupt: impl FnOnce(&mut Coordinator)) {
+        let mut c = trying_and_parked();
+        corrupt(&mut c);
+        assert!(c.check_invariants().is_err(), "{name} went unnoticed");
+    }
+
+    #[test]
+    fn check_invariants_detects_corruption() {
+        let parked = Xid(2);
+        corrupted("a parked draw that lost its task", |c| {
+            c.draws.get_mut(&parked).unwrap().compensation = None;
+        });
+        corrupted("a trying draw holding a task", |c| {
+            c.draws.get_mut(&parked).unwrap().stage = DrawStage::Trying;
+        });
+        corrupted("a task with no schedule", |c| c.compensation = None);
+        corrupted("a parked draw with an armed branch", |c| {
+            let at_ms = 5_000_000;
+            let branch = args(2).branches().next().unwrap();
+            let draw = c.draws.get_mut(&parked).unwrap();
+            draw.branches.get_mut(&branch).unwrap().deadline_ms = Some(at_ms);
+            c.timers.insert((at_ms, parked, branch));
+        });
+        corrupted("a timer no branch holds", |c| {
+            c.timers.insert((7, parked, Participant::Wallet));
+        });
+        let trying = Xid(1);
+        let branch = args(1).branches().next().unwrap();
+        corrupted("an armed branch already done", |c| {
+            let draw = c.draws.get_mut(&trying).unwrap();
+            draw.branches.get_mut(&branch).unwrap().done = true;
+        });
+        corrupted("an awaited branch with no timer", |c| {
+            let progress = c
+                .draws
+                .get_mut(&trying)
+                .unwrap()
+                .branches
+                .get_mut(&branch)
+                .unwrap();
+            let at_ms = progress.deadline_ms.take().unwrap();
+            c.timers.remove(&(at_ms, trying, branch));
+        });
+        corrupted("a deadline whose timer is gone", |c| {
+            let first = *c.timers.first().unwrap();
+            c.timers.remove(&first);
+            c.timers.insert((first.0 + 1, first.1, first.2));
+        });
+    }
+}
