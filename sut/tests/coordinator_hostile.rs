@@ -17,7 +17,7 @@
 //!   one's reply timeout; a round runs out only once a branch's last attempt timed out; a parked
 //!   draw's next round starts when due (park delay, then the wheel's backoff) and no later than
 //!   the first timeout after it, Cancels first within a tick; dead-lettered exactly past the
-//!   retry budget;
+//!   retry budget; a round the driver slept through fails within `round_ms_max` of being due;
 //! - the coordinator's edge states counted exactly when the step reached them (a duplicate or
 //!   late reply, a repeated Try that landed, a timed-out Try, a park, a parked draw completed, a
 //!   dead letter), so that a sweep's coverage report can be trusted;
@@ -358,6 +358,12 @@ struct Pacing {
     stages: BTreeMap<Xid, DrawStage>,
     rounds: BTreeMap<(Xid, Participant), Round>,
     scheduled: BTreeMap<Xid, Schedule>,
+    /// When each compensation round in progress was due (ms), while the driver has slept until
+    /// every deadline since (no `Wait` jumped past one): such a round fails within
+    /// `round_ms_max` of being due, the bound the dead-letter-after-heal check allows.
+    punctual: BTreeMap<Xid, u64>,
+    /// Coverage: punctual compensation rounds that failed.
+    punctual_failures: u32,
     /// Coverage: rounds of both verdicts started by one timeout, due in the same tick.
     ties: u32,
     /// Coverage: compensation rounds that failed and were retried after a backoff.
@@ -407,6 +413,29 @@ impl Pacing {
                 .collect();
             Err(format!(
                 "{xid:?} gave up at {now_ms} ms with no branch out of attempts: {rounds:?}"
+            ))
+        }
+    }
+
+    /// A punctual compensation round of `xid` that failed at `now_ms` did so within
+    /// `round_ms_max` of being due.
+    fn within_a_round(
+        &mut self,
+        xid: Xid,
+        config: &CoordinatorConfig,
+        now_ms: u64,
+    ) -> Result<(), String> {
+        let Some(due_ms) = self.punctual.remove(&xid) else {
+            return Ok(());
+        };
+        self.punctual_failures += 1;
+        let round_ms_max = config.round_ms_max();
+        if now_ms - due_ms <= round_ms_max {
+            Ok(())
+        } else {
+            Err(format!(
+                "{xid:?}: a round due at {due_ms} ms failed at {now_ms} ms, past round_ms_max \
+                 {round_ms_max} ms"
             ))
         }
     }
@@ -471,6 +500,10 @@ impl Pacing {
                         ));
                     }
                     started.push((xid, verdict, due_ms.div_ceil(tick_ms)));
+                    // Started in the tick it was due (a `Wait` may jump past that).
+                    if now_ms <= due_ms.div_ceil(tick_ms) * tick_ms {
+                        self.punctual.insert(xid, due_ms);
+                    }
                     self.new_round(xid, verdict.phase());
                 }
                 (before, Some(DrawStage::Trying)) if before != Some(DrawStage::Trying) => {
@@ -494,6 +527,7 @@ impl Pacing {
                     Some(after @ (DrawStage::Parked(_) | DrawStage::DeadLettered(_))),
                 ) => {
                     self.ran_out(xid, &config, now_ms)?;
+                    self.within_a_round(xid, &config, now_ms)?;
                     self.failed(xid, after, &config, now_ms)?;
                 }
                 (Some(DrawStage::DeadLettered(_)), Some(DrawStage::Parked(_))) => {
@@ -516,10 +550,12 @@ impl Pacing {
                 }
                 (_, None) => {
                     self.scheduled.remove(&xid);
+                    self.punctual.remove(&xid);
                     self.done.retain(|(x, _)| *x != xid);
                 }
                 (_, Some(DrawStage::LoggingFinished(_))) => {
                     self.scheduled.remove(&xid);
+                    self.punctual.remove(&xid);
                 }
                 _ => {}
             }
@@ -793,7 +829,10 @@ impl Bench {
                 self.pacing.reply(stage, from, &reply);
                 self.coordinator.handle_reply(from, &reply, now);
             }
-            Action::Wait(ms) => self.wait_until(self.now_ms + ms)?,
+            Action::Wait(ms) => {
+                self.pacing.punctual.clear();
+                self.wait_until(self.now_ms + ms)?;
+            }
             Action::Sleep => {
                 if let Some(due_ms) = self.coordinator.poll_timeout() {
                     self.wait_until(due_ms.max(self.now_ms))?;
@@ -1052,6 +1091,9 @@ fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
         if bench.pacing.backoffs > 0 {
             outcomes.insert("round retried after a backoff".to_owned());
         }
+        if bench.pacing.punctual_failures > 0 {
+            outcomes.insert("a punctual round failed".to_owned());
+        }
         for name in bench.edges_reached.keys() {
             outcomes.insert((*name).to_owned());
         }
@@ -1064,6 +1106,7 @@ fn hostile_sequences_reach_both_verdicts_and_the_end_of_draws() {
         "dead letter retried",
         "rounds of both verdicts due in one tick",
         "round retried after a backoff",
+        "a punctual round failed",
         DUPLICATE_REPLY.name,
         DUPLICATE_TRY_LANDED.name,
         REPLY_AFTER_VERDICT.name,
@@ -1122,7 +1165,7 @@ fn the_draws_check_catches_a_listing_that_disagrees_with_stage() {
 }
 
 #[test]
-fn the_pacing_check_catches_an_early_resend_an_extra_attempt_and_an_early_give_up() {
+fn the_pacing_check_catches_an_early_resend_an_extra_attempt_and_a_give_up_too_early_or_late() {
     let mut bench = Bench::new();
     bench.drain().unwrap();
     // Acknowledge the Begins until one draw is trying: its Trys went out at 0 ms.
@@ -1155,6 +1198,16 @@ fn the_pacing_check_catches_an_early_resend_an_extra_attempt_and_an_early_give_u
         .step(&bench.coordinator, &resend, true, 300)
         .unwrap_err();
     assert!(e.contains("send 3 of a Try round of at most 2"), "{e}");
+    // A round the driver slept through may not fail later than round_ms_max after it was due.
+    let round_ms_max = config.round_ms_max();
+    assert_eq!(round_ms_max, 1 + 100 + 200);
+    for (failed_ms, fine) in [(round_ms_max, true), (round_ms_max + 1, false)] {
+        bench.pacing.punctual.insert(msg.draw.xid, 0);
+        let got = bench
+            .pacing
+            .within_a_round(msg.draw.xid, &config, failed_ms);
+        assert_eq!(got.is_ok(), fine, "{got:?}");
+    }
 }
 
 #[test]
