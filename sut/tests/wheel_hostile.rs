@@ -15,7 +15,7 @@
 //! - a failure reschedules the task at exactly `now + min(cap, base * 2^(failures - 1))`
 //!   while its budget lasts, then moves it to the dead letters (handle, payload, priority,
 //!   attempts, time of failure), nothing lost and nothing invented;
-//! - the edge states of a hand-out (fired late, a same-tick tie) are counted exactly when they
+//! - the edge states (a hand-out fired late or tied, a cancel, a retry, a dead letter, a success after a retry) counted exactly when they
 //!   happen, so the coverage reports built on them do not lie;
 //! - one `handle_timeout` moves at most `work_max_per_call` tasks (no more become ready, no
 //!   more leave the overflow list);
@@ -261,6 +261,8 @@ enum Variant {
     ForgetfulCancel,
     /// One `handle_timeout` does all the work due, whatever the budget.
     Unbounded,
+    /// Every other `handle_timeout` does nothing (leaves its work due for the next call).
+    Skipping,
 }
 
 struct Under {
@@ -269,6 +271,8 @@ struct Under {
     /// `Swap`: done once; the task held back.
     swapped: bool,
     stash: Option<Fired<u64>>,
+    /// `Skipping`: the next call is skipped.
+    skip: bool,
 }
 
 impl Under {
@@ -278,6 +282,12 @@ impl Under {
             Variant::Early => now_ms.saturating_add(tick_ms),
             _ => now_ms,
         };
+        if self.variant == Variant::Skipping {
+            self.skip = !self.skip;
+            if self.skip {
+                return;
+            }
+        }
         self.wheel.handle_timeout(now_ms);
         while self.variant == Variant::Unbounded
             && self
@@ -357,6 +367,7 @@ impl Bench {
                 variant,
                 swapped: false,
                 stash: None,
+                skip: false,
             },
             model: Model::new(cfg, start_ms),
             known: Vec::new(),
@@ -560,11 +571,14 @@ impl Bench {
     }
 
     /// One `handle_timeout`, which moves at most `work_max_per_call` tasks: no more become
-    /// ready, and no more leave the overflow list.
+    /// ready, and no more leave the overflow list; and one that moved fewer than that left no
+    /// work due (the budget is the only reason to call again).
     fn bounded_timeout(&mut self, now_ms: u64) -> Result<(), String> {
         let wheel = &self.under.wheel;
         let (ready, overflow) = (wheel.ready_len(), wheel.overflow_len());
+        self.take_edges();
         self.under.handle_timeout(now_ms);
+        let cascaded = self.take_edges().get(wheel::CASCADED.name).copied();
         let wheel = &self.under.wheel;
         let made_ready = wheel.ready_len().saturating_sub(ready);
         let migrated = overflow.saturating_sub(wheel.overflow_len());
@@ -575,7 +589,15 @@ impl Bench {
                  of the overflow list; work_max_per_call is {budget}"
             ));
         }
-        Ok(())
+        // Each task moved counts once at least (one made ready by a migration counts twice).
+        let moved = made_ready + migrated + usize::try_from(cascaded.unwrap_or(0)).unwrap();
+        match wheel.poll_timeout() {
+            Some(due_ms) if moved < budget && due_ms <= now_ms => Err(format!(
+                "handle_timeout({now_ms}) moved {moved} tasks of a budget of {budget} and left \
+                 work due at {due_ms} ms"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// One `handle_timeout` with a time before the driver's: no clock moves back; only tasks
@@ -1009,8 +1031,12 @@ fn random_driving_finds_each_broken_wheel() {
         (Variant::Early, "clock reads"),
         (Variant::NoBackoff, "expected Ok(Retrying"),
         (Variant::Swap, "the model's next ready task is"),
-        (Variant::ForgetfulCancel, "edge wheel.cancelled_waiting: counted 0"),
+        (
+            Variant::ForgetfulCancel,
+            "edge wheel.cancelled_waiting: counted 0",
+        ),
         (Variant::Unbounded, "work_max_per_call is"),
+        (Variant::Skipping, "and left work due"),
     ] {
         let mut runner = TestRunner::new(fixed(CASES));
         let strategy = case();
