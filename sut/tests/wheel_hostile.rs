@@ -217,6 +217,23 @@ impl Model {
         }
     }
 
+    /// Waiting tasks in the overflow list: due beyond the top level's window, that is, a tick
+    /// whose top-level slot is `slots` or more ahead of the wheel's (they migrate into the top
+    /// level at the tick where it is `slots - 1` ahead).
+    fn overflowing(&self) -> usize {
+        let slots = u64::from(self.cfg.slots_per_level);
+        let top = slots.pow(u32::from(self.cfg.levels - 1));
+        let window = self.wheel_tick / top;
+        self.waiting
+            .keys()
+            .filter(|key| {
+                window
+                    .checked_add(slots)
+                    .is_some_and(|edge| key.0 / top >= edge)
+            })
+            .count()
+    }
+
     fn first_due_ms(&self) -> Option<u64> {
         self.waiting
             .first_key_value()
@@ -859,6 +876,20 @@ impl Bench {
                 counts.1,
                 model.live.len(),
                 model.ready.len()
+            ));
+        }
+        if wheel.is_empty() != model.live.is_empty() {
+            return Err(format!(
+                "is_empty() {} with {} tasks held",
+                wheel.is_empty(),
+                model.live.len()
+            ));
+        }
+        let overflow = model.overflowing();
+        if wheel.overflow_len() != overflow {
+            return Err(format!(
+                "overflow_len() {}, but {overflow} waiting tasks lie beyond the top level",
+                wheel.overflow_len()
             ));
         }
         if wheel.dead_letters() != model.dead.as_slice() {
