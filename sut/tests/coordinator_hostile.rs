@@ -34,9 +34,9 @@ use sut::lottery::coordinator::{
     REPLY_AFTER_VERDICT, TRY_TIMED_OUT,
 };
 use sut::lottery::{
-    ActivityId, Coordinator, CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome,
-    DrawStage, Effect, FenceStatus, LogEntry, Participant, ParticipantMsg, ParticipantReply, Phase,
-    Refusal, UserId, Verdict, Xid,
+    ActivityId, CancelReason, Coordinator, CoordinatorConfig, CoordinatorError, DrawArgs,
+    DrawEvent, DrawOutcome, DrawStage, Effect, FenceStatus, LogEntry, Participant, ParticipantMsg,
+    ParticipantReply, Phase, Refusal, UserId, Verdict, Xid,
 };
 
 const DRAWS: u64 = 4;
@@ -213,7 +213,10 @@ impl Referee {
         let x = event.draw.xid.0;
         let want = match event.outcome {
             DrawOutcome::Confirmed { .. } => Verdict::Confirm,
-            DrawOutcome::Cancelled { .. } => Verdict::Cancel,
+            DrawOutcome::Cancelled { ref reason } => {
+                explained(x, reason)?;
+                Verdict::Cancel
+            }
             DrawOutcome::Parked { verdict } | DrawOutcome::DeadLettered { verdict } => {
                 return match self.verdicts.get(&x) {
                     Some(v) if *v == verdict => Ok(()),
@@ -242,6 +245,23 @@ impl Referee {
                 event.outcome
             )),
         }
+    }
+}
+
+/// A cancelled draw's reason, as an operator or a client reads it, says what happened and names
+/// the branch at fault.
+fn explained(x: u64, reason: &CancelReason) -> Result<(), String> {
+    let text = reason.to_string();
+    let names_branch = match reason {
+        CancelReason::TryRefused { branch, .. } | CancelReason::TryTimedOut { branch } => {
+            text.contains(&branch.to_string())
+        }
+        CancelReason::Recovered => true,
+    };
+    if text.len() > 20 && names_branch {
+        Ok(())
+    } else {
+        Err(format!("draw {x}: cancel reason {reason:?} reads {text:?}"))
     }
 }
 
