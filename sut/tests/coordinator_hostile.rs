@@ -332,24 +332,25 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
-/// How long the referee lets attempt `attempt` (0-based) wait for its reply, from the
-/// configuration's numbers and not the coordinator's own arithmetic: the reply timeout doubled
-/// per attempt, capped.
-fn reply_timeout_ms(config: &CoordinatorConfig, attempt: u32) -> u64 {
+/// `base_ms` doubled `doublings` times, capped at `cap_ms`: the referee's own arithmetic for the
+/// reply timeouts and the round backoffs, from the configuration's numbers and not the
+/// coordinator's or the wheel's.
+fn doubled_capped_ms(base_ms: u64, doublings: u32, cap_ms: u64) -> u64 {
     let doubled = 1_u64
-        .checked_shl(attempt)
-        .and_then(|factor| config.reply_timeout_ms.checked_mul(factor));
-    doubled.map_or(config.backoff_ms_max, |ms| ms.min(config.backoff_ms_max))
+        .checked_shl(doublings)
+        .and_then(|factor| base_ms.checked_mul(factor));
+    doubled.map_or(cap_ms, |ms| ms.min(cap_ms))
 }
 
-/// How long a parked draw waits after its `failures`-th failed round (1-based): the wheel's
-/// backoff base doubled per failure, capped.
+/// How long attempt `attempt` (0-based) waits for its reply.
+fn reply_timeout_ms(config: &CoordinatorConfig, attempt: u32) -> u64 {
+    doubled_capped_ms(config.reply_timeout_ms, attempt, config.backoff_ms_max)
+}
+
+/// How long a parked draw waits after its `failures`-th failed round (1-based).
 fn round_backoff_ms(config: &CoordinatorConfig, failures: u32) -> u64 {
     let wheel = &config.wheel;
-    let doubled = 1_u64
-        .checked_shl(failures - 1)
-        .and_then(|factor| wheel.backoff_base_ms.checked_mul(factor));
-    doubled.map_or(wheel.backoff_cap_ms, |ms| ms.min(wheel.backoff_cap_ms))
+    doubled_capped_ms(wheel.backoff_base_ms, failures - 1, wheel.backoff_cap_ms)
 }
 
 /// One branch's current round: the phase it carries and when each of its sends went out (ms).

@@ -15,8 +15,10 @@
 //! - a failure reschedules the task at exactly `now + min(cap, base * 2^(failures - 1))`
 //!   while its budget lasts, then moves it to the dead letters (handle, payload, priority,
 //!   attempts, time of failure), nothing lost and nothing invented;
-//! - the edge states (a hand-out fired late or tied, a cancel, a retry, a dead letter, a success after a retry) counted exactly when they
-//!   happen, so the coverage reports built on them do not lie;
+//! - the edge states (a hand-out fired late or tied, a cancel, a retry, a dead letter, a
+//!   success after a retry) counted exactly when they happen, so the coverage reports built on
+//!   them do not lie;
+//! - one `handle_timeout` that moved fewer tasks than its budget leaves no work due;
 //! - one `handle_timeout` moves at most `work_max_per_call` tasks (no more become ready, no
 //!   more leave the overflow list);
 //! - capacity counts dead letters; errors name the misuse (`Unknown`, `NotInFlight`, `Full`,
@@ -996,8 +998,7 @@ fn counted_exactly(
 proptest! {
     #![proptest_config(fixed(CASES))]
 
-
-#[test]
+    #[test]
     fn the_wheel_keeps_its_promises_whatever_the_driver_does(
         (cfg, start_ms, ops) in case(),
     ) {
