@@ -87,6 +87,9 @@ pub struct DeploymentSpec {
     /// process→PostgreSQL and coordinator→participant link through a fault proxy, and
     /// PostgreSQL's data directory on the lost-writes filesystem.
     pub chaos: bool,
+    /// The operator's activities, `ID:PRICE` or `ID:PRICE:WIN_PER_MILLE`, registered at start in
+    /// every process that keeps a registry (all but the ID servers: `sut-server --activity`).
+    pub activities: Vec<String>,
 }
 
 /// A network link of a chaos [`Deployment`], each behind its own fault proxy.
@@ -124,6 +127,7 @@ impl DeploymentSpec {
             extra_args: Vec::new(),
             participant_timeout_ms: 1_000,
             chaos: false,
+            activities: Vec::new(),
         }
     }
 }
@@ -245,6 +249,11 @@ impl Deployment {
                 "--participant-timeout-ms".to_owned(),
                 spec.participant_timeout_ms.to_string(),
             ]);
+        }
+        if !matches!(which, RoleProcess::Id(_)) {
+            for activity in &spec.activities {
+                args.extend(["--activity".to_owned(), activity.clone()]);
+            }
         }
         args.extend(spec.extra_args.iter().cloned());
         let env = if spec.chaos {

@@ -314,6 +314,15 @@ fn bases(deployment: &Deployment) -> Bases {
         .into_iter()
         .map(|w| (w.name(), url(w)))
         .collect(),
+        registries: [
+            RoleProcess::Coordinator,
+            RoleProcess::Wallet,
+            RoleProcess::Inventory,
+            RoleProcess::Token,
+        ]
+        .into_iter()
+        .map(url)
+        .collect(),
     }
 }
 

@@ -318,6 +318,9 @@ struct Bases {
     /// Every process with a `/ledger`, named (the names prefix the checks when there are
     /// several).
     ledgers: Vec<(String, String)>,
+    /// Every process that keeps an activity registry (the run's activities are registered in
+    /// each: the coordinator's gate, the participants' terms rule, the token service).
+    registries: Vec<String>,
 }
 
 impl Bases {
@@ -327,6 +330,7 @@ impl Bases {
             wallet: base.to_owned(),
             inventory: base.to_owned(),
             ledgers: vec![("server".to_owned(), base.to_owned())],
+            registries: vec![base.to_owned()],
         }
     }
 }
@@ -338,6 +342,8 @@ struct Prepared {
     run_id: u64,
     tag: String,
     lottery: Option<LotteryPlan>,
+    /// The registered activity the one-time token operations ask tokens for.
+    once_activity: u64,
 }
 
 fn admin_client(base: &str) -> Result<Admin, LoadError> {
@@ -383,16 +389,25 @@ async fn prepare(
             .await?;
     }
     let total_s = opts.warmup_s + opts.duration_s;
-    let lottery = if need_lottery {
+    let activity_base = run_id * 10_000;
+    let lottery_activities = if need_lottery {
         let rate = opts
             .rate
             .unwrap_or(workload::LOTTERY_RATE_MAX)
             .min(workload::LOTTERY_RATE_MAX);
         let draws = (rate * (total_s as f64 + 1.0)).ceil() as u64;
-        let activities = draws.div_ceil(workload::LOTTERY_USERS).max(1);
+        draws.div_ceil(workload::LOTTERY_USERS).max(1)
+    } else {
+        0
+    };
+    // The operator's activities: the lottery's, and one past them for the one-time tokens.
+    let once_activity = activity_base + lottery_activities;
+    register_activities(&admin, bases, activity_base, lottery_activities + 1).await?;
+    let lottery = if need_lottery {
+        let activities = lottery_activities;
         let plan = LotteryPlan {
             user_base: run_id * 100_000,
-            activity_base: run_id * 10_000,
+            activity_base,
             activities,
         };
         admin
@@ -429,7 +444,36 @@ async fn prepare(
         run_id,
         tag,
         lottery,
+        once_activity,
     })
+}
+
+/// Registers activities `first..first + count` at [`workload::PRICE_MINOR`] in every process
+/// that keeps a registry (in ranges of at most 10,000 a call).
+async fn register_activities(
+    admin: &Admin,
+    bases: &Bases,
+    first: u64,
+    count: u64,
+) -> Result<(), LoadError> {
+    const PER_CALL_MAX: u64 = 10_000;
+    for base in &bases.registries {
+        let mut at = first;
+        while at < first + count {
+            let n = (first + count - at).min(PER_CALL_MAX);
+            admin
+                .expect(
+                    base,
+                    "POST",
+                    "/admin/activities",
+                    json!({"activity": at, "count": n, "price_minor": workload::PRICE_MINOR}),
+                    &[200, 201],
+                )
+                .await?;
+            at += n;
+        }
+    }
+    Ok(())
 }
 
 /// The shared state of an attack on `base` starting 200 ms from now (after the users'
@@ -478,6 +522,7 @@ fn shared_state_for(
         end,
         tag: prep.tag.clone(),
         lottery: prep.lottery,
+        once_activity: prep.once_activity,
         iters: (0..opts.users).map(|_| AtomicU64::new(0)).collect(),
         last_done: (0..opts.users).map(|_| AtomicU64::new(0)).collect(),
         recorders: Default::default(),

@@ -1,9 +1,9 @@
 //! `scenario tcc`: test your own TCC participant, black box, against a hostile coordinator
 //! (docs/own-service.md).
 //!
-//! The participant implements the HTTP contract of docs/own-service.md (`POST /admin/accounts`,
-//! `POST /admin/stock`, `POST /tcc/branch`, `GET /ledger`; this project's `sut-server`
-//! implements it). The tester opens fresh accounts and stock for each sequence, then sends
+//! The participant implements the HTTP contract of docs/own-service.md (`POST
+//! /admin/activities`, `POST /admin/accounts`, `POST /admin/stock`, `POST /tcc/branch`, `GET
+//! /ledger`; this project's `sut-server` implements it). The tester opens fresh accounts and stock for each sequence, then sends
 //! Try, Confirm and Cancel of a handful of draws in any order, repeated, two at once, and (when
 //! it owns the server) across kill -9 and restarts. After every answer it asks the shared
 //! referee ([`sut::lottery::referee`]) whether the answer is a transition the participant's
@@ -39,7 +39,16 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a 503 or 429 answer is asked again before the run gives up.
 pub(crate) const BUSY_RETRIES: u32 = 20;
 
-/// The three checks a run reports.
+/// The draw (its number in a sequence) that names its own price, [`TAMPERED_PRICE_MINOR`]: a
+/// coordinator fooled by a client, or a forged call.
+pub const TAMPERED_DRAW: u64 = DRAWS;
+/// What the tampered draw says it pays.
+pub const TAMPERED_PRICE_MINOR: u64 = 0;
+
+/// The business's own check: a Try that charges (wallet, participation log) takes effect only at
+/// the activity's registered price.
+pub const PAID: &str = "lottery.paid";
+/// The protocol checks a run reports.
 pub const PROMISES: &str = "participant.promises";
 /// A repeat or a refusal changed nothing.
 pub const UNCHANGED: &str = "participant.unchanged";
@@ -141,13 +150,18 @@ impl Universe {
         [ActivityId(self.base + 1), ActivityId(self.base + 2)]
     }
 
-    /// Draw `k`: every third one a winner (it has an inventory branch).
+    /// Draw `k`: every third one a winner (it has an inventory branch); draw
+    /// [`TAMPERED_DRAW`] names its own price.
     fn draw(self, k: u64) -> DrawArgs {
         DrawArgs {
             xid: Xid(self.base + k),
             user: self.user(k),
             activity: self.activity(k),
-            price_minor: PRICE_MINOR,
+            price_minor: if k == TAMPERED_DRAW {
+                TAMPERED_PRICE_MINOR
+            } else {
+                PRICE_MINOR
+            },
             won: k.is_multiple_of(3),
         }
     }
@@ -314,7 +328,7 @@ impl ParticipantRun {
     /// The checks, one per kind of promise.
     #[must_use]
     pub fn checks(&self) -> Vec<InvariantResult> {
-        [PROMISES, UNCHANGED, BOOKS]
+        [PAID, PROMISES, UNCHANGED, BOOKS]
             .into_iter()
             .map(|name| match &self.finding {
                 Some(f) if f.check == name => InvariantResult {
@@ -605,6 +619,11 @@ impl<'a> Sequence<'a> {
             &serde_json::json!({"user": first, "count": 2, "balance_minor": BALANCE_MINOR}),
         )?;
         for activity in universe.activities() {
+            // The operator's price first: the participant charges it and nothing else.
+            bench.wire.admin(
+                "/admin/activities",
+                &serde_json::json!({"activity": activity.0, "price_minor": PRICE_MINOR}),
+            )?;
             bench.wire.admin(
                 "/admin/stock",
                 &serde_json::json!({"activity": activity.0, "units": UNITS}),
@@ -658,6 +677,9 @@ impl<'a> Sequence<'a> {
         let msg = self.universe.msg(send);
         let was = self.referee.state(msg.draw.xid, send.branch);
         self.seen.insert((send.phase, was, said.answer));
+        if let Some(broke) = off_price(send, &msg, said.answer, &outcome) {
+            return Ok(Some(broke));
+        }
         match self.referee.judge_said(send.branch, &msg, &said) {
             Err(broken) => Ok(Some((PROMISES, format!("{send}: {broken} ({outcome})")))),
             Ok(t) if t.changes_nothing() => {
@@ -682,6 +704,11 @@ impl<'a> Sequence<'a> {
         let wasa = self.referee.state(ma.draw.xid, a.branch);
         let wasb = self.referee.state(mb.draw.xid, b.branch);
         let ((sa, oa), (sb, ob)) = (ra, rb);
+        if let Some(broke) =
+            off_price(a, &ma, sa.answer, &oa).or_else(|| off_price(b, &mb, sb.answer, &ob))
+        {
+            return Ok(Some(broke));
+        }
         let answers = [(a.branch, ma, sa), (b.branch, mb, sb)];
         match self.referee.judge_concurrent(&answers) {
             Ok(transitions) => {
@@ -708,6 +735,31 @@ impl<'a> Sequence<'a> {
             self.universe.activities(),
         )
     }
+}
+
+/// `lottery.paid` at the participant: a Try that charges (the wallet freezes the price, the
+/// participation log records it) took effect at another price than the one the operator
+/// registered ([`PRICE_MINOR`]).
+fn off_price(send: Send, msg: &ParticipantMsg, answer: Answer, outcome: &str) -> Option<Broke> {
+    let charges = matches!(
+        send.branch,
+        Participant::Wallet | Participant::Participation
+    );
+    (send.phase == Phase::Try
+        && charges
+        && answer == Answer::Applied
+        && msg.draw.price_minor != PRICE_MINOR)
+        .then(|| {
+            (
+                PAID,
+                format!(
+                    "{send}: a Try at {} took effect on an activity that costs {PRICE_MINOR} \
+                     ({outcome}): the participant charges what the coordinator says, not the \
+                     operator's price",
+                    msg.draw.price_minor
+                ),
+            )
+        })
 }
 
 /// The books are what the branches went through (`want`), counted from the sequence's

@@ -246,6 +246,31 @@ impl Wire {
             .flatten()
     }
 
+    /// Registers `activity` on every instance (a 404 is a service without a registry).
+    fn register(&self, activity: u64) -> Result<(), ContractError> {
+        let body = serde_json::json!({ "activity": activity, "price_minor": 1 });
+        for at in 0..self.bases.len() {
+            let answer =
+                self.rt
+                    .block_on(self.post(at, "/admin/activities", self.admin.as_deref(), &body));
+            match answer {
+                Some((status, _)) if (200..300).contains(&status) || status == 404 => {}
+                Some((status, text)) => {
+                    return Err(ContractError::Unreachable(format!(
+                        "POST /admin/activities {body} answered {status}: {text:.300}"
+                    )));
+                }
+                None => {
+                    return Err(ContractError::Unreachable(format!(
+                        "POST {}/admin/activities: no answer",
+                        self.bases[at]
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A step that must succeed (issuing): the JSON answer's `field`.
     fn must(
         &self,
@@ -360,6 +385,11 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
         admin: opts.admin_token.clone(),
     };
     let base = crate::participant::fresh_base();
+    // One activity for the run (every user is fresh, so every key is too), registered where
+    // the service keeps an operator's registry (`POST /admin/activities`; a service without one
+    // answers 404 and issues for any activity).
+    let activity = base;
+    wire.register(activity)?;
     let mut out = TokensRun::default();
     for index in 0..opts.tokens {
         let user = base + index;
@@ -375,7 +405,7 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
             at,
             "/tokens/once",
             Some(&jwt),
-            &serde_json::json!({ "user": user, "activity": format!("bench-{index}") }),
+            &serde_json::json!({ "user": user, "activity": activity.to_string() }),
             "token",
         )?;
         let body = serde_json::json!({ "user": user, "token": once });

@@ -226,6 +226,8 @@ pub struct Shared {
     pub end: Instant,
     pub tag: String,
     pub lottery: Option<LotteryPlan>,
+    /// The registered activity the one-time token operations ask tokens for.
+    pub once_activity: u64,
     /// Per-user operation counter.
     pub iters: Vec<AtomicU64>,
     /// Per user: when its last request was answered, in ns since `epoch` plus 1 (0: none).
@@ -803,7 +805,7 @@ async fn once_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
     let Some(jwt) = login(user, sh, uid, lag).await else {
         return;
     };
-    let body = json!({"user": uid, "activity": "loadgen"});
+    let body = json!({"user": uid, "activity": sh.once_activity.to_string()});
     let issued = call::<Value>(
         user,
         sh,
@@ -881,9 +883,9 @@ async fn lottery_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
     let Some(once_token) = v.get("token").and_then(Value::as_str) else {
         return;
     };
+    // No price: the activity's, set by the operator, is what a draw pays.
     let body = json!({
         "activity": activity,
-        "price_minor": PRICE_MINOR,
         "once_token": once_token,
     });
     if let Some((200, _)) = call::<serde::de::IgnoredAny>(

@@ -29,7 +29,9 @@
 //! stores' ledgers.
 //!
 //! Properties: always `lottery.conservation`, `lottery.no_over_issue`,
-//! `lottery.no_duplicate_participation`, `lottery.no_hanging`; eventually `lottery.settled`
+//! `lottery.no_duplicate_participation`, `lottery.no_hanging`, `lottery.agreement`,
+//! `lottery.paid` (every confirmed participation paid the activity's price, every prize belongs
+//! to one that did); eventually `lottery.settled`
 //! (judged where a path ends, i.e. once the fault budgets are spent and the network drained);
 //! sometimes a confirmed draw, an empty rollback, a draw cancelled out of stock, a draw finished
 //! after a restart.
@@ -47,7 +49,8 @@ use sut::lottery::wheel::WheelConfig;
 use sut::lottery::{
     ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome,
     DrawStage, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore, MemoryStore, Participant,
-    ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal, Resume, UserId, Xid,
+    ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal, Registry, Resume, Terms,
+    UserId, Xid,
 };
 
 use crate::hashed::{Hashed, HashedActor, Stored, stored};
@@ -72,6 +75,8 @@ pub const FLAW_NO_FENCE: &str = "tcc_no_fence";
 pub const FLAW_CHECK_THEN_ACT: &str = "fence_check_then_act";
 /// Flaw: the stock checked and decremented in two store operations (`Flaws::two_step_stock`).
 pub const FLAW_STOCK_TWO_STEP: &str = "stock_two_step";
+/// Flaw: the price is the request's (`Flaws::client_price`); the retried draw names price 0.
+pub const FLAW_CLIENT_PRICE: &str = "client_price";
 /// The edge states the lottery model owns (reported as `sometimes` properties).
 pub const EDGES: &[&str] = &[
     "participant.balance_exact",
@@ -87,7 +92,7 @@ pub const EDGES_FAULTS: &[&str] = &[
     "participant.repeated_verdict",
 ];
 /// Flaws this model can switch on.
-pub const FLAWS: &[&str] = &[FLAW_STOCK_TWO_STEP];
+pub const FLAWS: &[&str] = &[FLAW_STOCK_TWO_STEP, FLAW_CLIENT_PRICE];
 /// Flaws the one-draw model with faults can switch on (a Cancel overtaking a Try needs a fault).
 pub const FLAWS_FAULTS: &[&str] = &[FLAW_NO_FENCE, FLAW_CHECK_THEN_ACT];
 
@@ -198,16 +203,38 @@ impl LotterySetup {
     #[must_use]
     pub fn with_flaw(flaw: Option<&str>) -> Self {
         let mut flaws = Flaws::NONE;
+        let mut setup = Self::default();
         match flaw {
             Some(FLAW_NO_FENCE) => flaws.fence = FenceMode::Unfenced,
             Some(FLAW_CHECK_THEN_ACT) => flaws.fence = FenceMode::CheckThenAct,
             Some(FLAW_STOCK_TWO_STEP) => flaws.two_step_stock = true,
+            Some(FLAW_CLIENT_PRICE) => {
+                flaws.client_price = true;
+                setup = setup.with_tampered_retry();
+            }
             _ => {}
         }
-        Self {
-            flaws,
-            ..Self::default()
+        Self { flaws, ..setup }
+    }
+
+    /// The client's retry names its own price, 0: what a coordinator that takes the request's
+    /// price sends the participants.
+    #[must_use]
+    pub fn with_tampered_retry(mut self) -> Self {
+        if let Some(retry) = self.draws.get_mut(1) {
+            retry.price_minor = 0;
         }
+        self
+    }
+
+    /// The operator's activities: [`ACTIVITY`] at [`PRICE_MINOR`].
+    ///
+    /// # Panics
+    /// Never: the terms are valid.
+    #[must_use]
+    pub fn registry() -> Registry {
+        Registry::from_entries([(ACTIVITY, Terms::always_open(PRICE_MINOR, 1000))])
+            .expect("valid terms")
     }
 
     fn participant_config(&self) -> ParticipantConfig {
@@ -321,6 +348,8 @@ pub enum LotActor {
         hosts: Vec<Participant>,
         /// Fence mode and flaws.
         config: ParticipantConfig,
+        /// The operator's activities (the terms rule).
+        registry: Registry,
         /// Its store at the start.
         store: MemoryStore,
     },
@@ -512,7 +541,12 @@ impl Actor for LotActor {
                 *state = Cow::Owned(LotState::Coordinator(node));
             }
             (
-                Self::Node { hosts, config, .. },
+                Self::Node {
+                    hosts,
+                    config,
+                    registry,
+                    ..
+                },
                 LotState::Node(node),
                 LotMsg::Call { branch, msg },
             ) => {
@@ -520,7 +554,7 @@ impl Actor for LotActor {
                     return;
                 }
                 let mut next = node.clone();
-                match branch.handle(&mut next.store, config, &msg) {
+                match branch.handle(&mut next.store, config, registry, &msg) {
                     Handled::Reply(reply) => {
                         if took_effect(&reply) {
                             record(&mut next.history, reply.clone());
@@ -728,11 +762,13 @@ fn actors(setup: &LotterySetup) -> Result<LotActors, ModelError> {
         .actor(HashedActor(LotActor::Node {
             hosts: vec![Participant::Wallet, Participant::Participation],
             config,
+            registry: LotterySetup::registry(),
             store: initial_store(setup, WALLET)?,
         }))
         .actor(HashedActor(LotActor::Node {
             hosts: vec![Participant::Inventory],
             config,
+            registry: LotterySetup::registry(),
             store: initial_store(setup, INVENTORY)?,
         }))
         .max_crashes(1)
@@ -773,6 +809,15 @@ fn with_properties(actors: LotActors) -> LotActors {
             histories(sys)
                 .iter()
                 .all(|h| invariants::no_hanging(h).is_ok())
+        })
+        .property(Expectation::Always, invariants::PAID, |_, sys| {
+            // The participations (wallet node) and the prizes (inventory node) together.
+            let parts = [
+                part(sys, WALLET).store.ledger(),
+                part(sys, INVENTORY).store.ledger(),
+            ];
+            Ledger::merge(parts)
+                .is_ok_and(|ledger| invariants::paid(&ledger, &LotterySetup::registry()).is_ok())
         })
         .property(Expectation::Eventually, invariants::SETTLED, |_, sys| {
             settled(sys)
@@ -1040,6 +1085,23 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_at_the_clients_price_is_refused_on_the_correct_path() {
+        // The retry names price 0; the participants charge the activity's price or refuse.
+        let report = run(&LotterySetup::default().with_tampered_retry(), Some(8));
+        assert_verdict(&report, invariants::PAID, Verdict::Holds);
+        assert_verdict(&report, invariants::CONSERVATION, Verdict::Holds);
+    }
+
+    #[test]
+    fn client_price_sells_a_prize_for_nothing() {
+        let report = run(&LotterySetup::with_flaw(Some(FLAW_CLIENT_PRICE)), Some(12));
+        let steps = violated(&report, invariants::PAID);
+        assert_eq!(steps, DEPTH_CLIENT_PRICE);
+        // Money still adds up: only `lottery.paid` sees the loss.
+        assert_verdict(&report, invariants::CONSERVATION, Verdict::Holds);
+    }
+
+    #[test]
     fn stock_two_step_over_issues() {
         let report = run(&LotterySetup::with_flaw(Some(FLAW_STOCK_TWO_STEP)), Some(8));
         assert_eq!(
@@ -1081,4 +1143,5 @@ mod tests {
     const DEPTH_STOCK_TWO_STEP: usize = 6;
     const DEPTH_CHECK_THEN_ACT: usize = 6;
     const DEPTH_NO_FENCE: usize = 7;
+    const DEPTH_CLIENT_PRICE: usize = 10;
 }

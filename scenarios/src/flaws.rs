@@ -15,7 +15,7 @@ use sim::scenario::Scenario;
 use sut::flaw::Flaw;
 
 /// Each flaw with the simulation scenario expected to catch it.
-pub const CATALOG: [(Flaw, &str); 13] = [
+pub const CATALOG: [(Flaw, &str); 14] = [
     (Flaw::SegmentNoVersionCheck, "segment_race"),
     (Flaw::CounterNoPersist, "segment_race"),
     (Flaw::CounterEverysec, "crash_restart"),
@@ -29,6 +29,7 @@ pub const CATALOG: [(Flaw, &str); 13] = [
     (Flaw::StockTwoStep, "tcc_storm"),
     (Flaw::OnceCheckThenDelete, "token_replay"),
     (Flaw::TimeFieldNarrow, "epoch_end"),
+    (Flaw::ClientPrice, "tcc_storm"),
 ];
 
 /// How hard to look.

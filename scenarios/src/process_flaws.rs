@@ -87,7 +87,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 11] = [
+pub const ENTRIES: [ProcessFlaw; 12] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -271,6 +271,22 @@ pub const ENTRIES: [ProcessFlaw; 11] = [
         program: Program::SutServerParticipant,
         servers: 1,
         planted: "--flaw tcc_no_fence",
+        control: "",
+        common: "",
+        faults: &[BlackBoxFault::Kill],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
+    },
+    ProcessFlaw {
+        name: "client_price",
+        origin: "this catalog (`scenario flaws --list`), in a sut-server process",
+        mechanism: "TCC participants that charge whatever amount the coordinator's Try carries                     (the draw's price taken from the client's request, OWASP API6):                     `scenario tcc`'s hostile coordinator sends one draw per sequence at price 0                     for an activity the operator registered at 10, and the wallet freezes 0",
+        caught_by: "lottery.paid",
+        program: Program::SutServerParticipant,
+        servers: 1,
+        planted: "--flaw client_price",
         control: "",
         common: "",
         faults: &[BlackBoxFault::Kill],

@@ -257,7 +257,11 @@ fn flaws_lists_the_catalog_and_runs_one_flaw_to_a_violation() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     let (catalog, upstream) = text.split_once("\n\n").expect("two sections");
-    assert_eq!(catalog.lines().count(), 13, "{text}");
+    assert_eq!(
+        catalog.lines().count(),
+        sut::flaw::Flaw::ALL.len(),
+        "{text}"
+    );
     assert!(catalog.contains("twitter/snowflake issue #6"), "{text}");
     assert!(upstream.starts_with("process mode"), "{text}");
     assert_eq!(upstream.matches("https://github.com/").count(), 5, "{text}");

@@ -132,17 +132,26 @@ pub async fn acting_for(
     Ok((id, jwt))
 }
 
-/// A gate refusal as HTTP: 401 for a token that names no user, 403 naming the field at fault
-/// otherwise.
+/// A gate refusal as HTTP: 401 for a token that names no user; 404 naming `activity` for an
+/// unregistered activity and 409 for a closed one; 403 naming the field at fault otherwise
+/// (another user, another user's or activity's one-time token, a price or a luck the client may
+/// not choose).
 #[must_use]
 pub fn gate_error(r: &GateRefusal) -> ApiError {
-    let field = match r {
+    let (status, field) = match r {
         GateRefusal::BadSubject { .. } => return unauthorized(r.to_string()),
-        GateRefusal::OtherUser { .. } => "user",
-        GateRefusal::ForeignOnceToken { .. } | GateRefusal::OtherActivity { .. } => "once_token",
-        GateRefusal::ForcedOutcome => "won",
+        GateRefusal::UnknownActivity { .. } | GateRefusal::UnknownOnceActivity { .. } => {
+            (StatusCode::NOT_FOUND, "activity")
+        }
+        GateRefusal::Closed { .. } => (StatusCode::CONFLICT, "activity"),
+        GateRefusal::OtherUser { .. } => (StatusCode::FORBIDDEN, "user"),
+        GateRefusal::ForeignOnceToken { .. } | GateRefusal::OtherActivity { .. } => {
+            (StatusCode::FORBIDDEN, "once_token")
+        }
+        GateRefusal::ForcedOutcome => (StatusCode::FORBIDDEN, "won"),
+        GateRefusal::OtherPrice { .. } => (StatusCode::FORBIDDEN, "price_minor"),
     };
-    ApiError::field(StatusCode::FORBIDDEN, field, r.to_string())
+    ApiError::field(status, field, r.to_string())
 }
 
 /// A one-time token refusal as HTTP, naming `field`.
@@ -153,11 +162,12 @@ pub fn once_rejection(r: OnceRejection, field: &str) -> ApiError {
         OnceRejection::Foreign => StatusCode::FORBIDDEN,
         OnceRejection::AlreadyConsumed => StatusCode::CONFLICT,
         OnceRejection::Expired => StatusCode::GONE,
+        OnceRejection::OtherActivity => StatusCode::FORBIDDEN,
     };
-    let field = if r == OnceRejection::Foreign {
-        "user"
-    } else {
-        field
+    let field = match r {
+        OnceRejection::Foreign => "user",
+        OnceRejection::OtherActivity if field == "token" => "activity",
+        _ => field,
     };
     ApiError::field(status, field, r.to_string())
 }
@@ -169,7 +179,8 @@ struct Consumed {
     window_start_ms: u64,
 }
 
-/// Consumes `token` for `user` (whose JWT is `jwt`): here, or at the token service.
+/// Consumes `token` for `user` (whose JWT is `jwt`) and `activity`: here, or at the token
+/// service. A token of another activity is refused and stays unused.
 ///
 /// # Errors
 /// The token's refusal (naming `once_token`), or 503 when the token service cannot be reached.
@@ -178,6 +189,7 @@ pub async fn consume_once(
     jwt: &str,
     user: UserId,
     token: OnceToken,
+    activity: &ActivityId,
 ) -> Result<OnceKey, ApiError> {
     let now = state.clock.now();
     let consumer = state.once.clone().ok_or_else(|| {
@@ -189,12 +201,12 @@ pub async fn consume_once(
     })?;
     match consumer {
         OnceConsumer::Local(desk) => desk
-            .consume(token, user, now)
+            .consume(token, user, Some(activity.clone()), now)
             .await
             .map_err(|e| ApiError::unavailable(format!("token store: {e}"), 1))?
             .map_err(|r| once_rejection(r, "once_token")),
         OnceConsumer::Remote { url, client } => {
-            consume_remote(&client, &url, jwt, user, token).await
+            consume_remote(&client, &url, jwt, user, token, activity).await
         }
     }
 }
@@ -205,13 +217,18 @@ async fn consume_remote(
     jwt: &str,
     user: UserId,
     token: OnceToken,
+    activity: &ActivityId,
 ) -> Result<OnceKey, ApiError> {
     let unreachable =
         |e: &dyn std::fmt::Display| ApiError::unavailable(format!("token service {url}: {e}"), 1);
     let response = client
         .post(format!("{url}/tokens/once/consume"))
         .bearer_auth(jwt)
-        .json(&serde_json::json!({"user": user.0, "token": token.to_string()}))
+        .json(&serde_json::json!({
+            "user": user.0,
+            "token": token.to_string(),
+            "activity": activity.to_string(),
+        }))
         .send()
         .await
         .map_err(|e| unreachable(&e))?;
@@ -236,7 +253,7 @@ async fn consume_remote(
         return Err(ApiError::unavailable(format!("token service: {error}"), 1));
     }
     let field = match body.get("field").and_then(serde_json::Value::as_str) {
-        Some("token") | None => "once_token",
+        Some("token" | "activity") | None => "once_token",
         Some("authorization") => "authorization",
         Some(_) => "user",
     };

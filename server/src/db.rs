@@ -79,7 +79,19 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-fn sibling(db: &Path, suffix: &str) -> PathBuf {
+/// Restricts `path` (a data file this server created: it may hold unconsumed one-time tokens,
+/// balances, the journal) to its owner, `0600`.
+///
+/// # Errors
+/// The permissions cannot be set.
+pub(crate) fn private_file(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("make {} private (0600): {e}", path.display()))
+}
+
+/// `<db><suffix>`: a file beside the database file.
+pub(crate) fn sibling(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)

@@ -34,6 +34,7 @@
 //! `POST /admin/accounts`, `POST /admin/stock`, and `GET /noop` (an empty handler: the
 //! baseline for throughput ratios; `?delay_ms=` holds the request, for overload tests).
 
+pub mod activities;
 pub mod admission;
 pub mod auth;
 pub mod clock;
@@ -42,6 +43,7 @@ pub mod error;
 pub mod extract;
 pub mod front;
 pub mod ids;
+pub mod listen;
 pub mod lottery;
 pub mod metrics;
 pub mod once;
@@ -69,6 +71,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use utoipa::ToSchema;
 
+use self::activities::Activities;
 use self::admission::{Admission, AdmissionConfig};
 use self::clock::RealClock;
 use self::db::{Db, IdStoreBox};
@@ -107,6 +110,9 @@ pub struct ServerConfig {
     pub exit_on_store_failure: bool,
     /// Admission limits.
     pub admission: AdmissionConfig,
+    /// What one client may hold: connections (per process, per peer), head and body read
+    /// timeouts.
+    pub conn_limits: listen::ConnLimits,
     /// IDs published to the lock-free front at a time.
     pub block_ids: u64,
     /// Snowflake worker lease length.
@@ -117,7 +123,8 @@ pub struct ServerConfig {
     pub reclaim_ms: u64,
     /// HMAC secret for JWTs (at least 32 bytes); random per start when `None`.
     pub jwt_secret: Option<Vec<u8>>,
-    /// Winning draws per thousand when the request does not say.
+    /// The odds of an activity registered without its own (`POST /admin/activities` with no
+    /// `win_per_mille`, `--activity ID:PRICE`), in winning draws per thousand.
     pub win_per_mille: u32,
     /// The lottery's store.
     pub lottery_store: LotteryStoreKind,
@@ -157,6 +164,9 @@ pub struct ServerConfig {
     /// Segment tags to create at start when missing (name, step), as `POST /admin/tags` would:
     /// a black-box run (`scenario ids`) then needs no admin call.
     pub tags: Vec<(String, u64)>,
+    /// Activities to register at start (id, terms), as `POST /admin/activities` would; terms
+    /// that conflict with the registered ones are a start-up error.
+    pub activities: Vec<(u64, sut::lottery::Terms)>,
 }
 
 impl ServerConfig {
@@ -172,6 +182,7 @@ impl ServerConfig {
         Self {
             db,
             admission: AdmissionConfig::default(),
+            conn_limits: listen::ConnLimits::default(),
             block_ids: 4096,
             worker_lease_ms: 30_000,
             tick_ms: 200,
@@ -194,6 +205,7 @@ impl ServerConfig {
             draw_burst: 20,
             exit_on_store_failure: false,
             tags: Vec::new(),
+            activities: Vec::new(),
         }
     }
 
@@ -255,6 +267,13 @@ impl Role {
         matches!(self, Self::All | Self::Token)
     }
 
+    /// Whether this role keeps an activity registry (every role but `id`: the draw gate, the
+    /// participants' terms rule, one-time tokens for registered activities only).
+    #[must_use]
+    pub const fn has_activities(self) -> bool {
+        !matches!(self, Self::Id)
+    }
+
     /// Whether this role runs a lottery writer (coordinator, participants, or both).
     #[must_use]
     pub const fn has_lottery(self) -> bool {
@@ -304,6 +323,8 @@ pub struct AppState {
     pub tokens: Option<Tokens>,
     /// The lottery writer (roles `all`, `coordinator`, `wallet`, `inventory`).
     pub lottery: Option<Arc<Lottery>>,
+    /// The operator's activities (every role but `id`).
+    pub activities: Option<Arc<Activities>>,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Admission gate.
@@ -319,6 +340,10 @@ pub struct AppState {
     pub(crate) limiter: auth::Limiter,
     forced_outcomes: bool,
     win_per_mille: u32,
+    /// The documented flaw [`sut::flaw::Flaw::ClientPrice`]: the draw gate takes the body's price.
+    client_price: bool,
+    /// How long a request body may take to arrive (see [`listen::ConnLimits`]).
+    body_read_ms: u64,
 }
 
 fn not_served(what: &str, role: Role) -> ApiError {
@@ -363,6 +388,16 @@ impl AppState {
             .ok_or_else(|| not_served("tokens", self.role))
     }
 
+    /// The activity registry, or 404 for a role without it.
+    ///
+    /// # Errors
+    /// The role keeps no registry (`id`).
+    pub fn activities(&self) -> Result<&Arc<Activities>, ApiError> {
+        self.activities
+            .as_ref()
+            .ok_or_else(|| not_served("activities", self.role))
+    }
+
     /// The lottery writer, or 404 for a role without it.
     ///
     /// # Errors
@@ -399,6 +434,7 @@ struct Stores {
     ids: Option<IdService>,
     tokens: Option<(Tokens, once::OnceDesk)>,
     lottery: Option<Arc<Lottery>>,
+    activities: Option<Arc<Activities>>,
 }
 
 /// Opens what the role runs (blocking): the ID store (a new instance id, the xid tag), the
@@ -418,6 +454,11 @@ fn open_stores(
     } else {
         None
     };
+    let activities = if cfg.role.has_activities() {
+        Some(Arc::new(open_activities(cfg)?))
+    } else {
+        None
+    };
     let lottery = if cfg.role.has_lottery() {
         Some(Arc::new(lottery::open_with(
             cfg.lottery_store,
@@ -433,6 +474,7 @@ fn open_stores(
                 remote: cfg.remote_participants()?,
                 partial: cfg.role != Role::All,
                 exit_on_store_failure: cfg.exit_on_store_failure,
+                activities: activities.clone(),
             },
         )?))
     } else {
@@ -442,7 +484,19 @@ fn open_stores(
         ids,
         tokens,
         lottery,
+        activities,
     })
+}
+
+/// The registry, with the activities of `--activity` registered (blocking).
+fn open_activities(cfg: &ServerConfig) -> Result<Activities, String> {
+    let activities = Activities::open(&cfg.db)?;
+    for (id, terms) in &cfg.activities {
+        activities
+            .register(ActivityId(*id), *terms)
+            .map_err(|e| format!("--activity {id}: {e}"))?;
+    }
+    Ok(activities)
 }
 
 fn open_ids(
@@ -564,6 +618,7 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
         ids,
         tokens,
         lottery,
+        activities,
     } = setup.await.map_err(|e| format!("setup task: {e}"))??;
     let (verifier, once) = gate_io(&cfg, tokens.as_ref())?;
     let (tokens, once_desk) = tokens.map_or((None, None), |(t, d)| (Some(t), Some(d)));
@@ -573,6 +628,7 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
         ids,
         tokens,
         lottery,
+        activities,
         metrics,
         admission: Arc::new(Admission::new(cfg.admission)),
         admin_token: cfg.admin_token.as_deref().map(Arc::from),
@@ -585,27 +641,27 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
             DRAW_LIMITER_USERS_MAX,
         ))),
         forced_outcomes: cfg.forced_outcomes,
-        win_per_mille: cfg.win_per_mille.min(1000),
+        win_per_mille: cfg
+            .win_per_mille
+            .min(sut::lottery::activity::WIN_PER_MILLE_MAX),
+        client_price: sut::flaw::lottery_flaws(cfg.flaw).client_price,
+        body_read_ms: cfg.conn_limits.body_read_ms,
     };
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("bind {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let (shutdown, mut rx) = watch::channel(false);
+    let (shutdown, rx) = watch::channel(false);
     let app = router(state.clone());
-    // Answers go out at once: without TCP_NODELAY a response written in two parts can wait for
-    // the client's delayed ACK (tens of milliseconds).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        // A socket that refuses the option still serves, only slower.
-        let _ = tcp.set_nodelay(true);
-    });
-    let serve = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
+    // Room for the stores' own descriptors (database files, connections, the client pool).
+    let limits = cfg.conn_limits.within_open_files(256);
+    let serve = tokio::spawn(listen::serve(
+        listener,
+        app,
+        limits,
+        Arc::clone(&state.metrics),
+        rx,
+    ));
     let background = spawn_background(&state, &cfg, &shutdown);
     Ok(Server {
         addr,
@@ -760,6 +816,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/admin/tags"),
     ("post", "/admin/accounts"),
     ("post", "/admin/stock"),
+    ("post", "/admin/activities"),
+    ("get", "/activities"),
     ("get", "/health"),
     ("get", "/metrics"),
     ("get", "/openapi.json"),
@@ -795,6 +853,10 @@ pub fn router(state: AppState) -> Router {
         admin = admin
             .route("/admin/dead-letters", get(dead_letters))
             .route("/admin/dead-letters/{xid}/retry", post(retry_dead_letter));
+    }
+    if role.has_activities() {
+        open = open.route("/activities", get(list_activities));
+        admin = admin.route("/admin/activities", post(register_activity));
     }
     if role.has_lottery() {
         open = open.route("/ledger", get(ledger));
@@ -848,7 +910,32 @@ async fn count(State(state): State<AppState>, req: Request, next: Next) -> Respo
     response
 }
 
+/// Admission of a complete request: its body is read first (within the body timeout, at most
+/// the largest body any route takes), and only then is an admission slot taken, so a client
+/// that stalls mid-body holds a connection but never a slot.
 async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let req =
+        match listen::read_body(req, remote::BRANCHES_BODY_MAX_BYTES, state.body_read_ms).await {
+            Ok(req) => req,
+            Err(refused) => {
+                let timed_out = refused.status == StatusCode::REQUEST_TIMEOUT;
+                if timed_out {
+                    state
+                        .metrics
+                        .bodies_timed_out
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                let mut response = refused.into_response();
+                if timed_out {
+                    // What is left of the body is not read: the connection cannot be reused.
+                    response.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                return response;
+            }
+        };
     match state.admission.admit().await {
         Ok((slot, waited)) => {
             if waited {
@@ -1213,6 +1300,15 @@ fn gauge_lines(state: &AppState) -> Vec<MetricLine> {
         ));
     }
     extra.push((
+        "sut_connections_open".to_owned(),
+        "Connections open now.",
+        state
+            .metrics
+            .connections_open
+            .load(Ordering::Relaxed)
+            .to_string(),
+    ));
+    extra.push((
         "sut_admission_in_flight".to_owned(),
         "Requests running now.",
         state.admission.in_flight().to_string(),
@@ -1391,6 +1487,7 @@ async fn add_stock(
     if body.units > sut::lottery::AMOUNT_MAX {
         return Err(ApiError::bad("units", "units exceed the maximum"));
     }
+    registered(&state, body.activity)?;
     state
         .lottery()?
         .add_stock(body.activity, body.units)
@@ -1398,12 +1495,182 @@ async fn add_stock(
     Ok(Json(Ok1 { ok: true }))
 }
 
+/// 404 naming `activity` unless the operator registered it here.
+fn registered(state: &AppState, activity: u64) -> Result<(), ApiError> {
+    if state
+        .activities()?
+        .snapshot()
+        .get(ActivityId(activity))
+        .is_some()
+    {
+        return Ok(());
+    }
+    Err(ApiError::field(
+        StatusCode::NOT_FOUND,
+        "activity",
+        format!("activity {activity} is not registered (POST /admin/activities first)"),
+    ))
+}
+
+/// An activity and its terms (`POST /admin/activities`, `GET /activities`).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ActivityBody {
+    /// The activity's id (with `count`: the first of `count` consecutive ids, all with these
+    /// terms).
+    activity: u64,
+    /// How many consecutive activities to register (default 1, at most 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10_000)]
+    count: Option<u64>,
+    /// The ticket price every draw pays, in minor units.
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
+    price_minor: u64,
+    /// Winning draws per thousand (default: the server's `--win-per-mille`).
+    #[serde(default)]
+    #[schema(maximum = 1000)]
+    win_per_mille: Option<u32>,
+    /// When draws open, ms since the Unix epoch (default: always open).
+    #[serde(default)]
+    opens_at_ms: Option<u64>,
+    /// When draws close (exclusive), ms since the Unix epoch (default: never).
+    #[serde(default)]
+    closes_at_ms: Option<u64>,
+}
+
+/// Most activities one `POST /admin/activities` registers.
+pub const ACTIVITIES_PER_REQUEST_MAX: u64 = 10_000;
+
+/// What a registration did.
+#[derive(Serialize, ToSchema)]
+struct RegisteredBody {
+    /// `created` (at least one activity is new), or `unchanged` (every one had these terms
+    /// already).
+    registered: &'static str,
+    /// Activities registered by this call.
+    created: u64,
+    /// Activities that had these terms already.
+    unchanged: u64,
+}
+
+#[utoipa::path(
+    post,
+    path = "/admin/activities",
+    tag = "admin",
+    summary = "Register an activity and its terms (price, odds, opening hours); terms never change once registered",
+    request_body = ActivityBody,
+    params(("Authorization" = String, Header, description = "`Bearer <admin secret>`")),
+    responses(
+        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
+        (status = 201, description = "Registered (durable)", body = RegisteredBody),
+        (status = 200, description = "The same terms were registered already: nothing changed", body = RegisteredBody),
+        (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
+        (status = 409, description = "The activity is registered with other terms, or the registry is full (`field: activity`); nothing changed", body = ErrorBody),
+        (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
+        (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn register_activity(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ActivityBody>,
+) -> Result<(StatusCode, Json<RegisteredBody>), ApiError> {
+    use sut::lottery::TermsError;
+    let terms = sut::lottery::Terms {
+        price_minor: body.price_minor,
+        win_per_mille: body.win_per_mille.unwrap_or(state.win_per_mille),
+        opens_at_ms: body.opens_at_ms.unwrap_or(0),
+        closes_at_ms: body.closes_at_ms.unwrap_or(u64::MAX),
+    };
+    let count = body.count.unwrap_or(1);
+    if !(1..=ACTIVITIES_PER_REQUEST_MAX).contains(&count) {
+        return Err(ApiError::bad(
+            "count",
+            format!("count must be within 1..={ACTIVITIES_PER_REQUEST_MAX}"),
+        ));
+    }
+    let activities = Arc::clone(state.activities()?);
+    let activity = ActivityId(body.activity);
+    let (created, unchanged) =
+        tokio::task::spawn_blocking(move || activities.register_range(activity, count, terms))
+            .await
+            .map_err(|e| ApiError::internal(format!("worker task: {e}")))?
+            .map_err(|e| match e {
+                activities::RegisterError::Terms(t) => {
+                    let field = match t {
+                        TermsError::PriceTooLarge { .. } => "price_minor",
+                        TermsError::OddsOutOfRange { .. } => "win_per_mille",
+                        TermsError::EmptyWindow { .. } => "closes_at_ms",
+                        TermsError::Conflict { .. } | TermsError::Full => {
+                            return ApiError::field(
+                                StatusCode::CONFLICT,
+                                "activity",
+                                t.to_string(),
+                            );
+                        }
+                    };
+                    ApiError::bad(field, t.to_string())
+                }
+                activities::RegisterError::Store(m) => {
+                    ApiError::unavailable(format!("activity store: {m}"), 1)
+                }
+            })?;
+    let (status, registered) = if created > 0 {
+        (StatusCode::CREATED, "created")
+    } else {
+        (StatusCode::OK, "unchanged")
+    };
+    Ok((
+        status,
+        Json(RegisteredBody {
+            registered,
+            created,
+            unchanged,
+        }),
+    ))
+}
+
+#[utoipa::path(
+    get,
+    path = "/activities",
+    tag = "lottery",
+    summary = "The registered activities and their terms: what a draw costs, its odds and when it is open",
+    responses(
+        (status = 200, description = "Every registered activity, in id order", body = Vec<ActivityBody>),
+        (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn list_activities(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<ActivityBody>>, ApiError> {
+    let registry = state.activities()?.snapshot();
+    Ok(Json(
+        registry
+            .iter()
+            .map(|(id, t)| ActivityBody {
+                activity: id.0,
+                count: None,
+                price_minor: t.price_minor,
+                win_per_mille: Some(t.win_per_mille),
+                opens_at_ms: Some(t.opens_at_ms),
+                closes_at_ms: Some(t.closes_at_ms),
+            })
+            .collect(),
+    ))
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DrawBody {
+    /// A registered activity (`GET /activities`).
     activity: u64,
+    /// The ticket price: the activity's, set by the operator. A body may repeat it; naming any
+    /// other price is refused (403 naming `price_minor`).
+    #[serde(default)]
     #[schema(maximum = 9_223_372_036_854_775_807_i64)]
-    price_minor: u64,
+    price_minor: Option<u64>,
     /// The one-time submit token of (user, activity, this hour), from `POST /tokens/once`
     /// (32 hex digits); consumed before the draw begins.
     #[schema(pattern = "^[0-9a-fA-F]{32}$")]
@@ -1448,7 +1715,10 @@ async fn draw(
 ) -> Result<(StatusCode, Json<lottery::DrawAnswer>), ApiError> {
     let (claims, jwt) = auth::user(&state, &headers).await?;
     let user = sut::gate::drawer(&claims, body.user).map_err(|r| auth::gate_error(&r))?;
-    if body.price_minor > sut::lottery::AMOUNT_MAX {
+    if body
+        .price_minor
+        .is_some_and(|p| p > sut::lottery::AMOUNT_MAX)
+    {
         return Err(ApiError::bad("price_minor", "price exceeds the maximum"));
     }
     let once = sut::token::OnceToken::parse(&body.once_token)
@@ -1456,6 +1726,16 @@ async fn draw(
     let forced = sut::gate::forced_outcome(body.won, state.forced_outcomes)
         .map_err(|r| auth::gate_error(&r))?;
     let now_ms = state.clock.now().wall_ms;
+    let activity = ActivityId(body.activity);
+    // The activity's terms, before anything is consumed: the price is the operator's.
+    let (terms, price_minor) = sut::gate::draw_terms(
+        &state.activities()?.snapshot(),
+        activity,
+        body.price_minor,
+        now_ms,
+        state.client_price,
+    )
+    .map_err(|r| auth::gate_error(&r))?;
     if let Err(wait_ms) = lock(&state.limiter).take(user, now_ms) {
         return Err(ApiError {
             status: StatusCode::TOO_MANY_REQUESTS,
@@ -1464,15 +1744,19 @@ async fn draw(
             retry_after_s: Some(wait_ms.div_ceil(1000).max(1)),
         });
     }
-    let activity = ActivityId(body.activity);
-    let key = auth::consume_once(&state, &jwt, user, once).await?;
+    let key = auth::consume_once(
+        &state,
+        &jwt,
+        user,
+        once,
+        &sut::gate::once_activity(activity),
+    )
+    .await?;
     sut::gate::check_once_key(&key, user, activity).map_err(|r| auth::gate_error(&r))?;
     let won = match forced {
         Some(w) => w,
-        None => {
-            let r = getrandom::u32().map_err(|e| ApiError::internal(format!("randomness: {e}")))?;
-            r % 1000 < state.win_per_mille
-        }
+        None => terms
+            .wins(getrandom::u32().map_err(|e| ApiError::internal(format!("randomness: {e}")))?),
     };
     let xid = tag_ids(&state, XID_TAG.to_owned()).await?.next_id()?;
     let answer = state
@@ -1481,7 +1765,7 @@ async fn draw(
             xid: Xid(xid),
             user,
             activity,
-            price_minor: body.price_minor,
+            price_minor,
             won,
         })
         .await?;

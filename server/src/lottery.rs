@@ -70,6 +70,7 @@ use sut::lottery::{
     ParticipantReply, Phase, Refusal, StoreError, UserId, Verdict, Xid,
 };
 
+use crate::activities::Activities;
 use crate::db::Db;
 use crate::pg::PgLotteryStore;
 use crate::remote::{Outbox, RemoteParticipants, ReplySink};
@@ -106,6 +107,9 @@ pub struct LotteryOptions {
     /// Fail-stop by exiting the process after a failed commit (see
     /// [`crate::ServerConfig::exit_on_store_failure`]).
     pub exit_on_store_failure: bool,
+    /// The operator's activities (the participants' terms rule, `lottery.paid`); `None`: an
+    /// empty registry in memory (every Try refused as unregistered).
+    pub activities: Option<Arc<Activities>>,
 }
 
 /// The exit code of a process whose lottery commit failed (`EX_TEMPFAIL`): what it held in
@@ -124,6 +128,11 @@ pub struct LotteryState {
     pub events: Vec<DrawEvent>,
     /// Whether older events were dropped (then `lottery.agreement` judges only these).
     pub events_dropped: bool,
+    /// This process's activity registry (the deployment's verifier judges `lottery.paid` on
+    /// their union).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub activities: sut::lottery::Registry,
 }
 
 /// Test hook: the participants run in this process, so a participant that fails or never
@@ -538,6 +547,7 @@ fn check(name: &'static str, r: Result<(), sut::lottery::LotteryViolation>) -> C
 /// deployment leaves them to the verifier that merges every process's state.
 fn report(
     ledger: &Ledger,
+    registry: &sut::lottery::Registry,
     history: &VecDeque<ParticipantReply>,
     events: &VecDeque<DrawEvent>,
     replayed: u64,
@@ -559,6 +569,9 @@ fn report(
         ),
     ];
     if whole {
+        // The prizes (inventory) and who paid for them (participations) are in one ledger only
+        // when the whole lottery runs here.
+        checks.push(check(invariants::PAID, invariants::paid(ledger, registry)));
         checks.push(check(invariants::SETTLED, invariants::settled(ledger)));
         checks.push(check(
             invariants::AGREEMENT,
@@ -781,6 +794,8 @@ struct Writer<S> {
     events_dropped: bool,
     /// Where their replies go (this writer's queue).
     sink: ReplySink,
+    /// The operator's activities.
+    activities: Arc<Activities>,
 }
 
 impl<S: DurableLottery> Writer<S> {
@@ -815,9 +830,10 @@ impl<S: DurableLottery> Writer<S> {
                 let replayed = self.replayed;
                 let whole = !self.partial;
                 let (history, events) = (&self.history, &self.events);
+                let registry = self.activities.snapshot();
                 let r = self
                     .store
-                    .with_ledger(|l| report(l, history, events, replayed, whole))
+                    .with_ledger(|l| report(l, &registry, history, events, replayed, whole))
                     .map_err(|e| store_error(&e));
                 self.held.push(Held::Ledger(reply, r));
             }
@@ -844,6 +860,7 @@ impl<S: DurableLottery> Writer<S> {
             Command::State(reply) => {
                 let events: Vec<DrawEvent> = self.events.iter().cloned().collect();
                 let events_dropped = self.events_dropped;
+                let activities = (*self.activities.snapshot()).clone();
                 let r = self
                     .store
                     .snapshot()
@@ -851,6 +868,7 @@ impl<S: DurableLottery> Writer<S> {
                         ledger,
                         events,
                         events_dropped,
+                        activities,
                     })
                     .map_err(|e| store_error(&e));
                 self.held.push(Held::State(reply, r));
@@ -1022,7 +1040,8 @@ impl<S: DurableLottery> Writer<S> {
 
     /// Runs one message on a participant of this process.
     fn participate(&mut self, to: Participant, msg: &ParticipantMsg) -> ParticipantReply {
-        match to.handle(&mut self.store, &self.participants, msg) {
+        let registry = self.activities.snapshot();
+        match to.handle(&mut self.store, &self.participants, &registry, msg) {
             Handled::Reply(r) => r,
             Handled::Resume(resume) => {
                 to.handle_resume(&mut self.store, &self.participants, &resume)
@@ -1218,6 +1237,9 @@ impl Lottery {
             partial: options.partial,
             events_dropped: false,
             sink,
+            activities: options
+                .activities
+                .unwrap_or_else(|| Arc::new(Activities::in_memory(sut::lottery::Registry::new()))),
         };
         // Finish what the log shows open before taking requests.
         writer.pump();
@@ -1347,9 +1369,14 @@ pub fn open(
     path: &Path,
     clock: RealClock,
     metrics: Arc<Metrics>,
+    activities: Arc<Activities>,
 ) -> Result<Lottery, String> {
     let db = Db::Sqlite(path.to_owned());
-    open_store(kind, &db, path, clock, metrics, LotteryOptions::default())
+    let options = LotteryOptions {
+        activities: Some(activities),
+        ..LotteryOptions::default()
+    };
+    open_store(kind, &db, path, clock, metrics, options)
 }
 
 /// Opens the lottery store of `db` and starts the writer: on SQLite, the chosen `kind` in the
@@ -1473,11 +1500,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lottery.db");
         let metrics = Arc::new(Metrics::default());
+        let activities = Arc::new(Activities::in_memory(
+            sut::lottery::Registry::from_entries([(
+                ActivityId(1),
+                sut::lottery::Terms::always_open(100, 100),
+            )])
+            .unwrap(),
+        ));
         let lottery = open(
             LotteryStoreKind::Journal,
             &path,
             RealClock::new(),
             Arc::clone(&metrics),
+            Arc::clone(&activities),
         )
         .unwrap();
         assert_eq!(lottery.open_accounts(1, 50, 1_000).await.unwrap(), (50, 0));
@@ -1511,7 +1546,14 @@ mod tests {
         );
         lottery.stop();
         // A restarted writer replays the journal to the same ledger.
-        let lottery = open(LotteryStoreKind::Journal, &path, RealClock::new(), metrics).unwrap();
+        let lottery = open(
+            LotteryStoreKind::Journal,
+            &path,
+            RealClock::new(),
+            metrics,
+            activities,
+        )
+        .unwrap();
         let again = lottery.ledger().await.unwrap();
         assert_eq!(again.collected_minor, report.collected_minor);
         assert_eq!(again.stock[0].issued, 10);

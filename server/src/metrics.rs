@@ -69,6 +69,17 @@ pub struct Metrics {
     /// Of those, the ones that got no answer (refused, timed out, an error status); the
     /// coordinator's timeout and compensation take over.
     pub participant_calls_lost: AtomicU64,
+    /// Connections open now (a gauge).
+    pub connections_open: AtomicU64,
+    /// Connections closed at once: the process held `connections_max` already.
+    pub connections_refused_full: AtomicU64,
+    /// Connections closed at once: their peer address held `per_peer_max` already.
+    pub connections_refused_peer: AtomicU64,
+    /// Connections closed because a request head did not arrive in time (or a keep-alive
+    /// connection stayed idle too long).
+    pub connections_timed_out: AtomicU64,
+    /// Requests answered 408: the body did not arrive in time.
+    pub bodies_timed_out: AtomicU64,
 }
 
 impl Metrics {
@@ -176,8 +187,28 @@ impl Metrics {
     }
 
     /// The plain counters: name, help, value.
-    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 15] {
+    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 19] {
         [
+            (
+                "sut_connections_refused_full_total",
+                "Connections closed at once: the process held its maximum already.",
+                &self.connections_refused_full,
+            ),
+            (
+                "sut_connections_refused_peer_total",
+                "Connections closed at once: their peer address held its maximum already.",
+                &self.connections_refused_peer,
+            ),
+            (
+                "sut_connections_timed_out_total",
+                "Connections closed: no complete request head in time (or idle too long).",
+                &self.connections_timed_out,
+            ),
+            (
+                "sut_bodies_timed_out_total",
+                "Requests answered 408: the body did not arrive in time.",
+                &self.bodies_timed_out,
+            ),
             (
                 "sut_ids_issued_total",
                 "Segment IDs issued over HTTP.",

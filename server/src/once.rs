@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
 use sut::clock::Now;
-use sut::token::once::{OnceConfig, OnceConsume, issue_once};
+use sut::token::once::{OnceConfig, issue_once};
 use sut::token::rows::{OnceIssue, OnceKey, OnceRejection, OnceToken, TokenStoreError};
 use sut::token::{ActivityId, TokenFlaws, TokenStore, UserId};
 use tokio::sync::oneshot;
@@ -87,6 +87,8 @@ enum Job {
     Consume {
         token: OnceToken,
         user: UserId,
+        /// The activity the token must be for (`None`: any).
+        activity: Option<ActivityId>,
         now: Now,
         reply: Reply<Result<OnceKey, OnceRejection>>,
     },
@@ -168,7 +170,8 @@ impl OnceDesk {
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// Consumes `token` for `user`: accepted at most once, ever.
+    /// Consumes `token` for `user` (and `activity`, when given: a token of another activity is
+    /// refused and stays unused): accepted at most once, ever.
     ///
     /// # Errors
     /// The store's error; a stopped writer is a backend error.
@@ -176,12 +179,14 @@ impl OnceDesk {
         &self,
         token: OnceToken,
         user: UserId,
+        activity: Option<ActivityId>,
         now: Now,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Consume {
             token,
             user,
+            activity,
             now,
             reply,
         })?;
@@ -283,10 +288,13 @@ fn perform(store: &mut dyn TokenStore, rules: OnceRules, job: &Job) -> Answer {
             now,
         )),
         Job::Consume {
-            token, user, now, ..
+            token,
+            user,
+            ref activity,
+            now,
+            ..
         } => Answer::Consumed(
-            OnceConsume::new(token, user, now, rules.flaws)
-                .run(store)
+            sut::token::once::consume_for(store, token, user, activity.as_ref(), now, rules.flaws)
                 .map(|(outcome, _ops)| outcome),
         ),
     }
@@ -371,7 +379,10 @@ mod tests {
             .flat_map(|(u, &token)| [(u, token), (u, token)])
             .map(|(u, token)| {
                 let desk = desk.clone();
-                tokio::spawn(async move { desk.consume(token, UserId(u as u64), now(2_000)).await })
+                tokio::spawn(async move {
+                    desk.consume(token, UserId(u as u64), None, now(2_000))
+                        .await
+                })
             })
             .collect();
         let mut accepted = vec![0u32; tokens.len()];
@@ -408,10 +419,21 @@ mod tests {
             .issue(UserId(1), activity, 5, now(1_000))
             .await
             .expect("issue");
-        let first = desk.consume(issued.token, UserId(1), now(2_000)).await;
-        let second = desk.consume(issued.token, UserId(1), now(2_000)).await;
+        // Presented for another activity: refused, and the token stays unused.
+        let other = ActivityId::new("2").unwrap();
+        let wrong = desk
+            .consume(issued.token, UserId(1), Some(other), now(2_000))
+            .await;
+        assert_eq!(wrong.expect("store"), Err(OnceRejection::OtherActivity));
+        let a1 = ActivityId::new("A1").unwrap();
+        let first = desk
+            .consume(issued.token, UserId(1), Some(a1), now(2_000))
+            .await;
+        let second = desk
+            .consume(issued.token, UserId(1), None, now(2_000))
+            .await;
         assert!(first.expect("store").is_ok());
         assert_eq!(second.expect("store"), Err(OnceRejection::AlreadyConsumed));
-        assert_eq!(desk.committed(), (3, 3));
+        assert_eq!(desk.committed(), (4, 4));
     }
 }

@@ -30,7 +30,8 @@ use super::tokens::{
     TokenBody, VerifiedBody,
 };
 use super::{
-    AccountsBody, DrawBody, HealthBody, IdBody, IdsBody, Ok1, OpenedBody, Role, StockBody, TagBody,
+    AccountsBody, ActivityBody, DrawBody, HealthBody, IdBody, IdsBody, Ok1, OpenedBody,
+    RegisteredBody, Role, StockBody, TagBody,
 };
 
 /// The description (derive).
@@ -62,6 +63,8 @@ use super::{
         super::create_tag,
         super::open_accounts,
         super::add_stock,
+        super::register_activity,
+        super::list_activities,
         super::branch,
         super::branches,
         super::lottery_state,
@@ -78,6 +81,8 @@ use super::{
         AccountsBody,
         OpenedBody,
         StockBody,
+        ActivityBody,
+        RegisteredBody,
         DrawBody,
         DrawAnswer,
         DrawStatusBody,

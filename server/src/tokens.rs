@@ -210,7 +210,7 @@ pub async fn revoke(
 pub struct OnceIssueBody {
     /// The user.
     pub user: u64,
-    /// The activity (1..=64 bytes).
+    /// A registered activity's id, in decimal (`GET /activities`).
     #[schema(min_length = 1, max_length = 64)]
     pub activity: String,
 }
@@ -239,6 +239,7 @@ pub struct OnceBody {
     responses(
         (status = 401, description = "No JWT, or one that does not verify (`field: authorization`)", body = ErrorBody),
         (status = 403, description = "The JWT is another user's (`field: user`)", body = ErrorBody),
+        (status = 404, description = "The activity is not registered (`field: activity`); nothing is issued", body = ErrorBody),
         (status = 201, description = "Created", body = OnceBody),
         (status = 200, description = "Existing", body = OnceBody),
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
@@ -263,6 +264,10 @@ pub async fn once_issue(
             ),
         )
     })?;
+    // Tokens only for the operator's activities: a client cannot fill the table with keys of
+    // its own invention.
+    sut::gate::once_token_activity(&state.activities()?.snapshot(), &activity)
+        .map_err(|r| crate::auth::gate_error(&r))?;
     let nonce = nonce()?;
     let now = state.clock.now();
     let issued = state
@@ -295,6 +300,11 @@ pub struct ConsumeBody {
     /// The token (32 hex digits).
     #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     pub token: String,
+    /// The activity the token is presented for: a token of another activity is refused (403,
+    /// `field: activity`) and stays unused. Absent: any activity.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 64)]
+    pub activity: Option<String>,
 }
 
 /// `POST /tokens/once/consume` answer.
@@ -322,7 +332,7 @@ pub struct ConsumedBody {
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
         (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
         (status = 422, description = "A wrong type, a missing or an unknown field (names it)", body = ErrorBody),
-        (status = 403, description = "Another user's token (`field: user`)", body = ErrorBody),
+        (status = 403, description = "Another user's token (`field: user`), or a token of another activity than `activity` (`field: activity`; it stays unused)", body = ErrorBody),
         (status = 404, description = "Unknown token (`field: token`)", body = ErrorBody),
         (status = 409, description = "Already used (`field: token`)", body = ErrorBody),
         (status = 410, description = "Expired (`field: token`)", body = ErrorBody),
@@ -338,8 +348,22 @@ pub async fn once_consume(
     let (user, _) = crate::auth::acting_for(&state, &headers, body.user).await?;
     let token = OnceToken::parse(&body.token)
         .ok_or_else(|| ApiError::bad("token", "token must be 32 hex digits"))?;
+    let activity = body
+        .activity
+        .map(|a| {
+            ActivityId::new(a).ok_or_else(|| {
+                ApiError::bad(
+                    "activity",
+                    format!(
+                        "activity must be 1..={} bytes",
+                        sut::token::ACTIVITY_ID_LEN_MAX_BYTES
+                    ),
+                )
+            })
+        })
+        .transpose()?;
     let now = state.clock.now();
-    let key = match state.once_desk()?.consume(token, user, now).await {
+    let key = match state.once_desk()?.consume(token, user, activity, now).await {
         Ok(Ok(key)) => key,
         Ok(Err(r)) => return Err(crate::auth::once_rejection(r, "token")),
         Err(e) => return Err(store_error(&e)),

@@ -19,6 +19,8 @@ fn spec(id_servers: usize, backend: Backend) -> DeploymentSpec {
     spec.participant_timeout_ms = 500;
     // The draws below choose their luck (a winning draw has an inventory branch).
     spec.extra_args = vec!["--test-forced-outcomes".into()];
+    // Activity 1 at 100, registered in every process that keeps a registry.
+    spec.activities = vec!["1:100".into()];
     spec
 }
 

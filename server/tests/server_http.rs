@@ -97,12 +97,12 @@ async fn every_route_answers() {
 
     // One-time tokens: issue (idempotent), consume once, second consume refused.
     let (s, v) = api
-        .post("/tokens/once", &json!({"user": 7, "activity": "A2024"}))
+        .post("/tokens/once", &json!({"user": 7, "activity": "9"}))
         .await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
     let once = v["token"].as_str().unwrap().to_owned();
     let (s, v) = api
-        .post("/tokens/once", &json!({"user": 7, "activity": "A2024"}))
+        .post("/tokens/once", &json!({"user": 7, "activity": "9"}))
         .await;
     assert_eq!(
         (s, v["token"].as_str()),
@@ -118,7 +118,7 @@ async fn every_route_answers() {
         .await;
     assert_eq!(
         (s, v["activity"].as_str()),
-        (StatusCode::OK, Some("A2024")),
+        (StatusCode::OK, Some("9")),
         "{v}"
     );
     let (s, v) = api
@@ -167,8 +167,25 @@ async fn every_route_answers() {
         (StatusCode::CONFLICT, "once_token"),
         "already took part this hour: {v}"
     );
+    // The price is the operator's: a body naming another is refused before anything is
+    // consumed.
     let (s, v) = api
-        .draw(&json!({"user": 3, "activity": 5, "price_minor": 5000, "won": false}))
+        .draw(&json!({"user": 3, "activity": 5, "price_minor": 0, "won": false}))
+        .await;
+    assert_eq!(
+        (s, field(&v)),
+        (StatusCode::FORBIDDEN, "price_minor"),
+        "a price of the client's: {v}"
+    );
+    let (s, v) = api
+        .post(
+            "/admin/accounts",
+            &json!({"user": 20, "count": 1, "balance_minor": 50}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = api
+        .draw(&json!({"user": 20, "activity": 5, "won": false}))
         .await;
     assert_eq!(
         (s, field(&v)),
@@ -365,7 +382,7 @@ async fn client_mistakes_are_4xx_naming_the_field() {
             "/lottery/draw",
             "{\"user\": 1, \"activity\": 1}".into(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "price_minor",
+            "once_token",
         ),
         (
             "/lottery/draw",

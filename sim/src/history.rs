@@ -54,6 +54,10 @@ pub enum Op {
         activity: u64,
         /// The caller's randomness: whether the draw wins.
         won: bool,
+        /// The ticket price the request names (`None`: it names none; the operator's terms
+        /// decide). A hostile client names its own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        price: Option<u64>,
     },
 }
 

@@ -447,6 +447,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         gap_bound_ids: gap_bound(scenario.ids.step_max, stranding),
         progress: progress_spec(&scenario),
         round_grace_ms: nodes::tcc::coordinator_config(&buggify).round_ms_max(),
+        registry: nodes::tcc::registry(&scenario.workload),
     };
     let (results, ids_lost) = judge(&history, &state, ledger.err());
     SeedOutcome {

@@ -218,6 +218,11 @@ pub struct Workload {
     pub win_pct: u32,
     /// Client timeout per operation, ms.
     pub timeout_ms: u64,
+    /// Percent of users who are hostile: every draw of theirs names its own ticket price, 0
+    /// (users whose id modulo 100 is below it). A correct coordinator refuses those draws
+    /// before anything is consumed; one that takes the request's price
+    /// (`--flaw client_price`) sells them prizes for nothing, which `lottery.paid` names.
+    pub tampered_price_pct: u32,
 }
 
 impl Default for Workload {
@@ -232,6 +237,7 @@ impl Default for Workload {
             price: 10,
             win_pct: 40,
             timeout_ms: 1_000,
+            tampered_price_pct: 0,
         }
     }
 }
@@ -850,6 +856,12 @@ impl Scenario {
         }
         if w.win_pct > 100 {
             return Err(("win_pct", format!("{} is over 100", w.win_pct)));
+        }
+        if w.tampered_price_pct > 100 {
+            return Err((
+                "tampered_price_pct",
+                format!("{} is over 100", w.tampered_price_pct),
+            ));
         }
         if w.timeout_ms == 0 {
             return Err(("timeout_ms", "must be positive".into()));

@@ -57,11 +57,15 @@ pub enum Flaw {
     OnceCheckThenDelete,
     /// A time field too narrow and never checked: when the epoch runs out the timestamp wraps.
     TimeFieldNarrow,
+    /// The draw's ticket price is taken from the request (checked only against an upper bound)
+    /// and the participants charge whatever the coordinator sends: a client that names price 0
+    /// draws for nothing.
+    ClientPrice,
 }
 
 impl Flaw {
     /// Every flaw, in catalog order.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::SegmentNoVersionCheck,
         Self::CounterNoPersist,
         Self::CounterEverysec,
@@ -75,6 +79,7 @@ impl Flaw {
         Self::StockTwoStep,
         Self::OnceCheckThenDelete,
         Self::TimeFieldNarrow,
+        Self::ClientPrice,
     ];
 
     /// The name used on command lines and in reports.
@@ -94,6 +99,7 @@ impl Flaw {
             Self::StockTwoStep => "stock_two_step",
             Self::OnceCheckThenDelete => "once_check_then_delete",
             Self::TimeFieldNarrow => "time_field_narrow",
+            Self::ClientPrice => "client_price",
         }
     }
 
@@ -124,6 +130,9 @@ impl Flaw {
             Self::StockTwoStep => "ID, token and lottery design ch. 1 (docs/sources.md)",
             Self::OnceCheckThenDelete => "ID, token and lottery design §3.3 (docs/sources.md)",
             Self::TimeFieldNarrow => "baidu/uid-generator issue #100",
+            Self::ClientPrice => {
+                "OWASP API Security Top 10 (2023) API6: sensitive business flows (docs/hostile.md)"
+            }
         }
     }
 
@@ -160,6 +169,9 @@ impl Flaw {
                 "one-time token check then delete as two steps: double submit"
             }
             Self::TimeFieldNarrow => "time field too narrow and unchecked: the timestamp wraps",
+            Self::ClientPrice => {
+                "the client names the ticket price and nobody checks it: prizes won for nothing"
+            }
         }
     }
 
@@ -173,6 +185,7 @@ impl Flaw {
                 _ => FenceMode::Atomic,
             },
             two_step_stock: self == Self::StockTwoStep,
+            client_price: self == Self::ClientPrice,
         }
     }
 
@@ -243,6 +256,8 @@ mod tests {
         assert_eq!(lottery_flaws(None), LotteryFlaws::default());
         assert_eq!(Flaw::TccNoFence.lottery_flaws().fence, FenceMode::Unfenced);
         assert!(Flaw::StockTwoStep.lottery_flaws().two_step_stock);
+        assert!(Flaw::ClientPrice.lottery_flaws().client_price);
+        assert!(!Flaw::StockTwoStep.lottery_flaws().client_price);
         assert!(
             Flaw::OnceCheckThenDelete
                 .token_flaws()

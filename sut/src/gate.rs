@@ -55,6 +55,108 @@ pub enum GateRefusal {
         "`won` is a test knob: this server decides the luck (start it with --test-forced-outcomes to allow it)"
     )]
     ForcedOutcome,
+    /// The activity is not in the operator's registry.
+    #[error("activity {activity} is not registered")]
+    UnknownActivity {
+        /// The activity named.
+        activity: u64,
+    },
+    /// A one-time token asked for something that is not a registered activity's id.
+    #[error("`{activity}` is not a registered activity (its decimal id)")]
+    UnknownOnceActivity {
+        /// What was asked for (at most 64 characters).
+        activity: String,
+    },
+    /// The activity does not accept draws now.
+    #[error(
+        "activity {activity} is open from {opens_at_ms} to {closes_at_ms} (ms since the epoch), not at {now_ms}"
+    )]
+    Closed {
+        /// The activity.
+        activity: u64,
+        /// When it opens.
+        opens_at_ms: u64,
+        /// When it closes.
+        closes_at_ms: u64,
+        /// Now, on the server's clock.
+        now_ms: u64,
+    },
+    /// The body names a price other than the activity's (the price is the operator's).
+    #[error(
+        "activity {activity} costs {price_minor}: a draw cannot name another price ({offered_minor})"
+    )]
+    OtherPrice {
+        /// The activity.
+        activity: u64,
+        /// Its registered price.
+        price_minor: u64,
+        /// The price the body named.
+        offered_minor: u64,
+    },
+}
+
+/// The lottery activity a one-time token is asked for: the decimal id of a registered activity
+/// (the one spelling [`once_activity`] gives it). Tokens exist only for the operator's
+/// activities, so a client cannot fill the token table with keys of its own invention.
+///
+/// # Errors
+/// [`GateRefusal::UnknownOnceActivity`].
+pub fn once_token_activity(
+    registry: &lottery::Registry,
+    activity: &token::ActivityId,
+) -> Result<lottery::ActivityId, GateRefusal> {
+    activity
+        .as_str()
+        .parse::<u64>()
+        .ok()
+        .map(lottery::ActivityId)
+        .filter(|id| once_activity(*id) == *activity && registry.get(*id).is_some())
+        .ok_or_else(|| GateRefusal::UnknownOnceActivity {
+            activity: activity.as_str().chars().take(64).collect(),
+        })
+}
+
+/// What a draw of an activity costs and whether it may start: the activity must be registered
+/// and open at `now_ms`, and the price is the activity's. A body may repeat the price
+/// (`offered_minor`), never name another one. Decided before anything is consumed.
+///
+/// With `client_price` (the documented flaw [`crate::flaw::Flaw::ClientPrice`]) the body's price,
+/// when it names one, is taken as it is.
+///
+/// # Errors
+/// [`GateRefusal::UnknownActivity`], [`GateRefusal::Closed`], [`GateRefusal::OtherPrice`].
+pub fn draw_terms(
+    registry: &lottery::Registry,
+    activity: lottery::ActivityId,
+    offered_minor: Option<u64>,
+    now_ms: u64,
+    client_price: bool,
+) -> Result<(lottery::Terms, u64), GateRefusal> {
+    let Some(terms) = registry.get(activity) else {
+        return Err(GateRefusal::UnknownActivity {
+            activity: activity.0,
+        });
+    };
+    if !terms.is_open(now_ms) {
+        return Err(GateRefusal::Closed {
+            activity: activity.0,
+            opens_at_ms: terms.opens_at_ms,
+            closes_at_ms: terms.closes_at_ms,
+            now_ms,
+        });
+    }
+    let price_minor = match offered_minor {
+        Some(offered) if client_price => offered,
+        Some(offered) if offered != terms.price_minor => {
+            return Err(GateRefusal::OtherPrice {
+                activity: activity.0,
+                price_minor: terms.price_minor,
+                offered_minor: offered,
+            });
+        }
+        _ => terms.price_minor,
+    };
+    Ok((*terms, price_minor))
 }
 
 /// The user a draw is for: the token's subject, which the body may repeat but not contradict.
@@ -237,6 +339,60 @@ mod tests {
             check_once_key(&key, UserId(7), lottery::ActivityId(4)),
             Err(GateRefusal::OtherActivity { .. })
         ));
+    }
+
+    #[test]
+    fn the_price_is_the_operators() {
+        let a = lottery::ActivityId(3);
+        let terms = lottery::Terms {
+            opens_at_ms: 100,
+            closes_at_ms: 200,
+            ..lottery::Terms::always_open(10, 100)
+        };
+        let registry = lottery::Registry::from_entries([(a, terms)]).unwrap();
+        assert_eq!(draw_terms(&registry, a, None, 150, false), Ok((terms, 10)));
+        assert_eq!(
+            draw_terms(&registry, a, Some(10), 150, false),
+            Ok((terms, 10))
+        );
+        assert_eq!(
+            draw_terms(&registry, a, Some(0), 150, false),
+            Err(GateRefusal::OtherPrice {
+                activity: 3,
+                price_minor: 10,
+                offered_minor: 0
+            })
+        );
+        assert!(matches!(
+            draw_terms(&registry, lottery::ActivityId(4), None, 150, false),
+            Err(GateRefusal::UnknownActivity { activity: 4 })
+        ));
+        for closed_at in [99, 200] {
+            assert!(matches!(
+                draw_terms(&registry, a, None, closed_at, false),
+                Err(GateRefusal::Closed { .. })
+            ));
+        }
+        // The flaw: whatever the client says.
+        assert_eq!(draw_terms(&registry, a, Some(0), 150, true), Ok((terms, 0)));
+        assert_eq!(draw_terms(&registry, a, None, 150, true), Ok((terms, 10)));
+    }
+
+    #[test]
+    fn one_time_tokens_only_for_registered_activities() {
+        let registry = lottery::Registry::from_entries([(
+            lottery::ActivityId(3),
+            lottery::Terms::always_open(10, 100),
+        )])
+        .unwrap();
+        let ask = |a: &str| once_token_activity(&registry, &token::ActivityId::new(a).unwrap());
+        assert_eq!(ask("3"), Ok(lottery::ActivityId(3)));
+        for other in ["4", "03", "+3", "A2024", "3 "] {
+            assert!(
+                matches!(ask(other), Err(GateRefusal::UnknownOnceActivity { .. })),
+                "{other}"
+            );
+        }
     }
 
     #[test]

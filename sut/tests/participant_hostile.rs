@@ -25,7 +25,7 @@ use sut::lottery::referee::{self, Answer, BranchState, Referee};
 use sut::lottery::{
     AMOUNT_MAX, ActivityId, DrawArgs, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore,
     MemoryStore, Participant, ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal,
-    Resume, UserId, Xid,
+    Registry, Resume, Terms, UserId, Xid,
 };
 
 const PRICE_MINOR: u64 = 10;
@@ -43,6 +43,12 @@ fn draw(xid: u64) -> DrawArgs {
         price_minor: PRICE_MINOR,
         won: xid.is_multiple_of(3),
     }
+}
+
+/// The operator's registry: both activities at [`PRICE_MINOR`].
+fn registry() -> Registry {
+    Registry::from_entries([1, 2].map(|a| (ActivityId(a), Terms::always_open(PRICE_MINOR, 100))))
+        .unwrap()
 }
 
 /// What a hostile coordinator does next.
@@ -120,7 +126,7 @@ impl Bench {
                     phase,
                     draw: draw(xid),
                 };
-                match branch.handle(&mut self.store, &self.config, &msg) {
+                match branch.handle(&mut self.store, &self.config, &registry(), &msg) {
                     Handled::Reply(reply) => (branch, msg, reply),
                     Handled::Resume(resume) => {
                         self.paused.push((branch, msg, resume));
@@ -473,11 +479,25 @@ fn a_half_operation_handed_to_another_participant_is_refused_and_stays_paused() 
 #[test]
 fn a_price_of_exactly_amount_max_is_taken_and_one_more_is_refused_unchanged() {
     // The coordinator refuses such prices first; a hostile one sends them straight to the
-    // participants, which must hold the same bound on their own.
+    // participants, which must hold the same bound on their own. (The activity's terms refuse
+    // any other price first; with the price taken from the request, the documented flaw, the
+    // rules' own bound is what stops it.)
     let mut store = MemoryStore::new();
     store.open_account(UserId(9), AMOUNT_MAX).unwrap();
-    let config = ParticipantConfig { flaws: Flaws::NONE };
-    let send_wallet = |store: &mut MemoryStore, xid: u64, price_minor: u64, phase: Phase| {
+    let registry =
+        Registry::from_entries([(ActivityId(1), Terms::always_open(AMOUNT_MAX, 100))]).unwrap();
+    let config = ParticipantConfig {
+        flaws: Flaws {
+            client_price: true,
+            ..Flaws::NONE
+        },
+    };
+    let correct = ParticipantConfig { flaws: Flaws::NONE };
+    let send_wallet = |store: &mut MemoryStore,
+                       config: &ParticipantConfig,
+                       xid: u64,
+                       price_minor: u64,
+                       phase: Phase| {
         let draw = DrawArgs {
             xid: Xid(xid),
             user: UserId(9),
@@ -486,14 +506,22 @@ fn a_price_of_exactly_amount_max_is_taken_and_one_more_is_refused_unchanged() {
             won: false,
         };
         let msg = ParticipantMsg { phase, draw };
-        match Participant::Wallet.handle(store, &config, &msg) {
+        match Participant::Wallet.handle(store, config, &registry, &msg) {
             Handled::Reply(reply) => reply.outcome,
             Handled::Resume(_) => panic!("the correct wallet answers in one step"),
         }
     };
     let before = store.snapshot().unwrap();
     assert_eq!(
-        send_wallet(&mut store, 2, AMOUNT_MAX + 1, Phase::Try),
+        send_wallet(&mut store, &correct, 2, AMOUNT_MAX + 1, Phase::Try),
+        Err(Refusal::WrongPrice {
+            activity: ActivityId(1),
+            price_minor: AMOUNT_MAX,
+            offered_minor: AMOUNT_MAX + 1
+        })
+    );
+    assert_eq!(
+        send_wallet(&mut store, &config, 2, AMOUNT_MAX + 1, Phase::Try),
         Err(Refusal::AmountTooLarge {
             amount_minor: AMOUNT_MAX + 1
         })
@@ -504,11 +532,11 @@ fn a_price_of_exactly_amount_max_is_taken_and_one_more_is_refused_unchanged() {
         "a refusal changes nothing"
     );
     assert_eq!(
-        send_wallet(&mut store, 1, AMOUNT_MAX, Phase::Try),
+        send_wallet(&mut store, &correct, 1, AMOUNT_MAX, Phase::Try),
         Ok(Effect::Applied)
     );
     assert_eq!(
-        send_wallet(&mut store, 1, AMOUNT_MAX, Phase::Confirm),
+        send_wallet(&mut store, &correct, 1, AMOUNT_MAX, Phase::Confirm),
         Ok(Effect::Applied)
     );
     let after = store.snapshot().unwrap();

@@ -76,9 +76,14 @@ struct Args {
     /// File holding the JWT HMAC secret (at least 32 bytes); random per start if absent.
     #[arg(long)]
     jwt_secret_file: Option<PathBuf>,
-    /// Winning draws per thousand when a draw request does not say.
+    /// The odds of an activity registered without its own, in winning draws per thousand.
     #[arg(long, default_value_t = 100)]
     win_per_mille: u32,
+    /// An activity to register at start, `ID:PRICE` or `ID:PRICE:WIN_PER_MILLE` (always open);
+    /// repeat for several. Terms never change once registered: other terms for a registered
+    /// activity are a start-up error. (`POST /admin/activities` registers them at run time.)
+    #[arg(long = "activity", value_parser = parse_activity)]
+    activities: Vec<(u64, u64, Option<u32>)>,
     /// The lottery's store: `journal` (a command journal with group commit, in the database)
     /// or `sqlite` (one durable transaction per operation, in SQLite or PostgreSQL alike).
     #[arg(long, value_enum, default_value_t = LotteryStoreKind::Journal)]
@@ -190,6 +195,18 @@ async fn serve(args: Args) -> Result<(), String> {
     cfg.flaw = args.flaw;
     cfg.step_max = args.step_max;
     cfg.tags = args.tags;
+    cfg.activities = args
+        .activities
+        .iter()
+        .map(|&(id, price_minor, odds)| {
+            let terms =
+                sut::lottery::Terms::always_open(price_minor, odds.unwrap_or(args.win_per_mille));
+            terms
+                .validate()
+                .map(|()| (id, terms))
+                .map_err(|e| format!("--activity {id}: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
     if let Some(flaw) = args.flaw {
         eprintln!(
             "sut-server: WARNING: FLAW `{flaw}` SWITCHED ON: {}. This server is broken on \
@@ -238,4 +255,26 @@ fn parse_tag(text: &str) -> Result<(String, u64), String> {
             .map(|step| (name.to_owned(), step))
             .map_err(|_| format!("`{step}` is not a step (NAME:STEP, e.g. orders:1000)")),
     }
+}
+
+/// `ID:PRICE` or `ID:PRICE:WIN_PER_MILLE`.
+fn parse_activity(text: &str) -> Result<(u64, u64, Option<u32>), String> {
+    let usage = || format!("`{text}`: use ID:PRICE or ID:PRICE:WIN_PER_MILLE (e.g. 1:100:50)");
+    let mut parts = text.split(':');
+    let id = parts
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(usage)?;
+    let price = parts
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(usage)?;
+    let odds = match parts.next() {
+        None => None,
+        Some(p) => Some(p.parse().map_err(|_| usage())?),
+    };
+    if parts.next().is_some() {
+        return Err(usage());
+    }
+    Ok((id, price, odds))
 }

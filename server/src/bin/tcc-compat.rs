@@ -1,7 +1,8 @@
 //! `tcc-compat`: TEST ONLY. A small TCC participant written the way Seata's TCC fence is used,
 //! so that `scenario tcc` can be shown catching a real bug class in a participant that is not
-//! ours (docs/own-service.md). It serves the black-box contract (`POST /admin/accounts`,
-//! `POST /admin/stock`, `POST /tcc/branch`, `GET /ledger`) over two SQLite files:
+//! ours (docs/own-service.md). It serves the black-box contract (`POST /admin/activities`,
+//! `POST /admin/accounts`, `POST /admin/stock`, `POST /tcc/branch`, `GET /ledger`) over two
+//! SQLite files:
 //!
 //! - the participant's own database, with Seata's fence table (`tcc_fence_log(xid, branch,
 //!   status)`, status 1 tried, 2 committed, 3 rollbacked, 4 suspended) written in the same local
@@ -12,7 +13,8 @@
 //!   committed at once, outside the participant's transaction.
 //!
 //! The wallet's Try freezes the price at the payment service, then records the ticket locally
-//! (one open ticket per user and activity). When the local step fails, the local transaction
+//! (one open ticket per user and activity). A Try of an activity the operator did not register,
+//! or at another price than its registered one, is refused before anything is touched. When the local step fails, the local transaction
 //! rolls back, the fence row with it.
 //!
 //! `--planted-fence-rollback` (the mechanism of Seata issues #5256 and #6374): the Try then
@@ -96,6 +98,8 @@ fn serve(args: Args) -> Result<(), String> {
     let db = open(
         &args.db,
         "CREATE TABLE IF NOT EXISTS accounts (user INTEGER PRIMARY KEY);
+         CREATE TABLE IF NOT EXISTS activities (activity INTEGER PRIMARY KEY,
+           price_minor INTEGER NOT NULL);
          CREATE TABLE IF NOT EXISTS stock (activity INTEGER PRIMARY KEY, total INTEGER NOT NULL,
            available INTEGER NOT NULL, reserved INTEGER NOT NULL, issued INTEGER NOT NULL);
          CREATE TABLE IF NOT EXISTS tickets (user INTEGER NOT NULL, activity INTEGER NOT NULL,
@@ -124,6 +128,7 @@ fn serve(args: Args) -> Result<(), String> {
         secret: secret.trim().to_owned(),
     });
     let router = Router::new()
+        .route("/admin/activities", post(activities))
         .route("/admin/accounts", post(accounts))
         .route("/admin/stock", post(stock))
         .route("/tcc/branch", post(branch))
@@ -210,6 +215,56 @@ async fn accounts(
             .map_err(|e| db_error(&e))?;
     }
     Ok((StatusCode::CREATED, Json(json!({ "opened": body.count }))))
+}
+
+#[derive(Deserialize)]
+struct ActivityBody {
+    activity: i64,
+    price_minor: i64,
+}
+
+/// The operator's price of an activity; other terms for a registered activity are refused.
+async fn activities(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Json(body): Json<ActivityBody>,
+) -> Result<(StatusCode, Json<Value>), Failure> {
+    authorized(&app, &headers)?;
+    let inner = app
+        .inner
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let known: Option<i64> = inner
+        .db
+        .query_row(
+            "SELECT price_minor FROM activities WHERE activity = ?1",
+            params![body.activity],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| db_error(&e))?;
+    match known {
+        Some(price) if price == body.price_minor => {
+            Ok((StatusCode::OK, Json(json!({ "registered": "unchanged" }))))
+        }
+        Some(price) => Err(fail(
+            StatusCode::CONFLICT,
+            format!("activity {} costs {price} already", body.activity),
+        )),
+        None => {
+            inner
+                .db
+                .execute(
+                    "INSERT INTO activities VALUES (?1, ?2)",
+                    params![body.activity, body.price_minor],
+                )
+                .map_err(|e| db_error(&e))?;
+            Ok((
+                StatusCode::CREATED,
+                Json(json!({ "registered": "created" })),
+            ))
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -341,6 +396,23 @@ fn set_fence(tx: &Transaction<'_>, branch: Branch, xid: i64, status: i64) -> rus
 fn try_branch(inner: &mut Inner, branch: Branch, d: &Draw) -> rusqlite::Result<Outcome> {
     let planted = inner.planted;
     let tx = Transaction::new_unchecked(&inner.db, TransactionBehavior::Immediate)?;
+    let price: Option<i64> = tx
+        .query_row(
+            "SELECT price_minor FROM activities WHERE activity = ?1",
+            params![d.activity],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match price {
+        None => return Ok(Err(format!("activity {} is not registered", d.activity))),
+        Some(p) if p != d.price_minor && branch != Branch::Inventory => {
+            return Ok(Err(format!(
+                "activity {} costs {p}, the Try carries {}",
+                d.activity, d.price_minor
+            )));
+        }
+        Some(_) => {}
+    }
     if let Some(status) = fence(&tx, branch, d.xid)? {
         return Ok(Err(format!("fence: a row in status {status} exists")));
     }

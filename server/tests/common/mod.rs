@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
+use sut::lottery::Terms;
 use sut_server::ServerConfig;
 
 /// The admin secret of the test servers.
@@ -19,10 +20,27 @@ pub const ADMIN: &str = "test-admin-secret-0123456789";
 /// The JWT secret of the test servers.
 pub const JWT_SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
-/// A server configuration with the secrets above, forced outcomes allowed (the tests choose
-/// draws' luck) and no practical per-user draw limit.
+/// The ticket price of the test servers' activities 1, 2 and 9 (activity 5 costs
+/// [`PRICE_5_MINOR`]).
+pub const PRICE_MINOR: u64 = 10;
+/// The ticket price of activity 5.
+pub const PRICE_5_MINOR: u64 = 100;
+
+/// The activities the test servers register at start.
+pub fn activities() -> Vec<(u64, Terms)> {
+    vec![
+        (1, Terms::always_open(PRICE_MINOR, 100)),
+        (2, Terms::always_open(PRICE_MINOR, 100)),
+        (5, Terms::always_open(PRICE_5_MINOR, 100)),
+        (9, Terms::always_open(PRICE_MINOR, 100)),
+    ]
+}
+
+/// A server configuration with the secrets above, the activities of [`activities`], forced
+/// outcomes allowed (the tests choose draws' luck) and no practical per-user draw limit.
 pub fn config(db: &Path) -> ServerConfig {
     let mut cfg = ServerConfig::new(db);
+    cfg.activities = activities();
     cfg.jwt_secret = Some(JWT_SECRET.to_vec());
     cfg.admin_token = Some(ADMIN.to_owned());
     cfg.forced_outcomes = true;

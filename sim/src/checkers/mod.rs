@@ -13,7 +13,7 @@ use sut::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
 use crate::history::{Event, EventKind, IdSpace};
 
 /// Every invariant, in report order.
-pub const INVARIANTS: [&str; 13] = [
+pub const INVARIANTS: [&str; 14] = [
     "ids.unique",
     "ids.monotonic",
     "ids.gap_bounded",
@@ -26,6 +26,7 @@ pub const INVARIANTS: [&str; 13] = [
     "lottery.no_hanging",
     "lottery.settled",
     "lottery.agreement",
+    "lottery.paid",
     "lottery.no_dead_letter_after_heal",
 ];
 
@@ -57,6 +58,8 @@ pub struct FinalState {
     /// fail (`CoordinatorConfig::round_ms_max`): `lottery.no_dead_letter_after_heal` judges
     /// dead letters from then on.
     pub round_grace_ms: u64,
+    /// The operator's activities (`lottery.paid` judges every participation against them).
+    pub registry: sut::lottery::Registry,
 }
 
 /// What `ids.progress` checks: every one of `nodes` issues a segment ID (or a degraded one)
@@ -254,7 +257,8 @@ pub fn lottery(
     history: &[Event],
     replies: &[ParticipantReply],
     ledger: &Ledger,
-) -> [(&'static str, Result<(), Violation>); 6] {
+    registry: &sut::lottery::Registry,
+) -> [(&'static str, Result<(), Violation>); 7] {
     let reply_seqs: Vec<u64> = Vec::new();
     let (draws, draw_seqs): (Vec<DrawEvent>, Vec<u64>) = history
         .iter()
@@ -320,6 +324,11 @@ pub fn lottery(
             invariants::agreement(&draws, &[ledger])
                 .map_err(|v| violation("lottery.agreement", at(&draw_seqs, &v), v.to_string())),
         ),
+        (
+            invariants::PAID,
+            invariants::paid(ledger, registry)
+                .map_err(|v| violation(invariants::PAID, None, v.to_string())),
+        ),
     ]
 }
 
@@ -384,7 +393,7 @@ pub fn check_all(history: &[Event], state: &FinalState) -> (Vec<Checked>, u64) {
     ));
     results.extend(tokens(history).into_iter().map(|(n, r)| (n.to_owned(), r)));
     results.extend(
-        lottery(history, &state.replies, &state.ledger)
+        lottery(history, &state.replies, &state.ledger, &state.registry)
             .into_iter()
             .map(|(n, r)| (n.to_owned(), r)),
     );

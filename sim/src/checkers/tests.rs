@@ -237,8 +237,17 @@ fn replies_of(h: &[Event]) -> Vec<ParticipantReply> {
         .collect()
 }
 
+/// Activity 1 at 10, as the good ledger's draw paid.
+fn registry() -> sut::lottery::Registry {
+    sut::lottery::Registry::from_entries([(
+        ActivityId(1),
+        sut::lottery::Terms::always_open(10, 400),
+    )])
+    .unwrap()
+}
+
 fn lottery_result(h: &[Event], ledger: &Ledger, name: &str) -> Result<(), Violation> {
-    lottery(h, &replies_of(h), ledger)
+    lottery(h, &replies_of(h), ledger, &registry())
         .into_iter()
         .find(|(n, _)| *n == name)
         .expect("a known invariant")
@@ -263,7 +272,7 @@ fn lottery_checkers_pass_a_good_run() {
             Effect::Applied,
         ),
     ]);
-    for (name, result) in lottery(&h, &replies_of(&h), &good_ledger()) {
+    for (name, result) in lottery(&h, &replies_of(&h), &good_ledger(), &registry()) {
         assert!(result.is_ok(), "{name}: {result:?}");
     }
 }
@@ -359,6 +368,24 @@ fn over_issue_conservation_and_settled_fire_on_bad_ledgers() {
     open.minted_minor += 10;
     assert!(lottery_result(&[], &open, "lottery.settled").is_err());
     assert!(lottery_result(&[], &open, "lottery.conservation").is_ok());
+}
+
+#[test]
+fn paid_fires_on_a_prize_sold_below_the_operators_price() {
+    // A client that named price 0 and a coordinator that took it: every sum adds up.
+    let mut free = good_ledger();
+    free.collected_minor = 0;
+    free.accounts.get_mut(&UserId(1)).unwrap().balance_minor = 100;
+    free.participations
+        .get_mut(&(UserId(1), ActivityId(1)))
+        .unwrap()
+        .price_minor = 0;
+    assert!(lottery_result(&[], &free, "lottery.conservation").is_ok());
+    assert!(lottery_result(&[], &free, "lottery.settled").is_ok());
+    let v = lottery_result(&[], &free, "lottery.paid").unwrap_err();
+    assert_eq!(v.invariant, "lottery.paid");
+    assert!(v.detail.contains("confirmed at 0"), "{}", v.detail);
+    assert!(lottery_result(&[], &good_ledger(), "lottery.paid").is_ok());
 }
 
 #[test]

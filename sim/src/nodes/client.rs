@@ -83,12 +83,16 @@ fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
     }
     let activity = rng.gen_range(1..=u64::from(w.activities));
     let won = rng.gen_range(0..100) < w.win_pct;
+    // A hostile user names its own price, every time (chosen by id: no randomness drawn, so a
+    // run without hostile users replays as it did before they existed).
+    let price = (user % 100 < u64::from(w.tampered_price_pct)).then_some(0);
     vec![(
         "coord".into(),
         Op::Draw {
             user,
             activity,
             won,
+            price,
         },
     )]
 }

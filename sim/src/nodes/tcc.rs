@@ -10,7 +10,7 @@ use madsim::task::spawn;
 use sut::lottery::journal::{self, JournalOp, Journaled};
 use sut::lottery::{
     ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawOutcome, Handled, LogEntry,
-    Participant, ParticipantConfig, ParticipantReply, UserId, Xid,
+    Participant, ParticipantConfig, ParticipantReply, Registry, Terms, UserId, Xid,
 };
 
 use super::{GroupCommit, commit, sleep_ms};
@@ -196,10 +196,31 @@ fn start_draw(
     }
 }
 
+/// The operator's activities of a run: activities `1..=activities` at the workload's price and
+/// odds, always open.
+///
+/// # Panics
+/// If the workload's price or odds are out of range (the scenario's validation refuses them).
+#[must_use]
+pub fn registry(w: &crate::scenario::Workload) -> Registry {
+    Registry::from_entries((1..=u64::from(w.activities)).map(|a| {
+        (
+            ActivityId(a),
+            Terms::always_open(w.price, w.win_pct.saturating_mul(10)),
+        )
+    }))
+    .expect("a validated workload's terms")
+}
+
 /// Runs the coordinator node.
 pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
     let state = Arc::new(Mutex::new(recover_coordinator(&ctx)));
-    let price = ctx.world.with(|w| w.spec.scenario.workload.price);
+    let (registry, client_price) = ctx.world.with(|w| {
+        (
+            registry(&w.spec.scenario.workload),
+            sut::flaw::lottery_flaws(w.spec.scenario.run.flaw).client_price,
+        )
+    });
     spawn(tick_forever(ctx.clone(), Arc::clone(&state)));
 
     while let Some((msg, from)) = inbox.recv().await {
@@ -212,16 +233,34 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
                         user,
                         activity,
                         won,
+                        price,
                     },
             } => {
-                let draw = DrawArgs {
-                    xid: Xid(ctx.world.with(|w| w.next_xid())),
-                    user: UserId(user),
-                    activity: ActivityId(activity),
-                    price_minor: price,
-                    won,
-                };
-                start_draw(&ctx, &state, draw, (from, op_id), now);
+                // The draw gate: the operator's terms, before the draw begins.
+                let gate = sut::gate::draw_terms(
+                    &registry,
+                    ActivityId(activity),
+                    price,
+                    now.wall_ms,
+                    client_price,
+                );
+                match gate {
+                    Ok((_, price_minor)) => {
+                        let draw = DrawArgs {
+                            xid: Xid(ctx.world.with(|w| w.next_xid())),
+                            user: UserId(user),
+                            activity: ActivityId(activity),
+                            price_minor,
+                            won,
+                        };
+                        start_draw(&ctx, &state, draw, (from, op_id), now);
+                    }
+                    Err(refusal) => {
+                        ctx.world.count("tcc.gate_refused", 1);
+                        let outcome = Outcome::Fail(format!("refused: {refusal}"));
+                        ctx.send(&from, Msg::Response { op_id, outcome });
+                    }
+                }
             }
             Msg::TccReply(reply) => {
                 state
@@ -254,6 +293,7 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     });
     ctx.world.count("crash.torn_records_discarded", torn);
     let cfg = participant_config(flaw);
+    let registry = ctx.world.with(|w| registry(&w.spec.scenario.workload));
     // The store behind its command journal: the records of every operation go to this node's
     // disk (the same journal the real server keeps), and recovery replays them.
     let store = Arc::new(Mutex::new(Journaled::new(journal::replay(&records).0)));
@@ -287,7 +327,7 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
         let Msg::Tcc(p, msg) = msg else { continue };
         let (handled, records) = {
             let mut s = store.lock().expect("participant store");
-            let handled = p.handle(&mut *s, &cfg, &msg);
+            let handled = p.handle(&mut *s, &cfg, &registry, &msg);
             (handled, s.take_records())
         };
         match handled {

@@ -6,11 +6,13 @@
 //! history).
 //!
 //! Safety (must hold at every instant, under any fault): [`no_duplicate_participation`],
-//! [`no_over_issue`], [`conservation`], [`no_hanging`], [`agreement`]. Liveness, checked once faults have healed
+//! [`no_over_issue`], [`conservation`], [`no_hanging`], [`agreement`], [`paid`] (the business's
+//! own: every prize was paid for, at the operator's price). Liveness, checked once faults have healed
 //! and the system has gone quiet: [`settled`].
 
 use std::collections::BTreeMap;
 
+use super::activity::Registry;
 use super::coordinator::{DrawEvent, DrawOutcome};
 use super::ledger::Ledger;
 use super::participant::ParticipantReply;
@@ -29,6 +31,8 @@ pub const NO_HANGING: &str = "lottery.no_hanging";
 pub const SETTLED: &str = "lottery.settled";
 /// `lottery.agreement`
 pub const AGREEMENT: &str = "lottery.agreement";
+/// `lottery.paid`
+pub const PAID: &str = "lottery.paid";
 
 /// What is still open when `lottery.settled` expected everything closed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
@@ -201,6 +205,35 @@ pub enum LotteryViolation {
     /// Something is still open after the system went quiet.
     #[error("{SETTLED}: {0}")]
     Unsettled(Unsettled),
+    /// A confirmed participation did not pay its activity's registered price.
+    #[error(
+        "{PAID}: user {user}'s draw {xid} in activity {activity} was confirmed at {paid_minor}, but {}",
+        price_minor.map_or_else(|| "the activity is not registered".to_owned(), |p| format!("the activity costs {p}"))
+    )]
+    Unpaid {
+        /// The draw.
+        xid: Xid,
+        /// The user.
+        user: UserId,
+        /// The activity.
+        activity: ActivityId,
+        /// What the draw paid.
+        paid_minor: u64,
+        /// The activity's registered price (`None`: not registered).
+        price_minor: Option<u64>,
+    },
+    /// More prizes issued than winning draws that paid the activity's price.
+    #[error(
+        "{PAID}: activity {activity} issued {issued} prize(s), but only {paid_wins} winning draw(s) paid its price"
+    )]
+    PrizeNotPaidFor {
+        /// The activity.
+        activity: ActivityId,
+        /// Units issued.
+        issued: u64,
+        /// Winning participations (pending or confirmed) at the registered price.
+        paid_wins: u64,
+    },
 }
 
 impl LotteryViolation {
@@ -214,6 +247,7 @@ impl LotteryViolation {
             Self::Hanging { .. } => NO_HANGING,
             Self::Disagreement { .. } | Self::ConflictingOutcomes { .. } => AGREEMENT,
             Self::Unsettled(_) => SETTLED,
+            Self::Unpaid { .. } | Self::PrizeNotPaidFor { .. } => PAID,
         }
     }
 }
@@ -417,6 +451,52 @@ pub fn no_hanging(history: &[ParticipantReply]) -> Result<(), LotteryViolation> 
                 }
             }
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `lottery.paid`: what the business needs, which conservation alone does not say (a client
+/// that names price 0 wins for nothing and every sum still adds up):
+///
+/// - every confirmed participation paid exactly its activity's registered price;
+/// - per activity, the prizes issued are at most the winning participations (pending or
+///   confirmed) at that price: every issued prize belongs to a draw that paid for it. (A prize is
+///   issued by the inventory's Confirm, which only a logged Confirm verdict sends, and a draw
+///   with that verdict keeps its participation record: so the bound holds at every instant, not
+///   only once settled.)
+///
+/// `ledger` must hold the participations and the stock together (one process, or the merged
+/// parts of a deployment); `registry` is the operator's.
+///
+/// # Errors
+/// [`LotteryViolation::Unpaid`], [`LotteryViolation::PrizeNotPaidFor`].
+pub fn paid(ledger: &Ledger, registry: &Registry) -> Result<(), LotteryViolation> {
+    let mut paid_wins: BTreeMap<ActivityId, u64> = BTreeMap::new();
+    for ((user, activity), row) in &ledger.participations {
+        let price_minor = registry.get(*activity).map(|t| t.price_minor);
+        let paid_in_full = price_minor == Some(row.price_minor);
+        if row.confirmed && !paid_in_full {
+            return Err(LotteryViolation::Unpaid {
+                xid: row.xid,
+                user: *user,
+                activity: *activity,
+                paid_minor: row.price_minor,
+                price_minor,
+            });
+        }
+        if paid_in_full && row.won {
+            *paid_wins.entry(*activity).or_default() += 1;
+        }
+    }
+    for (activity, stock) in &ledger.stock {
+        let paid_wins = paid_wins.get(activity).copied().unwrap_or(0);
+        if stock.issued > paid_wins {
+            return Err(LotteryViolation::PrizeNotPaidFor {
+                activity: *activity,
+                issued: stock.issued,
+                paid_wins,
+            });
         }
     }
     Ok(())

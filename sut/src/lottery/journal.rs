@@ -335,7 +335,9 @@ mod tests {
                     phase,
                     draw: draw(),
                 };
-                if let crate::lottery::Handled::Reply(r) = p.handle(&mut j, &cfg, &msg) {
+                if let crate::lottery::Handled::Reply(r) =
+                    p.handle(&mut j, &cfg, &crate::testkit::lottery::registry(), &msg)
+                {
                     replies.push(r);
                 }
             }

@@ -22,6 +22,8 @@
 //! - [`rules`]: the ONE place where participant decisions are made: a pure function from an
 //!   operation plus the fence row and business row it reads to the reply and the rows to write.
 //!   Both stores call it; so do the documented flaws, which differ only in what they read when.
+//! - [`activity`]: the operator's activities and their terms (price, odds, opening hours), the
+//!   registration rule and the participants' terms rule (a Try pays the registered price).
 //! - [`ledger`]: the business state (wallets, stock, participations, fence rows, coordinator
 //!   log) as plain ordered data; the in-memory store *is* a ledger.
 //! - [`store`]: the store trait at the level of domain operations and the in-memory store (the
@@ -49,9 +51,12 @@
 //! - [`Flaws::two_step_stock`]: the stock check and the decrement are two steps (the ID, token
 //!   and lottery design, ch. 1, insists "查-扣-判" must be indivisible; split, two draws both
 //!   see the last unit: over-issue).
+//! - [`Flaws::client_price`]: the ticket price comes from the request (OWASP API6): a client
+//!   that names price 0 wins for nothing, and conservation still holds; `lottery.paid` catches it.
 
 use serde::{Deserialize, Serialize};
 
+pub mod activity;
 pub mod coordinator;
 pub mod error;
 pub mod fence;
@@ -69,6 +74,7 @@ pub mod wheel;
 #[cfg(test)]
 mod tests;
 
+pub use activity::{Registered, Registry, Terms, TermsError};
 pub use coordinator::{
     CancelReason, Coordinator, CoordinatorConfig, CoordinatorError, DrawEvent, DrawOutcome,
     DrawStage,
@@ -214,6 +220,11 @@ pub struct Flaws {
     /// Inventory Try checks the stock in one store operation and writes the decremented value
     /// it read in a second one (a lost update: over-issue under concurrency).
     pub two_step_stock: bool,
+    /// The draw's price is whatever the request says: the draw gate takes the client's
+    /// `price_minor` and the participants do not compare it with the activity's terms (the
+    /// design before the activity registry; OWASP API6). Off: the price is the operator's.
+    #[serde(default)]
+    pub client_price: bool,
 }
 
 impl Flaws {
@@ -221,6 +232,7 @@ impl Flaws {
     pub const NONE: Self = Self {
         fence: FenceMode::Atomic,
         two_step_stock: false,
+        client_price: false,
     };
 
     /// Whether `op` is executed in two store operations (read, then write) under these flaws.

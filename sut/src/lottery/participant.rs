@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::activity::{self, Registry};
 use super::error::StoreError;
 use super::rows::{BranchOutcome, Refusal};
 use super::rules::{BranchOp, BranchView};
@@ -78,13 +79,16 @@ fn unavailable(e: &StoreError) -> Refusal {
 }
 
 impl Participant {
-    /// Handles one message over `store`. Duplicates, reorderings and messages for finished
-    /// draws are all safe: the fence decides.
+    /// Handles one message over `store`, for the activities of `registry`. Duplicates,
+    /// reorderings and messages for finished draws are all safe: the fence decides. A Try the
+    /// activity's terms refuse ([`activity::check_branch`]: unregistered, or not its price) is
+    /// answered without touching the store: a refusal changes nothing.
     #[must_use]
     pub fn handle<S: LotteryStore + ?Sized>(
         self,
         store: &mut S,
         config: &ParticipantConfig,
+        registry: &Registry,
         msg: &ParticipantMsg,
     ) -> Handled {
         let op = BranchOp {
@@ -92,6 +96,10 @@ impl Participant {
             phase: msg.phase,
             draw: msg.draw,
         };
+        let terms = registry.get(op.draw.activity);
+        if let Err(refusal) = activity::check_branch(&op, terms, config.flaws) {
+            return Handled::Reply(self.reply(&op, Err(refusal)));
+        }
         if config.flaws.is_two_step(&op) {
             return match store.read_branch(&op) {
                 Ok(checked) => Handled::Resume(Resume { op, checked }),

@@ -83,6 +83,22 @@ pub enum Refusal {
         /// The activity.
         activity: ActivityId,
     },
+    /// The activity is not in the operator's registry.
+    #[error("activity {activity} is not registered")]
+    UnregisteredActivity {
+        /// The activity.
+        activity: ActivityId,
+    },
+    /// A Try's amount is not the activity's price.
+    #[error("activity {activity} costs {price_minor}, the Try carries {offered_minor}")]
+    WrongPrice {
+        /// The activity.
+        activity: ActivityId,
+        /// Its registered price.
+        price_minor: u64,
+        /// The amount the Try carried.
+        offered_minor: u64,
+    },
     /// No unit left to reserve.
     #[error("activity {activity} is out of stock")]
     OutOfStock {

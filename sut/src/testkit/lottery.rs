@@ -17,8 +17,28 @@ use crate::clock::Now;
 use crate::lottery::{
     ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome,
     Handled, Ledger, LogEntry, LotteryStore, Participant, ParticipantConfig, ParticipantMsg,
-    ParticipantReply, Phase, Resume, UserId, Xid, invariants,
+    ParticipantReply, Phase, Registry, Resume, Terms, UserId, Xid, invariants,
 };
+
+/// The ticket price of each activity the drivers use, by activity id (activity 1 costs 10, as
+/// [`draw`]'s draws do).
+pub const PRICES_MINOR: [u64; 2] = [17, 10];
+
+/// The operator's registry the drivers use: activity `a` at [`PRICES_MINOR`]`[a]`, one draw in
+/// ten winning, always open.
+///
+/// # Panics
+/// Never: the terms are valid.
+#[must_use]
+pub fn registry() -> Registry {
+    Registry::from_entries(
+        PRICES_MINOR
+            .iter()
+            .enumerate()
+            .map(|(a, price)| (ActivityId(a as u64), Terms::always_open(*price, 100))),
+    )
+    .expect("valid terms")
+}
 
 /// A draw of user 1 in activity 1 at price 10.
 #[must_use]
@@ -45,6 +65,7 @@ pub fn send<S: LotteryStore + ?Sized>(
     match p.handle(
         store,
         &ParticipantConfig::default(),
+        &registry(),
         &ParticipantMsg { phase, draw },
     ) {
         Handled::Reply(r) => r,
@@ -93,6 +114,7 @@ pub struct World<S> {
     rng: Rng,
     config: CoordinatorConfig,
     pconfig: ParticipantConfig,
+    registry: Registry,
     coord: Coordinator,
     log: CoordLog,
     pending_log: Vec<LogEntry>,
@@ -174,6 +196,7 @@ impl<S: LotteryStore> World<S> {
             faults,
             config,
             pconfig,
+            registry: registry(),
             coord: Coordinator::new(config).unwrap(),
             log: CoordLog::default(),
             pending_log: Vec::new(),
@@ -228,12 +251,24 @@ impl<S: LotteryStore> World<S> {
         }
     }
 
+    /// Starts a draw at its activity's price, or (one in 21) at a price the participants must
+    /// refuse: what a coordinator fooled by a client, or a forged call, would send.
     fn start_random_draw(&mut self) {
+        let user = UserId(self.rng.below(USERS));
+        let activity = ActivityId(self.rng.below(ACTIVITIES));
+        let tampered = self.rng.below(21) == 0;
+        let price_minor = self.registry.get(activity).map_or(0, |t| {
+            if tampered {
+                t.price_minor / 2
+            } else {
+                t.price_minor
+            }
+        });
         let draw = DrawArgs {
             xid: Xid(self.next_xid),
-            user: UserId(self.rng.below(USERS)),
-            activity: ActivityId(self.rng.below(ACTIVITIES)),
-            price_minor: 10 + self.rng.below(21),
+            user,
+            activity,
+            price_minor,
             won: self.rng.below(2) == 0,
         };
         let now = self.now();
@@ -259,7 +294,7 @@ impl<S: LotteryStore> World<S> {
         match self.net.remove(i) {
             Packet::ToParticipant(p, msg) => {
                 let store = self.stores.get_mut(&p).unwrap();
-                match p.handle(store, &self.pconfig, &msg) {
+                match p.handle(store, &self.pconfig, &self.registry, &msg) {
                     Handled::Reply(r) => {
                         self.history.push(r.clone());
                         self.net.push(Packet::ToCoordinator(p, r));
@@ -354,6 +389,7 @@ impl<S: LotteryStore> World<S> {
     fn check_safety(&mut self) -> Result<(), String> {
         let ledger = self.ledger();
         invariants::check_safety(&ledger, &self.history).map_err(|v| v.to_string())?;
+        invariants::paid(&ledger, &self.registry).map_err(|v| v.to_string())?;
         invariants::no_duplicate_confirmed_draws(&self.events).map_err(|v| v.to_string())
     }
 

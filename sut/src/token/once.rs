@@ -321,3 +321,31 @@ impl OnceConsume {
         Ok((outcome, self.ops_issued))
     }
 }
+
+/// Consumes `token` as a [`OnceConsume`] does, but only for `activity` when one is given: a token
+/// of another activity is refused ([`OnceRejection::OtherActivity`]) and stays unused, so a draw
+/// presented with the wrong activity's token burns nothing. Run inside one transaction of the
+/// store (the server's one-time token writer runs a batch as one): the read that compares the
+/// activity and the consume see the same row, and a token's activity never changes, so the
+/// consume itself stays the one atomic step that accepts a token once. Returns the outcome and
+/// the store operations used.
+///
+/// # Errors
+/// Store failures.
+pub fn consume_for<S: TokenStore + ?Sized>(
+    store: &mut S,
+    token: OnceToken,
+    user: UserId,
+    activity: Option<&ActivityId>,
+    now: Now,
+    flaws: TokenFlaws,
+) -> Result<(Result<OnceKey, OnceRejection>, u32), TokenStoreError> {
+    if let Some(activity) = activity
+        && let Ok(key) = store.check_once(token, user, now.wall_ms)?
+        && key.activity != *activity
+    {
+        return Ok((Err(OnceRejection::OtherActivity), 1));
+    }
+    let (outcome, ops) = OnceConsume::new(token, user, now, flaws).run(store)?;
+    Ok((outcome, ops + u32::from(activity.is_some())))
+}

@@ -101,6 +101,10 @@ pub enum OnceRejection {
     /// Past its window (`now_ms >= expires_at_ms`) and not consumed.
     #[error("one-time token expired")]
     Expired,
+    /// The token is for another activity than the one it was presented for; it stays unused
+    /// (a refusal changes nothing). Only [`crate::token::once::consume_for`] answers it.
+    #[error("one-time token is for another activity")]
+    OtherActivity,
 }
 
 /// Which bounded table is full.

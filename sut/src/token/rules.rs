@@ -254,7 +254,10 @@ pub fn judge(row: Option<&OnceRow>, user: UserId, now_ms: u64) -> Result<OnceKey
                     crate::edge::reached(&super::ONCE_REPLAY_REFUSED);
                 }
                 (OnceRejection::Expired, _) => crate::edge::reached(&super::ONCE_EXPIRED_REFUSED),
-                (OnceRejection::Unknown | OnceRejection::Foreign, _) => {}
+                (
+                    OnceRejection::Unknown | OnceRejection::Foreign | OnceRejection::OtherActivity,
+                    _,
+                ) => {}
             }
             Err(rejection)
         }

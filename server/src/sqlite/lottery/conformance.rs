@@ -63,6 +63,8 @@ fn flaws() -> impl Strategy<Value = Flaws> {
     (fence, prop::bool::weighted(0.2)).prop_map(|(fence, two_step_stock)| Flaws {
         fence,
         two_step_stock,
+        // The stores never read it (the participants' terms rule does, before the store).
+        client_price: false,
     })
 }
 

@@ -273,9 +273,10 @@ fn business_refusals_leave_no_fence_row_so_a_later_cancel_is_an_empty_rollback()
                 holder: Xid(1)
             })
         );
-        // Insufficient balance.
+        // Insufficient balance: user 3 has less than the ticket's price.
+        s.open_account(UserId(3), 5).unwrap();
         let mut rich = draw(4, false);
-        rich.price_minor = 1_000;
+        rich.user = UserId(3);
         assert!(matches!(
             send(s, Participant::Wallet, Phase::Try, rich).outcome,
             Err(Refusal::InsufficientBalance { .. })

@@ -55,6 +55,70 @@ fn the_good_ledger_passes_everything() {
     invariants::settled(&l).unwrap();
 }
 
+fn registry(price_minor: u64) -> super::super::Registry {
+    super::super::Registry::from_entries([(
+        ActivityId(1),
+        super::super::Terms::always_open(price_minor, 100),
+    )])
+    .unwrap()
+}
+
+#[test]
+fn paid_passes_a_draw_at_the_registered_price() {
+    invariants::paid(&good_ledger(), &registry(10)).unwrap();
+}
+
+#[test]
+fn paid_fires_on_a_prize_won_for_nothing() {
+    // What a client that names its own price gets: a confirmed winning draw at 0. Every sum
+    // adds up (conservation, settled), only `lottery.paid` says the business lost a prize.
+    let mut l = good_ledger();
+    l.collected_minor = 0;
+    l.accounts.get_mut(&UserId(1)).unwrap().balance_minor = 100;
+    l.participations
+        .get_mut(&(UserId(1), ActivityId(1)))
+        .unwrap()
+        .price_minor = 0;
+    invariants::conservation(&l).unwrap();
+    invariants::settled(&l).unwrap();
+    let v = invariants::paid(&l, &registry(10)).unwrap_err();
+    assert_eq!(
+        v,
+        LotteryViolation::Unpaid {
+            xid: Xid(1),
+            user: UserId(1),
+            activity: ActivityId(1),
+            paid_minor: 0,
+            price_minor: Some(10)
+        }
+    );
+    assert_eq!(v.invariant(), "lottery.paid");
+    // An activity nobody registered is paid for by nobody.
+    let v = invariants::paid(&good_ledger(), &super::super::Registry::new()).unwrap_err();
+    assert!(v.to_string().contains("not registered"), "{v}");
+}
+
+#[test]
+fn paid_fires_on_a_prize_without_a_paying_draw() {
+    // A pending winning draw at the wrong price holds no confirmed row yet, but the prize was
+    // already issued for it.
+    let mut l = good_ledger();
+    l.participations
+        .get_mut(&(UserId(1), ActivityId(1)))
+        .unwrap()
+        .confirmed = false;
+    invariants::paid(&l, &registry(10)).unwrap();
+    let v = invariants::paid(&l, &registry(11)).unwrap_err();
+    assert_eq!(
+        v,
+        LotteryViolation::PrizeNotPaidFor {
+            activity: ActivityId(1),
+            issued: 1,
+            paid_wins: 0
+        }
+    );
+}
+
 #[test]
 fn conservation_fires_on_created_money() {
     let mut l = good_ledger();

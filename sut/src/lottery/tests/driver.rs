@@ -88,6 +88,10 @@ fn driver_catches_every_flaw() {
             two_step_stock: true,
             ..Flaws::NONE
         },
+        Flaws {
+            client_price: true,
+            ..Flaws::NONE
+        },
     ];
     for flaw in flaws {
         let found = (0..64u64).find_map(|seed| {

@@ -125,6 +125,7 @@ fn handle(p: Participant, s: &mut MemoryStore, flaws: Flaws, phase: Phase, d: Dr
     p.handle(
         s,
         &ParticipantConfig { flaws },
+        &crate::testkit::lottery::registry(),
         &ParticipantMsg { phase, draw: d },
     )
 }

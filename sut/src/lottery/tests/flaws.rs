@@ -16,6 +16,14 @@ fn store() -> MemoryStore {
     s
 }
 
+/// Activities 1 and 2, at 10 (the price of every draw here).
+fn registry() -> super::super::Registry {
+    super::super::Registry::from_entries(
+        [1, 2].map(|a| (ActivityId(a), super::super::Terms::always_open(10, 100))),
+    )
+    .unwrap()
+}
+
 fn cfg(flaws: Flaws) -> ParticipantConfig {
     ParticipantConfig { flaws }
 }
@@ -38,7 +46,7 @@ fn step(
     phase: Phase,
     draw: DrawArgs,
 ) -> Result<ParticipantReply, Resume> {
-    match p.handle(s, c, &ParticipantMsg { phase, draw }) {
+    match p.handle(s, c, &registry(), &ParticipantMsg { phase, draw }) {
         Handled::Reply(r) => Ok(r),
         Handled::Resume(r) => Err(r),
     }
@@ -240,4 +248,63 @@ fn two_step_stock_over_issues() {
             issued: 2
         })
     );
+}
+
+/// With the price from the request, a Try at 0 freezes nothing and the draw confirms: a prize for
+/// nothing, which only `lottery.paid` names. On the correct path the wallet and the
+/// participation log refuse the Try.
+#[test]
+fn client_price_lets_a_draw_pay_nothing() {
+    let free = DrawArgs {
+        price_minor: 0,
+        ..d(1, 1, 1, true)
+    };
+    let run = |flaws: Flaws| {
+        let c = cfg(flaws);
+        let mut s = store();
+        let tries: Vec<ParticipantReply> = free
+            .branches()
+            .map(|p| full(&mut s, &c, p, Phase::Try, free))
+            .collect();
+        (tries, s)
+    };
+    let (tries, s) = run(Flaws::NONE);
+    for branch in [Participant::Wallet, Participant::Participation] {
+        let reply = tries.iter().find(|r| r.branch == branch).unwrap();
+        assert_eq!(
+            reply.outcome,
+            Err(Refusal::WrongPrice {
+                activity: ActivityId(1),
+                price_minor: 10,
+                offered_minor: 0
+            })
+        );
+    }
+    assert!(
+        s.ledger().participations.is_empty(),
+        "a refusal changes nothing"
+    );
+
+    let (tries, mut s) = run(Flaws {
+        client_price: true,
+        ..Flaws::NONE
+    });
+    assert!(tries.iter().all(|r| r.outcome == Ok(Effect::Applied)));
+    let c = cfg(Flaws {
+        client_price: true,
+        ..Flaws::NONE
+    });
+    for p in free.branches() {
+        assert_eq!(
+            full(&mut s, &c, p, Phase::Confirm, free).outcome,
+            Ok(Effect::Applied)
+        );
+    }
+    let ledger = s.ledger().clone();
+    invariants::conservation(&ledger).unwrap();
+    invariants::no_over_issue(&ledger).unwrap();
+    assert!(matches!(
+        invariants::paid(&ledger, &registry()),
+        Err(LotteryViolation::Unpaid { paid_minor: 0, .. })
+    ));
 }

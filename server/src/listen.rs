@@ -1,0 +1,263 @@
+//! The accept loop: what a client can hold on this server, and for how long.
+//!
+//! A connection is a resource a hostile client holds for free unless something bounds it. Here:
+//!
+//! - **at most `connections_max` connections** at once, and **at most `per_peer_max` from one
+//!   address**; a connection beyond either is closed at once (counted in
+//!   `sut_connections_refused_total{reason}`), before a byte of it is read;
+//! - **the request head within `header_read_ms`** of the connection becoming idle (hyper's
+//!   `header_read_timeout`, which also runs between two requests of a keep-alive connection: an
+//!   idle connection is closed after it, and a head dribbled a byte at a time is cut off by it);
+//! - **the request body within `body_read_ms`**, read whole before the request is admitted
+//!   ([`read_body`]: the admission slot is taken only for a complete request; a body that does
+//!   not arrive in time is answered 408 and the connection closed).
+//!
+//! So stalled connections cost a file descriptor and a little memory each, up to the bounds,
+//! and never an admission slot (`crate::admission`), which only complete requests take.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::StatusCode;
+use http_body_util::{BodyExt, Limited};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::error::ApiError;
+use crate::ids::lock;
+use crate::metrics::Metrics;
+
+/// What one client may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Connections open at once.
+    pub connections_max: usize,
+    /// Connections open at once from one peer address.
+    pub per_peer_max: usize,
+    /// How long a request head may take to arrive, from the moment the connection is idle (a
+    /// keep-alive connection idle for longer is closed).
+    pub header_read_ms: u64,
+    /// How long a request body may take to arrive once its head has.
+    pub body_read_ms: u64,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            connections_max: 8_192,
+            per_peer_max: 1_024,
+            header_read_ms: 10_000,
+            body_read_ms: 10_000,
+        }
+    }
+}
+
+impl ConnLimits {
+    /// These limits, with `connections_max` lowered to what the process's open-file limit
+    /// leaves room for (with `reserve` descriptors kept for its stores and clients).
+    #[must_use]
+    pub fn within_open_files(self, reserve: u64) -> Self {
+        let Ok((soft, _hard)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        else {
+            return self;
+        };
+        let room = usize::try_from(soft.saturating_sub(reserve)).unwrap_or(usize::MAX);
+        Self {
+            connections_max: self.connections_max.min(room.max(1)),
+            ..self
+        }
+    }
+}
+
+/// Open connections per peer address.
+#[derive(Debug, Default)]
+struct Peers {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in [`Peers`]; given back when dropped.
+#[derive(Debug)]
+struct PeerSlot {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+}
+
+impl Peers {
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut open = lock(&self.open);
+        let n = open.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = lock(&self.peers.open);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Serves `app` on `listener` under `limits` until `stop` turns true; then stops accepting,
+/// lets the requests in progress finish (idle connections close at once) and returns.
+///
+/// # Errors
+/// Never for a failed accept (logged and retried: a full descriptor table must not stop the
+/// server); only what a future version might add.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnLimits,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.connections_max.max(1)));
+    let peers = Arc::new(Peers::default());
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stopped(&mut stop) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE, ECONNABORTED, ...: the listener is still good.
+                eprintln!("sut-server: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            metrics
+                .connections_refused_full
+                .fetch_add(1, Ordering::Relaxed);
+            continue; // dropped: closed before anything is read
+        };
+        let Some(peer_slot) = peers.take(peer.ip(), limits.per_peer_max) else {
+            metrics
+                .connections_refused_peer
+                .fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        // Answers go out at once: without TCP_NODELAY a response written in two parts can wait
+        // for the client's delayed ACK (tens of milliseconds). A socket that refuses the option
+        // still serves, only slower.
+        let _ = tcp.set_nodelay(true);
+        let (app, metrics, stop) = (app.clone(), Arc::clone(&metrics), stop.clone());
+        connections.spawn(async move {
+            let _held = (slot, peer_slot);
+            metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+            serve_connection(tcp, peer, app, limits, &metrics, stop).await;
+            metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+    // Stop accepting; every connection finishes what it is doing (each saw `stop`).
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Returns once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here, before anything else awaits.
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// One HTTP/1.1 connection, with the head timeout; gracefully shut down when `stop` turns true.
+async fn serve_connection(
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: ConnLimits,
+    metrics: &Metrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
+    let service = TowerToHyperService::new(app);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(limits.header_read_ms.max(1)))
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(tcp), service);
+    tokio::pin!(conn);
+    let ended = tokio::select! {
+        ended = conn.as_mut() => ended,
+        () = stopped(&mut stop) => {
+            conn.as_mut().graceful_shutdown();
+            conn.as_mut().await
+        }
+    };
+    if let Err(e) = ended
+        && e.is_timeout()
+    {
+        metrics
+            .connections_timed_out
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Reads `req`'s body whole, at most `max_bytes` of it, within `timeout_ms`: the request handed
+/// back is complete (its body in memory), so what follows (admission, the handler) never waits
+/// on the client.
+///
+/// # Errors
+/// 408 naming `body` when it does not arrive in time (the connection is then closed), 413 when
+/// it is larger than `max_bytes`, 400 when the client broke it off.
+pub async fn read_body(
+    req: Request,
+    max_bytes: usize,
+    timeout_ms: u64,
+) -> Result<Request, ApiError> {
+    let (parts, body) = req.into_parts();
+    let limited = Limited::new(body, max_bytes);
+    let collected =
+        tokio::time::timeout(Duration::from_millis(timeout_ms), limited.collect()).await;
+    let bytes: Bytes = match collected {
+        Err(_elapsed) => {
+            return Err(ApiError::field(
+                StatusCode::REQUEST_TIMEOUT,
+                "body",
+                format!("the request body did not arrive within {timeout_ms} ms"),
+            ));
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(ApiError::field(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body",
+                "request body too large",
+            ));
+        }
+        Ok(Err(e)) => {
+            return Err(ApiError::bad(
+                "body",
+                format!("cannot read the request body: {e}"),
+            ));
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}

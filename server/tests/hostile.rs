@@ -1,0 +1,408 @@
+//! The server against the hostile client of docs/hostile.md ("Attacks on the deployed server"):
+//! each finding there has a test here that failed on the server as it was and passes now.
+//!
+//! - the client chose the price it paid (a draw at price 0 won a prize; `GET /ledger` said
+//!   "safe"): the price is the activity's, set by the operator, and `lottery.paid` names a prize
+//!   sold below it (shown with the documented flaw `client_price`, the old behaviour);
+//! - a draw for the wrong activity burned the user's one-time token for the hour: refused, the
+//!   token stays unused;
+//! - any activity string got a one-time token: only registered activities do.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sut_server::{Server, ServerConfig, start};
+
+mod common;
+use common::{Api, PRICE_MINOR};
+
+async fn server(db: &Path, tune: impl FnOnce(&mut ServerConfig)) -> Server {
+    let mut cfg = common::config(db);
+    tune(&mut cfg);
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    start(cfg, listen).await.unwrap()
+}
+
+fn field(v: &Value) -> &str {
+    v["field"].as_str().unwrap_or("<none>")
+}
+
+fn check<'a>(ledger: &'a Value, name: &str) -> &'a Value {
+    ledger["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {ledger}"))
+}
+
+/// Users `first..first + count` with `balance_minor` each, and 100 units of activity 1.
+async fn seed(api: &Api, first: u64, count: u64, balance_minor: u64) {
+    let (s, v) = api
+        .post(
+            "/admin/accounts",
+            &json!({"user": first, "count": count, "balance_minor": balance_minor}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = api
+        .post("/admin/stock", &json!({"activity": 1, "units": 100}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
+
+/// Consumes `once` as `user` for `activity` at the token service: 200 means it was unused.
+async fn consume(api: &Api, user: u64, once: &str, activity: &str) -> (StatusCode, Value) {
+    api.post(
+        "/tokens/once/consume",
+        &json!({"user": user, "token": once, "activity": activity}),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_price_is_the_operators_not_the_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |_| {}).await;
+    let api = Api::new(srv.addr);
+    seed(&api, 1, 60, 0).await;
+    let once = api.once_token(1, 1).await;
+    // The finding: a user with nothing drew at price 0 and won. Now: 403 naming the price.
+    let free = json!({"user": 1, "activity": 1, "price_minor": 0, "won": true, "once_token": once});
+    let (s, v) = api.post("/lottery/draw", &free).await;
+    assert_eq!(
+        (s, field(&v)),
+        (StatusCode::FORBIDDEN, "price_minor"),
+        "{v}"
+    );
+    // Repeating the operator's price is fine; the balance then decides (nothing to pay with).
+    let fair = json!({"user": 1, "activity": 1, "price_minor": PRICE_MINOR, "won": true, "once_token": once});
+    let (s, v) = api.post("/lottery/draw", &fair).await;
+    assert_eq!((s, field(&v)), (StatusCode::CONFLICT, "user"), "{v}");
+    let (s, ledger) = api.get("/ledger").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(ledger["collected_minor"], 0, "{ledger}");
+    assert_eq!(ledger["stock"][0]["issued"], 0, "{ledger}");
+    assert_eq!(check(&ledger, "lottery.paid")["ok"], true, "{ledger}");
+    assert_eq!(ledger["safe"], true, "{ledger}");
+    // The refused draw consumed nothing: the 403 came before the one-time token was used.
+    let other = api.once_token(2, 1).await;
+    let (s, v) = api
+        .post(
+            "/lottery/draw",
+            &json!({"user": 2, "activity": 1, "price_minor": 0, "once_token": other}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    let (s, v) = consume(&api, 2, &other, "1").await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "the refused draw's token is still unused: {v}"
+    );
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prize_won_for_nothing_is_a_violation_of_lottery_paid() {
+    // The old behaviour, as the documented flaw: the price is the request's.
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |cfg| {
+        cfg.flaw = Some(sut::flaw::Flaw::ClientPrice);
+    })
+    .await;
+    let api = Api::new(srv.addr);
+    seed(&api, 1, 6, 0).await;
+    let mut confirmed = 0;
+    for user in 1..=6 {
+        let (s, v) = api
+            .draw(&json!({"user": user, "activity": 1, "price_minor": 0, "won": true}))
+            .await;
+        if s == StatusCode::OK {
+            confirmed += 1;
+        }
+        assert!(
+            s.is_success(),
+            "with the flaw a free draw goes through: {v}"
+        );
+    }
+    assert_eq!(confirmed, 6);
+    let (_, ledger) = api.get("/ledger").await;
+    assert_eq!(ledger["stock"][0]["issued"], 6, "{ledger}");
+    assert_eq!(ledger["collected_minor"], 0, "{ledger}");
+    // Money adds up, nothing is open: only the business's own invariant names the loss.
+    assert_eq!(check(&ledger, "lottery.conservation")["ok"], true);
+    assert_eq!(check(&ledger, "lottery.settled")["ok"], true);
+    let paid = check(&ledger, "lottery.paid");
+    assert_eq!(paid["ok"], false, "{ledger}");
+    assert!(
+        paid["violation"]
+            .as_str()
+            .unwrap()
+            .contains("confirmed at 0, but the activity costs 10"),
+        "{paid}"
+    );
+    assert_eq!(ledger["safe"], false, "{ledger}");
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_for_another_activity_burns_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |_| {}).await;
+    let api = Api::new(srv.addr);
+    seed(&api, 1, 2, 1_000).await;
+    let once = api.once_token(1, 1).await;
+    // The finding: presented for activity 2, the token was consumed before the activity was
+    // compared, and the draw the user meant was then refused "already used" for the hour.
+    let (s, v) = api
+        .post(
+            "/lottery/draw",
+            &json!({"user": 1, "activity": 2, "once_token": once}),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (StatusCode::FORBIDDEN, "once_token"), "{v}");
+    let (s, v) = api
+        .post(
+            "/lottery/draw",
+            &json!({"user": 1, "activity": 1, "won": false, "once_token": once}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["outcome"].as_str()),
+        (StatusCode::OK, Some("confirmed")),
+        "{v}"
+    );
+    // An activity nobody registered: refused before anything is read or consumed.
+    let once = api.once_token(2, 1).await;
+    let (s, v) = api
+        .post(
+            "/lottery/draw",
+            &json!({"user": 2, "activity": 77, "once_token": once}),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (StatusCode::NOT_FOUND, "activity"), "{v}");
+    let (s, v) = consume(&api, 2, &once, "2").await;
+    assert_eq!((s, field(&v)), (StatusCode::FORBIDDEN, "activity"), "{v}");
+    let (s, v) = consume(&api, 2, &once, "1").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_registers_activities_and_their_terms_never_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |_| {}).await;
+    let api = Api::new(srv.addr);
+    // Only registered activities get one-time tokens (a client filled the table with its own).
+    let (s, v) = api
+        .post("/tokens/once", &json!({"user": 1, "activity": "A2024"}))
+        .await;
+    assert_eq!((s, field(&v)), (StatusCode::NOT_FOUND, "activity"), "{v}");
+    let (s, v) = api
+        .post("/tokens/once", &json!({"user": 1, "activity": "30"}))
+        .await;
+    assert_eq!((s, field(&v)), (StatusCode::NOT_FOUND, "activity"), "{v}");
+    let terms = json!({"activity": 30, "price_minor": 250, "win_per_mille": 50});
+    let (s, v) = api.post("/admin/activities", &terms).await;
+    assert_eq!(
+        (s, &v),
+        (
+            StatusCode::CREATED,
+            &json!({"registered": "created", "created": 1, "unchanged": 0})
+        )
+    );
+    let (s, v) = api.post("/admin/activities", &terms).await;
+    assert_eq!(
+        (s, &v),
+        (
+            StatusCode::OK,
+            &json!({"registered": "unchanged", "created": 0, "unchanged": 1})
+        )
+    );
+    // A range in one durable write (what a load generator needs for its many activities).
+    let range = json!({"activity": 40, "count": 50, "price_minor": 5});
+    let (s, v) = api.post("/admin/activities", &range).await;
+    assert_eq!((s, &v["created"]), (StatusCode::CREATED, &json!(50)), "{v}");
+    let (s, v) = api
+        .post(
+            "/admin/activities",
+            &json!({"activity": 40, "count": 10_001, "price_minor": 5}),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (StatusCode::BAD_REQUEST, "count"), "{v}");
+    let cheaper = json!({"activity": 30, "price_minor": 0, "win_per_mille": 50});
+    let (s, v) = api.post("/admin/activities", &cheaper).await;
+    assert_eq!((s, field(&v)), (StatusCode::CONFLICT, "activity"), "{v}");
+    let odds = json!({"activity": 31, "price_minor": 1, "win_per_mille": 1001});
+    let (s, v) = api.post("/admin/activities", &odds).await;
+    assert_eq!(
+        (s, field(&v)),
+        (StatusCode::BAD_REQUEST, "win_per_mille"),
+        "{v}"
+    );
+    // Without the operator's secret: nothing.
+    let (s, _) = api
+        .post_with("/admin/activities", cheaper.to_string(), None)
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, list) = api.get("/activities").await;
+    assert_eq!(s, StatusCode::OK);
+    let thirty = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["activity"] == 30)
+        .expect("listed");
+    assert_eq!(thirty["price_minor"], 250, "{list}");
+    let (s, v) = api
+        .post("/tokens/once", &json!({"user": 1, "activity": "30"}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    srv.shutdown().await.unwrap();
+    // Registered terms are durable: a restarted server sells at the same price.
+    let srv = server(&dir.path().join("ids.db"), |cfg| cfg.activities.clear()).await;
+    let api = Api::new(srv.addr);
+    let (_, list) = api.get("/activities").await;
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["activity"] == 30 && a["price_minor"] == 250),
+        "{list}"
+    );
+    srv.shutdown().await.unwrap();
+}
+
+/// A raw connection that sends `head` and then nothing: what a slow (or hostile) client does.
+async fn stall(addr: SocketAddr, head: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
+}
+
+/// Reads until the server closes `tcp` (or `within` passes): what it sent before closing.
+async fn closed_within(
+    tcp: &mut tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(within, async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    read.ok()
+        .map(|()| String::from_utf8_lossy(&got).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_connections_take_no_admission_slot_and_are_closed_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |cfg| {
+        // Four slots: the finding was that a few hundred stalled connections took every one.
+        cfg.admission.in_flight_max = 4;
+        cfg.admission.queue_max = 0;
+        cfg.conn_limits.header_read_ms = 400;
+        cfg.conn_limits.body_read_ms = 400;
+    })
+    .await;
+    let api = Api::new(srv.addr);
+    let mut stalled = Vec::new();
+    for i in 0..40 {
+        let head = if i % 2 == 0 {
+            // Headers that never end.
+            "GET /id/orders HTTP/1.1\r\nHost: x\r\nX-Slow: ".to_owned()
+        } else {
+            // A body that never comes: 5 of 1,000 bytes.
+            "POST /tokens/verify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: 1000\r\n\r\n{\"to"
+                .to_owned()
+        };
+        stalled.push((i, stall(srv.addr, &head).await));
+    }
+    // Everyone else is served meanwhile: no slot is held by a request still arriving.
+    for _ in 0..20 {
+        let (s, v) = api.get("/noop").await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    let (_, metrics) = api.get("/metrics").await;
+    let text = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        text.contains("sut_admission_in_flight 0") || text.contains("sut_admission_in_flight 1"),
+        "{text}"
+    );
+    // Each is closed within its timeout (and slack for a loaded machine); a stalled body is
+    // told why first.
+    for (i, tcp) in &mut stalled {
+        let sent = closed_within(tcp, std::time::Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("stalled connection {i} still open after 10 s"));
+        if *i % 2 == 1 {
+            assert!(sent.starts_with("HTTP/1.1 408"), "{sent}");
+        }
+    }
+    // An idle keep-alive connection is closed too, after answering what it asked.
+    let mut idle = stall(srv.addr, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let sent = closed_within(&mut idle, std::time::Duration::from_secs(10))
+        .await
+        .expect("an idle keep-alive connection is closed");
+    assert!(sent.starts_with("HTTP/1.1 200"), "{sent}");
+    let (_, metrics) = api.get("/metrics").await;
+    let text = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("sut_bodies_timed_out_total 20"), "{text}");
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_cannot_hold_every_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |cfg| {
+        cfg.conn_limits.per_peer_max = 8;
+        cfg.conn_limits.header_read_ms = 60_000;
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(stall(srv.addr, "GET /noop HTTP/1.1\r\n").await);
+    }
+    // The ninth from the same address is closed before a byte of it is read.
+    let mut ninth = stall(srv.addr, "GET /noop HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let sent = closed_within(&mut ninth, std::time::Duration::from_secs(10))
+        .await
+        .expect("closed at once");
+    assert_eq!(sent, "", "nothing answered on a refused connection");
+    // Another address is served (127.0.0.2 is loopback too).
+    let other = reqwest::Client::builder()
+        .local_address(Some("127.0.0.2".parse().unwrap()))
+        .build()
+        .unwrap();
+    let r = other
+        .get(format!("http://{}/noop", srv.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    drop(held);
+    // Once they are gone, the address is served again.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let api = Api::new(srv.addr);
+    let (_, metrics) = api.get("/metrics").await;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .contains("sut_connections_refused_peer_total 1"),
+        "{metrics}"
+    );
+    srv.shutdown().await.unwrap();
+}
