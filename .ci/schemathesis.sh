@@ -77,6 +77,7 @@ token_of() { sed 's/^[0-9]* //' | "$py" -c 'import json,sys; print(json.load(sys
 
 # Seed: accounts 1..100, stock, a tag, some draws (each as its user: a JWT, a one-time token),
 # so the ledger is not empty.
+BEARER=$admin http POST /admin/activities '{"activity": 1, "price_minor": 10}' >/dev/null
 BEARER=$admin http POST /admin/accounts '{"user": 1, "count": 100, "balance_minor": 1000}' >/dev/null
 BEARER=$admin http POST /admin/stock '{"activity": 1, "units": 10}' >/dev/null
 BEARER=$admin http POST /admin/tags '{"tag": "orders", "step": 100}' >/dev/null
@@ -95,9 +96,10 @@ status=0
 # hypothesis with "AST constructor recursion depth mismatch" (a race in ast.parse), not a
 # server failure.
 # From the temp dir: schemathesis keeps a .schemathesis/ cache in its working directory.
-# With the admin secret on every request, the service routes (`/admin/*`, `POST /tokens`, the
-# participant route, raw state) are fuzzed past their authentication; the user routes (one-time
-# tokens, draws) take a JWT, which this header is not, and answer 401.
+# With the admin secret on every request, the operator's routes (`/admin/*`, `POST /tokens`,
+# the ledger, raw state) are fuzzed past their authentication; the participant routes take the
+# coordinator's credential and the user routes (one-time tokens, draws) a JWT, which this
+# header is neither, and answer 401.
 (cd "$work" && "$venv/bin/schemathesis" run "$base/openapi.json" \
     --header "Authorization: Bearer $admin" \
     --checks all --exclude-checks positive_data_acceptance \
@@ -109,7 +111,7 @@ tail -n 25 "$out/schemathesis.txt"
 
 kill -0 "$pid" 2>/dev/null || { echo "FAIL: the server is gone" >&2; cat "$work/stderr" >&2; exit 1; }
 http GET /metrics | sed '1s/^[0-9]* //' >"$out/metrics.txt"
-http GET /ledger | sed '1s/^[0-9]* //' >"$out/ledger.json"
+BEARER=$admin http GET /ledger | sed '1s/^[0-9]* //' >"$out/ledger.json"
 
 "$py" - "$out/metrics.txt" "$out/ledger.json" <<'EOF'
 import json, re, sys

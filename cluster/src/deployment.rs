@@ -169,6 +169,9 @@ impl Deployment {
         let admin_token = random_token()?;
         let token_file = dir.path().join("admin-token");
         std::fs::write(&token_file, &admin_token).map_err(io("write the admin secret"))?;
+        // The coordinator's credential on the participants' routes: not the operator's.
+        std::fs::write(dir.path().join("service-token"), random_token()?)
+            .map_err(io("write the service credential"))?;
         // The JWT key the token service signs with and the coordinator verifies with.
         std::fs::write(dir.path().join("jwt-secret"), random_token()?)
             .map_err(io("write the JWT secret"))?;
@@ -229,6 +232,8 @@ impl Deployment {
             which.role().to_owned(),
             "--admin-token-file".to_owned(),
             token_file.display().to_string(),
+            "--service-token-file".to_owned(),
+            self.dir.path().join("service-token").display().to_string(),
             "--jwt-secret-file".to_owned(),
             self.dir.path().join("jwt-secret").display().to_string(),
         ];

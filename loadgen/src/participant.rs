@@ -60,8 +60,11 @@ pub const BOOKS: &str = "participant.books";
 pub struct ParticipantOptions {
     /// The participant's base URL.
     pub url: String,
-    /// The admin secret (`Authorization: Bearer …` on every route but `GET /ledger`).
+    /// The operator's secret (`Authorization: Bearer …` on `/admin/*` and `GET /ledger`).
     pub admin_token: Option<String>,
+    /// The coordinator's credential on `POST /tcc/branch` (`None`: the operator's secret, for a
+    /// participant that has one secret for both).
+    pub service_token: Option<String>,
     /// Hostile sequences to run.
     pub sequences: u64,
     /// Messages per sequence, at most.
@@ -397,10 +400,16 @@ struct Wire {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
+    /// On `POST /tcc/branch`.
+    service: Option<String>,
 }
 
 impl Wire {
-    fn new(url: &str, token: Option<String>) -> Result<Self, ContractError> {
+    fn new(
+        url: &str,
+        token: Option<String>,
+        service: Option<String>,
+    ) -> Result<Self, ContractError> {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| ContractError::Usage(format!("--url {url}: {e}")))?;
         if parsed.host_str().is_none() {
@@ -411,6 +420,7 @@ impl Wire {
             rt,
             http: Self::client()?,
             base: url.trim_end_matches('/').to_owned(),
+            service: service.or_else(|| token.clone()),
             token,
         })
     }
@@ -437,7 +447,14 @@ impl Wire {
                 Some(b) => self.http.post(&url).json(b),
                 None => self.http.get(&url),
             };
-            match &self.token {
+            // The participants' route takes the coordinator's credential, the rest the
+            // operator's.
+            let token = if path.starts_with("/tcc/") {
+                &self.service
+            } else {
+                &self.token
+            };
+            match token {
                 Some(t) => request.bearer_auth(t),
                 None => request,
             }
@@ -555,7 +572,11 @@ struct Bench {
 
 impl Bench {
     fn start(opts: &ParticipantOptions) -> Result<Self, ContractError> {
-        let wire = Wire::new(&opts.url, opts.admin_token.clone())?;
+        let wire = Wire::new(
+            &opts.url,
+            opts.admin_token.clone(),
+            opts.service_token.clone(),
+        )?;
         let server = match &opts.command {
             Some(command) => {
                 let dir = tempfile::Builder::new()

@@ -64,23 +64,40 @@ pub fn find_server_binary() -> Result<PathBuf, LoadError> {
     )))
 }
 
+/// 48 hex digits from the OS (or the clock, where there is no `/dev/urandom`: still unique
+/// per run, loopback only).
+fn random_hex() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 24];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if random.is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes[..16].copy_from_slice(&nanos.to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The admin secret of every server this process starts (random per process).
 #[must_use]
 pub fn bench_admin_token() -> &'static str {
     static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(random_hex)
+}
+
+/// The service credential (coordinator → participants) of every server this process starts:
+/// random per process, never the admin secret.
+#[must_use]
+pub fn bench_service_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TOKEN.get_or_init(|| {
-        use std::io::Read;
-        let mut bytes = [0u8; 24];
-        let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-        if random.is_err() {
-            // No /dev/urandom: still unique per run (loopback only).
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos();
-            bytes[..16].copy_from_slice(&nanos.to_le_bytes());
+        let mut token = random_hex();
+        while token == bench_admin_token() {
+            token = random_hex();
         }
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        token
     })
 }
 

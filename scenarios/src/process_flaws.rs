@@ -565,14 +565,17 @@ pub fn participant_options(
     let port = cluster::free_port().map_err(|e| e.to_string())?;
     let flags = if planted { bug.planted } else { bug.control };
     let token = loadgen::target::bench_admin_token();
+    let service = loadgen::target::bench_service_token();
     Ok(ParticipantOptions {
         url: format!("http://127.0.0.1:{port}"),
         admin_token: Some(token.to_owned()),
+        service_token: Some(service.to_owned()),
         sequences: PARTICIPANT_SEQUENCES,
         steps: PARTICIPANT_STEPS,
         seed: 1,
         command: Some(format!(
-            "exec env SUT_ADMIN_TOKEN={token} {} --db {{data}}/participant.db {}\
+            "exec env SUT_ADMIN_TOKEN={token} SUT_SERVICE_TOKEN={service} {} \
+             --db {{data}}/participant.db {}\
              --listen 127.0.0.1:{port} {} {flags}",
             program.display(),
             if bug.program == Program::TccCompat {

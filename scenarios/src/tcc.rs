@@ -25,10 +25,14 @@ pub struct TccArgs {
     /// The participant's base URL.
     #[arg(long)]
     pub url: String,
-    /// File holding the admin secret, sent as `Authorization: Bearer …` (also read from the
-    /// environment variable SUT_ADMIN_TOKEN).
+    /// File holding the admin secret, sent as `Authorization: Bearer …` on `/admin/*` and
+    /// `GET /ledger` (also read from the environment variable SUT_ADMIN_TOKEN).
     #[arg(long)]
     pub admin_token_file: Option<PathBuf>,
+    /// File holding the coordinator's credential, sent on `POST /tcc/branch` (also read from
+    /// SUT_SERVICE_TOKEN; default: the admin secret, for a participant with one secret).
+    #[arg(long)]
+    pub service_token_file: Option<PathBuf>,
     /// Hostile sequences to run.
     #[arg(long, default_value_t = 200)]
     pub sequences: u64,
@@ -66,9 +70,11 @@ impl TccArgs {
                 "--kill-every needs --server-cmd (the tester must own the participant)".into(),
             );
         }
+        let service_token = secret(self.service_token_file.as_deref(), "SUT_SERVICE_TOKEN")?;
         Ok(ParticipantOptions {
             url: self.url.clone(),
             admin_token,
+            service_token,
             sequences: self.sequences,
             steps: self.steps,
             seed: self.seed,
@@ -83,14 +89,22 @@ impl TccArgs {
 /// # Errors
 /// The file cannot be read.
 pub fn admin_token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
+    secret(file, "SUT_ADMIN_TOKEN")
+}
+
+/// A secret from `file`, else from the environment variable `env`.
+///
+/// # Errors
+/// The file cannot be read (the message names it, never the secret).
+pub fn secret(file: Option<&std::path::Path>, env: &str) -> Result<Option<String>, String> {
     match file {
         Some(path) => Ok(Some(
             std::fs::read_to_string(path)
-                .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?
+                .map_err(|e| format!("{}: {e}", path.display()))?
                 .trim()
                 .to_owned(),
         )),
-        None => Ok(std::env::var("SUT_ADMIN_TOKEN").ok()),
+        None => Ok(std::env::var(env).ok()),
     }
 }
 

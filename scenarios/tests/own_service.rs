@@ -286,10 +286,15 @@ fn tcc_with_secret(flags: &str, extra: &[&str], same_secret: bool) -> Output {
     let dir = tempfile::tempdir().expect("temp dir");
     let secret = dir.path().join("admin-secret");
     std::fs::write(&secret, "a-test-admin-secret-of-32-bytes!").expect("secret written");
+    // The coordinator's credential on the participant routes: not the operator's.
+    let service = dir.path().join("service-secret");
+    std::fs::write(&service, "a-test-service-credential-32-byte").expect("secret written");
+    let service = service.display().to_string();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let command = format!(
-        "exec {} --db {{data}}/p.db --listen 127.0.0.1:{port} --admin-token-file {} {flags}",
+        "exec {} --db {{data}}/p.db --listen 127.0.0.1:{port} --admin-token-file {} \
+         --service-token-file {service} {flags}",
         server.display(),
         secret.display()
     );
@@ -306,6 +311,8 @@ fn tcc_with_secret(flags: &str, extra: &[&str], same_secret: bool) -> Output {
         &url,
         "--admin-token-file",
         &secret,
+        "--service-token-file",
+        &service,
         "--server-cmd",
         &command,
         "--kill-every",

@@ -20,28 +20,54 @@ use crate::db::Db;
 use crate::ids::lock;
 use crate::pg::PgConn;
 
-/// Where a process keeps its terms.
+/// What a registration decides, given the registry as it is in the store: the activities to
+/// add, or why none may be.
+type Decide<'a> = dyn FnMut(&Registry) -> Result<Vec<(ActivityId, Terms)>, TermsError> + 'a;
+
+/// Where a process keeps its terms. Several processes may share one store (instances of a
+/// service on one database): a registration reads the registry, decides and writes in one
+/// transaction, so it is judged on what every instance registered.
 trait TermsFile: Send + std::fmt::Debug {
     /// Every registered activity.
-    fn read_all(&mut self) -> Result<Vec<(ActivityId, Terms)>, String>;
+    fn read_all(&mut self) -> Result<Registry, RegisterError>;
 
-    /// Adds `activities` durably, all or none (none is registered yet).
-    fn insert(&mut self, activities: &[(ActivityId, Terms)]) -> Result<(), String>;
+    /// In one transaction: reads the registry, asks `decide` what to add, adds it durably (all
+    /// or none); returns the registry after.
+    fn register(&mut self, decide: &mut Decide<'_>) -> Result<Registry, RegisterError>;
 }
 
-fn sql_id(activity: ActivityId) -> Result<i64, String> {
-    i64::try_from(activity.0).map_err(|_| format!("activity id {activity} above 2^63"))
+fn store(e: impl std::fmt::Display) -> RegisterError {
+    RegisterError::Store(e.to_string())
 }
 
-fn encode(terms: &Terms) -> Result<String, String> {
-    serde_json::to_string(terms).map_err(|e| format!("terms encoding: {e}"))
+fn sql_id(activity: ActivityId) -> Result<i64, RegisterError> {
+    i64::try_from(activity.0).map_err(|_| store(format!("activity id {activity} above 2^63")))
 }
 
-fn decode(activity: i64, text: &str) -> Result<(ActivityId, Terms), String> {
-    let id = u64::try_from(activity).map_err(|_| format!("corrupt activity id {activity}"))?;
-    let terms = serde_json::from_str(text)
-        .map_err(|e| format!("corrupt terms of activity {activity}: {e}"))?;
-    Ok((ActivityId(id), terms))
+fn encode(terms: &Terms) -> Result<String, RegisterError> {
+    serde_json::to_string(terms).map_err(|e| store(format!("terms encoding: {e}")))
+}
+
+/// The registry of stored rows; a row that does not parse, or breaks a rule, is an error.
+fn decode(rows: &[(i64, String)]) -> Result<Registry, RegisterError> {
+    let mut entries = Vec::with_capacity(rows.len());
+    for (activity, text) in rows {
+        let id = u64::try_from(*activity)
+            .map_err(|_| store(format!("corrupt activity id {activity}")))?;
+        let terms = serde_json::from_str(text)
+            .map_err(|e| store(format!("corrupt terms of activity {activity}: {e}")))?;
+        entries.push((ActivityId(id), terms));
+    }
+    Registry::from_entries(entries).map_err(|e| store(format!("stored terms break a rule: {e}")))
+}
+
+/// The registry after adding `added` to `before` (which the rule already judged).
+fn with_added(before: Registry, added: &[(ActivityId, Terms)]) -> Result<Registry, RegisterError> {
+    let mut after = before;
+    for (activity, terms) in added {
+        after.register(*activity, *terms)?;
+    }
+    Ok(after)
 }
 
 /// Terms in an SQLite file.
@@ -50,10 +76,15 @@ struct SqliteTerms {
     conn: Connection,
 }
 
+const SQLITE_SELECT: &str = "SELECT activity, terms FROM act_terms ORDER BY activity";
+
 impl SqliteTerms {
     fn open(path: &Path) -> Result<Self, String> {
-        let conn = Connection::open(path).map_err(|e| e.to_string())?;
+        let conn = crate::db::open_private(path)?;
         conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| e.to_string())?;
+        // Instances of a service may share the file: wait for another's write, do not fail.
+        conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(|e| e.to_string())?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS act_terms (
@@ -62,38 +93,44 @@ impl SqliteTerms {
             );",
         )
         .map_err(|e| e.to_string())?;
-        crate::db::private_file(path)?;
         Ok(Self { conn })
+    }
+
+    fn rows(conn: &Connection) -> Result<Vec<(i64, String)>, RegisterError> {
+        let mut stmt = conn.prepare_cached(SQLITE_SELECT).map_err(store)?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(store)?
+            .collect::<Result<_, _>>()
+            .map_err(store)
     }
 }
 
 impl TermsFile for SqliteTerms {
-    fn read_all(&mut self) -> Result<Vec<(ActivityId, Terms)>, String> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT activity, terms FROM act_terms ORDER BY activity")
-            .map_err(|e| e.to_string())?;
-        let rows: Vec<(i64, String)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(|e| e.to_string())?
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
-        rows.iter().map(|(a, t)| decode(*a, t)).collect()
+    fn read_all(&mut self) -> Result<Registry, RegisterError> {
+        decode(&Self::rows(&self.conn)?)
     }
 
-    /// One transaction; `synchronous=FULL` makes its commit durable.
-    fn insert(&mut self, activities: &[(ActivityId, Terms)]) -> Result<(), String> {
-        let tx = self.conn.transaction().map_err(|e| e.to_string())?;
+    /// `BEGIN IMMEDIATE` (no other writer between the read and the insert), one commit made
+    /// durable by `synchronous=FULL`.
+    fn register(&mut self, decide: &mut Decide<'_>) -> Result<Registry, RegisterError> {
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )
+        .map_err(store)?;
+        let before = decode(&Self::rows(&tx)?)?;
+        let added = decide(&before)?;
         {
             let mut stmt = tx
                 .prepare_cached("INSERT INTO act_terms (activity, terms) VALUES (?1, ?2)")
-                .map_err(|e| e.to_string())?;
-            for (activity, terms) in activities {
+                .map_err(store)?;
+            for (activity, terms) in &added {
                 stmt.execute(params![sql_id(*activity)?, encode(terms)?])
-                    .map_err(|e| e.to_string())?;
+                    .map_err(store)?;
             }
         }
-        tx.commit().map_err(|e| e.to_string())
+        tx.commit().map_err(store)?;
+        with_added(before, &added)
     }
 }
 
@@ -103,53 +140,64 @@ struct PgTerms {
     conn: PgConn,
 }
 
+const PG_SELECT: &str = "SELECT activity, terms FROM act_terms ORDER BY activity";
+
+fn pg_rows(tx: &mut crate::pg::Tx<'_>) -> Result<Vec<(i64, String)>, crate::pg::DbError> {
+    Ok(tx
+        .query(PG_SELECT, &[])?
+        .iter()
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)))
+        .collect())
+}
+
+impl From<crate::pg::DbError> for RegisterError {
+    fn from(e: crate::pg::DbError) -> Self {
+        store(e)
+    }
+}
+
 impl TermsFile for PgTerms {
-    fn read_all(&mut self) -> Result<Vec<(ActivityId, Terms)>, String> {
-        let rows = self
-            .conn
-            .transact(|tx| {
-                tx.query(
-                    "SELECT activity, terms FROM act_terms ORDER BY activity",
-                    &[],
-                )
-            })
-            .map_err(|e: crate::pg::DbError| e.to_string())?;
-        rows.iter()
-            .map(|r| decode(r.get::<_, i64>(0), &r.get::<_, String>(1)))
-            .collect()
+    fn read_all(&mut self) -> Result<Registry, RegisterError> {
+        decode(&self.conn.transact(pg_rows)?)
     }
 
-    /// One statement, its own transaction: all or none.
-    fn insert(&mut self, activities: &[(ActivityId, Terms)]) -> Result<(), String> {
-        let ids = activities
-            .iter()
-            .map(|(a, _)| sql_id(*a))
-            .collect::<Result<Vec<i64>, _>>()?;
-        let texts = activities
-            .iter()
-            .map(|(_, t)| encode(t))
-            .collect::<Result<Vec<String>, _>>()?;
-        self.conn
-            .execute_alone(
-                "INSERT INTO act_terms (activity, terms) SELECT * FROM unnest($1::bigint[], $2::text[])",
+    /// One SERIALIZABLE transaction (retried from the start on a conflict with another
+    /// instance's registration).
+    fn register(&mut self, decide: &mut Decide<'_>) -> Result<Registry, RegisterError> {
+        self.conn.transact(|tx| {
+            let before = decode(&pg_rows(tx)?)?;
+            let added = decide(&before)?;
+            let ids = added
+                .iter()
+                .map(|(a, _)| sql_id(*a))
+                .collect::<Result<Vec<i64>, _>>()?;
+            let texts = added
+                .iter()
+                .map(|(_, t)| encode(t))
+                .collect::<Result<Vec<String>, _>>()?;
+            tx.execute(
+                "INSERT INTO act_terms (activity, terms) \
+                 SELECT * FROM unnest($1::bigint[], $2::text[])",
                 &[&ids, &texts],
-            )
-            .map(drop)
-            .map_err(|e| e.to_string())
+            )?;
+            with_added(before, &added)
+        })
     }
 }
 
 /// No file: a registry that lives as long as its process (tests of the lottery writer alone).
 #[derive(Debug)]
-struct NoFile;
+struct NoFile(Registry);
 
 impl TermsFile for NoFile {
-    fn read_all(&mut self) -> Result<Vec<(ActivityId, Terms)>, String> {
-        Ok(Vec::new())
+    fn read_all(&mut self) -> Result<Registry, RegisterError> {
+        Ok(self.0.clone())
     }
 
-    fn insert(&mut self, _: &[(ActivityId, Terms)]) -> Result<(), String> {
-        Ok(())
+    fn register(&mut self, decide: &mut Decide<'_>) -> Result<Registry, RegisterError> {
+        let added = decide(&self.0)?;
+        self.0 = with_added(self.0.clone(), &added)?;
+        Ok(self.0.clone())
     }
 }
 
@@ -192,7 +240,8 @@ impl Activities {
                 .map_err(|e| e.to_string())?,
             }),
         };
-        let registry = Registry::from_entries(file.read_all()?)
+        let registry = file
+            .read_all()
             .map_err(|e| format!("activity store {}: {e}", db.describe()))?;
         Ok(Self {
             current: RwLock::new(Arc::new(registry)),
@@ -205,8 +254,8 @@ impl Activities {
     #[must_use]
     pub fn in_memory(registry: Registry) -> Self {
         Self {
-            current: RwLock::new(Arc::new(registry)),
-            file: Mutex::new(Box::new(NoFile)),
+            current: RwLock::new(Arc::new(registry.clone())),
+            file: Mutex::new(Box::new(NoFile(registry))),
         }
     }
 
@@ -250,25 +299,27 @@ impl Activities {
         count: u64,
         terms: Terms,
     ) -> Result<(u64, u64), RegisterError> {
-        // One registration at a time: the rule is judged on the registry the insert extends.
-        let mut file = lock(&self.file);
-        let mut next = (*self.snapshot()).clone();
-        let mut created = Vec::new();
         let mut unchanged = 0;
-        for id in first.0..first.0.saturating_add(count) {
-            match next.register(ActivityId(id), terms)? {
-                Registered::Created => created.push((ActivityId(id), terms)),
-                Registered::Unchanged => unchanged += 1,
+        let mut file = lock(&self.file);
+        // The rule is judged on the registry as stored (another instance may have added to it).
+        let after = file.register(&mut |stored: &Registry| {
+            let mut next = stored.clone();
+            let mut added = Vec::new();
+            unchanged = 0;
+            for id in first.0..first.0.saturating_add(count) {
+                match next.register(ActivityId(id), terms)? {
+                    Registered::Created => added.push((ActivityId(id), terms)),
+                    Registered::Unchanged => unchanged += 1,
+                }
             }
-        }
-        if !created.is_empty() {
-            file.insert(&created).map_err(RegisterError::Store)?;
-            *self
-                .current
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(next);
-        }
-        Ok((created.len() as u64, unchanged))
+            Ok(added)
+        })?;
+        let created = count - unchanged;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(after);
+        Ok((created, unchanged))
     }
 }
 

@@ -1,5 +1,6 @@
-//! Who is calling: the admin secret (service-to-service routes, `/admin/*`, issuing JWTs), a
-//! user's JWT (one-time tokens, draws), and the draw gate's I/O — verifying the JWT and
+//! Who is calling: the operator's secret (`/admin/*`, issuing JWTs, the ledger), the service
+//! credential (the coordinator's calls to the participants), a user's JWT (one-time tokens,
+//! draws, a draw's status), and the draw gate's I/O — verifying the JWT and
 //! consuming the one-time token, here or at the deployment's token service. What the answers
 //! mean is `sut::gate`'s.
 
@@ -43,13 +44,34 @@ fn unauthorized(why: impl Into<String>) -> ApiError {
     ApiError::field(StatusCode::UNAUTHORIZED, "authorization", why)
 }
 
-/// The bearer credential of `headers`.
+/// The bearer credential of `headers` (the scheme's name in any case, RFC 7235 §2.1).
 #[must_use]
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, credential) = value.split_once(' ')?;
+    let credential = credential.trim_start_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !credential.is_empty()).then_some(credential)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, v.parse().unwrap());
+            bearer(&h).map(str::to_owned)
+        };
+        for v in ["Bearer abc", "bearer abc", "BEARER abc", "BeArEr  abc"] {
+            assert_eq!(with(v).as_deref(), Some("abc"), "{v}");
+        }
+        for v in ["Basic abc", "Bearer", "Bearer ", "Bearerabc", "abc"] {
+            assert_eq!(with(v), None, "{v}");
+        }
+        assert_eq!(bearer(&HeaderMap::new()), None);
+    }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -76,6 +98,30 @@ pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(unauthorized("wrong admin secret"))
+    }
+}
+
+/// Requires `Authorization: Bearer <the service credential>` (the coordinator's, compared in
+/// constant time). The operator's secret is not it: the participants take TCC messages only
+/// from the coordinator.
+///
+/// # Errors
+/// 401 naming `authorization`.
+pub fn service(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(secret) = state.service_token.as_deref() else {
+        return Err(unauthorized(
+            "this server has no service credential: start it with --service-token-file",
+        ));
+    };
+    let presented = bearer(headers)
+        .ok_or_else(|| unauthorized("missing `Authorization: Bearer <service credential>`"))?;
+    if constant_time_eq(presented.as_bytes(), secret.as_bytes()) {
+        Ok(())
+    } else {
+        Err(unauthorized(
+            "not the service credential (the participants' routes take the coordinator's, not \
+             the operator's)",
+        ))
     }
 }
 
@@ -264,5 +310,28 @@ async fn consume_remote(
     ))
 }
 
-/// The per-user draw limiter of a process.
+/// A per-user limiter of a process (draws, one-time token issues).
 pub type Limiter = Arc<Mutex<sut::gate::RateLimiter>>;
+
+/// Takes one of `user`'s `what` from `limiter`.
+///
+/// # Errors
+/// 429 naming `user`, with `Retry-After`, when the user is over the rate.
+pub fn within_rate(
+    limiter: &Limiter,
+    user: UserId,
+    now_ms: u64,
+    what: &str,
+) -> Result<(), ApiError> {
+    lock(limiter)
+        .take(user, now_ms)
+        .map_err(|wait_ms| ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            error: format!(
+                "user {} asks for {what} too fast: next in {wait_ms} ms",
+                user.0
+            ),
+            field: Some("user".to_owned()),
+            retry_after_s: Some(wait_ms.div_ceil(1000).max(1)),
+        })
+}

@@ -90,6 +90,19 @@ pub(crate) fn private_file(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("make {} private (0600): {e}", path.display()))
 }
 
+/// Opens the SQLite database at `path` (creating it if needed) as a file only its owner can
+/// read and write (its `-wal` and `-shm` files take the same permissions).
+///
+/// # Errors
+/// SQLite cannot open it, or its permissions cannot be set (the message names the file).
+pub fn open_private(path: &Path) -> Result<rusqlite::Connection, String> {
+    let conn = rusqlite::Connection::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if path.is_file() {
+        private_file(path)?;
+    }
+    Ok(conn)
+}
+
 /// `<db><suffix>`: a file beside the database file.
 pub(crate) fn sibling(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_owned();

@@ -47,10 +47,43 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
+/// Whether a `Content-Type` value names JSON (`application/json`, or `application/…+json`, any
+/// parameters, any case).
+#[must_use]
+pub fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json"))
+}
+
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // A body is read as JSON only when it says it is (a form or text posted cross-site is
+        // not taken for an API call).
+        let content_type = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if !is_json(content_type) {
+            return Err(ApiError::field(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "content-type",
+                format!(
+                    "the body must be JSON (Content-Type: application/json), not `{}`",
+                    content_type.chars().take(64).collect::<String>()
+                ),
+            ));
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             let status = rejection.status();
             let error = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -80,6 +113,27 @@ mod tests {
     #[allow(dead_code)]
     struct Strict {
         user: u64,
+    }
+
+    #[test]
+    fn only_json_content_types_are_json() {
+        for yes in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/problem+json",
+        ] {
+            assert!(is_json(yes), "{yes}");
+        }
+        for no in [
+            "",
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data",
+            "application/jsonx",
+            "text/json",
+        ] {
+            assert!(!is_json(no), "{no}");
+        }
     }
 
     #[test]

@@ -146,14 +146,21 @@ pub struct ServerConfig {
     pub wallet_url: Option<String>,
     /// The inventory participant's base URL (role `coordinator`).
     pub inventory_url: Option<String>,
-    /// The admin secret: required as `Authorization: Bearer …` by the participant route
-    /// between the processes of a deployment. `None`: that route refuses everything.
+    /// The operator's secret (`Authorization: Bearer …` on `/admin/*`, issuing JWTs, the
+    /// ledger and raw state, any draw's status). `None`: those routes refuse everything.
     pub admin_token: Option<String>,
+    /// The service-to-service credential: what the coordinator presents to the participants'
+    /// routes (`/tcc/branch`, `/tcc/branches`), which accept nothing else (not the operator's
+    /// secret). `None`: those routes refuse everything.
+    pub service_token: Option<String>,
     /// How long the coordinator waits for one participant call.
     pub participant_timeout_ms: u64,
     /// Test knob: let a draw's body choose its luck (`won`). Off by default; the binary logs
     /// loudly when it is on.
     pub forced_outcomes: bool,
+    /// Test knob: let `GET /noop?delay_ms=` hold a request (and its admission slot) for the
+    /// overload tests. Off by default: a client cannot hold slots for free.
+    pub noop_delay: bool,
     /// The token service's base URL (role `coordinator`: it consumes the draws' one-time
     /// tokens there).
     pub token_url: Option<String>,
@@ -161,6 +168,10 @@ pub struct ServerConfig {
     pub draw_rate_per_s: f64,
     /// Draws a user may start at once (the bucket's size).
     pub draw_burst: u32,
+    /// One-time tokens per second one user may be issued (refill of the per-user bucket).
+    pub once_rate_per_s: f64,
+    /// One-time tokens one user may be issued at once.
+    pub once_burst: u32,
     /// Segment tags to create at start when missing (name, step), as `POST /admin/tags` would:
     /// a black-box run (`scenario ids`) then needs no admin call.
     pub tags: Vec<(String, u64)>,
@@ -198,11 +209,15 @@ impl ServerConfig {
             wallet_url: None,
             inventory_url: None,
             admin_token: None,
+            service_token: None,
             participant_timeout_ms: 1_000,
             forced_outcomes: false,
+            noop_delay: false,
             token_url: None,
             draw_rate_per_s: 10.0,
             draw_burst: 20,
+            once_rate_per_s: 2.0,
+            once_burst: 20,
             exit_on_store_failure: false,
             tags: Vec::new(),
             activities: Vec::new(),
@@ -212,7 +227,7 @@ impl ServerConfig {
     /// Where a coordinator's participants are (`None` for other roles).
     ///
     /// # Errors
-    /// A coordinator without both participant URLs or without the admin secret.
+    /// A coordinator without both participant URLs or without the service credential.
     pub fn remote_participants(&self) -> Result<Option<RemoteParticipants>, String> {
         if self.role != Role::Coordinator {
             return Ok(None);
@@ -224,7 +239,10 @@ impl ServerConfig {
         Ok(Some(RemoteParticipants {
             wallet_url: need(&self.wallet_url, "--wallet-url")?,
             inventory_url: need(&self.inventory_url, "--inventory-url")?,
-            secret: need(&self.admin_token, "an admin secret (--admin-token-file)")?,
+            secret: need(
+                &self.service_token,
+                "the service credential (--service-token-file)",
+            )?,
             timeout_ms: self.participant_timeout_ms,
         }))
     }
@@ -330,6 +348,8 @@ pub struct AppState {
     /// Admission gate.
     pub admission: Arc<Admission>,
     pub(crate) admin_token: Option<Arc<str>>,
+    /// The service-to-service credential (participant routes).
+    pub(crate) service_token: Option<Arc<str>>,
     /// How users' JWTs are checked (roles `all`, `token`, `coordinator`).
     pub(crate) verifier: Option<auth::Verifier>,
     /// How draws' one-time tokens are consumed (roles `all`, `coordinator`).
@@ -338,12 +358,18 @@ pub struct AppState {
     pub(crate) once_desk: Option<once::OnceDesk>,
     /// Per-user draw rate.
     pub(crate) limiter: auth::Limiter,
+    /// Per-user rate of one-time token issues.
+    pub(crate) once_limiter: auth::Limiter,
     forced_outcomes: bool,
     win_per_mille: u32,
     /// The documented flaw [`sut::flaw::Flaw::ClientPrice`]: the draw gate takes the body's price.
     client_price: bool,
     /// How long a request body may take to arrive (see [`listen::ConnLimits`]).
     body_read_ms: u64,
+    /// How draws are named to clients.
+    handles: sut::gate::handle::HandleKey,
+    /// `GET /noop?delay_ms=` allowed (a test knob).
+    noop_delay: bool,
 }
 
 fn not_served(what: &str, role: Role) -> ApiError {
@@ -429,6 +455,60 @@ fn secret(cfg: &ServerConfig) -> Result<Vec<u8>, String> {
     Ok(buf)
 }
 
+/// Shortest operator secret and service credential accepted.
+pub const SECRET_LEN_MIN: usize = 16;
+
+/// The credentials are separate and not weak: the service credential is not the operator's
+/// secret (the participants must not take the operator's word for a coordinator's), each is at
+/// least [`SECRET_LEN_MIN`] characters, and a JWT key at least 32 bytes.
+///
+/// # Errors
+/// What is wrong, naming the credential (never its value).
+pub fn check_credentials(cfg: &ServerConfig) -> Result<(), String> {
+    let short = |what: &str, v: &Option<String>| {
+        v.as_ref()
+            .filter(|s| s.chars().count() < SECRET_LEN_MIN)
+            .map(|_| format!("{what} is shorter than {SECRET_LEN_MIN} characters"))
+    };
+    if let Some(e) = short("the operator secret", &cfg.admin_token)
+        .or_else(|| short("the service credential", &cfg.service_token))
+    {
+        return Err(e);
+    }
+    if cfg.service_token.is_some() && cfg.service_token == cfg.admin_token {
+        return Err(
+            "the service credential is the operator's secret: give the participants' routes a \
+             credential of their own"
+                .into(),
+        );
+    }
+    if cfg.jwt_secret.as_ref().is_some_and(|k| k.len() < 32) {
+        return Err("the JWT key is shorter than 32 bytes".into());
+    }
+    if matches!(cfg.role, Role::Coordinator | Role::Wallet | Role::Inventory)
+        && cfg.service_token.is_none()
+    {
+        return Err(format!(
+            "--role {} needs the service credential (--service-token-file)",
+            cfg.role.name()
+        ));
+    }
+    Ok(())
+}
+
+/// The key of the draw handles clients see (derived from the JWT key, which every process that
+/// answers clients about draws holds).
+fn handle_key(cfg: &ServerConfig) -> Result<sut::gate::handle::HandleKey, String> {
+    use hmac::{KeyInit, Mac};
+    let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&secret(cfg)?)
+        .map_err(|e| format!("draw handle key: {e}"))?;
+    // A label of its own: the JWT key is never used as it is for a second purpose.
+    mac.update(b"sut-server draw handles v1");
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&mac.finalize().into_bytes()[..16]);
+    Ok(sut::gate::handle::HandleKey::new(key))
+}
+
 /// The stores and drivers [`start`] opens before it serves (those of the role).
 struct Stores {
     ids: Option<IdService>,
@@ -475,6 +555,7 @@ fn open_stores(
                 partial: cfg.role != Role::All,
                 exit_on_store_failure: cfg.exit_on_store_failure,
                 activities: activities.clone(),
+                handles: Some(handle_key(cfg)?),
             },
         )?))
     } else {
@@ -606,9 +687,13 @@ fn open_tokens(cfg: &ServerConfig) -> Result<(Tokens, once::OnceDesk), String> {
 ///
 /// # Errors
 /// A store cannot be opened, the worker lease cannot be had, or the address cannot be bound.
-pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, String> {
+pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, String> {
+    check_credentials(&cfg)?;
     let clock = RealClock::new();
     let metrics = Arc::new(Metrics::default());
+    // One JWT key for the whole process (random when none is configured: its tokens then die
+    // with it); draw handles are derived from it.
+    cfg.jwt_secret = Some(secret(&cfg)?);
     let setup = {
         let cfg = cfg.clone();
         let metrics = Arc::clone(&metrics);
@@ -632,6 +717,7 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
         metrics,
         admission: Arc::new(Admission::new(cfg.admission)),
         admin_token: cfg.admin_token.as_deref().map(Arc::from),
+        service_token: cfg.service_token.as_deref().map(Arc::from),
         verifier,
         once,
         once_desk,
@@ -640,12 +726,19 @@ pub async fn start(cfg: ServerConfig, listen: SocketAddr) -> Result<Server, Stri
             cfg.draw_burst,
             DRAW_LIMITER_USERS_MAX,
         ))),
+        once_limiter: Arc::new(Mutex::new(sut::gate::RateLimiter::new(
+            cfg.once_rate_per_s,
+            cfg.once_burst,
+            DRAW_LIMITER_USERS_MAX,
+        ))),
         forced_outcomes: cfg.forced_outcomes,
         win_per_mille: cfg
             .win_per_mille
             .min(sut::lottery::activity::WIN_PER_MILLE_MAX),
         client_price: sut::flaw::lottery_flaws(cfg.flaw).client_price,
         body_read_ms: cfg.conn_limits.body_read_ms,
+        handles: handle_key(&cfg)?,
+        noop_delay: cfg.noop_delay,
     };
     let listener = TcpListener::bind(listen)
         .await
@@ -806,7 +899,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/tokens/once"),
     ("post", "/tokens/once/consume"),
     ("post", "/lottery/draw"),
-    ("get", "/lottery/draws/{xid}"),
+    ("get", "/lottery/draws/{draw}"),
     ("get", "/ledger"),
     ("get", "/lottery/state"),
     ("post", "/tcc/branch"),
@@ -849,7 +942,7 @@ pub fn router(state: AppState) -> Router {
     if matches!(role, Role::All | Role::Coordinator) {
         open = open
             .route("/lottery/draw", post(draw))
-            .route("/lottery/draws/{xid}", get(draw_status));
+            .route("/lottery/draws/{draw}", get(draw_status));
         admin = admin
             .route("/admin/dead-letters", get(dead_letters))
             .route("/admin/dead-letters/{xid}/retry", post(retry_dead_letter));
@@ -859,8 +952,9 @@ pub fn router(state: AppState) -> Router {
         admin = admin.route("/admin/activities", post(register_activity));
     }
     if role.has_lottery() {
-        open = open.route("/ledger", get(ledger));
-        admin = admin.route("/lottery/state", get(lottery_state));
+        admin = admin
+            .route("/ledger", get(ledger))
+            .route("/lottery/state", get(lottery_state));
     }
     if matches!(role, Role::All | Role::Wallet) {
         admin = admin.route("/admin/accounts", post(open_accounts));
@@ -868,15 +962,21 @@ pub fn router(state: AppState) -> Router {
     if matches!(role, Role::All | Role::Inventory) {
         admin = admin.route("/admin/stock", post(add_stock));
     }
+    let mut service = Router::new();
     if matches!(role, Role::All | Role::Wallet | Role::Inventory) {
-        admin = admin.route(remote::BRANCH_ROUTE, post(branch)).route(
+        service = service.route(remote::BRANCH_ROUTE, post(branch)).route(
             remote::BRANCHES_ROUTE,
             post(branches).layer(DefaultBodyLimit::max(remote::BRANCHES_BODY_MAX_BYTES)),
         );
     }
     let admin = admin.route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
+    let service = service.route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        require_service,
+    ));
     let admitted = open
         .merge(admin)
+        .merge(service)
         .route_layer(middleware::from_fn_with_state(state.clone(), admit));
     Router::new()
         .route("/health", get(health))
@@ -888,6 +988,13 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_MAX_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         .with_state(state)
+}
+
+async fn require_service(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match auth::service(&state, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(refused) => refused.into_response(),
+    }
 }
 
 async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -1012,12 +1119,23 @@ struct Ok1 {
     responses(
         (status = 200, description = "Done", body = Ok1),
         (status = 400, description = "`delay_ms` not an integer in 0..=5000", body = ErrorBody),
+        (status = 403, description = "`delay_ms` on a server started without `--test-noop-delay` (`field: delay_ms`)", body = ErrorBody),
         (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait"))),
     )
 )]
-async fn noop(RawQuery(query): RawQuery) -> Result<Json<Ok1>, ApiError> {
+async fn noop(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Ok1>, ApiError> {
     if let Some(ms) = query_u64(query.as_deref(), "delay_ms")? {
+        if !state.noop_delay {
+            return Err(ApiError::field(
+                StatusCode::FORBIDDEN,
+                "delay_ms",
+                "this server holds no request on a client's say (a test knob: --test-noop-delay)",
+            ));
+        }
         if ms > NOOP_DELAY_MS_MAX {
             return Err(ApiError::bad(
                 "delay_ms",
@@ -1736,14 +1854,7 @@ async fn draw(
         state.client_price,
     )
     .map_err(|r| auth::gate_error(&r))?;
-    if let Err(wait_ms) = lock(&state.limiter).take(user, now_ms) {
-        return Err(ApiError {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            error: format!("user {} draws too fast: next draw in {wait_ms} ms", user.0),
-            field: Some("user".to_owned()),
-            retry_after_s: Some(wait_ms.div_ceil(1000).max(1)),
-        });
-    }
+    auth::within_rate(&state.limiter, user, now_ms, "draws")?;
     let key = auth::consume_once(
         &state,
         &jwt,
@@ -1780,29 +1891,50 @@ async fn draw(
 
 #[utoipa::path(
     get,
-    path = "/lottery/draws/{xid}",
+    path = "/lottery/draws/{draw}",
     tag = "lottery",
-    summary = "Where a draw is: in progress, pending (compensation), dead-lettered, confirmed or cancelled",
-    params(("xid" = u64, Path, description = "The draw's xid (from its answer)")),
+    summary = "Where a draw is: in progress, pending (compensation), dead-lettered, confirmed or cancelled; to its owner or the operator",
+    params(
+        ("draw" = String, Path, pattern = "^[0-9a-f]{16}$", description = "The draw's handle (from its answer)"),
+        ("Authorization" = String, Header, description = "`Bearer <JWT>` of the draw's user, or `Bearer <admin secret>`"),
+    ),
     responses(
         (status = 200, description = "The draw's status", body = lottery::DrawStatusBody),
-        (status = 400, description = "Not a non-negative 64-bit integer (`field: xid`)", body = ErrorBody),
-        (status = 404, description = "No such draw (or finished long ago and forgotten)", body = ErrorBody),
+        (status = 400, description = "Not 16 hex digits (`field: draw`)", body = ErrorBody),
+        (status = 401, description = "No credential, or one that does not verify (`field: authorization`)", body = ErrorBody),
+        (status = 404, description = "No such draw of yours (unknown, another user's, or finished long ago and forgotten)", body = ErrorBody),
         (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait"))),
     )
 )]
 async fn draw_status(
     State(state): State<AppState>,
-    xid: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+    headers: axum::http::HeaderMap,
+    draw: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<lottery::DrawStatusBody>, ApiError> {
-    let xid = xid_param(xid)?;
-    match state.lottery()?.status(Xid(xid)).await? {
-        Some(body) => Ok(Json(body)),
-        None => Err(ApiError::field(
+    let text = segment(draw, "draw")?;
+    let handle = sut::gate::handle::DrawHandle::parse(&text).ok_or_else(|| {
+        ApiError::bad(
+            "draw",
+            "draw must be 16 hex digits (from the draw's answer)",
+        )
+    })?;
+    // The operator sees every draw; a user only their own, and learns nothing of the others
+    // (another user's draw is as absent as one that never was).
+    let owner = if auth::admin(&state, &headers).is_ok() {
+        None
+    } else {
+        let (claims, _) = auth::user(&state, &headers).await?;
+        Some(sut::gate::drawer(&claims, None).map_err(|r| auth::gate_error(&r))?)
+    };
+    let xid = state.handles.open(handle);
+    let status = state.lottery()?.status(xid).await?;
+    match status {
+        Some(body) if owner.is_none_or(|u| u.0 == body.user) => Ok(Json(body)),
+        _ => Err(ApiError::field(
             StatusCode::NOT_FOUND,
-            "xid",
-            format!("no draw {xid} (unknown, or finished long ago and forgotten)"),
+            "draw",
+            format!("no draw {handle} of yours (unknown, or finished long ago and forgotten)"),
         )),
     }
 }
@@ -1866,9 +1998,11 @@ async fn retry_dead_letter(
     get,
     path = "/ledger",
     tag = "lottery",
-    summary = "Ledger summary and invariant checks",
+    summary = "Ledger summary and invariant checks (the operator's)",
+    params(("Authorization" = String, Header, description = "`Bearer <admin secret>`")),
     responses(
         (status = 200, description = "The ledger", body = lottery::LedgerReport),
+        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
         (status = 503, description = "Overloaded or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait"))),
     )

@@ -75,6 +75,7 @@ use crate::db::Db;
 use crate::pg::PgLotteryStore;
 use crate::remote::{Outbox, RemoteParticipants, ReplySink};
 use crate::sqlite::SqliteLotteryStore;
+use sut::gate::handle::HandleKey;
 
 /// Most commands answered by one group commit.
 pub const BATCH_MAX: usize = 512;
@@ -110,6 +111,9 @@ pub struct LotteryOptions {
     /// The operator's activities (the participants' terms rule, `lottery.paid`); `None`: an
     /// empty registry in memory (every Try refused as unregistered).
     pub activities: Option<Arc<Activities>>,
+    /// How draws are named to clients (the coordinator's; derived from the JWT key). `None`: a
+    /// fixed key (processes that answer no client about draws, and tests).
+    pub handles: Option<HandleKey>,
 }
 
 /// The exit code of a process whose lottery commit failed (`EX_TEMPFAIL`): what it held in
@@ -173,11 +177,14 @@ impl ParticipantFaults {
     }
 }
 
-/// Where a draw is, as `GET /lottery/draws/{xid}` tells it.
+/// Where a draw is, as `GET /lottery/draws/{draw}` tells it.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct DrawStatusBody {
-    /// The draw's xid.
-    pub xid: u64,
+    /// The draw's handle (16 hex digits; its xid is never shown to clients).
+    pub draw: String,
+    /// Whose draw it is (the route shows it only to them or to the operator).
+    #[serde(skip)]
+    pub user: u64,
     /// `in_progress` (not answered yet), `pending` (its verdict is being redelivered by
     /// compensation), `dead_lettered` (compensation gave up: an operator must act),
     /// `confirmed` or `cancelled`.
@@ -189,11 +196,13 @@ pub struct DrawStatusBody {
     pub detail: Option<DrawOutcome>,
 }
 
-/// A dead-lettered draw (`GET /admin/dead-letters`).
+/// A dead-lettered draw (`GET /admin/dead-letters`, the operator's).
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct DeadLetterBody {
-    /// The draw's xid.
+    /// The draw's xid (what `POST /admin/dead-letters/{xid}/retry` takes).
     pub xid: u64,
+    /// Its handle, as its owner knows it.
+    pub draw: String,
     /// The user.
     pub user: u64,
     /// The activity.
@@ -317,7 +326,8 @@ impl SqliteJournal {
     /// # Errors
     /// Backend failures.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(path).map_err(|e| backend(&e))?;
+        let conn =
+            crate::db::open_private(path).map_err(|message| StoreError::Backend { message })?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(|e| backend(&e))?;
@@ -620,12 +630,13 @@ fn report(
 /// A draw's answer.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct DrawAnswer {
-    /// The draw's xid.
-    pub xid: u64,
+    /// The draw's handle (16 hex digits): what `GET /lottery/draws/{draw}` takes. It names this
+    /// draw only: the handles of other draws cannot be derived from it.
+    pub draw: String,
     /// Whether the draw was a winning one.
     pub won: bool,
     /// `confirmed`, or `pending` (answered 202: the verdict is logged and compensation is
-    /// redelivering it; `GET /lottery/draws/{xid}` follows it to the end). Cancelled draws are
+    /// redelivering it; `GET /lottery/draws/{draw}` follows it to the end). Cancelled draws are
     /// answered with an error.
     pub outcome: &'static str,
     /// The coordinator's outcome in full.
@@ -737,10 +748,10 @@ fn refusal_field(r: &Refusal) -> Option<&'static str> {
     }
 }
 
-fn answer(event: &DrawEvent) -> Result<DrawAnswer, ApiError> {
+fn answer(event: &DrawEvent, handles: &HandleKey) -> Result<DrawAnswer, ApiError> {
     let ok = |outcome| {
         Ok(DrawAnswer {
-            xid: event.draw.xid.0,
+            draw: handles.seal(event.draw.xid).to_string(),
             won: event.draw.won,
             outcome,
             detail: event.outcome.clone(),
@@ -777,8 +788,10 @@ struct Writer<S> {
     waiting: BTreeMap<Xid, Reply<DrawAnswer>>,
     /// Draws told `pending` and not final yet.
     pending: std::collections::BTreeSet<Xid>,
-    /// Final outcomes of recent draws (bounded by [`OUTCOMES_KEPT_MAX`]).
-    finished: BTreeMap<Xid, DrawOutcome>,
+    /// Final outcomes of recent draws and whose they are (bounded by [`OUTCOMES_KEPT_MAX`]).
+    finished: BTreeMap<Xid, (UserId, DrawOutcome)>,
+    /// How draws are named to clients.
+    handles: HandleKey,
     history: VecDeque<ParticipantReply>,
     events: VecDeque<DrawEvent>,
     held: Vec<Held>,
@@ -904,6 +917,7 @@ impl<S: DurableLottery> Writer<S> {
             .dead_letters()
             .map(|(d, verdict)| DeadLetterBody {
                 xid: d.xid.0,
+                draw: self.handles.seal(d.xid).to_string(),
                 user: d.user.0,
                 activity: d.activity.0,
                 price_minor: d.price_minor,
@@ -933,13 +947,15 @@ impl<S: DurableLottery> Writer<S> {
 
     /// Where draw `xid` is: in flight (its stage), else its remembered final outcome.
     fn status(&self, xid: Xid) -> Option<DrawStatusBody> {
-        let body = |status, verdict: Option<Verdict>, detail| DrawStatusBody {
-            xid: xid.0,
+        let body = |user: UserId, status, verdict: Option<Verdict>, detail| DrawStatusBody {
+            draw: self.handles.seal(xid).to_string(),
+            user: user.0,
             status,
             verdict: verdict.map(verdict_name),
             detail,
         };
-        if let Some(stage) = self.coordinator.stage(xid) {
+        if let (Some(stage), Some(args)) = (self.coordinator.stage(xid), self.coordinator.draw(xid))
+        {
             let verdict = match stage {
                 DrawStage::LoggingBegin | DrawStage::Trying => None,
                 DrawStage::LoggingVerdict(v)
@@ -954,14 +970,14 @@ impl<S: DurableLottery> Writer<S> {
                 _ if self.pending.contains(&xid) => "pending",
                 _ => "in_progress",
             };
-            return Some(body(status, verdict, None));
+            return Some(body(args.user, status, verdict, None));
         }
-        let outcome = self.finished.get(&xid)?;
+        let (user, outcome) = self.finished.get(&xid)?;
         let (status, verdict) = match outcome {
             DrawOutcome::Confirmed { .. } => ("confirmed", Verdict::Confirm),
             _ => ("cancelled", Verdict::Cancel),
         };
-        Some(body(status, Some(verdict), Some(outcome.clone())))
+        Some(body(*user, status, Some(verdict), Some(outcome.clone())))
     }
 
     /// Books an outcome event: the status the draw routes report, the metrics.
@@ -975,7 +991,8 @@ impl<S: DurableLottery> Writer<S> {
             DrawOutcome::DeadLettered { .. } => &self.metrics.lottery_draws_dead_lettered,
             DrawOutcome::Confirmed { .. } | DrawOutcome::Cancelled { .. } => {
                 self.pending.remove(&xid);
-                self.finished.insert(xid, event.outcome.clone());
+                self.finished
+                    .insert(xid, (event.draw.user, event.outcome.clone()));
                 if self.finished.len() > OUTCOMES_KEPT_MAX {
                     self.finished.pop_first();
                 }
@@ -1025,7 +1042,8 @@ impl<S: DurableLottery> Writer<S> {
                 self.events.push_back(event.clone());
                 self.book(&event);
                 if let Some(reply) = self.waiting.remove(&event.draw.xid) {
-                    self.held.push(Held::Draw(reply, answer(&event)));
+                    self.held
+                        .push(Held::Draw(reply, answer(&event, &self.handles)));
                 }
             }
             if !progressed {
@@ -1240,6 +1258,9 @@ impl Lottery {
             activities: options
                 .activities
                 .unwrap_or_else(|| Arc::new(Activities::in_memory(sut::lottery::Registry::new()))),
+            handles: options
+                .handles
+                .unwrap_or_else(|| HandleKey::new(*b"no key, in tests")),
         };
         // Finish what the log shows open before taking requests.
         writer.pump();

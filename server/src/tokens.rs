@@ -240,6 +240,8 @@ pub struct OnceBody {
         (status = 401, description = "No JWT, or one that does not verify (`field: authorization`)", body = ErrorBody),
         (status = 403, description = "The JWT is another user's (`field: user`)", body = ErrorBody),
         (status = 404, description = "The activity is not registered (`field: activity`); nothing is issued", body = ErrorBody),
+        (status = 429, description = "This user asks for tokens too fast; retry after `Retry-After` seconds (`field: user`)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
         (status = 201, description = "Created", body = OnceBody),
         (status = 200, description = "Existing", body = OnceBody),
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
@@ -268,8 +270,10 @@ pub async fn once_issue(
     // its own invention.
     sut::gate::once_token_activity(&state.activities()?.snapshot(), &activity)
         .map_err(|r| crate::auth::gate_error(&r))?;
-    let nonce = nonce()?;
+    // A quota per user: one user cannot fill the table for everyone.
     let now = state.clock.now();
+    crate::auth::within_rate(&state.once_limiter, user, now.wall_ms, "one-time tokens")?;
+    let nonce = nonce()?;
     let issued = state
         .once_desk()?
         .issue(user, activity, nonce, now)

@@ -48,7 +48,7 @@ async fn server(db: &Path, retries_max: u32, lose: LoseMessages) -> Server {
 trait CompensationApi {
     async fn metrics(&self) -> String;
     async fn winning_draw(&self) -> (StatusCode, Value);
-    async fn follow(&self, xid: u64) -> (Value, Vec<String>);
+    async fn follow(&self, draw: &str) -> (Value, Vec<String>);
 }
 
 impl CompensationApi for Api {
@@ -72,13 +72,13 @@ impl CompensationApi for Api {
             .await
     }
 
-    /// Polls `GET /lottery/draws/{xid}` until its status is no longer `pending` or
-    /// `in_progress` (at most 10 s); returns the last answer and the statuses seen.
-    async fn follow(&self, xid: u64) -> (Value, Vec<String>) {
+    /// Polls `GET /lottery/draws/{draw}` (as the operator) until its status is no longer
+    /// `pending` or `in_progress` (at most 10 s); returns the last answer and the statuses seen.
+    async fn follow(&self, draw: &str) -> (Value, Vec<String>) {
         let started = Instant::now();
         let mut seen = Vec::new();
         loop {
-            let (status, body) = self.get(&format!("/lottery/draws/{xid}")).await;
+            let (status, body) = self.get(&format!("/lottery/draws/{draw}")).await;
             assert_eq!(status, StatusCode::OK, "{body}");
             let now = body["status"].as_str().unwrap().to_owned();
             if seen.last() != Some(&now) {
@@ -117,9 +117,13 @@ async fn compensation_redelivers_a_failing_confirm_until_the_draw_is_confirmed()
     let (status, answer) = api.winning_draw().await;
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
     assert_eq!(answer["outcome"], "pending");
-    let xid = answer["xid"].as_u64().unwrap();
+    let draw = answer["draw"].as_str().unwrap().to_owned();
+    assert!(
+        answer.get("xid").is_none(),
+        "a client never sees an xid: {answer}"
+    );
 
-    let (end, seen) = api.follow(xid).await;
+    let (end, seen) = api.follow(&draw).await;
     assert_eq!(end["status"], "confirmed", "{end}");
     assert_eq!(end["verdict"], "confirm");
     assert_eq!(seen.first().map(String::as_str), Some("pending"));
@@ -149,16 +153,18 @@ async fn compensation_dead_letters_a_participant_that_never_answers() {
     let api = Api::new(s.addr);
     let (status, answer) = api.winning_draw().await;
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
-    let xid = answer["xid"].as_u64().unwrap();
+    let draw = answer["draw"].as_str().unwrap().to_owned();
 
-    let (end, _) = api.follow(xid).await;
+    let (end, _) = api.follow(&draw).await;
     assert_eq!(end["status"], "dead_lettered", "{end}");
     assert_eq!(end["verdict"], "confirm");
     let (status, letters) = api.get("/admin/dead-letters").await;
     assert_eq!(status, StatusCode::OK);
+    // The operator's view names the xid too (what the retry route takes).
+    let xid = letters[0]["xid"].as_u64().expect("xid");
     assert_eq!(
         letters,
-        json!([{"xid": xid, "user": 1, "activity": 1, "price_minor": 10, "won": true, "verdict": "confirm"}])
+        json!([{"xid": xid, "draw": draw, "user": 1, "activity": 1, "price_minor": 10, "won": true, "verdict": "confirm"}])
     );
     let metrics = api.metrics().await;
     assert_eq!(metric(&metrics, "sut_lottery_draws_parked_total"), 1);
@@ -190,15 +196,18 @@ async fn an_operator_retry_delivers_a_dead_letter_once_the_participant_answers_a
 
     let (status, answer) = api.winning_draw().await;
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
-    let xid = answer["xid"].as_u64().unwrap();
-    let (end, _) = api.follow(xid).await;
+    let draw = answer["draw"].as_str().unwrap().to_owned();
+    let (end, _) = api.follow(&draw).await;
     assert_eq!(end["status"], "dead_lettered", "{end}");
+    let (_, letters) = api.get("/admin/dead-letters").await;
+    let xid = letters[0]["xid"].as_u64().expect("xid");
 
     let path = format!("/admin/dead-letters/{xid}/retry");
     let (status, body) = api.post(&path, &json!({})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["status"], "pending", "{body}");
-    let (end, _) = api.follow(xid).await;
+    assert_eq!(body["draw"], draw.as_str(), "{body}");
+    let (end, _) = api.follow(&draw).await;
     assert_eq!(end["status"], "confirmed", "{end}");
     let (_, letters) = api.get("/admin/dead-letters").await;
     assert_eq!(letters, json!([]));
@@ -220,7 +229,7 @@ async fn an_operator_retry_delivers_a_dead_letter_once_the_participant_answers_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unknown_draw_is_404_and_a_bad_xid_400() {
+async fn an_unknown_draw_is_404_and_a_bad_handle_400() {
     let dir = tempfile::tempdir().unwrap();
     let lose = LoseMessages {
         branch: Participant::Wallet,
@@ -229,16 +238,19 @@ async fn an_unknown_draw_is_404_and_a_bad_xid_400() {
     };
     let s = server(&dir.path().join("ids.db"), 2, lose).await;
     let api = Api::new(s.addr);
-    let (status, body) = api.get("/lottery/draws/424242").await;
+    let (status, body) = api.get("/lottery/draws/0000000000424242").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
-    assert_eq!(body["field"], "xid");
-    let (status, body) = api.get("/lottery/draws/nope").await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["field"], "draw");
+    for bad in ["nope", "424242", "00000000004242420"] {
+        let (status, body) = api.get(&format!("/lottery/draws/{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(body["field"], "draw");
+    }
     // A draw that needs no compensation is answered 200 and reads confirmed afterwards.
     let (status, answer) = api.winning_draw().await;
     assert_eq!(status, StatusCode::OK, "{answer}");
-    let xid = answer["xid"].as_u64().unwrap();
-    let (end, seen) = api.follow(xid).await;
+    let draw = answer["draw"].as_str().unwrap().to_owned();
+    let (end, seen) = api.follow(&draw).await;
     assert_eq!(end["status"], "confirmed");
     assert_eq!(seen, ["confirmed"]);
     s.shutdown().await.unwrap();

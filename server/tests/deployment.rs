@@ -36,6 +36,17 @@ async fn post_as(client: &reqwest::Client, url: String, bearer: &str, body: Valu
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+async fn get_as(client: &reqwest::Client, url: String, bearer: &str) -> (u16, Value) {
+    let r = client
+        .get(url)
+        .bearer_auth(bearer)
+        .send()
+        .await
+        .expect("get");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
 async fn get(client: &reqwest::Client, url: String) -> (u16, Value) {
     let r = client.get(url).send().await.expect("get");
     let status = r.status().as_u16();
@@ -135,8 +146,8 @@ impl Drawer {
     }
 
     /// One draw per user, in turn, as a real client makes it (a JWT from the token service, a
-    /// one-time token for the activity, the draw); returns the xids answered 200 or 202.
-    async fn draws(&self, users: std::ops::Range<u64>) -> Vec<u64> {
+    /// one-time token for the activity, the draw); returns the handles answered 200 or 202.
+    async fn draws(&self, users: std::ops::Range<u64>) -> Vec<String> {
         let mut xids = Vec::new();
         for user in users {
             let (jwt, once) = self.tokens(user).await;
@@ -146,7 +157,7 @@ impl Drawer {
             let url = format!("{}/lottery/draw", self.coordinator);
             let (status, body) = post_as(&self.client, url, &jwt, body).await;
             if matches!(status, 200 | 202) {
-                xids.push(body["xid"].as_u64().expect("xid"));
+                xids.push(body["draw"].as_str().expect("a draw handle").to_owned());
             }
         }
         xids
@@ -226,24 +237,30 @@ async fn draws_settle_after_a_wallet_crash(backend: Backend) {
 
     // Every draw ends settled: none in progress, pending or dead-lettered.
     let deadline = Instant::now() + Duration::from_secs(30);
-    for xid in confirmed.iter().chain(&during).chain(&after) {
+    for draw in confirmed.iter().chain(&during).chain(&after) {
         loop {
-            let (status, body) = get(&client, format!("{coordinator}/lottery/draws/{xid}")).await;
+            let (status, body) = get_as(
+                &client,
+                format!("{coordinator}/lottery/draws/{draw}"),
+                cluster.admin_token(),
+            )
+            .await;
             assert_eq!(status, 200, "{body}");
             let s = body["status"].as_str().unwrap_or_default().to_owned();
             if s == "confirmed" || s == "cancelled" {
                 break;
             }
-            assert!(Instant::now() < deadline, "draw {xid} still {s}");
+            assert!(Instant::now() < deadline, "draw {draw} still {s}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     for url in [&wallet, &inventory, &coordinator] {
-        let (status, report) = get(&client, format!("{url}/ledger")).await;
+        let (status, report) =
+            get_as(&client, format!("{url}/ledger"), cluster.admin_token()).await;
         assert_eq!(status, 200);
         assert_eq!(report["safe"], true, "{url}: {report}");
     }
-    let (_, report) = get(&client, format!("{wallet}/ledger")).await;
+    let (_, report) = get_as(&client, format!("{wallet}/ledger"), cluster.admin_token()).await;
     assert_eq!(report["frozen_minor"], 0, "nothing stays frozen: {report}");
     let collected = report["collected_minor"].as_u64().unwrap();
     assert!(
@@ -352,7 +369,8 @@ async fn a_lottery_process_whose_database_went_away_exits_and_its_restart_recove
     let wallet = cluster.url(RoleProcess::Wallet);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let (status, report) = get(&client, format!("{wallet}/ledger")).await;
+        let (status, report) =
+            get_as(&client, format!("{wallet}/ledger"), cluster.admin_token()).await;
         assert_eq!(status, 200, "{report}");
         assert_eq!(report["safe"], true, "{report}");
         if report["frozen_minor"] == 0 && report["collected_minor"] == 200 {

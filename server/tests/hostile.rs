@@ -406,3 +406,230 @@ async fn one_peer_cannot_hold_every_connection() {
     );
     srv.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_is_its_owners_to_read_and_the_ledger_the_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |_| {}).await;
+    let api = Api::new(srv.addr);
+    seed(&api, 1, 3, 1_000).await;
+    let (s, v) = api
+        .draw(&json!({"user": 1, "activity": 1, "won": false}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let mine = v["draw"].as_str().unwrap().to_owned();
+    assert!(
+        v.get("xid").is_none(),
+        "the xid never reaches a client: {v}"
+    );
+    let (_, v) = api
+        .draw(&json!({"user": 2, "activity": 1, "won": false}))
+        .await;
+    let theirs = v["draw"].as_str().unwrap().to_owned();
+    // The finding: xids were sequential and every draw's status was open to anyone.
+    assert_ne!(
+        u64::from_str_radix(&mine, 16)
+            .unwrap()
+            .abs_diff(u64::from_str_radix(&theirs, 16).unwrap()),
+        1,
+        "consecutive draws get unrelated handles"
+    );
+    let status = |bearer: Option<String>, draw: String| {
+        let api = &api;
+        async move {
+            let mut req = api.client.get(format!("{}/lottery/draws/{draw}", api.base));
+            if let Some(b) = bearer {
+                req = req.bearer_auth(b);
+            }
+            let r = req.send().await.unwrap();
+            let code = r.status();
+            (code, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (jwt1, jwt2) = (api.jwt(1).await, api.jwt(2).await);
+    let (s, v) = status(Some(jwt1.clone()), mine.clone()).await;
+    assert_eq!(
+        (s, v["status"].as_str()),
+        (StatusCode::OK, Some("confirmed")),
+        "{v}"
+    );
+    assert!(v.get("user").is_none(), "{v}");
+    // Another user's draw is as absent as one that never was.
+    let (s, v) = status(Some(jwt2), mine.clone()).await;
+    assert_eq!((s, field(&v)), (StatusCode::NOT_FOUND, "draw"), "{v}");
+    let (s, _) = status(Some(jwt1), "0000000000000001".to_owned()).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, v) = status(None, mine.clone()).await;
+    assert_eq!(
+        (s, field(&v)),
+        (StatusCode::UNAUTHORIZED, "authorization"),
+        "{v}"
+    );
+    let (s, _) = status(Some(common::ADMIN.to_owned()), theirs).await;
+    assert_eq!(s, StatusCode::OK, "the operator reads any draw");
+    // The ledger is the operator's.
+    let r = api
+        .client
+        .get(format!("{}/ledger", api.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let (s, _) = api.get("/ledger").await;
+    assert_eq!(s, StatusCode::OK);
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_secret_moves_no_money_on_the_participants_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |_| {}).await;
+    let api = Api::new(srv.addr);
+    seed(&api, 1, 1, 1_000).await;
+    let msg = |phase: &str| {
+        json!({"branch": "Wallet", "msg": {"phase": phase, "draw": {"xid": 77, "user": 1,
+            "activity": 1, "price_minor": PRICE_MINOR, "won": false}}})
+    };
+    // The finding: with the one admin secret, a wallet Try + Confirm moved money with no draw.
+    for phase in ["Try", "Confirm"] {
+        let (s, v) = api
+            .post_with("/tcc/branch", msg(phase).to_string(), Some(common::ADMIN))
+            .await;
+        assert_eq!(
+            (s, field(&v)),
+            (StatusCode::UNAUTHORIZED, "authorization"),
+            "{v}"
+        );
+    }
+    let (_, ledger) = api.get("/ledger").await;
+    assert_eq!(ledger["collected_minor"], 0, "{ledger}");
+    // The service credential is the coordinator's: it moves branches, and runs no operator
+    // route.
+    let (s, v) = api
+        .post_with("/tcc/branch", msg("Try").to_string(), Some(common::SERVICE))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = api
+        .post_with(
+            "/admin/stock",
+            json!({"activity": 1, "units": 5}).to_string(),
+            Some(common::SERVICE),
+        )
+        .await;
+    assert_eq!(
+        (s, field(&v)),
+        (StatusCode::UNAUTHORIZED, "authorization"),
+        "{v}"
+    );
+    srv.shutdown().await.unwrap();
+    // One secret for both, short ones, a short JWT key, a participant without a credential:
+    // each a start-up error that names the credential, never its value.
+    type Tune = fn(&mut ServerConfig);
+    let cases: [(&str, Tune); 4] = [
+        ("the operator's secret", |c| {
+            c.service_token = c.admin_token.clone();
+        }),
+        ("shorter than 16", |c| {
+            c.admin_token = Some("short-secret".into())
+        }),
+        ("JWT key", |c| c.jwt_secret = Some(b"0123456789".to_vec())),
+        ("--service-token-file", |c| {
+            c.role = sut_server::Role::Wallet;
+            c.service_token = None;
+        }),
+    ];
+    for (says, tune) in cases {
+        let mut cfg = common::config(&dir.path().join("other.db"));
+        tune(&mut cfg);
+        let err = start(cfg, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(err.contains(says), "{err}");
+        assert!(
+            !err.contains(common::ADMIN) && !err.contains("short-secret"),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smaller_findings_each_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |cfg| {
+        cfg.noop_delay = false;
+        cfg.once_rate_per_s = 0.001;
+        cfg.once_burst = 3;
+    })
+    .await;
+    let api = Api::new(srv.addr);
+    // A body that is not JSON is refused as such (415), not read as JSON.
+    let r = api
+        .client
+        .post(format!("{}/admin/accounts", api.base))
+        .bearer_auth(common::ADMIN)
+        .header("content-type", "text/plain")
+        .body(r#"{"user": 1, "balance_minor": 5}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(field(&v), "content-type", "{v}");
+    // `Bearer` in any case (RFC 7235).
+    let r = api
+        .client
+        .get(format!("{}/ledger", api.base))
+        .header("authorization", format!("bearer {}", common::ADMIN))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // The delay knob is a test flag: a client cannot hold slots for free.
+    let (s, v) = api.get("/noop?delay_ms=100").await;
+    assert_eq!((s, field(&v)), (StatusCode::FORBIDDEN, "delay_ms"), "{v}");
+    // One user cannot fill the one-time token table: a quota per user.
+    let (s, _) = api
+        .post(
+            "/admin/activities",
+            &json!({"activity": 60, "count": 10, "price_minor": 1}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let mut refused = None;
+    for a in 60..70 {
+        let (s, v) = api
+            .post(
+                "/tokens/once",
+                &json!({"user": 9, "activity": a.to_string()}),
+            )
+            .await;
+        if s == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some((a, v));
+            break;
+        }
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    let (at, v) = refused.expect("the quota stops a user issuing without end");
+    assert_eq!(at, 63, "a burst of 3, then the rate");
+    assert_eq!(field(&v), "user", "{v}");
+    // Another user has a quota of their own.
+    let (s, _) = api
+        .post("/tokens/once", &json!({"user": 10, "activity": "60"}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    srv.shutdown().await.unwrap();
+    // Data files are the owner's alone.
+    use std::os::unix::fs::PermissionsExt;
+    for file in [
+        "ids.db",
+        "ids.db.tokens",
+        "ids.db.lottery",
+        "ids.db.activities",
+    ] {
+        let mode = std::fs::metadata(dir.path().join(file))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}: {mode:o}");
+    }
+}

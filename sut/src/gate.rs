@@ -15,6 +15,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub mod handle;
+
 use crate::UserId;
 use crate::lottery;
 use crate::token::{self, Claims, OnceKey};

@@ -50,14 +50,27 @@ struct Args {
     /// Draws one user may start at once before the rate applies.
     #[arg(long, default_value_t = 20)]
     draw_burst: u32,
+    /// One-time tokens per second one user may be issued (429 with Retry-After beyond).
+    #[arg(long, default_value_t = 2.0)]
+    once_rate_per_user: f64,
+    /// One-time tokens one user may be issued at once before the rate applies.
+    #[arg(long, default_value_t = 20)]
+    once_burst: u32,
     /// TEST ONLY: let a draw's body force its luck (`won`). The server says so loudly at start.
     #[arg(long)]
     test_forced_outcomes: bool,
-    /// File holding the admin secret (also read from the environment variable
-    /// SUT_ADMIN_TOKEN). It guards the participant route between the processes of a
-    /// deployment, which must all share it. Absent: a random one is generated and printed once.
+    /// TEST ONLY: let `GET /noop?delay_ms=` hold requests (overload measurements).
+    #[arg(long)]
+    test_noop_delay: bool,
+    /// File holding the operator's secret (or the environment variable SUT_ADMIN_TOKEN; at
+    /// least 16 characters): `/admin/*`, issuing JWTs, the ledger. Required.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// File holding the service credential (or SUT_SERVICE_TOKEN; at least 16 characters, not
+    /// the operator's secret): what the coordinator presents to the participants' routes,
+    /// which accept nothing else. Required by --role coordinator, wallet and inventory.
+    #[arg(long)]
+    service_token_file: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -107,6 +120,9 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Every file this process creates (databases, journals, their WAL) is its owner's alone:
+    // they hold balances and unconsumed one-time tokens.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     if args.print_openapi {
         print!("{}", sut_server::openapi::openapi_json());
         return ExitCode::SUCCESS;
@@ -136,33 +152,15 @@ fn parse_db(s: &str) -> Result<Db, String> {
     s.parse()
 }
 
-/// The admin secret: the file, else `SUT_ADMIN_TOKEN`, else a new random one (printed once on
-/// standard error, so that an operator can use it).
-fn admin_token(file: Option<&PathBuf>) -> Result<String, String> {
+/// A secret from its file, else from the environment variable `env`; `None` when neither is
+/// given. Never printed.
+fn secret_from(file: Option<&PathBuf>, env: &str, flag: &str) -> Result<Option<String>, String> {
     if let Some(path) = file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
-        let token = text.trim();
-        if token.len() < 16 {
-            return Err(format!(
-                "--admin-token-file {}: the secret must be at least 16 characters",
-                path.display()
-            ));
-        }
-        return Ok(token.to_owned());
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+        return Ok(Some(text.trim().to_owned()));
     }
-    if let Ok(token) = std::env::var("SUT_ADMIN_TOKEN")
-        && token.trim().len() >= 16
-    {
-        return Ok(token.trim().to_owned());
-    }
-    let mut bytes = [0u8; 24];
-    getrandom::fill(&mut bytes).map_err(|e| format!("randomness: {e}"))?;
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    eprintln!(
-        "sut-server: generated admin secret (pass --admin-token-file to choose one): {token}"
-    );
-    Ok(token)
+    Ok(std::env::var(env).ok().map(|v| v.trim().to_owned()))
 }
 
 async fn serve(args: Args) -> Result<(), String> {
@@ -173,11 +171,26 @@ async fn serve(args: Args) -> Result<(), String> {
     cfg.wallet_url = args.wallet_url.clone();
     cfg.inventory_url = args.inventory_url.clone();
     cfg.participant_timeout_ms = args.participant_timeout_ms;
-    cfg.admin_token = Some(admin_token(args.admin_token_file.as_ref())?);
+    cfg.admin_token = Some(
+        secret_from(
+            args.admin_token_file.as_ref(),
+            "SUT_ADMIN_TOKEN",
+            "--admin-token-file",
+        )?
+        .ok_or("the operator's secret is required: --admin-token-file, or SUT_ADMIN_TOKEN")?,
+    );
+    cfg.service_token = secret_from(
+        args.service_token_file.as_ref(),
+        "SUT_SERVICE_TOKEN",
+        "--service-token-file",
+    )?;
     cfg.token_url = args.token_url.clone();
     cfg.draw_rate_per_s = args.draw_rate_per_user;
     cfg.draw_burst = args.draw_burst;
+    cfg.once_rate_per_s = args.once_rate_per_user;
+    cfg.once_burst = args.once_burst;
     cfg.forced_outcomes = args.test_forced_outcomes;
+    cfg.noop_delay = args.test_noop_delay;
     if args.test_forced_outcomes {
         eprintln!(
             "sut-server: WARNING: --test-forced-outcomes: draws may choose their own luck \

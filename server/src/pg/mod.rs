@@ -303,6 +303,24 @@ impl PgConn {
                 )));
             }
         }
+        // Durability is this session's own setting, not whatever the server or the role says:
+        // a COMMIT returns once its WAL record is flushed (and refuse a server that never
+        // flushes).
+        let settings = block(
+            "the durability settings",
+            client.query_one(
+                "SELECT set_config('synchronous_commit', 'on', false), current_setting('fsync')",
+                &[],
+            ),
+        )
+        .map_err(|e| self.forget_if_lost(e))?;
+        let (commit, fsync): (String, String) = (settings.get(0), settings.get(1));
+        if commit != "on" || fsync != "on" {
+            return Err(DbError::fatal(format!(
+                "PostgreSQL durability is off (synchronous_commit {commit}, fsync {fsync}): an \
+                 acknowledged write could be lost in a crash; run it with fsync=on"
+            )));
+        }
         self.client = Some(client);
         Ok(())
     }

@@ -90,7 +90,10 @@ fn from_sql(v: i64, what: &str) -> Result<u64, StoreError> {
 impl SqliteIdStore {
     /// Opens (creating if needed) a store at `path`.
     pub fn open(path: &Path, durability: CounterDurability) -> Result<Self, StoreError> {
-        Self::init(Connection::open(path).map_err(backend)?, durability)
+        Self::init(
+            crate::db::open_private(path).map_err(StoreError::Backend)?,
+            durability,
+        )
     }
 
     /// A private in-memory database (tests).

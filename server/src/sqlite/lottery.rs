@@ -105,7 +105,8 @@ impl SqliteLotteryStore {
     /// # Errors
     /// Backend failures, or a journal mode other than WAL.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let conn = Connection::open(path).map_err(backend)?;
+        let conn = crate::db::open_private(path.as_ref())
+            .map_err(|message| StoreError::Backend { message })?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(backend)?;

@@ -258,7 +258,10 @@ fn make_room(
 impl SqliteTokenStore {
     /// Open (creating if needed) the store in the database file at `path`.
     pub fn open(path: &Path, limits: TokenStoreLimits) -> Result<Self, TokenStoreError> {
-        Self::init(Connection::open(path).map_err(backend)?, limits)
+        Self::init(
+            crate::db::open_private(path).map_err(TokenStoreError::Backend)?,
+            limits,
+        )
     }
 
     /// A private in-memory database (tests).

@@ -17,6 +17,8 @@ use sut_server::ServerConfig;
 
 /// The admin secret of the test servers.
 pub const ADMIN: &str = "test-admin-secret-0123456789";
+/// The service credential of the test servers (the coordinator's, on the participant routes).
+pub const SERVICE: &str = "test-service-credential-9876543210";
 /// The JWT secret of the test servers.
 pub const JWT_SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
@@ -43,9 +45,13 @@ pub fn config(db: &Path) -> ServerConfig {
     cfg.activities = activities();
     cfg.jwt_secret = Some(JWT_SECRET.to_vec());
     cfg.admin_token = Some(ADMIN.to_owned());
+    cfg.service_token = Some(SERVICE.to_owned());
     cfg.forced_outcomes = true;
+    cfg.noop_delay = true;
     cfg.draw_rate_per_s = 1e6;
     cfg.draw_burst = 1_000_000;
+    cfg.once_rate_per_s = 1e6;
+    cfg.once_burst = 1_000_000;
     cfg
 }
 
@@ -60,8 +66,14 @@ pub struct Api {
 fn admin_route(path: &str) -> bool {
     path.starts_with("/admin/")
         || path == "/tokens"
+        || path == "/ledger"
+        || path.starts_with("/lottery/draws/")
         || path == "/lottery/state"
-        || path.starts_with("/tcc/branch")
+}
+
+/// Routes that take the service credential.
+fn service_route(path: &str) -> bool {
+    path.starts_with("/tcc/branch")
 }
 
 /// Routes that take the JWT of the body's `user`.
@@ -111,6 +123,8 @@ impl Api {
     pub async fn post_raw(&self, path: &str, body: String) -> (StatusCode, Value) {
         let bearer = if admin_route(path) {
             Some(ADMIN.to_owned())
+        } else if service_route(path) {
+            Some(SERVICE.to_owned())
         } else if user_route(path) {
             match serde_json::from_str::<Value>(&body)
                 .ok()
