@@ -337,6 +337,20 @@ pub struct BlackBoxOptions {
     pub commands: Vec<String>,
     /// Faults, if any.
     pub nemesis: Option<BlackBoxNemesis>,
+    /// After the run, the slow-clients check against the first server (HTTP targets;
+    /// [`crate::slow`]).
+    pub slow_clients: Option<SlowSpec>,
+}
+
+/// The slow-clients check of a black-box run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlowSpec {
+    /// Stalled connections to open.
+    pub stalled: usize,
+    /// How long the server may keep one open.
+    pub closed_within: Duration,
+    /// Where the ones that stall in a body `POST` it (`None`: the ID route).
+    pub stall_path: Option<String>,
 }
 
 /// Why a black-box run could not be made (not a verdict on the target).
@@ -410,6 +424,8 @@ pub struct BlackBoxRun {
     pub latency: reports::model::EndpointStats,
     /// Each fault: when, which server, which kind.
     pub fault_windows: Vec<reports::model::FaultWindow>,
+    /// What the slow-clients check measured, and its two checks.
+    pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
 }
 
 impl BlackBoxRun {
@@ -437,6 +453,7 @@ impl BlackBoxRun {
         std::iter::once(&self.unique)
             .chain(self.monotonic.as_ref())
             .chain(self.took_effect.as_ref())
+            .chain(self.slow.iter().flat_map(|(_, checks)| checks))
             .collect()
     }
 
@@ -696,6 +713,17 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
     if opts.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         return usage("--rate must be a positive number of requests per second".into());
     }
+    if let Some(n) = opts.slow_clients.as_ref().map(|s| s.stalled) {
+        if !opts.target.is_http() {
+            return usage(format!(
+                "--slow-clients needs an HTTP target, not {}",
+                opts.target.kind()
+            ));
+        }
+        if !(1..=10_000).contains(&n) {
+            return usage(format!("--slow-clients {n}: give 1 to 10000"));
+        }
+    }
     if let Target::Http { .. } = opts.target {
         for url in &opts.urls {
             match (url.contains("{key}"), opts.key.is_empty()) {
@@ -825,7 +853,29 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .stats("generate", opts.duration.as_secs_f64()),
     };
-    Ok(judge(opts, history, results, faults, effects))
+    let mut run = judge(opts, history, results, faults, effects);
+    if let Some(spec) = &opts.slow_clients {
+        // Against the server itself (not through a fault proxy), while the bench still owns it.
+        let url = reqwest::Url::parse(&opts.target.request_url(&opts.urls[0], &opts.key))
+            .map_err(|e| BlackBoxError::Usage(format!("--slow-clients: {e}")))?;
+        let path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let slow = crate::slow::run(&crate::slow::SlowOptions {
+            closed_within: spec.closed_within,
+            stall_path: spec.stall_path.clone(),
+            ..crate::slow::SlowOptions::new(
+                url.origin().ascii_serialization().as_str(),
+                &path,
+                spec.stalled,
+            )
+        })
+        .map_err(|e| BlackBoxError::Usage(e.to_string()))?;
+        let checks = slow.checks();
+        run.slow = Some((slow, checks));
+    }
+    Ok(run)
 }
 
 /// The state the client threads share.
@@ -1235,6 +1285,7 @@ fn judge(
         lost_writes: effects.lost_writes,
         latency: effects.latency,
         fault_windows: faults.windows,
+        slow: None,
     }
 }
 

@@ -18,6 +18,7 @@ pub mod crash;
 pub mod history;
 pub mod participant;
 pub mod real;
+pub mod slow;
 pub mod stats;
 pub mod target;
 pub mod tokens;

@@ -10,6 +10,7 @@ use reports::model::Verdict;
 
 fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
     BlackBoxOptions {
+        slow_clients: None,
         target,
         urls: vec![url],
         key: key.into(),

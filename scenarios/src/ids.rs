@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use loadgen::blackbox::{
     BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic,
-    TARGET_KINDS, Target,
+    SlowSpec, TARGET_KINDS, Target,
 };
 use reports::model::Verdict;
 
@@ -84,6 +84,19 @@ pub struct IdsArgs {
     /// The size of a clock step, ms.
     #[arg(long, default_value_t = 30_000)]
     pub clock_step_ms: i64,
+    /// After the run, the slow-clients check: N connections that send part of a request and
+    /// then nothing, opened against the first server; its answer rate with them open must stay
+    /// at least half its rate without (`service.slow_clients`), and it must close each within
+    /// --stall-timeout-s (`service.stalled_closed`). HTTP targets.
+    #[arg(long)]
+    pub slow_clients: Option<usize>,
+    /// With --slow-clients: how long the service may keep a stalled connection open, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub stall_timeout_s: f64,
+    /// With --slow-clients: the path the connections that stall in a body POST to (a route of
+    /// the service whose handler reads a body; default: the ID route).
+    #[arg(long)]
+    pub stall_path: Option<String>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -160,6 +173,11 @@ impl IdsArgs {
             monotonic: self.monotonic,
             commands: self.server_cmds.clone(),
             nemesis,
+            slow_clients: self.slow_clients.map(|stalled| SlowSpec {
+                stalled,
+                closed_within: Duration::from_secs_f64(self.stall_timeout_s.max(0.1)),
+                stall_path: self.stall_path.clone(),
+            }),
         })
     }
 }
@@ -284,9 +302,30 @@ fn print_run(run: &BlackBoxRun) {
             p.connections, p.held_bytes
         );
     }
+    if let Some((slow, _)) = &run.slow {
+        println!("{}", slow_line(slow));
+    }
     for check in run.checks() {
         println!("{}", check_line(check));
     }
+}
+
+/// What the slow-clients check measured, in one line.
+#[must_use]
+pub fn slow_line(slow: &loadgen::slow::SlowRun) -> String {
+    format!(
+        "  slow clients: {:.0} answers/s before, {:.0}/s with {} stalled connections open, \
+         {:.0}/s after (ratio {:.3}); {}",
+        slow.rate_before_per_s,
+        slow.rate_during_per_s,
+        slow.opened,
+        slow.rate_after_per_s,
+        slow.ratio(),
+        slow.longest_open_ms().map_or_else(
+            || "some never closed".to_owned(),
+            |ms| format!("the last closed after {ms} ms")
+        )
+    )
 }
 
 /// One check's line in a run's printout: name, verdict, first offending event, detail.

@@ -437,6 +437,7 @@ pub fn options(
         ),
     };
     Ok(BlackBoxOptions {
+        slow_clients: None,
         target,
         urls,
         key: key.into(),

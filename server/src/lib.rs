@@ -113,6 +113,8 @@ pub struct ServerConfig {
     /// What one client may hold: connections (per process, per peer), head and body read
     /// timeouts.
     pub conn_limits: listen::ConnLimits,
+    /// A planted weakness (TEST ONLY; `None`: the correct server).
+    pub weakness: Option<listen::Weakness>,
     /// IDs published to the lock-free front at a time.
     pub block_ids: u64,
     /// Snowflake worker lease length.
@@ -194,6 +196,7 @@ impl ServerConfig {
             db,
             admission: AdmissionConfig::default(),
             conn_limits: listen::ConnLimits::default(),
+            weakness: None,
             block_ids: 4096,
             worker_lease_ms: 30_000,
             tick_ms: 200,
@@ -689,6 +692,10 @@ fn open_tokens(cfg: &ServerConfig) -> Result<(Tokens, once::OnceDesk), String> {
 /// A store cannot be opened, the worker lease cannot be had, or the address cannot be bound.
 pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, String> {
     check_credentials(&cfg)?;
+    if cfg.weakness == Some(listen::Weakness::NoReadTimeout) {
+        cfg.conn_limits.header_read_ms = 0;
+        cfg.conn_limits.body_read_ms = 0;
+    }
     let clock = RealClock::new();
     let metrics = Arc::new(Metrics::default());
     // One JWT key for the whole process (random when none is configured: its tokens then die
@@ -1021,7 +1028,11 @@ async fn count(State(state): State<AppState>, req: Request, next: Next) -> Respo
 /// the largest body any route takes), and only then is an admission slot taken, so a client
 /// that stalls mid-body holds a connection but never a slot.
 async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let req =
+    // The planted weakness reads the body after admission, with no deadline (as it was).
+    let read_first = state.body_read_ms > 0;
+    let req = if !read_first {
+        req
+    } else {
         match listen::read_body(req, remote::BRANCHES_BODY_MAX_BYTES, state.body_read_ms).await {
             Ok(req) => req,
             Err(refused) => {
@@ -1042,7 +1053,8 @@ async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Respo
                 }
                 return response;
             }
-        };
+        }
+    };
     match state.admission.admit().await {
         Ok((slot, waited)) => {
             if waited {

@@ -36,6 +36,27 @@ use crate::error::ApiError;
 use crate::ids::lock;
 use crate::metrics::Metrics;
 
+/// A planted weakness of the deployed server (`sut-server --weakness`): TEST ONLY, what the
+/// bench's hostile-client checks must catch (docs/hostile.md). Not a flaw of the protocol
+/// (`sut::flaw`): the simulator has no accept loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Weakness {
+    /// The accept loop as it was: no head or body read timeout, and the admission slot taken
+    /// before the body is read.
+    #[value(name = "no_read_timeout")]
+    NoReadTimeout,
+}
+
+impl Weakness {
+    /// The name on the command line.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::NoReadTimeout => "no_read_timeout",
+        }
+    }
+}
+
 /// What one client may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnLimits {
@@ -44,9 +65,10 @@ pub struct ConnLimits {
     /// Connections open at once from one peer address.
     pub per_peer_max: usize,
     /// How long a request head may take to arrive, from the moment the connection is idle (a
-    /// keep-alive connection idle for longer is closed).
+    /// keep-alive connection idle for longer is closed); 0: no limit (the planted weakness).
     pub header_read_ms: u64,
-    /// How long a request body may take to arrive once its head has.
+    /// How long a request body may take to arrive once its head has; 0: no limit, and the body
+    /// is read only after admission (the planted weakness).
     pub body_read_ms: u64,
 }
 
@@ -200,7 +222,9 @@ async fn serve_connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(limits.header_read_ms.max(1)))
+        .header_read_timeout(
+            (limits.header_read_ms > 0).then(|| Duration::from_millis(limits.header_read_ms)),
+        )
         .keep_alive(true);
     let conn = builder.serve_connection(TokioIo::new(tcp), service);
     tokio::pin!(conn);

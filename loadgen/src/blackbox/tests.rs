@@ -150,6 +150,7 @@ fn options(target: Target) -> BlackBoxOptions {
         monotonic: Monotonic::None,
         commands: Vec::new(),
         nemesis: None,
+        slow_clients: None,
     }
 }
 

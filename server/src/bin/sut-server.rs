@@ -108,6 +108,11 @@ struct Args {
     /// only: the server is then BROKEN on purpose). Names: sut::flaw::Flaw, e.g. stock_two_step.
     #[arg(long)]
     flaw: Option<sut::flaw::Flaw>,
+    /// Plant a weakness of the deployed server (for testing the bench's hostile-client checks
+    /// only: the server is then open to attack on purpose): `no_read_timeout` (no head or body
+    /// read timeout; admission before the body is read).
+    #[arg(long, value_enum)]
+    weakness: Option<sut_server::listen::Weakness>,
     /// Cap of the segment allocators' dynamic step (default: Leaf's 1,000,000); the IDs a crash
     /// may lose are a multiple of it.
     #[arg(long)]
@@ -220,6 +225,14 @@ async fn serve(args: Args) -> Result<(), String> {
                 .map_err(|e| format!("--activity {id}: {e}"))
         })
         .collect::<Result<_, _>>()?;
+    cfg.weakness = args.weakness;
+    if let Some(weakness) = args.weakness {
+        eprintln!(
+            "sut-server: WARNING: WEAKNESS `{}` PLANTED: this server is open to attack on \
+             purpose (bench testing only).",
+            weakness.name()
+        );
+    }
     if let Some(flaw) = args.flaw {
         eprintln!(
             "sut-server: WARNING: FLAW `{flaw}` SWITCHED ON: {}. This server is broken on \
