@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cluster::{Deployment, DeploymentSpec, RoleProcess};
 use reports::model::{FaultWindow, InvariantResult, LoadReport, Verdict};
-use sut::lottery::{DrawEvent, Ledger, invariants};
+use sut::lottery::{DrawEvent, Ledger, Registry, invariants};
 
 use crate::chaos::Supervisor;
 use crate::{Bases, LoadError, LoadOptions, USERS_MAX};
@@ -156,8 +156,8 @@ async fn judge(
         None
     };
     let mut verification = crate::verification(prep, shared).await?;
-    if let Some((ledger, events, dropped)) = settled {
-        verification.extend(deployment_checks(&ledger, &events, dropped));
+    if let Some(merged) = settled {
+        verification.extend(deployment_checks(&merged));
     }
     Ok(verification)
 }
@@ -193,13 +193,22 @@ fn kill_and_restart(
     (deployment, Ok(windows))
 }
 
-/// Every lottery process's state, merged: the whole ledger, the coordinator's outcome events,
-/// and whether older events were dropped.
-async fn merged_state(
-    admin: &crate::Admin,
-    bases: &Bases,
-) -> Result<(Ledger, Vec<DrawEvent>, bool), LoadError> {
+/// Every lottery process's state, merged.
+struct Merged {
+    /// The whole ledger.
+    ledger: Ledger,
+    /// The coordinator's outcome events.
+    events: Vec<DrawEvent>,
+    /// Whether older events were dropped.
+    dropped: bool,
+    /// The union of the processes' activity registries (an error: two disagree on a price).
+    registry: Result<Registry, String>,
+}
+
+/// Every lottery process's state, merged.
+async fn merged_state(admin: &crate::Admin, bases: &Bases) -> Result<Merged, LoadError> {
     let mut parts = Vec::new();
+    let mut registries = Vec::new();
     let mut events = Vec::new();
     let mut dropped = false;
     for (process, base) in &bases.ledgers {
@@ -214,14 +223,20 @@ async fn merged_state(
         let state: LotteryStateBody =
             serde_json::from_value(v).map_err(|e| bad(format!("body: {e}")))?;
         parts.push(state.ledger);
+        registries.push(state.activities);
         events.extend(state.events);
         dropped |= state.events_dropped;
     }
-    let merged = Ledger::merge(&parts).map_err(|e| LoadError::Setup {
+    let ledger = Ledger::merge(&parts).map_err(|e| LoadError::Setup {
         what: "merge the processes' ledgers".into(),
         reason: e.to_string(),
     })?;
-    Ok((merged, events, dropped))
+    Ok(Merged {
+        ledger,
+        events,
+        dropped,
+        registry: Registry::merge(&registries).map_err(|e| e.to_string()),
+    })
 }
 
 /// `GET /lottery/state` (`sut_server::lottery::LotteryState`).
@@ -230,20 +245,19 @@ struct LotteryStateBody {
     ledger: Ledger,
     events: Vec<DrawEvent>,
     events_dropped: bool,
+    #[serde(default)]
+    activities: Registry,
 }
 
 /// Polls the merged state until `lottery.settled` holds or [`SETTLE_WAIT_MS`] passes; returns
 /// the last state read.
-async fn wait_settled(
-    admin: &crate::Admin,
-    bases: &Bases,
-) -> Result<(Ledger, Vec<DrawEvent>, bool), LoadError> {
+async fn wait_settled(admin: &crate::Admin, bases: &Bases) -> Result<Merged, LoadError> {
     let deadline = Instant::now() + Duration::from_millis(SETTLE_WAIT_MS);
     loop {
         // A process whose database connection broke (PostgreSQL killed or cut off) answers
         // 503 until its store reconnects: asked again until the deadline.
         match merged_state(admin, bases).await {
-            Ok(state) if invariants::settled(&state.0).is_ok() => return Ok(state),
+            Ok(state) if invariants::settled(&state.ledger).is_ok() => return Ok(state),
             Ok(state) if Instant::now() >= deadline => return Ok(state),
             Err(e) if Instant::now() >= deadline => return Err(e),
             Ok(_) | Err(_) => {}
@@ -252,9 +266,11 @@ async fn wait_settled(
     }
 }
 
-/// The checks that need every process: over the merged ledger, conservation, no over-issue and
-/// settlement; over the coordinator's events and the participants' fences, agreement.
-fn deployment_checks(ledger: &Ledger, events: &[DrawEvent], dropped: bool) -> Vec<InvariantResult> {
+/// The checks that need every process: over the merged ledger, conservation, no over-issue,
+/// settlement and every prize paid for at the operator's price; over the coordinator's events
+/// and the participants' fences, agreement.
+fn deployment_checks(merged: &Merged) -> Vec<InvariantResult> {
+    let (ledger, events, dropped) = (&merged.ledger, &merged.events, merged.dropped);
     let result = |name: &str, r: Result<(), sut::lottery::LotteryViolation>, detail: String| {
         InvariantResult {
             name: format!("deployment: {name}"),
@@ -291,13 +307,42 @@ fn deployment_checks(ledger: &Ledger, events: &[DrawEvent], dropped: bool) -> Ve
             invariants::no_over_issue(ledger),
             sums.clone(),
         ),
-        result(invariants::SETTLED, invariants::settled(ledger), sums),
+        result(
+            invariants::SETTLED,
+            invariants::settled(ledger),
+            sums.clone(),
+        ),
+        paid(ledger, &merged.registry, sums),
         result(
             invariants::AGREEMENT,
             invariants::agreement(events, &[ledger]),
             judged,
         ),
     ]
+}
+
+/// `lottery.paid` over the merged ledger and the processes' registries, which must agree.
+fn paid(ledger: &Ledger, registry: &Result<Registry, String>, sums: String) -> InvariantResult {
+    let violation = match registry {
+        Err(e) => Some(format!(
+            "{}: the processes disagree on an activity's terms: {e}",
+            invariants::PAID
+        )),
+        Ok(registry) => invariants::paid(ledger, registry)
+            .err()
+            .map(|v| v.to_string()),
+    };
+    InvariantResult {
+        name: format!("deployment: {}", invariants::PAID),
+        verdict: if violation.is_none() {
+            Verdict::Held
+        } else {
+            Verdict::Violated
+        },
+        seed: None,
+        first_offending_event: violation,
+        detail: Some(sums),
+    }
 }
 
 fn bases(deployment: &Deployment) -> Bases {
@@ -435,4 +480,49 @@ async fn run(
         fault_windows: windows,
         verification,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sut::lottery::{ActivityId, ParticipationRow, Terms, UserId, Xid};
+
+    fn merged(price_paid: u64, registry: Result<Registry, String>) -> Merged {
+        let mut ledger = Ledger::default();
+        ledger.participations.insert(
+            (UserId(1), ActivityId(1)),
+            ParticipationRow {
+                xid: Xid(1),
+                price_minor: price_paid,
+                won: false,
+                confirmed: true,
+            },
+        );
+        ledger.collected_minor = price_paid;
+        ledger.minted_minor = price_paid;
+        Merged {
+            ledger,
+            events: Vec::new(),
+            dropped: false,
+            registry,
+        }
+    }
+
+    fn paid_verdict(m: &Merged) -> Verdict {
+        deployment_checks(m)
+            .into_iter()
+            .find(|c| c.name == "deployment: lottery.paid")
+            .expect("judged")
+            .verdict
+    }
+
+    #[test]
+    fn the_deployment_judges_every_draw_against_the_operators_price() {
+        let at_ten =
+            Registry::from_entries([(ActivityId(1), Terms::always_open(10, 100))]).unwrap();
+        assert_eq!(paid_verdict(&merged(10, Ok(at_ten.clone()))), Verdict::Held);
+        assert_eq!(paid_verdict(&merged(0, Ok(at_ten))), Verdict::Violated);
+        let disagree = Err("activity 1 is registered with other terms".to_owned());
+        assert_eq!(paid_verdict(&merged(10, disagree)), Verdict::Violated);
+    }
 }

@@ -570,7 +570,8 @@ pub fn participant_options(
     Ok(ParticipantOptions {
         url: format!("http://127.0.0.1:{port}"),
         admin_token: Some(token.to_owned()),
-        service_token: Some(service.to_owned()),
+        // tcc-compat has one secret for both, as many participants do.
+        service_token: (bug.program != Program::TccCompat).then(|| service.to_owned()),
         sequences: PARTICIPANT_SEQUENCES,
         steps: PARTICIPANT_STEPS,
         seed: 1,

@@ -971,16 +971,18 @@ pub fn router(state: AppState) -> Router {
     }
     let mut service = Router::new();
     if matches!(role, Role::All | Role::Wallet | Role::Inventory) {
-        service = service.route(remote::BRANCH_ROUTE, post(branch)).route(
-            remote::BRANCHES_ROUTE,
-            post(branches).layer(DefaultBodyLimit::max(remote::BRANCHES_BODY_MAX_BYTES)),
-        );
+        service = service
+            .route(remote::BRANCH_ROUTE, post(branch))
+            .route(
+                remote::BRANCHES_ROUTE,
+                post(branches).layer(DefaultBodyLimit::max(remote::BRANCHES_BODY_MAX_BYTES)),
+            )
+            .route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                require_service,
+            ));
     }
     let admin = admin.route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
-    let service = service.route_layer(middleware::from_fn_with_state(
-        state.clone(),
-        require_service,
-    ));
     let admitted = open
         .merge(admin)
         .merge(service)

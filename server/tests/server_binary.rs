@@ -71,6 +71,7 @@ async fn binary_prints_its_address_and_stops_gracefully_on_sigterm() {
     let tag = || {
         client
             .post(format!("http://{addr}/admin/tags"))
+            .header("content-type", "application/json")
             .body(r#"{"tag": "orders", "step": 20}"#)
     };
     let r = tag().send().await.unwrap();
