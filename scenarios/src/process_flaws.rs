@@ -406,8 +406,17 @@ pub fn options(
             _ => ("/snowflake", String::new()),
         };
         urls.push(format!("http://127.0.0.1:{port}{path}"));
+        // sut-server needs the operator's secret to start (the ID routes do not use it).
+        let env = if bug.program.binary() == "sut-server" {
+            format!(
+                "env SUT_ADMIN_TOKEN={} ",
+                loadgen::target::bench_admin_token()
+            )
+        } else {
+            String::new()
+        };
         commands.push(format!(
-            "exec {} {args} --db {{data}}/ids.db --listen 127.0.0.1:{port} {} {flags}",
+            "exec {env}{} {args} --db {{data}}/ids.db --listen 127.0.0.1:{port} {} {flags}",
             program.display(),
             bug.common
         ));
