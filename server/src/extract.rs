@@ -74,7 +74,15 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             .get(axum::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        if !is_json(content_type) {
+        // No body and no type: nothing is taken for JSON, and the parse below says the body is
+        // missing.
+        let headers = req.headers();
+        let empty = headers.get(axum::http::header::TRANSFER_ENCODING).is_none()
+            && headers
+                .get(axum::http::header::CONTENT_LENGTH)
+                .is_none_or(|v| v.as_bytes() == b"0");
+        let untyped_and_empty = content_type.is_empty() && empty;
+        if !untyped_and_empty && !is_json(content_type) {
             return Err(ApiError::field(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "content-type",
