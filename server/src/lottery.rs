@@ -280,7 +280,18 @@ pub trait JournalFile: std::fmt::Debug + Send + 'static {
     /// # Errors
     /// Backend failures: then none of them may be on disk.
     fn append(&mut self, records: &[JournalOp]) -> Result<(), StoreError>;
+
+    /// Appends `checkpoint` (a [`JournalOp::Checkpoint`] of the state after every record on
+    /// disk) and deletes every record before it, in one durable write.
+    ///
+    /// # Errors
+    /// Backend failures: then the journal is as it was.
+    fn checkpoint(&mut self, checkpoint: &JournalOp) -> Result<(), StoreError>;
 }
+
+/// Journal records between two checkpoints, by default (a restart replays one checkpoint and at
+/// most this many records; about 110,000 draws).
+pub const CHECKPOINT_EVERY_RECORDS: u64 = 1_000_000;
 
 /// Decodes journal records (their position, from 1, names a corrupt one).
 ///
@@ -378,6 +389,24 @@ impl JournalFile for SqliteJournal {
         }
         tx.commit().map_err(|e| backend(&e))
     }
+
+    /// One transaction: the checkpoint, then the records before it deleted.
+    fn checkpoint(&mut self, checkpoint: &JournalOp) -> Result<(), StoreError> {
+        let text = encode_records(std::slice::from_ref(checkpoint))?.remove(0);
+        let tx = self.conn.transaction().map_err(|e| backend(&e))?;
+        tx.execute(
+            "INSERT INTO server_lottery_journal (op) VALUES (?1)",
+            params![text],
+        )
+        .map_err(|e| backend(&e))?;
+        let at = tx.last_insert_rowid();
+        tx.execute(
+            "DELETE FROM server_lottery_journal WHERE seq < ?1",
+            params![at],
+        )
+        .map_err(|e| backend(&e))?;
+        tx.commit().map_err(|e| backend(&e))
+    }
 }
 
 /// The in-memory store behind a write-ahead command journal (see the module doc): `sut`'s
@@ -388,6 +417,12 @@ pub struct JournaledStore<J: JournalFile = SqliteJournal> {
     journal: Journaled,
     file: J,
     replayed: u64,
+    /// Records written since the last checkpoint (or since start).
+    since_checkpoint: u64,
+    /// Records between two checkpoints.
+    checkpoint_every: u64,
+    /// Checkpoints written since start.
+    checkpoints: u64,
 }
 
 impl JournaledStore {
@@ -412,13 +447,29 @@ impl<J: JournalFile> JournaledStore<J> {
             journal: Journaled::new(mem),
             file,
             replayed: records.len() as u64,
+            since_checkpoint: records.len() as u64,
+            checkpoint_every: CHECKPOINT_EVERY_RECORDS,
+            checkpoints: 0,
         })
+    }
+
+    /// A checkpoint every `records` journal records (at least 1).
+    #[must_use]
+    pub fn with_checkpoint_every(mut self, records: u64) -> Self {
+        self.checkpoint_every = records.max(1);
+        self
     }
 
     /// Journal records replayed at start.
     #[must_use]
     pub fn replayed(&self) -> u64 {
         self.replayed
+    }
+
+    /// Checkpoints written since start.
+    #[must_use]
+    pub fn checkpoints(&self) -> u64 {
+        self.checkpoints
     }
 }
 
@@ -470,7 +521,20 @@ impl<J: JournalFile> DurableLottery for JournaledStore<J> {
         if records.is_empty() {
             return Ok(());
         }
-        self.file.append(&records)
+        self.file.append(&records)?;
+        self.since_checkpoint += records.len() as u64;
+        if self.since_checkpoint >= self.checkpoint_every {
+            // Everything is on disk: the state now is the state after the last record. A
+            // failed checkpoint loses nothing (the records stay); the next commit tries again.
+            match self.file.checkpoint(&self.journal.checkpoint()) {
+                Ok(()) => {
+                    self.since_checkpoint = 0;
+                    self.checkpoints += 1;
+                }
+                Err(e) => eprintln!("lottery journal: checkpoint failed, kept the records: {e}"),
+            }
+        }
+        Ok(())
     }
 
     fn open_accounts(
@@ -1514,6 +1578,65 @@ mod tests {
         assert!(again.replayed() > 0);
         // Second draw wanted the last unit after the first took it: refused on replay too.
         assert_eq!(after.stock[&ActivityId(1)].reserved, 1);
+    }
+
+    /// Commits `draws` draws (each: Begin, the Tries), one commit per draw.
+    fn journal_draws<J: JournalFile>(s: &mut JournaledStore<J>, draws: std::ops::Range<u64>) {
+        for i in draws {
+            let d = draw(i, i, false);
+            s.log_append(&LogEntry::Begin(d)).unwrap();
+            for p in d.branches() {
+                let op = BranchOp {
+                    branch: p,
+                    phase: sut::lottery::Phase::Try,
+                    draw: d,
+                };
+                let _ = s.execute(&op, Flaws::NONE).unwrap();
+            }
+            s.commit().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_truncates_the_journal_and_replay_starts_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lottery.db");
+        let rows = |path: &Path| -> i64 {
+            Connection::open(path)
+                .unwrap()
+                .query_row("SELECT COUNT(*) FROM server_lottery_journal", [], |r| {
+                    r.get(0)
+                })
+                .unwrap()
+        };
+        let before = {
+            let mut s = JournaledStore::open(&path)
+                .unwrap()
+                .with_checkpoint_every(10);
+            s.open_accounts(1, 40, 1_000).unwrap();
+            s.commit().unwrap();
+            // Each draw writes 3 records (Begin, two Tries): a checkpoint every 4 draws.
+            journal_draws(&mut s, 1..21);
+            assert!(s.checkpoints() >= 5, "{} checkpoints", s.checkpoints());
+            s.snapshot().unwrap()
+        };
+        // What is left: the last checkpoint and the records after it, fewer than the interval.
+        let left = rows(&path);
+        assert!((1..=10).contains(&left), "{left} rows left");
+        let mut again = JournaledStore::open(&path).unwrap();
+        assert_eq!(
+            again.snapshot().unwrap(),
+            before,
+            "the same state, from the checkpoint"
+        );
+        assert_eq!(again.replayed(), u64::try_from(left).unwrap());
+        // And it goes on from there.
+        journal_draws(&mut again, 21..23);
+        let after = again.snapshot().unwrap();
+        assert_eq!(
+            JournaledStore::open(&path).unwrap().snapshot().unwrap(),
+            after
+        );
     }
 
     #[tokio::test]

@@ -62,6 +62,26 @@ impl JournalFile for PgJournal {
         )?;
         Ok(())
     }
+
+    /// One transaction: the checkpoint, then the records before it deleted.
+    fn checkpoint(&mut self, checkpoint: &JournalOp) -> Result<(), StoreError> {
+        let text = encode_records(std::slice::from_ref(checkpoint))?.remove(0);
+        self.conn.transact(|tx| {
+            let row = tx
+                .query(
+                    "INSERT INTO lot_journal (op) VALUES ($1) RETURNING seq",
+                    &[&text],
+                )?
+                .into_iter()
+                .next()
+                .ok_or_else(|| StoreError::Backend {
+                    message: "no seq for the checkpoint".into(),
+                })?;
+            let seq: i64 = row.get(0);
+            tx.execute("DELETE FROM lot_journal WHERE seq < $1", &[&seq])?;
+            Ok::<_, StoreError>(())
+        })
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,12 @@
 //! fsync (group commit); the simulator appends them to a participant node's crash-faithful disk.
 //! Both recover by [`replay`]. Read-only operations (`read_branch`, `log_load`, `snapshot`) are
 //! not journaled.
+//!
+//! A journal that only grows makes every restart slower. A **checkpoint** record
+//! ([`JournalOp::Checkpoint`], from [`Journaled::checkpoint`]) holds the whole state; replay
+//! starts from the last one, so a driver may delete every record before it in the same durable
+//! write that adds it. A restart then replays one checkpoint and at most the records written
+//! since (the server writes one every `checkpoint_every` records).
 
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +63,9 @@ pub enum JournalOp {
     },
     /// An entry of the coordinator's log.
     LogAppend(LogEntry),
+    /// The whole state at this point of the journal: replay restarts from it, and the records
+    /// before it are no longer needed.
+    Checkpoint(Box<Ledger>),
 }
 
 /// What applying a record answered.
@@ -105,6 +114,13 @@ impl JournalOp {
                 store.log_append(entry)?;
                 JournalAnswer::Done
             }
+            // A state to restart from, not an operation: `replay` takes it in place of everything
+            // before it.
+            Self::Checkpoint(_) => {
+                return Err(StoreError::Backend {
+                    message: "a checkpoint is restored by replay, not applied to a store".into(),
+                });
+            }
         })
     }
 
@@ -128,7 +144,9 @@ impl JournalOp {
 
 /// Replays `records` in order onto a fresh memory store; returns the store and the replies the
 /// branch records produced, in the order they took effect. A record the store refused is
-/// skipped (it was refused the first time too, so it changed nothing then either).
+/// skipped (it was refused the first time too, so it changed nothing then either). A checkpoint
+/// replaces the state built so far with the one it holds (the replies before it are dropped:
+/// they are in the state).
 #[must_use]
 pub fn replay<'a>(
     records: impl IntoIterator<Item = &'a JournalOp>,
@@ -138,6 +156,11 @@ pub fn replay<'a>(
         let mut store = MemoryStore::new();
         let mut replies = Vec::new();
         for record in records {
+            if let JournalOp::Checkpoint(ledger) = record {
+                store = MemoryStore::from_ledger((**ledger).clone());
+                replies.clear();
+                continue;
+            }
             if let Ok(answer) = record.apply(&mut store) {
                 replies.extend(record.reply(&answer));
             }
@@ -217,6 +240,20 @@ impl Journaled {
     #[must_use]
     pub const fn memory(&self) -> &MemoryStore {
         &self.mem
+    }
+
+    /// A checkpoint of the state as it is now (every record taken so far included): a driver
+    /// that makes it durable after those records may delete them.
+    ///
+    /// # Panics
+    /// When records wait to be taken (the checkpoint would hold state no record on disk has).
+    #[must_use]
+    pub fn checkpoint(&self) -> JournalOp {
+        assert!(
+            self.records.is_empty(),
+            "a checkpoint follows the records it covers"
+        );
+        JournalOp::Checkpoint(Box::new(self.mem.ledger().clone()))
     }
 
     /// Applies `record` and queues it. A record the store refuses changed nothing and is not
@@ -352,6 +389,40 @@ mod tests {
         let (store, replayed) = replay(&records);
         assert_eq!(&store, j.memory());
         assert_eq!(replayed, replies);
+    }
+
+    #[test]
+    fn replay_restarts_from_the_last_checkpoint() {
+        let mut j = Journaled::default();
+        j.open_accounts(1, 2, 100).unwrap();
+        j.add_stock(ActivityId(1), 1).unwrap();
+        let mut journal = j.take_records();
+        journal.push(j.checkpoint());
+        // What the checkpoint replaced can go: replay from it alone gives the same state.
+        let from_checkpoint = journal.split_off(journal.len() - 1);
+        j.add_stock(ActivityId(1), 2).unwrap();
+        let tail = j.take_records();
+        let whole: Vec<JournalOp> = journal
+            .iter()
+            .chain(&from_checkpoint)
+            .chain(&tail)
+            .cloned()
+            .collect();
+        let truncated: Vec<JournalOp> = from_checkpoint.iter().chain(&tail).cloned().collect();
+        assert_eq!(replay(&whole).0, *j.memory());
+        assert_eq!(replay(&truncated).0, *j.memory());
+        assert_eq!(j.memory().ledger().stock[&ActivityId(1)].total, 3);
+        // A checkpoint is no operation on a store.
+        let mut other = MemoryStore::new();
+        assert!(from_checkpoint[0].apply(&mut other).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "a checkpoint follows the records it covers")]
+    fn a_checkpoint_never_runs_ahead_of_the_records() {
+        let mut j = Journaled::default();
+        j.add_stock(ActivityId(1), 1).unwrap();
+        let _ = j.checkpoint();
     }
 
     #[test]

@@ -91,6 +91,12 @@ impl MemoryStore {
     pub const fn ledger(&self) -> &Ledger {
         &self.ledger
     }
+
+    /// A store holding `ledger` (what a journal checkpoint restores).
+    #[must_use]
+    pub const fn from_ledger(ledger: Ledger) -> Self {
+        Self { ledger }
+    }
 }
 
 impl LotteryStore for MemoryStore {
