@@ -43,9 +43,12 @@
 //! `--lottery-store sqlite` runs the lottery on [`SqliteLotteryStore`] instead (each operation `FULL`,
 //! the commit step is a no-op), for comparison.
 //!
-//! Limit: the journal grows with every operation and replay time with it; a snapshot of the
-//! ledger plus truncation is the next step (it needs a way to build a `MemoryStore` from a
-//! `Ledger`).
+//! Checkpoints: every [`CHECKPOINT_EVERY_RECORDS`] records the writer appends a checkpoint (the
+//! whole ledger, [`JournalOp::Checkpoint`]) and deletes the records before it, in one durable
+//! write ([`JournalFile::checkpoint`]); a restart replays the checkpoint and at most that many
+//! records. The checkpoint holds the whole state, so writing one costs time in proportion to the
+//! ledger (fence rows and participations are kept for good, as Seata keeps its fence log until
+//! an operator's cleanup); the commit that writes it waits for it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
