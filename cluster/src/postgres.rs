@@ -106,6 +106,8 @@ pub struct Postgres {
     port: u16,
     server: Option<Child>,
     starts: u32,
+    /// TLS on (`ssl=on`, with the certificate written by [`Postgres::enable_tls`]).
+    tls: bool,
 }
 
 impl Postgres {
@@ -153,6 +155,7 @@ impl Postgres {
             port: 0,
             server: None,
             starts: 0,
+            tls: false,
         };
         pg.initdb()?;
         pg.start_server()?;
@@ -285,6 +288,34 @@ impl Postgres {
         self.lostfs.as_ref().map(crate::LostFs::effects)
     }
 
+    /// Turns TLS on: writes the certificate and its key (PEM) into the data directory as the
+    /// server's own (`server.crt`, `server.key`, the key readable by its owner alone) and
+    /// restarts the server with `ssl=on`. Clients may then connect with `sslmode=require`.
+    ///
+    /// # Errors
+    /// A file cannot be written, or the restart failed.
+    pub fn enable_tls(&mut self, cert_pem: &str, key_pem: &str) -> Result<(), ClusterError> {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.data_dir();
+        let (cert, key) = (data.join("server.crt"), data.join("server.key"));
+        fs::write(&cert, cert_pem).map_err(io("write server.crt"))?;
+        fs::write(&key, key_pem).map_err(io("write server.key"))?;
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o600))
+            .map_err(io("make server.key private"))?;
+        if let Some((uid, gid)) = self.run_as {
+            for file in [&cert, &key] {
+                nix::unistd::chown(file.as_path(), Some(uid), Some(gid)).map_err(|e| {
+                    ClusterError::Command {
+                        what: "chown the TLS files".into(),
+                        detail: e.to_string(),
+                    }
+                })?;
+            }
+        }
+        self.tls = true;
+        self.restart()
+    }
+
     /// Starts the server again on the same data directory (after [`Postgres::kill9`] it runs
     /// crash recovery), on the same port when it is still free.
     ///
@@ -349,6 +380,7 @@ impl Postgres {
             .arg(format!("unix_socket_directories={}", socket_dir.display()))
             .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
             .args(["-c", "full_page_writes=on", "-c", "max_connections=200"])
+            .args(["-c", if self.tls { "ssl=on" } else { "ssl=off" }])
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)

@@ -51,6 +51,7 @@ pub mod openapi;
 pub mod pg;
 pub mod remote;
 pub mod sqlite;
+pub mod tls;
 pub mod tokens;
 
 use std::net::SocketAddr;
@@ -157,6 +158,11 @@ pub struct ServerConfig {
     pub service_token: Option<String>,
     /// How long the coordinator waits for one participant call.
     pub participant_timeout_ms: u64,
+    /// TLS on the listener: the certificate chain and its key (PEM files). `None`: plain HTTP.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The CA (or self-signed certificate, PEM) to trust on calls to the other processes (the
+    /// participants, the token service): with it their `https://` URLs work.
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// Test knob: let a draw's body choose its luck (`won`). Off by default; the binary logs
     /// loudly when it is on.
     pub forced_outcomes: bool,
@@ -214,6 +220,8 @@ impl ServerConfig {
             admin_token: None,
             service_token: None,
             participant_timeout_ms: 1_000,
+            tls: None,
+            tls_ca_file: None,
             forced_outcomes: false,
             noop_delay: false,
             token_url: None,
@@ -247,6 +255,7 @@ impl ServerConfig {
                 "the service credential (--service-token-file)",
             )?,
             timeout_ms: self.participant_timeout_ms,
+            tls_ca_file: self.tls_ca_file.clone(),
         }))
     }
 }
@@ -650,10 +659,11 @@ fn gate_io(
         .token_url
         .clone()
         .ok_or("--role coordinator needs --token-url (the token service)")?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(cfg.participant_timeout_ms.max(1)))
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
+    let client = tls::http_client(
+        cfg.tls_ca_file.as_deref(),
+        Duration::from_millis(cfg.participant_timeout_ms.max(1)),
+        usize::MAX,
+    )?;
     Ok((
         Some(auth::Verifier::Key(Arc::new((
             key,
@@ -692,6 +702,11 @@ fn open_tokens(cfg: &ServerConfig) -> Result<(Tokens, once::OnceDesk), String> {
 /// A store cannot be opened, the worker lease cannot be had, or the address cannot be bound.
 pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, String> {
     check_credentials(&cfg)?;
+    if let (Db::Postgres(_), Some(ca)) = (&cfg.db, &cfg.tls_ca_file) {
+        // Process-wide: every later PostgreSQL connection of this process speaks TLS (a second
+        // server started in the same process keeps the first one's).
+        let _ = pg::use_tls(tls::client_config(ca)?);
+    }
     if cfg.weakness == Some(listen::Weakness::NoReadTimeout) {
         cfg.conn_limits.header_read_ms = 0;
         cfg.conn_limits.body_read_ms = 0;
@@ -755,11 +770,20 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
     let app = router(state.clone());
     // Room for the stores' own descriptors (database files, connections, the client pool).
     let limits = cfg.conn_limits.within_open_files(256);
+    let tls = match &cfg.tls {
+        Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(tls::server_config(
+            cert, key,
+        )?)),
+        None => None,
+    };
     let serve = tokio::spawn(listen::serve(
         listener,
         app,
-        limits,
-        Arc::clone(&state.metrics),
+        listen::Listener {
+            limits,
+            tls,
+            metrics: Arc::clone(&state.metrics),
+        },
         rx,
     ));
     let background = spawn_background(&state, &cfg, &shutdown);

@@ -141,8 +141,29 @@ impl Drop for PeerSlot {
     }
 }
 
-/// Serves `app` on `listener` under `limits` until `stop` turns true; then stops accepting,
-/// lets the requests in progress finish (idle connections close at once) and returns.
+/// How the accept loop serves: its limits, TLS (or plain HTTP), its counters.
+#[derive(Clone)]
+pub struct Listener {
+    /// What one client may hold.
+    pub limits: ConnLimits,
+    /// TLS on every connection (`None`: plain HTTP). The handshake must end within the head
+    /// timeout.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("limits", &self.limits)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serves `app` on `listener` until `stop` turns true; then stops accepting, lets the requests
+/// in progress finish (idle connections close at once) and returns.
 ///
 /// # Errors
 /// Never for a failed accept (logged and retried: a full descriptor table must not stop the
@@ -150,10 +171,14 @@ impl Drop for PeerSlot {
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    limits: ConnLimits,
-    metrics: Arc<Metrics>,
+    how: Listener,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    let Listener {
+        limits,
+        tls,
+        metrics,
+    } = how;
     let slots = Arc::new(Semaphore::new(limits.connections_max.max(1)));
     let peers = Arc::new(Peers::default());
     let mut connections = JoinSet::new();
@@ -188,11 +213,32 @@ pub async fn serve(
         // for the client's delayed ACK (tens of milliseconds). A socket that refuses the option
         // still serves, only slower.
         let _ = tcp.set_nodelay(true);
-        let (app, metrics, stop) = (app.clone(), Arc::clone(&metrics), stop.clone());
+        let (app, metrics, stop, tls) =
+            (app.clone(), Arc::clone(&metrics), stop.clone(), tls.clone());
         connections.spawn(async move {
             let _held = (slot, peer_slot);
             metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-            serve_connection(tcp, peer, app, limits, &metrics, stop).await;
+            match tls {
+                None => serve_connection(tcp, peer, app, limits, &metrics, stop).await,
+                Some(acceptor) => {
+                    // The handshake is part of the head: it must end within the head timeout.
+                    let deadline = Duration::from_millis(match limits.header_read_ms {
+                        0 => u64::MAX / 4,
+                        ms => ms,
+                    });
+                    match tokio::time::timeout(deadline, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => {
+                            serve_connection(stream, peer, app, limits, &metrics, stop).await;
+                        }
+                        Ok(Err(_)) => {}
+                        Err(_) => {
+                            metrics
+                                .connections_timed_out
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -209,14 +255,16 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// One HTTP/1.1 connection, with the head timeout; gracefully shut down when `stop` turns true.
-async fn serve_connection(
-    tcp: tokio::net::TcpStream,
+async fn serve_connection<I>(
+    io: I,
     peer: SocketAddr,
     app: Router,
     limits: ConnLimits,
     metrics: &Metrics,
     mut stop: watch::Receiver<bool>,
-) {
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
     let service = TowerToHyperService::new(app);
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -226,7 +274,7 @@ async fn serve_connection(
             (limits.header_read_ms > 0).then(|| Duration::from_millis(limits.header_read_ms)),
         )
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(tcp), service);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let ended = tokio::select! {
         ended = conn.as_mut() => ended,

@@ -73,6 +73,8 @@ pub struct RemoteParticipants {
     pub secret: String,
     /// How long one delivery may take before it counts as lost.
     pub timeout_ms: u64,
+    /// The CA to trust for `https://` participant URLs.
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// The branches a participant process of `role` hosts.
@@ -124,11 +126,11 @@ impl Outbox {
     pub(crate) fn new(config: RemoteParticipants, metrics: Arc<Metrics>) -> Result<Self, String> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "remote participants need a tokio runtime".to_owned())?;
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms.max(1)))
-            .pool_max_idle_per_host(64)
-            .build()
-            .map_err(|e| format!("HTTP client: {e}"))?;
+        let client = crate::tls::http_client(
+            config.tls_ca_file.as_deref(),
+            Duration::from_millis(config.timeout_ms.max(1)),
+            64,
+        )?;
         Ok(Self {
             config,
             client,

@@ -74,6 +74,16 @@ struct Args {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    /// TLS on the listener: the certificate chain (PEM; with --tls-key-file).
+    #[arg(long, requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// TLS on the listener: the certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// The CA (or self-signed certificate, PEM) to trust on calls to the participants and the
+    /// token service, whose `https://` URLs then work (role coordinator).
+    #[arg(long)]
+    tls_ca_file: Option<PathBuf>,
     /// Requests handled at once.
     #[arg(long, default_value_t = 512)]
     in_flight_max: usize,
@@ -176,6 +186,8 @@ async fn serve(args: Args) -> Result<(), String> {
     cfg.wallet_url = args.wallet_url.clone();
     cfg.inventory_url = args.inventory_url.clone();
     cfg.participant_timeout_ms = args.participant_timeout_ms;
+    cfg.tls = args.tls_cert_file.clone().zip(args.tls_key_file.clone());
+    cfg.tls_ca_file = args.tls_ca_file.clone();
     cfg.admin_token = Some(
         secret_from(
             args.admin_token_file.as_ref(),

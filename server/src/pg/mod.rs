@@ -153,6 +153,20 @@ fn block<T, E: Into<DbError>>(
     }
 }
 
+/// The TLS every connection of this process uses, once set ([`use_tls`]).
+static TLS: OnceLock<std::sync::Arc<rustls::ClientConfig>> = OnceLock::new();
+
+/// Every later PostgreSQL connection of this process speaks TLS with `config` (trusting the
+/// server's certificate by it); with `sslmode=require` in the URL, a server without TLS is
+/// refused. Set once at start (`--tls-ca-file` with a `postgres://` database).
+///
+/// # Errors
+/// TLS was set already, to another configuration.
+pub fn use_tls(config: rustls::ClientConfig) -> Result<(), String> {
+    TLS.set(std::sync::Arc::new(config))
+        .map_err(|_| "PostgreSQL TLS is set once per process".to_owned())
+}
+
 /// Opens one connection to `url` (`postgres://user@host:port/db`).
 ///
 /// # Errors
@@ -167,13 +181,21 @@ fn open_connection(url: &str) -> Result<(Client, tokio::task::AbortHandle), DbEr
     let config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| DbError::fatal(format!("bad PostgreSQL URL `{url}`: {e}")))?;
+    let tls = TLS.get().cloned();
     let task = io_runtime().spawn(async move {
-        let (client, connection) = config.connect(NoTls).await?;
-        let driver = tokio::spawn(async move {
-            // The connection ends when the client is dropped or the server goes away; the
-            // client then reports it closed and the store reconnects.
-            let _ = connection.await;
-        });
+        // The connection ends when the client is dropped or the server goes away; the client
+        // then reports it closed and the store reconnects.
+        let (client, driver) = match tls {
+            None => {
+                let (client, connection) = config.connect(NoTls).await?;
+                (client, tokio::spawn(async move { drop(connection.await) }))
+            }
+            Some(tls) => {
+                let connector = tokio_postgres_rustls::MakeRustlsConnect::new((*tls).clone());
+                let (client, connection) = config.connect(connector).await?;
+                (client, tokio::spawn(async move { drop(connection.await) }))
+            }
+        };
         Ok::<_, tokio_postgres::Error>((client, driver.abort_handle()))
     });
     let abort = task.abort_handle();
