@@ -342,16 +342,7 @@ pub struct BlackBoxOptions {
     pub slow_clients: Option<SlowSpec>,
 }
 
-/// The slow-clients check of a black-box run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SlowSpec {
-    /// Stalled connections to open.
-    pub stalled: usize,
-    /// How long the server may keep one open.
-    pub closed_within: Duration,
-    /// Where the ones that stall in a body `POST` it (`None`: the ID route).
-    pub stall_path: Option<String>,
-}
+pub use crate::slow::SlowSpec;
 
 /// Why a black-box run could not be made (not a verdict on the target).
 #[derive(Debug, thiserror::Error)]
@@ -713,16 +704,14 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
     if opts.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         return usage("--rate must be a positive number of requests per second".into());
     }
-    if let Some(n) = opts.slow_clients.as_ref().map(|s| s.stalled) {
+    if let Some(spec) = &opts.slow_clients {
         if !opts.target.is_http() {
             return usage(format!(
                 "--slow-clients needs an HTTP target, not {}",
                 opts.target.kind()
             ));
         }
-        if !(1..=10_000).contains(&n) {
-            return usage(format!("--slow-clients {n}: give 1 to 10000"));
-        }
+        spec.validate().map_err(BlackBoxError::Usage)?;
     }
     if let Target::Http { .. } = opts.target {
         for url in &opts.urls {
@@ -862,18 +851,13 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
             Some(q) => format!("{}?{q}", url.path()),
             None => url.path().to_owned(),
         };
-        let slow = crate::slow::run(&crate::slow::SlowOptions {
-            closed_within: spec.closed_within,
-            stall_path: spec.stall_path.clone(),
-            ..crate::slow::SlowOptions::new(
+        let slow = spec
+            .run(
                 url.origin().ascii_serialization().as_str(),
-                &path,
-                spec.stalled,
+                crate::slow::Probe::get(&path),
             )
-        })
-        .map_err(|e| BlackBoxError::Usage(e.to_string()))?;
-        let checks = slow.checks();
-        run.slow = Some((slow, checks));
+            .map_err(|e| BlackBoxError::Usage(e.to_string()))?;
+        run.slow = Some(slow);
     }
     Ok(run)
 }

@@ -75,6 +75,9 @@ pub struct ParticipantOptions {
     pub command: Option<String>,
     /// With `command`: kill -9 and restart it after every this many messages (0: never).
     pub kill_every: u64,
+    /// The slow-clients check after the sequences, measuring `GET /ledger` (stalled bodies go
+    /// to `POST /tcc/branch` unless the spec names another path).
+    pub slow: Option<crate::slow::SlowSpec>,
 }
 
 /// A black-box contract run (`scenario tcc`, `scenario tokens`) could not be made (not a
@@ -325,6 +328,8 @@ pub struct ParticipantRun {
     pub seen: BTreeSet<(Phase, BranchState, Answer)>,
     /// The first broken promise.
     pub finding: Option<Finding>,
+    /// What the slow-clients check measured, and its two checks.
+    pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
 }
 
 impl ParticipantRun {
@@ -347,13 +352,14 @@ impl ParticipantRun {
                 },
                 _ => InvariantResult::held(name),
             })
+            .chain(self.slow.iter().flat_map(|(_, c)| c.iter().cloned()))
             .collect()
     }
 
     /// True when no promise was broken.
     #[must_use]
     pub fn passed(&self) -> bool {
-        self.finding.is_none()
+        self.checks().iter().all(|c| c.verdict != Verdict::Violated)
     }
 
     /// The answers the promises allow that no sequence met.
@@ -910,6 +916,9 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
             opts.sequences, opts.steps
         )));
     }
+    if let Some(spec) = &opts.slow {
+        spec.validate().map_err(ContractError::Usage)?;
+    }
     let mut bench = Bench::start(opts)?;
     let base = fresh_base();
     let mut run = ParticipantRun::default();
@@ -940,6 +949,24 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
             break;
         }
     }
+    if let Some(spec) = &opts.slow {
+        let probe = crate::slow::Probe {
+            bearer: opts.admin_token.clone(),
+            ..crate::slow::Probe::get("/ledger")
+        };
+        let spec = crate::slow::SlowSpec {
+            stall_path: spec
+                .stall_path
+                .clone()
+                .or_else(|| Some("/tcc/branch".to_owned())),
+            ..spec.clone()
+        };
+        let slow = spec
+            .run(&opts.url, probe)
+            .map_err(|e| ContractError::Usage(format!("--slow-clients: {e}")))?;
+        run.slow = Some(slow);
+    }
+    drop(bench);
     Ok(run)
 }
 

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{Method, Uri};
 use reports::model::{InvariantResult, Verdict};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,15 +46,98 @@ pub const STALLED_CLOSED: &str = "service.stalled_closed";
 /// Stalled connections per source address on a loopback target.
 const PER_SOURCE: usize = 50;
 
+/// The request whose answer rate is measured: one the service answers without changing
+/// anything (an ID, `GET /ledger`, the consume of a token never issued).
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// Its method.
+    pub method: Method,
+    /// Its path (and query), `/id/orders`.
+    pub path: String,
+    /// Its JSON body.
+    pub json: Option<Bytes>,
+    /// Its `Authorization: Bearer` credential.
+    pub bearer: Option<String>,
+}
+
+impl Probe {
+    /// `GET path`.
+    #[must_use]
+    pub fn get(path: &str) -> Self {
+        Self {
+            method: Method::GET,
+            path: path.to_owned(),
+            json: None,
+            bearer: None,
+        }
+    }
+
+    /// `POST path` with a JSON `body` and a `bearer` credential.
+    #[must_use]
+    pub fn post(path: &str, body: &serde_json::Value, bearer: Option<&str>) -> Self {
+        Self {
+            method: Method::POST,
+            path: path.to_owned(),
+            json: Some(Bytes::from(body.to_string())),
+            bearer: bearer.map(str::to_owned),
+        }
+    }
+}
+
+/// The slow-clients check a black-box run asks for (`--slow-clients N` of `scenario ids`,
+/// `tcc` and `tokens`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlowSpec {
+    /// Stalled connections to open.
+    pub stalled: usize,
+    /// How long the server may keep one open.
+    pub closed_within: Duration,
+    /// Where the ones that stall in a body `POST` it (`None`: the measured request's path).
+    pub stall_path: Option<String>,
+}
+
+impl SlowSpec {
+    /// Whether the spec makes a check: a message naming `--slow-clients` otherwise.
+    ///
+    /// # Errors
+    /// Fewer than 1 or more than 10,000 stalled connections.
+    pub fn validate(&self) -> Result<(), String> {
+        if (1..=10_000).contains(&self.stalled) {
+            Ok(())
+        } else {
+            Err(format!("--slow-clients {}: give 1 to 10000", self.stalled))
+        }
+    }
+
+    /// The check against `url` (a base URL, plain HTTP), measuring `probe`: what it measured
+    /// and its two checks.
+    ///
+    /// # Errors
+    /// The URL is not plain HTTP, or the service answered nothing before the check.
+    pub fn run(
+        &self,
+        url: &str,
+        probe: Probe,
+    ) -> Result<(SlowRun, Vec<InvariantResult>), SlowError> {
+        let slow = run(&SlowOptions {
+            closed_within: self.closed_within,
+            stall_path: self.stall_path.clone(),
+            ..SlowOptions::new(url, probe, self.stalled)
+        })?;
+        let checks = slow.checks();
+        Ok((slow, checks))
+    }
+}
+
 /// What to measure and how hard.
 #[derive(Clone, Debug)]
 pub struct SlowOptions {
     /// The service's base URL (plain HTTP).
     pub url: String,
-    /// The request measured, `GET` (a path, `/id/orders`).
-    pub path: String,
+    /// The request measured.
+    pub probe: Probe,
     /// Where the connections that stall in the body send it (`POST`): a route whose handler
-    /// reads a body (`None`: `path`).
+    /// reads a body (`None`: the probe's path).
     pub stall_path: Option<String>,
     /// Stalled connections to open.
     pub stalled: usize,
@@ -68,13 +152,13 @@ pub struct SlowOptions {
 }
 
 impl SlowOptions {
-    /// `stalled` connections against `path` of `url`, 16 workers, 4 s windows, at least half
-    /// the rate, each closed within 60 s.
+    /// `stalled` connections against `url`, measuring `probe`; 16 workers, 4 s windows, at
+    /// least half the rate, each closed within 60 s.
     #[must_use]
-    pub fn new(url: &str, path: &str, stalled: usize) -> Self {
+    pub fn new(url: &str, probe: Probe, stalled: usize) -> Self {
         Self {
             url: url.to_owned(),
-            path: path.to_owned(),
+            probe,
             stall_path: None,
             stalled,
             workers: 16,
@@ -237,16 +321,21 @@ async fn stall(
     Ok(tcp)
 }
 
-/// Answers per second to `GET path` over `workers` closed-loop connections for `window`, and
-/// the requests that got none.
-async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> (f64, u64) {
+/// Answers per second to `probe` (its path parsed: `path`) over `workers` closed-loop
+/// connections for `window`, and the requests that got none.
+async fn rate(
+    target: &Target,
+    (probe, path): (&Probe, &Uri),
+    workers: usize,
+    window: Duration,
+) -> (f64, u64) {
     let answered = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let tasks: Vec<_> = (0..workers.max(1))
         .map(|_| {
-            let (target, path) = (target.clone(), path.clone());
+            let (target, path, probe) = (target.clone(), path.clone(), probe.clone());
             let (answered, failed, stop) = (
                 Arc::clone(&answered),
                 Arc::clone(&failed),
@@ -258,9 +347,9 @@ async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> 
                     let r = conn
                         .send(
                             &target,
-                            Method::GET,
+                            probe.method.clone(),
                             &path,
-                            (None, None),
+                            (probe.json.clone(), probe.bearer.as_deref()),
                             Duration::from_secs(5),
                         )
                         .await;
@@ -331,23 +420,25 @@ pub fn run(opts: &SlowOptions) -> Result<SlowRun, SlowError> {
         base.port_or_known_default().unwrap_or(80)
     );
     let path: Uri = opts
+        .probe
         .path
         .parse()
-        .map_err(|e| SlowError(format!("path {}: {e}", opts.path)))?;
+        .map_err(|e| SlowError(format!("path {}: {e}", opts.probe.path)))?;
+    let probe = (&opts.probe, &path);
     let rt = crate::real::runtime().map_err(|e| SlowError(e.to_string()))?;
     rt.block_on(async {
-        let (before, _) = rate(&target, &path, opts.workers, opts.window).await;
+        let (before, _) = rate(&target, probe, opts.workers, opts.window).await;
         if before <= 0.0 {
             return Err(SlowError(format!(
-                "{}{}: no answer before the stalled connections were opened",
-                opts.url, opts.path
+                "{} {}{}: no answer before the stalled connections were opened",
+                opts.probe.method, opts.url, opts.probe.path
             )));
         }
         let mut stalled = Vec::with_capacity(opts.stalled);
         let mut refused = 0;
-        let post_path = opts.stall_path.as_deref().unwrap_or(&opts.path);
+        let post_path = opts.stall_path.as_deref().unwrap_or(&opts.probe.path);
         for i in 0..opts.stalled {
-            match stall(addr, &host, (&opts.path, post_path), i).await {
+            match stall(addr, &host, (&opts.probe.path, post_path), i).await {
                 Ok(tcp) => stalled.push(tcp),
                 Err(_) => refused += 1,
             }
@@ -360,7 +451,7 @@ pub fn run(opts: &SlowOptions) -> Result<SlowRun, SlowError> {
         for tcp in &mut stalled {
             closed_early += usize::from(closed_now(tcp));
         }
-        let (during, failed_during) = rate(&target, &path, opts.workers, opts.window).await;
+        let (during, failed_during) = rate(&target, probe, opts.workers, opts.window).await;
         let waits: Vec<_> = stalled
             .into_iter()
             .map(|tcp| tokio::spawn(until_closed(tcp, since, opts.closed_within)))
@@ -369,7 +460,7 @@ pub fn run(opts: &SlowOptions) -> Result<SlowRun, SlowError> {
         for w in waits {
             closed_after_ms.push(w.await.unwrap_or(None));
         }
-        let (after, _) = rate(&target, &path, opts.workers, opts.window).await;
+        let (after, _) = rate(&target, probe, opts.workers, opts.window).await;
         Ok(SlowRun {
             rate_before_per_s: before,
             rate_after_per_s: after,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use loadgen::slow::{SLOW_CLIENTS, STALLED_CLOSED, SlowOptions, run};
+use loadgen::slow::{Probe, SLOW_CLIENTS, STALLED_CLOSED, SlowOptions, run};
 use reports::model::Verdict;
 
 /// A server (the library, on its own runtime thread) with a tag `orders`, few admission slots
@@ -49,7 +49,7 @@ fn options(url: &str) -> SlowOptions {
         workers: 4,
         window: Duration::from_secs(2),
         closed_within: Duration::from_secs(8),
-        ..SlowOptions::new(url, "/id/orders", 200)
+        ..SlowOptions::new(url, Probe::get("/id/orders"), 200)
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use loadgen::blackbox::{
     BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic,
-    SlowSpec, TARGET_KINDS, Target,
+    TARGET_KINDS, Target,
 };
+use loadgen::slow::SlowSpec;
 use reports::model::Verdict;
 
 /// The options of `scenario ids`.
@@ -84,19 +85,8 @@ pub struct IdsArgs {
     /// The size of a clock step, ms.
     #[arg(long, default_value_t = 30_000)]
     pub clock_step_ms: i64,
-    /// After the run, the slow-clients check: N connections that send part of a request and
-    /// then nothing, opened against the first server; its answer rate with them open must stay
-    /// at least half its rate without (`service.slow_clients`), and it must close each within
-    /// --stall-timeout-s (`service.stalled_closed`). HTTP targets.
-    #[arg(long)]
-    pub slow_clients: Option<usize>,
-    /// With --slow-clients: how long the service may keep a stalled connection open, seconds.
-    #[arg(long, default_value_t = 60.0)]
-    pub stall_timeout_s: f64,
-    /// With --slow-clients: the path the connections that stall in a body POST to (a route of
-    /// the service whose handler reads a body; default: the ID route).
-    #[arg(long)]
-    pub stall_path: Option<String>,
+    #[command(flatten)]
+    pub slow: SlowArgs,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -173,11 +163,37 @@ impl IdsArgs {
             monotonic: self.monotonic,
             commands: self.server_cmds.clone(),
             nemesis,
-            slow_clients: self.slow_clients.map(|stalled| SlowSpec {
-                stalled,
-                closed_within: Duration::from_secs_f64(self.stall_timeout_s.max(0.1)),
-                stall_path: self.stall_path.clone(),
-            }),
+            slow_clients: self.slow.spec(),
+        })
+    }
+}
+
+/// The slow-clients check of `scenario ids`, `tcc` and `tokens`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SlowArgs {
+    /// After the run, the slow-clients check: N connections that send part of a request and
+    /// then nothing, opened against the first server; its answer rate with them open must stay
+    /// at least half its rate without (`service.slow_clients`), and it must close each within
+    /// --stall-timeout-s (`service.stalled_closed`). Plain HTTP.
+    #[arg(long)]
+    pub slow_clients: Option<usize>,
+    /// With --slow-clients: how long the service may keep a stalled connection open, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub stall_timeout_s: f64,
+    /// With --slow-clients: the path the connections that stall in a body POST to (a route of
+    /// the service whose handler reads a body; default: the path of the measured request).
+    #[arg(long)]
+    pub stall_path: Option<String>,
+}
+
+impl SlowArgs {
+    /// The check these options ask for (`None`: no --slow-clients).
+    #[must_use]
+    pub fn spec(&self) -> Option<SlowSpec> {
+        self.slow_clients.map(|stalled| SlowSpec {
+            stalled,
+            closed_within: Duration::from_secs_f64(self.stall_timeout_s.max(0.1)),
+            stall_path: self.stall_path.clone(),
         })
     }
 }

@@ -87,7 +87,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 12] = [
+pub const ENTRIES: [ProcessFlaw; 14] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -314,6 +314,43 @@ pub const ENTRIES: [ProcessFlaw; 12] = [
         clock_step_ms: 0,
         monotonic: Monotonic::None,
     },
+    ProcessFlaw {
+        name: "sequential_tokens",
+        origin: "this catalog (`scenario flaws --list`), in sut-server processes",
+        mechanism: "one-time token values from a counter instead of 128 random bits (the planted \
+                    weakness `sut-server --weakness sequential_tokens`): `scenario tokens` finds \
+                    issued values that are neighbours, so a client holding one names the others",
+        caught_by: "tokens.unguessable",
+        program: Program::SutServerTokens,
+        servers: 2,
+        planted: "--weakness sequential_tokens",
+        control: "",
+        common: "",
+        faults: &[BlackBoxFault::Kill],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
+    },
+    ProcessFlaw {
+        name: "no_token_quota",
+        origin: "this catalog (`scenario flaws --list`), in sut-server processes",
+        mechanism: "no per-user rate on issuing one-time tokens (the planted weakness \
+                    `sut-server --weakness no_token_quota`): one user of `scenario tokens` is \
+                    issued a token for every one of 60 activities back to back, the way one \
+                    client fills the table for everyone",
+        caught_by: "tokens.quota",
+        program: Program::SutServerTokens,
+        servers: 2,
+        planted: "--weakness no_token_quota",
+        control: "",
+        common: "",
+        faults: &[BlackBoxFault::Kill],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
+    },
 ];
 
 /// `clock_step_ms` of an entry whose clock goes to 2 s before the end of the default Snowflake
@@ -336,6 +373,8 @@ fn step_to_time_field_end(before_ms: u64) -> i64 {
 const TOKENS: u64 = 200;
 const TOKEN_CONSUMERS: u64 = 6;
 const TOKENS_KILL_EVERY: u64 = 100;
+/// Tokens one user asks for in a token entry (`tokens.quota`): more than sut-server's burst.
+const TOKENS_EXHAUST: u64 = 60;
 
 /// Hostile sequences of a participant entry, their length, and the messages between restarts.
 const PARTICIPANT_SEQUENCES: u64 = 30;
@@ -597,6 +636,7 @@ pub fn participant_options(
             bug.common
         )),
         kill_every: PARTICIPANT_KILL_EVERY,
+        slow: None,
     })
 }
 
@@ -662,6 +702,8 @@ pub fn tokens_options(
         consumers: TOKEN_CONSUMERS,
         commands,
         kill_every: TOKENS_KILL_EVERY,
+        exhaust: TOKENS_EXHAUST,
+        slow: None,
     })
 }
 

@@ -50,6 +50,9 @@ pub struct TccArgs {
     /// (needs --server-cmd): a participant must remember its branches across crashes.
     #[arg(long, default_value_t = 0)]
     pub kill_every: u64,
+    /// The slow-clients check measures `GET /ledger`; stalled bodies go to `POST /tcc/branch`.
+    #[command(flatten)]
+    pub slow: crate::ids::SlowArgs,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -80,6 +83,7 @@ impl TccArgs {
             seed: self.seed,
             command: self.server_cmd.clone(),
             kill_every: self.kill_every,
+            slow: self.slow.spec(),
         })
     }
 }
@@ -180,9 +184,12 @@ fn print_run(run: &ParticipantRun) {
         "  messages: {} answered in {} sequences ({} pairs sent at once, {} restarts)",
         run.messages, run.sequences, run.races, run.restarts
     );
-    if run.passed() {
+    if run.finding.is_none() {
         // A run stopped at a finding met only what came before it: not worth a line.
         println!("{}", coverage_line(run));
+    }
+    if let Some((slow, _)) = &run.slow {
+        println!("{}", crate::ids::slow_line(slow));
     }
     for check in run.checks() {
         println!("{}", check_line(&check));
@@ -234,6 +241,7 @@ fn write_json(path: &std::path::Path, args: &TccArgs, run: &ParticipantRun) -> R
         "restarts": run.restarts,
         "answers_met": run.seen.len(),
         "answers_allowed": loadgen::participant::allowed().len(),
+        "slow_clients": run.slow.as_ref().map(|(s, _)| s),
         "invariants": run.checks(),
         "finding": run.finding.as_ref().map(|f| serde_json::json!({
             "check": f.check,

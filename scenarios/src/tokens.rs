@@ -15,6 +15,10 @@ use crate::ids::{IdsExit, check_line};
     --admin-token-file secret.txt --consumers 8 --tokens 500\n\n\
 The service implements POST /tokens, POST /tokens/once and POST /tokens/once/consume as \
 docs/own-service.md says (sut-server does).\n\n\
+Besides single use, it checks what a hostile client tries: another user's token presented as \
+one's own (tokens.owner_only), values next to an issued one (tokens.unguessable), one user \
+asking for --exhaust tokens (tokens.quota), and with --slow-clients N stalled connections \
+(service.slow_clients, service.stalled_closed).\n\n\
 Exit status: 0 every check held, 1 a check was violated, 2 bad usage, or the service could \
 not be started or reached or did not issue tokens in the contract's form.")]
 pub struct TokensArgs {
@@ -41,6 +45,13 @@ pub struct TokensArgs {
     /// a used token must stay used.
     #[arg(long, default_value_t = 0)]
     pub kill_every: u64,
+    /// After the rounds, one fresh user asks for this many one-time tokens, one per activity,
+    /// as fast as it can: the service must refuse it before the last and still issue to
+    /// another user (`tokens.quota`); 0: not checked.
+    #[arg(long, default_value_t = 100)]
+    pub exhaust: u64,
+    #[command(flatten)]
+    pub slow: crate::ids::SlowArgs,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -60,6 +71,8 @@ impl TokensArgs {
             consumers: self.consumers,
             commands: self.server_cmds.clone(),
             kill_every: self.kill_every,
+            exhaust: self.exhaust,
+            slow: self.slow.spec(),
         })
     }
 }
@@ -98,6 +111,12 @@ pub fn run(args: &TokensArgs) -> IdsExit {
         run.unknown(),
         run.restarts
     );
+    if let Some(e) = &run.exhaustion {
+        println!("  quota: {}", e.summary());
+    }
+    if let Some((slow, _)) = &run.slow {
+        println!("{}", crate::ids::slow_line(slow));
+    }
     for check in run.checks() {
         println!("{}", check_line(&check));
     }
@@ -119,6 +138,9 @@ fn write_json(path: &std::path::Path, args: &TokensArgs, run: &TokensRun) -> Res
         "accepted_twice": run.accepted_twice(),
         "unknown": run.unknown(),
         "restarts": run.restarts,
+        "neighbours": run.neighbours.iter().map(|(v, c)| serde_json::json!({ "token": v, "answer": format!("{c:?}") })).collect::<Vec<_>>(),
+        "exhaustion": run.exhaustion,
+        "slow_clients": run.slow.as_ref().map(|(s, _)| s),
         "invariants": run.checks(),
         "passed": run.passed(),
     });

@@ -260,6 +260,8 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("time_field_narrow", "ids.monotonic"),
         ("tcc_no_fence", "participant.promises"),
         ("once_check_then_delete", "tokens.once"),
+        ("sequential_tokens", "tokens.unguessable"),
+        ("no_token_quota", "tokens.quota"),
     ] {
         let row = all
             .lines()
@@ -400,6 +402,12 @@ fn a_participant_that_is_not_there_or_refuses_the_secret_is_a_usage_error() {
 /// `scenario tokens` owning two `sut-server` instances on one database, started with `flags`,
 /// restarted every 50 tokens.
 fn tokens_over_two_sut_servers(flags: &str) -> Output {
+    tokens_with(flags, &["--kill-every", "50"])
+}
+
+/// `scenario tokens` with `extra` options, owning two `sut-server` instances started with
+/// `flags`.
+fn tokens_with(flags: &str, extra: &[&str]) -> Output {
     let server = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("sut-server");
     let dir = tempfile::tempdir().expect("temp dir");
     let (admin, jwt) = (dir.path().join("admin"), dir.path().join("jwt"));
@@ -409,7 +417,8 @@ fn tokens_over_two_sut_servers(flags: &str) -> Output {
     let mut args: Vec<String> = ["tokens", "--admin-token-file", &admin, "--tokens", "150"]
         .map(String::from)
         .to_vec();
-    args.extend(["--consumers", "6", "--kill-every", "50"].map(String::from));
+    args.extend(["--consumers", "6"].map(String::from));
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     for _ in 0..2 {
         let port = free_port();
         args.push("--url".into());
@@ -438,4 +447,63 @@ fn correct_one_time_tokens_are_used_once_across_instances_and_restarts_and_a_two
     let all = text(&flawed);
     assert_eq!(flawed.status.code(), Some(1), "{all}");
     assert!(violated_line(&flawed, "tokens.once "), "{all}");
+}
+
+#[test]
+fn the_hostile_client_checks_of_scenario_tokens_pass_on_sut_server_and_fire_on_its_weaknesses() {
+    let correct = tokens_with("", &["--exhaust", "40"]);
+    let all = text(&correct);
+    assert_eq!(correct.status.code(), Some(0), "{all}");
+    for check in ["tokens.owner_only", "tokens.unguessable", "tokens.quota"] {
+        assert!(
+            all.lines()
+                .any(|l| l.trim_start().starts_with(check) && l.contains("held")),
+            "{check}: {all}"
+        );
+    }
+    // sut-server's burst is 20 one-time tokens per user.
+    assert!(all.contains("refused at ask 21 of 40 (429)"), "{all}");
+    let sequential = tokens_with("--weakness sequential_tokens", &[]);
+    assert_eq!(sequential.status.code(), Some(1), "{}", text(&sequential));
+    assert!(
+        violated_line(&sequential, "tokens.unguessable"),
+        "{}",
+        text(&sequential)
+    );
+    let unlimited = tokens_with("--weakness no_token_quota", &["--exhaust", "40"]);
+    assert_eq!(unlimited.status.code(), Some(1), "{}", text(&unlimited));
+    assert!(
+        violated_line(&unlimited, "tokens.quota"),
+        "{}",
+        text(&unlimited)
+    );
+    assert!(
+        text(&unlimited).contains("issued all 40 asked"),
+        "{}",
+        text(&unlimited)
+    );
+}
+
+#[test]
+fn slow_clients_are_checked_by_scenario_tokens_and_tcc() {
+    let slow = ["--slow-clients", "200", "--stall-timeout-s", "20"];
+    // Stalled connections against the accept loop as it was: kept open.
+    let weak = tokens_with("--weakness no_read_timeout", &slow);
+    assert_eq!(weak.status.code(), Some(1), "{}", text(&weak));
+    assert!(
+        violated_line(&weak, "service.stalled_closed"),
+        "{}",
+        text(&weak)
+    );
+    // The participant as it is: its ledger answered as fast with them open, each closed.
+    let tcc = tcc_over_sut_server("", &[&["--sequences", "5"][..], &slow].concat());
+    let all = text(&tcc);
+    assert_eq!(tcc.status.code(), Some(0), "{all}");
+    for check in ["service.slow_clients", "service.stalled_closed"] {
+        assert!(
+            all.lines()
+                .any(|l| l.trim_start().starts_with(check) && l.contains("held")),
+            "{check}: {all}"
+        );
+    }
 }

@@ -372,6 +372,9 @@ pub struct AppState {
     pub(crate) limiter: auth::Limiter,
     /// Per-user rate of one-time token issues.
     pub(crate) once_limiter: auth::Limiter,
+    /// The planted weakness `sequential_tokens`: the last one-time token value issued, the
+    /// next is one more (`None`: values are 128 random bits, as they must be).
+    pub(crate) sequential_tokens: Option<Arc<Mutex<u128>>>,
     forced_outcomes: bool,
     win_per_mille: u32,
     /// The documented flaw [`sut::flaw::Flaw::ClientPrice`]: the draw gate takes the body's price.
@@ -748,11 +751,19 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
             cfg.draw_burst,
             DRAW_LIMITER_USERS_MAX,
         ))),
-        once_limiter: Arc::new(Mutex::new(sut::gate::RateLimiter::new(
-            cfg.once_rate_per_s,
-            cfg.once_burst,
-            DRAW_LIMITER_USERS_MAX,
-        ))),
+        once_limiter: Arc::new(Mutex::new(
+            if cfg.weakness == Some(listen::Weakness::NoTokenQuota) {
+                sut::gate::RateLimiter::new(f64::INFINITY, u32::MAX, DRAW_LIMITER_USERS_MAX)
+            } else {
+                sut::gate::RateLimiter::new(
+                    cfg.once_rate_per_s,
+                    cfg.once_burst,
+                    DRAW_LIMITER_USERS_MAX,
+                )
+            },
+        )),
+        sequential_tokens: (cfg.weakness == Some(listen::Weakness::SequentialTokens))
+            .then(|| Arc::new(Mutex::new(u128::from(clock.now().wall_ms) << 32))),
         forced_outcomes: cfg.forced_outcomes,
         win_per_mille: cfg
             .win_per_mille

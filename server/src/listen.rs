@@ -38,13 +38,22 @@ use crate::metrics::Metrics;
 
 /// A planted weakness of the deployed server (`sut-server --weakness`): TEST ONLY, what the
 /// bench's hostile-client checks must catch (docs/hostile.md). Not a flaw of the protocol
-/// (`sut::flaw`): the simulator has no accept loop.
+/// (`sut::flaw`): what it breaks (the accept loop, the randomness of token values, the quota of
+/// one client) is the server's, which the simulator does not have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Weakness {
     /// The accept loop as it was: no head or body read timeout, and the admission slot taken
     /// before the body is read.
     #[value(name = "no_read_timeout")]
     NoReadTimeout,
+    /// One-time token values from a counter instead of 128 random bits: a client that holds
+    /// one can name its neighbours (`scenario tokens`: `tokens.unguessable`).
+    #[value(name = "sequential_tokens")]
+    SequentialTokens,
+    /// No per-user rate on issuing one-time tokens: one user can fill the table for everyone
+    /// (`scenario tokens`: `tokens.quota`).
+    #[value(name = "no_token_quota")]
+    NoTokenQuota,
 }
 
 impl Weakness {
@@ -53,6 +62,8 @@ impl Weakness {
     pub const fn name(self) -> &'static str {
         match self {
             Self::NoReadTimeout => "no_read_timeout",
+            Self::SequentialTokens => "sequential_tokens",
+            Self::NoTokenQuota => "no_token_quota",
         }
     }
 }

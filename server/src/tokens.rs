@@ -34,6 +34,19 @@ pub fn nonce() -> Result<u128, ApiError> {
     Ok(u128::from_le_bytes(buf))
 }
 
+/// The value of the next one-time token: [`nonce`], or under the planted weakness
+/// `sequential_tokens` one more than the last.
+fn once_nonce(state: &AppState) -> Result<u128, ApiError> {
+    match &state.sequential_tokens {
+        Some(last) => {
+            let mut last = lock(last);
+            *last += 1;
+            Ok(*last)
+        }
+        None => nonce(),
+    }
+}
+
 fn store_error(e: &TokenStoreError) -> ApiError {
     match e {
         TokenStoreError::Full { .. } => ApiError::unavailable(e.to_string(), 5),
@@ -277,7 +290,7 @@ pub async fn once_issue(
     // A quota per user: one user cannot fill the table for everyone.
     let now = state.clock.now();
     crate::auth::within_rate(&state.once_limiter, user, now.wall_ms, "one-time tokens")?;
-    let nonce = nonce()?;
+    let nonce = once_nonce(&state)?;
     let issued = state
         .once_desk()?
         .issue(user, activity, nonce, now)

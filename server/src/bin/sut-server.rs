@@ -120,7 +120,8 @@ struct Args {
     flaw: Option<sut::flaw::Flaw>,
     /// Plant a weakness of the deployed server (for testing the bench's hostile-client checks
     /// only: the server is then open to attack on purpose): `no_read_timeout` (no head or body
-    /// read timeout; admission before the body is read).
+    /// read timeout; admission before the body is read), `sequential_tokens` (one-time token
+    /// values from a counter), `no_token_quota` (no per-user rate on issuing one-time tokens).
     #[arg(long, value_enum)]
     weakness: Option<sut_server::listen::Weakness>,
     /// Cap of the segment allocators' dynamic step (default: Leaf's 1,000,000); the IDs a crash
