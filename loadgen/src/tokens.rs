@@ -431,6 +431,22 @@ impl Wire {
             .map_err(|e| ContractError::Usage(format!("HTTP client: {e}")))
     }
 
+    /// The POST of `body` to `path` of instance `at`, with `bearer`.
+    fn request(
+        &self,
+        at: usize,
+        path: &str,
+        bearer: Option<&str>,
+        body: &serde_json::Value,
+    ) -> reqwest::RequestBuilder {
+        let url = format!("{}{path}", self.bases[at % self.bases.len()]);
+        let request = self.http.post(url).json(body);
+        match bearer {
+            Some(b) => request.bearer_auth(b),
+            None => request,
+        }
+    }
+
     /// POST `body` to `path` of instance `at`: the status and body, `None` without an answer
     /// (503 and 429 asked again).
     async fn post(
@@ -440,15 +456,7 @@ impl Wire {
         bearer: Option<&str>,
         body: &serde_json::Value,
     ) -> Option<(u16, String)> {
-        let url = format!("{}{path}", self.bases[at % self.bases.len()]);
-        let make = || {
-            let request = self.http.post(&url).json(body);
-            match bearer {
-                Some(b) => request.bearer_auth(b),
-                None => request,
-            }
-        };
-        crate::participant::send_retrying_busy(make)
+        crate::participant::send_retrying_busy(|| self.request(at, path, bearer, body))
             .await
             .ok()
             .flatten()
@@ -462,11 +470,7 @@ impl Wire {
         bearer: Option<&str>,
         body: &serde_json::Value,
     ) -> Option<(u16, String)> {
-        let url = format!("{}{path}", self.bases[at % self.bases.len()]);
-        let mut request = self.http.post(&url).json(body);
-        if let Some(b) = bearer {
-            request = request.bearer_auth(b);
-        }
+        let request = self.request(at, path, bearer, body);
         let response = request.send().await.ok()?;
         let status = response.status().as_u16();
         Some((status, response.text().await.ok()?))
