@@ -30,6 +30,8 @@ pub enum Program {
     SutServer,
     /// `sut-server`, IDs from `GET /snowflake`.
     SutServerSnowflake,
+    /// `sut-server`, semantic IDs from `GET /semantic/OD` (their 18 digits as the number).
+    SutServerSemantic,
     /// `sut-server` as a TCC participant (`POST /tcc/branch`), tested by `scenario tcc`.
     SutServerParticipant,
     /// `sut-server`'s one-time tokens, tested by `scenario tokens`.
@@ -50,6 +52,7 @@ impl Program {
             Self::Redis => "redis-server",
             Self::SutServer
             | Self::SutServerSnowflake
+            | Self::SutServerSemantic
             | Self::SutServerParticipant
             | Self::SutServerTokens => "sut-server",
         }
@@ -87,7 +90,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 14] = [
+pub const ENTRIES: [ProcessFlaw; 15] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -201,6 +204,25 @@ pub const ENTRIES: [ProcessFlaw; 14] = [
         down_ms: 50,
         clock_step_ms: 3,
         monotonic: Monotonic::Server,
+    },
+    ProcessFlaw {
+        name: "semantic_seq_wrap",
+        origin: "this catalog (`scenario flaws --list`), in sut-server processes",
+        mechanism: "the design's semantic ID takes its sequence as `seq % capacity`: two \
+                    sut-server processes serving `GET /semantic/OD` at 100 a second each wrap \
+                    within a busy second and hand an ID out again (the correct server answers \
+                    503 with `Retry-After` until the next second)",
+        caught_by: "ids.unique",
+        program: Program::SutServerSemantic,
+        servers: 2,
+        planted: "--flaw semantic_seq_wrap",
+        control: "",
+        common: "--semantic-per-second 100",
+        faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
     },
     ProcessFlaw {
         name: "counter_no_persist",
@@ -441,6 +463,7 @@ pub fn options(
             Program::IdCompat("uid") => ("/uid", "--api uid".to_owned()),
             Program::IdCompat(api) => ("", format!("--api {api} --tag orders --token bench")),
             Program::SutServer => ("/id/{key}", "--tag orders:10".to_owned()),
+            Program::SutServerSemantic => ("/semantic/{key}", String::new()),
             // (The other kinds were refused above.)
             _ => ("/snowflake", String::new()),
         };
@@ -476,6 +499,12 @@ pub fn options(
                 pointer: Some("/id".into()),
             },
             "orders",
+        ),
+        Program::SutServerSemantic => (
+            Target::Http {
+                pointer: Some("/number".into()),
+            },
+            "OD",
         ),
         _ => (
             Target::Http {

@@ -250,6 +250,7 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("tinyid_issue47_load_race", "ids.monotonic"),
         ("uid_generator_issue85_borrowed_seconds", "ids.monotonic"),
         ("segment_no_version_check", "ids.unique"),
+        ("semantic_seq_wrap", "ids.unique"),
         ("snowflake_seq_reset_first", "ids.unique"),
         (
             "seata_5256_6374_fence_rolled_back_with_try",
@@ -506,4 +507,60 @@ fn slow_clients_are_checked_by_scenario_tokens_and_tcc() {
             "{check}: {all}"
         );
     }
+}
+
+#[test]
+#[cfg_attr(not(has_faketime), ignore = "libfaketime not installed (clock steps)")]
+#[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
+fn semantic_ids_of_two_sut_servers_stay_unique_under_kills_pauses_clock_steps_and_power_losses() {
+    let server = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("sut-server");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scenario"));
+    cmd.args([
+        "ids",
+        "--target",
+        "http",
+        "--key",
+        "OD",
+        "--json-pointer",
+        "/number",
+    ]);
+    cmd.args([
+        "--duration",
+        "8",
+        "--nemesis",
+        "kill,pause,clock,power_loss",
+    ]);
+    cmd.args([
+        "--every-ms",
+        "700",
+        "--down-ms",
+        "300",
+        "--clock-step-ms",
+        "3000",
+    ]);
+    for _ in 0..2 {
+        let port = free_port();
+        cmd.args([
+            "--url",
+            &format!("http://127.0.0.1:{port}/semantic/{{key}}"),
+        ]);
+        cmd.args([
+            "--server-cmd",
+            &format!(
+                "exec env SUT_ADMIN_TOKEN=a-test-admin-secret-of-32-bytes! {} --db {{data}}/ids.db \
+                 --listen 127.0.0.1:{port} --semantic-per-second 2000",
+                server.display()
+            ),
+        ]);
+    }
+    let out = cmd.output().expect("scenario runs");
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.lines()
+            .any(|l| l.trim_start().starts_with("ids.unique") && l.contains("held")),
+        "{all}"
+    );
+    assert!(all.contains("faults.took_effect           held"), "{all}");
+    assert!(all.contains("lost writes: "), "{all}");
 }

@@ -77,16 +77,25 @@ fn every_readme_command_is_in_the_guides_reference() {
         .flat_map(|row| subcommands(row))
         .collect();
     let readme = table_rows(&repo_file("README.md"), "What to run next");
-    assert!(readme.len() >= 5, "the README table looks truncated: {readme:?}");
+    assert!(
+        readme.len() >= 5,
+        "the README table looks truncated: {readme:?}"
+    );
     for row in &readme {
         let named = subcommands(row);
-        assert!(!named.is_empty(), "README row names no `scenario` command: {row}");
+        assert!(
+            !named.is_empty(),
+            "README row names no `scenario` command: {row}"
+        );
         for sub in named {
             // `scenario NAME` and `scenario list` stand for the named scenarios' rows.
             let known = reference.contains(&sub)
                 || reference.contains("NAME")
                     && repo_file("docs/guide.md").contains(&format!("`{sub}`"));
-            assert!(known, "README command `scenario {sub}` is not in the guide's reference");
+            assert!(
+                known,
+                "README command `scenario {sub}` is not in the guide's reference"
+            );
         }
     }
 }

@@ -11,6 +11,9 @@
 //!   (`acquire_worker`), never a hash of the IP; the time reservation the sequencer asks for is
 //!   persisted with `renew_worker` before any ID above it is issued, so a restarted server (or
 //!   the next holder of the id) starts above everything issued before (Leaf issues #104, #216).
+//! - **Semantic IDs** (`sut::snowflake::semantic`): `BB` + 10-digit seconds + 3-digit machine +
+//!   5-digit sequence, on the same worker lease (the machine number is the worker id) through
+//!   `sut`'s [`LeasedSemantic`], the binding the simulator drives too.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +32,9 @@ use sut::clock::Now;
 use sut::id_store::{CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec};
 use sut::segment::{AllocatorConfig, Health, SegmentAllocator, Unavailable};
 use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
+use sut::snowflake::semantic::{
+    LeasedError, LeasedSemantic, LeasedStep, SemanticConfig, SemanticWait,
+};
 use sut::snowflake::{Decoded, NextId, SequencerError, SequencerStats, WorkerConfig};
 
 /// Longest tag name, in bytes.
@@ -47,6 +53,63 @@ pub const SNOWFLAKE_WAIT_MS_MAX: u64 = 1_500;
 /// Reach of each persisted Snowflake reservation: what a restart on the same worker id must
 /// wait out at most (Leaf writes every 3 s; shorter here, the write is one fsync).
 pub const SNOWFLAKE_RESERVE_AHEAD_MS: u64 = 1_000;
+/// When the second's sequence is used up, the next second is waited for inside the request if
+/// it is this close; otherwise a 503 with `Retry-After` (the per-second limit is the client's to
+/// wait out).
+pub const SEMANTIC_WAIT_MS_MAX: u64 = 10;
+/// A business type's generator starts in the second after the one the worker's persisted
+/// reservation ends in: at its first request, up to the reservation's reach and one second.
+/// Waited inside the request.
+pub const SEMANTIC_START_WAIT_MS_MAX: u64 = SNOWFLAKE_RESERVE_AHEAD_MS + 1_000;
+/// The business types served by default: orders, users, products (the design's examples).
+pub const SEMANTIC_BIZ_DEFAULT: [&str; 3] = ["OD", "US", "PM"];
+
+/// The semantic IDs a server issues.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SemanticSpec {
+    /// The business types served (two capital letters each); any other is a 404.
+    pub biz: Vec<String>,
+    /// IDs per second per business type and machine (at most 100,000: five digits).
+    pub per_second: u64,
+}
+
+impl Default for SemanticSpec {
+    fn default() -> Self {
+        Self {
+            biz: SEMANTIC_BIZ_DEFAULT.map(str::to_owned).to_vec(),
+            per_second: sut::snowflake::semantic::SEQ_MAX + 1,
+        }
+    }
+}
+
+impl SemanticSpec {
+    /// Whether the spec can be served: a message naming what is wrong otherwise.
+    ///
+    /// # Errors
+    /// A business type that is not two capital letters, none, or a rate outside 2..=100,000.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.biz.is_empty() {
+            return Err("--semantic-biz: name at least one business type".to_owned());
+        }
+        if let Some(bad) = self.biz.iter().find(|b| !is_biz(b)) {
+            return Err(format!(
+                "--semantic-biz {bad}: a business type is two capital letters (OD, US, PM)"
+            ));
+        }
+        if !(2..=sut::snowflake::semantic::SEQ_MAX + 1).contains(&self.per_second) {
+            return Err(format!(
+                "--semantic-per-second {}: give 2 to 100000 (five digits of sequence)",
+                self.per_second
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Two ASCII capital letters.
+fn is_biz(biz: &str) -> bool {
+    biz.len() == 2 && biz.bytes().all(|b| b.is_ascii_uppercase())
+}
 
 /// Locks a mutex, ignoring poisoning (a panicked holder left consistent state: every state
 /// machine call is atomic with respect to its own invariants).
@@ -322,6 +385,10 @@ pub struct SnowflakeView {
 #[derive(Debug)]
 pub struct Snowflake {
     holder: Mutex<WorkerLeaseHolder>,
+    /// Semantic IDs on the same lease (locked after `holder`, never before).
+    semantic: Mutex<LeasedSemantic>,
+    semantic_biz: Vec<String>,
+    semantic_per_second: u64,
     store: Arc<Mutex<IdStoreBox>>,
     clock: RealClock,
     released: AtomicBool,
@@ -335,17 +402,30 @@ const HOLDER_CALLS_MAX: usize = 4;
 impl Snowflake {
     /// Leases a worker id and builds the worker above the reservation the lease carried.
     pub fn start(
-        cfg: WorkerConfig,
+        (cfg, semantic): (WorkerConfig, &SemanticSpec),
         store: Arc<Mutex<IdStoreBox>>,
         instance: InstanceId,
         lease_ms: u64,
         clock: RealClock,
         metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
+        semantic.validate()?;
+        let semantic_cfg = SemanticConfig {
+            prefix: semantic.biz[0].clone(),
+            // A backward clock is a 503 (`SEMANTIC_WAIT_MS_MAX`), waited out by the client.
+            rollback_ms_max: SNOWFLAKE_WAIT_MS_MAX,
+            rollback: sut::snowflake::RollbackPolicy::Refuse,
+            reserve_ahead_ms: cfg.reserve_ahead_ms,
+            per_second: semantic.per_second,
+            flaw: cfg.flaw,
+        };
         // Calls run inline: an answer is never late, so calls never time out.
         let holder = HolderConfig::new(SNOWFLAKE_NAMESPACE, instance, cfg, lease_ms, u64::MAX);
         let snowflake = Self {
             holder: Mutex::new(WorkerLeaseHolder::new(holder)),
+            semantic: Mutex::new(LeasedSemantic::new(semantic_cfg)),
+            semantic_biz: semantic.biz.clone(),
+            semantic_per_second: semantic.per_second,
             store,
             clock,
             released: AtomicBool::new(false),
@@ -462,6 +542,87 @@ impl Snowflake {
             }
         }
         Err(ApiError::unavailable("snowflake: still waiting, retry", 1))
+    }
+
+    /// One semantic ID of business type `biz` and its 18 digits as a number: waits out what is
+    /// due within [`SEMANTIC_WAIT_MS_MAX`] and reservation writes; the per-second limit or a
+    /// clock behind is a 503 with `Retry-After`, never a wrap or a repeat.
+    ///
+    /// # Errors
+    /// 400 for a malformed business type, 404 for one not served, 503 as above.
+    pub async fn next_semantic(self: &Arc<Self>, biz: &str) -> Result<(String, u64), ApiError> {
+        if !is_biz(biz) {
+            return Err(ApiError::bad(
+                "biz",
+                "a business type is two capital letters (OD, US, PM)",
+            ));
+        }
+        if !self.semantic_biz.iter().any(|b| b == biz) {
+            return Err(ApiError::field(
+                StatusCode::NOT_FOUND,
+                "biz",
+                format!(
+                    "business type {biz} is not served here (served: {})",
+                    self.semantic_biz.join(", ")
+                ),
+            ));
+        }
+        for _ in 0..SNOWFLAKE_ROUNDS_MAX {
+            let now = self.clock.now();
+            let (step, wants_call) = {
+                let mut h = lock(&self.holder);
+                let step = lock(&self.semantic).next_id(biz, &mut h, now);
+                (step, h.wants_call(now))
+            };
+            match step {
+                Ok(LeasedStep::Id { text, number, .. }) => {
+                    if wants_call {
+                        // Persist ahead in the background; this answer does not depend on it.
+                        let me = Arc::clone(self);
+                        drop(tokio::task::spawn_blocking(move || me.drive()));
+                    }
+                    return Ok((text, number));
+                }
+                Ok(LeasedStep::WaitLease | LeasedStep::WaitReservation) => {
+                    self.drive_async().await?;
+                }
+                Ok(LeasedStep::WaitUntil { wall_ms, cause }) => {
+                    let wait_ms = wall_ms.saturating_sub(now.wall_ms);
+                    // The per-second limit is the client's to wait out; a start above what the
+                    // lease carried or a small step back is waited here, as for Snowflake IDs.
+                    let wait_here_ms = match cause {
+                        SemanticWait::SequenceUsedUp => SEMANTIC_WAIT_MS_MAX,
+                        SemanticWait::AboveReservation => SEMANTIC_START_WAIT_MS_MAX,
+                        SemanticWait::ClockBehind => SNOWFLAKE_WAIT_MS_MAX,
+                    };
+                    if wait_ms > wait_here_ms {
+                        let why = match cause {
+                            SemanticWait::SequenceUsedUp => format!(
+                                "this second's sequence is used up ({} a second)",
+                                self.semantic_per_second
+                            ),
+                            SemanticWait::AboveReservation => {
+                                "the worker has reserved this second already".to_owned()
+                            }
+                            SemanticWait::ClockBehind => "the clock stepped back".to_owned(),
+                        };
+                        return Err(ApiError::unavailable(
+                            format!("semantic: no {biz} ID for {wait_ms} ms: {why}"),
+                            wait_ms.div_ceil(1000),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
+                }
+                Err(LeasedError::Sequencer(e @ SequencerError::ClockBehind { behind_ms, .. })) => {
+                    return Err(ApiError::unavailable(
+                        format!("semantic: {e}"),
+                        behind_ms.div_ceil(1000),
+                    ));
+                }
+                Err(e) => return Err(ApiError::unavailable(format!("semantic: {e}"), 1)),
+            }
+        }
+        Err(ApiError::unavailable("semantic: still waiting, retry", 1))
     }
 
     /// The worker's state.

@@ -28,7 +28,7 @@
 //! token or segment write waits for.
 //!
 //! Routes: `GET /id/{tag}`, `GET /id/{tag}/batch?n=`, `GET /snowflake`,
-//! `GET /snowflake/decode/{id}`, `GET /health`, `POST /tokens`, `POST /tokens/verify`,
+//! `GET /snowflake/decode/{id}`, `GET /semantic/{biz}`, `GET /health`, `POST /tokens`, `POST /tokens/verify`,
 //! `POST /tokens/revoke`, `POST /tokens/once`, `POST /tokens/once/consume`,
 //! `POST /lottery/draw`, `GET /lottery/draws/{xid}`, `GET /ledger`, `GET /admin/dead-letters`, `POST /admin/dead-letters/{xid}/retry`, `GET /metrics`, `POST /admin/tags`,
 //! `POST /admin/accounts`, `POST /admin/stock`, and `GET /noop` (an empty handler: the
@@ -120,6 +120,8 @@ pub struct ServerConfig {
     pub block_ids: u64,
     /// Snowflake worker lease length.
     pub worker_lease_ms: u64,
+    /// The semantic IDs served (`GET /semantic/{biz}`).
+    pub semantic: ids::SemanticSpec,
     /// Allocator upkeep period (`ConcurrentIds::tick`, Snowflake lease renewal).
     pub tick_ms: u64,
     /// Reclaim sweep period.
@@ -205,6 +207,7 @@ impl ServerConfig {
             weakness: None,
             block_ids: 4096,
             worker_lease_ms: 30_000,
+            semantic: ids::SemanticSpec::default(),
             tick_ms: 200,
             reclaim_ms: 5_000,
             jwt_secret: None,
@@ -622,11 +625,14 @@ fn open_ids(
             .with_step_max(cfg.step_max),
     );
     let snowflake = Arc::new(Snowflake::start(
-        WorkerConfig {
-            reserve_ahead_ms: ids::SNOWFLAKE_RESERVE_AHEAD_MS,
-            flaw: cfg.flaw,
-            ..WorkerConfig::default()
-        },
+        (
+            WorkerConfig {
+                reserve_ahead_ms: ids::SNOWFLAKE_RESERVE_AHEAD_MS,
+                flaw: cfg.flaw,
+                ..WorkerConfig::default()
+            },
+            &cfg.semantic,
+        ),
         Arc::clone(&control),
         instance,
         cfg.worker_lease_ms,
@@ -935,6 +941,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/id/{tag}/batch"),
     ("get", "/snowflake"),
     ("get", "/snowflake/decode/{id}"),
+    ("get", "/semantic/{biz}"),
     ("post", "/tokens"),
     ("post", "/tokens/verify"),
     ("post", "/tokens/revoke"),
@@ -970,7 +977,8 @@ pub fn router(state: AppState) -> Router {
             .route("/id/{tag}", get(next_id))
             .route("/id/{tag}/batch", get(next_ids))
             .route("/snowflake", get(snowflake))
-            .route("/snowflake/decode/{id}", get(decode));
+            .route("/snowflake/decode/{id}", get(decode))
+            .route("/semantic/{biz}", get(semantic_id));
         admin = admin.route("/admin/tags", post(create_tag));
     }
     if role.has_tokens() {
@@ -1305,6 +1313,45 @@ async fn snowflake(State(state): State<AppState>) -> Result<Json<IdBody>, ApiErr
         .snowflake_issued
         .fetch_add(1, Ordering::Relaxed);
     Ok(Json(IdBody { id, instance: None }))
+}
+
+/// A semantic ID.
+#[derive(Serialize, ToSchema)]
+struct SemanticBody {
+    /// The business type, then 10 digits of Unix seconds, 3 of machine (the worker id), 5 of
+    /// sequence: `OD171702345612700042`.
+    #[schema(pattern = "^[A-Z]{2}[0-9]{18}$")]
+    id: String,
+    /// The 18 digits as a number (seconds · 10⁸ + machine · 10⁵ + sequence): the IDs of one
+    /// business type from one process increase with it.
+    number: u64,
+}
+
+#[utoipa::path(
+    get,
+    path = "/semantic/{biz}",
+    tag = "ids",
+    summary = "Next semantic ID of a business type",
+    params(("biz" = String, Path, description = "The business type: two capital letters served by this server (`--semantic-biz`, default OD, US, PM)")),
+    responses(
+        (status = 200, description = "An ID", body = SemanticBody),
+        (status = 400, description = "Not two capital letters (`field: biz`)", body = ErrorBody),
+        (status = 404, description = "A business type this server does not serve (`field: biz`)", body = ErrorBody),
+        (status = 503, description = "This second's sequence is used up (`--semantic-per-second`), the clock stepped back, overload or a store temporarily unavailable; retry after `Retry-After` seconds", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    )
+)]
+async fn semantic_id(
+    State(state): State<AppState>,
+    biz: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<SemanticBody>, ApiError> {
+    let biz = segment(biz, "biz")?;
+    let (id, number) = state.ids()?.snowflake.next_semantic(&biz).await?;
+    state
+        .metrics
+        .semantic_issued
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(Json(SemanticBody { id, number }))
 }
 
 #[utoipa::path(

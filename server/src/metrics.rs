@@ -40,6 +40,8 @@ pub struct Metrics {
     pub ids_issued: AtomicU64,
     /// Snowflake IDs issued.
     pub snowflake_issued: AtomicU64,
+    /// Semantic IDs issued.
+    pub semantic_issued: AtomicU64,
     /// Requests refused by admission control (503).
     pub overload_rejected: AtomicU64,
     /// Requests that waited in the admission queue.
@@ -187,7 +189,7 @@ impl Metrics {
     }
 
     /// The plain counters: name, help, value.
-    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 19] {
+    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 20] {
         [
             (
                 "sut_connections_refused_full_total",
@@ -218,6 +220,11 @@ impl Metrics {
                 "sut_snowflake_issued_total",
                 "Snowflake IDs issued over HTTP.",
                 &self.snowflake_issued,
+            ),
+            (
+                "sut_semantic_issued_total",
+                "Semantic IDs issued over HTTP.",
+                &self.semantic_issued,
             ),
             (
                 "sut_overload_rejected_total",

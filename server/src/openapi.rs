@@ -48,6 +48,7 @@ use super::{
         super::next_ids,
         super::snowflake,
         super::decode,
+        super::semantic_id,
         super::health,
         super::metrics,
         super::tokens::issue,

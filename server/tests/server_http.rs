@@ -573,3 +573,77 @@ async fn ids_are_unique_across_concurrent_requests_and_restarts() {
     // Snowflake IDs increase across restarts (each start is above the persisted reservation).
     assert!(snowflakes.windows(2).all(|w| w[0] < w[1]), "{snowflakes:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semantic_ids_have_the_designs_shape_a_per_second_limit_and_survive_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ids.db");
+    let mut all = Vec::new();
+    for round in 0..3 {
+        let mut cfg = common::config(&db);
+        cfg.semantic.per_second = 5;
+        let srv = start(cfg, local()).await.unwrap();
+        let api = Api::new(srv.addr);
+        let (_, h) = api.get("/health").await;
+        let worker = h["snowflake"]["worker_id"].as_u64().unwrap();
+        let (mut numbers, mut refused) = (Vec::new(), 0);
+        for _ in 0..20 {
+            let response = api
+                .client
+                .get(format!("{}/semantic/OD", api.base))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            let retry_after = response.headers().get("retry-after").cloned();
+            let v: Value = response.json().await.unwrap();
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                // The second's five are issued: refused until the next, never wrapped.
+                assert!(retry_after.is_some(), "{v}");
+                assert!(v["error"].as_str().unwrap().contains("sequence"), "{v}");
+                refused += 1;
+                continue;
+            }
+            assert_eq!(status, StatusCode::OK, "{v}");
+            let id = v["id"].as_str().unwrap();
+            let number = v["number"].as_u64().unwrap();
+            assert!(id.len() == 20 && id.starts_with("OD"), "{id}");
+            assert_eq!(id[2..].parse::<u64>().unwrap(), number, "{v}");
+            assert_eq!(
+                id[12..15].parse::<u64>().unwrap(),
+                worker,
+                "the machine is the worker id: {v}"
+            );
+            numbers.push(number);
+        }
+        assert!(
+            refused > 0 && !numbers.is_empty(),
+            "{refused} refused, {numbers:?}"
+        );
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+        let mut per_second = std::collections::BTreeMap::new();
+        for n in &numbers {
+            *per_second.entry(n / 100_000_000).or_insert(0) += 1;
+        }
+        assert!(per_second.values().all(|&c| c <= 5), "{per_second:?}");
+        all.extend(numbers);
+        if round == 0 {
+            for (path, status) in [
+                ("/semantic/ZZ", StatusCode::NOT_FOUND),
+                ("/semantic/od", StatusCode::BAD_REQUEST),
+                ("/semantic/ODX", StatusCode::BAD_REQUEST),
+            ] {
+                let (s, v) = api.get(path).await;
+                assert_eq!((s, field(&v)), (status, "biz"), "GET {path}: {v}");
+            }
+        }
+        if round == 1 {
+            // A crash: the lease is left to expire, the next start takes another worker id.
+            srv.abort();
+        } else {
+            srv.shutdown().await.unwrap();
+        }
+    }
+    let set: BTreeSet<u64> = all.iter().copied().collect();
+    assert_eq!(set.len(), all.len(), "a semantic ID issued twice: {all:?}");
+}

@@ -132,6 +132,13 @@ struct Args {
     /// default); repeat for several. Lets `scenario ids` test this server with no admin call.
     #[arg(long = "tag", value_parser = parse_tag)]
     tags: Vec<(String, u64)>,
+    /// The business types of `GET /semantic/{biz}`, two capital letters each, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = sut_server::ids::SEMANTIC_BIZ_DEFAULT.map(String::from))]
+    semantic_biz: Vec<String>,
+    /// Semantic IDs per second per business type and process (the sequence has five digits:
+    /// at most 100,000); the next in the same second is a 503 with `Retry-After`.
+    #[arg(long, default_value_t = 100_000)]
+    semantic_per_second: u64,
 }
 
 fn main() -> ExitCode {
@@ -226,6 +233,10 @@ async fn serve(args: Args) -> Result<(), String> {
     cfg.flaw = args.flaw;
     cfg.step_max = args.step_max;
     cfg.tags = args.tags;
+    cfg.semantic = sut_server::ids::SemanticSpec {
+        biz: args.semantic_biz,
+        per_second: args.semantic_per_second,
+    };
     cfg.activities = args
         .activities
         .iter()

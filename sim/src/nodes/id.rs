@@ -13,8 +13,8 @@ use sut::flaw::Flaw;
 use sut::id_store::InstanceId;
 use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
 use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
-use sut::snowflake::semantic::{self, NextSemantic, SemanticConfig, SemanticGenerator};
-use sut::snowflake::{NextId, RollbackPolicy, SequencerError, SnowflakeWorker, WorkerConfig};
+use sut::snowflake::semantic::{LeasedError, LeasedSemantic, LeasedStep, SemanticConfig};
+use sut::snowflake::{NextId, RollbackPolicy, SequencerError, WorkerConfig};
 
 use super::sleep_ms;
 use crate::history::{Answer, EventKind, IdSpace, Op, Outcome};
@@ -44,9 +44,10 @@ struct State {
     parked_segment: VecDeque<Parked>,
     parked_snowflake: VecDeque<Parked>,
     parked_semantic: VecDeque<Parked>,
-    semantic_cfg: SemanticConfig,
-    /// The semantic generator and its machine number (the worker id).
-    semantic: Option<(u32, SemanticGenerator)>,
+    /// The business prefix of the semantic IDs served.
+    semantic_prefix: String,
+    /// The semantic generator, on the worker's lease (`sut`'s binding, as the server's).
+    semantic: LeasedSemantic,
     timeout_ms: u64,
     reported: AllocatorStats,
 }
@@ -103,12 +104,7 @@ impl State {
             let checks = [
                 ("segment allocator", self.alloc.check_invariants()),
                 ("worker-lease holder", self.holder.check_invariants()),
-                (
-                    "semantic generator",
-                    self.semantic
-                        .as_ref()
-                        .map_or(Ok(()), |(_, g)| g.check_invariants()),
-                ),
+                ("semantic generator", self.semantic.check_invariants()),
             ];
             for (name, check) in checks {
                 if let Err(violation) = check {
@@ -138,7 +134,7 @@ impl State {
     fn on_holder_event(&mut self, ctx: &Ctx, event: HolderEvent) {
         match event {
             HolderEvent::LeaseLost => {
-                self.semantic = None;
+                self.semantic.handle_lease_lost();
                 ctx.world.count("snowflake.worker_leases_lost", 1);
             }
             HolderEvent::Unusable(err) => ctx.world.count(&format!("config.error.{err}"), 1),
@@ -248,7 +244,7 @@ impl State {
             }
             Err(SequencerError::LeaseLost) => {
                 // The holder drops a worker whose lease is lost; the semantic generator too.
-                self.semantic = None;
+                self.semantic.handle_lease_lost();
                 Outcome::Fail("worker lease lost".into())
             }
             Err(err) => Outcome::Fail(err.to_string()),
@@ -303,51 +299,6 @@ impl State {
         }
     }
 
-    /// Starts the semantic generator on the worker's machine number. Its floor is the worker
-    /// lease's reservation in seconds, and it issues only in seconds that the worker's persisted
-    /// reservation covers ([`Self::semantic_upkeep`]): one lease, one reservation, both safe
-    /// across restarts and clock jumps.
-    fn start_semantic(&mut self, ctx: &Ctx) {
-        let Some(worker) = self.holder.worker() else {
-            return;
-        };
-        let machine = worker.worker_id();
-        let floor_s = if self.holder.config().unleased_ip.is_some() {
-            0
-        } else {
-            reserved_wall_ms(worker) / 1_000
-        };
-        match SemanticGenerator::new(&self.semantic_cfg, machine, floor_s) {
-            Ok(generator) => self.semantic = Some((machine, generator)),
-            Err(err) => ctx.world.count(&format!("config.error.{err}"), 1),
-        }
-    }
-
-    /// Acknowledges the semantic generator's reservation up to what the worker has persisted,
-    /// and asks the worker to reserve further ahead when that is not enough.
-    fn semantic_upkeep(&mut self, now: Now) {
-        let unleased = self.holder.config().unleased_ip.is_some();
-        let (Some((_, generator)), Some(worker)) =
-            (self.semantic.as_mut(), self.holder.worker_mut())
-        else {
-            return;
-        };
-        let Some(want_s) = generator.poll_reservation() else {
-            return;
-        };
-        if unleased {
-            // The hash(IP) flaw has no lease to persist with.
-            generator.handle_reserved(want_s);
-            return;
-        }
-        let covered_s = reserved_wall_ms(worker) / 1_000;
-        generator.handle_reserved(want_s.min(covered_s));
-        if covered_s < want_s {
-            generator.handle_reservation_failed();
-            worker.reserve_ahead(now.wall_ms);
-        }
-    }
-
     fn serve_semantic(
         &mut self,
         ctx: &Ctx,
@@ -362,37 +313,31 @@ impl State {
             op_id,
             since_ms: now.mono_ms,
         };
-        if self.semantic.is_none() {
-            self.start_semantic(ctx);
-        }
-        let Some((machine, generator)) = self.semantic.as_mut() else {
-            return Some(park);
-        };
-        let machine = *machine;
-        let outcome = match generator.next_id(now.wall_ms) {
-            Ok(NextSemantic::Id(text)) => match semantic::parse(&text) {
-                Ok(parts) => {
-                    let id = parts.seconds * 100_000_000
-                        + u64::from(parts.machine) * 100_000
-                        + parts.seq;
-                    ctx.record(|_| EventKind::Issued {
-                        space: IdSpace::Semantic,
-                        generator: format!("machine-{machine}@{instance}"),
-                        id,
-                    });
-                    Outcome::Ok(Answer::Id(id))
-                }
-                Err(err) => Outcome::Fail(err.to_string()),
-            },
-            Ok(NextSemantic::WaitUntil { .. } | NextSemantic::WaitReservation) => {
-                self.semantic_upkeep(now);
+        let prefix = self.semantic_prefix.clone();
+        let outcome = match self.semantic.next_id(&prefix, &mut self.holder, now) {
+            Ok(LeasedStep::Id {
+                text,
+                number,
+                machine,
+            }) => {
+                debug_assert!(text.len() == sut::snowflake::semantic::ID_LEN);
+                ctx.record(|_| EventKind::Issued {
+                    space: IdSpace::Semantic,
+                    generator: format!("machine-{machine}@{instance}"),
+                    id: number,
+                });
+                Outcome::Ok(Answer::Id(number))
+            }
+            Ok(
+                LeasedStep::WaitUntil { .. } | LeasedStep::WaitReservation | LeasedStep::WaitLease,
+            ) => {
                 return Some(park);
             }
-            Err(SequencerError::LeaseLost) => {
-                self.semantic = None;
-                Outcome::Fail("worker lease lost".into())
+            Err(LeasedError::Config(err)) => {
+                ctx.world.count(&format!("config.error.{err}"), 1);
+                return Some(park);
             }
-            Err(err) => Outcome::Fail(err.to_string()),
+            Err(LeasedError::Sequencer(err)) => Outcome::Fail(err.to_string()),
         };
         out.push((client, Msg::Response { op_id, outcome }));
         None
@@ -405,17 +350,6 @@ enum Kind {
     Segment,
     Snowflake,
     Semantic,
-}
-
-/// Wall-clock ms up to which the worker's persisted reservation reaches.
-fn reserved_wall_ms(worker: &SnowflakeWorker) -> u64 {
-    let layout = worker.layout();
-    layout.epoch_ms.saturating_add(
-        worker
-            .sequencer()
-            .reserved_ts()
-            .saturating_mul(layout.unit_ms),
-    )
 }
 
 fn flush(ctx: &Ctx, out: Outbox) {
@@ -519,15 +453,15 @@ fn new_state(ctx: &Ctx) -> State {
         parked_segment: VecDeque::new(),
         parked_snowflake: VecDeque::new(),
         parked_semantic: VecDeque::new(),
-        semantic_cfg: SemanticConfig {
+        semantic_prefix: "OD".to_owned(),
+        semantic: LeasedSemantic::new(SemanticConfig {
             prefix: "OD".into(),
             rollback_ms_max: ids.rollback_ms_max,
             rollback: RollbackPolicy::Refuse,
             reserve_ahead_ms: ids.reserve_ahead_ms.max(2_000),
             per_second: ids.semantic_per_second,
             flaw,
-        },
-        semantic: None,
+        }),
         timeout_ms,
         reported: AllocatorStats::default(),
     }
