@@ -648,27 +648,9 @@ impl Servers {
     }
 }
 
-/// The address of a URL's host and port (the scheme's usual port when none is given).
-pub(crate) fn socket_addr(url: &str) -> Result<SocketAddr, BlackBoxError> {
-    let parsed =
-        reqwest::Url::parse(url).map_err(|e| BlackBoxError::Usage(format!("--url {url}: {e}")))?;
-    let port = parsed.port().or(match parsed.scheme() {
-        "http" => Some(80),
-        "https" => Some(443),
-        "redis" => Some(6379),
-        "postgres" | "postgresql" => Some(5432),
-        _ => None,
-    });
-    let (Some(host), Some(port)) = (parsed.host_str(), port) else {
-        return Err(BlackBoxError::Usage(format!(
-            "--url {url}: no host and port"
-        )));
-    };
-    (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.find(SocketAddr::is_ipv4).or_else(|| a.next()))
-        .ok_or_else(|| BlackBoxError::Usage(format!("--url {url}: cannot resolve {host}")))
+/// [`crate::conn::socket_addr`], as a usage error.
+fn socket_addr(url: &str) -> Result<SocketAddr, BlackBoxError> {
+    crate::conn::socket_addr(url).map_err(BlackBoxError::Usage)
 }
 
 /// `url` with its host and port replaced by the loopback proxy's.

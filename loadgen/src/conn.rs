@@ -6,6 +6,7 @@
 //! Plain HTTP only: an `https` target goes through the reqwest client instead
 //! ([`crate::workload::user_client`]).
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -185,6 +186,30 @@ impl Conn {
             }
         }
     }
+}
+
+/// The address of a URL's host and port (the scheme's usual port when none is given): a
+/// message naming `--url` otherwise.
+///
+/// # Errors
+/// The URL does not parse, names no host or port, or does not resolve.
+pub fn socket_addr(url: &str) -> Result<SocketAddr, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("--url {url}: {e}"))?;
+    let port = parsed.port().or(match parsed.scheme() {
+        "http" => Some(80),
+        "https" => Some(443),
+        "redis" => Some(6379),
+        "postgres" | "postgresql" => Some(5432),
+        _ => None,
+    });
+    let (Some(host), Some(port)) = (parsed.host_str(), port) else {
+        return Err(format!("--url {url}: no host and port"));
+    };
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.find(SocketAddr::is_ipv4).or_else(|| a.next()))
+        .ok_or_else(|| format!("--url {url}: cannot resolve {host}"))
 }
 
 #[cfg(test)]

@@ -592,7 +592,7 @@ impl Bench {
                 let data = dir.path().join("data");
                 std::fs::create_dir(&data)
                     .map_err(|e| ContractError::Usage(format!("cannot make {data:?}: {e}")))?;
-                let port = crate::blackbox::socket_addr(&opts.url)
+                let port = crate::conn::socket_addr(&opts.url)
                     .map_err(|e| ContractError::Usage(e.to_string()))?
                     .port();
                 let service = CommandService::start(CommandSpec {

@@ -413,7 +413,7 @@ pub fn run(opts: &SlowOptions) -> Result<SlowRun, SlowError> {
             "--slow-clients needs a plain http:// URL, not {base}"
         ))
     })?;
-    let addr = crate::blackbox::socket_addr(&opts.url).map_err(|e| SlowError(e.to_string()))?;
+    let addr = crate::conn::socket_addr(&opts.url).map_err(|e| SlowError(e.to_string()))?;
     let host = format!(
         "{}:{}",
         base.host_str().unwrap_or_default(),

@@ -588,7 +588,7 @@ fn start(opts: &TokensOptions) -> Result<Option<Owned>, ContractError> {
         .map_err(|e| ContractError::Usage(format!("cannot make {}: {e}", data.display())))?;
     let mut services = Vec::new();
     for (i, (command, url)) in opts.commands.iter().zip(&opts.urls).enumerate() {
-        let port = crate::blackbox::socket_addr(url)
+        let port = crate::conn::socket_addr(url)
             .map_err(|e| ContractError::Usage(e.to_string()))?
             .port();
         services.push(CommandService::start(CommandSpec {

@@ -869,7 +869,7 @@ pub(crate) fn add_edge_properties(report: &mut ModelReport, owned: &[&str]) {
         report.flaw.is_some() && !report.failures().is_empty() && !report.exhaustive;
     for name in owned {
         assert!(
-            sut::edge::find(name).is_some(),
+            sut::edge_registry::find(name).is_some(),
             "model {} owns `{name}`, which is not a declared edge state",
             report.model
         );

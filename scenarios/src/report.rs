@@ -138,7 +138,7 @@ pub fn edge_rows(scenario: &Scenario, sweep: &Sweep) -> Vec<EdgeRow> {
     const PARSED: &str = "`[edges]` is checked when the scenario is parsed";
     let owned = scenario.edges.owned().expect(PARSED);
     let rare = scenario.edges.owned_rare().expect(PARSED);
-    sut::edge::all()
+    sut::edge_registry::all()
         .map(|e| EdgeRow {
             name: e.name.to_owned(),
             about: e.about.to_owned(),

@@ -36,9 +36,7 @@ use sut::lottery::{CoordinatorConfig, Phase};
 use sut::segment::AllocatorConfig;
 use sut::snowflake::WorkerConfig;
 
-use crate::net::Msg;
 use crate::scenario::{FaultKind, Scenario};
-use crate::world::World;
 
 /// Where a placed crash strikes, relative to a node's durable step (its log's fsync).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,16 +82,6 @@ pub enum StragglerClass {
     TccReply,
     /// ID node → database store calls.
     Store,
-}
-
-impl StragglerClass {
-    fn matches(self, msg: &Msg) -> bool {
-        match (self, msg) {
-            (Self::Tcc(phase), Msg::Tcc(_, m)) => m.phase == phase,
-            (Self::TccReply, Msg::TccReply(_)) | (Self::Store, Msg::Store { .. }) => true,
-            _ => false,
-        }
-    }
 }
 
 /// Messages of one class held back now and then.
@@ -346,12 +334,6 @@ impl Buggify {
         config
     }
 
-    /// How long to hold `msg` back, if it straggles (drawn from `rng`).
-    pub fn straggle(&self, msg: &Msg, rng: &mut impl Rng) -> Option<u64> {
-        let s = self.stragglers.as_ref()?;
-        (s.class.matches(msg) && rng.gen_range(0..1_000_000) < s.ppm).then_some(s.delay_ms)
-    }
-
     /// One line per knob that is on (for the report and `--verbose`).
     #[must_use]
     pub fn describe(&self) -> Vec<String> {
@@ -425,30 +407,6 @@ impl Buggify {
                 .map(|s| format!("{:?}: {} ppm held back {} ms", s.class, s.ppm, s.delay_ms)),
         );
         lines
-    }
-}
-
-/// A durable step of the node this task runs on (its log's fsync, `site` of it): when this
-/// seed placed its crash at this arrival, the node is crashed here and the task never goes on.
-pub async fn durable_step(world: &World, site: CrashSite) {
-    let here = madsim::plugin::node();
-    let hit = world.with(|w| {
-        let crash = w.spec.buggify.crash.as_ref()?;
-        if crash.site != site || w.healed || w.workload_stopped {
-            return None;
-        }
-        let (name, _) = w.node_ids.iter().find(|(_, id)| **id == here)?;
-        if *name != crash.node {
-            return None;
-        }
-        let (name, nth, down_ms) = (name.clone(), crash.nth, crash.down_ms);
-        let arrivals = w.durable_steps.entry(name.clone()).or_insert(0);
-        *arrivals += 1;
-        (*arrivals == nth).then_some((name, down_ms))
-    });
-    if let Some((node, down_ms)) = hit {
-        crate::nemesis::crash_in_place(world, &node, site, down_ms);
-        std::future::pending::<()>().await;
     }
 }
 

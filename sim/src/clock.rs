@@ -95,6 +95,11 @@ impl NodeClock {
     }
 }
 
+/// Sleeps `ms` simulated milliseconds.
+pub async fn sleep_ms(ms: u64) {
+    madsim::time::sleep(std::time::Duration::from_millis(ms)).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,9 +9,10 @@ use madsim::rand::{Rng, thread_rng};
 use madsim::runtime::Handle;
 use madsim::task::spawn;
 
+use crate::buggify::CrashSite;
 use crate::faults::{self, Targets};
 use crate::history::EventKind;
-use crate::nodes::sleep_ms;
+use crate::clock::sleep_ms;
 use crate::scenario::{FaultKind, ScheduledFault};
 use crate::world::{FaultSpan, World};
 
@@ -538,13 +539,13 @@ fn apply_kill(world: &World, node: String, tear: bool, duration_ms: u64) {
 pub(crate) fn crash_in_place(
     world: &World,
     node: &str,
-    site: crate::buggify::CrashSite,
+    site: CrashSite,
     down_ms: u64,
 ) {
     kill(world, node, false);
     let counter = match site {
-        crate::buggify::CrashSite::BeforeSync => "crash.before_durable_step",
-        crate::buggify::CrashSite::AfterSync => "crash.after_durable_step",
+        CrashSite::BeforeSync => "crash.before_durable_step",
+        CrashSite::AfterSync => "crash.after_durable_step",
     };
     world.count(counter, 1);
     let span = begin(
@@ -705,4 +706,28 @@ pub fn heal_all(world: &World) {
             span.end_ms.get_or_insert(now);
         }
     });
+}
+
+/// A durable step of the node this task runs on (its log's fsync, `site` of it): when this
+/// seed placed its crash at this arrival, the node is crashed here and the task never goes on.
+pub async fn durable_step(world: &World, site: CrashSite) {
+    let here = madsim::plugin::node();
+    let hit = world.with(|w| {
+        let crash = w.spec.buggify.crash.as_ref()?;
+        if crash.site != site || w.healed || w.workload_stopped {
+            return None;
+        }
+        let (name, _) = w.node_ids.iter().find(|(_, id)| **id == here)?;
+        if *name != crash.node {
+            return None;
+        }
+        let (name, nth, down_ms) = (name.clone(), crash.nth, crash.down_ms);
+        let arrivals = w.durable_steps.entry(name.clone()).or_insert(0);
+        *arrivals += 1;
+        (*arrivals == nth).then_some((name, down_ms))
+    });
+    if let Some((node, down_ms)) = hit {
+        crash_in_place(world, &node, site, down_ms);
+        std::future::pending::<()>().await;
+    }
 }

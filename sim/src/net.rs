@@ -39,6 +39,7 @@ use sut::clock::Now;
 use sut::id_store::{StoreCall, StoreReply};
 use sut::lottery::{ParticipantMsg, ParticipantReply};
 
+use crate::buggify::{Buggify, StragglerClass};
 use crate::history::{EventKind, Op, Outcome};
 use crate::world::World;
 
@@ -200,10 +201,8 @@ impl Ctx {
                 return;
             }
             if !w.healed
-                && let Some(delay_ms) = w
-                    .spec
-                    .buggify
-                    .straggle(&msg, &mut madsim::rand::thread_rng())
+                && let Some(delay_ms) =
+                    straggle(&w.spec.buggify, &msg, &mut madsim::rand::thread_rng())
             {
                 w.count("buggify.stragglers", 1);
                 let out = self.out.clone();
@@ -266,5 +265,19 @@ async fn send_rounds(
         });
         // A send error means the network is gone for this node (killed): nothing to do.
         let _ = futures::future::join_all(sends).await;
+    }
+}/// How long this seed's BUGGIFY holds `msg` back, if it straggles (drawn from `rng`).
+fn straggle(buggify: &Buggify, msg: &Msg, rng: &mut impl Rng) -> Option<u64> {
+    let s = buggify.stragglers.as_ref()?;
+    (matches(s.class, msg) && rng.gen_range(0..1_000_000) < s.ppm).then_some(s.delay_ms)
+}
+
+/// Whether `msg` is of the straggler class `class`.
+fn matches(class: StragglerClass, msg: &Msg) -> bool {
+    match (class, msg) {
+        (StragglerClass::Tcc(phase), Msg::Tcc(_, m)) => m.phase == phase,
+        (StragglerClass::TccReply, Msg::TccReply(_))
+        | (StragglerClass::Store, Msg::Store { .. }) => true,
+        _ => false,
     }
 }

@@ -18,10 +18,10 @@ use sut::lottery::{CoordLog, Ledger, LotteryStore, ParticipantReply};
 use crate::checkers::{FinalState, Violation, check_all, gap_bound};
 use crate::clock::NodeClock;
 use crate::history::{Event, EventKind, Outcome};
-use crate::net::{Ctx, PORT};
+use crate::net::{Ctx, Inbox, PORT};
 use crate::nodes;
-use crate::scenario::{FaultKind, RunSpec, Scenario};
-use crate::world::{DbRec, FaultSpan, World};
+use crate::scenario::{FaultKind, Scenario};
+use crate::world::{DbRec, FaultSpan, RunSpec, World};
 
 /// One bucket of the operations-over-time series.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -337,7 +337,7 @@ fn create_nodes(world: &World, names: &[String]) {
                 let (world, name) = (node_world.clone(), node_name.clone());
                 async move {
                     let (ctx, inbox) = Ctx::bind(world, &name).await;
-                    nodes::main(ctx, inbox).await;
+                    node_main(ctx, inbox).await;
                 }
             })
             .build();
@@ -695,6 +695,30 @@ pub fn unreached_edges(
         .filter(|e| edges.get(e.name).copied().unwrap_or(0) == 0)
         .map(|e| e.name.to_owned())
         .collect()
+}
+
+/// A node's task: its role, from its name.
+async fn node_main(ctx: Ctx, inbox: Inbox) {
+    let incarnation = ctx.world.with(|w| {
+        let n = w.incarnations.entry(ctx.name.clone()).or_insert(0);
+        *n += 1;
+        *n
+    });
+    ctx.record(|_| crate::history::EventKind::Boot { incarnation });
+    let name = ctx.name.clone();
+    if name == "db" {
+        nodes::db::run(ctx, inbox).await;
+    } else if name.starts_with("id") {
+        nodes::id::run(ctx, inbox).await;
+    } else if name == "token" {
+        nodes::token::run(ctx, inbox).await;
+    } else if name == "coord" {
+        nodes::tcc::run_coordinator(ctx, inbox).await;
+    } else if name == "wallet" || name == "inventory" {
+        nodes::tcc::run_participant(ctx, inbox).await;
+    } else if name.starts_with("client") {
+        nodes::client::run(ctx, inbox).await;
+    }
 }
 
 #[cfg(test)]

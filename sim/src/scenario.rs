@@ -404,7 +404,7 @@ fn resolve_edges(entries: &[String]) -> Result<Vec<&'static sut::edge::Edge>, St
     for entry in entries {
         if let Some(machine) = sut::edge::Machine::from_name(entry) {
             names.extend(machine.edges().map(|e| e.name));
-        } else if let Some(edge) = sut::edge::find(entry) {
+        } else if let Some(edge) = sut::edge_registry::find(entry) {
             names.insert(edge.name);
         } else {
             return Err(format!(
@@ -412,7 +412,7 @@ fn resolve_edges(entries: &[String]) -> Result<Vec<&'static sut::edge::Edge>, St
             ));
         }
     }
-    Ok(sut::edge::all()
+    Ok(sut::edge_registry::all()
         .filter(|e| names.contains(e.name))
         .collect())
 }
@@ -906,19 +906,6 @@ fn known_node(name: &str, topology: &Topology) -> bool {
             .strip_prefix("id")
             .and_then(|n| n.parse::<u32>().ok())
             .is_some_and(|n| (1..=topology.id_nodes).contains(&n))
-}
-
-/// One seed's resolved parameters: the scenario plus what the seed decided (swarm testing).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunSpec {
-    /// The scenario.
-    pub scenario: Scenario,
-    /// The seed.
-    pub seed: u64,
-    /// The fault kinds enabled for this seed, with their weights.
-    pub faults: Vec<(FaultKind, u32)>,
-    /// This seed's BUGGIFY.
-    pub buggify: crate::buggify::Buggify,
 }
 
 #[cfg(test)]

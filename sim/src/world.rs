@@ -18,7 +18,21 @@ use sut::lottery::journal::{JournalOp, Journaled};
 use crate::clock::NodeClock;
 use crate::disk::Wal;
 use crate::history::{Event, EventKind};
-use crate::scenario::RunSpec;
+use crate::buggify::Buggify;
+use crate::scenario::{FaultKind, Scenario};
+
+/// One seed's resolved parameters: the scenario plus what the seed decided (swarm testing).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The seed.
+    pub seed: u64,
+    /// The fault kinds enabled for this seed, with their weights.
+    pub faults: Vec<(FaultKind, u32)>,
+    /// This seed's BUGGIFY.
+    pub buggify: Buggify,
+}
 
 /// A database-node log record.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

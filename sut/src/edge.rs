@@ -12,6 +12,9 @@
 //! exhaustive search passed through. A run that never reached an edge state proves nothing about
 //! it, however many seeds it ran.
 //!
+//! The list of every declared edge state is [`crate::edge_registry`]'s, so that this counter,
+//! which every machine imports, imports none of them.
+//!
 //! Counts are per thread: a madsim run and a model check each run on one thread, so concurrent
 //! sweeps on other threads do not mix. The HTTP server never reads them.
 
@@ -64,11 +67,6 @@ impl Machine {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.name() == name)
     }
-
-    /// This machine's edge states.
-    pub fn edges(self) -> impl Iterator<Item = &'static Edge> {
-        all().filter(move |e| e.machine == self)
-    }
 }
 
 /// One declared edge state.
@@ -92,23 +90,6 @@ impl Edge {
             about,
         }
     }
-}
-
-/// Every declared edge state, machine by machine.
-pub fn all() -> impl Iterator<Item = &'static Edge> {
-    crate::segment::EDGES
-        .iter()
-        .chain(crate::snowflake::EDGES)
-        .chain(crate::token::EDGES)
-        .chain(crate::lottery::coordinator::EDGES)
-        .chain(crate::lottery::participant::EDGES)
-        .chain(crate::lottery::wheel::EDGES)
-}
-
-/// The declared edge state named `name`.
-#[must_use]
-pub fn find(name: &str) -> Option<&'static Edge> {
-    all().find(|e| e.name == name)
 }
 
 thread_local! {
@@ -148,6 +129,7 @@ pub fn take() -> BTreeMap<String, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::edge_registry::all;
 
     #[test]
     fn names_are_unique_and_prefixed_by_their_machine() {

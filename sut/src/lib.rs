@@ -33,6 +33,7 @@
 
 pub mod clock;
 pub mod edge;
+pub mod edge_registry;
 pub mod flaw;
 pub mod gate;
 pub mod id_store;

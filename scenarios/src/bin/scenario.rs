@@ -485,7 +485,7 @@ fn edges() -> ExitCode {
     use std::io::Write;
     let owners = scenarios::edge_owners();
     let mut out = std::io::stdout().lock();
-    for edge in sut::edge::all() {
+    for edge in sut::edge_registry::all() {
         let mut by: Vec<String> = owners
             .get(edge.name)
             .map(|names| names.iter().map(ToString::to_string).collect())
@@ -1696,7 +1696,7 @@ fn write_json(
         "edges": sweep.edges,
         "edge_seeds": sweep.edge_seeds,
         "edges_owned_unreached": sweep.unreached_edges,
-        "edges_never_reached": sut::edge::all()
+        "edges_never_reached": sut::edge_registry::all()
             .filter(|e| !sweep.edges.contains_key(e.name))
             .map(|e| e.name)
             .collect::<Vec<_>>(),

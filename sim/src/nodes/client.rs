@@ -11,7 +11,7 @@ use madsim::rand::{Rng, thread_rng};
 use madsim::task::spawn;
 use madsim::time::Instant;
 
-use super::sleep_ms;
+use crate::clock::sleep_ms;
 use crate::history::{Answer, EventKind, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
 use crate::scenario::Workload;

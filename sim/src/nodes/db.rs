@@ -9,7 +9,8 @@ use madsim::task::spawn;
 use sut::flaw::Flaw;
 use sut::id_store::{IdStore, MemoryIdStore, StoreCall};
 
-use super::{GroupCommit, commit, sleep_ms};
+use super::{GroupCommit, commit};
+use crate::clock::sleep_ms;
 use crate::net::{Ctx, Inbox, Msg};
 use crate::world::DbRec;
 

@@ -16,7 +16,7 @@ use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use sut::snowflake::semantic::{LeasedError, LeasedSemantic, LeasedStep, SemanticConfig};
 use sut::snowflake::{NextId, RollbackPolicy, SequencerError, WorkerConfig};
 
-use super::sleep_ms;
+use crate::clock::sleep_ms;
 use crate::history::{Answer, EventKind, IdSpace, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
 

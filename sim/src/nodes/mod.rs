@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use madsim::rand::Rng;
 
-use crate::buggify::{CrashSite, durable_step};
+use crate::buggify::CrashSite;
+use crate::nemesis::durable_step;
 use crate::disk::Wal;
 use crate::net::{Ctx, Inbox};
 use crate::world::{Disks, World};
@@ -108,31 +109,3 @@ impl GroupCommit {
     }
 }
 
-/// Sleeps `ms` simulated milliseconds.
-pub async fn sleep_ms(ms: u64) {
-    madsim::time::sleep(Duration::from_millis(ms)).await;
-}
-
-/// The role of a node, from its name.
-pub async fn main(ctx: Ctx, inbox: Inbox) {
-    let incarnation = ctx.world.with(|w| {
-        let n = w.incarnations.entry(ctx.name.clone()).or_insert(0);
-        *n += 1;
-        *n
-    });
-    ctx.record(|_| crate::history::EventKind::Boot { incarnation });
-    let name = ctx.name.clone();
-    if name == "db" {
-        db::run(ctx, inbox).await;
-    } else if name.starts_with("id") {
-        id::run(ctx, inbox).await;
-    } else if name == "token" {
-        token::run(ctx, inbox).await;
-    } else if name == "coord" {
-        tcc::run_coordinator(ctx, inbox).await;
-    } else if name == "wallet" || name == "inventory" {
-        tcc::run_participant(ctx, inbox).await;
-    } else if name.starts_with("client") {
-        client::run(ctx, inbox).await;
-    }
-}

@@ -13,7 +13,8 @@ use sut::lottery::{
     Participant, ParticipantConfig, ParticipantReply, Registry, Terms, UserId, Xid,
 };
 
-use super::{GroupCommit, commit, sleep_ms};
+use super::{GroupCommit, commit};
+use crate::clock::sleep_ms;
 use crate::history::{Answer, EventKind, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
 

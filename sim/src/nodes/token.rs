@@ -17,7 +17,8 @@ use sut::token::rows::{OnceKey, OnceRejection, OnceToken};
 use sut::token::store::MemoryTokenStore;
 use sut::token::{ActivityId, TokenConfig, TokenService, UserId};
 
-use super::{GroupCommit, commit, sleep_ms};
+use super::{GroupCommit, commit};
+use crate::clock::sleep_ms;
 use crate::history::{Answer, EventKind, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
 use crate::world::TokenRec;

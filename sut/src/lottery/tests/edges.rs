@@ -496,7 +496,7 @@ fn every_lottery_edge_state_is_declared_once_and_driven_here() {
     assert_eq!(driven.len(), DRIVERS.len(), "an edge state driven twice");
     for (e, _) in DRIVERS {
         assert_eq!(
-            edge::find(e.name),
+            crate::edge_registry::find(e.name),
             Some(*e),
             "{} is listed in its EDGES",
             e.name
