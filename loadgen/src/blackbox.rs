@@ -19,7 +19,7 @@
 //! nemesis can kill -9 and restart them, pause them, step their clocks (libfaketime) or partition
 //! the clients' links (a fault proxy in front of every URL).
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;

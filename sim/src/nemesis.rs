@@ -10,9 +10,9 @@ use madsim::runtime::Handle;
 use madsim::task::spawn;
 
 use crate::buggify::CrashSite;
+use crate::clock::sleep_ms;
 use crate::faults::{self, Targets};
 use crate::history::EventKind;
-use crate::clock::sleep_ms;
 use crate::scenario::{FaultKind, ScheduledFault};
 use crate::world::{FaultSpan, World};
 
@@ -536,12 +536,7 @@ fn apply_kill(world: &World, node: String, tear: bool, duration_ms: u64) {
 /// A crash BUGGIFY placed at a durable step of `node`, called from the node's own task: the
 /// node is killed there and restarted `down_ms` later by a task on the supervisor's node (the
 /// caller's node is gone).
-pub(crate) fn crash_in_place(
-    world: &World,
-    node: &str,
-    site: CrashSite,
-    down_ms: u64,
-) {
+pub(crate) fn crash_in_place(world: &World, node: &str, site: CrashSite, down_ms: u64) {
     kill(world, node, false);
     let counter = match site {
         CrashSite::BeforeSync => "crash.before_durable_step",

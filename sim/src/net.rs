@@ -266,7 +266,8 @@ async fn send_rounds(
         // A send error means the network is gone for this node (killed): nothing to do.
         let _ = futures::future::join_all(sends).await;
     }
-}/// How long this seed's BUGGIFY holds `msg` back, if it straggles (drawn from `rng`).
+}
+/// How long this seed's BUGGIFY holds `msg` back, if it straggles (drawn from `rng`).
 fn straggle(buggify: &Buggify, msg: &Msg, rng: &mut impl Rng) -> Option<u64> {
     let s = buggify.stragglers.as_ref()?;
     (matches(s.class, msg) && rng.gen_range(0..1_000_000) < s.ppm).then_some(s.delay_ms)

@@ -15,10 +15,10 @@ use sut::id_store::{StoreCall, TagSpec};
 use sut::lottery::LogEntry;
 use sut::lottery::journal::{JournalOp, Journaled};
 
+use crate::buggify::Buggify;
 use crate::clock::NodeClock;
 use crate::disk::Wal;
 use crate::history::{Event, EventKind};
-use crate::buggify::Buggify;
 use crate::scenario::{FaultKind, Scenario};
 
 /// One seed's resolved parameters: the scenario plus what the seed decided (swarm testing).

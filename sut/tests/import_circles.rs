@@ -21,5 +21,9 @@ fn sut_has_no_import_circle_across_files() {
         .iter()
         .map(|ring| imports::describe(ring, &graph))
         .collect();
-    assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
 }

@@ -13,9 +13,8 @@ use std::time::Duration;
 use madsim::rand::Rng;
 
 use crate::buggify::CrashSite;
-use crate::nemesis::durable_step;
 use crate::disk::Wal;
-use crate::net::{Ctx, Inbox};
+use crate::nemesis::durable_step;
 use crate::world::{Disks, World};
 
 /// Whether the state machines' own invariants are checked after every step: in debug builds,
@@ -108,4 +107,3 @@ impl GroupCommit {
         }
     }
 }
-

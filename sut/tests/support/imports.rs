@@ -20,7 +20,10 @@ pub type Graph = BTreeMap<String, BTreeSet<String>>;
 fn module_of(file: &str) -> Vec<String> {
     let trimmed = file.trim_end_matches(".rs");
     let mut parts: Vec<String> = trimmed.split('/').map(str::to_owned).collect();
-    if parts.last().is_some_and(|p| p == "mod" || p == "lib" || p == "main") {
+    if parts
+        .last()
+        .is_some_and(|p| p == "mod" || p == "lib" || p == "main")
+    {
         parts.pop();
     }
     parts
@@ -260,13 +263,13 @@ pub fn describe(ring: &[String], graph: &Graph) -> String {
     let members: BTreeSet<&String> = ring.iter().collect();
     let mut lines = vec![format!("{} files: {}", ring.len(), ring.join(", "))];
     for file in ring {
-        let into: Vec<&String> = graph[file]
-            .iter()
-            .filter(|t| members.contains(t))
-            .collect();
+        let into: Vec<&String> = graph[file].iter().filter(|t| members.contains(t)).collect();
         lines.push(format!(
             "  {file} -> {}",
-            into.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            into.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     lines.join("\n")

@@ -16,7 +16,7 @@ use super::super::{
 };
 use super::{draw, send};
 use crate::clock::Now;
-use crate::edge::{self, Edge, Machine, take};
+use crate::edge::{Edge, Machine, take};
 
 // ----- helpers -------------------------------------------------------------------------------
 
