@@ -11,15 +11,5 @@ mod imports;
 
 #[test]
 fn sim_has_no_import_circle_across_files() {
-    let graph = imports::graph_of(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
-    assert!(graph.len() > 15, "too few files read: {}", graph.len());
-    let circles: Vec<String> = imports::circles(&graph)
-        .iter()
-        .map(|ring| imports::describe(ring, &graph))
-        .collect();
-    assert!(
-        circles.is_empty(),
-        "import circles:\n{}",
-        circles.join("\n")
-    );
+    imports::assert_no_circles(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), 15);
 }

@@ -275,6 +275,23 @@ pub fn describe(ring: &[String], graph: &Graph) -> String {
     lines.join("\n")
 }
 
+/// Panics naming every circle of the crate whose sources are under `src` (at least
+/// `files_min` files must have been read).
+pub fn assert_no_circles(src: &Path, files_min: usize) {
+    let graph = graph_of(src);
+    assert!(
+        graph.len() >= files_min,
+        "too few files read under {}: {}",
+        src.display(),
+        graph.len()
+    );
+    let found: Vec<String> = circles(&graph)
+        .iter()
+        .map(|ring| describe(ring, &graph))
+        .collect();
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
 /// Self-test of the reader and the circle finder on small inputs.
 pub fn self_test() {
     let files: BTreeSet<String> = ["lib.rs", "a.rs", "b/mod.rs", "b/c.rs", "b/d.rs"]
