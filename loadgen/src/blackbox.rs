@@ -1335,52 +1335,46 @@ pub fn ids_monotonic(completed: &[Completed], mode: Monotonic) -> Option<Invaria
     Some(result)
 }
 
-/// The regressions among `ops` of one group: an answer whose smallest ID is not above the
-/// largest ID of every answer that completed before it was invoked, or whose IDs do not rise.
+/// The regressions among `ops` of one group, by [`sut::check::ids::realtime_regressions`]: an
+/// answer whose smallest ID is not above the largest ID of every answer that completed before
+/// it was invoked, or whose IDs do not rise.
 fn regressions_in(ops: &[&Completed]) -> Vec<(String, u64)> {
-    let mut by_invoke: Vec<&Completed> = ops.to_vec();
-    by_invoke.sort_by_key(|c| c.invoke_ns);
-    let mut by_complete: Vec<&Completed> = ops.to_vec();
-    by_complete.sort_by_key(|c| c.complete_ns);
-    let mut done = by_complete.iter().peekable();
-    let mut highest: Option<&Completed> = None;
-    let top = |c: &Completed| c.ids.iter().copied().max().unwrap_or(i64::MIN);
-    let mut found = Vec::new();
-    for op in by_invoke {
-        while let Some(d) = done.next_if(|d| d.complete_ns < op.invoke_ns) {
-            if highest.is_none_or(|h| top(d) > top(h)) {
-                highest = Some(d);
-            }
-        }
-        if op.ids.windows(2).any(|w| w[1] <= w[0]) {
-            found.push((
+    use sut::check::ids::{Answer, Regression, realtime_regressions};
+    let answers: Vec<Answer<'_, i64>> = ops
+        .iter()
+        .map(|c| Answer {
+            invoked: c.invoke_ns,
+            completed: c.complete_ns,
+            ids: &c.ids,
+        })
+        .collect();
+    realtime_regressions(&answers)
+        .into_iter()
+        .map(|r| match r {
+            Regression::NotRising { answer } => format!(
+                "IDs {:?} of one answer do not rise (client {})",
+                ops[answer].ids, ops[answer].process
+            ),
+            Regression::NotAbove {
+                answer,
+                low,
+                above,
+                top,
+            } => {
+                let (op, h) = (ops[answer], ops[above]);
                 format!(
-                    "IDs {:?} of one answer do not rise (client {})",
-                    op.ids, op.process
-                ),
-                1,
-            ));
-        }
-        let low = op.ids.iter().copied().min().unwrap_or(i64::MAX);
-        if let Some(h) = highest
-            && low <= top(h)
-        {
-            found.push((
-                format!(
-                    "ID {low} from server #{} (asked at {} ms by client {}) is not above ID {} \
+                    "ID {low} from server #{} (asked at {} ms by client {}) is not above ID {top} \
                      (server #{}, answered at {} ms, before it was asked)",
                     op.server + 1,
                     op.invoke_ns / 1_000_000,
                     op.process,
-                    top(h),
                     h.server + 1,
                     h.complete_ns / 1_000_000,
-                ),
-                1,
-            ));
-        }
-    }
-    found
+                )
+            }
+        })
+        .map(|what| (what, 1))
+        .collect()
 }
 
 #[cfg(test)]

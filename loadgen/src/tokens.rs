@@ -229,13 +229,16 @@ impl TokensRun {
     /// The checks.
     #[must_use]
     pub fn checks(&self) -> Vec<InvariantResult> {
-        let twice = self.rounds.iter().find(|r| {
-            r.racing
-                .iter()
-                .filter(|c| **c == Consumed::Accepted)
-                .count()
-                > 1
-        });
+        // `tokens.once` is `tokens.single_use` over the racing consumes' acceptances.
+        let mut accepted = sut::check::AtMostOnce::new();
+        for (round, r) in self.rounds.iter().enumerate() {
+            for _ in r.racing.iter().filter(|c| **c == Consumed::Accepted) {
+                let _ = accepted.observe(r.token.as_str(), round);
+            }
+        }
+        let twice = accepted
+            .first_repeat()
+            .map(|(_, &round, _)| &self.rounds[round]);
         let never = self.rounds.iter().find(|r| {
             !r.racing.contains(&Consumed::Unknown) && !r.racing.contains(&Consumed::Accepted)
         });

@@ -5,7 +5,7 @@
 //! [`reports::model::InvariantResult`]; a `Violated` one fails the run
 //! ([`reports::model::LoadReport::passed`]).
 
-use std::collections::{BTreeMap, HashSet};
+use sut::check::AtMostOnce;
 
 use reports::model::{InvariantResult, Verdict};
 use serde_json::Value;
@@ -32,40 +32,40 @@ fn held(name: &str, detail: String) -> InvariantResult {
 #[must_use]
 pub fn ids_unique(space: &str, ids: &[u64]) -> InvariantResult {
     let name = format!("ids.unique[{space}]");
-    let mut seen: HashSet<u64> = HashSet::with_capacity(ids.len());
-    let mut first: Option<(usize, u64)> = None;
-    let mut dups: u64 = 0;
+    let mut once = AtMostOnce::new();
     for (i, id) in ids.iter().enumerate() {
-        if !seen.insert(*id) {
-            dups += 1;
-            first.get_or_insert((i, *id));
-        }
+        let _ = once.observe(*id, i);
     }
-    match first {
+    match once.first_repeat() {
         None => held(&name, format!("{} IDs, all distinct", ids.len())),
-        Some((i, id)) => violated(
+        Some((id, first, again)) => violated(
             &name,
-            format!("ID {id} received again as response #{i}"),
-            format!("{} IDs, {dups} repeats", ids.len()),
+            format!("ID {id} received again as response #{again} (first as #{first})"),
+            format!("{} IDs, {} repeats", ids.len(), once.repeats()),
         ),
     }
 }
 
-/// `tokens.once_accepted_once`: `accepted` maps each one-time token to the number of consume
-/// calls that were answered `accepted: true`.
+/// `tokens.once_accepted_once`: `accepted` holds every one-time token whose consume was
+/// answered `accepted: true`, each observed once per such answer.
 #[must_use]
-pub fn once_accepted_once(accepted: &BTreeMap<String, u32>) -> InvariantResult {
+pub fn once_accepted_once(accepted: &AtMostOnce<String, u64>) -> InvariantResult {
     let name = "tokens.once_accepted_once";
-    let twice: Vec<(&String, &u32)> = accepted.iter().filter(|(_, n)| **n > 1).collect();
-    match twice.first() {
+    match accepted.first_repeat() {
         None => held(
             name,
-            format!("{} one-time tokens accepted, none twice", accepted.len()),
+            format!(
+                "{} one-time tokens accepted, none twice",
+                accepted.distinct()
+            ),
         ),
-        Some((t, n)) => violated(
+        Some((t, first, again)) => violated(
             name,
-            format!("token {t} accepted {n} times"),
-            format!("{} tokens accepted more than once", twice.len()),
+            format!("token {t} accepted again (acceptance #{again}; first at #{first})"),
+            format!(
+                "{} acceptances of a token accepted before",
+                accepted.repeats()
+            ),
         ),
     }
 }
@@ -183,10 +183,7 @@ pub fn acknowledged_draws_durable(
 /// of the sorted distinct IDs.
 #[must_use]
 pub fn id_gaps(ids: &[u64]) -> u64 {
-    let mut v: Vec<u64> = ids.to_vec();
-    v.sort_unstable();
-    v.dedup();
-    v.windows(2).map(|w| w[1] - w[0] - 1).sum()
+    sut::check::ids::lost(ids.iter().copied())
 }
 
 /// `ids.monotonic_per_server`: every segment ID a user got from one server's allocator
@@ -313,14 +310,17 @@ mod tests {
 
     #[test]
     fn once_fires_on_a_token_accepted_twice() {
-        let mut m = BTreeMap::new();
-        m.insert("a".to_owned(), 1);
-        m.insert("b".to_owned(), 1);
-        assert_eq!(once_accepted_once(&m).verdict, Verdict::Held);
-        m.insert("c".to_owned(), 2);
-        let r = once_accepted_once(&m);
+        let mut accepted = AtMostOnce::new();
+        for (nth, token) in ["a", "b"].into_iter().enumerate() {
+            let _ = accepted.observe(token.to_owned(), nth as u64);
+        }
+        assert_eq!(once_accepted_once(&accepted).verdict, Verdict::Held);
+        let _ = accepted.observe("c".to_owned(), 2);
+        let _ = accepted.observe("c".to_owned(), 3);
+        let r = once_accepted_once(&accepted);
         assert_eq!(r.verdict, Verdict::Violated);
         assert!(r.first_offending_event.unwrap().contains("token c"));
+        assert!(r.detail.unwrap().starts_with("1 acceptance"));
     }
 
     fn good_ledger() -> Value {

@@ -247,7 +247,7 @@ pub struct Shared {
     pub admin_token: Option<String>,
     /// Each lottery user's JWT, issued on its first draw.
     pub jwts: Mutex<BTreeMap<u64, String>>,
-    pub once_accepted: Mutex<BTreeMap<String, u32>>,
+    pub once_accepted: Mutex<sut::check::AtMostOnce<String, u64>>,
     /// Unique number per token/once/draw operation.
     pub seq: AtomicU64,
     /// Base for token users (distinct per run).
@@ -485,9 +485,9 @@ pub const ID_REGRESSIONS_KEPT: usize = 16;
 pub type IdSource = (usize, Option<u64>);
 
 /// Each (kind, user, server)'s highest ID so far, and the IDs that did not exceed it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct IdOrder {
-    last: BTreeMap<(&'static str, usize, IdSource), u64>,
+    rising: sut::check::Rising<(&'static str, usize, IdSource), u64, ()>,
     /// The first [`ID_REGRESSIONS_KEPT`] IDs that did not go up.
     pub regressions: Vec<IdRegression>,
 }
@@ -498,10 +498,8 @@ impl IdOrder {
     /// requests are sequential, so a source that keeps its promise answers each higher).
     pub fn note(&mut self, kind: &'static str, user: usize, source: IdSource, ids: &[u64]) {
         let (server, incarnation) = source;
-        let mut previous = self.last.get(&(kind, user, source)).copied();
         for &id in ids {
-            if let Some(before) = previous
-                && id <= before
+            if let Some(back) = self.rising.observe((kind, user, source), id, ())
                 && self.regressions.len() < ID_REGRESSIONS_KEPT
             {
                 self.regressions.push(IdRegression {
@@ -509,14 +507,10 @@ impl IdOrder {
                     user,
                     server,
                     incarnation,
-                    before,
+                    before: back.highest,
                     after: id,
                 });
             }
-            previous = Some(previous.map_or(id, |p| p.max(id)));
-        }
-        if let Some(p) = previous {
-            self.last.insert((kind, user, source), p);
         }
     }
 }
@@ -841,7 +835,9 @@ async fn once_operation(user: &mut GooseUser, sh: &Shared, lag: &Origin) {
         if let Some((_, Some(v))) = ans
             && v.get("accepted").and_then(Value::as_bool) == Some(true)
         {
-            *lock(&sh.once_accepted).entry(tok.clone()).or_insert(0) += 1;
+            let mut accepted = lock(&sh.once_accepted);
+            let nth = accepted.observed();
+            let _ = accepted.observe(tok.clone(), nth);
         }
     }
 }

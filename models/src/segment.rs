@@ -30,7 +30,6 @@
 //! after a restart.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 
 use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, Id, LossyNetwork, Out, model_timeout};
@@ -575,20 +574,21 @@ fn allocators(
 /// `ids.unique`: no ID issued twice, across allocators and incarnations.
 #[must_use]
 pub fn ids_unique(ghosts: &[&Ghost]) -> bool {
-    let mut seen = BTreeSet::new();
+    let mut once = sut::check::AtMostOnce::new();
     ghosts
         .iter()
         .flat_map(|g| g.issued.iter())
-        .all(|(_, id)| seen.insert(*id))
+        .all(|(_, id)| once.observe(*id, ()).is_none())
 }
 
 /// `ids.monotonic`: each allocator instance's IDs strictly increase.
 #[must_use]
 pub fn ids_monotonic(ghost: &Ghost) -> bool {
+    let mut rising = sut::check::Rising::new();
     ghost
         .issued
-        .windows(2)
-        .all(|w| w[0].0 != w[1].0 || w[0].1 < w[1].1)
+        .iter()
+        .all(|(incarnation, id)| rising.observe(*incarnation, *id, ()).is_none())
 }
 
 /// The store as the model starts it: the tag created with the setup's step.

@@ -411,7 +411,17 @@ fn machine(sys: &stateright::actor::ActorModelState<HashedActor<SnowActor>>) -> 
 /// `ids.unique` and `ids.monotonic` across restarts: the issued IDs strictly increase.
 #[must_use]
 pub fn strictly_increasing(issued: &[(u32, u64)]) -> bool {
-    issued.windows(2).all(|w| w[0].1 < w[1].1)
+    let mut rising = sut::check::Rising::new();
+    issued
+        .iter()
+        .all(|(_, id)| rising.observe((), *id, ()).is_none())
+}
+
+/// `ids.unique`: no ID issued twice, across incarnations.
+#[must_use]
+pub fn ids_unique(issued: &[(u32, u64)]) -> bool {
+    let mut once = sut::check::AtMostOnce::new();
+    issued.iter().all(|(_, id)| once.observe(*id, ()).is_none())
 }
 
 fn worker_stats(
@@ -437,11 +447,7 @@ pub fn model(setup: &SnowflakeSetup) -> NetModel<HashedActor<SnowActor>, Snowfla
         .max_crashes(1)
         .within_boundary(|_, sys| !sys.crashed[STORE])
         .property(Expectation::Always, "ids.unique", |_, sys| {
-            machine(sys).is_none_or(|m| {
-                let mut ids: Vec<u64> = m.issued.iter().map(|(_, id)| *id).collect();
-                ids.sort_unstable();
-                ids.windows(2).all(|w| w[0] != w[1])
-            })
+            machine(sys).is_none_or(|m| ids_unique(&m.issued))
         })
         .property(Expectation::Always, "ids.monotonic", |_, sys| {
             machine(sys).is_none_or(|m| strictly_increasing(&m.issued))
@@ -501,6 +507,11 @@ mod tests {
         assert!(strictly_increasing(&[(0, 4), (0, 5), (1, 9)]));
         assert!(!strictly_increasing(&[(0, 4), (1, 4)]));
         assert!(!strictly_increasing(&[(0, 6), (1, 5)]));
+        assert!(ids_unique(&[(0, 4), (1, 5)]));
+        assert!(
+            !ids_unique(&[(0, 4), (1, 4)]),
+            "4 issued twice, across a restart"
+        );
     }
 }
 

@@ -115,6 +115,21 @@ pub fn reached_if(condition: bool, edge: &Edge) -> bool {
     condition
 }
 
+/// Runs `f` (a journal replay) without counting edge states again: every replayed operation
+/// counted them when it first ran, and a replay is no new arrival. The counts made before `f`
+/// are kept; those `f` makes are dropped, even when it panics.
+pub fn replaying<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(BTreeMap<&'static str, u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = std::mem::take(&mut self.0);
+            REACHED.with(|r| *r.borrow_mut() = before);
+        }
+    }
+    let _restore = Restore(REACHED.with(|r| std::mem::take(&mut *r.borrow_mut())));
+    f()
+}
+
 /// The counts on this thread since the last `take`, and resets them.
 #[must_use]
 pub fn take() -> BTreeMap<String, u64> {
@@ -160,5 +175,30 @@ mod tests {
         assert!(elsewhere.is_empty(), "another thread's counts are its own");
         assert_eq!(take().get(edge.name), Some(&2));
         assert!(take().is_empty());
+    }
+
+    #[test]
+    fn a_replay_counts_nothing_and_keeps_the_counts_before() {
+        let edge = all().next().expect("some edge");
+        let _ = take();
+        reached(edge);
+        let answer = replaying(|| {
+            reached(edge);
+            reached(edge);
+            42
+        });
+        assert_eq!(answer, 42);
+        let panicked = std::panic::catch_unwind(|| {
+            replaying(|| -> () {
+                reached(edge);
+                panic!("replay")
+            })
+        });
+        assert!(panicked.is_err());
+        assert_eq!(
+            take().get(edge.name),
+            Some(&1),
+            "only the arrival outside the replays"
+        );
     }
 }

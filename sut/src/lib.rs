@@ -26,17 +26,22 @@
 //!   and the semantic IDs of the ID, token and lottery design (§2.3) done right.
 //! - [`token`]: JWT, revocation, one-time submit tokens, the renewing token cache.
 //! - [`lottery`]: the TCC lottery: fence, participants, coordinator, compensation scheduler.
+//! - [`check`]: the one checker library: every invariant over what was observed, for every
+//!   driver.
+//! - [`journal`]: the one journal replay (records applied in order, no edge state counted).
 //! - [`edge`]: the declared edge states ("sometimes" points) every driver counts.
 //! - [`flaw`]: the catalog of known broken designs, each an off-by-default switch of the above.
 //! - `testkit` (feature `testkit`, and in this crate's tests): store-generic test drivers that
 //!   `sut-server`'s tests run over the SQLite stores.
 
+pub mod check;
 pub mod clock;
 pub mod edge;
 pub mod edge_registry;
 pub mod flaw;
 pub mod gate;
 pub mod id_store;
+pub mod journal;
 pub mod segment;
 pub mod snowflake;
 

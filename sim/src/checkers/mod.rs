@@ -4,9 +4,8 @@
 //! functions (shared with the tests, the models and the load verifier); the ID checks live here
 //! because only a whole-cluster history can see them.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
+use sut::check::{AtMostOnce, Rising};
 use sut::lottery::{DrawEvent, Ledger, ParticipantReply, invariants};
 use sut::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
 
@@ -134,14 +133,14 @@ fn violation(invariant: &str, event: Option<u64>, detail: String) -> Violation {
 /// `ids.unique`: no ID is handed out twice within its ID space, across nodes, restarts and
 /// clock jumps.
 pub fn ids_unique(history: &[Event]) -> Result<(), Violation> {
-    let mut seen: BTreeMap<(IdSpace, u64), (u64, &str)> = BTreeMap::new();
+    let mut once = AtMostOnce::new();
     for e in history {
         if let EventKind::Issued {
             space,
             generator,
             id,
         } = &e.kind
-            && let Some((first, by)) = seen.insert((*space, *id), (e.seq, generator))
+            && let Some((first, by)) = once.observe((*space, *id), (e.seq, generator))
         {
             return Err(violation(
                 "ids.unique",
@@ -159,27 +158,23 @@ pub fn ids_unique(history: &[Event]) -> Result<(), Violation> {
 /// `ids.monotonic`: per allocator instance and per Snowflake or semantic generator incarnation, IDs strictly
 /// increase in issue order.
 pub fn ids_monotonic(history: &[Event]) -> Result<(), Violation> {
-    let mut last: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    let mut rising = Rising::new();
     for e in history {
         if let EventKind::Issued {
             space: IdSpace::Segment | IdSpace::Snowflake | IdSpace::Semantic,
             generator,
             id,
         } = &e.kind
+            && let Some(back) = rising.observe(generator.as_str(), *id, e.seq)
         {
-            if let Some((prev, prev_seq)) = last.get(generator.as_str())
-                && id <= prev
-            {
-                return Err(violation(
-                    "ids.monotonic",
-                    Some(e.seq),
-                    format!(
-                        "{generator} issued {id} (#{}) after {prev} (#{prev_seq})",
-                        e.seq
-                    ),
-                ));
-            }
-            last.insert(generator, (*id, e.seq));
+            return Err(violation(
+                "ids.monotonic",
+                Some(e.seq),
+                format!(
+                    "{generator} issued {id} (#{}) after {} (#{})",
+                    e.seq, back.highest, back.highest_by
+                ),
+            ));
         }
     }
     Ok(())
@@ -188,29 +183,21 @@ pub fn ids_monotonic(history: &[Event]) -> Result<(), Violation> {
 /// `ids.gap_bounded`: segment IDs never issued below the highest issued one stay within the
 /// documented bound. Returns the number lost.
 pub fn ids_gap_bounded(history: &[Event], bound: u64) -> Result<u64, Violation> {
-    let mut ids: Vec<u64> = history
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Issued {
-                space: IdSpace::Segment,
-                id,
-                ..
-            } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let (Some(first), Some(last)) = (ids.first(), ids.last()) else {
-        return Ok(0);
-    };
-    let lost = (last - first + 1) - ids.len() as u64;
+    let segment_ids = history.iter().filter_map(|e| match &e.kind {
+        EventKind::Issued {
+            space: IdSpace::Segment,
+            id,
+            ..
+        } => Some(*id),
+        _ => None,
+    });
+    let lost = sut::check::ids::lost(segment_ids);
     if lost > bound {
         return Err(violation(
             "ids.gap_bounded",
             None,
             format!(
-                "{lost} segment IDs below {last} were never issued; the documented bound for this run is {bound}"
+                "{lost} segment IDs between the lowest and the highest issued were never issued; the documented bound for this run is {bound}"
             ),
         ));
     }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use madsim::task::spawn;
 use sut::flaw::Flaw;
 use sut::id_store::{IdStore, MemoryIdStore, StoreCall};
+use sut::journal::Record;
 
 use super::{GroupCommit, commit};
 use crate::clock::sleep_ms;
@@ -22,21 +23,26 @@ fn mutates(call: &StoreCall) -> bool {
 fn recover(ctx: &Ctx) -> MemoryIdStore {
     let (records, torn) = ctx.world.with(|w| w.disks.db.recover());
     ctx.world.count("crash.torn_records_discarded", torn);
-    let mut store = MemoryIdStore::new();
-    for record in records {
-        match record {
-            DbRec::CreateTag(tag, spec) => {
-                let _ = store.create_tag(&tag, &spec);
+    sut::journal::replay(MemoryIdStore::new(), &records)
+}
+
+impl Record for DbRec {
+    type State = MemoryIdStore;
+
+    fn replay_onto(&self, store: &mut MemoryIdStore) {
+        // A refused record changes nothing, now as when it was first applied.
+        match self {
+            Self::CreateTag(tag, spec) => {
+                let _ = store.create_tag(tag, spec);
             }
-            DbRec::Call(call) => {
-                let _ = call.execute(&mut store);
+            Self::Call(call) => {
+                let _ = call.execute(store);
             }
-            DbRec::Reclaim(now_ms) => {
-                let _ = store.reclaim_expired(now_ms);
+            Self::Reclaim(now_ms) => {
+                let _ = store.reclaim_expired(*now_ms);
             }
         }
     }
-    store
 }
 
 /// The reclaim sweeper: zombie segments' unclaimed tails go back to the pool.

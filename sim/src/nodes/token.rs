@@ -9,6 +9,7 @@ use futures::FutureExt;
 use madsim::rand::Rng;
 use madsim::task::spawn;
 use sut::clock::Now;
+use sut::journal::Record;
 use sut::token::check::TokenEvent;
 use sut::token::jwt::{Rejection, SigningKey};
 use sut::token::once::OnceConsume;
@@ -47,26 +48,31 @@ fn service(flaw: Option<sut::flaw::Flaw>, buggify: &crate::buggify::Buggify) -> 
         .expect("the default token config, its bounds perhaps shrunk")
 }
 
-fn apply(svc: &mut Service, rec: &TokenRec) {
-    match rec {
-        TokenRec::Revoke { token, now } => {
-            let _ = svc.revoke(token, *now);
-        }
-        TokenRec::IssueOnce {
-            user,
-            activity,
-            nonce,
-            now,
-        } => {
-            if let Some(activity) = ActivityId::new(activity.clone()) {
-                let _ = svc.issue_once(UserId(*user), activity, *nonce, *now);
+/// A record is applied live, then logged; and again, in order, on recovery.
+impl Record for TokenRec {
+    type State = Service;
+
+    fn replay_onto(&self, svc: &mut Service) {
+        match self {
+            TokenRec::Revoke { token, now } => {
+                let _ = svc.revoke(token, *now);
             }
-        }
-        TokenRec::ConsumeOnce { token, user, now } => {
-            let _ = svc.consume_once(OnceToken(*token), UserId(*user), *now);
-        }
-        TokenRec::Purge { now } => {
-            let _ = svc.purge_expired(*now);
+            TokenRec::IssueOnce {
+                user,
+                activity,
+                nonce,
+                now,
+            } => {
+                if let Some(activity) = ActivityId::new(activity.clone()) {
+                    let _ = svc.issue_once(UserId(*user), activity, *nonce, *now);
+                }
+            }
+            TokenRec::ConsumeOnce { token, user, now } => {
+                let _ = svc.consume_once(OnceToken(*token), UserId(*user), *now);
+            }
+            TokenRec::Purge { now } => {
+                let _ = svc.purge_expired(*now);
+            }
         }
     }
 }
@@ -81,7 +87,7 @@ async fn purge_every_second(ctx: Ctx, svc: Arc<Mutex<Service>>) {
         let pos = {
             let mut s = svc.lock().expect("token service");
             let rec = TokenRec::Purge { now };
-            apply(&mut s, &rec);
+            rec.replay_onto(&mut s);
             if self_checks {
                 assert_eq!(s.check_invariants(), Ok(()), "token service");
                 assert_eq!(s.store().check_invariants(), Ok(()), "token store");
@@ -104,10 +110,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         )
     });
     ctx.world.count("crash.torn_records_discarded", torn);
-    let mut svc = service(flaw, &buggify);
-    for rec in &records {
-        apply(&mut svc, rec);
-    }
+    let svc = sut::journal::replay(service(flaw, &buggify), &records);
     let svc = Arc::new(Mutex::new(svc));
 
     spawn(purge_every_second(ctx.clone(), Arc::clone(&svc)));

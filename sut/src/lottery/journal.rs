@@ -151,22 +151,20 @@ impl JournalOp {
 pub fn replay<'a>(
     records: impl IntoIterator<Item = &'a JournalOp>,
 ) -> (MemoryStore, Vec<ParticipantReply>) {
-    // Every record counted its edge states when it first ran; re-running it is no new arrival.
-    super::rules::replaying(|| {
-        let mut store = MemoryStore::new();
-        let mut replies = Vec::new();
-        for record in records {
-            if let JournalOp::Checkpoint(ledger) = record {
-                store = MemoryStore::from_ledger((**ledger).clone());
-                replies.clear();
-                continue;
-            }
-            if let Ok(answer) = record.apply(&mut store) {
-                replies.extend(record.reply(&answer));
-            }
+    crate::journal::replay((MemoryStore::new(), Vec::new()), records)
+}
+
+impl crate::journal::Record for JournalOp {
+    type State = (MemoryStore, Vec<ParticipantReply>);
+
+    fn replay_onto(&self, (store, replies): &mut Self::State) {
+        if let Self::Checkpoint(ledger) = self {
+            *store = MemoryStore::from_ledger((**ledger).clone());
+            replies.clear();
+        } else if let Ok(answer) = self.apply(store) {
+            replies.extend(self.reply(&answer));
         }
-        (store, replies)
-    })
+    }
 }
 
 /// Whether `ledger` holds a reservation that awaits its verdict: frozen money, reserved stock,

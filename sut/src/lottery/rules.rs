@@ -18,8 +18,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use std::cell::Cell;
-
 use super::error::StoreError;
 use super::fence::{FenceMode, FenceStep, fence_step};
 use super::rows::{
@@ -181,32 +179,6 @@ impl BranchDecision {
     }
 }
 
-thread_local! {
-    /// Set while a journal is replayed: the operations it re-runs counted their edge states when
-    /// they first ran.
-    static REPLAYING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `f` (a journal replay) without counting the participant's edge states again: every
-/// replayed operation counted them when it first ran, and a replay is not a new arrival.
-pub(crate) fn replaying<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            REPLAYING.with(|r| r.set(self.0));
-        }
-    }
-    let _restore = Restore(REPLAYING.with(|r| r.replace(true)));
-    f()
-}
-
-/// Counts a participant edge state (see [`edges::EDGES`]) unless replaying.
-fn reached_if(condition: bool, edge: &crate::edge::Edge) {
-    if condition && !REPLAYING.with(Cell::get) {
-        crate::edge::reached(edge);
-    }
-}
-
 /// The fence's edge states, judged on the row as it is when the write happens (`fresh`): a
 /// flawed check-then-act decides on an older row, but the situation is the same.
 fn fence_edges(phase: Phase, row: Option<FenceStatus>) {
@@ -220,7 +192,7 @@ fn fence_edges(phase: Phase, row: Option<FenceStatus>) {
         }
         _ => return,
     };
-    reached_if(true, edge);
+    crate::edge::reached(edge);
 }
 
 /// THE participant decision. `checked` is what the decision is based on, `fresh` what the write
@@ -389,7 +361,7 @@ fn wallet_effect(
         // Try-Freeze: `UPDATE .. SET balance = balance - ?, frozen = frozen + ? WHERE
         // balance >= ?` (ID, token and lottery design §4.1).
         Phase::Try => {
-            reached_if(account.balance_minor == price, &edges::BALANCE_EXACT);
+            crate::edge::reached_if(account.balance_minor == price, &edges::BALANCE_EXACT);
             if account.balance_minor < price {
                 return Err(Refusal::InsufficientBalance {
                     user: draw.user,
@@ -433,8 +405,8 @@ fn inventory_effect(
     match op.phase {
         Phase::Try => {
             // The situation is the stock as it is now, whatever the (flawed) check read.
-            reached_if(stock.available == 1, &edges::LAST_UNIT);
-            reached_if(stock.available == 0, &edges::OUT_OF_STOCK);
+            crate::edge::reached_if(stock.available == 1, &edges::LAST_UNIT);
+            crate::edge::reached_if(stock.available == 0, &edges::OUT_OF_STOCK);
             // Correct: check and decrement on the same read (ID, token and lottery
             // design ch. 1). Flawed: check what an earlier operation read and write
             // that value minus one.
@@ -485,7 +457,7 @@ fn participation_effect(
         // `INSERT` under the unique key (user, activity) (ID, token and lottery
         // design ch. 1: 幂等表).
         (Phase::Try, Some(holder)) => {
-            reached_if(holder.xid != draw.xid, &edges::ALREADY_PARTICIPATED);
+            crate::edge::reached_if(holder.xid != draw.xid, &edges::ALREADY_PARTICIPATED);
             return Err(Refusal::AlreadyParticipated {
                 user: draw.user,
                 activity: draw.activity,

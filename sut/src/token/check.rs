@@ -157,10 +157,10 @@ fn check_order(history: &[TokenEvent]) -> Result<(), TokenViolation> {
 /// `tokens.single_use`: every one-time token has at most one [`TokenEvent::OnceConsumeOk`].
 pub fn check_single_use(history: &[TokenEvent]) -> Result<(), TokenViolation> {
     check_order(history)?;
-    let mut accepted = std::collections::BTreeMap::new();
+    let mut accepted = crate::check::AtMostOnce::new();
     for (index, event) in history.iter().enumerate() {
         if let TokenEvent::OnceConsumeOk { token, at } = event
-            && let Some(first_at) = accepted.insert(*token, *at)
+            && let Some(&first_at) = accepted.observe(*token, *at)
         {
             return Err(TokenViolation::SingleUse {
                 token: *token,

@@ -1,0 +1,31 @@
+//! One journal replay for every write-ahead journal of the reference implementation (the
+//! lottery participants' in the server and the simulator, the simulated ID store's and token
+//! service's): the durable records, applied in order onto a fresh state, rebuild the state as
+//! it was acknowledged. A replay counts no edge state ([`crate::edge::replaying`]): each record
+//! counted its own when it first ran.
+
+/// One record of a write-ahead journal.
+pub trait Record {
+    /// What the records rebuild.
+    type State;
+
+    /// Applies this record to `state` as it was applied the first time. A record the state
+    /// refuses changes nothing: it was refused the first time too, and changed nothing then
+    /// either. A checkpoint record replaces the state it is applied to.
+    fn replay_onto(&self, state: &mut Self::State);
+}
+
+/// Replays `records` in order onto `state` (a fresh one, or a checkpoint's).
+#[must_use]
+pub fn replay<'a, R: Record + 'a>(
+    state: R::State,
+    records: impl IntoIterator<Item = &'a R>,
+) -> R::State {
+    crate::edge::replaying(|| {
+        let mut state = state;
+        for record in records {
+            record.replay_onto(&mut state);
+        }
+        state
+    })
+}
