@@ -23,6 +23,18 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::hash::Hash;
 
+/// A state machine's own invariants, asserted after each of its steps in debug builds
+/// (TIGER_STYLE: the assertions that document an invariant also run). Release builds leave the
+/// whole-state checks to the drivers' self-checks (the simulator's, the mutation gate's).
+#[track_caller]
+pub(crate) fn debug_holds(machine: &str, invariants: impl FnOnce() -> Result<(), String>) {
+    if cfg!(debug_assertions)
+        && let Err(violation) = invariants()
+    {
+        panic!("{machine}: {violation}");
+    }
+}
+
 /// Each key observed at most once, streaming: [`AtMostOnce::observe`] every key as it is seen,
 /// with a witness `W` (a position in the history, the generator that issued it, ...) that the
 /// caller needs to name the first observation when a key comes again.

@@ -194,7 +194,10 @@ impl CoordLog {
     pub fn append(&mut self, entry: &LogEntry) -> Result<(), LogError> {
         let xid = entry.xid();
         match apply_entry(self.records.get(&xid).copied(), entry)? {
-            Some(record) => self.records.insert(xid, record),
+            Some(record) => {
+                debug_assert_eq!(check_record(xid, &record), Ok(()));
+                self.records.insert(xid, record)
+            }
             None => self.records.remove(&xid),
         };
         Ok(())
@@ -205,6 +208,34 @@ impl CoordLog {
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
+
+    /// The log's invariants: every record is filed under its own draw's xid, and no draw costs
+    /// more than [`AMOUNT_MAX`] (what [`apply_entry`] lets in).
+    ///
+    /// # Errors
+    /// The first record that breaks one, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (xid, record) in &self.records {
+            check_record(*xid, record)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_record(xid: Xid, record: &LogRecord) -> Result<(), String> {
+    if record.draw.xid != xid {
+        return Err(format!(
+            "coordinator log: the record under {xid:?} is of draw {:?}",
+            record.draw.xid
+        ));
+    }
+    if record.draw.price_minor > AMOUNT_MAX {
+        return Err(format!(
+            "coordinator log: draw {xid:?} costs {} minor units, above the maximum",
+            record.draw.price_minor
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -263,12 +294,37 @@ mod tests {
             }),
             Err(LogError::UnknownDraw { xid: Xid(2) })
         );
+        assert_eq!(log.check_invariants(), Ok(()));
         let mut other = draw(3);
         log.append(&LogEntry::Begin(other)).unwrap();
         other.price_minor = 6;
         assert_eq!(
             log.append(&LogEntry::Begin(other)),
             Err(LogError::BeginConflict { xid: Xid(3) })
+        );
+    }
+
+    #[test]
+    fn invariants_fire_on_a_misfiled_or_overpriced_record() {
+        let mut log = CoordLog::default();
+        log.append(&LogEntry::Begin(draw(1))).unwrap();
+        assert_eq!(log.check_invariants(), Ok(()));
+        let mut misfiled = log.clone();
+        let record = misfiled.records.remove(&Xid(1)).unwrap();
+        misfiled.records.insert(Xid(2), record);
+        assert!(misfiled.check_invariants().unwrap_err().contains("of draw"));
+        let mut overpriced = log;
+        overpriced
+            .records
+            .get_mut(&Xid(1))
+            .unwrap()
+            .draw
+            .price_minor = AMOUNT_MAX + 1;
+        assert!(
+            overpriced
+                .check_invariants()
+                .unwrap_err()
+                .contains("above the maximum")
         );
     }
 }

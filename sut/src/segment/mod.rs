@@ -682,6 +682,16 @@ impl SegmentAllocator {
 
     /// Up to `max` IDs from the current segment (fewer at a segment or claim boundary).
     pub fn take_block(&mut self, now: Now, max: u64) -> Take {
+        let take = self.take_block_step(now, max);
+        self.debug_holds();
+        take
+    }
+
+    fn debug_holds(&self) {
+        crate::check::debug_holds("segment allocator", || self.check_invariants());
+    }
+
+    fn take_block_step(&mut self, now: Now, max: u64) -> Take {
         debug_assert!(max > 0);
         self.expire(now);
         // Each pass either issues or retires a buffer; two buffers bound the loop.
@@ -941,6 +951,7 @@ impl SegmentAllocator {
             StoreReply::Release(_) => {}
             StoreReply::Worker(result) => self.on_worker(id, result),
         }
+        self.debug_holds();
     }
 
     fn on_read(&mut self, id: u64, result: Result<crate::id_store::TagRow, StoreError>, now: Now) {
@@ -1343,6 +1354,7 @@ impl SegmentAllocator {
         self.maybe_extend_claims(now);
         self.start_fetch_if_needed(now);
         self.reserve_degraded(now);
+        self.debug_holds();
     }
 
     /// Graceful shutdown: give both buffers back (their unissued IDs return to the pool).

@@ -189,6 +189,12 @@ impl WorkerLeaseHolder {
     /// persist a reservation the worker asks for, or renew the lease when `renew_interval_ms`
     /// passed. `(request id, call)`.
     pub fn poll_request(&mut self, now: Now) -> Option<(u64, StoreCall)> {
+        let out = self.poll_request_step(now);
+        crate::check::debug_holds("worker-lease holder", || self.check_invariants());
+        out
+    }
+
+    fn poll_request_step(&mut self, now: Now) -> Option<(u64, StoreCall)> {
         if self.in_flight.is_some() {
             return None;
         }
@@ -228,6 +234,12 @@ impl WorkerLeaseHolder {
 
     /// The answer to call `id`.
     pub fn handle_reply(&mut self, id: u64, reply: StoreReply, now: Now) -> HolderEvent {
+        let out = self.handle_reply_step(id, reply, now);
+        crate::check::debug_holds("worker-lease holder", || self.check_invariants());
+        out
+    }
+
+    fn handle_reply_step(&mut self, id: u64, reply: StoreReply, now: Now) -> HolderEvent {
         if self.in_flight.is_none_or(|(awaited, _)| awaited != id) {
             return HolderEvent::Ignored;
         }
@@ -286,6 +298,12 @@ impl WorkerLeaseHolder {
 
     /// Time passed: a call with no answer in time counts as failed.
     pub fn handle_timeout(&mut self, now: Now) -> HolderEvent {
+        let out = self.handle_timeout_step(now);
+        crate::check::debug_holds("worker-lease holder", || self.check_invariants());
+        out
+    }
+
+    fn handle_timeout_step(&mut self, now: Now) -> HolderEvent {
         match self.in_flight {
             Some((_, sent_ms))
                 if now.mono_ms.saturating_sub(sent_ms) >= self.cfg.request_timeout_ms =>

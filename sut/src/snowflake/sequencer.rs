@@ -223,6 +223,16 @@ impl Sequencer {
 
     /// Decides the next `(ts, seq)` pair for a wall-clock reading.
     pub fn next(&mut self, wall_ms: u64) -> Result<Step, SequencerError> {
+        let step = self.decide_next(wall_ms);
+        self.debug_holds();
+        step
+    }
+
+    fn debug_holds(&self) {
+        crate::check::debug_holds("sequencer", || self.check_invariants());
+    }
+
+    fn decide_next(&mut self, wall_ms: u64) -> Result<Step, SequencerError> {
         if self.stopped {
             return Err(SequencerError::LeaseLost);
         }
@@ -395,6 +405,7 @@ impl Sequencer {
         {
             self.reservation_wanted = Some(base.saturating_add(ahead_units).min(self.cfg.ts_max));
         }
+        self.debug_holds();
     }
 
     /// Whether a reservation waits to be taken by [`Self::poll_reservation`].
@@ -408,6 +419,7 @@ impl Sequencer {
     pub fn poll_reservation(&mut self) -> Option<u64> {
         let wanted = self.reservation_wanted.take()?;
         self.reservation_in_flight = Some(wanted);
+        self.debug_holds();
         Some(wanted)
     }
 
@@ -420,11 +432,13 @@ impl Sequencer {
         {
             self.reservation_in_flight = None;
         }
+        self.debug_holds();
     }
 
     /// Persisting failed (store unreachable); a later `next` asks again.
     pub fn handle_reservation_failed(&mut self) {
         self.reservation_in_flight = None;
+        self.debug_holds();
     }
 
     /// The worker lease is gone: never issue again.

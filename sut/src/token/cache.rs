@@ -166,22 +166,26 @@ impl<K: Ord + Clone> TokenCache<K> {
         });
         entry.last_used = stamp;
         let still_valid = entry.current.clone().filter(|t| now.wall_ms < t.exp_ms);
-        if let Some(t) = &still_valid
+        let answer = if let Some(t) = &still_valid
             && t.exp_ms - now.wall_ms > cfg.renew_before_ms
         {
             self.stats.hits += 1;
-            return CacheAnswer::Fresh(t.clone());
-        }
-        if let Some(since_ms) = entry.renewing_since_ms {
-            if now.mono_ms.saturating_sub(since_ms) < cfg.renew_timeout_ms {
-                self.stats.pending += 1;
-                return CacheAnswer::Pending { still_valid };
+            CacheAnswer::Fresh(t.clone())
+        } else if let Some(since_ms) = entry.renewing_since_ms
+            && now.mono_ms.saturating_sub(since_ms) < cfg.renew_timeout_ms
+        {
+            self.stats.pending += 1;
+            CacheAnswer::Pending { still_valid }
+        } else {
+            if entry.renewing_since_ms.is_some() {
+                self.stats.renew_timeouts += 1;
             }
-            self.stats.renew_timeouts += 1;
-        }
-        entry.renewing_since_ms = Some(now.mono_ms);
-        self.stats.renewals_started += 1;
-        CacheAnswer::Renew { still_valid }
+            entry.renewing_since_ms = Some(now.mono_ms);
+            self.stats.renewals_started += 1;
+            CacheAnswer::Renew { still_valid }
+        };
+        self.debug_check_step(key);
+        answer
     }
 
     /// A renewal produced `token`. Stored even if no renewal was recorded in flight (e.g. the
@@ -204,6 +208,7 @@ impl<K: Ord + Clone> TokenCache<K> {
         {
             entry.current = Some(token);
         }
+        self.debug_check_step(key);
     }
 
     /// The renewal failed: the next `get` may hand out a new one. The old token stays.
@@ -211,6 +216,7 @@ impl<K: Ord + Clone> TokenCache<K> {
         if let Some(entry) = self.entries.get_mut(key) {
             entry.renewing_since_ms = None;
         }
+        self.debug_check_step(key);
     }
 
     /// Keys held.
@@ -243,6 +249,63 @@ impl<K: Ord + Clone> TokenCache<K> {
     #[must_use]
     pub const fn stats(&self) -> CacheStats {
         self.stats
+    }
+
+    /// The cache's invariants: it holds at most `entries_max` keys, each stamped by a distinct
+    /// tick of its clock, and no more renewals are in flight or timed out than were started.
+    ///
+    /// # Errors
+    /// The first that breaks, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.entries.len() > self.cfg.entries_max {
+            return Err(format!(
+                "token cache: {} keys, above the bound of {}",
+                self.entries.len(),
+                self.cfg.entries_max
+            ));
+        }
+        let mut stamps = crate::check::AtMostOnce::new();
+        for entry in self.entries.values() {
+            self.check_entry(entry)?;
+            if stamps.observe(entry.last_used, ()).is_some() {
+                return Err(format!(
+                    "token cache: two keys stamped {} (each use takes a tick of its own)",
+                    entry.last_used
+                ));
+            }
+        }
+        let in_flight = self
+            .entries
+            .values()
+            .filter(|e| e.renewing_since_ms.is_some())
+            .count() as u64;
+        let started = self.stats.renewals_started;
+        if in_flight > started || self.stats.renew_timeouts > started {
+            return Err(format!(
+                "token cache: {in_flight} renewals in flight and {} timed out of {started} started",
+                self.stats.renew_timeouts
+            ));
+        }
+        Ok(())
+    }
+
+    /// One entry's part of [`Self::check_invariants`]: stamped by a tick the clock has given.
+    fn check_entry(&self, entry: &Entry) -> Result<(), String> {
+        if entry.last_used == 0 || entry.last_used > self.clock {
+            return Err(format!(
+                "token cache: a key stamped {}, outside the clock's ticks 1..={}",
+                entry.last_used, self.clock
+            ));
+        }
+        Ok(())
+    }
+
+    /// After a step that touched `key`: the bound, and the touched entry (debug builds).
+    fn debug_check_step(&self, key: &K) {
+        debug_assert!(self.entries.len() <= self.cfg.entries_max);
+        if let Some(entry) = self.entries.get(key) {
+            debug_assert_eq!(self.check_entry(entry), Ok(()));
+        }
     }
 }
 
@@ -417,5 +480,48 @@ mod tests {
         let _ = c.get(&"new", Now::both(2));
         assert!(c.contains(&"inflight") && c.contains(&"new") && !c.contains(&"idle"));
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn invariants_hold_over_use_and_fire_on_a_broken_cache() {
+        let mut c = TokenCache::new(cfg(2));
+        for (i, k) in ["a", "b", "c", "a"].iter().enumerate() {
+            let _ = c.get(k, Now::both(i as u64));
+            assert_eq!(c.check_invariants(), Ok(()));
+        }
+        let mut over = c.clone();
+        over.cfg.entries_max = 1;
+        assert!(
+            over.check_invariants()
+                .unwrap_err()
+                .contains("above the bound")
+        );
+        let mut same_stamp = c.clone();
+        let stamp = same_stamp.entries.values().next().unwrap().last_used;
+        for e in same_stamp.entries.values_mut() {
+            e.last_used = stamp;
+        }
+        assert!(
+            same_stamp
+                .check_invariants()
+                .unwrap_err()
+                .contains("two keys stamped")
+        );
+        let mut future = c.clone();
+        future.clock = 0;
+        assert!(
+            future
+                .check_invariants()
+                .unwrap_err()
+                .contains("outside the clock")
+        );
+        let mut unstarted = c;
+        unstarted.stats.renewals_started = 0;
+        assert!(
+            unstarted
+                .check_invariants()
+                .unwrap_err()
+                .contains("in flight")
+        );
     }
 }

@@ -223,6 +223,7 @@ impl OnceConsume {
             self.ops_issued <= 2,
             "a consume takes at most two store operations"
         );
+        debug_assert_eq!(self.check_invariants(), Ok(()));
         Some(op)
     }
 
@@ -275,6 +276,7 @@ impl OnceConsume {
             }
         };
         self.stage = next;
+        debug_assert_eq!(self.check_invariants(), Ok(()));
         Ok(())
     }
 
@@ -291,6 +293,47 @@ impl OnceConsume {
     #[must_use]
     pub const fn ops_issued(&self) -> u32 {
         self.ops_issued
+    }
+
+    /// The consume's invariants: one store operation on the correct path and at most two on
+    /// the flawed one, each for this consume's token, in the order check, mark.
+    ///
+    /// # Errors
+    /// What breaks, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let ops_max = if self.flawed { 2 } else { 1 };
+        let fits = match &self.stage {
+            Stage::Start => self.ops_issued == 0,
+            Stage::Awaiting { op, checked } => {
+                let ours = match op {
+                    OnceOp::Consume { token, .. }
+                    | OnceOp::Check { token, .. }
+                    | OnceOp::Mark { token, .. } => *token == self.token,
+                };
+                let step = match op {
+                    OnceOp::Consume { .. } => {
+                        !self.flawed && checked.is_none() && self.ops_issued == 1
+                    }
+                    OnceOp::Check { .. } => {
+                        self.flawed && checked.is_none() && self.ops_issued == 1
+                    }
+                    OnceOp::Mark { .. } => self.flawed && checked.is_some() && self.ops_issued == 2,
+                };
+                ours && step
+            }
+            Stage::CheckPassed(_) => self.flawed && self.ops_issued == 1,
+            Stage::Done(_) => (1..=ops_max).contains(&self.ops_issued),
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "one-time consume: stage {} after {} store operation(s) on the {} path",
+                self.stage_name(),
+                self.ops_issued,
+                if self.flawed { "flawed" } else { "correct" }
+            ))
+        }
     }
 
     const fn stage_name(&self) -> &'static str {
@@ -348,4 +391,59 @@ pub fn consume_for<S: TokenStore + ?Sized>(
     }
     let (outcome, ops) = OnceConsume::new(token, user, now, flaws).run(store)?;
     Ok((outcome, ops + u32::from(activity.is_some())))
+}
+
+#[cfg(test)]
+mod invariant_tests {
+    use super::*;
+
+    fn consume(flawed: bool) -> OnceConsume {
+        let flaws = TokenFlaws {
+            once_check_then_delete: flawed,
+            ..TokenFlaws::default()
+        };
+        OnceConsume::new(OnceToken(7), UserId(1), Now::both(0), flaws)
+    }
+
+    #[test]
+    fn invariants_hold_along_both_paths() {
+        for flawed in [false, true] {
+            let mut c = consume(flawed);
+            assert_eq!(c.check_invariants(), Ok(()));
+            let _ = c.poll_op().expect("first op");
+            assert_eq!(c.check_invariants(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn invariants_fire_on_a_third_op_or_another_token() {
+        let mut correct = consume(false);
+        let _ = correct.poll_op();
+        correct.ops_issued = 2;
+        assert!(
+            correct
+                .check_invariants()
+                .unwrap_err()
+                .contains("correct path")
+        );
+        let mut other = consume(false);
+        other.stage = Stage::Awaiting {
+            op: OnceOp::Consume {
+                token: OnceToken(8),
+                user: UserId(1),
+                now_ms: 0,
+            },
+            checked: None,
+        };
+        other.ops_issued = 1;
+        assert!(other.check_invariants().is_err(), "another token's op");
+        let mut unflawed_check = consume(false);
+        unflawed_check.stage = Stage::CheckPassed(OnceKey {
+            user: UserId(1),
+            activity: ActivityId::new("a".to_owned()).expect("an activity"),
+            window_start_ms: 0,
+        });
+        unflawed_check.ops_issued = 1;
+        assert!(unflawed_check.check_invariants().is_err());
+    }
 }

@@ -272,7 +272,49 @@ impl Revocations {
         let outcome = store.revoke(jti, exp_ms.saturating_add(self.leeway_ms), now_ms);
         // Making room may have purged, even when the revocation was then refused as full.
         self.forgotten_until_ms = store.forgotten()?.revocations_until_ms;
+        debug_assert!(
+            self.filter.might_contain(jti),
+            "the filter knows what it revoked"
+        );
         outcome
+    }
+
+    /// The list's invariants over `store` (the exact set it fronts): every revocation the store
+    /// holds is in the filter (a filter miss would let a revoked token through without a store
+    /// lookup), the horizon is the store's, and no more lookups hit than were made.
+    ///
+    /// # Errors
+    /// The first that breaks, or a store failure, in words.
+    pub fn check_invariants<S: TokenStore + ?Sized>(&self, store: &S) -> Result<(), String> {
+        self.check_counters()?;
+        let jtis = store.revoked_jtis().map_err(|e| e.to_string())?;
+        if let Some(jti) = jtis.iter().find(|jti| !self.filter.might_contain(jti)) {
+            return Err(format!(
+                "revoked jti {jti} is missing from the Bloom filter"
+            ));
+        }
+        let horizon_ms = store
+            .forgotten()
+            .map_err(|e| e.to_string())?
+            .revocations_until_ms;
+        if horizon_ms != self.forgotten_until_ms {
+            return Err(format!(
+                "revocations: horizon read as {} ms, the store's is {horizon_ms} ms",
+                self.forgotten_until_ms
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_counters(&self) -> Result<(), String> {
+        let s = self.stats;
+        if s.exact_hits > s.exact_lookups {
+            return Err(format!(
+                "revocations: {} exact hits out of {} lookups",
+                s.exact_hits, s.exact_lookups
+            ));
+        }
+        Ok(())
     }
 
     /// Whether `jti` is revoked. A filter negative answers without a store call.
@@ -290,6 +332,7 @@ impl Revocations {
         if hit {
             self.stats.exact_hits += 1;
         }
+        debug_assert_eq!(self.check_counters(), Ok(()));
         Ok(hit)
     }
 
@@ -423,6 +466,34 @@ mod tests {
         }
         assert!(rev.stats().rebuilds >= 9);
         assert!(rev.is_revoked(&store, "j39").unwrap());
+        assert_eq!(rev.check_invariants(&store), Ok(()));
+    }
+
+    #[test]
+    fn invariants_fire_on_a_revocation_the_filter_missed_or_a_stale_horizon() {
+        let limits = TokenStoreLimits {
+            revocations_max: 4,
+            once_tokens_max: 10,
+        };
+        let mut store = MemoryTokenStore::new(limits);
+        let mut rev = Revocations::new(cfg(100, 1000), 0).unwrap();
+        let _ = rev.revoke_jti(&mut store, "seen", 1_000, 0).unwrap();
+        assert_eq!(rev.check_invariants(&store), Ok(()));
+        // Behind the list's back: the store holds a revocation the filter never saw.
+        let _ = store.revoke("unseen", 1_000, 0).unwrap();
+        assert!(rev.check_invariants(&store).unwrap_err().contains("unseen"));
+        rev.rebuild(&store).unwrap();
+        assert_eq!(rev.check_invariants(&store), Ok(()));
+        // A purge behind its back moves the store's horizon on.
+        let _ = store.purge_expired(5_000).unwrap();
+        assert!(
+            rev.check_invariants(&store)
+                .unwrap_err()
+                .contains("horizon")
+        );
+        let mut counted = rev.clone();
+        counted.stats.exact_hits = counted.stats.exact_lookups + 1;
+        assert!(counted.check_counters().is_err());
     }
 
     #[test]

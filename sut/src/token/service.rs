@@ -74,19 +74,14 @@ impl<S: TokenStore> TokenService<S> {
         })
     }
 
-    /// Checks the service's invariant: every revocation the store holds is in the Bloom filter
-    /// (a filter miss would let a revoked token through without a store lookup).
+    /// Checks the service's invariants: its revocation list's over its store
+    /// ([`Revocations::check_invariants`]: every revocation the store holds is in the Bloom
+    /// filter, the horizon is the store's).
     ///
     /// # Errors
     /// The first jti the filter does not know, or a store failure, in words.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let jtis = self.store.revoked_jtis().map_err(|e| e.to_string())?;
-        match jtis.iter().find(|jti| !self.revocations.might_contain(jti)) {
-            Some(jti) => Err(format!(
-                "revoked jti {jti} is missing from the Bloom filter"
-            )),
-            None => Ok(()),
-        }
+        self.revocations.check_invariants(&self.store)
     }
 
     /// Issue a JWT for `subject` with `jti` from the caller's random `nonce`.
