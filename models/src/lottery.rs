@@ -47,10 +47,9 @@ use sut::clock::Now;
 use sut::lottery::invariants;
 use sut::lottery::wheel::WheelConfig;
 use sut::lottery::{
-    ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome,
-    DrawStage, Effect, FenceMode, Flaws, Handled, Ledger, LotteryStore, MemoryStore, Participant,
-    ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal, Registry, Resume, Terms,
-    UserId, Xid,
+    ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome, Effect,
+    FenceMode, Flaws, Handled, Ledger, LotteryStore, MemoryStore, Participant, ParticipantConfig,
+    ParticipantMsg, ParticipantReply, Phase, Refusal, Registry, Resume, Terms, UserId, Xid,
 };
 
 use crate::hashed::{Hashed, HashedActor, Stored, stored};
@@ -634,15 +633,6 @@ fn disk(sys: &Sys) -> Option<&CoordDisk> {
     sys.actor_storages[COORDINATOR].as_deref().map(Hashed::get)
 }
 
-/// The phase a draw's branches are awaited in, if any.
-const fn awaited_phase(stage: DrawStage) -> Option<Phase> {
-    match stage {
-        DrawStage::Trying => Some(Phase::Try),
-        DrawStage::Finishing(verdict) => Some(verdict.phase()),
-        _ => None,
-    }
-}
-
 /// Whether the coordinator's `Deadline` would race an answer still in flight: a call, a resumed
 /// half or a reply the coordinator would act on, for a branch whose deadline is due.
 fn deadline_races(sys: &Sys, id: Id, timer: &LotTimer) -> bool {
@@ -658,7 +648,7 @@ fn deadline_races(sys: &Sys, id: Id, timer: &LotTimer) -> bool {
         .armed()
         .take_while(|(deadline, _, _)| *deadline <= due_ms)
         .filter_map(|(_, xid, branch)| {
-            let phase = awaited_phase(coord.stage(xid)?)?;
+            let phase = coord.stage(xid)?.awaited_phase()?;
             Some((xid, branch, phase))
         })
         .collect();

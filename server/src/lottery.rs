@@ -67,9 +67,9 @@ use super::metrics::Metrics;
 use sut::lottery::invariants;
 use sut::lottery::journal::{self, JournalOp, Journaled};
 use sut::lottery::{
-    ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, CoordLog, Coordinator,
-    CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, DrawStage, Flaws,
-    Handled, Ledger, LogEntry, LotteryStore, Participant, ParticipantConfig, ParticipantMsg,
+    ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, ClientAnswer, CoordLog,
+    Coordinator, CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, DrawStatus,
+    Flaws, Handled, Ledger, LogEntry, LotteryStore, Participant, ParticipantConfig, ParticipantMsg,
     ParticipantReply, Phase, Refusal, StoreError, UserId, Verdict, Xid,
 };
 
@@ -824,13 +824,11 @@ fn answer(event: &DrawEvent, handles: &HandleKey) -> Result<DrawAnswer, ApiError
             detail: event.outcome.clone(),
         })
     };
-    match &event.outcome {
-        DrawOutcome::Confirmed { .. } => ok("confirmed"),
-        DrawOutcome::Parked { .. } => ok("pending"),
-        // Never a first answer: a draw is parked (and its client answered) before compensation
-        // can dead-letter it.
-        DrawOutcome::DeadLettered { .. } => ok("dead_lettered"),
-        DrawOutcome::Cancelled { reason } => Err(match reason {
+    match ClientAnswer::of(&event.outcome) {
+        ClientAnswer::Confirmed { .. } => ok(DrawStatus::Confirmed.name()),
+        ClientAnswer::Pending => ok(DrawStatus::Pending.name()),
+        ClientAnswer::DeadLettered => ok(DrawStatus::DeadLettered.name()),
+        ClientAnswer::Cancelled(reason) => Err(match reason {
             CancelReason::TryRefused { refusal, .. } => ApiError {
                 status: StatusCode::CONFLICT,
                 error: format!("draw cancelled: {refusal}"),
@@ -1023,40 +1021,29 @@ impl<S: DurableLottery> Writer<S> {
         };
         if let (Some(stage), Some(args)) = (self.coordinator.stage(xid), self.coordinator.draw(xid))
         {
-            let verdict = match stage {
-                DrawStage::LoggingBegin | DrawStage::Trying => None,
-                DrawStage::LoggingVerdict(v)
-                | DrawStage::Finishing(v)
-                | DrawStage::Parked(v)
-                | DrawStage::DeadLettered(v)
-                | DrawStage::LoggingFinished(v) => Some(v),
-            };
-            let status = match stage {
-                DrawStage::DeadLettered(_) => "dead_lettered",
-                DrawStage::Parked(_) => "pending",
-                _ if self.pending.contains(&xid) => "pending",
-                _ => "in_progress",
-            };
-            return Some(body(args.user, status, verdict, None));
+            let status = DrawStatus::in_flight(stage, self.pending.contains(&xid));
+            return Some(body(args.user, status.name(), stage.verdict(), None));
         }
         let (user, outcome) = self.finished.get(&xid)?;
-        let (status, verdict) = match outcome {
-            DrawOutcome::Confirmed { .. } => ("confirmed", Verdict::Confirm),
-            _ => ("cancelled", Verdict::Cancel),
-        };
-        Some(body(*user, status, Some(verdict), Some(outcome.clone())))
+        let status = DrawStatus::ended(outcome);
+        Some(body(
+            *user,
+            status.name(),
+            status.final_verdict(),
+            Some(outcome.clone()),
+        ))
     }
 
     /// Books an outcome event: the status the draw routes report, the metrics.
     fn book(&mut self, event: &DrawEvent) {
         let xid = event.draw.xid;
-        let counter = match event.outcome {
-            DrawOutcome::Parked { .. } => {
+        let counter = match ClientAnswer::of(&event.outcome) {
+            ClientAnswer::Pending => {
                 self.pending.insert(xid);
                 &self.metrics.lottery_draws_parked
             }
-            DrawOutcome::DeadLettered { .. } => &self.metrics.lottery_draws_dead_lettered,
-            DrawOutcome::Confirmed { .. } | DrawOutcome::Cancelled { .. } => {
+            ClientAnswer::DeadLettered => &self.metrics.lottery_draws_dead_lettered,
+            ClientAnswer::Confirmed { .. } | ClientAnswer::Cancelled(_) => {
                 self.pending.remove(&xid);
                 self.finished
                     .insert(xid, (event.draw.user, event.outcome.clone()));

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use madsim::task::spawn;
 use sut::lottery::journal::{self, JournalOp, Journaled};
 use sut::lottery::{
-    ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawOutcome, Handled, LogEntry,
-    Participant, ParticipantConfig, ParticipantReply, Registry, Terms, UserId, Xid,
+    ActivityId, ClientAnswer, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, Handled,
+    LogEntry, Participant, ParticipantConfig, ParticipantReply, Registry, Terms, UserId, Xid,
 };
 
 use super::{GroupCommit, commit};
@@ -47,19 +47,22 @@ impl Coord {
         while let Some(event) = self.coord.poll_event() {
             let xid = event.draw.xid;
             ctx.record(|_| EventKind::Draw(event.clone()));
-            let answer = match &event.outcome {
-                DrawOutcome::Confirmed { won } => {
+            // The answer a client of `sut-server` gets, encoded for the simulated client.
+            let answer = match ClientAnswer::of(&event.outcome) {
+                ClientAnswer::Confirmed { won } => {
                     Some(Outcome::Ok(Answer::Draw(format!("confirmed won={won}"))))
                 }
-                DrawOutcome::Cancelled { reason } => {
+                ClientAnswer::Cancelled(reason) => {
                     Some(Outcome::Fail(format!("cancelled: {reason}")))
                 }
-                // Not final: the client keeps waiting (and may time out: indeterminate).
-                DrawOutcome::Parked { .. } => {
+                // The server answers 202 and its client polls the draw's status; the simulated
+                // client keeps waiting for the final answer instead (and may time out:
+                // indeterminate).
+                ClientAnswer::Pending => {
                     ctx.world.count("tcc.parked_draws", 1);
                     None
                 }
-                DrawOutcome::DeadLettered { .. } => {
+                ClientAnswer::DeadLettered => {
                     ctx.world.count("tcc.dead_letters", 1);
                     None
                 }

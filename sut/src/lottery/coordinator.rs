@@ -362,6 +362,19 @@ pub enum DrawStage {
     LoggingFinished(Verdict),
 }
 
+impl DrawStage {
+    /// The phase whose replies a draw at this stage awaits, if any: the Tries while trying,
+    /// the verdict's phase while finishing.
+    #[must_use]
+    pub const fn awaited_phase(self) -> Option<Phase> {
+        match self {
+            Self::Trying => Some(Phase::Try),
+            Self::Finishing(verdict) => Some(verdict.phase()),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 struct BranchProgress {
     done: bool,

@@ -36,6 +36,8 @@
 //!   retry rounds with backoff, dead letters; see [`coordinator`]).
 //! - [`coordinator`]: the sans-IO coordinator: Try all, durable verdict, Confirm/Cancel all,
 //!   timeouts, bounded retries with exponential backoff, recovery from its log.
+//! - [`answer`]: what a client is told of its draw (the first answer, a poll's status), for
+//!   the server and the simulator alike.
 //! - [`invariants`]: the `lottery.*` checkers shared by tests, the simulator, the models and the
 //!   load verifier.
 //!
@@ -57,6 +59,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod activity;
+pub mod answer;
 pub mod coordinator;
 pub mod error;
 pub mod fence;
@@ -75,6 +78,7 @@ pub mod wheel;
 mod tests;
 
 pub use activity::{Registered, Registry, Terms, TermsError};
+pub use answer::{ClientAnswer, DrawStatus};
 pub use coordinator::{
     CancelReason, Coordinator, CoordinatorConfig, CoordinatorError, DrawEvent, DrawOutcome,
     DrawStage,

@@ -400,7 +400,6 @@ mod invariant_tests {
     fn consume(flawed: bool) -> OnceConsume {
         let flaws = TokenFlaws {
             once_check_then_delete: flawed,
-            ..TokenFlaws::default()
         };
         OnceConsume::new(OnceToken(7), UserId(1), Now::both(0), flaws)
     }

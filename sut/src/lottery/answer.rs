@@ -1,0 +1,170 @@
+//! What a client is told about its draw: the first answer to the draw request, and the status a
+//! poll of the draw returns. Written once, so that `sut-server` (which encodes them as HTTP
+//! status codes and bodies) and the simulator (which hands them to its clients) give the same
+//! answer in the same situation.
+
+use super::coordinator::{CancelReason, DrawOutcome, DrawStage};
+use super::log::Verdict;
+
+/// The first answer to a draw request, from the coordinator's outcome event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAnswer<'a> {
+    /// Final: every branch confirmed.
+    Confirmed {
+        /// Whether a prize was issued.
+        won: bool,
+    },
+    /// The verdict is durable and compensation is delivering it: the client is told so (HTTP
+    /// 202) and follows the draw by polling its status until it is final.
+    Pending,
+    /// Compensation gave up until an operator retries; never a first answer (a draw is parked,
+    /// and its client answered, before it can be dead-lettered), but a status can say it.
+    DeadLettered,
+    /// Final: cancelled, and why.
+    Cancelled(&'a CancelReason),
+}
+
+impl<'a> ClientAnswer<'a> {
+    /// The answer for `outcome`.
+    #[must_use]
+    pub const fn of(outcome: &'a DrawOutcome) -> Self {
+        match outcome {
+            DrawOutcome::Confirmed { won } => Self::Confirmed { won: *won },
+            DrawOutcome::Parked { .. } => Self::Pending,
+            DrawOutcome::DeadLettered { .. } => Self::DeadLettered,
+            DrawOutcome::Cancelled { reason } => Self::Cancelled(reason),
+        }
+    }
+
+    /// Whether nothing follows for the draw (confirmed or cancelled).
+    #[must_use]
+    pub const fn is_final(&self) -> bool {
+        matches!(self, Self::Confirmed { .. } | Self::Cancelled(_))
+    }
+}
+
+/// Where a draw is, as a poll of its status reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DrawStatus {
+    /// Begun, no verdict delivered yet and its client not yet told `pending`.
+    InProgress,
+    /// Its verdict is durable and being delivered (its client was told `pending`, or it is
+    /// parked for compensation).
+    Pending,
+    /// Compensation gave up until an operator retries it.
+    DeadLettered,
+    /// Final: confirmed.
+    Confirmed,
+    /// Final: cancelled.
+    Cancelled,
+}
+
+impl DrawStatus {
+    /// The status of a draw in flight at `stage`; `told_pending` when its client was answered
+    /// [`ClientAnswer::Pending`] and the draw has not ended since.
+    #[must_use]
+    pub const fn in_flight(stage: DrawStage, told_pending: bool) -> Self {
+        match stage {
+            DrawStage::DeadLettered(_) => Self::DeadLettered,
+            DrawStage::Parked(_) => Self::Pending,
+            _ if told_pending => Self::Pending,
+            _ => Self::InProgress,
+        }
+    }
+
+    /// The status of a draw that ended with `outcome` (a final one; a parked or dead-lettered
+    /// outcome is reported as such).
+    #[must_use]
+    pub const fn ended(outcome: &DrawOutcome) -> Self {
+        match outcome {
+            DrawOutcome::Confirmed { .. } => Self::Confirmed,
+            DrawOutcome::Cancelled { .. } => Self::Cancelled,
+            DrawOutcome::Parked { .. } => Self::Pending,
+            DrawOutcome::DeadLettered { .. } => Self::DeadLettered,
+        }
+    }
+
+    /// Its name on the wire.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::InProgress => "in_progress",
+            Self::Pending => "pending",
+            Self::DeadLettered => "dead_lettered",
+            Self::Confirmed => "confirmed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// The verdict a final status stands for.
+    #[must_use]
+    pub const fn final_verdict(self) -> Option<Verdict> {
+        match self {
+            Self::Confirmed => Some(Verdict::Confirm),
+            Self::Cancelled => Some(Verdict::Cancel),
+            Self::InProgress | Self::Pending | Self::DeadLettered => None,
+        }
+    }
+}
+
+impl DrawStage {
+    /// The verdict decided for a draw at this stage (`None` before it is decided).
+    #[must_use]
+    pub const fn verdict(self) -> Option<Verdict> {
+        match self {
+            Self::LoggingBegin | Self::Trying => None,
+            Self::LoggingVerdict(v)
+            | Self::Finishing(v)
+            | Self::Parked(v)
+            | Self::DeadLettered(v)
+            | Self::LoggingFinished(v) => Some(v),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parked_is_answered_pending_and_polled_pending_until_it_ends() {
+        let parked = DrawOutcome::Parked {
+            verdict: Verdict::Confirm,
+        };
+        assert_eq!(ClientAnswer::of(&parked), ClientAnswer::Pending);
+        assert!(!ClientAnswer::of(&parked).is_final());
+        let stage = DrawStage::Finishing(Verdict::Confirm);
+        assert_eq!(DrawStatus::in_flight(stage, true), DrawStatus::Pending);
+        assert_eq!(DrawStatus::in_flight(stage, false), DrawStatus::InProgress);
+        assert_eq!(
+            DrawStatus::in_flight(DrawStage::Parked(Verdict::Cancel), false),
+            DrawStatus::Pending
+        );
+        assert_eq!(stage.verdict(), Some(Verdict::Confirm));
+        assert_eq!(DrawStage::Trying.verdict(), None);
+    }
+
+    #[test]
+    fn final_answers_and_statuses_agree() {
+        let confirmed = DrawOutcome::Confirmed { won: true };
+        assert_eq!(
+            ClientAnswer::of(&confirmed),
+            ClientAnswer::Confirmed { won: true }
+        );
+        assert!(ClientAnswer::of(&confirmed).is_final());
+        let cancelled = DrawOutcome::Cancelled {
+            reason: CancelReason::Recovered,
+        };
+        assert!(ClientAnswer::of(&cancelled).is_final());
+        assert_eq!(
+            DrawStatus::ended(&confirmed).final_verdict(),
+            Some(Verdict::Confirm)
+        );
+        assert_eq!(
+            DrawStatus::ended(&cancelled).final_verdict(),
+            Some(Verdict::Cancel)
+        );
+        assert_eq!(DrawStatus::Pending.final_verdict(), None);
+        assert_eq!(DrawStatus::InProgress.name(), "in_progress");
+    }
+}
