@@ -10,6 +10,7 @@
 //! - [`write`]: atomic `index.html` + `summary.json`, and JUnit XML;
 //! - [`gate`]: baseline file, comparison, plain-text table, baseline update.
 
+pub mod atomic;
 pub mod charts;
 pub mod gate;
 pub mod html;

@@ -11,6 +11,7 @@
 //! is written (see `crate::write`).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +32,7 @@ pub struct Summary {
     pub results: Vec<RunResult>,
     /// A gate run's comparison with its baseline (every check, expected, actual, status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gate: Option<crate::gate::GateOutcome>,
+    pub gate: Option<GateOutcome>,
 }
 
 impl Summary {
@@ -683,5 +684,112 @@ impl FlawCatalogReport {
     /// Every flaw was caught.
     pub fn passed(&self) -> bool {
         self.flaws.iter().all(|f| f.caught_by.is_some())
+    }
+}
+
+/// Outcome of one gate check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateStatus {
+    Pass,
+    Regressed,
+    New,
+    Missing,
+}
+
+impl GateStatus {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Pass => "pass",
+            Self::Regressed => "REGRESSED",
+            Self::New => "new",
+            Self::Missing => "MISSING",
+        }
+    }
+
+    /// Whether this status lets the gate pass.
+    pub fn ok(self) -> bool {
+        matches!(self, Self::Pass | Self::New)
+    }
+}
+
+/// One row of the gate table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateRow {
+    /// E.g. `simulation clock_skew: invariant ids.unique`.
+    pub check: String,
+    pub expected: String,
+    pub actual: String,
+    pub status: GateStatus,
+}
+
+/// The gate's verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateOutcome {
+    pub rows: Vec<GateRow>,
+    pub passed: bool,
+}
+
+impl GateOutcome {
+    /// Rows with the given status.
+    pub fn with_status(&self, status: GateStatus) -> impl Iterator<Item = &GateRow> {
+        self.rows.iter().filter(move |r| r.status == status)
+    }
+
+    /// A plain-text table for the terminal, with a verdict line at the end.
+    pub fn table(&self) -> String {
+        let headers = ["check", "expected", "actual", "status"];
+        let cells: Vec<[&str; 4]> = self
+            .rows
+            .iter()
+            .map(|r| {
+                [
+                    r.check.as_str(),
+                    r.expected.as_str(),
+                    r.actual.as_str(),
+                    r.status.label(),
+                ]
+            })
+            .collect();
+        let mut widths = headers.map(|h| h.chars().count());
+        for row in &cells {
+            for (w, c) in widths.iter_mut().zip(row) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let line = |out: &mut String, row: [&str; 4]| {
+            let parts: Vec<String> = row
+                .iter()
+                .zip(widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            let _ = writeln!(out, "{}", parts.join("  ").trim_end());
+        };
+        line(&mut out, headers);
+        let rule = widths.map(|w| "-".repeat(w));
+        line(
+            &mut out,
+            [
+                rule[0].as_str(),
+                rule[1].as_str(),
+                rule[2].as_str(),
+                rule[3].as_str(),
+            ],
+        );
+        for row in cells {
+            line(&mut out, row);
+        }
+        let count = |s| self.rows.iter().filter(|r| r.status == s).count();
+        let _ = writeln!(
+            out,
+            "gate {}: {} pass, {} regressed, {} new, {} missing",
+            if self.passed { "PASSED" } else { "FAILED" },
+            count(GateStatus::Pass),
+            count(GateStatus::Regressed),
+            count(GateStatus::New),
+            count(GateStatus::Missing)
+        );
+        out
     }
 }

@@ -5,14 +5,13 @@
 //! same directory, fsynced, renamed over the target, and the directory fsynced. A reader sees
 //! the old report or the new one, never a truncated one; no temporary file is left behind.
 
-use std::fs::{self, File};
-use std::io::Write as _;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
+use crate::atomic::AtomicWriteError;
 use crate::model::{
     PropertyReport, RunResult, SimulationReport, Summary, ValidationError, Verdict,
 };
@@ -32,6 +31,16 @@ pub enum WriteError {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+impl From<AtomicWriteError> for WriteError {
+    fn from(e: AtomicWriteError) -> Self {
+        Self::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WriteError + 'a {
@@ -67,41 +76,9 @@ pub fn read_summary(path: &Path) -> Result<Summary, WriteError> {
     Ok(summary)
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Writes `bytes` to `path` atomically: temp file in the same directory, fsync, rename, fsync
-/// of the directory. On any error the temp file is removed and `path` is untouched.
+/// Writes `bytes` to `path` atomically ([`crate::atomic::write_atomic`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "report".to_owned());
-    let tmp = dir.join(format!(
-        ".{file_name}.tmp-{}-{}",
-        std::process::id(),
-        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
-        f.write_all(bytes).map_err(io_err("write", &tmp))?;
-        f.sync_all().map_err(io_err("fsync", &tmp))?;
-        drop(f);
-        fs::rename(&tmp, path).map_err(io_err("rename into place", path))?;
-        // Make the rename itself durable. Opening a directory for fsync works on Unix; elsewhere
-        // it may fail, which does not make the write less atomic.
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    Ok(crate::atomic::write_atomic(path, bytes)?)
 }
 
 fn invariant_case(

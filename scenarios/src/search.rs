@@ -364,19 +364,17 @@ pub fn replay_text(found: &Found, command: &str) -> Result<String, SearchError> 
     Ok(text)
 }
 
-/// Writes `text` to a temporary file beside `path`, then renames it over `path`.
+/// Writes `text` to `path` whole or not at all ([`reports::atomic::write_atomic`]), creating
+/// its folder first.
 ///
 /// # Errors
 /// The folder cannot be created or the file written.
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), SearchError> {
-    let io = |e: std::io::Error| SearchError::Io(format!("{}: {e}", path.display()));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| SearchError::Io(format!("{}: {e}", dir.display())))?;
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    reports::atomic::write_atomic(path, text.as_bytes()).map_err(|e| SearchError::Io(e.to_string()))
 }
 
 /// Writes `text` to `path`, or, if `path` exists, to the first of `STEM-2.EXT`, `STEM-3.EXT`, …

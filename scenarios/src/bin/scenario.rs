@@ -1708,12 +1708,9 @@ fn write_json(
     write_atomic(path, &text)
 }
 
-/// Writes `text` to a temporary file beside `path`, then renames it over `path`.
+/// Writes `text` to `path` whole or not at all ([`reports::atomic::write_atomic`]).
 fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    reports::atomic::write_atomic(path, text.as_bytes()).map_err(std::io::Error::other)
 }
 
 fn flaws(args: FlawsArgs) -> ExitCode {
