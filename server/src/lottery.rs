@@ -70,7 +70,7 @@ use sut::lottery::{
     ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, ClientAnswer, CoordLog,
     Coordinator, CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, DrawStatus,
     Flaws, Handled, Ledger, LogEntry, LotteryStore, Participant, ParticipantConfig, ParticipantMsg,
-    ParticipantReply, Phase, Refusal, StoreError, UserId, Verdict, Xid,
+    ParticipantReply, Phase, Refusal, Statuses, StoreError, UserId, Verdict, Xid,
 };
 
 use crate::activities::Activities;
@@ -851,10 +851,8 @@ struct Writer<S> {
     faults: ParticipantFaults,
     clock: RealClock,
     waiting: BTreeMap<Xid, Reply<DrawAnswer>>,
-    /// Draws told `pending` and not final yet.
-    pending: std::collections::BTreeSet<Xid>,
-    /// Final outcomes of recent draws and whose they are (bounded by [`OUTCOMES_KEPT_MAX`]).
-    finished: BTreeMap<Xid, (UserId, DrawOutcome)>,
+    /// What status polls are answered from (final outcomes of the last [`OUTCOMES_KEPT_MAX`]).
+    statuses: Statuses,
     /// How draws are named to clients.
     handles: HandleKey,
     history: VecDeque<ParticipantReply>,
@@ -1012,46 +1010,22 @@ impl<S: DurableLottery> Writer<S> {
 
     /// Where draw `xid` is: in flight (its stage), else its remembered final outcome.
     fn status(&self, xid: Xid) -> Option<DrawStatusBody> {
-        let body = |user: UserId, status, verdict: Option<Verdict>, detail| DrawStatusBody {
+        let polled = self.statuses.poll(&self.coordinator, xid)?;
+        Some(DrawStatusBody {
             draw: self.handles.seal(xid).to_string(),
-            user: user.0,
-            status,
-            verdict: verdict.map(verdict_name),
-            detail,
-        };
-        if let (Some(stage), Some(args)) = (self.coordinator.stage(xid), self.coordinator.draw(xid))
-        {
-            let status = DrawStatus::in_flight(stage, self.pending.contains(&xid));
-            return Some(body(args.user, status.name(), stage.verdict(), None));
-        }
-        let (user, outcome) = self.finished.get(&xid)?;
-        let status = DrawStatus::ended(outcome);
-        Some(body(
-            *user,
-            status.name(),
-            status.final_verdict(),
-            Some(outcome.clone()),
-        ))
+            user: polled.user.0,
+            status: polled.status.name(),
+            verdict: polled.verdict.map(verdict_name),
+            detail: polled.outcome.cloned(),
+        })
     }
 
     /// Books an outcome event: the status the draw routes report, the metrics.
     fn book(&mut self, event: &DrawEvent) {
-        let xid = event.draw.xid;
-        let counter = match ClientAnswer::of(&event.outcome) {
-            ClientAnswer::Pending => {
-                self.pending.insert(xid);
-                &self.metrics.lottery_draws_parked
-            }
+        let counter = match self.statuses.book(event) {
+            ClientAnswer::Pending => &self.metrics.lottery_draws_parked,
             ClientAnswer::DeadLettered => &self.metrics.lottery_draws_dead_lettered,
-            ClientAnswer::Confirmed { .. } | ClientAnswer::Cancelled(_) => {
-                self.pending.remove(&xid);
-                self.finished
-                    .insert(xid, (event.draw.user, event.outcome.clone()));
-                if self.finished.len() > OUTCOMES_KEPT_MAX {
-                    self.finished.pop_first();
-                }
-                return;
-            }
+            ClientAnswer::Confirmed { .. } | ClientAnswer::Cancelled(_) => return,
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
@@ -1296,8 +1270,7 @@ impl Lottery {
             faults: options.faults,
             clock,
             waiting: BTreeMap::new(),
-            pending: std::collections::BTreeSet::new(),
-            finished: BTreeMap::new(),
+            statuses: Statuses::new(OUTCOMES_KEPT_MAX),
             history: VecDeque::new(),
             events: VecDeque::new(),
             held: Vec::new(),

@@ -59,6 +59,12 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         price: Option<u64>,
     },
+    /// Poll the status of a draw answered `pending` (as a client of `sut-server` follows
+    /// `GET /lottery/draws/{draw}`).
+    DrawStatus {
+        /// The draw.
+        xid: u64,
+    },
 }
 
 /// A successful answer.
@@ -81,8 +87,16 @@ pub enum Answer {
     Once(u128),
     /// The one-time token was accepted.
     Consumed,
-    /// The draw finished: confirmed (with or without a prize) or cancelled.
-    Draw(String),
+    /// What a client is told of its draw (`sut::lottery::ClientAnswer`, or a poll's
+    /// `sut::lottery::DrawStatus`): `confirmed`, `pending` (follow it by polling), and from a
+    /// poll also `in_progress`, `dead_lettered` or `cancelled`. A cancelled first answer is a
+    /// [`Outcome::Fail`], as the server's is an error.
+    Draw {
+        /// The draw.
+        xid: u64,
+        /// Its status's name.
+        status: String,
+    },
 }
 
 /// How an operation ended.

@@ -198,6 +198,7 @@ fn op_kind(op: &crate::history::Op) -> &'static str {
         Op::OnceIssue { .. } => "once_issue",
         Op::OnceConsume { .. } => "once_consume",
         Op::Draw { .. } => "draw",
+        Op::DrawStatus { .. } => "draw_status",
     }
 }
 

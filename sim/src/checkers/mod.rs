@@ -6,10 +6,11 @@
 
 use serde::{Deserialize, Serialize};
 use sut::check::{AtMostOnce, Rising};
-use sut::lottery::{DrawEvent, Ledger, ParticipantReply, invariants};
+use sut::lottery::invariants::ClientReport;
+use sut::lottery::{DrawEvent, DrawStatus, Ledger, ParticipantReply, Xid, invariants};
 use sut::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
 
-use crate::history::{Event, EventKind, IdSpace};
+use crate::history::{Answer, Event, EventKind, IdSpace, Outcome};
 
 /// Every invariant, in report order.
 pub const INVARIANTS: [&str; 14] = [
@@ -254,6 +255,29 @@ pub fn lottery(
             _ => None,
         })
         .unzip();
+    // What clients were told, finally: a first answer or a poll of a draw answered `pending`.
+    let (answers, answer_seqs): (Vec<ClientReport>, Vec<u64>) = history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Complete {
+                outcome: Outcome::Ok(Answer::Draw { xid, status }),
+                ..
+            } => {
+                let status = [DrawStatus::Confirmed, DrawStatus::Cancelled]
+                    .into_iter()
+                    .find(|s| s.name() == status)?;
+                let verdict = status.final_verdict()?;
+                Some((
+                    ClientReport {
+                        xid: Xid(*xid),
+                        verdict,
+                    },
+                    e.seq,
+                ))
+            }
+            _ => None,
+        })
+        .unzip();
     let at = |seqs: &[u64], v: &invariants::LotteryViolation| match v {
         invariants::LotteryViolation::DuplicateParticipation { event_index, .. } => {
             seqs.get(*event_index).copied()
@@ -264,6 +288,9 @@ pub fn lottery(
         }
         invariants::LotteryViolation::ConflictingOutcomes { second_index, .. } => {
             seqs.get(*second_index).copied()
+        }
+        invariants::LotteryViolation::AnswerDisagrees { answer_index, .. } => {
+            answer_seqs.get(*answer_index).copied()
         }
         _ => None,
     };
@@ -308,7 +335,7 @@ pub fn lottery(
         ),
         (
             "lottery.agreement",
-            invariants::agreement(&draws, &[ledger])
+            invariants::answers_agree(&draws, &answers, &[ledger])
                 .map_err(|v| violation("lottery.agreement", at(&draw_seqs, &v), v.to_string())),
         ),
         (

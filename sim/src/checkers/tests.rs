@@ -550,3 +550,56 @@ fn ids_progress_fires_when_an_id_node_stays_stuck_after_the_heal() {
         "not asked: nothing to judge"
     );
 }
+
+fn told(xid: u64, status: &str) -> EventKind {
+    EventKind::Complete {
+        op_id: xid,
+        outcome: crate::history::Outcome::Ok(crate::history::Answer::Draw {
+            xid,
+            status: status.to_owned(),
+        }),
+    }
+}
+
+#[test]
+fn agreement_judges_what_a_polling_client_was_told() {
+    let verdict = sut::lottery::Verdict::Confirm;
+    // Answered pending, polled, told confirmed: as the coordinator reported and the ledger holds.
+    let good = history(vec![
+        outcome(1, DrawOutcome::Parked { verdict }),
+        told(1, "pending"),
+        told(1, "in_progress"),
+        outcome(1, DrawOutcome::Confirmed { won: true }),
+        told(1, "confirmed"),
+    ]);
+    assert_eq!(
+        lottery_result(&good, &good_ledger(), "lottery.agreement"),
+        Ok(())
+    );
+    // A poll that says cancelled for a draw the coordinator confirmed.
+    let lied = history(vec![
+        outcome(1, DrawOutcome::Parked { verdict }),
+        told(1, "pending"),
+        outcome(1, DrawOutcome::Confirmed { won: true }),
+        told(1, "cancelled"),
+    ]);
+    let v = lottery_result(&lied, &good_ledger(), "lottery.agreement").unwrap_err();
+    assert!(v.detail.contains("was told cancelled"), "{}", v.detail);
+    assert_eq!(v.event, Some(3), "the answer's event");
+    // Told confirmed before the branches were: the poll ran ahead of the ledger.
+    let mut tried = good_ledger();
+    tried.fences.insert(
+        (Xid(1), Participant::Inventory),
+        sut::lottery::FenceStatus::Tried,
+    );
+    let early = history(vec![
+        outcome(1, DrawOutcome::Parked { verdict }),
+        told(1, "confirmed"),
+    ]);
+    let v = lottery_result(&early, &tried, "lottery.agreement").unwrap_err();
+    assert!(
+        v.detail.contains("Inventory branch is Tried"),
+        "{}",
+        v.detail
+    );
+}

@@ -15,6 +15,7 @@ use crate::clock::sleep_ms;
 use crate::history::{Answer, EventKind, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
 use crate::scenario::Workload;
+use sut::lottery::DrawStatus;
 
 const REMEMBER_MAX: usize = 64;
 
@@ -24,6 +25,18 @@ struct State {
     waiting: BTreeMap<u64, Waiting>,
     jwts: Vec<String>,
     once: Vec<(u64, u128)>,
+    /// Draws answered `pending` (or polled not yet final), and when to poll each next.
+    polls: BTreeMap<u64, Instant>,
+}
+
+/// How often a client polls the status of a draw it was told is `pending`, simulated ms.
+pub const DRAW_POLL_INTERVAL_MS: u64 = 250;
+
+/// Whether a draw status is final: nothing follows, so polling stops.
+fn final_status(status: &str) -> bool {
+    [DrawStatus::Confirmed, DrawStatus::Cancelled]
+        .iter()
+        .any(|s| s.name() == status)
 }
 
 fn remember<T>(list: &mut Vec<T>, item: T) {
@@ -105,6 +118,8 @@ struct Waiting {
     deadline: Instant,
     /// The user a one-time token is issued to (0 otherwise).
     owner: u64,
+    /// The draw a status poll follows (polled again when it times out).
+    polled: Option<u64>,
 }
 
 /// Sends `op` and records its invocation; the answer (or the timeout) is recorded by
@@ -119,8 +134,19 @@ fn invoke(ctx: &Ctx, state: &Mutex<State>, target: &str, op: Op, timeout_ms: u64
             Op::OnceIssue { user, .. } => *user,
             _ => 0,
         };
+        let polled = match &op {
+            Op::DrawStatus { xid } => Some(*xid),
+            _ => None,
+        };
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-        s.waiting.insert(op_id, Waiting { deadline, owner });
+        s.waiting.insert(
+            op_id,
+            Waiting {
+                deadline,
+                owner,
+                polled,
+            },
+        );
         op_id
     };
     ctx.record(|_| EventKind::Invoke {
@@ -141,6 +167,17 @@ fn complete(ctx: &Ctx, state: &Mutex<State>, op_id: u64, outcome: Outcome) {
         match &outcome {
             Outcome::Ok(Answer::Jwt { token, .. }) => remember(&mut s.jwts, token.clone()),
             Outcome::Ok(Answer::Once(token)) => remember(&mut s.once, (waiting.owner, *token)),
+            // Follow a draw until its status is final (a poll that timed out is repeated; one
+            // the coordinator no longer knows, after its restart, is given up).
+            Outcome::Ok(Answer::Draw { xid, status }) if !final_status(status) => {
+                let next = Instant::now() + Duration::from_millis(DRAW_POLL_INTERVAL_MS);
+                s.polls.insert(*xid, next);
+            }
+            Outcome::Timeout => {
+                if let Some(xid) = waiting.polled {
+                    s.polls.insert(xid, Instant::now());
+                }
+            }
             _ => {}
         }
     }
@@ -166,6 +203,34 @@ fn expire(ctx: &Ctx, state: &Mutex<State>) -> usize {
         complete(ctx, state, op_id, Outcome::Timeout);
     }
     left
+}
+
+/// Polls the status of every draw whose poll is due; returns how many draws are followed.
+fn poll_due_draws(ctx: &Ctx, state: &Mutex<State>, timeout_ms: u64) -> usize {
+    let (due, followed) = {
+        let mut s = state.lock().expect("client state");
+        let now = Instant::now();
+        let due: Vec<u64> = s
+            .polls
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(xid, _)| *xid)
+            .collect();
+        for xid in &due {
+            s.polls.remove(xid);
+        }
+        (due, s.polls.len())
+    };
+    for xid in &due {
+        invoke(
+            ctx,
+            state,
+            "coord",
+            Op::DrawStatus { xid: *xid },
+            timeout_ms,
+        );
+    }
+    followed + due.len()
 }
 
 /// How often the probing client asks every ID node for a segment ID once the workload has
@@ -216,7 +281,7 @@ pub async fn run(ctx: Ctx, inbox: Inbox) {
     loop {
         let gap_us = thread_rng().gen_range(mean_us / 2..=mean_us * 3 / 2).max(1);
         madsim::time::sleep(Duration::from_micros(gap_us)).await;
-        let waiting = expire(&ctx, &state);
+        let waiting = expire(&ctx, &state) + poll_due_draws(&ctx, &state, workload.timeout_ms);
         if ctx.world.with(|w| w.workload_stopped) {
             if probes_ids(&ctx, &workload) {
                 probe_id_nodes(&ctx, &state, id_nodes, workload.timeout_ms).await;

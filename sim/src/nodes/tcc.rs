@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use madsim::task::spawn;
 use sut::lottery::journal::{self, JournalOp, Journaled};
 use sut::lottery::{
-    ActivityId, ClientAnswer, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, Handled,
-    LogEntry, Participant, ParticipantConfig, ParticipantReply, Registry, Terms, UserId, Xid,
+    ActivityId, ClientAnswer, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawStatus,
+    Handled, LogEntry, Participant, ParticipantConfig, ParticipantReply, Registry, Statuses, Terms,
+    UserId, Xid,
 };
 
 use super::{GroupCommit, commit};
@@ -31,7 +32,12 @@ pub fn node_of(p: Participant) -> &'static str {
 struct Coord {
     coord: Coordinator,
     waiting: BTreeMap<Xid, (String, u64)>,
+    /// What status polls are answered from (lost with the node, as the server's).
+    statuses: Statuses,
 }
+
+/// Final outcomes a coordinator node remembers for status polls.
+const STATUSES_KEPT_MAX: usize = 10_000;
 
 impl Coord {
     /// Drains the coordinator's outputs: log entries to write, messages to send.
@@ -48,20 +54,23 @@ impl Coord {
             let xid = event.draw.xid;
             ctx.record(|_| EventKind::Draw(event.clone()));
             // The answer a client of `sut-server` gets, encoded for the simulated client.
-            let answer = match ClientAnswer::of(&event.outcome) {
-                ClientAnswer::Confirmed { won } => {
-                    Some(Outcome::Ok(Answer::Draw(format!("confirmed won={won}"))))
-                }
+            let draw_answer = |status: DrawStatus| {
+                Outcome::Ok(Answer::Draw {
+                    xid: xid.0,
+                    status: status.name().to_owned(),
+                })
+            };
+            let answer = match self.statuses.book(&event) {
+                ClientAnswer::Confirmed { .. } => Some(draw_answer(DrawStatus::Confirmed)),
                 ClientAnswer::Cancelled(reason) => {
                     Some(Outcome::Fail(format!("cancelled: {reason}")))
                 }
-                // The server answers 202 and its client polls the draw's status; the simulated
-                // client keeps waiting for the final answer instead (and may time out:
-                // indeterminate).
+                // As the server's 202: the client follows the draw by polling its status.
                 ClientAnswer::Pending => {
                     ctx.world.count("tcc.parked_draws", 1);
-                    None
+                    Some(draw_answer(DrawStatus::Pending))
                 }
+                // Its client was told `pending` when it was parked.
                 ClientAnswer::DeadLettered => {
                     ctx.world.count("tcc.dead_letters", 1);
                     None
@@ -118,6 +127,7 @@ fn recover_coordinator(ctx: &Ctx) -> Coord {
     Coord {
         coord,
         waiting: BTreeMap::new(),
+        statuses: Statuses::new(STATUSES_KEPT_MAX),
     }
 }
 
@@ -265,6 +275,23 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
                         ctx.send(&from, Msg::Response { op_id, outcome });
                     }
                 }
+            }
+            Msg::Request {
+                op_id,
+                op: Op::DrawStatus { xid },
+            } => {
+                let outcome = {
+                    let s = state.lock().expect("coordinator");
+                    match s.statuses.poll(&s.coord, Xid(xid)) {
+                        Some(polled) => Outcome::Ok(Answer::Draw {
+                            xid,
+                            status: polled.status.name().to_owned(),
+                        }),
+                        None => Outcome::Fail(format!("unknown draw {xid}")),
+                    }
+                };
+                ctx.send(&from, Msg::Response { op_id, outcome });
+                continue;
             }
             Msg::TccReply(reply) => {
                 state

@@ -3,8 +3,11 @@
 //! status codes and bodies) and the simulator (which hands them to its clients) give the same
 //! answer in the same situation.
 
-use super::coordinator::{CancelReason, DrawOutcome, DrawStage};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::coordinator::{CancelReason, Coordinator, DrawEvent, DrawOutcome, DrawStage};
 use super::log::Verdict;
+use super::{UserId, Xid};
 
 /// The first answer to a draw request, from the coordinator's outcome event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +125,86 @@ impl DrawStage {
     }
 }
 
+/// What a coordinator's driver remembers to answer status polls: the draws whose clients were
+/// told [`ClientAnswer::Pending`] and have not ended since, and the final outcomes of the most
+/// recent draws (at most `kept_max`: an older draw's status is no longer known).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statuses {
+    told_pending: BTreeSet<Xid>,
+    ended: BTreeMap<Xid, (UserId, DrawOutcome)>,
+    kept_max: usize,
+}
+
+/// A draw's status as a poll reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Polled<'a> {
+    /// Whose draw it is (a poll answers its owner and the operator only).
+    pub user: UserId,
+    /// Where it is.
+    pub status: DrawStatus,
+    /// The verdict, once decided.
+    pub verdict: Option<Verdict>,
+    /// The final outcome, once there is one.
+    pub outcome: Option<&'a DrawOutcome>,
+}
+
+impl Statuses {
+    /// Nothing remembered yet; final outcomes of the last `kept_max` draws will be.
+    #[must_use]
+    pub fn new(kept_max: usize) -> Self {
+        assert!(kept_max > 0, "a status must be kept for a while");
+        Self {
+            told_pending: BTreeSet::new(),
+            ended: BTreeMap::new(),
+            kept_max,
+        }
+    }
+
+    /// Books the coordinator's outcome `event`; returns what the draw's client is told, if it
+    /// is still waiting.
+    pub fn book<'a>(&mut self, event: &'a DrawEvent) -> ClientAnswer<'a> {
+        let xid = event.draw.xid;
+        let answer = ClientAnswer::of(&event.outcome);
+        match answer {
+            ClientAnswer::Pending => {
+                self.told_pending.insert(xid);
+            }
+            ClientAnswer::DeadLettered => {}
+            ClientAnswer::Confirmed { .. } | ClientAnswer::Cancelled(_) => {
+                self.told_pending.remove(&xid);
+                self.ended
+                    .insert(xid, (event.draw.user, event.outcome.clone()));
+                if self.ended.len() > self.kept_max {
+                    self.ended.pop_first();
+                }
+            }
+        }
+        debug_assert!(self.ended.len() <= self.kept_max);
+        answer
+    }
+
+    /// The status of draw `xid`: in flight at `coordinator`, else its remembered end.
+    #[must_use]
+    pub fn poll(&self, coordinator: &Coordinator, xid: Xid) -> Option<Polled<'_>> {
+        if let (Some(stage), Some(args)) = (coordinator.stage(xid), coordinator.draw(xid)) {
+            return Some(Polled {
+                user: args.user,
+                status: DrawStatus::in_flight(stage, self.told_pending.contains(&xid)),
+                verdict: stage.verdict(),
+                outcome: None,
+            });
+        }
+        let (user, outcome) = self.ended.get(&xid)?;
+        let status = DrawStatus::ended(outcome);
+        Some(Polled {
+            user: *user,
+            status,
+            verdict: status.final_verdict(),
+            outcome: Some(outcome),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +249,56 @@ mod tests {
         );
         assert_eq!(DrawStatus::Pending.final_verdict(), None);
         assert_eq!(DrawStatus::InProgress.name(), "in_progress");
+    }
+
+    #[test]
+    fn statuses_follow_a_parked_draw_to_its_end_and_forget_the_oldest() {
+        use crate::lottery::{ActivityId, DrawArgs};
+        let draw = |xid| DrawArgs {
+            xid: Xid(xid),
+            user: UserId(7),
+            activity: ActivityId(1),
+            price_minor: 10,
+            won: false,
+        };
+        let event = |xid, outcome| DrawEvent {
+            draw: draw(xid),
+            outcome,
+        };
+        let coordinator = Coordinator::new(crate::lottery::CoordinatorConfig::default())
+            .expect("the default config");
+        let mut statuses = Statuses::new(1);
+        let parked = event(
+            1,
+            DrawOutcome::Parked {
+                verdict: Verdict::Confirm,
+            },
+        );
+        assert_eq!(statuses.book(&parked), ClientAnswer::Pending);
+        assert!(statuses.told_pending.contains(&Xid(1)));
+        let confirmed = event(1, DrawOutcome::Confirmed { won: false });
+        assert!(statuses.book(&confirmed).is_final());
+        let polled = statuses.poll(&coordinator, Xid(1)).expect("remembered");
+        assert_eq!(
+            (polled.user, polled.status, polled.verdict),
+            (UserId(7), DrawStatus::Confirmed, Some(Verdict::Confirm))
+        );
+        assert!(statuses.told_pending.is_empty());
+        let cancelled = event(
+            2,
+            DrawOutcome::Cancelled {
+                reason: CancelReason::Recovered,
+            },
+        );
+        let _ = statuses.book(&cancelled);
+        assert_eq!(
+            statuses.poll(&coordinator, Xid(1)),
+            None,
+            "kept_max 1: forgotten"
+        );
+        assert_eq!(
+            statuses.poll(&coordinator, Xid(2)).map(|p| p.status),
+            Some(DrawStatus::Cancelled)
+        );
     }
 }

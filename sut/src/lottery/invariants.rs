@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use super::activity::Registry;
 use super::coordinator::{DrawEvent, DrawOutcome};
 use super::ledger::Ledger;
+use super::log::Verdict;
 use super::participant::ParticipantReply;
 use super::rows::{Effect, FenceStatus, Stock};
 use super::{ActivityId, Participant, Phase, UserId, Xid};
@@ -186,6 +187,21 @@ pub enum LotteryViolation {
         /// Index of the outcome event.
         event_index: usize,
     },
+    /// A client was told a final answer that the coordinator's reports or the participants'
+    /// fence rows contradict.
+    #[error(
+        "{AGREEMENT}: the client of draw {xid} was told {told} (answer {answer_index}), but {found}"
+    )]
+    AnswerDisagrees {
+        /// The draw.
+        xid: Xid,
+        /// What the client was told: "confirmed" or "cancelled".
+        told: &'static str,
+        /// What contradicts it.
+        found: String,
+        /// Index of the answer among the clients' final answers.
+        answer_index: usize,
+    },
     /// The coordinator reported two different final outcomes for one draw.
     #[error(
         "{AGREEMENT}: draw {xid} was reported {first} (event {first_index}) and then {second} (event {second_index})"
@@ -245,7 +261,9 @@ impl LotteryViolation {
             Self::OverIssue { .. } | Self::StockMismatch { .. } => NO_OVER_ISSUE,
             Self::Conservation { .. } => CONSERVATION,
             Self::Hanging { .. } => NO_HANGING,
-            Self::Disagreement { .. } | Self::ConflictingOutcomes { .. } => AGREEMENT,
+            Self::Disagreement { .. }
+            | Self::ConflictingOutcomes { .. }
+            | Self::AnswerDisagrees { .. } => AGREEMENT,
             Self::Unsettled(_) => SETTLED,
             Self::Unpaid { .. } | Self::PrizeNotPaidFor { .. } => PAID,
         }
@@ -342,6 +360,64 @@ pub fn agreement(events: &[DrawEvent], ledgers: &[&Ledger]) -> Result<(), Lotter
             }
         }
         branches_agree(e, outcome == "confirmed", ledgers, event_index)?;
+    }
+    Ok(())
+}
+
+/// A final answer a client saw: its draw, and whether it was told confirmed or cancelled (a
+/// first answer, or a poll of the draw's status: see [`super::answer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClientReport {
+    /// The draw.
+    pub xid: Xid,
+    /// What the client was told.
+    pub verdict: Verdict,
+}
+
+/// `lottery.agreement` over what clients were told (with [`agreement`] over the coordinator's
+/// own reports): every final answer a client saw — confirmed or cancelled, at once or by
+/// polling a draw answered `pending` — matches the coordinator's final report of that draw and
+/// the fence rows of every branch it has. A client answer the coordinator never reported is
+/// itself a disagreement: the answer was made up.
+///
+/// # Errors
+/// [`LotteryViolation::AnswerDisagrees`] (or what [`agreement`] finds first).
+pub fn answers_agree(
+    events: &[DrawEvent],
+    answers: &[ClientReport],
+    ledgers: &[&Ledger],
+) -> Result<(), LotteryViolation> {
+    agreement(events, ledgers)?;
+    for (answer_index, answer) in answers.iter().enumerate() {
+        let confirmed = answer.verdict == Verdict::Confirm;
+        let told = if confirmed { "confirmed" } else { "cancelled" };
+        let disagrees = |found: String| LotteryViolation::AnswerDisagrees {
+            xid: answer.xid,
+            told,
+            found,
+            answer_index,
+        };
+        let mut reports = events.iter().filter(|e| e.draw.xid == answer.xid);
+        let Some(first) = reports.clone().next() else {
+            return Err(disagrees(
+                "the coordinator never reported the draw".to_owned(),
+            ));
+        };
+        if let Some(other) = reports.find(|e| {
+            e.outcome.is_final() && matches!(e.outcome, DrawOutcome::Confirmed { .. }) != confirmed
+        }) {
+            return Err(disagrees(format!(
+                "the coordinator reported {:?}",
+                other.outcome
+            )));
+        }
+        branches_agree(first, confirmed, ledgers, answer_index).map_err(|v| match v {
+            LotteryViolation::Disagreement { branch, found, .. } => disagrees(format!(
+                "the fence row of its {branch:?} branch is {}",
+                found.map_or_else(|| "absent".to_owned(), |f| format!("{f:?}"))
+            )),
+            other => other,
+        })?;
     }
     Ok(())
 }

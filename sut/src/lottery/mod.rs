@@ -78,7 +78,7 @@ pub mod wheel;
 mod tests;
 
 pub use activity::{Registered, Registry, Terms, TermsError};
-pub use answer::{ClientAnswer, DrawStatus};
+pub use answer::{ClientAnswer, DrawStatus, Polled, Statuses};
 pub use coordinator::{
     CancelReason, Coordinator, CoordinatorConfig, CoordinatorError, DrawEvent, DrawOutcome,
     DrawStage,

@@ -375,3 +375,60 @@ fn settled_fires_on_each_kind_of_open_end() {
         "lottery.settled"
     );
 }
+
+#[test]
+fn answers_agree_fires_on_a_client_told_what_the_draw_did_not_do() {
+    use super::super::Verdict;
+    use super::super::invariants::ClientReport;
+    let ledger = good_ledger();
+    let confirmed = DrawEvent {
+        draw: draw(1, true),
+        outcome: DrawOutcome::Confirmed { won: true },
+    };
+    let told = |xid, verdict| ClientReport {
+        xid: Xid(xid),
+        verdict,
+    };
+    let events = std::slice::from_ref(&confirmed);
+    assert_eq!(
+        invariants::answers_agree(events, &[told(1, Verdict::Confirm)], &[&ledger]),
+        Ok(())
+    );
+    let against_the_coordinator =
+        invariants::answers_agree(events, &[told(1, Verdict::Cancel)], &[&ledger]).unwrap_err();
+    assert!(
+        matches!(
+            against_the_coordinator,
+            LotteryViolation::AnswerDisagrees {
+                told: "cancelled",
+                ..
+            }
+        ),
+        "{against_the_coordinator}"
+    );
+    let made_up =
+        invariants::answers_agree(events, &[told(2, Verdict::Confirm)], &[&ledger]).unwrap_err();
+    assert!(made_up.to_string().contains("never reported"), "{made_up}");
+    // Parked, then the client is told confirmed while a branch is still only tried.
+    let parked = DrawEvent {
+        draw: draw(1, true),
+        outcome: DrawOutcome::Parked {
+            verdict: Verdict::Confirm,
+        },
+    };
+    let mut tried = ledger.clone();
+    tried
+        .fences
+        .insert((Xid(1), Participant::Inventory), FenceStatus::Tried);
+    let early = invariants::answers_agree(
+        std::slice::from_ref(&parked),
+        &[told(1, Verdict::Confirm)],
+        &[&tried],
+    )
+    .unwrap_err();
+    assert_eq!(early.invariant(), "lottery.agreement");
+    assert!(
+        early.to_string().contains("Inventory branch is Tried"),
+        "{early}"
+    );
+}
