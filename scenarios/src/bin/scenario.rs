@@ -191,9 +191,11 @@ struct GateArgs {
     /// Where to write index.html, summary.json and junit.xml.
     #[arg(long, default_value = "target/gate-report")]
     report: PathBuf,
-    /// Seeds per scenario (the fixed range 0..N). Eight, so that `chaos` injects every one
-    /// of its ten fault kinds (with six, its swarm never chose `latency`).
-    #[arg(long, default_value_t = 8)]
+    /// Seeds per scenario (the fixed range 0..N). Sixteen, so that every fault effect the
+    /// baseline expects occurs in more than one or two seeds (with eight, the torn writes of
+    /// `crash_restart` and `tcc_storm` hung on single seeds; with six, `chaos`'s swarm never chose
+    /// `latency`).
+    #[arg(long, default_value_t = 16)]
     seeds: u64,
     /// Threads running seeds.
     #[arg(long)]
