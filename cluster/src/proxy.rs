@@ -372,7 +372,7 @@ struct Pump {
 }
 
 /// What to do with a chunk just read.
-enum Verdict {
+enum ChunkFate {
     Deliver(Instant),
     /// Held until the partition heals.
     Hold,
@@ -429,11 +429,11 @@ impl Pump {
                     match self.judge(n, &mut paced_until) {
                         // The common case, no fault: straight through, no timer (a timer
                         // fires on the runtime's next millisecond).
-                        Verdict::Deliver(at) if queue.is_empty() && at <= Instant::now() => {
+                        ChunkFate::Deliver(at) if queue.is_empty() && at <= Instant::now() => {
                             self.forward(&mut dst, &buf[..n]).await;
                         }
-                        Verdict::Deliver(at) => queue.push_back((at, buf[..n].to_vec())),
-                        Verdict::Hold => {
+                        ChunkFate::Deliver(at) => queue.push_back((at, buf[..n].to_vec())),
+                        ChunkFate::Hold => {
                             // Nothing more is read meanwhile: the sender's buffers fill, as
                             // behind a real partition.
                             Counters::add(&self.link.counters.held_bytes, n as u64);
@@ -442,7 +442,7 @@ impl Pump {
                             }
                             queue.push_back((Instant::now(), buf[..n].to_vec()));
                         }
-                        Verdict::End(ending) => {
+                        ChunkFate::End(ending) => {
                             if ending == Ending::HalfOpen {
                                 Counters::add(&self.link.counters.dropped_bytes, n as u64);
                             }
@@ -532,7 +532,7 @@ impl Pump {
     }
 
     /// The fault in force decides what happens to `n` bytes just read.
-    fn judge(&mut self, n: usize, paced_until: &mut Instant) -> Verdict {
+    fn judge(&mut self, n: usize, paced_until: &mut Instant) -> ChunkFate {
         let now = Instant::now();
         let fault = *self.link.faults.borrow();
         let through = self
@@ -541,14 +541,14 @@ impl Pump {
             .fetch_add(n as u64, Ordering::Relaxed)
             + n as u64;
         match fault {
-            LinkFault::None => Verdict::Deliver(now),
-            LinkFault::Refuse => Verdict::End(Ending::Reset),
-            LinkFault::HalfOpen => Verdict::End(Ending::HalfOpen),
-            LinkFault::Blackhole => Verdict::Hold,
-            LinkFault::OneWay { stall } if stall == self.direction => Verdict::Hold,
-            LinkFault::OneWay { .. } => Verdict::Deliver(now),
-            LinkFault::ResetAfter { bytes } if through > bytes => Verdict::End(Ending::Reset),
-            LinkFault::ResetAfter { .. } => Verdict::Deliver(now),
+            LinkFault::None => ChunkFate::Deliver(now),
+            LinkFault::Refuse => ChunkFate::End(Ending::Reset),
+            LinkFault::HalfOpen => ChunkFate::End(Ending::HalfOpen),
+            LinkFault::Blackhole => ChunkFate::Hold,
+            LinkFault::OneWay { stall } if stall == self.direction => ChunkFate::Hold,
+            LinkFault::OneWay { .. } => ChunkFate::Deliver(now),
+            LinkFault::ResetAfter { bytes } if through > bytes => ChunkFate::End(Ending::Reset),
+            LinkFault::ResetAfter { .. } => ChunkFate::Deliver(now),
             LinkFault::Latency {
                 delay_ms,
                 jitter_ms,
@@ -560,7 +560,7 @@ impl Pump {
                 // Never before an earlier chunk of this direction.
                 let at = (now + Duration::from_millis(ms)).max(*paced_until);
                 *paced_until = at;
-                Verdict::Deliver(at)
+                ChunkFate::Deliver(at)
             }
             LinkFault::Bandwidth { bytes_per_s } => {
                 let rate = bytes_per_s.max(1);
@@ -568,7 +568,7 @@ impl Pump {
                 let start = now.max(*paced_until);
                 *paced_until = start + Duration::from_micros(send_us);
                 Counters::add(&self.link.counters.delayed_chunks, 1);
-                Verdict::Deliver(*paced_until)
+                ChunkFate::Deliver(*paced_until)
             }
         }
     }

@@ -28,7 +28,7 @@ pub mod segment;
 pub mod snowflake;
 pub mod tokens;
 
-pub use runner::{Brief, Cast, ModelReport, PropertyKind, PropertyReport, Verdict};
+pub use runner::{Brief, Cast, ModelReport, PropertyKind, PropertyReport, PropertyVerdict};
 
 use serde::Serialize;
 

@@ -893,7 +893,7 @@ mod tests {
     use sut::lottery::DrawEvent;
 
     use super::*;
-    use crate::Verdict;
+    use crate::PropertyVerdict;
     use crate::hashed::Hashed;
 
     fn run(setup: &LotterySetup, depth: Option<usize>) -> ModelReport {
@@ -929,11 +929,11 @@ mod tests {
 
     fn violated(report: &ModelReport, name: &str) -> usize {
         let p = report.property(name).unwrap();
-        assert_eq!(p.verdict, Verdict::Violated, "{name}: {report:#?}");
+        assert_eq!(p.verdict, PropertyVerdict::Violated, "{name}: {report:#?}");
         p.counterexample.as_ref().unwrap().len()
     }
 
-    fn assert_verdict(report: &ModelReport, name: &str, verdict: Verdict) {
+    fn assert_verdict(report: &ModelReport, name: &str, verdict: PropertyVerdict) {
         assert_eq!(
             report.property(name).unwrap().verdict,
             verdict,
@@ -953,16 +953,16 @@ mod tests {
         let report = run(&one_draw(), None);
         assert!(report.exhaustive);
         for name in ALWAYS {
-            assert_verdict(&report, name, Verdict::Holds);
+            assert_verdict(&report, name, PropertyVerdict::Holds);
         }
         // Judged on every path end (each fault budget spent, the network drained).
-        assert_verdict(&report, invariants::SETTLED, Verdict::Holds);
+        assert_verdict(&report, invariants::SETTLED, PropertyVerdict::Holds);
         for name in [
             "a draw confirmed",
             "an empty rollback",
             "a draw finished after a restart",
         ] {
-            assert_verdict(&report, name, Verdict::Found);
+            assert_verdict(&report, name, PropertyVerdict::Found);
         }
         assert_eq!(report.unique_states, PINNED_ONE_DRAW, "regression guard");
     }
@@ -987,7 +987,7 @@ mod tests {
             "{report:#?}"
         );
         for name in ALWAYS {
-            assert_verdict(&report, name, Verdict::Holds);
+            assert_verdict(&report, name, PropertyVerdict::Holds);
         }
     }
 
@@ -995,10 +995,10 @@ mod tests {
     fn two_draws_of_one_user_hold_and_cancel_out_of_stock() {
         let report = run(&LotterySetup::default(), Some(CALM_DEPTH));
         for name in ALWAYS {
-            assert_verdict(&report, name, Verdict::Holds);
+            assert_verdict(&report, name, PropertyVerdict::Holds);
         }
         for name in ["an empty rollback", "a draw cancelled out of stock"] {
-            assert_verdict(&report, name, Verdict::Found);
+            assert_verdict(&report, name, PropertyVerdict::Found);
         }
         assert_eq!(report.unique_states, PINNED_CALM, "regression guard");
     }
@@ -1078,8 +1078,8 @@ mod tests {
     fn a_retry_at_the_clients_price_is_refused_on_the_correct_path() {
         // The retry names price 0; the participants charge the activity's price or refuse.
         let report = run(&LotterySetup::default().with_tampered_retry(), Some(8));
-        assert_verdict(&report, invariants::PAID, Verdict::Holds);
-        assert_verdict(&report, invariants::CONSERVATION, Verdict::Holds);
+        assert_verdict(&report, invariants::PAID, PropertyVerdict::Holds);
+        assert_verdict(&report, invariants::CONSERVATION, PropertyVerdict::Holds);
     }
 
     #[test]
@@ -1088,7 +1088,7 @@ mod tests {
         let steps = violated(&report, invariants::PAID);
         assert_eq!(steps, DEPTH_CLIENT_PRICE);
         // Money still adds up: only `lottery.paid` sees the loss.
-        assert_verdict(&report, invariants::CONSERVATION, Verdict::Holds);
+        assert_verdict(&report, invariants::CONSERVATION, PropertyVerdict::Holds);
     }
 
     #[test]

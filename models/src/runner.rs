@@ -555,34 +555,9 @@ pub trait Cast {
     fn actor_name(&self, id: Id) -> String;
 }
 
-/// What kind of property.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PropertyKind {
-    /// Holds in every reachable state.
-    Always,
-    /// Holds in at least one reachable state (an example proves the path is reachable).
-    Sometimes,
-    /// Holds at some point on every complete path.
-    Eventually,
-}
-
-/// The checker's verdict on one property.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// `always`/`eventually`: no counterexample in the explored space.
-    Holds,
-    /// `always`/`eventually`: a counterexample was found.
-    Violated,
-    /// `sometimes`: an example was found.
-    Found,
-    /// `sometimes`: no example in the explored space (the property may be vacuous).
-    NotFound,
-    /// Neither held nor failed: the check stopped at the first violation (a flawed run) before
-    /// this property was decided.
-    NotChecked,
-}
+// The property kind and verdict are the result model's (`reports::model`): one definition for
+// the checker, the terminal, the HTML report and the gate.
+pub use reports::model::{PropertyKind, PropertyVerdict};
 
 /// One property's result.
 #[derive(Clone, Debug, Serialize)]
@@ -592,7 +567,7 @@ pub struct PropertyReport {
     /// `always`, `sometimes` or `eventually`.
     pub kind: PropertyKind,
     /// `holds`, `violated`, `found` or `not_found`.
-    pub verdict: Verdict,
+    pub verdict: PropertyVerdict,
     /// For a violation: the path to it, one step per line.
     pub counterexample: Option<Vec<String>>,
     /// For a `sometimes` found: the path to the example, one step per line.
@@ -640,7 +615,12 @@ impl ModelReport {
     pub fn failures(&self) -> Vec<&PropertyReport> {
         self.properties
             .iter()
-            .filter(|p| matches!(p.verdict, Verdict::Violated | Verdict::NotFound))
+            .filter(|p| {
+                matches!(
+                    p.verdict,
+                    PropertyVerdict::Violated | PropertyVerdict::NotFound
+                )
+            })
             .collect()
     }
 }
@@ -719,13 +699,23 @@ fn property_report<M: Model>(p: &Property<M>, found: Option<Vec<String>>) -> Pro
                 PropertyKind::Eventually
             };
             match found {
-                Some(path) => (kind, Verdict::Violated, Some(path), None),
-                None => (kind, Verdict::Holds, None, None),
+                Some(path) => (kind, PropertyVerdict::Violated, Some(path), None),
+                None => (kind, PropertyVerdict::Holds, None, None),
             }
         }
         Expectation::Sometimes => match found {
-            Some(path) => (PropertyKind::Sometimes, Verdict::Found, None, Some(path)),
-            None => (PropertyKind::Sometimes, Verdict::NotFound, None, None),
+            Some(path) => (
+                PropertyKind::Sometimes,
+                PropertyVerdict::Found,
+                None,
+                Some(path),
+            ),
+            None => (
+                PropertyKind::Sometimes,
+                PropertyVerdict::NotFound,
+                None,
+                None,
+            ),
         },
     };
     PropertyReport {
@@ -741,8 +731,11 @@ fn property_report<M: Model>(p: &Property<M>, found: Option<Vec<String>>) -> Pro
 /// decided (an `always` not violated *yet*, a `sometimes` not found *yet*).
 fn mark_undecided(properties: &mut [PropertyReport]) {
     for p in properties {
-        if matches!(p.verdict, Verdict::Holds | Verdict::NotFound) {
-            p.verdict = Verdict::NotChecked;
+        if matches!(
+            p.verdict,
+            PropertyVerdict::Holds | PropertyVerdict::NotFound
+        ) {
+            p.verdict = PropertyVerdict::NotChecked;
         }
     }
 }
@@ -833,8 +826,10 @@ where
         .iter()
         .map(|p| property_report(p, discoveries.remove(p.name).map(&render)))
         .collect();
-    let stopped_early =
-        stop_at_first_failure && properties.iter().any(|p| p.verdict == Verdict::Violated);
+    let stopped_early = stop_at_first_failure
+        && properties
+            .iter()
+            .any(|p| p.verdict == PropertyVerdict::Violated);
     if stopped_early {
         mark_undecided(&mut properties);
     }
@@ -878,9 +873,9 @@ pub(crate) fn add_edge_properties(report: &mut ModelReport, owned: &[&str]) {
             name: format!("edge: {name}"),
             kind: PropertyKind::Sometimes,
             verdict: match (reached, stopped_early) {
-                (true, _) => Verdict::Found,
-                (false, true) => Verdict::NotChecked,
-                (false, false) => Verdict::NotFound,
+                (true, _) => PropertyVerdict::Found,
+                (false, true) => PropertyVerdict::NotChecked,
+                (false, false) => PropertyVerdict::NotFound,
             },
             counterexample: None,
             example: None,

@@ -685,7 +685,7 @@ fn with_properties(actors: SegModel) -> SegModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ModelOptions, Verdict, runner};
+    use crate::{ModelOptions, PropertyVerdict, runner};
 
     fn run(setup: &SegmentSetup, depth: Option<usize>) -> crate::ModelReport {
         let opts = ModelOptions {
@@ -716,14 +716,14 @@ mod tests {
         for name in ["ids.unique", "ids.monotonic"] {
             assert_eq!(
                 report.property(name).unwrap().verdict,
-                Verdict::Holds,
+                PropertyVerdict::Holds,
                 "{name}"
             );
         }
         for name in ["buffer switch", "reclaimed tail regranted", "lease lost"] {
             assert_eq!(
                 report.property(name).unwrap().verdict,
-                Verdict::Found,
+                PropertyVerdict::Found,
                 "{name}"
             );
         }
@@ -736,7 +736,7 @@ mod tests {
         for name in ["ids.unique", "ids.monotonic"] {
             assert_eq!(
                 report.property(name).unwrap().verdict,
-                Verdict::Holds,
+                PropertyVerdict::Holds,
                 "{name}"
             );
         }
@@ -749,7 +749,7 @@ mod tests {
         ] {
             assert_eq!(
                 report.property(name).unwrap().verdict,
-                Verdict::Found,
+                PropertyVerdict::Found,
                 "{name}"
             );
         }
@@ -769,7 +769,7 @@ mod tests {
         };
         let report = crate::check(NAME, opts).unwrap();
         let unique = report.property("ids.unique").unwrap();
-        assert_eq!(unique.verdict, Verdict::Violated);
+        assert_eq!(unique.verdict, PropertyVerdict::Violated);
         assert!(!unique.counterexample.as_ref().unwrap().is_empty());
     }
 

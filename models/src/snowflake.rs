@@ -477,7 +477,7 @@ pub fn model(setup: &SnowflakeSetup) -> NetModel<HashedActor<SnowActor>, Snowfla
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ModelOptions, Verdict, runner};
+    use crate::{ModelOptions, PropertyVerdict, runner};
 
     #[test]
     fn correct_code_holds_and_every_sometimes_is_found() {
@@ -491,11 +491,11 @@ mod tests {
         assert!(report.failures().is_empty(), "{:#?}", report.failures());
         assert_eq!(
             report.property("ids.unique").unwrap().verdict,
-            Verdict::Holds
+            PropertyVerdict::Holds
         );
         assert_eq!(
             report.property("issued after restart").unwrap().verdict,
-            Verdict::Found
+            PropertyVerdict::Found
         );
         assert_eq!(report.unique_states, PINNED_UNIQUE, "regression guard");
     }
@@ -538,7 +538,7 @@ mod flaw_tests {
             .iter()
             .find(|p| p.name == "ids.unique")
             .unwrap();
-        assert_eq!(unique.verdict, crate::Verdict::Violated);
+        assert_eq!(unique.verdict, crate::PropertyVerdict::Violated);
         let steps = unique.counterexample.as_ref().unwrap();
         assert!(steps.len() <= 12, "{steps:?}");
     }

@@ -299,7 +299,7 @@ pub fn model(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ModelOptions, Verdict, runner};
+    use crate::{ModelOptions, PropertyVerdict, runner};
 
     fn run(flaw: Option<&str>) -> crate::ModelReport {
         let opts = ModelOptions {
@@ -318,11 +318,11 @@ mod tests {
         assert!(report.failures().is_empty(), "{:#?}", report.failures());
         assert_eq!(
             report.property("a consume accepted").unwrap().verdict,
-            Verdict::Found
+            PropertyVerdict::Found
         );
         assert_eq!(
             report.property("a consume rejected").unwrap().verdict,
-            Verdict::Found
+            PropertyVerdict::Found
         );
         assert_eq!(report.unique_states, PINNED_UNIQUE, "regression guard");
     }
@@ -331,7 +331,7 @@ mod tests {
     fn check_then_delete_is_caught_with_a_double_accept() {
         let report = run(Some(FLAW_CHECK_THEN_DELETE));
         let single_use = report.property("tokens.single_use").unwrap();
-        assert_eq!(single_use.verdict, Verdict::Violated);
+        assert_eq!(single_use.verdict, PropertyVerdict::Violated);
         let steps = single_use.counterexample.as_ref().unwrap();
         let marks = steps
             .iter()

@@ -191,10 +191,9 @@ fn check_model(flaw: Flaw, row: &mut FlawResult) {
             return;
         }
     };
-    let counterexample = report
-        .properties
-        .iter()
-        .find(|p| matches!(p.verdict, models::Verdict::Violated) && p.counterexample.is_some());
+    let counterexample = report.properties.iter().find(|p| {
+        matches!(p.verdict, models::PropertyVerdict::Violated) && p.counterexample.is_some()
+    });
     if let Some(p) = counterexample {
         let steps = p.counterexample.clone().unwrap_or_default();
         row.model_depth = Some(steps.len());

@@ -336,23 +336,10 @@ pub fn counter_group(key: &str) -> &'static str {
     }
 }
 
-/// A model checker's verdict in the `reports` data model (whose `label` is how it reads).
-#[must_use]
-pub fn property_verdict(verdict: models::Verdict) -> reports::model::PropertyVerdict {
-    use reports::model::PropertyVerdict as V;
-    match verdict {
-        models::Verdict::Holds => V::Holds,
-        models::Verdict::Violated => V::Violated,
-        models::Verdict::Found => V::Found,
-        models::Verdict::NotChecked => V::NotChecked,
-        models::Verdict::NotFound => V::NotFound,
-    }
-}
-
 /// Converts a model check into the `reports` data model.
 #[must_use]
 pub fn model(report: &models::ModelReport) -> reports::model::ModelReport {
-    use reports::model::{PropertyKind as K, PropertyReport};
+    use reports::model::PropertyReport;
     let name = match &report.flaw {
         Some(flaw) => format!("{} (flaw: {flaw})", report.model),
         None => report.model.clone(),
@@ -369,12 +356,8 @@ pub fn model(report: &models::ModelReport) -> reports::model::ModelReport {
             .iter()
             .map(|p| PropertyReport {
                 name: p.name.clone(),
-                kind: match p.kind {
-                    models::PropertyKind::Always => K::Always,
-                    models::PropertyKind::Sometimes => K::Sometimes,
-                    models::PropertyKind::Eventually => K::Eventually,
-                },
-                verdict: property_verdict(p.verdict),
+                kind: p.kind,
+                verdict: p.verdict,
                 counterexample: p.counterexample.clone().or_else(|| p.example.clone()),
             })
             .collect(),

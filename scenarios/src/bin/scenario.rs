@@ -1044,11 +1044,11 @@ fn print_model_report(report: &models::ModelReport) -> bool {
             "  {:<10} {:<45} {}",
             format!("{:?}", p.kind).to_lowercase(),
             p.name,
-            scenarios::report::property_verdict(p.verdict).label()
+            p.verdict.label()
         );
         let bad = matches!(
             p.verdict,
-            models::Verdict::Violated | models::Verdict::NotFound
+            models::PropertyVerdict::Violated | models::PropertyVerdict::NotFound
         );
         failed |= bad;
         if let (true, Some(steps)) = (bad, &p.counterexample) {
