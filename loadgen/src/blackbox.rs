@@ -257,37 +257,44 @@ pub enum BlackBoxFault {
 }
 
 impl BlackBoxFault {
-    /// The names, as `--nemesis` takes them.
-    pub const NAMES: [&str; 5] = ["kill", "pause", "partition", "clock", "power_loss"];
+    /// Every kind.
+    pub const ALL: [Self; 5] = [
+        Self::Kill,
+        Self::Pause,
+        Self::Partition,
+        Self::Clock,
+        Self::PowerLoss,
+    ];
 
-    /// Parses a name of [`BlackBoxFault::NAMES`].
-    ///
-    /// # Errors
-    /// Any other word.
-    pub fn parse(word: &str) -> Result<Self, String> {
-        match word {
-            "kill" => Ok(Self::Kill),
-            "pause" => Ok(Self::Pause),
-            "partition" => Ok(Self::Partition),
-            "clock" => Ok(Self::Clock),
-            "power_loss" => Ok(Self::PowerLoss),
-            other => Err(format!(
-                "`{other}`: expected one of {}",
-                Self::NAMES.join(", ")
-            )),
+    /// Its kind in the fault vocabulary ([`sut::fault::FaultKind`]).
+    #[must_use]
+    pub const fn kind(self) -> sut::fault::FaultKind {
+        use sut::fault::FaultKind as K;
+        match self {
+            Self::Kill => K::Kill,
+            Self::Pause => K::Pause,
+            Self::Partition => K::Partition,
+            Self::Clock => K::ClockBump,
+            Self::PowerLoss => K::PowerLoss,
         }
     }
 
-    /// Its name.
+    /// The fault named `word`, as `--nemesis` takes it (`clock` is `clock_bump`'s older name).
+    ///
+    /// # Errors
+    /// An unknown name, or a fault not injected into a user's service (saying where it is).
+    pub fn parse(word: &str) -> Result<Self, String> {
+        let kind = sut::fault::FaultKind::parse_for(word, sut::fault::Runner::OwnService)?;
+        Self::ALL
+            .into_iter()
+            .find(|f| f.kind() == kind)
+            .ok_or_else(|| format!("fault `{word}` has no nemesis for your own service"))
+    }
+
+    /// Its name in the fault vocabulary.
     #[must_use]
     pub const fn name(self) -> &'static str {
-        match self {
-            Self::Kill => "kill",
-            Self::Pause => "pause",
-            Self::Partition => "partition",
-            Self::Clock => "clock",
-            Self::PowerLoss => "power_loss",
-        }
+        self.kind().name()
     }
 
     /// Whether the bench must own the servers' processes for it.

@@ -79,35 +79,40 @@ impl ChaosFault {
         Self::DbKill,
     ];
 
-    /// Its name in scenario files and reports.
+    /// Its name in the fault vocabulary, as scenario files and reports say it.
     #[must_use]
     pub const fn name(self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// Its kind in the fault vocabulary ([`sut::fault::FaultKind`]).
+    #[must_use]
+    pub const fn kind(self) -> sut::fault::FaultKind {
+        use sut::fault::FaultKind as K;
         match self {
-            Self::Kill => "kill",
-            Self::Pause => "pause",
-            Self::Clock => "clock",
-            Self::ClockStrobe => "clock_strobe",
-            Self::ClockSkew => "clock_skew",
-            Self::Partition => "partition",
-            Self::LinkSlow => "link_slow",
-            Self::LinkBreak => "link_break",
-            Self::PowerLoss => "power_loss",
-            Self::DbKill => "db_kill",
+            Self::Kill => K::Kill,
+            Self::Pause => K::Pause,
+            Self::Clock => K::ClockBump,
+            Self::ClockStrobe => K::ClockStrobe,
+            Self::ClockSkew => K::ClockSkew,
+            Self::Partition => K::Partition,
+            Self::LinkSlow => K::LinkSlow,
+            Self::LinkBreak => K::LinkBreak,
+            Self::PowerLoss => K::PowerLoss,
+            Self::DbKill => K::DbKill,
         }
     }
 
     /// The kind named `name`.
     ///
     /// # Errors
-    /// An unknown name (the message lists the known ones).
+    /// An unknown name, or a fault the deployment's chaos does not inject (saying where it is).
     pub fn parse(name: &str) -> Result<Self, String> {
+        let kind = sut::fault::FaultKind::parse_for(name, sut::fault::Runner::Deployment)?;
         Self::ALL
             .into_iter()
-            .find(|f| f.name() == name)
-            .ok_or_else(|| {
-                let known: Vec<&str> = Self::ALL.iter().map(|f| f.name()).collect();
-                format!("unknown fault `{name}` (known: {})", known.join(", "))
-            })
+            .find(|f| f.kind() == kind)
+            .ok_or_else(|| format!("fault `{name}` has no chaos nemesis"))
     }
 }
 

@@ -44,6 +44,35 @@ pub enum Fault {
     PowerLoss,
 }
 
+impl Fault {
+    /// Every kind.
+    pub const ALL: [Self; 4] = [Self::Kill, Self::Pause, Self::Partition, Self::PowerLoss];
+
+    /// Its kind in the fault vocabulary ([`sut::fault::FaultKind`]).
+    #[must_use]
+    pub const fn kind(self) -> sut::fault::FaultKind {
+        use sut::fault::FaultKind as K;
+        match self {
+            Self::Kill => K::Kill,
+            Self::Pause => K::Pause,
+            Self::Partition => K::Partition,
+            Self::PowerLoss => K::PowerLoss,
+        }
+    }
+
+    /// The fault named `word`, as the real-system files take it.
+    ///
+    /// # Errors
+    /// An unknown name, or a fault real-system runs do not inject (saying where it is).
+    pub fn parse(word: &str) -> Result<Self, String> {
+        let kind = sut::fault::FaultKind::parse_for(word, sut::fault::Runner::RealSystem)?;
+        Self::ALL
+            .into_iter()
+            .find(|f| f.kind() == kind)
+            .ok_or_else(|| format!("fault `{word}` has no real-system nemesis"))
+    }
+}
+
 /// A run of an ID source under faults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdRunOptions {

@@ -69,9 +69,9 @@ pub struct IdsArgs {
     /// data directory of the run, `{server}` by the server's number (1, 2, …).
     #[arg(long = "server-cmd")]
     pub server_cmds: Vec<String>,
-    /// Faults, comma-separated, taken in turn, one server at a time: kill (SIGKILL, then the
-    /// same command again), pause (SIGSTOP/SIGCONT), clock (libfaketime step, back then
-    /// forward), partition (the clients' link black-holed by a fault proxy), power_loss (every
+    /// Faults, comma-separated, taken in turn, one server at a time (names of the one fault
+    /// vocabulary): kill (SIGKILL, then the same command again), pause (SIGSTOP/SIGCONT),
+    /// clock_bump (older name: clock; a libfaketime step, back then forward), partition (the clients' link black-holed by a fault proxy), power_loss (every
     /// server killed and the writes under {data} they had not synced dropped). All but
     /// partition need --server-cmd; power_loss needs {data} in them.
     #[arg(long, value_delimiter = ',', value_parser = BlackBoxFault::parse)]

@@ -124,18 +124,10 @@ struct ClientsTable {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NemesisTable {
-    fault: FaultKind,
+    /// A name of the fault vocabulary (`sut::fault`) that real-system runs inject.
+    fault: String,
     every_ms: u64,
     down_ms: u64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum FaultKind {
-    Kill,
-    Pause,
-    Partition,
-    PowerLoss,
 }
 
 /// Most clients of one run.
@@ -200,17 +192,14 @@ impl RealScenario {
         if file.nemesis.down_ms == 0 {
             return Err(bad("nemesis.down_ms must be positive".into()));
         }
+        let fault =
+            Fault::parse(&file.nemesis.fault).map_err(|e| bad(format!("nemesis.fault: {e}")))?;
         Ok(Self {
             name: file.name,
             description: file.description,
             options: IdRunOptions {
                 system,
-                fault: match file.nemesis.fault {
-                    FaultKind::Kill => Fault::Kill,
-                    FaultKind::Pause => Fault::Pause,
-                    FaultKind::Partition => Fault::Partition,
-                    FaultKind::PowerLoss => Fault::PowerLoss,
-                },
+                fault,
                 clients: file.clients.count,
                 duration: Duration::from_secs(file.clients.duration_s),
                 every: Duration::from_millis(file.nemesis.every_ms),
@@ -306,6 +295,22 @@ mod tests {
         ] {
             assert!(base.contains(from), "{from}");
             let e = RealScenario::parse("x.toml", &base.replace(from, to)).unwrap_err();
+            assert!(e.to_string().contains(needle), "{to}: {e}");
+            assert!(e.to_string().contains("x.toml"), "{e}");
+        }
+        // A fault of the one vocabulary that real-system runs do not inject.
+        let fault = base
+            .lines()
+            .find(|l| l.starts_with("fault = "))
+            .expect("a fault line");
+        for (to, needle) in [
+            (
+                "fault = \"swizzle\"",
+                "nemesis.fault: fault `swizzle` is injected in simulated",
+            ),
+            ("fault = \"meteor\"", "unknown fault `meteor`"),
+        ] {
+            let e = RealScenario::parse("x.toml", &base.replace(fault, to)).unwrap_err();
             assert!(e.to_string().contains(needle), "{to}: {e}");
             assert!(e.to_string().contains("x.toml"), "{e}");
         }

@@ -7,9 +7,10 @@
 use serde::{Deserialize, Serialize};
 use sut::flaw::Flaw;
 
-/// A fault the nemesis can inject.
+/// A fault the nemesis can inject: the simulated kinds of the one fault vocabulary
+/// ([`sut::fault::FaultKind`]), whose names scenario files use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(try_from = "String", into = "String")]
 pub enum FaultKind {
     /// Symmetric, one-way or majority/minority partitions.
     Partition,
@@ -48,21 +49,40 @@ impl FaultKind {
         Self::ClockRestart,
     ];
 
-    /// The snake_case name.
+    /// Its name in the fault vocabulary.
     #[must_use]
     pub fn name(self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// Its kind in the fault vocabulary.
+    #[must_use]
+    pub const fn kind(self) -> sut::fault::FaultKind {
+        use sut::fault::FaultKind as K;
         match self {
-            Self::Partition => "partition",
-            Self::Swizzle => "swizzle",
-            Self::Loss => "loss",
-            Self::Latency => "latency",
-            Self::Kill => "kill",
-            Self::Pause => "pause",
-            Self::ClockBump => "clock_bump",
-            Self::ClockStrobe => "clock_strobe",
-            Self::ClockDrift => "clock_drift",
-            Self::ClockRestart => "clock_restart",
+            Self::Partition => K::Partition,
+            Self::Swizzle => K::Swizzle,
+            Self::Loss => K::Loss,
+            Self::Latency => K::Latency,
+            Self::Kill => K::Kill,
+            Self::Pause => K::Pause,
+            Self::ClockBump => K::ClockBump,
+            Self::ClockStrobe => K::ClockStrobe,
+            Self::ClockDrift => K::ClockDrift,
+            Self::ClockRestart => K::ClockRestart,
         }
+    }
+
+    /// The simulated kind named `word`.
+    ///
+    /// # Errors
+    /// An unknown name, or a fault the simulator does not inject (saying where it is injected).
+    pub fn parse(word: &str) -> Result<Self, String> {
+        let kind = sut::fault::FaultKind::parse_for(word, sut::fault::Runner::Simulation)?;
+        Self::ALL
+            .into_iter()
+            .find(|k| k.kind() == kind)
+            .ok_or_else(|| format!("fault `{word}` is listed as simulated but has no simulation"))
     }
 
     /// The coverage counters that show this fault took effect (any one of them non-zero).
@@ -92,6 +112,20 @@ impl FaultKind {
                 "clock.rollback_refusals",
             ],
         }
+    }
+}
+
+impl TryFrom<String> for FaultKind {
+    type Error = String;
+
+    fn try_from(word: String) -> Result<Self, String> {
+        Self::parse(&word)
+    }
+}
+
+impl From<FaultKind> for String {
+    fn from(kind: FaultKind) -> Self {
+        kind.name().to_owned()
     }
 }
 
@@ -910,6 +944,24 @@ fn known_node(name: &str, topology: &Topology) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_simulated_kinds_are_the_vocabularys_simulated_kinds_by_the_same_names() {
+        let ours: Vec<_> = FaultKind::ALL.iter().map(|k| k.kind()).collect();
+        let vocabulary: Vec<_> =
+            sut::fault::FaultKind::of(sut::fault::Runner::Simulation).collect();
+        let mut sorted = ours.clone();
+        sorted.sort();
+        assert_eq!(sorted, vocabulary);
+        for kind in FaultKind::ALL {
+            let text = toml::to_string(&std::collections::BTreeMap::from([("k", kind)]))
+                .expect("serializes");
+            assert_eq!(text.trim(), format!("k = \"{}\"", kind.name()));
+            assert_eq!(FaultKind::parse(kind.name()), Ok(kind));
+        }
+        let e = FaultKind::parse("link_slow").unwrap_err();
+        assert!(e.contains("deployment"), "{e}");
+    }
     use super::*;
 
     #[test]

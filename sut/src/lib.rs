@@ -30,6 +30,7 @@
 //!   driver.
 //! - [`journal`]: the one journal replay (records applied in order, no edge state counted).
 //! - [`edge`]: the declared edge states ("sometimes" points) every driver counts.
+//! - [`fault`]: the one fault vocabulary: every fault kind's name and where it can be injected.
 //! - [`flaw`]: the catalog of known broken designs, each an off-by-default switch of the above.
 //! - `testkit` (feature `testkit`, and in this crate's tests): store-generic test drivers that
 //!   `sut-server`'s tests run over the SQLite stores.
@@ -38,6 +39,7 @@ pub mod check;
 pub mod clock;
 pub mod edge;
 pub mod edge_registry;
+pub mod fault;
 pub mod flaw;
 pub mod gate;
 pub mod id_store;

@@ -1,0 +1,238 @@
+//! The one fault vocabulary: every kind of fault the bench injects, by one name, with where it
+//! can be injected. The simulator's scenario files, the deployment's chaos, the tests of a
+//! user's own service (`--nemesis`) and the real-system files all parse their fault names here,
+//! so a fault has the same name in a simulated scenario and a real one, and a name a runner
+//! cannot inject is refused with where it can.
+//!
+//! Pure data: the runners own how each fault is done (madsim's network and clocks, signals,
+//! libfaketime, the fault proxy, the lost-writes filesystem).
+
+use std::fmt;
+
+/// A kind of fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// A process killed (SIGKILL; unsynced writes lost), restarted later.
+    Kill,
+    /// A process paused (SIGSTOP, a GC stall), resumed later.
+    Pause,
+    /// A network partition: links cut (symmetric, one-way, majority/minority), healed later.
+    Partition,
+    /// The machine's power: every process killed and every write not yet synced dropped.
+    PowerLoss,
+    /// The database process killed and restarted.
+    DbKill,
+    /// A wall clock stepped forward or backward, then back.
+    ClockBump,
+    /// A wall clock flipping between two offsets.
+    ClockStrobe,
+    /// Every process's wall clock at an offset of its own.
+    ClockSkew,
+    /// A clock's rate changed (drift).
+    ClockDrift,
+    /// An ID node's clock stepped back, then the node restarted (Leaf issue #216).
+    ClockRestart,
+    /// Nodes clogged one by one, healed in random order (FoundationDB's swizzle).
+    Swizzle,
+    /// Messages lost.
+    Loss,
+    /// Latency spikes.
+    Latency,
+    /// A link delayed or throttled.
+    LinkSlow,
+    /// A link's connections reset mid-stream or left half-open.
+    LinkBreak,
+}
+
+/// Where faults are injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Runner {
+    /// The simulated cluster (scenario files with `[faults] kinds`).
+    Simulation,
+    /// The multi-process deployment's chaos (`scenario cluster_chaos`, `[chaos] faults`).
+    Deployment,
+    /// A user's own service under test (`scenario ids|tcc|tokens --nemesis`).
+    OwnService,
+    /// Real systems in `scenarios/real/` (`[nemesis] fault`).
+    RealSystem,
+}
+
+impl Runner {
+    /// Every runner.
+    pub const ALL: [Self; 4] = [
+        Self::Simulation,
+        Self::Deployment,
+        Self::OwnService,
+        Self::RealSystem,
+    ];
+
+    /// Where this is, in words.
+    #[must_use]
+    pub const fn about(self) -> &'static str {
+        match self {
+            Self::Simulation => "simulated scenarios",
+            Self::Deployment => "the deployment's chaos (scenario cluster_chaos)",
+            Self::OwnService => "tests of your own service (--nemesis)",
+            Self::RealSystem => "real-system files (scenarios/real/)",
+        }
+    }
+}
+
+impl FaultKind {
+    /// Every kind.
+    pub const ALL: [Self; 15] = [
+        Self::Kill,
+        Self::Pause,
+        Self::Partition,
+        Self::PowerLoss,
+        Self::DbKill,
+        Self::ClockBump,
+        Self::ClockStrobe,
+        Self::ClockSkew,
+        Self::ClockDrift,
+        Self::ClockRestart,
+        Self::Swizzle,
+        Self::Loss,
+        Self::Latency,
+        Self::LinkSlow,
+        Self::LinkBreak,
+    ];
+
+    /// Older names still accepted: `clock` (the real runs' name of a clock bump).
+    const ALIASES: [(&'static str, Self); 1] = [("clock", Self::ClockBump)];
+
+    /// Its name in scenario files, on the command line and in reports.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Kill => "kill",
+            Self::Pause => "pause",
+            Self::Partition => "partition",
+            Self::PowerLoss => "power_loss",
+            Self::DbKill => "db_kill",
+            Self::ClockBump => "clock_bump",
+            Self::ClockStrobe => "clock_strobe",
+            Self::ClockSkew => "clock_skew",
+            Self::ClockDrift => "clock_drift",
+            Self::ClockRestart => "clock_restart",
+            Self::Swizzle => "swizzle",
+            Self::Loss => "loss",
+            Self::Latency => "latency",
+            Self::LinkSlow => "link_slow",
+            Self::LinkBreak => "link_break",
+        }
+    }
+
+    /// Where it can be injected.
+    #[must_use]
+    pub const fn runners(self) -> &'static [Runner] {
+        use Runner::{Deployment, OwnService, RealSystem, Simulation};
+        match self {
+            Self::Kill | Self::Pause | Self::Partition => {
+                &[Simulation, Deployment, OwnService, RealSystem]
+            }
+            Self::PowerLoss => &[Deployment, OwnService, RealSystem],
+            Self::ClockBump => &[Simulation, Deployment, OwnService],
+            Self::ClockStrobe => &[Simulation, Deployment],
+            Self::DbKill | Self::ClockSkew | Self::LinkSlow | Self::LinkBreak => &[Deployment],
+            Self::ClockDrift | Self::ClockRestart | Self::Swizzle | Self::Loss | Self::Latency => {
+                &[Simulation]
+            }
+        }
+    }
+
+    /// Whether `runner` can inject it.
+    #[must_use]
+    pub fn runs_in(self, runner: Runner) -> bool {
+        self.runners().contains(&runner)
+    }
+
+    /// The kinds `runner` can inject, in [`Self::ALL`] order.
+    pub fn of(runner: Runner) -> impl Iterator<Item = Self> {
+        Self::ALL.into_iter().filter(move |k| k.runs_in(runner))
+    }
+
+    /// The kind named `word` (or an older name of it).
+    ///
+    /// # Errors
+    /// An unknown name, with the known ones.
+    pub fn parse(word: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == word)
+            .or_else(|| {
+                Self::ALIASES
+                    .iter()
+                    .find(|(alias, _)| *alias == word)
+                    .map(|(_, k)| *k)
+            })
+            .ok_or_else(|| {
+                let known: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown fault `{word}` (known: {})", known.join(", "))
+            })
+    }
+
+    /// The kind named `word`, if `runner` can inject it.
+    ///
+    /// # Errors
+    /// An unknown name, or one `runner` cannot inject (saying where it can, and what `runner`
+    /// takes).
+    pub fn parse_for(word: &str, runner: Runner) -> Result<Self, String> {
+        let kind = Self::parse(word)?;
+        if kind.runs_in(runner) {
+            return Ok(kind);
+        }
+        let elsewhere: Vec<&str> = kind.runners().iter().map(|r| r.about()).collect();
+        let here: Vec<&str> = Self::of(runner).map(Self::name).collect();
+        Err(format!(
+            "fault `{word}` is injected in {}, not in {}; these take: {}",
+            elsewhere.join(" and "),
+            runner.about(),
+            here.join(", ")
+        ))
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_parse_back() {
+        let mut seen = std::collections::BTreeSet::new();
+        for kind in FaultKind::ALL {
+            assert!(seen.insert(kind.name()), "{} twice", kind.name());
+            assert_eq!(FaultKind::parse(kind.name()), Ok(kind));
+            assert!(!kind.runners().is_empty(), "{kind} is injected nowhere");
+        }
+        assert_eq!(FaultKind::parse("clock"), Ok(FaultKind::ClockBump));
+        assert!(
+            FaultKind::parse("meteor")
+                .unwrap_err()
+                .contains("known: kill")
+        );
+    }
+
+    #[test]
+    fn a_runner_refuses_a_kind_it_cannot_inject_and_says_where_it_can() {
+        assert_eq!(
+            FaultKind::parse_for("kill", Runner::Simulation),
+            Ok(FaultKind::Kill)
+        );
+        let e = FaultKind::parse_for("swizzle", Runner::OwnService).unwrap_err();
+        assert!(e.contains("simulated scenarios"), "{e}");
+        assert!(
+            e.contains("these take: kill, pause, partition, power_loss, clock_bump"),
+            "{e}"
+        );
+        for runner in Runner::ALL {
+            assert!(FaultKind::of(runner).count() >= 3, "{runner:?}");
+        }
+    }
+}
