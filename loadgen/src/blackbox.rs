@@ -284,11 +284,7 @@ impl BlackBoxFault {
     /// # Errors
     /// An unknown name, or a fault not injected into a user's service (saying where it is).
     pub fn parse(word: &str) -> Result<Self, String> {
-        let kind = sut::fault::FaultKind::parse_for(word, sut::fault::Runner::OwnService)?;
-        Self::ALL
-            .into_iter()
-            .find(|f| f.kind() == kind)
-            .ok_or_else(|| format!("fault `{word}` has no nemesis for your own service"))
+        sut::fault::parse_into(word, sut::fault::Runner::OwnService, &Self::ALL, Self::kind)
     }
 
     /// Its name in the fault vocabulary.

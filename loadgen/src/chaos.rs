@@ -108,11 +108,7 @@ impl ChaosFault {
     /// # Errors
     /// An unknown name, or a fault the deployment's chaos does not inject (saying where it is).
     pub fn parse(name: &str) -> Result<Self, String> {
-        let kind = sut::fault::FaultKind::parse_for(name, sut::fault::Runner::Deployment)?;
-        Self::ALL
-            .into_iter()
-            .find(|f| f.kind() == kind)
-            .ok_or_else(|| format!("fault `{name}` has no chaos nemesis"))
+        sut::fault::parse_into(name, sut::fault::Runner::Deployment, &Self::ALL, Self::kind)
     }
 }
 

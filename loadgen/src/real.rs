@@ -65,11 +65,7 @@ impl Fault {
     /// # Errors
     /// An unknown name, or a fault real-system runs do not inject (saying where it is).
     pub fn parse(word: &str) -> Result<Self, String> {
-        let kind = sut::fault::FaultKind::parse_for(word, sut::fault::Runner::RealSystem)?;
-        Self::ALL
-            .into_iter()
-            .find(|f| f.kind() == kind)
-            .ok_or_else(|| format!("fault `{word}` has no real-system nemesis"))
+        sut::fault::parse_into(word, sut::fault::Runner::RealSystem, &Self::ALL, Self::kind)
     }
 }
 

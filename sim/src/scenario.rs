@@ -78,11 +78,7 @@ impl FaultKind {
     /// # Errors
     /// An unknown name, or a fault the simulator does not inject (saying where it is injected).
     pub fn parse(word: &str) -> Result<Self, String> {
-        let kind = sut::fault::FaultKind::parse_for(word, sut::fault::Runner::Simulation)?;
-        Self::ALL
-            .into_iter()
-            .find(|k| k.kind() == kind)
-            .ok_or_else(|| format!("fault `{word}` is listed as simulated but has no simulation"))
+        sut::fault::parse_into(word, sut::fault::Runner::Simulation, &Self::ALL, Self::kind)
     }
 
     /// The coverage counters that show this fault took effect (any one of them non-zero).

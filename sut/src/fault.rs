@@ -193,6 +193,25 @@ impl FaultKind {
     }
 }
 
+/// A runner's own fault named `word`: the kind of the vocabulary, if `runner` injects it, as
+/// the first of `all` (the runner's kinds) whose `kind` it is.
+///
+/// # Errors
+/// As [`FaultKind::parse_for`]; or `runner` lists the kind but `all` has none of it (a runner
+/// out of step with the vocabulary, which its test catches).
+pub fn parse_into<T: Copy>(
+    word: &str,
+    runner: Runner,
+    all: &[T],
+    kind: impl Fn(T) -> FaultKind,
+) -> Result<T, String> {
+    let wanted = FaultKind::parse_for(word, runner)?;
+    all.iter()
+        .copied()
+        .find(|t| kind(*t) == wanted)
+        .ok_or_else(|| format!("fault `{word}`: {} list it but inject none", runner.about()))
+}
+
 impl fmt::Display for FaultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
