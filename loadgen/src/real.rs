@@ -140,15 +140,10 @@ impl IdSystem {
 }
 
 impl Fault {
-    /// Its name in scenario files and reports.
+    /// Its name in the fault vocabulary, as scenario files and reports say it.
     #[must_use]
     pub const fn name(self) -> &'static str {
-        match self {
-            Self::Kill => "kill",
-            Self::Pause => "pause",
-            Self::Partition => "partition",
-            Self::PowerLoss => "power_loss",
-        }
+        self.kind().name()
     }
 }
 
