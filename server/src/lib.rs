@@ -1735,7 +1735,8 @@ fn registered(state: &AppState, activity: u64) -> Result<(), ApiError> {
 #[serde(deny_unknown_fields)]
 struct ActivityBody {
     /// The activity's id (with `count`: the first of `count` consecutive ids, all with these
-    /// terms).
+    /// terms; the last at most 2^63 - 1, what the stores' integer columns hold).
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     activity: u64,
     /// How many consecutive activities to register (default 1, at most 10,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1755,6 +1756,9 @@ struct ActivityBody {
     #[serde(default)]
     closes_at_ms: Option<u64>,
 }
+
+/// The largest activity id: the stores keep ids in signed 64-bit integer columns.
+pub const ACTIVITY_ID_MAX: u64 = i64::MAX as u64;
 
 /// Most activities one `POST /admin/activities` registers.
 pub const ACTIVITIES_PER_REQUEST_MAX: u64 = 10_000;
@@ -1807,6 +1811,22 @@ async fn register_activity(
         return Err(ApiError::bad(
             "count",
             format!("count must be within 1..={ACTIVITIES_PER_REQUEST_MAX}"),
+        ));
+    }
+    if body.activity > ACTIVITY_ID_MAX {
+        return Err(ApiError::bad(
+            "activity",
+            format!("activity ids go up to {ACTIVITY_ID_MAX}"),
+        ));
+    }
+    if body.activity + (count - 1) > ACTIVITY_ID_MAX {
+        return Err(ApiError::bad(
+            "count",
+            format!(
+                "activities {}..{} would go past the last id, {ACTIVITY_ID_MAX}",
+                body.activity,
+                u128::from(body.activity) + u128::from(count)
+            ),
         ));
     }
     let activities = Arc::clone(state.activities()?);
