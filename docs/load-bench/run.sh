@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compare loadgen with oha (constant rate, latency-corrected) and wrk (closed loop, max
+# Compare load with oha (constant rate, latency-corrected) and wrk (closed loop, max
 # throughput) on GET /id/{tag} of one release sut-server. See docs/load.md.
 # usage: docs/load-bench/run.sh [RATES...]   (needs target/release/{sut-server,examples/load})
 set -euo pipefail
@@ -20,11 +20,11 @@ RATES=${*:-2000 5000 10000}
 for R in $RATES; do
   echo "== rate $R"
   oha -z 10s -q "$R" --latency-correction -c 64 --no-tui --output-format json "$URL/id/bench" > "$OUT/oha-$R.json"
-  "$LG" id-single 64 "$R" 10 2 "$URL" > "$OUT/loadgen-$R.json"
+  "$LG" id-single 64 "$R" 10 2 "$URL" > "$OUT/load-$R.json"
 done
 echo "== closed loop"
 wrk -t1 -c64 -d10s --latency "$URL/id/bench" > "$OUT/wrk-c64.txt"
-"$LG" id-single 64 closed 10 2 "$URL" > "$OUT/loadgen-closed.json"
+"$LG" id-single 64 closed 10 2 "$URL" > "$OUT/load-closed.json"
 python3 - "$OUT" $RATES <<'PY'
 import json, sys
 out, rates = sys.argv[1], sys.argv[2:]
@@ -36,9 +36,9 @@ for r in rates:
     o = json.load(open(f"{out}/oha-{r}.json"))
     s, p = o["summary"], o["latencyPercentiles"]
     print(f"rate {r}: oha {s['requestsPerSec']:.0f} req/s P50 {p['p50']*1e3:.2f} P99 {p['p99']*1e3:.2f} P99.9 {p['p99.9']*1e3:.2f} ms")
-    t, c50, c99, c999, u50, u99, err = lg(f"{out}/loadgen-{r}.json")
-    print(f"rate {r}: loadgen {t:.0f} req/s corrected P50 {c50:.2f} P99 {c99:.2f} P99.9 {c999:.2f} ms; uncorrected P50 {u50:.2f} P99 {u99:.2f} ms; errors {err}")
-t, c50, c99, c999, u50, u99, err = lg(f"{out}/loadgen-closed.json")
-print(f"closed: loadgen {t:.0f} req/s P50 {u50:.2f} P99 {u99:.2f} ms errors {err}")
+    t, c50, c99, c999, u50, u99, err = lg(f"{out}/load-{r}.json")
+    print(f"rate {r}: load {t:.0f} req/s corrected P50 {c50:.2f} P99 {c99:.2f} P99.9 {c999:.2f} ms; uncorrected P50 {u50:.2f} P99 {u99:.2f} ms; errors {err}")
+t, c50, c99, c999, u50, u99, err = lg(f"{out}/load-closed.json")
+print(f"closed: load {t:.0f} req/s P50 {u50:.2f} P99 {u99:.2f} ms errors {err}")
 print(open(f"{out}/wrk-c64.txt").read())
 PY

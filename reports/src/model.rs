@@ -1,6 +1,6 @@
 //! The result model: one serde data model for every kind of result the bench produces.
 //!
-//! Producers (`sim`, `models`, `loadgen`, the known-flaws catalog) convert their own results into
+//! Producers (`sim`, `models`, `load`, the known-flaws catalog) convert their own results into
 //! these plain types; everything downstream (HTML, JSON, JUnit, the gate) reads only these.
 //! The types are self-describing: units are in the field names (`_ms` = simulated
 //! milliseconds, `_s` = seconds, `_us` = microseconds), and a [`Summary`] carries a

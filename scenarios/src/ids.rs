@@ -1,15 +1,15 @@
 //! `scenario ids`: test your own ID service, black box (docs/own-service.md). The options name
 //! the kind of API, its URLs and key, the load, what the target promises, and optionally the
-//! commands that start its servers and the faults to inject; [`loadgen::blackbox`] runs it.
+//! commands that start its servers and the faults to inject; [`load::blackbox`] runs it.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use loadgen::blackbox::{
+use blackbox::ids::{
     BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic,
     TARGET_KINDS, Target,
 };
-use loadgen::slow::SlowSpec;
+use blackbox::slow::SlowSpec;
 use reports::model::Verdict;
 
 /// The options of `scenario ids`.
@@ -231,7 +231,7 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
             ))
             .unwrap_or_default()
     );
-    let run = match loadgen::blackbox::run(&opts) {
+    let run = match blackbox::ids::run(&opts) {
         Ok(run) => run,
         Err(e) => {
             let hint = match &e {
@@ -328,7 +328,7 @@ fn print_run(run: &BlackBoxRun) {
 
 /// What the slow-clients check measured, in one line.
 #[must_use]
-pub fn slow_line(slow: &loadgen::slow::SlowRun) -> String {
+pub fn slow_line(slow: &blackbox::slow::SlowRun) -> String {
     format!(
         "  slow clients: {:.0} answers/s before, {:.0}/s with {} stalled connections open, \
          {:.0}/s after (ratio {:.3}); {}",
@@ -366,7 +366,7 @@ pub fn check_line(check: &reports::model::InvariantResult) -> String {
 
 /// What the lost-writes filesystem did, as a printout line.
 #[must_use]
-pub fn lost_writes_line(l: &cluster::LostFsEffects) -> String {
+pub fn lost_writes_line(l: &chaos::LostFsEffects) -> String {
     format!(
         "  lost writes: {} bytes dropped by {} power losses ({} files), {} bytes synced",
         l.lost_bytes, l.power_losses, l.files_lost_data, l.synced_bytes

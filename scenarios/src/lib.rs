@@ -150,15 +150,15 @@ pub fn gate_extras(jobs: usize) -> Vec<reports::RunResult> {
     // A short constant-rate load run against a fresh sut-server: its verification is gated
     // (latency ratios are reported, but on a shared machine they are too noisy to pin).
     eprintln!("gate: load run load_mixed (3 s at 300 operations/s)");
-    let options = loadgen::LoadOptions {
+    let options = load::LoadOptions {
         workload: "mixed".into(),
         users: 4,
         rate: Some(300.0),
         duration_s: 3,
         warmup_s: 1,
-        ..loadgen::LoadOptions::default()
+        ..load::LoadOptions::default()
     };
-    match loadgen::run(options) {
+    match load::run(options) {
         Ok(mut report) => {
             report.scenario = "load_mixed".into();
             // Tags are unique per run (`id:loadgen-<random>`); the gate pins names.

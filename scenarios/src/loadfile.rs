@@ -64,7 +64,7 @@ pub struct LoadSpec {
     #[serde(default)]
     pub kills: u32,
     /// Operation weights.
-    pub mix: loadgen::Mix,
+    pub mix: load::Mix,
     /// Service-level objectives the run must meet (k6's thresholds); none by default.
     #[serde(default)]
     pub thresholds: Thresholds,
@@ -114,13 +114,13 @@ impl ChaosSpec {
     ///
     /// # Errors
     /// An unknown fault kind.
-    pub fn options(&self, seed: Option<u64>) -> Result<loadgen::ChaosOptions, String> {
-        Ok(loadgen::ChaosOptions {
+    pub fn options(&self, seed: Option<u64>) -> Result<chaos::nemesis::ChaosOptions, String> {
+        Ok(chaos::nemesis::ChaosOptions {
             seed: seed.unwrap_or(self.seed),
             faults: self
                 .faults
                 .iter()
-                .map(|f| loadgen::ChaosFault::parse(f))
+                .map(|f| chaos::nemesis::ChaosFault::parse(f))
                 .collect::<Result<_, _>>()?,
             every: std::time::Duration::from_millis(self.every_ms),
             down_for: std::time::Duration::from_millis(self.down_ms),
@@ -142,10 +142,10 @@ pub enum ClusterDatabase {
 impl ClusterDatabase {
     /// The deployment's backend.
     #[must_use]
-    pub const fn backend(self) -> cluster::Backend {
+    pub const fn backend(self) -> chaos::Backend {
         match self {
-            Self::Postgres => cluster::Backend::Postgres,
-            Self::Sqlite => cluster::Backend::Sqlite,
+            Self::Postgres => chaos::Backend::Postgres,
+            Self::Sqlite => chaos::Backend::Sqlite,
         }
     }
 }
@@ -387,10 +387,10 @@ impl LoadScenario {
         if self.name.trim().is_empty() {
             return Err(("name", "must not be empty".into()));
         }
-        if l.users == 0 || l.users > loadgen::USERS_MAX {
+        if l.users == 0 || l.users > load::USERS_MAX {
             return Err((
                 "users",
-                format!("{} is not within 1..={}", l.users, loadgen::USERS_MAX),
+                format!("{} is not within 1..={}", l.users, load::USERS_MAX),
             ));
         }
         if let Some(r) = l.rate
@@ -403,21 +403,21 @@ impl LoadScenario {
                 ),
             ));
         }
-        if l.duration_s == 0 || l.duration_s + l.warmup_s > loadgen::RUN_MAX_S {
+        if l.duration_s == 0 || l.duration_s + l.warmup_s > load::RUN_MAX_S {
             return Err((
                 "duration_s",
                 format!(
                     "{} s (plus {} s warm-up) is not within 1..={} s",
                     l.duration_s,
                     l.warmup_s,
-                    loadgen::RUN_MAX_S
+                    load::RUN_MAX_S
                 ),
             ));
         }
-        if l.kills > loadgen::crash::KILLS_MAX {
+        if l.kills > load::crash::KILLS_MAX {
             return Err((
                 "kills",
-                format!("{} is over {}", l.kills, loadgen::crash::KILLS_MAX),
+                format!("{} is over {}", l.kills, load::crash::KILLS_MAX),
             ));
         }
         if l.kills > 0 && l.warmup_s > 0 {
@@ -433,18 +433,18 @@ impl LoadScenario {
                     "a deployment run names its kills in [load.cluster] kill".into(),
                 ));
             }
-            if c.id_servers == 0 || c.id_servers > loadgen::cluster::ID_SERVERS_MAX {
+            if c.id_servers == 0 || c.id_servers > load::cluster::ID_SERVERS_MAX {
                 return Err((
                     "id_servers",
                     format!(
                         "{} is not within 1..={}",
                         c.id_servers,
-                        loadgen::cluster::ID_SERVERS_MAX
+                        load::cluster::ID_SERVERS_MAX
                     ),
                 ));
             }
             for name in &c.kill {
-                loadgen::cluster::parse_process(name, c.id_servers).map_err(|m| ("kill", m))?;
+                load::cluster::parse_process(name, c.id_servers).map_err(|m| ("kill", m))?;
             }
             if let Some(chaos) = &c.chaos {
                 validate_chaos(chaos, c.database)?;
@@ -490,9 +490,9 @@ mod tests {
         assert!(crash.load.kills > 0);
         // the files keep the catalog workloads' mixes
         let mixed = LoadScenario::parse("m", NAMED[1].1).unwrap();
-        assert_eq!(Some(mixed.load.mix), loadgen::Mix::named("mixed"));
+        assert_eq!(Some(mixed.load.mix), load::Mix::named("mixed"));
         let id = LoadScenario::parse("i", NAMED[0].1).unwrap();
-        assert_eq!(Some(id.load.mix), loadgen::Mix::named("id"));
+        assert_eq!(Some(id.load.mix), load::Mix::named("id"));
     }
 
     const GOOD: &str = "name = \"x\"\ndescription = \"d\"\n[load]\nusers = 4\nrate = 100\n\
@@ -560,7 +560,7 @@ mod tests {
         let parsed = LoadScenario::parse("s", &sqlite).unwrap();
         assert_eq!(
             parsed.load.cluster.map(|c| c.database.backend()),
-            Some(cluster::Backend::Sqlite)
+            Some(chaos::Backend::Sqlite)
         );
         for (bad, needle) in [
             ("database = \"mysql\"", "unknown variant `mysql`"),

@@ -4,7 +4,7 @@
 //!
 //! - upstream bugs: the mechanisms of real bugs in ID services others wrote, each named by its
 //!   origin, reproduced by `id-compat` (a test-only service that speaks the upstream project's
-//!   API, sut-server's `id-compat` binary);
+//!   API, the `compat` crate's `id-compat` binary);
 //! - catalogued flaws of the reference implementation that have a real-server form, switched
 //!   on in `sut-server` (`--flaw`).
 //!
@@ -14,11 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use loadgen::blackbox::{
+use blackbox::ids::{
     BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic, Target,
 };
-use loadgen::participant::{ParticipantOptions, ParticipantRun};
-use loadgen::tokens::{TokensOptions, TokensRun};
+use blackbox::tcc::{ParticipantOptions, ParticipantRun};
+use blackbox::tokens::{TokensOptions, TokensRun};
 use reports::model::Verdict;
 
 /// The server program an entry runs.
@@ -410,7 +410,7 @@ const PARTICIPANT_KILL_EVERY: u64 = 50;
 /// A message saying where it looked and how to build it.
 pub fn server_binary(name: &str) -> Result<PathBuf, String> {
     if name == "redis-server" {
-        return cluster::redis_server_bin().ok_or_else(|| {
+        return chaos::redis_server_bin().ok_or_else(|| {
             "redis-server not found on PATH (Debian: apt-get install redis-server)".to_owned()
         });
     }
@@ -449,7 +449,7 @@ pub fn options(
     let mut commands = Vec::new();
     let flags = if planted { bug.planted } else { bug.control };
     for _ in 0..bug.servers {
-        let port = cluster::free_port().map_err(|e| e.to_string())?;
+        let port = chaos::free_port().map_err(|e| e.to_string())?;
         if bug.program == Program::Redis {
             urls.push(format!("redis://127.0.0.1:{port}/"));
             commands.push(format!(
@@ -470,10 +470,7 @@ pub fn options(
         urls.push(format!("http://127.0.0.1:{port}{path}"));
         // sut-server needs the operator's secret to start (the ID routes do not use it).
         let env = if bug.program.binary() == "sut-server" {
-            format!(
-                "env SUT_ADMIN_TOKEN={} ",
-                loadgen::target::bench_admin_token()
-            )
+            format!("env SUT_ADMIN_TOKEN={} ", load::target::bench_admin_token())
         } else {
             String::new()
         };
@@ -579,7 +576,7 @@ pub fn run(bug: &'static ProcessFlaw) -> Result<ProcessRow, String> {
     }
     let once = |planted| -> Result<BlackBoxRun, String> {
         let opts = options(bug, &program, planted)?;
-        loadgen::blackbox::run(&opts).map_err(|e: BlackBoxError| e.to_string())
+        blackbox::ids::run(&opts).map_err(|e: BlackBoxError| e.to_string())
     };
     // A flaw whose window a fault hits by chance (a kill between a read and its durable write)
     // gets more than one run; how many it took is part of what is reported.
@@ -640,10 +637,10 @@ pub fn participant_options(
     program: &Path,
     planted: bool,
 ) -> Result<ParticipantOptions, String> {
-    let port = cluster::free_port().map_err(|e| e.to_string())?;
+    let port = chaos::free_port().map_err(|e| e.to_string())?;
     let flags = if planted { bug.planted } else { bug.control };
-    let token = loadgen::target::bench_admin_token();
-    let service = loadgen::target::bench_service_token();
+    let token = load::target::bench_admin_token();
+    let service = load::target::bench_service_token();
     Ok(ParticipantOptions {
         url: format!("http://127.0.0.1:{port}"),
         admin_token: Some(token.to_owned()),
@@ -672,7 +669,7 @@ pub fn participant_options(
 fn run_participant(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, String> {
     let once = |planted| -> Result<ParticipantRun, String> {
         let opts = participant_options(bug, program, planted)?;
-        loadgen::participant::run(&opts).map_err(|e| e.to_string())
+        blackbox::tcc::run(&opts).map_err(|e| e.to_string())
     };
     let (planted, control) = (once(true)?, once(false)?);
     Ok(row(
@@ -710,10 +707,10 @@ pub fn tokens_options(
     planted: bool,
 ) -> Result<TokensOptions, String> {
     let flags = if planted { bug.planted } else { bug.control };
-    let token = loadgen::target::bench_admin_token();
+    let token = load::target::bench_admin_token();
     let (mut urls, mut commands) = (Vec::new(), Vec::new());
     for _ in 0..bug.servers {
-        let port = cluster::free_port().map_err(|e| e.to_string())?;
+        let port = chaos::free_port().map_err(|e| e.to_string())?;
         urls.push(format!("http://127.0.0.1:{port}"));
         // Every instance verifies the others' JWTs: one secret, written before each start.
         commands.push(format!(
@@ -739,7 +736,7 @@ pub fn tokens_options(
 fn run_tokens(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, String> {
     let once = |planted| -> Result<TokensRun, String> {
         let opts = tokens_options(bug, program, planted)?;
-        loadgen::tokens::run(&opts).map_err(|e| e.to_string())
+        blackbox::tokens::run(&opts).map_err(|e| e.to_string())
     };
     let (planted, control) = (once(true)?, once(false)?);
     Ok(row(

@@ -27,8 +27,8 @@
 
 use std::time::Duration;
 
-use cluster::RedisPersistence;
-use loadgen::real::{Fault, IdRunOptions, IdSystem};
+use blackbox::real::{Fault, IdRunOptions, IdSystem};
+use chaos::RedisPersistence;
 use serde::Deserialize;
 
 use crate::LoadError;
@@ -77,7 +77,7 @@ pub struct RealScenario {
     /// One line on what it shows.
     pub description: String,
     /// The run.
-    pub options: loadgen::real::IdRunOptions,
+    pub options: blackbox::real::IdRunOptions,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,9 +1,9 @@
 //! `scenario tcc`: test your own TCC participant against a hostile coordinator, black box
-//! (docs/own-service.md); [`loadgen::participant`] runs it.
+//! (docs/own-service.md); [`load::participant`] runs it.
 
 use std::path::PathBuf;
 
-use loadgen::participant::{ContractError, ParticipantOptions, ParticipantRun};
+use blackbox::tcc::{ContractError, ParticipantOptions, ParticipantRun};
 use reports::model::Verdict;
 
 use crate::ids::{IdsExit, check_line};
@@ -165,7 +165,7 @@ pub fn run(args: &TccArgs) -> IdsExit {
             String::new()
         }
     );
-    let run = match loadgen::participant::run(&opts) {
+    let run = match blackbox::tcc::run(&opts) {
         Ok(run) => run,
         Err(e) => return not_run("tcc", &e),
     };
@@ -199,13 +199,13 @@ fn print_run(run: &ParticipantRun) {
             "  sequence {} ({} actions): {}",
             f.sequence,
             f.actions.len(),
-            loadgen::participant::render(&f.actions)
+            blackbox::tcc::render(&f.actions)
         );
         if let Some(s) = &f.shrunk {
             println!(
                 "  the same with only the offending draws ({} actions): {}",
                 s.len(),
-                loadgen::participant::render(s)
+                blackbox::tcc::render(s)
             );
         }
     }
@@ -213,7 +213,7 @@ fn print_run(run: &ParticipantRun) {
 
 /// Which answers the promises allow the sequences met.
 fn coverage_line(run: &ParticipantRun) -> String {
-    let allowed = loadgen::participant::allowed().len();
+    let allowed = blackbox::tcc::allowed().len();
     let unreached = run.unreached();
     let never = unreached
         .iter()
@@ -240,15 +240,15 @@ fn write_json(path: &std::path::Path, args: &TccArgs, run: &ParticipantRun) -> R
         "races": run.races,
         "restarts": run.restarts,
         "answers_met": run.seen.len(),
-        "answers_allowed": loadgen::participant::allowed().len(),
+        "answers_allowed": blackbox::tcc::allowed().len(),
         "slow_clients": run.slow.as_ref().map(|(s, _)| s),
         "invariants": run.checks(),
         "finding": run.finding.as_ref().map(|f| serde_json::json!({
             "check": f.check,
             "sequence": f.sequence,
             "what": f.what,
-            "actions": loadgen::participant::render(&f.actions),
-            "shrunk": f.shrunk.as_deref().map(loadgen::participant::render),
+            "actions": blackbox::tcc::render(&f.actions),
+            "shrunk": f.shrunk.as_deref().map(blackbox::tcc::render),
         })),
         "passed": run.passed(),
     });

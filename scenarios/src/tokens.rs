@@ -1,9 +1,9 @@
 //! `scenario tokens`: test your own one-time-token service, black box (docs/own-service.md);
-//! [`loadgen::tokens`] runs it.
+//! [`load::tokens`] runs it.
 
 use std::path::PathBuf;
 
-use loadgen::tokens::{TokensOptions, TokensRun};
+use blackbox::tokens::{TokensOptions, TokensRun};
 
 use crate::ids::{IdsExit, check_line};
 
@@ -98,7 +98,7 @@ pub fn run(args: &TokensArgs) -> IdsExit {
             String::new()
         }
     );
-    let run = match loadgen::tokens::run(&opts) {
+    let run = match blackbox::tokens::run(&opts) {
         Ok(run) => run,
         Err(e) => return crate::tcc::not_run("tokens", &e),
     };

@@ -1,7 +1,7 @@
 //! `scenario ids` and `scenario tcc` against services the bench does not know from inside.
 //!
 //! `scenario ids` against services that are not ours: `id-compat`, a test-only Leaf- or
-//! Tinyid-compatible segment service (sut-server's `id-compat` binary), two instances on one
+//! Tinyid-compatible segment service (the `compat` crate's `id-compat` binary), two instances on one
 //! database file. With the upstream race planted the bench must catch duplicates through the
 //! target's own API; without it the same run must pass, also under every fault.
 
@@ -13,7 +13,7 @@ fn compat_binary() -> PathBuf {
     let compat = scenario.with_file_name("id-compat");
     assert!(
         compat.is_file(),
-        "{} is missing: build it with `cargo build -p sut-server --bin id-compat` \
+        "{} is missing: build it with `cargo build -p compat --bin id-compat` \
          (`cargo test --workspace` builds it)",
         compat.display()
     );
@@ -343,7 +343,7 @@ fn tcc_over_tcc_compat(flags: &str) -> Output {
     let compat = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("tcc-compat");
     assert!(
         compat.is_file(),
-        "{} is missing: build it with `cargo build -p sut-server --bin tcc-compat`",
+        "{} is missing: build it with `cargo build -p compat --bin tcc-compat`",
         compat.display()
     );
     let dir = tempfile::tempdir().expect("temp dir");

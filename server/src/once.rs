@@ -331,7 +331,7 @@ impl Job {
 
 #[cfg(test)]
 mod tests {
-    use cluster::Postgres;
+    use chaos::Postgres;
     use sut::token::TokenStoreLimits;
 
     use super::*;

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use cluster::{Backend, Deployment, DeploymentSpec, RoleProcess};
+use chaos::{Backend, Deployment, DeploymentSpec, RoleProcess};
 use serde_json::{Value, json};
 
 fn spec(id_servers: usize, backend: Backend) -> DeploymentSpec {

@@ -1,11 +1,11 @@
-//! `sut-server` on a clock of its own (libfaketime, `cluster::FakeClock`): a wall clock stepped
+//! `sut-server` on a clock of its own (libfaketime, `chaos::FakeClock`): a wall clock stepped
 //! back 30 s makes the Snowflake generator refuse with 503 "clock moved backwards" rather than
 //! issue an ID that could repeat one; stepped forward an hour, it issues IDs stamped an hour
 //! ahead. Ignored (and reported so) where libfaketime is not installed; `.ci/run` installs it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cluster::{FakeClock, Service, ServiceSpec};
+use chaos::{FakeClock, Service, ServiceSpec};
 use serde_json::Value;
 
 fn now_ms() -> i64 {

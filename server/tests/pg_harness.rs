@@ -4,7 +4,7 @@
 //!
 //! Ignored (and reported so) on machines without PostgreSQL; `.ci/run` installs it.
 
-use cluster::Postgres;
+use chaos::Postgres;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use sut_server::pg;
@@ -57,7 +57,7 @@ fn interrupt_child() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
-    cluster::clean_up_on_interrupt().expect("handler");
+    chaos::clean_up_on_interrupt().expect("handler");
     let server = Postgres::start().expect("start PostgreSQL");
     println!(
         "HOLDING {} {}",
@@ -110,7 +110,7 @@ fn an_interrupted_owner_leaves_no_postgres_and_no_directory() {
 #[test]
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
 fn a_half_open_connection_is_given_up_and_the_store_reconnects() {
-    use cluster::{LinkFault, Proxy};
+    use chaos::{LinkFault, Proxy};
     let server = Postgres::start().expect("start PostgreSQL");
     let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], server.port()));
     let proxy = Proxy::start(upstream, 7).expect("proxy");

@@ -194,7 +194,7 @@ async fn the_server_speaks_tls_to_postgresql() {
     std::fs::write(&ca, generated.cert.pem()).unwrap();
     let (cert_pem, key_pem) = (generated.cert.pem(), generated.signing_key.serialize_pem());
     let pg = tokio::task::spawn_blocking(move || {
-        let mut pg = cluster::Postgres::start().expect("start PostgreSQL");
+        let mut pg = chaos::Postgres::start().expect("start PostgreSQL");
         pg.enable_tls(&cert_pem, &key_pem).expect("TLS on");
         pg.create_database("tls").expect("create database");
         pg

@@ -22,7 +22,7 @@ const DRIVERS: &[&str] = &[
     "server/src",
     "sim/src",
     "models/src",
-    "loadgen/src",
+    "load/src",
     "cluster/src",
     "scenarios/src",
 ];

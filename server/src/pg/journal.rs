@@ -88,7 +88,7 @@ impl JournalFile for PgJournal {
 mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    use cluster::Postgres;
+    use chaos::Postgres;
     use sut::lottery::{
         ActivityId, BranchOp, DrawArgs, Flaws, LogEntry, LotteryStore, MemoryStore, Participant,
         Phase, UserId, Xid,

@@ -541,7 +541,7 @@ fn purge_expired_in(tx: &mut Tx<'_>, now_ms: u64) -> Result<PurgeCounts, TokenSt
 mod tests {
     use std::sync::{Arc, Barrier};
 
-    use cluster::Postgres;
+    use chaos::Postgres;
 
     use super::*;
     use crate::pg::{create_database, url_with_database};

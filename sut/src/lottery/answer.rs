@@ -128,7 +128,7 @@ impl DrawStage {
 /// What a coordinator's driver remembers to answer status polls: the draws whose clients were
 /// told [`ClientAnswer::Pending`] and have not ended since, and the final outcomes of the most
 /// recent draws (at most `kept_max`: an older draw's status is no longer known).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Statuses {
     told_pending: BTreeSet<Xid>,
     ended: BTreeMap<Xid, (UserId, DrawOutcome)>,
@@ -181,6 +181,28 @@ impl Statuses {
         }
         debug_assert!(self.ended.len() <= self.kept_max);
         answer
+    }
+
+    /// Its invariants: within its bound, and no draw both ended and still told pending.
+    ///
+    /// # Errors
+    /// The first violation, in words.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.ended.len() > self.kept_max {
+            return Err(format!(
+                "{} final outcomes kept, at most {}",
+                self.ended.len(),
+                self.kept_max
+            ));
+        }
+        if let Some(xid) = self
+            .told_pending
+            .iter()
+            .find(|x| self.ended.contains_key(x))
+        {
+            return Err(format!("draw {xid} has ended and is still told pending"));
+        }
+        Ok(())
     }
 
     /// The status of draw `xid`: in flight at `coordinator`, else its remembered end.

@@ -706,6 +706,12 @@ impl Coordinator {
         self.events.pop_front()
     }
 
+    /// Outcome events not yet taken by [`Coordinator::poll_event`].
+    #[must_use]
+    pub fn events_queued(&self) -> usize {
+        self.events.len()
+    }
+
     /// Draws in flight (begun, not finished; parked ones included).
     #[must_use]
     pub fn inflight(&self) -> usize {

@@ -38,6 +38,8 @@
 //!   timeouts, bounded retries with exponential backoff, recovery from its log.
 //! - [`answer`]: what a client is told of its draw (the first answer, a poll's status), for
 //!   the server and the simulator alike.
+//! - [`node`]: the coordinator role as every driver runs it: the drive loop, timeouts, branch
+//!   placement ([`Host`]) and the waiting clients' answers, behind one I/O trait.
 //! - [`invariants`]: the `lottery.*` checkers shared by tests, the simulator, the models and the
 //!   load verifier.
 //!
@@ -67,6 +69,7 @@ pub mod invariants;
 pub mod journal;
 pub mod ledger;
 pub mod log;
+pub mod node;
 pub mod participant;
 pub mod referee;
 pub mod rows;
@@ -88,6 +91,7 @@ pub use fence::FenceMode;
 pub use invariants::{LotteryViolation, Unsettled};
 pub use ledger::{Ledger, MergeError};
 pub use log::{CoordLog, LogEntry, LogError, LogRecord, Verdict};
+pub use node::{CoordinatorIo, CoordinatorNode, Host, Written};
 pub use participant::{Handled, ParticipantConfig, ParticipantMsg, ParticipantReply, Resume};
 pub use rows::{
     AMOUNT_MAX, Account, BranchOutcome, Effect, FenceStatus, ParticipationRow, Quantity, Refusal,

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use cluster::Postgres;
+use chaos::Postgres;
 use proptest::prelude::*;
 use sut::id_store::{AllocRequest, CounterDurability, IdStore, InstanceId, StoreError, TagSpec};
 

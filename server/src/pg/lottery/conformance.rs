@@ -9,13 +9,13 @@
 //! fence row is decided once, and the ledger is the one a single store running every operation
 //! in some serial order produces.
 //!
-//! Each test starts its own throwaway PostgreSQL server (`cluster::Postgres`); each proptest
+//! Each test starts its own throwaway PostgreSQL server (`chaos::Postgres`); each proptest
 //! case gets a fresh database on it.
 
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cluster::Postgres;
+use chaos::Postgres;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 

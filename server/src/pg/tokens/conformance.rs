@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 
-use cluster::Postgres;
+use chaos::Postgres;
 use proptest::prelude::*;
 
 use super::PgTokenStore;

@@ -1,0 +1,262 @@
+//! What a sweep prints and writes: the summary, fault and edge coverage, counters, operations, invariants, and the report folder.
+
+use sim::run::Sweep;
+use sim::scenario::Scenario;
+
+use crate::simulate::replay_command;
+use crate::{RunArgs, shell_word};
+
+/// Writes the HTML report, `summary.json` and `junit.xml`, with the run's metadata added.
+pub(crate) fn write_reports(
+    dir: &std::path::Path,
+    summary: &reports::model::Summary,
+) -> Result<(), String> {
+    let mut summary = summary.clone();
+    for (key, value) in run_metadata() {
+        summary.meta.entry(key).or_insert(value);
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    reports::write::write_report(dir, &summary).map_err(|e| e.to_string())?;
+    reports::write::write_junit(&dir.join("junit.xml"), &summary).map_err(|e| e.to_string())
+}
+
+/// What a report needs to be compared with another: when, which code, on what machine, how.
+pub(crate) fn run_metadata() -> std::collections::BTreeMap<String, String> {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map_or_else(
+            || "unknown (not a git checkout)".to_owned(),
+            |out| String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        );
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .is_ok_and(|out| out.status.success() && !out.stdout.is_empty());
+    let commit = if dirty {
+        format!("{commit} (with uncommitted changes)")
+    } else {
+        commit
+    };
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let command = std::env::args()
+        .map(|w| shell_word(&w))
+        .collect::<Vec<_>>()
+        .join(" ");
+    [
+        (
+            "date (UTC)",
+            chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string(),
+        ),
+        ("commit", commit),
+        ("host", host),
+        ("cores", cores.to_string()),
+        ("command", command),
+        (
+            "bench version",
+            format!("{} ({} build)", env!("CARGO_PKG_VERSION"), build_profile()),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// `release` or `debug`: figures from a debug build are not comparable with release ones.
+pub(crate) const fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+pub(crate) fn print_summary(
+    scenario: &Scenario,
+    sweep: &Sweep,
+    args: &RunArgs,
+    nondeterministic: &[(u64, u64, u64)],
+) {
+    let sim_s: f64 = sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum();
+    let events: u64 = sweep.seeds.iter().map(|s| s.events).sum();
+    let seed_wall: f64 = sweep.seeds.iter().map(|s| s.wall_seconds).sum();
+    println!("scenario        {}", scenario.name);
+    println!("seeds run       {}", sweep.seeds.len());
+    println!("simulated       {sim_s:.1} s ({events} history events)");
+    println!(
+        "wall            {:.2} s (time compression {:.0}x per thread)",
+        sweep.wall_seconds,
+        sim_s / seed_wall.max(1e-9)
+    );
+    let lost: u64 = sweep.seeds.iter().map(|s| s.ids_lost).sum();
+    println!("segment IDs lost to faults (never issued, within the bound): {lost}");
+    print_operations(sweep);
+    print_counters(&sweep.coverage);
+    print_invariants(sweep);
+    print_fault_coverage(scenario, sweep);
+    print_edges(scenario, sweep);
+    for (seed, a, b) in nondeterministic {
+        println!("NOT DETERMINISTIC: seed {seed} gave history hashes {a:016x} and {b:016x}");
+    }
+    for (shown, (seed, v)) in sweep.violations().enumerate() {
+        if shown == 5 {
+            println!("... and more");
+            break;
+        }
+        println!("VIOLATION seed {seed}: {}: {}", v.invariant, v.detail);
+        if let Some(event) = v.event {
+            println!("  first offending event: #{event}");
+        }
+        if let Some(knobs) = sweep
+            .seeds
+            .iter()
+            .find(|s| s.seed == seed)
+            .map(|s| &s.buggify)
+            && !knobs.is_empty()
+        {
+            println!("  BUGGIFY: {}", knobs.join("; "));
+        }
+        println!("  replay: {}", replay_command(scenario, seed, args));
+    }
+}
+
+/// Fault coverage: judged over a sweep of at least `COVERAGE_SEEDS_MIN` seeds (a kind that never
+/// took effect fails it); for fewer seeds (a replay), said per seed as a warning.
+pub(crate) fn print_fault_coverage(scenario: &Scenario, sweep: &Sweep) {
+    if sweep.coverage_judged() {
+        for kind in &sweep.vacuous_faults {
+            println!(
+                "FAULT NEVER TOOK EFFECT: {} (counters {:?} stayed 0): the sweep proves nothing about it",
+                kind.name(),
+                kind.effect_counters()
+            );
+        }
+        return;
+    }
+    for seed in &sweep.seeds {
+        let missed: Vec<&str> = scenario
+            .fault_kinds()
+            .into_iter()
+            .filter(|kind| !sim::run::took_effect(*kind, &seed.coverage))
+            .map(|kind| kind.name())
+            .collect();
+        if !missed.is_empty() {
+            println!(
+                "warning: seed {}: fault kinds that did not occur: {} (coverage is judged over \
+                 sweeps of {} seeds or more, not over a replay)",
+                seed.seed,
+                missed.join(", "),
+                sim::run::COVERAGE_SEEDS_MIN
+            );
+        }
+    }
+}
+
+/// The edge states: how often each owned one was reached, and which declared ones no seed
+/// reached. An owned edge state never reached fails a sweep large enough to judge it.
+pub(crate) fn print_edges(scenario: &Scenario, sweep: &Sweep) {
+    let rows = scenarios::report::edge_rows(scenario, sweep);
+    println!("edge states owned by this scenario (times reached, seeds that reached it):");
+    for row in &rows {
+        let Some(from) = row.owned_from_seeds else {
+            continue;
+        };
+        let judged = if sweep.seeds.len() as u64 >= from {
+            String::new()
+        } else {
+            format!("  (judged over {from} seeds or more)")
+        };
+        println!(
+            "  {:<40} {:>10} {:>6} of {}{judged}",
+            row.name,
+            row.reached,
+            row.seeds_reached,
+            sweep.seeds.len()
+        );
+    }
+    let never: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.owned_from_seeds.is_none() && r.reached == 0)
+        .map(|r| r.name.as_str())
+        .collect();
+    let others = rows
+        .iter()
+        .filter(|r| r.owned_from_seeds.is_none() && r.reached > 0)
+        .count();
+    println!(
+        "  ({others} other edge states reached; never reached: {})",
+        if never.is_empty() {
+            "none".to_owned()
+        } else {
+            never.join(", ")
+        }
+    );
+    if sweep.edges_failed() {
+        println!(
+            "EDGE STATE NEVER REACHED: {}: the sweep proves nothing about it",
+            sweep.unreached_edges.join(", ")
+        );
+    }
+}
+
+/// The sweep's counters in three groups: the faults the nemesis injected, what they did (the
+/// counters fault coverage is judged on), and how the system responded (plus the traffic).
+pub(crate) fn print_counters(coverage: &std::collections::BTreeMap<String, u64>) {
+    let groups = [
+        ("injected", "faults injected:"),
+        ("effect", "fault effects (what the faults did):"),
+        ("response", "the system's responses and traffic:"),
+    ];
+    for (group, title) in groups {
+        println!("{title}");
+        for (key, value) in coverage
+            .iter()
+            .filter(|(k, _)| scenarios::report::counter_group(k) == group)
+        {
+            println!("  {key:<40} {value}");
+        }
+    }
+}
+
+/// Per operation kind, over all seeds: ok / failed (with the top reasons) / no answer.
+pub(crate) fn print_operations(sweep: &Sweep) {
+    println!(
+        "operations (ok / failed: refused, with the reason / no answer: timed out, outcome unknown):"
+    );
+    for row in scenarios::report::operations(sweep) {
+        println!(
+            "  {:<40} {} / {} / {}",
+            row.kind, row.ok, row.failed, row.no_answer
+        );
+        for (reason, n) in row.reasons.iter().take(3) {
+            println!("      {n:>8} × {reason}");
+        }
+        if row.reasons.len() > 3 {
+            println!("      ... and {} other reasons", row.reasons.len() - 3);
+        }
+    }
+}
+
+/// Per invariant: held, or in how many seeds it was violated.
+pub(crate) fn print_invariants(sweep: &Sweep) {
+    println!("invariants:");
+    for name in sim::checkers::INVARIANTS {
+        let bad: Vec<u64> = sweep
+            .seeds
+            .iter()
+            .filter(|s| s.results.iter().any(|(n, v)| n == name && v.is_some()))
+            .map(|s| s.seed)
+            .collect();
+        let verdict = if bad.is_empty() {
+            "held".to_owned()
+        } else {
+            format!("VIOLATED in {} seed(s)", bad.len())
+        };
+        println!("  {name:<40} {verdict}");
+    }
+}
