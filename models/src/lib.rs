@@ -31,6 +31,7 @@ pub mod tokens;
 pub use runner::{Brief, Cast, ModelReport, PropertyKind, PropertyReport, PropertyVerdict};
 
 use serde::Serialize;
+pub use sut::flaw::Flaw;
 
 /// A model the command line can run.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -40,7 +41,7 @@ pub struct ModelInfo {
     /// One line on what it checks.
     pub description: &'static str,
     /// Flaws it can switch on (`ModelOptions::flaw`).
-    pub flaws: &'static [&'static str],
+    pub flaws: &'static [Flaw],
     /// The edge states (`sut::edge` names) the model owns: each is reported as a `sometimes`
     /// property named `edge: NAME`, found when the search passed through it.
     pub edges: &'static [&'static str],
@@ -157,12 +158,12 @@ fn info(name: &str) -> Result<&'static ModelInfo, ModelError> {
         })
 }
 
-fn checked_flaw(info: &ModelInfo, flaw: Option<&str>) -> Result<Option<&'static str>, ModelError> {
+fn checked_flaw(info: &ModelInfo, flaw: Option<&str>) -> Result<Option<Flaw>, ModelError> {
     let Some(flaw) = flaw else { return Ok(None) };
     info.flaws
         .iter()
         .copied()
-        .find(|f| *f == flaw)
+        .find(|f| f.name() == flaw)
         .map(Some)
         .ok_or_else(|| ModelError::UnknownFlaw {
             model: info.name.to_owned(),
@@ -170,7 +171,11 @@ fn checked_flaw(info: &ModelInfo, flaw: Option<&str>) -> Result<Option<&'static 
             known: if info.flaws.is_empty() {
                 "none".to_owned()
             } else {
-                info.flaws.join(", ")
+                info.flaws
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             },
         })
 }

@@ -44,12 +44,14 @@ use std::borrow::Cow;
 use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, ActorModelState, Id, Out, model_timeout};
 use sut::clock::Now;
+use sut::flaw::Flaw;
 use sut::lottery::invariants;
 use sut::lottery::wheel::WheelConfig;
 use sut::lottery::{
-    ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome, Effect,
-    FenceMode, Flaws, Handled, Ledger, LotteryStore, MemoryStore, Participant, ParticipantConfig,
-    ParticipantMsg, ParticipantReply, Phase, Refusal, Registry, Resume, Terms, UserId, Xid,
+    ActivityId, ClientAnswer, CoordLog, CoordinatorConfig, CoordinatorIo, CoordinatorNode,
+    DrawArgs, DrawEvent, DrawOutcome, Effect, Flaws, Handled, Host, Ledger, LogEntry, LotteryStore,
+    MemoryStore, Participant, ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal,
+    Registry, Resume, Terms, UserId, Written, Xid,
 };
 
 use crate::hashed::{Hashed, HashedActor, Stored, stored};
@@ -68,14 +70,6 @@ pub const NAME_FAULTS: &str = "lottery_faults";
 pub const DESCRIPTION_FAULTS: &str = "TCC lottery, one winning draw under faults: 1 coordinator \
      crash (recovers from its log), 1 dropped and 1 duplicated message on a reordering network \
      (exhaustive): lottery.* invariants, eventually settled at every path end";
-/// Flaw: participants without a fence (`FenceMode::Unfenced`).
-pub const FLAW_NO_FENCE: &str = "tcc_no_fence";
-/// Flaw: the fence checked and changed in two store operations (`FenceMode::CheckThenAct`).
-pub const FLAW_CHECK_THEN_ACT: &str = "fence_check_then_act";
-/// Flaw: the stock checked and decremented in two store operations (`Flaws::two_step_stock`).
-pub const FLAW_STOCK_TWO_STEP: &str = "stock_two_step";
-/// Flaw: the price is the request's (`Flaws::client_price`); the retried draw names price 0.
-pub const FLAW_CLIENT_PRICE: &str = "client_price";
 /// The edge states the lottery model owns (reported as `sometimes` properties).
 pub const EDGES: &[&str] = &[
     "participant.balance_exact",
@@ -90,10 +84,12 @@ pub const EDGES_FAULTS: &[&str] = &[
     "participant.duplicate_try",
     "participant.repeated_verdict",
 ];
-/// Flaws this model can switch on.
-pub const FLAWS: &[&str] = &[FLAW_STOCK_TWO_STEP, FLAW_CLIENT_PRICE];
-/// Flaws the one-draw model with faults can switch on (a Cancel overtaking a Try needs a fault).
-pub const FLAWS_FAULTS: &[&str] = &[FLAW_NO_FENCE, FLAW_CHECK_THEN_ACT];
+/// Flaws this model can switch on: the stock checked and decremented in two store operations,
+/// and the price taken from the request (the retried draw then names price 0).
+pub const FLAWS: &[Flaw] = &[Flaw::StockTwoStep, Flaw::ClientPrice];
+/// Flaws the one-draw model with faults can switch on (a Cancel overtaking a Try needs a
+/// fault): participants without a fence, and the fence checked and changed in two operations.
+pub const FLAWS_FAULTS: &[Flaw] = &[Flaw::TccNoFence, Flaw::FenceCheckThenAct];
 
 /// The `always` property that runs [`Coordinator::check_invariants`] in every state.
 pub const COORDINATOR_INVARIANTS: &str = "coordinator.invariants";
@@ -106,10 +102,6 @@ pub const PRICE_MINOR: u64 = 1;
 const COORDINATOR: usize = 0;
 const WALLET: usize = 1;
 const INVENTORY: usize = 2;
-
-/// Longest drain of the coordinator's log outbox in one step (each draw writes at most three
-/// entries per incarnation).
-const LOG_WRITES_PER_STEP_MAX: usize = 64;
 
 /// The model's bounds and protocol settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,7 +179,7 @@ impl LotterySetup {
     /// duplicated message. (Every fault budget multiplies the state space: with a slow timeout
     /// as well, or with the second draw, it no longer exhausts in a minute on two threads.)
     #[must_use]
-    pub fn faults(flaw: Option<&str>) -> Self {
+    pub fn faults(flaw: Option<Flaw>) -> Self {
         Self {
             draws: vec![draw(1, 1, true)],
             balances: vec![(UserId(1), PRICE_MINOR)],
@@ -198,22 +190,21 @@ impl LotterySetup {
         }
     }
 
-    /// The default setup with the named flaw (one of [`FLAWS`] or [`FLAWS_FAULTS`]) switched on.
+    /// The default setup with `flaw` (one of [`FLAWS`] or [`FLAWS_FAULTS`]) switched on, by
+    /// `sut`'s own switches for it ([`sut::flaw::lottery_flaws`]). With the client's price, the
+    /// client's retry names its own price.
     #[must_use]
-    pub fn with_flaw(flaw: Option<&str>) -> Self {
-        let mut flaws = Flaws::NONE;
-        let mut setup = Self::default();
-        match flaw {
-            Some(FLAW_NO_FENCE) => flaws.fence = FenceMode::Unfenced,
-            Some(FLAW_CHECK_THEN_ACT) => flaws.fence = FenceMode::CheckThenAct,
-            Some(FLAW_STOCK_TWO_STEP) => flaws.two_step_stock = true,
-            Some(FLAW_CLIENT_PRICE) => {
-                flaws.client_price = true;
-                setup = setup.with_tampered_retry();
-            }
-            _ => {}
+    pub fn with_flaw(flaw: Option<Flaw>) -> Self {
+        let flaws = sut::flaw::lottery_flaws(flaw);
+        let setup = Self {
+            flaws,
+            ..Self::default()
+        };
+        if flaws.client_price {
+            setup.with_tampered_retry()
+        } else {
+            setup
         }
-        Self { flaws, ..setup }
     }
 
     /// The client's retry names its own price, 0: what a coordinator that takes the request's
@@ -249,15 +240,6 @@ impl Cast for LotterySetup {
             INVENTORY => "inventory".to_owned(),
             n => format!("actor-{n}"),
         }
-    }
-}
-
-/// The node hosting a participant (the simulator's layout).
-#[must_use]
-pub const fn node_of(p: Participant) -> usize {
-    match p {
-        Participant::Wallet | Participant::Participation => WALLET,
-        Participant::Inventory => INVENTORY,
     }
 }
 
@@ -369,8 +351,8 @@ pub struct CoordDisk {
 /// The coordinator process.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CoordNode {
-    /// The state machine.
-    pub coord: Coordinator,
+    /// The coordinator role (no client waits, none polls: the draws are the setup's).
+    pub coord: CoordinatorNode<()>,
     /// Its monotonic clock (ms since this incarnation started).
     pub now_ms: u64,
     /// The disk, mirrored into stateright's `Storage` on every change.
@@ -404,40 +386,73 @@ impl CoordNode {
     /// After any input: write and acknowledge log entries, send, record outcomes, arm timers.
     fn drive(&mut self, o: &mut Out<LotActor>) {
         let now = self.now();
-        let mut disk_changed = false;
-        for _ in 0..LOG_WRITES_PER_STEP_MAX {
-            let Some(entry) = self.coord.poll_log_write() else {
-                break;
-            };
-            // A refused entry is a write that did not happen: never acknowledged.
-            if self.disk.log.append(&entry).is_ok() {
-                disk_changed = true;
-                self.coord.handle_log_written(&entry, now);
-            }
-        }
-        while let Some((branch, msg)) = self.coord.poll_send() {
-            o.send(Id::from(node_of(branch)), LotMsg::Call { branch, msg });
-        }
-        while let Some(event) = self.coord.poll_event() {
-            if event.outcome.is_final() {
-                // Canonical order (by draw): the checkers do not depend on the order of
-                // outcomes of different draws, and an interleaving-dependent order would only
-                // multiply states.
-                let at = self
-                    .disk
-                    .events
-                    .partition_point(|e| e.draw.xid <= event.draw.xid);
-                self.disk.events.insert(at, event);
-                disk_changed = true;
-            }
-        }
-        if disk_changed {
+        let mut io = ModelIo {
+            disk: &mut self.disk,
+            disk_changed: false,
+            o,
+        };
+        self.coord.drive(&mut io, now);
+        if io.disk_changed {
             o.save(stored(self.disk.clone()));
         }
         if self.coord.poll_timeout().is_some() {
             o.set_timer(LotTimer::Deadline, model_timeout());
         } else {
             o.cancel_timer(LotTimer::Deadline);
+        }
+    }
+}
+
+/// The actor a host is: the wallet node or the inventory node.
+const fn actor_of(host: Host) -> usize {
+    match host {
+        Host::Wallet => WALLET,
+        Host::Inventory => INVENTORY,
+    }
+}
+
+/// How the model's coordinator moves its outputs: log entries onto its disk (durable at once:
+/// stateright's `Storage` survives the crash), messages into the model's network, final
+/// outcomes into the ghost record.
+struct ModelIo<'a> {
+    disk: &'a mut CoordDisk,
+    disk_changed: bool,
+    o: &'a mut Out<LotActor>,
+}
+
+impl CoordinatorIo<()> for ModelIo<'_> {
+    fn write_log(&mut self, entry: &LogEntry) -> Written {
+        // A refused entry is a write that did not happen: never acknowledged.
+        match self.disk.log.append(entry) {
+            Ok(()) => {
+                self.disk_changed = true;
+                Written::Durable
+            }
+            Err(_) => Written::Refused,
+        }
+    }
+
+    fn send(
+        &mut self,
+        host: Host,
+        branch: Participant,
+        msg: ParticipantMsg,
+    ) -> Option<ParticipantReply> {
+        self.o
+            .send(Id::from(actor_of(host)), LotMsg::Call { branch, msg });
+        None
+    }
+
+    fn outcome(&mut self, event: &DrawEvent, answer: ClientAnswer<'_>, _client: Option<()>) {
+        if answer.is_final() {
+            // Canonical order (by draw): the checkers do not depend on the order of outcomes of
+            // different draws, and an interleaving-dependent order would only multiply states.
+            let at = self
+                .disk
+                .events
+                .partition_point(|e| e.draw.xid <= event.draw.xid);
+            self.disk.events.insert(at, event.clone());
+            self.disk_changed = true;
         }
     }
 }
@@ -475,11 +490,12 @@ impl Actor for LotActor {
             Self::Coordinator { setup } => {
                 let mut node = match storage {
                     None => {
-                        let mut coord = Coordinator::new(setup.coordinator)
+                        let mut coord = CoordinatorNode::new(setup.coordinator, None)
                             .expect("the model's coordinator config is valid");
                         for draw in &setup.draws {
                             coord
-                                .start_draw(*draw, Now::both(0))
+                                .start_draw(*draw, None, Now::both(0))
+                                .map_err(|(_, e)| e)
                                 .expect("the model's draws fit the coordinator's limits");
                         }
                         CoordNode {
@@ -492,9 +508,13 @@ impl Actor for LotActor {
                         let mut disk = disk.get().clone();
                         disk.restarts = disk.restarts.saturating_add(1);
                         o.save(stored(disk.clone()));
-                        let coord =
-                            Coordinator::recover(setup.coordinator, &disk.log, Now::both(0))
-                                .expect("the model's coordinator config is valid");
+                        let coord = CoordinatorNode::recover(
+                            setup.coordinator,
+                            &disk.log,
+                            Now::both(0),
+                            None,
+                        )
+                        .expect("the model's coordinator config is valid");
                         CoordNode {
                             coord,
                             now_ms: 0,
@@ -522,7 +542,7 @@ impl Actor for LotActor {
     ) {
         match (self, &**state, msg) {
             (Self::Coordinator { .. }, LotState::Coordinator(node), LotMsg::Reply(reply)) => {
-                if src != Id::from(node_of(reply.branch)) {
+                if src != Id::from(actor_of(reply.branch.host())) {
                     return; // misaddressed
                 }
                 let mut next = node.coord.clone();
@@ -640,7 +660,7 @@ fn deadline_races(sys: &Sys, id: Id, timer: &LotTimer) -> bool {
         return false;
     }
     let node = coordinator(sys);
-    let coord = &node.coord;
+    let coord = node.coord.coordinator();
     let Some(due_ms) = coord.poll_timeout() else {
         return false;
     };
@@ -691,7 +711,7 @@ pub fn ledger(sys: &Sys) -> Result<Ledger, sut::lottery::MergeError> {
 #[must_use]
 pub fn settled(sys: &Sys) -> bool {
     !sys.crashed[COORDINATOR]
-        && coordinator(sys).coord.inflight() == 0
+        && coordinator(sys).coord.coordinator().inflight() == 0
         && ledger(sys).is_ok_and(|ledger| invariants::settled(&ledger).is_ok())
 }
 
@@ -750,13 +770,13 @@ fn actors(setup: &LotterySetup) -> Result<LotActors, ModelError> {
             setup: Box::new(setup.clone()),
         }))
         .actor(HashedActor(LotActor::Node {
-            hosts: vec![Participant::Wallet, Participant::Participation],
+            hosts: Host::Wallet.branches().collect(),
             config,
             registry: LotterySetup::registry(),
             store: initial_store(setup, WALLET)?,
         }))
         .actor(HashedActor(LotActor::Node {
-            hosts: vec![Participant::Inventory],
+            hosts: Host::Inventory.branches().collect(),
             config,
             registry: LotterySetup::registry(),
             store: initial_store(setup, INVENTORY)?,
@@ -855,7 +875,7 @@ fn with_setup_properties(actors: LotActors, setup: &LotterySetup) -> LotActors {
             "a draw finished after a restart",
             |_, sys| {
                 disk(sys).is_some_and(|d| d.restarts > 0)
-                    && coordinator(sys).coord.inflight() == 0
+                    && coordinator(sys).coord.coordinator().inflight() == 0
                     && !events(sys).is_empty()
             },
         )
@@ -864,7 +884,7 @@ fn with_setup_properties(actors: LotActors, setup: &LotterySetup) -> LotActors {
     }
 }
 
-fn setup_named(name: &str, flaw: Option<&str>) -> LotterySetup {
+fn setup_named(name: &str, flaw: Option<Flaw>) -> LotterySetup {
     if name == NAME_FAULTS {
         LotterySetup::faults(flaw)
     } else {
@@ -874,14 +894,14 @@ fn setup_named(name: &str, flaw: Option<&str>) -> LotterySetup {
 
 /// Checks `lottery` or `lottery_faults` (exhaustive unless `opts.depth` bounds it).
 pub(crate) fn check(
-    flaw: Option<&str>,
+    flaw: Option<Flaw>,
     name: &str,
     opts: &ModelOptions,
 ) -> Result<ModelReport, ModelError> {
     runner::run(model(&setup_named(name, flaw))?, name, opts)
 }
 
-pub(crate) fn serve(name: &str, flaw: Option<&str>, addr: &str) -> Result<(), ModelError> {
+pub(crate) fn serve(name: &str, flaw: Option<Flaw>, addr: &str) -> Result<(), ModelError> {
     runner::serve(model(&setup_named(name, flaw))?, addr)
 }
 
@@ -907,7 +927,7 @@ mod tests {
     }
 
     /// No network faults, no crash (small enough for a debug-build test).
-    fn calm(flaw: Option<&str>) -> LotterySetup {
+    fn calm(flaw: Option<Flaw>) -> LotterySetup {
         LotterySetup {
             crashes_max: 0,
             drops_max: 0,
@@ -1084,7 +1104,7 @@ mod tests {
 
     #[test]
     fn client_price_sells_a_prize_for_nothing() {
-        let report = run(&LotterySetup::with_flaw(Some(FLAW_CLIENT_PRICE)), Some(12));
+        let report = run(&LotterySetup::with_flaw(Some(Flaw::ClientPrice)), Some(12));
         let steps = violated(&report, invariants::PAID);
         assert_eq!(steps, DEPTH_CLIENT_PRICE);
         // Money still adds up: only `lottery.paid` sees the loss.
@@ -1093,7 +1113,7 @@ mod tests {
 
     #[test]
     fn stock_two_step_over_issues() {
-        let report = run(&LotterySetup::with_flaw(Some(FLAW_STOCK_TWO_STEP)), Some(8));
+        let report = run(&LotterySetup::with_flaw(Some(Flaw::StockTwoStep)), Some(8));
         assert_eq!(
             violated(&report, invariants::NO_OVER_ISSUE),
             DEPTH_STOCK_TWO_STEP
@@ -1105,7 +1125,7 @@ mod tests {
         // A Try paused between its check and its write while the coordinator times out.
         let setup = LotterySetup {
             slow_timeouts_max: 1,
-            ..calm(Some(FLAW_CHECK_THEN_ACT))
+            ..calm(Some(Flaw::FenceCheckThenAct))
         };
         let report = run(&setup, Some(8));
         assert_eq!(
@@ -1118,7 +1138,7 @@ mod tests {
     fn no_fence_lets_a_duplicated_try_hang() {
         let setup = LotterySetup {
             duplicates_max: 1,
-            ..calm(Some(FLAW_NO_FENCE))
+            ..calm(Some(Flaw::TccNoFence))
         };
         let report = run(&setup, Some(9));
         assert_eq!(violated(&report, invariants::NO_HANGING), DEPTH_NO_FENCE);

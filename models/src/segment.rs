@@ -34,6 +34,7 @@ use std::borrow::Cow;
 use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, Id, LossyNetwork, Out, model_timeout};
 use sut::clock::Now;
+use sut::flaw::Flaw;
 use sut::id_store::{
     IdStore, InstanceId, MemoryIdStore, StoreCall, StoreError, StoreReply, TagSpec,
 };
@@ -57,7 +58,7 @@ pub const EDGES: &[&str] = &[
 ];
 
 /// The `sut::flaw::Flaw` switches of `sut::segment` this model can turn on.
-pub const FLAWS: &[&str] = &["segment_no_version_check", "counter_no_persist"];
+pub const FLAWS: &[Flaw] = &[Flaw::SegmentNoVersionCheck, Flaw::CounterNoPersist];
 
 /// The default depth bound: the bounded state space of two allocators with time, crashes and
 /// duplicates is too large to exhaust in seconds (see `docs/models.md`), so the catalog run
@@ -137,9 +138,9 @@ impl Default for SegmentSetup {
 impl SegmentSetup {
     /// The default setup with the named flaw (one of [`FLAWS`]) switched on.
     #[must_use]
-    pub fn with_flaw(flaw: Option<&str>) -> Self {
+    pub fn with_flaw(flaw: Option<Flaw>) -> Self {
         Self {
-            flaw: flaw.and_then(|f| f.parse().ok()),
+            flaw,
             ..Self::default()
         }
     }

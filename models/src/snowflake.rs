@@ -26,6 +26,7 @@ use std::borrow::Cow;
 use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, Id, LossyNetwork, Out, model_timeout};
 use sut::clock::Now;
+use sut::flaw::Flaw;
 use sut::id_store::{InstanceId, MemoryIdStore, StoreCall, StoreReply};
 use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use sut::snowflake::{Layout, NextId, RollbackPolicy, WorkerConfig};
@@ -48,10 +49,10 @@ pub const EDGES: &[&str] = &[
 ];
 
 /// The `sut::flaw::Flaw` switches of `sut::snowflake` this model can turn on.
-pub const FLAWS: &[&str] = &[
-    "snowflake_seq_reset_first",
-    "snowflake_no_persisted_ts",
-    "time_field_narrow",
+pub const FLAWS: &[Flaw] = &[
+    Flaw::SnowflakeSeqResetFirst,
+    Flaw::SnowflakeNoPersistedTs,
+    Flaw::TimeFieldNarrow,
 ];
 
 /// The default depth bound (the exhaustive space does not finish in seconds; see
@@ -100,13 +101,12 @@ impl Default for SnowflakeSetup {
 impl SnowflakeSetup {
     /// The default setup with the named flaw (one of [`FLAWS`]) switched on.
     #[must_use]
-    pub fn with_flaw(flaw: Option<&str>) -> Self {
-        let flaw: Option<sut::flaw::Flaw> = flaw.and_then(|f| f.parse().ok());
+    pub fn with_flaw(flaw: Option<Flaw>) -> Self {
         let mut setup = Self {
             flaw,
             ..Self::default()
         };
-        if flaw == Some(sut::flaw::Flaw::TimeFieldNarrow) {
+        if flaw == Some(Flaw::TimeFieldNarrow) {
             // The end-of-life variant (as the simulator's `epoch_end`): the clock moves
             // across the end of the 8-bit time field (unit 256).
             setup.wall_min_ms = 254;
@@ -528,7 +528,9 @@ mod flaw_tests {
             progress: false,
         };
         let report = crate::runner::run(
-            model(&SnowflakeSetup::with_flaw(opts.flaw.as_deref())),
+            model(&SnowflakeSetup::with_flaw(Some(
+                Flaw::SnowflakeSeqResetFirst,
+            ))),
             NAME,
             &opts,
         )

@@ -20,6 +20,7 @@ use std::borrow::Cow;
 use stateright::Expectation;
 use stateright::actor::{Actor, ActorModel, Id, LossyNetwork, Out};
 use sut::clock::Now;
+use sut::flaw::Flaw;
 use sut::token::once::apply_once_op;
 use sut::token::{
     ActivityId, MemoryTokenStore, OnceConfig, OnceConsume, OnceOp, OnceOpResult, OnceRejection,
@@ -35,13 +36,11 @@ pub const NAME: &str = "tokens";
 /// Catalog description.
 pub const DESCRIPTION: &str = "1 token store + concurrent consumers of one one-time token over a \
      reordering, duplicating network: tokens.single_use";
-/// The flaw switch (`TokenFlaws::once_check_then_delete`).
-pub const FLAW_CHECK_THEN_DELETE: &str = "once_check_then_delete";
 /// The edge states this model owns (reported as `sometimes` properties).
 pub const EDGES: &[&str] = &["token.once_consume_race"];
 
 /// Flaws this model can switch on.
-pub const FLAWS: &[&str] = &[FLAW_CHECK_THEN_DELETE];
+pub const FLAWS: &[Flaw] = &[Flaw::OnceCheckThenDelete];
 
 const USER: UserId = UserId(7);
 const TOKEN: OnceToken = OnceToken(0xfeed);
@@ -74,11 +73,9 @@ impl Default for TokenSetup {
 impl TokenSetup {
     /// The default setup with the named flaw (one of [`FLAWS`]) switched on.
     #[must_use]
-    pub fn with_flaw(flaw: Option<&str>) -> Self {
+    pub fn with_flaw(flaw: Option<Flaw>) -> Self {
         Self {
-            flaws: TokenFlaws {
-                once_check_then_delete: flaw == Some(FLAW_CHECK_THEN_DELETE),
-            },
+            flaws: sut::flaw::token_flaws(flaw),
             ..Self::default()
         }
     }
@@ -301,11 +298,11 @@ mod tests {
     use super::*;
     use crate::{ModelOptions, PropertyVerdict, runner};
 
-    fn run(flaw: Option<&str>) -> crate::ModelReport {
+    fn run(flaw: Option<Flaw>) -> crate::ModelReport {
         let opts = ModelOptions {
             threads: 1,
             depth: None,
-            flaw: flaw.map(str::to_owned),
+            flaw: flaw.map(|f| f.name().to_owned()),
             progress: false,
         };
         runner::run(model(&TokenSetup::with_flaw(flaw)).unwrap(), NAME, &opts).unwrap()
@@ -329,7 +326,7 @@ mod tests {
 
     #[test]
     fn check_then_delete_is_caught_with_a_double_accept() {
-        let report = run(Some(FLAW_CHECK_THEN_DELETE));
+        let report = run(Some(Flaw::OnceCheckThenDelete));
         let single_use = report.property("tokens.single_use").unwrap();
         assert_eq!(single_use.verdict, PropertyVerdict::Violated);
         let steps = single_use.counterexample.as_ref().unwrap();

@@ -171,10 +171,7 @@ pub fn run_catalog(
 
 /// The model covering `flaw`, if any: its counterexample length and first violated property.
 fn check_model(flaw: Flaw, row: &mut FlawResult) {
-    let Some(info) = models::catalog()
-        .iter()
-        .find(|m| m.flaws.contains(&flaw.name()))
-    else {
+    let Some(info) = models::catalog().iter().find(|m| m.flaws.contains(&flaw)) else {
         return;
     };
     row.model = Some(info.name.to_owned());

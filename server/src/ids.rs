@@ -31,11 +31,10 @@ use super::metrics::Metrics;
 use sut::clock::Now;
 use sut::id_store::{CounterDurability, IdStore, InstanceId, StoreError, TagRow, TagSpec};
 use sut::segment::{AllocatorConfig, Health, SegmentAllocator, Unavailable};
-use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
-use sut::snowflake::semantic::{
-    LeasedError, LeasedSemantic, LeasedStep, SemanticConfig, SemanticWait,
-};
-use sut::snowflake::{Decoded, NextId, SequencerError, SequencerStats, WorkerConfig};
+use sut::snowflake::holder::{HolderConfig, HolderEvent};
+use sut::snowflake::leased::{IdAnswer, LeasedIds, RequestWaits, SemanticId};
+use sut::snowflake::semantic::SemanticConfig;
+use sut::snowflake::{Decoded, SequencerStats, WorkerConfig};
 
 /// Longest tag name, in bytes.
 pub const TAG_LEN_MAX_BYTES: usize = 64;
@@ -45,22 +44,18 @@ pub const TAGS_MAX: usize = 256;
 pub const SNOWFLAKE_NAMESPACE: &str = "snowflake";
 /// Key of the durable counter that numbers process incarnations.
 pub const INSTANCE_COUNTER: &str = "sut-server/instance";
-/// Rounds of waiting (clock, reservation) before a Snowflake request gives up with 503.
-const SNOWFLAKE_ROUNDS_MAX: usize = 64;
-/// A backward clock (or a restart below the inherited reservation) up to this far behind is
-/// waited out inside the request; further behind is a 503 with `Retry-After`.
-pub const SNOWFLAKE_WAIT_MS_MAX: u64 = 1_500;
+/// Rounds of asking (each a wait, a store call or an answer) before a Snowflake or semantic
+/// request gives up with 503: a guard only, `sut`'s [`RequestWaits`] bound the waits.
+const SNOWFLAKE_ROUNDS_MAX: usize = 1_024;
+/// The waits a Snowflake or semantic request sits out inside itself ([`RequestWaits::DEFAULT`]:
+/// a clock up to 1.5 s behind, the per-second limit 10 ms, a start above the reservation 2 s),
+/// the same the simulator's ID nodes use; beyond them a 503 with `Retry-After`.
+pub const REQUEST_WAITS: RequestWaits = RequestWaits::DEFAULT;
+/// A clock behind by up to this much is waited out inside a request (see [`REQUEST_WAITS`]).
+pub const SNOWFLAKE_WAIT_MS_MAX: u64 = REQUEST_WAITS.clock_behind_ms_max;
 /// Reach of each persisted Snowflake reservation: what a restart on the same worker id must
 /// wait out at most (Leaf writes every 3 s; shorter here, the write is one fsync).
 pub const SNOWFLAKE_RESERVE_AHEAD_MS: u64 = 1_000;
-/// When the second's sequence is used up, the next second is waited for inside the request if
-/// it is this close; otherwise a 503 with `Retry-After` (the per-second limit is the client's to
-/// wait out).
-pub const SEMANTIC_WAIT_MS_MAX: u64 = 10;
-/// A business type's generator starts in the second after the one the worker's persisted
-/// reservation ends in: at its first request, up to the reservation's reach and one second.
-/// Waited inside the request.
-pub const SEMANTIC_START_WAIT_MS_MAX: u64 = SNOWFLAKE_RESERVE_AHEAD_MS + 1_000;
 /// The business types served by default: orders, users, products (the design's examples).
 pub const SEMANTIC_BIZ_DEFAULT: [&str; 3] = ["OD", "US", "PM"];
 
@@ -384,11 +379,10 @@ pub struct SnowflakeView {
 /// simulator and the model run), its store calls performed inline on the ID store.
 #[derive(Debug)]
 pub struct Snowflake {
-    holder: Mutex<WorkerLeaseHolder>,
-    /// Semantic IDs on the same lease (locked after `holder`, never before).
-    semantic: Mutex<LeasedSemantic>,
+    /// The worker lease and the semantic generators on it (`sut`'s: what each request is
+    /// answered is decided there).
+    ids: Mutex<LeasedIds>,
     semantic_biz: Vec<String>,
-    semantic_per_second: u64,
     store: Arc<Mutex<IdStoreBox>>,
     clock: RealClock,
     released: AtomicBool,
@@ -412,7 +406,8 @@ impl Snowflake {
         semantic.validate()?;
         let semantic_cfg = SemanticConfig {
             prefix: semantic.biz[0].clone(),
-            // A backward clock is a 503 (`SEMANTIC_WAIT_MS_MAX`), waited out by the client.
+            // A backward clock within the request's wait is waited out by the sequencer; further
+            // behind is a 503 with `Retry-After`.
             rollback_ms_max: SNOWFLAKE_WAIT_MS_MAX,
             rollback: sut::snowflake::RollbackPolicy::Refuse,
             reserve_ahead_ms: cfg.reserve_ahead_ms,
@@ -422,10 +417,8 @@ impl Snowflake {
         // Calls run inline: an answer is never late, so calls never time out.
         let holder = HolderConfig::new(SNOWFLAKE_NAMESPACE, instance, cfg, lease_ms, u64::MAX);
         let snowflake = Self {
-            holder: Mutex::new(WorkerLeaseHolder::new(holder)),
-            semantic: Mutex::new(LeasedSemantic::new(semantic_cfg)),
+            ids: Mutex::new(LeasedIds::new(holder, semantic_cfg, REQUEST_WAITS)),
             semantic_biz: semantic.biz.clone(),
-            semantic_per_second: semantic.per_second,
             store,
             clock,
             released: AtomicBool::new(false),
@@ -434,7 +427,7 @@ impl Snowflake {
         snowflake
             .drive()
             .map_err(|e| format!("snowflake worker lease: {e}"))?;
-        if lock(&snowflake.holder).worker().is_none() {
+        if lock(&snowflake.ids).holder().worker().is_none() {
             return Err("snowflake worker lease: none acquired".to_owned());
         }
         Ok(snowflake)
@@ -442,7 +435,7 @@ impl Snowflake {
 
     /// The layout's decoding of `id`.
     pub fn decode(&self, id: u64) -> Decoded {
-        lock(&self.holder).config().worker.layout.decode(id)
+        lock(&self.ids).holder().config().worker.layout.decode(id)
     }
 
     /// Performs the store calls the lease holder asks for (a lease, a reservation, a renewal),
@@ -450,12 +443,12 @@ impl Snowflake {
     pub fn drive(&self) -> Result<(), String> {
         for _ in 0..HOLDER_CALLS_MAX {
             let now = self.clock.now();
-            let Some((id, mut call)) = lock(&self.holder).poll_request(now) else {
+            let Some((id, mut call)) = lock(&self.ids).poll_request(now) else {
                 return Ok(());
             };
             call.set_store_now(now.wall_ms);
             let reply = call.execute(&mut *lock(&self.store));
-            match lock(&self.holder).handle_reply(id, reply, now) {
+            match lock(&self.ids).handle_reply(id, reply, now) {
                 HolderEvent::Failed => return Err("the store refused the call".to_owned()),
                 HolderEvent::LeaseLost => return Err("the worker lease was lost".to_owned()),
                 HolderEvent::Unusable(e) => return Err(format!("the leased worker: {e}")),
@@ -477,9 +470,7 @@ impl Snowflake {
             return Ok(());
         }
         let now = self.clock.now();
-        if let Some(worker) = lock(&self.holder).worker_mut() {
-            worker.reserve_ahead(now.wall_ms);
-        }
+        lock(&self.ids).reserve_ahead(now);
         self.drive()
     }
 
@@ -493,60 +484,19 @@ impl Snowflake {
         }
     }
 
-    /// One ID: waits out short clock waits and reservation writes, at most
-    /// `SNOWFLAKE_ROUNDS_MAX` rounds.
+    /// One ID: asks `sut`'s [`LeasedIds`] and does what it answers (waits, store calls), until
+    /// it answers an ID or unavailable.
     pub async fn next_id(self: &Arc<Self>) -> Result<u64, ApiError> {
-        for _ in 0..SNOWFLAKE_ROUNDS_MAX {
-            let now = self.clock.now();
-            let (step, wants_call) = {
-                let mut h = lock(&self.holder);
-                let step = h.worker_mut().map(|w| w.next_id(now.wall_ms));
-                (step, h.wants_call(now))
-            };
-            let Some(step) = step else {
-                // No lease (lost, or not acquired yet): the holder asks for one.
-                self.drive_async().await?;
-                continue;
-            };
-            if wants_call {
-                if matches!(step, Ok(NextId::WaitReservation)) {
-                    self.drive_async().await?;
-                    continue;
-                }
-                // Persist ahead in the background; this answer does not depend on it.
-                let me = Arc::clone(self);
-                drop(tokio::task::spawn_blocking(move || me.drive()));
-            }
-            match step {
-                Ok(NextId::Id(id)) => return Ok(id),
-                Ok(NextId::WaitUntil { wall_ms }) => {
-                    let wait_ms = wall_ms.saturating_sub(now.wall_ms).clamp(1, 10);
-                    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-                }
-                Ok(NextId::WaitReservation) => {
-                    // Someone else's reservation write is in flight.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                Err(SequencerError::ClockBehind { behind_ms, .. })
-                    if behind_ms <= SNOWFLAKE_WAIT_MS_MAX =>
-                {
-                    tokio::time::sleep(Duration::from_millis(behind_ms)).await;
-                }
-                Err(e @ SequencerError::ClockBehind { behind_ms, .. }) => {
-                    return Err(ApiError::unavailable(
-                        format!("snowflake: {e}"),
-                        behind_ms.div_ceil(1000),
-                    ));
-                }
-                Err(e) => return Err(ApiError::unavailable(format!("snowflake: {e}"), 1)),
-            }
-        }
-        Err(ApiError::unavailable("snowflake: still waiting, retry", 1))
+        self.ask(|ids, now, waited_ms| ids.next_snowflake(now, waited_ms))
+            .await
+            .map_err(|(e, retry_after_s)| {
+                ApiError::unavailable(format!("snowflake: {e}"), retry_after_s)
+            })
     }
 
-    /// One semantic ID of business type `biz` and its 18 digits as a number: waits out what is
-    /// due within [`SEMANTIC_WAIT_MS_MAX`] and reservation writes; the per-second limit or a
-    /// clock behind is a 503 with `Retry-After`, never a wrap or a repeat.
+    /// One semantic ID of business type `biz` and its 18 digits as a number: what `sut`'s
+    /// [`LeasedIds`] answers (the per-second limit or a clock behind beyond its waits is a 503
+    /// with `Retry-After`, never a wrap or a repeat).
     ///
     /// # Errors
     /// 400 for a malformed business type, 404 for one not served, 503 as above.
@@ -567,67 +517,61 @@ impl Snowflake {
                 ),
             ));
         }
+        let SemanticId { text, number, .. } = self
+            .ask(|ids, now, waited_ms| ids.next_semantic(biz, now, waited_ms))
+            .await
+            .map_err(|(e, retry_after_s)| {
+                ApiError::unavailable(format!("semantic: no {biz} ID: {e}"), retry_after_s)
+            })?;
+        Ok((text, number))
+    }
+
+    /// Asks `next` until it answers an ID (or unavailable: the reason and `Retry-After` in
+    /// seconds), sleeping where it says to wait and performing the store calls it asks for.
+    async fn ask<T>(
+        self: &Arc<Self>,
+        mut next: impl FnMut(&mut LeasedIds, sut::clock::Now, u64) -> IdAnswer<T>,
+    ) -> Result<T, (String, u64)> {
+        let started = self.clock.now();
         for _ in 0..SNOWFLAKE_ROUNDS_MAX {
             let now = self.clock.now();
-            let (step, wants_call) = {
-                let mut h = lock(&self.holder);
-                let step = lock(&self.semantic).next_id(biz, &mut h, now);
-                (step, h.wants_call(now))
+            let waited_ms = now.mono_ms.saturating_sub(started.mono_ms);
+            let (answer, wants_call) = {
+                let mut ids = lock(&self.ids);
+                let answer = next(&mut ids, now, waited_ms);
+                (answer, ids.wants_call(now))
             };
-            match step {
-                Ok(LeasedStep::Id { text, number, .. }) => {
+            match answer {
+                IdAnswer::Id(id) => {
                     if wants_call {
                         // Persist ahead in the background; this answer does not depend on it.
                         let me = Arc::clone(self);
                         drop(tokio::task::spawn_blocking(move || me.drive()));
                     }
-                    return Ok((text, number));
+                    return Ok(id);
                 }
-                Ok(LeasedStep::WaitLease | LeasedStep::WaitReservation) => {
-                    self.drive_async().await?;
+                IdAnswer::WaitUntil { wall_ms } => {
+                    // In short slices: a clock that steps meanwhile is read again.
+                    let wait_ms = wall_ms.saturating_sub(now.wall_ms).clamp(1, 50);
+                    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
                 }
-                Ok(LeasedStep::WaitUntil { wall_ms, cause }) => {
-                    let wait_ms = wall_ms.saturating_sub(now.wall_ms);
-                    // The per-second limit is the client's to wait out; a start above what the
-                    // lease carried or a small step back is waited here, as for Snowflake IDs.
-                    let wait_here_ms = match cause {
-                        SemanticWait::SequenceUsedUp => SEMANTIC_WAIT_MS_MAX,
-                        SemanticWait::AboveReservation => SEMANTIC_START_WAIT_MS_MAX,
-                        SemanticWait::ClockBehind => SNOWFLAKE_WAIT_MS_MAX,
-                    };
-                    if wait_ms > wait_here_ms {
-                        let why = match cause {
-                            SemanticWait::SequenceUsedUp => format!(
-                                "this second's sequence is used up ({} a second)",
-                                self.semantic_per_second
-                            ),
-                            SemanticWait::AboveReservation => {
-                                "the worker has reserved this second already".to_owned()
-                            }
-                            SemanticWait::ClockBehind => "the clock stepped back".to_owned(),
-                        };
-                        return Err(ApiError::unavailable(
-                            format!("semantic: no {biz} ID for {wait_ms} ms: {why}"),
-                            wait_ms.div_ceil(1000),
-                        ));
-                    }
-                    tokio::time::sleep(Duration::from_millis(wait_ms.max(1))).await;
-                }
-                Err(LeasedError::Sequencer(e @ SequencerError::ClockBehind { behind_ms, .. })) => {
-                    return Err(ApiError::unavailable(
-                        format!("semantic: {e}"),
-                        behind_ms.div_ceil(1000),
-                    ));
-                }
-                Err(e) => return Err(ApiError::unavailable(format!("semantic: {e}"), 1)),
+                IdAnswer::Drive => self
+                    .drive_async()
+                    .await
+                    .map_err(|e| (e.error, e.retry_after_s.unwrap_or(1)))?,
+                IdAnswer::Unavailable {
+                    retry_after_ms,
+                    why,
+                } => return Err((why.to_string(), retry_after_ms.div_ceil(1000))),
             }
         }
-        Err(ApiError::unavailable("semantic: still waiting, retry", 1))
+        Err(("still waiting, retry".to_owned(), 1))
     }
 
     /// The worker's state.
     pub fn view(&self) -> SnowflakeView {
-        let h = lock(&self.holder);
+        let ids = lock(&self.ids);
+        let h = ids.holder();
         let Some(w) = h.worker() else {
             return SnowflakeView {
                 worker_id: 0,
@@ -655,7 +599,8 @@ impl Snowflake {
             return Ok(());
         }
         let (worker_id, instance) = {
-            let h = lock(&self.holder);
+            let ids = lock(&self.ids);
+            let h = ids.holder();
             let Some(w) = h.worker() else {
                 return Ok(()); // no lease to give back
             };

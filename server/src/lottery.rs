@@ -50,7 +50,7 @@
 //! ledger (fence rows and participations are kept for good, as Seata keeps its fence log until
 //! an operator's cleanup); the commit that writes it waits for it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -68,9 +68,10 @@ use sut::lottery::invariants;
 use sut::lottery::journal::{self, JournalOp, Journaled};
 use sut::lottery::{
     ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, ClientAnswer, CoordLog,
-    Coordinator, CoordinatorConfig, CoordinatorError, DrawArgs, DrawEvent, DrawOutcome, DrawStatus,
-    Flaws, Handled, Ledger, LogEntry, LotteryStore, Participant, ParticipantConfig, ParticipantMsg,
-    ParticipantReply, Phase, Refusal, Statuses, StoreError, UserId, Verdict, Xid,
+    CoordinatorConfig, CoordinatorError, CoordinatorIo, CoordinatorNode, DrawArgs, DrawEvent,
+    DrawOutcome, DrawStatus, Flaws, Handled, Host, Ledger, LogEntry, LotteryStore, Participant,
+    ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal, Registry, StoreError,
+    UserId, Verdict, Written, Xid,
 };
 
 use crate::activities::Activities;
@@ -815,7 +816,11 @@ fn refusal_field(r: &Refusal) -> Option<&'static str> {
     }
 }
 
-fn answer(event: &DrawEvent, handles: &HandleKey) -> Result<DrawAnswer, ApiError> {
+fn answer_body(
+    event: &DrawEvent,
+    answer: ClientAnswer<'_>,
+    handles: &HandleKey,
+) -> Result<DrawAnswer, ApiError> {
     let ok = |outcome| {
         Ok(DrawAnswer {
             draw: handles.seal(event.draw.xid).to_string(),
@@ -824,7 +829,7 @@ fn answer(event: &DrawEvent, handles: &HandleKey) -> Result<DrawAnswer, ApiError
             detail: event.outcome.clone(),
         })
     };
-    match ClientAnswer::of(&event.outcome) {
+    match answer {
         ClientAnswer::Confirmed { .. } => ok(DrawStatus::Confirmed.name()),
         ClientAnswer::Pending => ok(DrawStatus::Pending.name()),
         ClientAnswer::DeadLettered => ok(DrawStatus::DeadLettered.name()),
@@ -843,16 +848,110 @@ fn answer(event: &DrawEvent, handles: &HandleKey) -> Result<DrawAnswer, ApiError
     }
 }
 
+/// Runs `msg` on participant `to` of this process, over `store`.
+fn participate<S: LotteryStore>(
+    store: &mut S,
+    participants: &ParticipantConfig,
+    registry: &Registry,
+    to: Participant,
+    msg: &ParticipantMsg,
+) -> ParticipantReply {
+    match to.handle(store, participants, registry, msg) {
+        Handled::Reply(r) => r,
+        Handled::Resume(resume) => to.handle_resume(store, participants, &resume),
+    }
+}
+
+/// Keeps `reply` for the order-based checks of `GET /ledger` (the last [`HISTORY_MAX`]).
+fn remember(history: &mut VecDeque<ParticipantReply>, reply: &ParticipantReply) {
+    if history.len() >= HISTORY_MAX {
+        history.pop_front();
+    }
+    history.push_back(reply.clone());
+}
+
+/// How the writer's coordinator node moves its bytes and storage: log entries into the
+/// journaled store (durable at the batch's group commit, which comes before any answer leaves),
+/// messages to the participants of this process (answered at once) or into the outbox for
+/// those of other processes (sent after the commit), outcomes into the event history, the
+/// metrics and the waiting client's reply.
+struct WriterIo<'a, S> {
+    store: &'a mut S,
+    participants: &'a ParticipantConfig,
+    registry: &'a Registry,
+    faults: &'a mut ParticipantFaults,
+    outbox: Option<&'a mut Outbox>,
+    history: &'a mut VecDeque<ParticipantReply>,
+    events: &'a mut VecDeque<DrawEvent>,
+    events_dropped: &'a mut bool,
+    held: &'a mut Vec<Held>,
+    handles: &'a HandleKey,
+    metrics: &'a Metrics,
+}
+
+impl<S: DurableLottery> CoordinatorIo<Reply<DrawAnswer>> for WriterIo<'_, S> {
+    fn write_log(&mut self, entry: &LogEntry) -> Written {
+        // Acknowledged at once: no answer and no remote message leaves before the batch's
+        // commit makes it durable.
+        match self.store.log_append(entry) {
+            Ok(()) => Written::Durable,
+            Err(_) => Written::Refused,
+        }
+    }
+
+    fn send(
+        &mut self,
+        host: Host,
+        branch: Participant,
+        msg: ParticipantMsg,
+    ) -> Option<ParticipantReply> {
+        if self.faults.lose(branch, msg.phase) {
+            return None;
+        }
+        if let Some(outbox) = self.outbox.as_mut() {
+            outbox.push(host, branch, msg);
+            return None;
+        }
+        let reply = participate(self.store, self.participants, self.registry, branch, &msg);
+        remember(self.history, &reply);
+        Some(reply)
+    }
+
+    fn outcome(
+        &mut self,
+        event: &DrawEvent,
+        answer: ClientAnswer<'_>,
+        client: Option<Reply<DrawAnswer>>,
+    ) {
+        if self.events.len() >= HISTORY_MAX {
+            self.events.pop_front();
+            *self.events_dropped = true;
+        }
+        self.events.push_back(event.clone());
+        let counter = match answer {
+            ClientAnswer::Pending => Some(&self.metrics.lottery_draws_parked),
+            ClientAnswer::DeadLettered => Some(&self.metrics.lottery_draws_dead_lettered),
+            ClientAnswer::Confirmed { .. } | ClientAnswer::Cancelled(_) => None,
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(reply) = client {
+            self.held
+                .push(Held::Draw(reply, answer_body(event, answer, self.handles)));
+        }
+    }
+}
+
 /// The writer's state.
 struct Writer<S> {
     store: S,
-    coordinator: Coordinator,
+    /// The coordinator role, its clients waiting for their first answer, and what status polls
+    /// are answered from (final outcomes of the last [`OUTCOMES_KEPT_MAX`]).
+    node: CoordinatorNode<Reply<DrawAnswer>>,
     participants: ParticipantConfig,
     faults: ParticipantFaults,
     clock: RealClock,
-    waiting: BTreeMap<Xid, Reply<DrawAnswer>>,
-    /// What status polls are answered from (final outcomes of the last [`OUTCOMES_KEPT_MAX`]).
-    statuses: Statuses,
     /// How draws are named to clients.
     handles: HandleKey,
     history: VecDeque<ParticipantReply>,
@@ -955,11 +1054,9 @@ impl<S: DurableLottery> Writer<S> {
 
     /// Starts a draw; its reply waits for the outcome, or carries why it cannot start.
     fn start_draw(&mut self, args: DrawArgs, reply: Reply<DrawAnswer>, now: sut::clock::Now) {
-        match self.coordinator.start_draw(args, now) {
-            Ok(()) => {
-                self.waiting.insert(args.xid, reply);
-            }
-            Err(e) => {
+        match self.node.start_draw(args, Some(reply), now) {
+            Ok(()) => {}
+            Err((reply, e)) => {
                 let err = match e {
                     CoordinatorError::AmountTooLarge { .. } => {
                         ApiError::bad("price_minor", e.to_string())
@@ -969,14 +1066,17 @@ impl<S: DurableLottery> Writer<S> {
                     }
                     _ => ApiError::unavailable(e.to_string(), 1),
                 };
-                drop(reply.send(Err(err)));
+                if let Some(reply) = reply {
+                    drop(reply.send(Err(err)));
+                }
             }
         }
     }
 
     /// The dead-lettered draws, as the admin endpoint shows them.
     fn dead_letters(&self) -> Vec<DeadLetterBody> {
-        self.coordinator
+        self.node
+            .coordinator()
             .dead_letters()
             .map(|(d, verdict)| DeadLetterBody {
                 xid: d.xid.0,
@@ -997,7 +1097,7 @@ impl<S: DurableLottery> Writer<S> {
         xid: Xid,
         now: sut::clock::Now,
     ) -> Result<DrawStatusBody, ApiError> {
-        self.coordinator
+        self.node
             .handle_retry_dead_letter(xid, now)
             .map_err(|e| ApiError::field(StatusCode::CONFLICT, "xid", e.to_string()))?;
         self.metrics
@@ -1010,7 +1110,7 @@ impl<S: DurableLottery> Writer<S> {
 
     /// Where draw `xid` is: in flight (its stage), else its remembered final outcome.
     fn status(&self, xid: Xid) -> Option<DrawStatusBody> {
-        let polled = self.statuses.poll(&self.coordinator, xid)?;
+        let polled = self.node.status(xid)?;
         Some(DrawStatusBody {
             draw: self.handles.seal(xid).to_string(),
             user: polled.user.0,
@@ -1020,88 +1120,42 @@ impl<S: DurableLottery> Writer<S> {
         })
     }
 
-    /// Books an outcome event: the status the draw routes report, the metrics.
-    fn book(&mut self, event: &DrawEvent) {
-        let counter = match self.statuses.book(event) {
-            ClientAnswer::Pending => &self.metrics.lottery_draws_parked,
-            ClientAnswer::DeadLettered => &self.metrics.lottery_draws_dead_lettered,
-            ClientAnswer::Confirmed { .. } | ClientAnswer::Cancelled(_) => return,
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Runs everything the coordinator asks for until it asks for nothing.
+    /// Runs everything the coordinator asks for until it asks for nothing (its timeouts first,
+    /// when due).
     fn pump(&mut self) {
-        loop {
-            let now = self.clock.now();
-            if self
-                .coordinator
-                .poll_timeout()
-                .is_some_and(|due| due <= now.mono_ms)
-            {
-                self.coordinator.handle_timeout(now);
-            }
-            let mut progressed = false;
-            while let Some(entry) = self.coordinator.poll_log_write() {
-                progressed = true;
-                // A refused entry is never acknowledged: the coordinator's timeout decides.
-                if self.store.log_append(&entry).is_ok() {
-                    self.coordinator.handle_log_written(&entry, now);
-                }
-            }
-            while let Some((to, msg)) = self.coordinator.poll_send() {
-                progressed = true;
-                if self.faults.lose(to, msg.phase) {
-                    continue;
-                }
-                if let Some(outbox) = self.outbox.as_mut() {
-                    outbox.push(to, msg);
-                    continue;
-                }
-                let reply = self.participate(to, &msg);
-                self.on_reply(to, reply, now);
-            }
-            while let Some(event) = self.coordinator.poll_event() {
-                progressed = true;
-                if self.events.len() >= HISTORY_MAX {
-                    self.events.pop_front();
-                    self.events_dropped = true;
-                }
-                self.events.push_back(event.clone());
-                self.book(&event);
-                if let Some(reply) = self.waiting.remove(&event.draw.xid) {
-                    self.held
-                        .push(Held::Draw(reply, answer(&event, &self.handles)));
-                }
-            }
-            if !progressed {
-                let dead = self.coordinator.dead_letters().count() as u64;
-                self.metrics
-                    .lottery_dead_letters
-                    .store(dead, std::sync::atomic::Ordering::Relaxed);
-                return;
-            }
-        }
+        let now = self.clock.now();
+        self.node.handle_due(now);
+        let registry = self.activities.snapshot();
+        let mut io = WriterIo {
+            store: &mut self.store,
+            participants: &self.participants,
+            registry: &registry,
+            faults: &mut self.faults,
+            outbox: self.outbox.as_mut(),
+            history: &mut self.history,
+            events: &mut self.events,
+            events_dropped: &mut self.events_dropped,
+            held: &mut self.held,
+            handles: &self.handles,
+            metrics: &self.metrics,
+        };
+        self.node.drive(&mut io, now);
+        let dead = self.node.coordinator().dead_letters().count() as u64;
+        self.metrics
+            .lottery_dead_letters
+            .store(dead, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Runs one message on a participant of this process.
     fn participate(&mut self, to: Participant, msg: &ParticipantMsg) -> ParticipantReply {
         let registry = self.activities.snapshot();
-        match to.handle(&mut self.store, &self.participants, &registry, msg) {
-            Handled::Reply(r) => r,
-            Handled::Resume(resume) => {
-                to.handle_resume(&mut self.store, &self.participants, &resume)
-            }
-        }
+        participate(&mut self.store, &self.participants, &registry, to, msg)
     }
 
     /// Gives a participant's reply to the coordinator (and to the order-based checks).
     fn on_reply(&mut self, from: Participant, reply: ParticipantReply, now: sut::clock::Now) {
-        if self.history.len() >= HISTORY_MAX {
-            self.history.pop_front();
-        }
-        self.history.push_back(reply.clone());
-        self.coordinator.handle_reply(from, &reply, now);
+        remember(&mut self.history, &reply);
+        self.node.handle_reply(from, &reply, now);
     }
 
     /// Sends what waited for the commit that just succeeded.
@@ -1148,7 +1202,7 @@ impl<S: DurableLottery> Writer<S> {
     fn run(mut self, rx: &mpsc::Receiver<Command>) {
         loop {
             let wait_ms = self
-                .coordinator
+                .node
                 .poll_timeout()
                 .map(|due| due.saturating_sub(self.clock.now().mono_ms));
             let first = match wait_ms {
@@ -1251,8 +1305,13 @@ impl Lottery {
         options: LotteryOptions,
     ) -> Result<Self, String> {
         let log = store.log_load().map_err(|e| e.to_string())?;
-        let coordinator = Coordinator::recover(options.coordinator, &log, clock.now())
-            .map_err(|e| e.to_string())?;
+        let node = CoordinatorNode::recover(
+            options.coordinator,
+            &log,
+            clock.now(),
+            Some(OUTCOMES_KEPT_MAX),
+        )
+        .map_err(|e| e.to_string())?;
         let (tx, rx) = mpsc::sync_channel(QUEUE_MAX);
         let outbox = match options.remote {
             Some(remote) => Some(Outbox::new(remote, Arc::clone(&metrics))?),
@@ -1265,12 +1324,10 @@ impl Lottery {
         });
         let mut writer = Writer {
             store,
-            coordinator,
+            node,
             participants: options.participants,
             faults: options.faults,
             clock,
-            waiting: BTreeMap::new(),
-            statuses: Statuses::new(OUTCOMES_KEPT_MAX),
             history: VecDeque::new(),
             events: VecDeque::new(),
             held: Vec::new(),

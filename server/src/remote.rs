@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sut::lottery::{Participant, ParticipantMsg, ParticipantReply};
+use sut::lottery::{Host, Participant, ParticipantMsg, ParticipantReply};
 
 use crate::metrics::Metrics;
 
@@ -82,20 +82,19 @@ pub struct RemoteParticipants {
 pub const fn hosts(role: crate::Role, branch: Participant) -> bool {
     match role {
         crate::Role::All => true,
-        crate::Role::Wallet => matches!(branch, Participant::Wallet | Participant::Participation),
-        crate::Role::Inventory => matches!(branch, Participant::Inventory),
+        crate::Role::Wallet => Host::Wallet.hosts(branch),
+        crate::Role::Inventory => Host::Inventory.hosts(branch),
         crate::Role::Id | crate::Role::Token | crate::Role::Coordinator => false,
     }
 }
 
 impl RemoteParticipants {
-    /// The base URL of the process hosting `branch`.
+    /// The base URL of the process of `host` (where `sut::lottery` places each branch).
     #[must_use]
-    pub fn url(&self, branch: Participant) -> &str {
-        if hosts(crate::Role::Inventory, branch) {
-            &self.inventory_url
-        } else {
-            &self.wallet_url
+    pub fn url(&self, host: Host) -> &str {
+        match host {
+            Host::Wallet => &self.wallet_url,
+            Host::Inventory => &self.inventory_url,
         }
     }
 }
@@ -106,7 +105,7 @@ pub(crate) struct Outbox {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
     metrics: Arc<Metrics>,
-    waiting: Vec<(Participant, ParticipantMsg)>,
+    waiting: Vec<(Host, Participant, ParticipantMsg)>,
 }
 
 impl std::fmt::Debug for Outbox {
@@ -141,8 +140,9 @@ impl Outbox {
     }
 
     /// Queues a message until [`Outbox::flush`].
-    pub(crate) fn push(&mut self, to: Participant, msg: ParticipantMsg) {
-        self.waiting.push((to, msg));
+    pub(crate) fn push(&mut self, host: Host, to: Participant, msg: ParticipantMsg) {
+        debug_assert!(host.hosts(to), "{to} is not on {}", host.name());
+        self.waiting.push((host, to, msg));
     }
 
     /// Sends every queued message (call after the commit that made their causes durable): one
@@ -150,9 +150,9 @@ impl Outbox {
     pub(crate) fn flush(&mut self, sink: &ReplySink) {
         let mut by_url: std::collections::BTreeMap<&str, Vec<BranchRequest>> =
             std::collections::BTreeMap::new();
-        for (branch, msg) in self.waiting.drain(..) {
+        for (host, branch, msg) in self.waiting.drain(..) {
             by_url
-                .entry(self.config.url(branch))
+                .entry(self.config.url(host))
                 .or_default()
                 .push(BranchRequest { branch, msg });
         }

@@ -12,9 +12,10 @@ use sut::clock::Now;
 use sut::flaw::Flaw;
 use sut::id_store::InstanceId;
 use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
-use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
-use sut::snowflake::semantic::{LeasedError, LeasedSemantic, LeasedStep, SemanticConfig};
-use sut::snowflake::{NextId, RollbackPolicy, SequencerError, WorkerConfig};
+use sut::snowflake::holder::{HolderConfig, HolderEvent};
+use sut::snowflake::leased::{IdAnswer, LeasedIds, RequestWaits, WhyUnavailable};
+use sut::snowflake::semantic::SemanticConfig;
+use sut::snowflake::{RollbackPolicy, WorkerConfig};
 
 use crate::clock::sleep_ms;
 use crate::history::{Answer, EventKind, IdSpace, Op, Outcome};
@@ -39,15 +40,15 @@ struct Parked {
 struct State {
     instance: InstanceId,
     alloc: SegmentAllocator,
-    /// The Snowflake worker's lease (and, under the `machine_id_hash_ip` flaw, no lease).
-    holder: WorkerLeaseHolder,
+    /// The Snowflake worker's lease (and, under the `machine_id_hash_ip` flaw, no lease) and
+    /// the semantic generator on it (`sut`'s binding, as the server's; what each request is
+    /// answered is decided there).
+    ids: LeasedIds,
     parked_segment: VecDeque<Parked>,
     parked_snowflake: VecDeque<Parked>,
     parked_semantic: VecDeque<Parked>,
     /// The business prefix of the semantic IDs served.
     semantic_prefix: String,
-    /// The semantic generator, on the worker's lease (`sut`'s binding, as the server's).
-    semantic: LeasedSemantic,
     timeout_ms: u64,
     reported: AllocatorStats,
 }
@@ -103,8 +104,7 @@ impl State {
         if self_checks {
             let checks = [
                 ("segment allocator", self.alloc.check_invariants()),
-                ("worker-lease holder", self.holder.check_invariants()),
-                ("semantic generator", self.semantic.check_invariants()),
+                ("leased IDs", self.ids.check_invariants()),
             ];
             for (name, check) in checks {
                 if let Err(violation) = check {
@@ -117,39 +117,22 @@ impl State {
     /// Performs what the worker-lease holder asks for: its calls go to the database node.
     fn worker_upkeep(&mut self, ctx: &Ctx, now: Now, out: &mut Outbox) {
         if self
-            .holder
+            .ids
             .poll_timeout()
             .is_some_and(|due| due <= now.mono_ms)
         {
-            let event = self.holder.handle_timeout(now);
-            self.on_holder_event(ctx, event);
+            let event = self.ids.handle_timeout(now);
+            on_holder_event(ctx, &event);
         }
-        if let Some((req, call)) = self.holder.poll_request(now) {
+        if let Some((req, call)) = self.ids.poll_request(now) {
             out.push(("db".into(), Msg::Store { req, call }));
-        }
-    }
-
-    /// What the driver does besides the holder: counters, and the semantic generator that
-    /// lives on the worker's lease.
-    fn on_holder_event(&mut self, ctx: &Ctx, event: HolderEvent) {
-        match event {
-            HolderEvent::LeaseLost => {
-                self.semantic.handle_lease_lost();
-                ctx.world.count("snowflake.worker_leases_lost", 1);
-            }
-            HolderEvent::Unusable(err) => ctx.world.count(&format!("config.error.{err}"), 1),
-            HolderEvent::Ignored
-            | HolderEvent::Acquired { .. }
-            | HolderEvent::Renewed
-            | HolderEvent::Failed => {}
         }
     }
 
     fn serve_segment(
         &mut self,
         ctx: &Ctx,
-        client: String,
-        op_id: u64,
+        (client, op_id, since_ms): (String, u64, u64),
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
@@ -178,7 +161,7 @@ impl State {
                 return Some(Parked {
                     client,
                     op_id,
-                    since_ms: now.mono_ms,
+                    since_ms,
                 });
             }
             Take::Unavailable(why) => Outcome::Fail(why.to_string()),
@@ -190,64 +173,55 @@ impl State {
     fn serve_snowflake(
         &mut self,
         ctx: &Ctx,
-        client: String,
-        op_id: u64,
+        (client, op_id, since_ms): (String, u64, u64),
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
         let instance = self.instance.0;
-        let Some(worker) = self.holder.worker_mut() else {
-            return Some(Parked {
-                client,
-                op_id,
-                since_ms: now.mono_ms,
-            });
-        };
-        let before = worker.sequencer().stats();
-        let result = worker.next_id(now.wall_ms);
-        let after = worker.sequencer().stats();
-        ctx.world.count(
-            "clock.rollback_waits",
-            after.rollback_waits - before.rollback_waits,
-        );
-        ctx.world.count(
-            "clock.rollback_refusals",
-            after.rollback_refusals - before.rollback_refusals,
-        );
-        ctx.world.count(
-            "clock.logical_issues",
-            after.logical_issues - before.logical_issues,
-        );
-        let outcome = match result {
-            Ok(NextId::Id(id)) => {
-                let generator = format!("worker-{}@{instance}", worker.worker_id());
+        let stats = |ids: &LeasedIds| ids.holder().worker().map(|w| w.sequencer().stats());
+        let before = stats(&self.ids);
+        let answer = self
+            .ids
+            .next_snowflake(now, now.mono_ms.saturating_sub(since_ms));
+        if let (Some(before), Some(after)) = (before, stats(&self.ids)) {
+            ctx.world.count(
+                "clock.rollback_waits",
+                after.rollback_waits - before.rollback_waits,
+            );
+            ctx.world.count(
+                "clock.rollback_refusals",
+                after.rollback_refusals - before.rollback_refusals,
+            );
+            ctx.world.count(
+                "clock.logical_issues",
+                after.logical_issues - before.logical_issues,
+            );
+        }
+        let outcome = match answer {
+            IdAnswer::Id(id) => {
+                let worker_id = self.ids.holder().worker().map_or(0, |w| w.worker_id());
                 ctx.record(|_| EventKind::Issued {
                     space: IdSpace::Snowflake,
-                    generator,
+                    generator: format!("worker-{worker_id}@{instance}"),
                     id,
                 });
                 Outcome::Ok(Answer::Id(id))
             }
-            Ok(NextId::WaitUntil { .. } | NextId::WaitReservation) => {
+            IdAnswer::WaitUntil { .. } | IdAnswer::Drive => {
                 return Some(Parked {
                     client,
                     op_id,
-                    since_ms: now.mono_ms,
+                    since_ms,
                 });
             }
-            Err(err @ SequencerError::ClockBehind { .. }) => {
-                if after.issued == 0 {
+            IdAnswer::Unavailable { why, .. } => {
+                let fresh = stats(&self.ids).is_some_and(|s| s.issued == 0);
+                if fresh && why.clock_behind_ms().is_some() {
                     // A fresh incarnation whose clock is behind the persisted reservation.
                     ctx.world.count("clock.restart_behind_reservation", 1);
                 }
-                Outcome::Fail(err.to_string())
+                Outcome::Fail(why.to_string())
             }
-            Err(SequencerError::LeaseLost) => {
-                // The holder drops a worker whose lease is lost; the semantic generator too.
-                self.semantic.handle_lease_lost();
-                Outcome::Fail("worker lease lost".into())
-            }
-            Err(err) => Outcome::Fail(err.to_string()),
         };
         out.push((client, Msg::Response { op_id, outcome }));
         None
@@ -263,11 +237,8 @@ impl State {
                 if now.mono_ms.saturating_sub(parked.since_ms) > self.timeout_ms {
                     continue; // the client has given up
                 }
-                let since_ms = parked.since_ms;
-                if let Some(mut again) =
-                    self.serve(kind, ctx, parked.client, parked.op_id, now, out)
-                {
-                    again.since_ms = since_ms;
+                let asked = (parked.client, parked.op_id, parked.since_ms);
+                if let Some(again) = self.serve(kind, ctx, asked, now, out) {
                     self.parked(kind).push_front(again);
                     break;
                 }
@@ -283,64 +254,73 @@ impl State {
         }
     }
 
+    /// Serves (or parks again) the request of `(client, op_id)` that arrived at `since_ms`.
     fn serve(
         &mut self,
         kind: Kind,
         ctx: &Ctx,
-        client: String,
-        op_id: u64,
+        (client, op_id, since_ms): (String, u64, u64),
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
+        let asked = (client, op_id, since_ms);
         match kind {
-            Kind::Segment => self.serve_segment(ctx, client, op_id, now, out),
-            Kind::Snowflake => self.serve_snowflake(ctx, client, op_id, now, out),
-            Kind::Semantic => self.serve_semantic(ctx, client, op_id, now, out),
+            Kind::Segment => self.serve_segment(ctx, asked, now, out),
+            Kind::Snowflake => self.serve_snowflake(ctx, asked, now, out),
+            Kind::Semantic => self.serve_semantic(ctx, asked, now, out),
         }
     }
 
     fn serve_semantic(
         &mut self,
         ctx: &Ctx,
-        client: String,
-        op_id: u64,
+        (client, op_id, since_ms): (String, u64, u64),
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
         let instance = self.instance.0;
-        let park = Parked {
-            client: client.clone(),
-            op_id,
-            since_ms: now.mono_ms,
-        };
-        let prefix = self.semantic_prefix.clone();
-        let outcome = match self.semantic.next_id(&prefix, &mut self.holder, now) {
-            Ok(LeasedStep::Id {
-                text,
-                number,
-                machine,
-            }) => {
-                debug_assert!(text.len() == sut::snowflake::semantic::ID_LEN);
+        let waited_ms = now.mono_ms.saturating_sub(since_ms);
+        let outcome = match self
+            .ids
+            .next_semantic(&self.semantic_prefix, now, waited_ms)
+        {
+            IdAnswer::Id(id) => {
+                debug_assert!(id.text.len() == sut::snowflake::semantic::ID_LEN);
                 ctx.record(|_| EventKind::Issued {
                     space: IdSpace::Semantic,
-                    generator: format!("machine-{machine}@{instance}"),
-                    id: number,
+                    generator: format!("machine-{}@{instance}", id.machine),
+                    id: id.number,
                 });
-                Outcome::Ok(Answer::Id(number))
+                Outcome::Ok(Answer::Id(id.number))
             }
-            Ok(
-                LeasedStep::WaitUntil { .. } | LeasedStep::WaitReservation | LeasedStep::WaitLease,
-            ) => {
-                return Some(park);
+            IdAnswer::WaitUntil { .. } | IdAnswer::Drive => {
+                return Some(Parked {
+                    client,
+                    op_id,
+                    since_ms,
+                });
             }
-            Err(LeasedError::Config(err)) => {
-                ctx.world.count(&format!("config.error.{err}"), 1);
-                return Some(park);
+            IdAnswer::Unavailable { why, .. } => {
+                if let WhyUnavailable::Config(err) = &why {
+                    ctx.world.count(&format!("config.error.{err}"), 1);
+                }
+                Outcome::Fail(why.to_string())
             }
-            Err(LeasedError::Sequencer(err)) => Outcome::Fail(err.to_string()),
         };
         out.push((client, Msg::Response { op_id, outcome }));
         None
+    }
+}
+
+/// The holder's events, as counters (a lost lease drops the semantic generators inside `sut`).
+fn on_holder_event(ctx: &Ctx, event: &HolderEvent) {
+    match event {
+        HolderEvent::LeaseLost => ctx.world.count("snowflake.worker_leases_lost", 1),
+        HolderEvent::Unusable(err) => ctx.world.count(&format!("config.error.{err}"), 1),
+        HolderEvent::Ignored
+        | HolderEvent::Acquired { .. }
+        | HolderEvent::Renewed
+        | HolderEvent::Failed => {}
     }
 }
 
@@ -449,19 +429,22 @@ fn new_state(ctx: &Ctx) -> State {
     State {
         instance,
         alloc,
-        holder: WorkerLeaseHolder::new(holder),
+        ids: LeasedIds::new(
+            holder,
+            SemanticConfig {
+                prefix: "OD".into(),
+                rollback_ms_max: ids.rollback_ms_max,
+                rollback: RollbackPolicy::Refuse,
+                reserve_ahead_ms: ids.reserve_ahead_ms.max(2_000),
+                per_second: ids.semantic_per_second,
+                flaw,
+            },
+            RequestWaits::DEFAULT,
+        ),
         parked_segment: VecDeque::new(),
         parked_snowflake: VecDeque::new(),
         parked_semantic: VecDeque::new(),
         semantic_prefix: "OD".to_owned(),
-        semantic: LeasedSemantic::new(SemanticConfig {
-            prefix: "OD".into(),
-            rollback_ms_max: ids.rollback_ms_max,
-            rollback: RollbackPolicy::Refuse,
-            reserve_ahead_ms: ids.reserve_ahead_ms.max(2_000),
-            per_second: ids.semantic_per_second,
-            flaw,
-        }),
         timeout_ms,
         reported: AllocatorStats::default(),
     }
@@ -497,7 +480,7 @@ impl State {
                 op_id,
                 op: Op::SegmentId,
             } => {
-                if let Some(parked) = self.serve_segment(ctx, from, op_id, now, out)
+                if let Some(parked) = self.serve_segment(ctx, (from, op_id, now.mono_ms), now, out)
                     && self.parked_segment.len() < PARKED_MAX
                 {
                     self.parked_segment.push_back(parked);
@@ -507,7 +490,8 @@ impl State {
                 op_id,
                 op: Op::SnowflakeId,
             } => {
-                if let Some(parked) = self.serve_snowflake(ctx, from, op_id, now, out)
+                if let Some(parked) =
+                    self.serve_snowflake(ctx, (from, op_id, now.mono_ms), now, out)
                     && self.parked_snowflake.len() < PARKED_MAX
                 {
                     self.parked_snowflake.push_back(parked);
@@ -517,7 +501,7 @@ impl State {
                 op_id,
                 op: Op::SemanticId,
             } => {
-                if let Some(parked) = self.serve_semantic(ctx, from, op_id, now, out)
+                if let Some(parked) = self.serve_semantic(ctx, (from, op_id, now.mono_ms), now, out)
                     && self.parked_semantic.len() < PARKED_MAX
                 {
                     self.parked_semantic.push_back(parked);
@@ -525,8 +509,8 @@ impl State {
             }
             Msg::StoreReply { req, reply } => {
                 if req & (1 << 31) != 0 {
-                    let event = self.holder.handle_reply(req, reply, now);
-                    self.on_holder_event(ctx, event);
+                    let event = self.ids.handle_reply(req, reply, now);
+                    on_holder_event(ctx, &event);
                 } else {
                     self.alloc.handle_reply(req, reply, now);
                 }

@@ -3,15 +3,14 @@
 //! store behind a write-ahead log. Compensation (parked draws, retry rounds, dead letters) is the
 //! coordinator's own: this driver only wakes it at `poll_timeout`.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use madsim::task::spawn;
 use sut::lottery::journal::{self, JournalOp, Journaled};
 use sut::lottery::{
-    ActivityId, ClientAnswer, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawStatus,
-    Handled, LogEntry, Participant, ParticipantConfig, ParticipantReply, Registry, Statuses, Terms,
-    UserId, Xid,
+    ActivityId, ClientAnswer, CoordLog, CoordinatorConfig, CoordinatorIo, CoordinatorNode,
+    DrawArgs, DrawEvent, DrawStatus, Handled, Host, LogEntry, Participant, ParticipantConfig,
+    ParticipantMsg, ParticipantReply, Registry, Terms, UserId, Written, Xid,
 };
 
 use super::{GroupCommit, commit};
@@ -19,81 +18,80 @@ use crate::clock::sleep_ms;
 use crate::history::{Answer, EventKind, Op, Outcome};
 use crate::net::{Ctx, Inbox, Msg};
 
-/// The node hosting a participant.
-#[must_use]
-pub fn node_of(p: Participant) -> &'static str {
-    match p {
-        Participant::Wallet | Participant::Participation => "wallet",
-        Participant::Inventory => "inventory",
-    }
-}
-
-#[derive(Debug)]
-struct Coord {
-    coord: Coordinator,
-    waiting: BTreeMap<Xid, (String, u64)>,
-    /// What status polls are answered from (lost with the node, as the server's).
-    statuses: Statuses,
-}
+/// The coordinator role on this node; its clients are `(client node, operation id)`.
+type Coord = CoordinatorNode<(String, u64)>;
 
 /// Final outcomes a coordinator node remembers for status polls.
 const STATUSES_KEPT_MAX: usize = 10_000;
 
-impl Coord {
-    /// Drains the coordinator's outputs: log entries to write, messages to send.
-    fn drain(&mut self, ctx: &Ctx) -> (Vec<LogEntry>, Vec<(String, Msg)>) {
-        let mut entries = Vec::new();
-        while let Some(entry) = self.coord.poll_log_write() {
-            entries.push(entry);
-        }
-        let mut sends = Vec::new();
-        while let Some((p, msg)) = self.coord.poll_send() {
-            sends.push((node_of(p).to_owned(), Msg::Tcc(p, msg)));
-        }
-        while let Some(event) = self.coord.poll_event() {
-            let xid = event.draw.xid;
-            ctx.record(|_| EventKind::Draw(event.clone()));
-            // The answer a client of `sut-server` gets, encoded for the simulated client.
-            let draw_answer = |status: DrawStatus| {
-                Outcome::Ok(Answer::Draw {
-                    xid: xid.0,
-                    status: status.name().to_owned(),
-                })
-            };
-            let answer = match self.statuses.book(&event) {
-                ClientAnswer::Confirmed { .. } => Some(draw_answer(DrawStatus::Confirmed)),
-                ClientAnswer::Cancelled(reason) => {
-                    Some(Outcome::Fail(format!("cancelled: {reason}")))
-                }
-                // As the server's 202: the client follows the draw by polling its status.
-                ClientAnswer::Pending => {
-                    ctx.world.count("tcc.parked_draws", 1);
-                    Some(draw_answer(DrawStatus::Pending))
-                }
-                // Its client was told `pending` when it was parked.
-                ClientAnswer::DeadLettered => {
-                    ctx.world.count("tcc.dead_letters", 1);
-                    None
-                }
-            };
-            if let Some(outcome) = answer
-                && let Some((client, op_id)) = self.waiting.remove(&xid)
-            {
-                sends.push((client, Msg::Response { op_id, outcome }));
+/// How the `coord` node moves its coordinator's outputs: log entries are collected for the
+/// group commit that follows (acknowledged after it), messages and answers go on the simulated
+/// network, outcome events into the history.
+struct SimIo<'a> {
+    ctx: &'a Ctx,
+    entries: Vec<LogEntry>,
+}
+
+impl CoordinatorIo<(String, u64)> for SimIo<'_> {
+    fn write_log(&mut self, entry: &LogEntry) -> Written {
+        self.entries.push(*entry);
+        Written::Later
+    }
+
+    fn send(
+        &mut self,
+        host: Host,
+        branch: Participant,
+        msg: ParticipantMsg,
+    ) -> Option<ParticipantReply> {
+        self.ctx.send(host.name(), Msg::Tcc(branch, msg));
+        None
+    }
+
+    fn outcome(
+        &mut self,
+        event: &DrawEvent,
+        answer: ClientAnswer<'_>,
+        client: Option<(String, u64)>,
+    ) {
+        let xid = event.draw.xid;
+        self.ctx.record(|_| EventKind::Draw(event.clone()));
+        // The answer a client of `sut-server` gets, encoded for the simulated client.
+        let draw_answer = |status: DrawStatus| {
+            Outcome::Ok(Answer::Draw {
+                xid: xid.0,
+                status: status.name().to_owned(),
+            })
+        };
+        let outcome = match answer {
+            ClientAnswer::Confirmed { .. } => draw_answer(DrawStatus::Confirmed),
+            ClientAnswer::Cancelled(reason) => Outcome::Fail(format!("cancelled: {reason}")),
+            // As the server's 202: the client follows the draw by polling its status.
+            ClientAnswer::Pending => {
+                self.ctx.world.count("tcc.parked_draws", 1);
+                draw_answer(DrawStatus::Pending)
             }
+            ClientAnswer::DeadLettered => {
+                self.ctx.world.count("tcc.dead_letters", 1);
+                draw_answer(DrawStatus::DeadLettered)
+            }
+        };
+        if let Some((client, op_id)) = client {
+            self.ctx.send(&client, Msg::Response { op_id, outcome });
         }
-        (entries, sends)
     }
 }
 
-/// Drains and performs the coordinator's outputs until it has nothing more to say: writes log
-/// entries durably before acknowledging them.
+/// Carries out the coordinator's outputs until it has nothing more to say: writes log entries
+/// durably (a group commit on the node's disk) before acknowledging them.
 async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
     for _ in 0..64 {
-        let (entries, sends) = state.lock().expect("coordinator").drain(ctx);
-        for (to, msg) in sends {
-            ctx.send(&to, msg);
-        }
+        let mut io = SimIo {
+            ctx,
+            entries: Vec::new(),
+        };
+        state.lock().expect("coordinator").drive(&mut io, ctx.now());
+        let entries = io.entries;
         if entries.is_empty() {
             return;
         }
@@ -108,7 +106,7 @@ async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
         let now = ctx.now();
         let mut s = state.lock().expect("coordinator");
         for entry in &entries {
-            s.coord.handle_log_written(entry, now);
+            s.handle_log_written(entry, now);
         }
     }
 }
@@ -123,12 +121,7 @@ fn recover_coordinator(ctx: &Ctx) -> Coord {
     }
     let now = ctx.now();
     let config = ctx.world.with(|w| coordinator_config(&w.spec.buggify));
-    let coord = Coordinator::recover(config, &log, now).expect("a valid coordinator config");
-    Coord {
-        coord,
-        waiting: BTreeMap::new(),
-        statuses: Statuses::new(STATUSES_KEPT_MAX),
-    }
+    Coord::recover(config, &log, now, Some(STATUSES_KEPT_MAX)).expect("a valid coordinator config")
 }
 
 /// The coordinator's configuration in this run: backoff capped at 1 s (with 6 attempts a phase
@@ -154,27 +147,25 @@ async fn tick_forever(ctx: Ctx, state: Arc<Mutex<Coord>>) {
         let now = ctx.now();
         {
             let mut s = state.lock().expect("coordinator");
-            let round_ms_max = s.coord.config().round_ms_max();
+            let round_ms_max = s.coordinator().config().round_ms_max();
             let rounds_over = ctx.world.with(|w| {
                 w.healed_at_ms
                     .is_some_and(|at| w.sim_ms() > at.saturating_add(round_ms_max))
             });
             if !dead_letters_retried && rounds_over {
                 dead_letters_retried = true;
-                let letters: Vec<Xid> = s.coord.dead_letters().map(|(d, _)| d.xid).collect();
+                let letters: Vec<Xid> =
+                    s.coordinator().dead_letters().map(|(d, _)| d.xid).collect();
                 for xid in &letters {
-                    s.coord
-                        .handle_retry_dead_letter(*xid, now)
+                    s.handle_retry_dead_letter(*xid, now)
                         .expect("listed as a dead letter");
                 }
                 ctx.world
                     .count("tcc.dead_letters_retried", letters.len() as u64);
             }
-            if s.coord.poll_timeout().is_some_and(|due| due <= now.mono_ms) {
-                s.coord.handle_timeout(now);
-            }
+            s.handle_due(now);
             if self_checks {
-                assert_eq!(s.coord.check_invariants(), Ok(()), "coordinator");
+                assert_eq!(s.check_invariants(), Ok(()), "coordinator");
             }
         }
         drive(&ctx, &state).await;
@@ -190,16 +181,11 @@ fn start_draw(
     (from, op_id): (String, u64),
     now: sut::clock::Now,
 ) {
-    let xid = draw.xid;
-    let started = {
-        let mut s = state.lock().expect("coordinator");
-        let started = s.coord.start_draw(draw, now);
-        if started.is_ok() {
-            s.waiting.insert(xid, (from.clone(), op_id));
-        }
-        started
-    };
-    if let Err(err) = started {
+    let started = state
+        .lock()
+        .expect("coordinator")
+        .start_draw(draw, Some((from, op_id)), now);
+    if let Err((Some((from, op_id)), err)) = started {
         ctx.send(
             &from,
             Msg::Response {
@@ -282,7 +268,7 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
             } => {
                 let outcome = {
                     let s = state.lock().expect("coordinator");
-                    match s.statuses.poll(&s.coord, Xid(xid)) {
+                    match s.status(Xid(xid)) {
                         Some(polled) => Outcome::Ok(Answer::Draw {
                             xid,
                             status: polled.status.name().to_owned(),
@@ -297,7 +283,6 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
                 state
                     .lock()
                     .expect("coordinator")
-                    .coord
                     .handle_reply(reply.branch, &reply, now);
             }
             _ => continue,

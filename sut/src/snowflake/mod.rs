@@ -12,6 +12,7 @@
 //! [`Sequencer`], shared with [`semantic`].
 
 pub mod holder;
+pub mod leased;
 pub mod semantic;
 mod sequencer;
 

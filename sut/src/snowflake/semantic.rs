@@ -366,6 +366,12 @@ impl LeasedSemantic {
         })
     }
 
+    /// The configuration.
+    #[must_use]
+    pub const fn config(&self) -> &SemanticConfig {
+        &self.cfg
+    }
+
     /// The worker lease was lost: every generator goes with it.
     pub fn handle_lease_lost(&mut self) {
         self.generators.clear();

@@ -15,9 +15,10 @@ use std::fmt;
 
 use crate::clock::Now;
 use crate::lottery::{
-    ActivityId, CoordLog, Coordinator, CoordinatorConfig, DrawArgs, DrawEvent, DrawOutcome,
-    Handled, Ledger, LogEntry, LotteryStore, Participant, ParticipantConfig, ParticipantMsg,
-    ParticipantReply, Phase, Registry, Resume, Terms, UserId, Xid, invariants,
+    ActivityId, ClientAnswer, CoordLog, CoordinatorConfig, CoordinatorIo, CoordinatorNode,
+    DrawArgs, DrawEvent, DrawOutcome, Handled, Host, Ledger, LogEntry, LotteryStore, Participant,
+    ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Registry, Resume, Terms, UserId,
+    Written, Xid, invariants,
 };
 
 /// The ticket price of each activity the drivers use, by activity id (activity 1 costs 10, as
@@ -115,7 +116,7 @@ pub struct World<S> {
     config: CoordinatorConfig,
     pconfig: ParticipantConfig,
     registry: Registry,
-    coord: Coordinator,
+    coord: CoordinatorNode<()>,
     log: CoordLog,
     pending_log: Vec<LogEntry>,
     stores: BTreeMap<Participant, S>,
@@ -128,6 +129,35 @@ pub struct World<S> {
     next_xid: u64,
     restarts: u32,
     faults: Faults,
+}
+
+/// How the world moves its coordinator's outputs: log entries wait to be written (a step writes
+/// one, or a restart loses them), messages go on the lossy network, outcomes into the record.
+struct TestIo<'a> {
+    pending_log: &'a mut Vec<LogEntry>,
+    net: &'a mut Vec<Packet>,
+    events: &'a mut Vec<DrawEvent>,
+}
+
+impl CoordinatorIo<()> for TestIo<'_> {
+    fn write_log(&mut self, entry: &LogEntry) -> Written {
+        self.pending_log.push(*entry);
+        Written::Later
+    }
+
+    fn send(
+        &mut self,
+        _host: Host,
+        branch: Participant,
+        msg: ParticipantMsg,
+    ) -> Option<ParticipantReply> {
+        self.net.push(Packet::ToParticipant(branch, msg));
+        None
+    }
+
+    fn outcome(&mut self, event: &DrawEvent, _answer: ClientAnswer<'_>, _client: Option<()>) {
+        self.events.push(event.clone());
+    }
 }
 
 /// Fault weights (out of roughly 1000 per step) for one world.
@@ -197,7 +227,7 @@ impl<S: LotteryStore> World<S> {
             config,
             pconfig,
             registry: registry(),
-            coord: Coordinator::new(config).unwrap(),
+            coord: CoordinatorNode::new(config, None).unwrap(),
             log: CoordLog::default(),
             pending_log: Vec::new(),
             stores,
@@ -237,15 +267,13 @@ impl<S: LotteryStore> World<S> {
     }
 
     fn drain(&mut self) {
-        while let Some(e) = self.coord.poll_log_write() {
-            self.pending_log.push(e);
-        }
-        while let Some((p, m)) = self.coord.poll_send() {
-            self.net.push(Packet::ToParticipant(p, m));
-        }
-        while let Some(e) = self.coord.poll_event() {
-            self.events.push(e);
-        }
+        let now = self.now();
+        let mut io = TestIo {
+            pending_log: &mut self.pending_log,
+            net: &mut self.net,
+            events: &mut self.events,
+        };
+        self.coord.drive(&mut io, now);
         if let Err(violation) = self.coord.check_invariants() {
             panic!("coordinator invariant: {violation}");
         }
@@ -272,7 +300,7 @@ impl<S: LotteryStore> World<S> {
             won: self.rng.below(2) == 0,
         };
         let now = self.now();
-        if self.coord.start_draw(draw, now).is_ok() {
+        if self.coord.start_draw(draw, None, now).is_ok() {
             self.next_xid += 1;
         }
     }
@@ -322,7 +350,7 @@ impl<S: LotteryStore> World<S> {
         self.pending_log.clear();
         self.boot_ms = self.wall_ms;
         self.restarts += 1;
-        self.coord = Coordinator::recover(self.config, &self.log, self.now()).unwrap();
+        self.coord = CoordinatorNode::recover(self.config, &self.log, self.now(), None).unwrap();
     }
 
     /// A packet index: mostly among the oldest few (a network that reorders a little), now and
@@ -374,7 +402,12 @@ impl<S: LotteryStore> World<S> {
             6 => self.restart(),
             7 => {
                 // An operator retries a dead letter.
-                let dead: Vec<Xid> = self.coord.dead_letters().map(|(d, _)| d.xid).collect();
+                let dead: Vec<Xid> = self
+                    .coord
+                    .coordinator()
+                    .dead_letters()
+                    .map(|(d, _)| d.xid)
+                    .collect();
                 if !dead.is_empty() {
                     let x = dead[self.rng.index(dead.len())];
                     let now = self.now();
@@ -405,14 +438,19 @@ impl<S: LotteryStore> World<S> {
                 self.drain();
             }
             // After the heal an operator retries every dead letter.
-            let dead: Vec<Xid> = self.coord.dead_letters().map(|(d, _)| d.xid).collect();
+            let dead: Vec<Xid> = self
+                .coord
+                .coordinator()
+                .dead_letters()
+                .map(|(d, _)| d.xid)
+                .collect();
             for x in dead {
                 let now = self.now();
                 self.coord.handle_retry_dead_letter(x, now).unwrap();
             }
             self.drain();
             if self.net.is_empty() && self.pending_log.is_empty() {
-                if self.coord.inflight() == 0 {
+                if self.coord.coordinator().inflight() == 0 {
                     return Ok(());
                 }
                 match self.coord.poll_timeout() {
@@ -424,7 +462,7 @@ impl<S: LotteryStore> World<S> {
                     None => {
                         return Err(format!(
                             "stuck: {} draws in flight, no timer",
-                            self.coord.inflight()
+                            self.coord.coordinator().inflight()
                         ));
                     }
                 }

@@ -85,7 +85,8 @@ pub(crate) fn print_model_list() {
         let flaws = if info.flaws.is_empty() {
             String::new()
         } else {
-            format!("  [flaws: {}]", info.flaws.join(", "))
+            let names: Vec<&str> = info.flaws.iter().map(|f| f.name()).collect();
+            format!("  [flaws: {}]", names.join(", "))
         };
         println!("{:<20} {}{flaws}", info.name, info.description);
     }
