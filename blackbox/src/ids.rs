@@ -26,7 +26,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use chaos::{CommandService, CommandSpec, FakeClock, LinkFault, ProcessError, Proxy};
-use reports::model::{InvariantResult, Verdict};
+use reports::model::{InvariantResult, Judgement};
 
 use crate::history::{History, OpType, Recorder};
 use crate::real::{Outcome, REQUEST_TIMEOUT, postgres_ask, redis_incr};
@@ -454,7 +454,9 @@ impl BlackBoxRun {
     /// Whether every check held.
     #[must_use]
     pub fn passed(&self) -> bool {
-        self.checks().iter().all(|c| c.verdict != Verdict::Violated)
+        self.checks()
+            .iter()
+            .all(|c| c.verdict != Judgement::Violated)
     }
 }
 
@@ -1280,7 +1282,7 @@ fn faults_took_effect(
         faults.seen, faults.injected
     );
     if faults.seen < faults.injected {
-        result.verdict = Verdict::Violated;
+        result.verdict = Judgement::Violated;
     }
     result.detail = Some(match result.detail {
         Some(d) => format!("{d}; {seen}"),
@@ -1327,7 +1329,7 @@ pub fn ids_monotonic(completed: &[Completed], mode: Monotonic) -> Option<Invaria
         },
         Some(first) => InvariantResult {
             name: name.to_owned(),
-            verdict: Verdict::Violated,
+            verdict: Judgement::Violated,
             seed: None,
             first_offending_event: Some(first),
             detail: Some(format!(

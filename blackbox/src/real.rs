@@ -475,7 +475,7 @@ pub fn faults_took_effect(faults: u32, held_up: Duration, history: &History) -> 
     }
     InvariantResult {
         name: name.to_owned(),
-        verdict: reports::model::Verdict::Violated,
+        verdict: reports::model::Judgement::Violated,
         seed: None,
         first_offending_event: None,
         detail: Some(format!(
@@ -642,18 +642,18 @@ mod tests {
         let quiet = quiet.finish();
         let verdict =
             |faults, h: &History| faults_took_effect(faults, Duration::from_millis(100), h).verdict;
-        assert_eq!(verdict(0, &quiet), reports::model::Verdict::Violated);
-        assert_eq!(verdict(3, &quiet), reports::model::Verdict::Violated);
+        assert_eq!(verdict(0, &quiet), reports::model::Judgement::Violated);
+        assert_eq!(verdict(3, &quiet), reports::model::Judgement::Violated);
         let hit = Recorder::new();
         hit.record(0, OpType::Invoke, "generate", None, None);
         hit.record(0, OpType::Info, "generate", None, Some("reset".into()));
         let hit = hit.finish();
         assert_eq!(
             verdict(0, &hit),
-            reports::model::Verdict::Violated,
+            reports::model::Judgement::Violated,
             "no fault"
         );
-        assert_eq!(verdict(1, &hit), reports::model::Verdict::Held);
+        assert_eq!(verdict(1, &hit), reports::model::Judgement::Held);
         // A request held up by a pause counts; a quick one does not.
         let slow = History {
             ops: vec![op(0, OpType::Invoke, 0), op(1, OpType::Ok, 150_000_000)],
@@ -661,8 +661,8 @@ mod tests {
         let quick = History {
             ops: vec![op(0, OpType::Invoke, 0), op(1, OpType::Ok, 50_000_000)],
         };
-        assert_eq!(verdict(1, &slow), reports::model::Verdict::Held);
-        assert_eq!(verdict(1, &quick), reports::model::Verdict::Violated);
+        assert_eq!(verdict(1, &slow), reports::model::Judgement::Held);
+        assert_eq!(verdict(1, &quick), reports::model::Judgement::Violated);
     }
 
     fn op(index: u64, op_type: OpType, time_ns: u64) -> crate::history::Op {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Uri};
-use reports::model::{InvariantResult, Verdict};
+use reports::model::{InvariantResult, Judgement};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -231,9 +231,9 @@ impl SlowRun {
         let rate = InvariantResult {
             name: SLOW_CLIENTS.into(),
             verdict: if ratio >= self.rate_ratio_min {
-                Verdict::Held
+                Judgement::Held
             } else {
-                Verdict::Violated
+                Judgement::Violated
             },
             seed: None,
             first_offending_event: (ratio < self.rate_ratio_min).then(|| {
@@ -261,9 +261,9 @@ impl SlowRun {
         let closed = InvariantResult {
             name: STALLED_CLOSED.into(),
             verdict: if still_open == 0 {
-                Verdict::Held
+                Judgement::Held
             } else {
-                Verdict::Violated
+                Judgement::Violated
             },
             seed: None,
             first_offending_event: (still_open > 0).then(|| {
@@ -495,13 +495,13 @@ mod tests {
     #[test]
     fn the_checks_fire_on_a_service_that_falls_or_keeps_stalled_connections() {
         let good = run_of(1000.0, 950.0, vec![Some(10_000), Some(10_200)]);
-        assert!(good.checks().iter().all(|c| c.verdict == Verdict::Held));
+        assert!(good.checks().iter().all(|c| c.verdict == Judgement::Held));
         assert_eq!(good.longest_open_ms(), Some(10_200));
         // The finding of docs/hostile.md: 1,406 answers/s before, none during, none closed.
         let bad = run_of(1406.0, 0.0, vec![None, Some(5)]);
         let checks = bad.checks();
         assert_eq!(checks[0].name, SLOW_CLIENTS);
-        assert_eq!(checks[0].verdict, Verdict::Violated);
+        assert_eq!(checks[0].verdict, Judgement::Violated);
         assert!(
             checks[0]
                 .first_offending_event
@@ -511,7 +511,7 @@ mod tests {
             "{checks:?}"
         );
         assert_eq!(checks[1].name, STALLED_CLOSED);
-        assert_eq!(checks[1].verdict, Verdict::Violated);
+        assert_eq!(checks[1].verdict, Judgement::Violated);
         assert_eq!(bad.longest_open_ms(), None);
     }
 

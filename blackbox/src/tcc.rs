@@ -20,7 +20,7 @@ use std::time::Duration;
 use chaos::{CommandService, CommandSpec};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use reports::model::{InvariantResult, Verdict};
+use reports::model::{InvariantResult, Judgement};
 use serde::Deserialize;
 use sut::UserId;
 use sut::lottery::referee::{self, Answer, BranchState, Referee, Said, Transition};
@@ -341,7 +341,7 @@ impl ParticipantRun {
             .map(|name| match &self.finding {
                 Some(f) if f.check == name => InvariantResult {
                     name: name.into(),
-                    verdict: Verdict::Violated,
+                    verdict: Judgement::Violated,
                     seed: None,
                     first_offending_event: Some(f.what.clone()),
                     detail: Some(format!(
@@ -359,7 +359,9 @@ impl ParticipantRun {
     /// True when no promise was broken.
     #[must_use]
     pub fn passed(&self) -> bool {
-        self.checks().iter().all(|c| c.verdict != Verdict::Violated)
+        self.checks()
+            .iter()
+            .all(|c| c.verdict != Judgement::Violated)
     }
 
     /// The answers the promises allow that no sequence met.

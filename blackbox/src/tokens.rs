@@ -39,7 +39,7 @@ use std::time::Instant;
 use chaos::{CommandService, CommandSpec};
 
 pub use crate::tcc::ContractError;
-use reports::model::{InvariantResult, Verdict};
+use reports::model::{InvariantResult, Judgement};
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -354,7 +354,9 @@ impl TokensRun {
     /// True when every check held.
     #[must_use]
     pub fn passed(&self) -> bool {
-        self.checks().iter().all(|c| c.verdict != Verdict::Violated)
+        self.checks()
+            .iter()
+            .all(|c| c.verdict != Judgement::Violated)
     }
 }
 
@@ -410,7 +412,7 @@ fn verdict(name: &str, violation: Option<String>) -> InvariantResult {
         None => InvariantResult::held(name),
         Some(v) => InvariantResult {
             name: name.into(),
-            verdict: Verdict::Violated,
+            verdict: Judgement::Violated,
             seed: None,
             first_offending_event: Some(v),
             detail: None,
@@ -829,7 +831,7 @@ mod tests {
     fn violated(run: &TokensRun) -> Vec<String> {
         run.checks()
             .into_iter()
-            .filter(|c| c.verdict == Verdict::Violated)
+            .filter(|c| c.verdict == Judgement::Violated)
             .map(|c| c.name)
             .collect()
     }

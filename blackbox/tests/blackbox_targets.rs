@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use blackbox::ids::{BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, Monotonic, Target, run};
-use reports::model::Verdict;
+use reports::model::Judgement;
 
 fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
     BlackBoxOptions {
@@ -30,7 +30,7 @@ fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
 
 fn assert_passed(run: &blackbox::ids::BlackBoxRun) {
     for check in run.checks() {
-        assert_eq!(check.verdict, Verdict::Held, "{check:?}");
+        assert_eq!(check.verdict, Judgement::Held, "{check:?}");
     }
     assert!(run.ids > 100, "{} IDs", run.ids);
     assert!(run.faults >= 2, "{} faults", run.faults);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use blackbox::history::History;
 use blackbox::real::{Fault, IdRunOptions, IdSystem, ids_under_kills};
 use chaos::RedisPersistence;
-use reports::model::Verdict;
+use reports::model::Judgement;
 
 fn options(persistence: RedisPersistence) -> IdRunOptions {
     IdRunOptions {
@@ -28,11 +28,11 @@ fn redis_with_rdb_snapshots_only_hands_out_duplicate_ids_after_a_kill() {
     assert!(run.faults >= 1, "{} faults", run.faults);
     assert_eq!(
         run.took_effect.verdict,
-        Verdict::Held,
+        Judgement::Held,
         "{:?}",
         run.took_effect
     );
-    assert_eq!(run.unique.verdict, Verdict::Violated, "{:?}", run.unique);
+    assert_eq!(run.unique.verdict, Judgement::Violated, "{:?}", run.unique);
     let c = run.history.completions();
     assert!(c.ok > 100, "{c:?}");
     // Unknown outcomes are recorded as such, never as failures.
@@ -48,11 +48,11 @@ fn redis_with_appendfsync_always_hands_out_no_id_twice_under_kills() {
     assert!(run.faults >= 1, "{} faults", run.faults);
     assert_eq!(
         run.took_effect.verdict,
-        Verdict::Held,
+        Judgement::Held,
         "{:?}",
         run.took_effect
     );
-    assert_eq!(run.unique.verdict, Verdict::Held, "{:?}", run.unique);
+    assert_eq!(run.unique.verdict, Judgement::Held, "{:?}", run.unique);
     assert!(run.history.completions().ok > 100);
 }
 
@@ -77,10 +77,10 @@ fn a_postgres_sequence_value_stored_in_its_transaction_is_never_handed_out_twice
     assert!(run.faults >= 1, "{} faults", run.faults);
     assert_eq!(
         run.took_effect.verdict,
-        Verdict::Held,
+        Judgement::Held,
         "{:?}",
         run.took_effect
     );
-    assert_eq!(run.unique.verdict, Verdict::Held, "{:?}", run.unique);
+    assert_eq!(run.unique.verdict, Judgement::Held, "{:?}", run.unique);
     assert!(run.history.completions().ok > 100);
 }

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use blackbox::slow::{Probe, SLOW_CLIENTS, STALLED_CLOSED, SlowOptions, run};
-use reports::model::Verdict;
+use reports::model::Judgement;
 
 /// A server (the library, on its own runtime thread) with a tag `orders`, few admission slots
 /// (so that a couple of hundred stalled bodies would take them all) and a 2 s head and body
@@ -53,7 +53,7 @@ fn options(url: &str) -> SlowOptions {
     }
 }
 
-fn verdict(checks: &[reports::model::InvariantResult], name: &str) -> Verdict {
+fn verdict(checks: &[reports::model::InvariantResult], name: &str) -> Judgement {
     checks
         .iter()
         .find(|c| c.name == name)
@@ -66,8 +66,12 @@ fn the_server_keeps_answering_and_closes_every_stalled_connection() {
     let (url, _dir) = server(false);
     let slow = run(&options(&url)).unwrap();
     let checks = slow.checks();
-    assert_eq!(verdict(&checks, SLOW_CLIENTS), Verdict::Held, "{slow:?}");
-    assert_eq!(verdict(&checks, STALLED_CLOSED), Verdict::Held, "{slow:?}");
+    assert_eq!(verdict(&checks, SLOW_CLIENTS), Judgement::Held, "{slow:?}");
+    assert_eq!(
+        verdict(&checks, STALLED_CLOSED),
+        Judgement::Held,
+        "{slow:?}"
+    );
     assert_eq!(
         slow.opened, 200,
         "every stalled connection was open: {slow:?}"
@@ -83,12 +87,12 @@ fn a_server_without_read_timeouts_is_caught() {
     // 175 bodies that never arrive hold all 64 slots: nothing else is served.
     assert_eq!(
         verdict(&checks, SLOW_CLIENTS),
-        Verdict::Violated,
+        Judgement::Violated,
         "{slow:?}"
     );
     assert_eq!(
         verdict(&checks, STALLED_CLOSED),
-        Verdict::Violated,
+        Judgement::Violated,
         "{slow:?}"
     );
     assert!(slow.ratio() < 0.1, "{slow:?}");

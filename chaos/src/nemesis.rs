@@ -32,7 +32,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::{Deployment, Direction, LinkFault, ProcessError, RoleProcess};
-use reports::model::{FaultWindow, InvariantResult, Verdict};
+use reports::model::{FaultWindow, InvariantResult, Judgement};
 
 /// How long a probe waits for an answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(400);
@@ -802,9 +802,9 @@ pub fn took_effect(asked: &[ChaosFault], applied: &[Applied]) -> InvariantResult
     InvariantResult {
         name: "chaos.took_effect".into(),
         verdict: if missing.is_empty() {
-            Verdict::Held
+            Judgement::Held
         } else {
-            Verdict::Violated
+            Judgement::Violated
         },
         seed: None,
         first_offending_event: (!missing.is_empty())
@@ -836,18 +836,18 @@ mod tests {
             applied(ChaosFault::Clock, false),
             applied(ChaosFault::Clock, true),
         ];
-        assert_eq!(took_effect(&asked, &both).verdict, Verdict::Held);
+        assert_eq!(took_effect(&asked, &both).verdict, Judgement::Held);
         let clock_never = [
             applied(ChaosFault::Kill, true),
             applied(ChaosFault::Clock, false),
         ];
         let r = took_effect(&asked, &clock_never);
-        assert_eq!(r.verdict, Verdict::Violated);
+        assert_eq!(r.verdict, Judgement::Violated);
         assert!(r.first_offending_event.unwrap().contains("clock"));
         let never_applied = [applied(ChaosFault::Kill, true)];
         assert_eq!(
             took_effect(&asked, &never_applied).verdict,
-            Verdict::Violated
+            Judgement::Violated
         );
     }
 

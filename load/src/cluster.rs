@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use chaos::{Deployment, DeploymentSpec, RoleProcess};
-use reports::model::{FaultWindow, InvariantResult, LoadReport, Verdict};
+use reports::model::{FaultWindow, InvariantResult, Judgement, LoadReport};
 use sut::lottery::{DrawEvent, Ledger, Registry, invariants};
 
 use crate::{Bases, LoadError, LoadOptions, USERS_MAX};
@@ -276,9 +276,9 @@ fn deployment_checks(merged: &Merged) -> Vec<InvariantResult> {
         InvariantResult {
             name: format!("deployment: {name}"),
             verdict: if r.is_ok() {
-                Verdict::Held
+                Judgement::Held
             } else {
-                Verdict::Violated
+                Judgement::Violated
             },
             seed: None,
             first_offending_event: r.err().map(|v| v.to_string()),
@@ -336,9 +336,9 @@ fn paid(ledger: &Ledger, registry: &Result<Registry, String>, sums: String) -> I
     InvariantResult {
         name: format!("deployment: {}", invariants::PAID),
         verdict: if violation.is_none() {
-            Verdict::Held
+            Judgement::Held
         } else {
-            Verdict::Violated
+            Judgement::Violated
         },
         seed: None,
         first_offending_event: violation,
@@ -514,7 +514,7 @@ mod tests {
         }
     }
 
-    fn paid_verdict(m: &Merged) -> Verdict {
+    fn paid_verdict(m: &Merged) -> Judgement {
         deployment_checks(m)
             .into_iter()
             .find(|c| c.name == "deployment: lottery.paid")
@@ -526,9 +526,12 @@ mod tests {
     fn the_deployment_judges_every_draw_against_the_operators_price() {
         let at_ten =
             Registry::from_entries([(ActivityId(1), Terms::always_open(10, 100))]).unwrap();
-        assert_eq!(paid_verdict(&merged(10, Ok(at_ten.clone()))), Verdict::Held);
-        assert_eq!(paid_verdict(&merged(0, Ok(at_ten))), Verdict::Violated);
+        assert_eq!(
+            paid_verdict(&merged(10, Ok(at_ten.clone()))),
+            Judgement::Held
+        );
+        assert_eq!(paid_verdict(&merged(0, Ok(at_ten))), Judgement::Violated);
         let disagree = Err("activity 1 is registered with other terms".to_owned());
-        assert_eq!(paid_verdict(&merged(10, disagree)), Verdict::Violated);
+        assert_eq!(paid_verdict(&merged(10, disagree)), Judgement::Violated);
     }
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use goose::config::GooseConfiguration;
 use goose::prelude::*;
-use reports::model::{InvariantResult, LoadReport, Verdict};
+use reports::model::{InvariantResult, Judgement, LoadReport};
 use serde_json::{Value, json};
 
 pub use crate::cluster::{ClusterOptions, cluster_run};
@@ -623,7 +623,7 @@ async fn verification(prep: &Prepared, shared: &Shared) -> Result<Vec<InvariantR
             } else {
                 vec![InvariantResult {
                     name: "ledger.answer".to_owned(),
-                    verdict: Verdict::Violated,
+                    verdict: Judgement::Violated,
                     seed: None,
                     first_offending_event: Some(format!("GET /ledger answered {status}")),
                     detail: Some(v.to_string()),

@@ -7,13 +7,13 @@
 
 use sut::check::AtMostOnce;
 
-use reports::model::{InvariantResult, Verdict};
+use reports::model::{InvariantResult, Judgement};
 use serde_json::Value;
 
 fn violated(name: &str, first: String, detail: String) -> InvariantResult {
     InvariantResult {
         name: name.to_owned(),
-        verdict: Verdict::Violated,
+        verdict: Judgement::Violated,
         seed: None,
         first_offending_event: Some(first),
         detail: Some(detail),
@@ -268,10 +268,10 @@ mod tests {
     fn kills_done_fires_when_a_kill_is_missing() {
         assert_eq!(
             kills_done("cluster.kills_done", 2, 2).verdict,
-            Verdict::Held
+            Judgement::Held
         );
         let missing = kills_done("cluster.kills_done", 1, 2);
-        assert_eq!(missing.verdict, Verdict::Violated);
+        assert_eq!(missing.verdict, Judgement::Violated);
         assert_eq!(
             missing.first_offending_event.as_deref(),
             Some("1 of 2 kills done")
@@ -281,28 +281,34 @@ mod tests {
     #[test]
     fn durability_and_gap_checks_fire() {
         let l = json!({"collected_minor": 10});
-        assert_eq!(acknowledged_draws_durable(10, 1, &l).verdict, Verdict::Held);
+        assert_eq!(
+            acknowledged_draws_durable(10, 1, &l).verdict,
+            Judgement::Held
+        );
         assert_eq!(
             acknowledged_draws_durable(11, 1, &l).verdict,
-            Verdict::Violated
+            Judgement::Violated
         );
         assert_eq!(id_gaps(&[1, 2, 3, 7, 8, 8, 20]), 3 + 11);
-        assert_eq!(lost_ids_bounded(&[1, 2, 3, 7], 1, 3).verdict, Verdict::Held);
+        assert_eq!(
+            lost_ids_bounded(&[1, 2, 3, 7], 1, 3).verdict,
+            Judgement::Held
+        );
         assert_eq!(
             lost_ids_bounded(&[1, 2, 3, 8], 1, 3).verdict,
-            Verdict::Violated
+            Judgement::Violated
         );
         assert_eq!(
             lost_ids_bounded(&[1, 100, 200], 2, 100).verdict,
-            Verdict::Held
+            Judgement::Held
         );
     }
 
     #[test]
     fn ids_unique_fires_on_a_duplicate() {
-        assert_eq!(ids_unique("t", &[1, 2, 3, 10]).verdict, Verdict::Held);
+        assert_eq!(ids_unique("t", &[1, 2, 3, 10]).verdict, Judgement::Held);
         let r = ids_unique("t", &[5, 6, 7, 6, 8, 5]);
-        assert_eq!(r.verdict, Verdict::Violated);
+        assert_eq!(r.verdict, Judgement::Violated);
         assert_eq!(r.name, "ids.unique[t]");
         assert!(r.first_offending_event.unwrap().contains("ID 6"));
         assert!(r.detail.unwrap().contains("2 repeats"));
@@ -314,11 +320,11 @@ mod tests {
         for (nth, token) in ["a", "b"].into_iter().enumerate() {
             let _ = accepted.observe(token.to_owned(), nth as u64);
         }
-        assert_eq!(once_accepted_once(&accepted).verdict, Verdict::Held);
+        assert_eq!(once_accepted_once(&accepted).verdict, Judgement::Held);
         let _ = accepted.observe("c".to_owned(), 2);
         let _ = accepted.observe("c".to_owned(), 3);
         let r = once_accepted_once(&accepted);
-        assert_eq!(r.verdict, Verdict::Violated);
+        assert_eq!(r.verdict, Judgement::Violated);
         assert!(r.first_offending_event.unwrap().contains("token c"));
         assert!(r.detail.unwrap().starts_with("1 acceptance"));
     }
@@ -338,7 +344,7 @@ mod tests {
     #[test]
     fn ledger_holds_on_a_good_answer() {
         let r = ledger(&good_ledger());
-        assert!(r.iter().all(|i| i.verdict == Verdict::Held), "{r:?}");
+        assert!(r.iter().all(|i| i.verdict == Judgement::Held), "{r:?}");
         assert_eq!(r.len(), 4);
     }
 
@@ -351,11 +357,11 @@ mod tests {
         a["safe"] = json!(false);
         let r = ledger(&a);
         let c = r.iter().find(|i| i.name == "lottery.conservation").unwrap();
-        assert_eq!(c.verdict, Verdict::Violated);
+        assert_eq!(c.verdict, Judgement::Violated);
         assert_eq!(c.first_offending_event.as_deref(), Some("lost 5"));
         assert!(
             r.iter()
-                .any(|i| i.name == "ledger.safe" && i.verdict == Verdict::Violated)
+                .any(|i| i.name == "ledger.safe" && i.verdict == Judgement::Violated)
         );
 
         // the numbers do not add up although the server claims the checks hold
@@ -363,10 +369,10 @@ mod tests {
         b["balances_minor"] = json!(955);
         let r = ledger(&b);
         let s = r.iter().find(|i| i.name == "ledger.sums").unwrap();
-        assert_eq!(s.verdict, Verdict::Violated);
+        assert_eq!(s.verdict, Judgement::Violated);
 
         // an answer without checks cannot pass
         let r = ledger(&json!({"error": "x"}));
-        assert_eq!(r[0].verdict, Verdict::Violated);
+        assert_eq!(r[0].verdict, Judgement::Violated);
     }
 }

@@ -1059,7 +1059,7 @@ mod tests {
 mod id_order_tests {
     use super::*;
     use crate::verify::ids_monotonic_per_server;
-    use reports::model::Verdict;
+    use reports::model::Judgement;
 
     #[test]
     fn ids_that_go_up_per_user_and_server_hold() {
@@ -1073,7 +1073,7 @@ mod id_order_tests {
         assert!(order.regressions.is_empty());
         assert_eq!(
             ids_monotonic_per_server(&order.regressions, 2).verdict,
-            Verdict::Held
+            Judgement::Held
         );
     }
 
@@ -1085,7 +1085,7 @@ mod id_order_tests {
         order.note("snowflake", 3, (1, None), &[7, 5]);
         assert_eq!(order.regressions.len(), 2);
         let result = ids_monotonic_per_server(&order.regressions, 2);
-        assert_eq!(result.verdict, Verdict::Violated);
+        assert_eq!(result.verdict, Judgement::Violated);
         let first = result.first_offending_event.unwrap();
         assert!(
             first.contains("segment ID 11 from server #1 (allocator incarnation 1) after 11"),

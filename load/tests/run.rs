@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 
 use load::{LoadOptions, run};
-use reports::model::{LoadReport, Verdict};
+use reports::model::{Judgement, LoadReport};
 
 /// The in-process server's admin secret.
 const ADMIN: &str = "loadgen-test-admin-secret";
@@ -101,7 +101,7 @@ fn mixed_closed_loop_against_a_fresh_server_verifies() {
         report
             .verification
             .iter()
-            .all(|v| v.verdict == Verdict::Held)
+            .all(|v| v.verdict == Judgement::Held)
     );
     // one interval log per endpoint
     let files = std::fs::read_dir(hlogs.path()).unwrap().count();

@@ -23,7 +23,7 @@ use sut::clock::Now;
 use sut::flaw::Flaw;
 use sut::token::once::apply_once_op;
 use sut::token::{
-    ActivityId, MemoryTokenStore, OnceConfig, OnceConsume, OnceOp, OnceOpResult, OnceRejection,
+    ActivityKey, MemoryTokenStore, OnceConfig, OnceConsume, OnceOp, OnceOpResult, OnceRejection,
     OnceToken, TokenEvent, TokenFlaws, TokenStoreLimits, UserId, check_single_use,
 };
 
@@ -230,7 +230,7 @@ fn states(sys: &stateright::actor::ActorModelState<HashedActor<TokenActor>>) -> 
 fn initial_store() -> Result<MemoryTokenStore, ModelError> {
     let setup_error = |what: String| ModelError::InvalidOptions(format!("tokens model: {what}"));
     let mut store = MemoryTokenStore::new(TokenStoreLimits::default());
-    let activity = ActivityId::new("A2024")
+    let activity = ActivityKey::new("A2024")
         .ok_or_else(|| setup_error("`A2024` is not a valid activity id".to_owned()))?;
     let issued = sut::token::once::issue_once(
         &mut store,
@@ -343,7 +343,7 @@ mod tests {
         let _ = a.poll_op();
         a.handle_op_result(OnceOpResult::Consumed(Ok(sut::token::OnceKey {
             user: USER,
-            activity: ActivityId::new("A2024").unwrap(),
+            activity: ActivityKey::new("A2024").unwrap(),
             window_start_ms: 0,
         })))
         .unwrap();

@@ -170,7 +170,7 @@ fn sample_invariants(offending: &str) -> Vec<InvariantResult> {
         1,
         InvariantResult {
             name: "ids.monotonic".into(),
-            verdict: Verdict::Violated,
+            verdict: Judgement::Violated,
             seed: Some(1042),
             first_offending_event: Some(offending.into()),
             detail: Some("worker 7 went backwards by 16 after a backward clock bump (flaw: snowflake_seq_reset_before_check)".into()),
@@ -178,7 +178,7 @@ fn sample_invariants(offending: &str) -> Vec<InvariantResult> {
     );
     invariants.push(InvariantResult {
         name: "lottery.no_hanging".into(),
-        verdict: Verdict::NotChecked,
+        verdict: Judgement::NotChecked,
         seed: None,
         first_offending_event: None,
         detail: Some("scenario runs no lottery".into()),
@@ -530,7 +530,7 @@ pub fn sample_load() -> LoadReport {
             InvariantResult::held("lottery.conservation"),
             InvariantResult {
                 name: "lottery.settled".into(),
-                verdict: Verdict::Held,
+                verdict: Judgement::Held,
                 seed: None,
                 first_offending_event: None,
                 detail: Some("all 4 781 draws settled within 4.2 s of the restart".into()),

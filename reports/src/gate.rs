@@ -55,8 +55,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::model::{GateOutcome, GateRow, GateStatus};
 
 use crate::model::{
-    FlawCatalogReport, LoadReport, ModelReport, PropertyVerdict, RunResult, SimulationReport,
-    Summary, Verdict,
+    FlawCatalogReport, Judgement, LoadReport, ModelReport, PropertyVerdict, RunResult,
+    SimulationReport, Summary,
 };
 
 /// Version of the baseline file format.
@@ -314,7 +314,7 @@ impl Baseline {
                     invariants: r
                         .invariants
                         .iter()
-                        .filter(|i| i.verdict != Verdict::NotChecked)
+                        .filter(|i| i.verdict != Judgement::NotChecked)
                         .map(|i| i.name.clone())
                         .collect(),
                     fault_effects: r
@@ -385,7 +385,7 @@ impl LoadBaseline {
             verification: r
                 .verification
                 .iter()
-                .filter(|v| v.verdict != Verdict::NotChecked)
+                .filter(|v| v.verdict != Judgement::NotChecked)
                 .map(|v| v.name.clone())
                 .collect(),
             endpoints,
@@ -571,7 +571,7 @@ fn compare_simulation(rows: &mut Rows, b: &SimulationBaseline, s: &SimulationRep
                 check,
                 "held",
                 i.verdict.label(),
-                pass_if(i.verdict == Verdict::Held),
+                pass_if(i.verdict == Judgement::Held),
             ),
             None => rows.push(check, "held", "absent", GateStatus::Missing),
         }
@@ -579,13 +579,13 @@ fn compare_simulation(rows: &mut Rows, b: &SimulationBaseline, s: &SimulationRep
     for i in s
         .invariants
         .iter()
-        .filter(|i| !b.invariants.contains(&i.name) && i.verdict != Verdict::NotChecked)
+        .filter(|i| !b.invariants.contains(&i.name) && i.verdict != Judgement::NotChecked)
     {
         rows.push(
             format!("{name}: invariant {}", i.name),
             "not in baseline",
             i.verdict.label(),
-            new_if(i.verdict == Verdict::Held),
+            new_if(i.verdict == Judgement::Held),
         );
     }
     compare_fault_effects(rows, &name, b, s);
@@ -759,7 +759,7 @@ fn compare_verification(rows: &mut Rows, name: &str, b: &LoadBaseline, l: &LoadR
                 check,
                 "held",
                 x.verdict.label(),
-                pass_if(x.verdict == Verdict::Held),
+                pass_if(x.verdict == Judgement::Held),
             ),
             None => rows.push(check, "held", "absent", GateStatus::Missing),
         }
@@ -767,13 +767,13 @@ fn compare_verification(rows: &mut Rows, name: &str, b: &LoadBaseline, l: &LoadR
     for x in l
         .verification
         .iter()
-        .filter(|x| !b.verification.contains(&x.name) && x.verdict != Verdict::NotChecked)
+        .filter(|x| !b.verification.contains(&x.name) && x.verdict != Judgement::NotChecked)
     {
         rows.push(
             format!("{name}: verification {}", x.name),
             "not in baseline",
             x.verdict.label(),
-            new_if(x.verdict == Verdict::Held),
+            new_if(x.verdict == Judgement::Held),
         );
     }
 }

@@ -13,8 +13,8 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use crate::charts::{self, LineChart, Scale, Series, Shade, TimelineBar};
 use crate::gate::{GateOutcome, GateRow, GateStatus};
 use crate::model::{
-    EndpointStats, FlawCatalogReport, InvariantResult, LoadReport, ModelReport, Percentiles,
-    RunResult, SimulationReport, Summary, Verdict, tail_samples_min,
+    EndpointStats, FlawCatalogReport, InvariantResult, Judgement, LoadReport, ModelReport,
+    Percentiles, RunResult, SimulationReport, Summary, tail_samples_min,
 };
 
 /// Most rows of the injected-fault table (the timeline shows them all).
@@ -84,11 +84,11 @@ fn badge(passed: bool) -> Markup {
     html! { @if passed { span.badge.pass { "PASS" } } @else { span.badge.fail { "FAIL" } } }
 }
 
-fn verdict_badge(v: Verdict) -> Markup {
+fn verdict_badge(v: Judgement) -> Markup {
     let class = match v {
-        Verdict::Held => "badge pass",
-        Verdict::Violated => "badge fail",
-        Verdict::NotChecked => "badge neutral",
+        Judgement::Held => "badge pass",
+        Judgement::Violated => "badge fail",
+        Judgement::NotChecked => "badge neutral",
     };
     html! { span class=(class) { (v.label()) } }
 }
@@ -198,7 +198,7 @@ fn invariant_table(rows: &[InvariantResult]) -> Markup {
         table {
             tr { th { "invariant" } th { "verdict" } th { "seed" } th { "first offending event" } th { "detail" } }
             @for inv in rows {
-                tr class=[(inv.verdict == Verdict::Violated).then_some("bad")] {
+                tr class=[(inv.verdict == Judgement::Violated).then_some("bad")] {
                     td { code { (inv.name) } }
                     td { (verdict_badge(inv.verdict)) }
                     td.num { @if let Some(s) = inv.seed { (s) } }

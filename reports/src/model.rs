@@ -213,7 +213,7 @@ impl RunResult {
 /// Outcome of one invariant check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum Judgement {
     /// Checked, and it held on every history.
     Held,
     /// Checked, and at least one history broke it.
@@ -222,7 +222,7 @@ pub enum Verdict {
     NotChecked,
 }
 
-impl Verdict {
+impl Judgement {
     /// Lower-case label used in tables and the gate: "held", "violated", "not checked".
     pub fn label(self) -> &'static str {
         match self {
@@ -238,7 +238,7 @@ impl Verdict {
 pub struct InvariantResult {
     /// Invariant name as in docs/architecture.md, e.g. `ids.unique`.
     pub name: String,
-    pub verdict: Verdict,
+    pub verdict: Judgement,
     /// The seed of the (first) violating run, if any.
     #[serde(default)]
     pub seed: Option<u64>,
@@ -255,7 +255,7 @@ impl InvariantResult {
     pub fn held(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
-            verdict: Verdict::Held,
+            verdict: Judgement::Held,
             seed: None,
             first_offending_event: None,
             detail: None,
@@ -430,7 +430,7 @@ impl SimulationReport {
             && self
                 .invariants
                 .iter()
-                .all(|i| i.verdict != Verdict::Violated)
+                .all(|i| i.verdict != Judgement::Violated)
     }
 }
 
@@ -625,7 +625,7 @@ impl LoadReport {
     pub fn passed(&self) -> bool {
         self.verification
             .iter()
-            .all(|v| v.verdict != Verdict::Violated)
+            .all(|v| v.verdict != Judgement::Violated)
     }
 
     /// The endpoint with this name.

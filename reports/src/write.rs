@@ -13,7 +13,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::atomic::AtomicWriteError;
 use crate::model::{
-    PropertyReport, RunResult, SimulationReport, Summary, ValidationError, Verdict,
+    Judgement, PropertyReport, RunResult, SimulationReport, Summary, ValidationError,
 };
 
 /// Why a report could not be written.
@@ -84,18 +84,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
 fn invariant_case(
     classname: &str,
     name: &str,
-    verdict: Verdict,
+    verdict: Judgement,
     message: Option<String>,
     description: Option<String>,
 ) -> TestCase {
     let status = match verdict {
-        Verdict::Held => TestCaseStatus::success(),
-        Verdict::NotChecked => {
+        Judgement::Held => TestCaseStatus::success(),
+        Judgement::NotChecked => {
             let mut s = TestCaseStatus::skipped();
             s.set_message("not checked in this run");
             s
         }
-        Verdict::Violated => {
+        Judgement::Violated => {
             let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
             s.set_type("violated");
             s.set_message(message.unwrap_or_else(|| "violated".to_owned()));
@@ -142,9 +142,9 @@ pub fn junit_report(summary: &Summary) -> Report {
             RunResult::Flaws(r) => {
                 for f in &r.flaws {
                     let verdict = if f.caught_by.is_some() {
-                        Verdict::Held
+                        Judgement::Held
                     } else {
-                        Verdict::Violated
+                        Judgement::Violated
                     };
                     suite.add_test_case(invariant_case(
                         &classname,
@@ -200,7 +200,7 @@ fn simulation_cases(suite: &mut TestSuite, classname: &str, r: &SimulationReport
         suite.add_test_case(invariant_case(
             classname,
             &v.invariant,
-            Verdict::Violated,
+            Judgement::Violated,
             Some(format!("{} violated (seed {})", v.invariant, v.seed)),
             Some(v.detail.clone()),
         ));

@@ -18,7 +18,7 @@ fn passing_summary() -> Summary {
             RunResult::Simulation(sim) => {
                 sim.violations.clear();
                 for i in &mut sim.invariants {
-                    if i.verdict == Verdict::Violated {
+                    if i.verdict == Judgement::Violated {
                         *i = InvariantResult::held(i.name.clone());
                     }
                 }
@@ -146,7 +146,7 @@ fn a_matching_run_passes_with_every_row_pass() {
 #[test]
 fn the_html_report_shows_the_comparison_with_what_did_not_pass_first() {
     let (b, mut s) = baseline();
-    sim(&mut s).invariants[0].verdict = Verdict::Violated;
+    sim(&mut s).invariants[0].verdict = Judgement::Violated;
     let outcome = gate::compare(&b, &s);
     assert!(!outcome.passed);
     s.gate = Some(outcome);
@@ -181,7 +181,7 @@ fn simulation_violation_regresses() {
         invariant: "ids.unique".into(),
         detail: "id 5 twice".into(),
     });
-    x.invariants[0].verdict = Verdict::Violated;
+    x.invariants[0].verdict = Judgement::Violated;
     let o = gate::compare(&b, &s);
     assert_regressed(&o, GateStatus::Regressed, "simulation clock_skew");
     assert_eq!(
@@ -196,7 +196,7 @@ fn simulation_violation_regresses() {
 #[test]
 fn an_invariant_that_stops_being_checked_regresses_and_a_vanished_one_is_missing() {
     let (b, mut s) = baseline();
-    sim(&mut s).invariants[0].verdict = Verdict::NotChecked;
+    sim(&mut s).invariants[0].verdict = Judgement::NotChecked;
     assert_regressed(
         &gate::compare(&b, &s),
         GateStatus::Regressed,
@@ -319,7 +319,7 @@ fn load_gate_ignores_absolute_speed() {
 #[test]
 fn load_verification_and_reference_endpoint() {
     let (b, mut s) = baseline();
-    load(&mut s).verification[0].verdict = Verdict::Violated;
+    load(&mut s).verification[0].verdict = Judgement::Violated;
     assert_regressed(
         &gate::compare(&b, &s),
         GateStatus::Regressed,
@@ -341,7 +341,7 @@ fn new_checks_pass_when_they_pass_and_fail_when_they_fail() {
     assert!(o.passed, "{}", o.table());
     assert_eq!(rows_with(&o, GateStatus::New, "").len(), 2);
     let mut failing = InvariantResult::held("ids.brand_new");
-    failing.verdict = Verdict::Violated;
+    failing.verdict = Judgement::Violated;
     let (b, mut s) = baseline();
     sim(&mut s).invariants.push(failing);
     assert!(!gate::compare(&b, &s).passed);

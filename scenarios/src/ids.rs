@@ -10,7 +10,7 @@ use blackbox::ids::{
     TARGET_KINDS, Target,
 };
 use blackbox::slow::SlowSpec;
-use reports::model::Verdict;
+use reports::model::Judgement;
 
 /// The options of `scenario ids`.
 #[derive(Debug, clap::Args)]
@@ -266,7 +266,7 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
         let violated: Vec<&str> = run
             .checks()
             .iter()
-            .filter(|c| c.verdict == Verdict::Violated)
+            .filter(|c| c.verdict == Judgement::Violated)
             .map(|c| c.name.as_str())
             .collect();
         println!("FAIL: {} violated", violated.join(", "));
@@ -347,7 +347,7 @@ pub fn slow_line(slow: &blackbox::slow::SlowRun) -> String {
 /// One check's line in a run's printout: name, verdict, first offending event, detail.
 #[must_use]
 pub fn check_line(check: &reports::model::InvariantResult) -> String {
-    let verdict = if check.verdict == Verdict::Violated {
+    let verdict = if check.verdict == Judgement::Violated {
         "VIOLATED"
     } else {
         "held"

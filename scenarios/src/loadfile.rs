@@ -250,13 +250,13 @@ impl Thresholds {
 }
 
 fn slo(name: &str, held: bool, detail: String) -> reports::model::InvariantResult {
-    use reports::model::{InvariantResult, Verdict};
+    use reports::model::{InvariantResult, Judgement};
     InvariantResult {
         name: name.to_owned(),
         verdict: if held {
-            Verdict::Held
+            Judgement::Held
         } else {
-            Verdict::Violated
+            Judgement::Violated
         },
         seed: None,
         first_offending_event: None,
@@ -645,7 +645,7 @@ mod tests {
 
     #[test]
     fn thresholds_hold_and_fire_on_what_was_measured() {
-        use reports::model::Verdict;
+        use reports::model::Judgement;
         let t = Thresholds {
             p99_ms: Some(5.0),
             p999_ms: Some(20.0),
@@ -659,7 +659,7 @@ mod tests {
         let results = t.check(&good);
         assert_eq!(results.len(), 4);
         assert!(
-            results.iter().all(|r| r.verdict == Verdict::Held),
+            results.iter().all(|r| r.verdict == Judgement::Held),
             "{results:?}"
         );
         // `batch` has too few requests for its P99.9 (its maximum) to be judged.
@@ -675,10 +675,10 @@ mod tests {
         let bad = report(vec![endpoint("id", 2_000, 30, 7_500, 25_000)]);
         let results = t.check(&bad);
         let verdict = |name: &str| results.iter().find(|r| r.name == name).map(|r| r.verdict);
-        assert_eq!(verdict("slo.p99_ms"), Some(Verdict::Violated));
-        assert_eq!(verdict("slo.p999_ms"), Some(Verdict::Violated));
-        assert_eq!(verdict("slo.error_rate_pct"), Some(Verdict::Violated));
-        assert_eq!(verdict("slo.rps_min"), Some(Verdict::Held));
+        assert_eq!(verdict("slo.p99_ms"), Some(Judgement::Violated));
+        assert_eq!(verdict("slo.p999_ms"), Some(Judgement::Violated));
+        assert_eq!(verdict("slo.error_rate_pct"), Some(Judgement::Violated));
+        assert_eq!(verdict("slo.rps_min"), Some(Judgement::Held));
         let p99 = results
             .iter()
             .find(|r| r.name == "slo.p99_ms")

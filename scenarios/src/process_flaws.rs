@@ -19,7 +19,7 @@ use blackbox::ids::{
 };
 use blackbox::tcc::{ParticipantOptions, ParticipantRun};
 use blackbox::tokens::{TokensOptions, TokensRun};
-use reports::model::Verdict;
+use reports::model::Judgement;
 
 /// The server program an entry runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -616,7 +616,7 @@ fn first_violated<'a>(
 ) -> Option<String> {
     checks.into_iter().find_map(|c| {
         let c = c.borrow();
-        (c.verdict == Verdict::Violated).then(|| {
+        (c.verdict == Judgement::Violated).then(|| {
             format!(
                 "{}: {}",
                 c.name,
@@ -690,7 +690,7 @@ fn row(
     ProcessRow {
         bug,
         caught: first_violated(planted),
-        control_passed: control.iter().all(|c| c.verdict != Verdict::Violated),
+        control_passed: control.iter().all(|c| c.verdict != Judgement::Violated),
         ids: answers,
     }
 }

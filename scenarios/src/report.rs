@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use reports::model::{
-    ClockSeries, EdgeRow, FaultSpan, InvariantResult, OpsBucket, Phase, Seeds, SimulationReport,
-    Verdict, Violation,
+    ClockSeries, EdgeRow, FaultSpan, InvariantResult, Judgement, OpsBucket, Phase, Seeds,
+    SimulationReport, Violation,
 };
 use sim::run::{SeedOutcome, Sweep};
 use sim::scenario::Scenario;
@@ -67,7 +67,7 @@ fn invariant_results(sweep: &Sweep, shown: Option<&SeedOutcome>) -> Vec<Invarian
                     let same_seed = shown.is_some_and(|s| s.seed == seed);
                     InvariantResult {
                         name: (*name).to_owned(),
-                        verdict: Verdict::Violated,
+                        verdict: Judgement::Violated,
                         seed: Some(seed),
                         first_offending_event: if same_seed {
                             event_text(violation.event)
@@ -117,7 +117,7 @@ fn coverage_result(
     };
     if !sweep.coverage_judged() {
         result(
-            Verdict::NotChecked,
+            Judgement::NotChecked,
             format!(
                 "judged over sweeps of {} seeds or more{also_judged}; this run had {}",
                 sim::run::COVERAGE_SEEDS_MIN,
@@ -125,7 +125,7 @@ fn coverage_result(
             ),
         )
     } else if let Some(failure) = failure {
-        result(Verdict::Violated, failure)
+        result(Judgement::Violated, failure)
     } else {
         InvariantResult::held(name)
     }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use blackbox::tcc::{ContractError, ParticipantOptions, ParticipantRun};
-use reports::model::Verdict;
+use reports::model::Judgement;
 
 use crate::ids::{IdsExit, check_line};
 
@@ -131,7 +131,7 @@ pub fn not_run(command: &str, e: &ContractError) -> IdsExit {
 pub fn verdict(checks: &[reports::model::InvariantResult]) -> IdsExit {
     let violated: Vec<&str> = checks
         .iter()
-        .filter(|c| c.verdict == Verdict::Violated)
+        .filter(|c| c.verdict == Judgement::Violated)
         .map(|c| c.name.as_str())
         .collect();
     if violated.is_empty() {

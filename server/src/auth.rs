@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use axum::http::{HeaderMap, StatusCode, header};
 use sut::gate::GateRefusal;
 use sut::token::jwt::{JwtConfig, SigningKey};
-use sut::token::{ActivityId, Claims, OnceKey, OnceRejection, OnceToken, Rejection, UserId};
+use sut::token::{ActivityKey, Claims, OnceKey, OnceRejection, OnceToken, Rejection, UserId};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -235,7 +235,7 @@ pub async fn consume_once(
     jwt: &str,
     user: UserId,
     token: OnceToken,
-    activity: &ActivityId,
+    activity: &ActivityKey,
 ) -> Result<OnceKey, ApiError> {
     let now = state.clock.now();
     let consumer = state.once.clone().ok_or_else(|| {
@@ -263,7 +263,7 @@ async fn consume_remote(
     jwt: &str,
     user: UserId,
     token: OnceToken,
-    activity: &ActivityId,
+    activity: &ActivityKey,
 ) -> Result<OnceKey, ApiError> {
     let unreachable =
         |e: &dyn std::fmt::Display| ApiError::unavailable(format!("token service {url}: {e}"), 1);
@@ -282,7 +282,7 @@ async fn consume_remote(
     let body: serde_json::Value = response.json().await.map_err(|e| unreachable(&e))?;
     if status.is_success() {
         let consumed: Consumed = serde_json::from_value(body).map_err(|e| unreachable(&e))?;
-        let activity = ActivityId::new(consumed.activity)
+        let activity = ActivityKey::new(consumed.activity)
             .ok_or_else(|| ApiError::internal("token service: an empty activity"))?;
         return Ok(OnceKey {
             user,

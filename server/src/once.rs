@@ -13,7 +13,7 @@ use std::sync::{Arc, mpsc};
 use sut::clock::Now;
 use sut::token::once::{OnceConfig, issue_once};
 use sut::token::rows::{OnceIssue, OnceKey, OnceRejection, OnceToken, TokenStoreError};
-use sut::token::{ActivityId, TokenFlaws, TokenStore, UserId};
+use sut::token::{ActivityKey, TokenFlaws, TokenStore, UserId};
 use tokio::sync::oneshot;
 
 use crate::pg::{OnceHints, PgTokenStore};
@@ -79,7 +79,7 @@ type Reply<T> = oneshot::Sender<Result<T, TokenStoreError>>;
 enum Job {
     Issue {
         user: UserId,
-        activity: ActivityId,
+        activity: ActivityKey,
         nonce: u128,
         now: Now,
         reply: Reply<OnceIssue>,
@@ -88,7 +88,7 @@ enum Job {
         token: OnceToken,
         user: UserId,
         /// The activity the token must be for (`None`: any).
-        activity: Option<ActivityId>,
+        activity: Option<ActivityKey>,
         now: Now,
         reply: Reply<Result<OnceKey, OnceRejection>>,
     },
@@ -155,7 +155,7 @@ impl OnceDesk {
     pub async fn issue(
         &self,
         user: UserId,
-        activity: ActivityId,
+        activity: ActivityKey,
         nonce: u128,
         now: Now,
     ) -> Result<OnceIssue, TokenStoreError> {
@@ -179,7 +179,7 @@ impl OnceDesk {
         &self,
         token: OnceToken,
         user: UserId,
-        activity: Option<ActivityId>,
+        activity: Option<ActivityKey>,
         now: Now,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
         let (reply, answer) = oneshot::channel();
@@ -358,7 +358,7 @@ mod tests {
             flaws: TokenFlaws::default(),
         };
         let desk = OnceDesk::start(Box::new(store), rules).expect("start");
-        let activity = ActivityId::new("A1").unwrap();
+        let activity = ActivityKey::new("A1").unwrap();
         let issues = (0..USERS).map(|u| {
             let (desk, activity) = (desk.clone(), activity.clone());
             tokio::spawn(async move {
@@ -414,18 +414,18 @@ mod tests {
             flaws: TokenFlaws::default(),
         };
         let desk = OnceDesk::start(Box::new(store), rules).expect("start");
-        let activity = ActivityId::new("A1").unwrap();
+        let activity = ActivityKey::new("A1").unwrap();
         let issued = desk
             .issue(UserId(1), activity, 5, now(1_000))
             .await
             .expect("issue");
         // Presented for another activity: refused, and the token stays unused.
-        let other = ActivityId::new("2").unwrap();
+        let other = ActivityKey::new("2").unwrap();
         let wrong = desk
             .consume(issued.token, UserId(1), Some(other), now(2_000))
             .await;
         assert_eq!(wrong.expect("store"), Err(OnceRejection::OtherActivity));
-        let a1 = ActivityId::new("A1").unwrap();
+        let a1 = ActivityKey::new("A1").unwrap();
         let first = desk
             .consume(issued.token, UserId(1), Some(a1), now(2_000))
             .await;

@@ -20,7 +20,7 @@ use super::extract::JsonBody;
 use super::ids::lock;
 use super::openapi::{ClaimsSchema, RevokeOutcomeSchema};
 use sut::token::{
-    ActivityId, OnceToken, Rejection, RevokeOutcome, TokenService, TokenStoreError, UserId,
+    ActivityKey, OnceToken, Rejection, RevokeOutcome, TokenService, TokenStoreError, UserId,
     service::RevokeError,
 };
 
@@ -274,12 +274,12 @@ pub async fn once_issue(
     JsonBody(body): JsonBody<OnceIssueBody>,
 ) -> Result<(StatusCode, Json<OnceBody>), ApiError> {
     let (user, _) = crate::auth::acting_for(&state, &headers, body.user).await?;
-    let activity = ActivityId::new(body.activity).ok_or_else(|| {
+    let activity = ActivityKey::new(body.activity).ok_or_else(|| {
         ApiError::bad(
             "activity",
             format!(
                 "activity must be 1..={} bytes",
-                sut::token::ACTIVITY_ID_LEN_MAX_BYTES
+                sut::token::ACTIVITY_KEY_LEN_MAX_BYTES
             ),
         )
     })?;
@@ -373,12 +373,12 @@ pub async fn once_consume(
     let activity = body
         .activity
         .map(|a| {
-            ActivityId::new(a).ok_or_else(|| {
+            ActivityKey::new(a).ok_or_else(|| {
                 ApiError::bad(
                     "activity",
                     format!(
                         "activity must be 1..={} bytes",
-                        sut::token::ACTIVITY_ID_LEN_MAX_BYTES
+                        sut::token::ACTIVITY_KEY_LEN_MAX_BYTES
                     ),
                 )
             })

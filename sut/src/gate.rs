@@ -105,7 +105,7 @@ pub enum GateRefusal {
 /// [`GateRefusal::UnknownOnceActivity`].
 pub fn once_token_activity(
     registry: &lottery::Registry,
-    activity: &token::ActivityId,
+    activity: &token::ActivityKey,
 ) -> Result<lottery::ActivityId, GateRefusal> {
     activity
         .as_str()
@@ -180,8 +180,8 @@ pub fn drawer(claims: &Claims, body_user: Option<u64>) -> Result<UserId, GateRef
 
 /// The one-time token activity of a lottery activity (its decimal number).
 #[must_use]
-pub fn once_activity(activity: lottery::ActivityId) -> token::ActivityId {
-    token::ActivityId::new(activity.0.to_string()).expect("a decimal u64 is a valid activity id")
+pub fn once_activity(activity: lottery::ActivityId) -> token::ActivityKey {
+    token::ActivityKey::new(activity.0.to_string()).expect("a decimal u64 is a valid activity id")
 }
 
 /// Checks that a consumed one-time token was the drawer's, for the draw's activity.
@@ -387,7 +387,7 @@ mod tests {
             lottery::Terms::always_open(10, 100),
         )])
         .unwrap();
-        let ask = |a: &str| once_token_activity(&registry, &token::ActivityId::new(a).unwrap());
+        let ask = |a: &str| once_token_activity(&registry, &token::ActivityKey::new(a).unwrap());
         assert_eq!(ask("3"), Ok(lottery::ActivityId(3)));
         for other in ["4", "03", "+3", "A2024", "3 "] {
             assert!(

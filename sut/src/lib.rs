@@ -64,3 +64,17 @@ impl std::fmt::Display for UserId {
         write!(f, "{}", self.0)
     }
 }
+
+/// An activity the operator registered (its terms: price, odds, opening hours; one prize with
+/// its own stock). The one activity type: a draw's, a participation's, and (by its decimal
+/// number, [`token::ActivityKey`]) a one-time token's.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct ActivityId(pub u64);
+
+impl std::fmt::Display for ActivityId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

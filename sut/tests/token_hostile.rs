@@ -477,10 +477,11 @@ mod service {
     use sut::token::rows::{OnceGrant, Table};
     use sut::token::service::RevokeError;
     use sut::token::{
-        ActivityId, Claims, Forgotten, JwtConfig, MemoryTokenStore, OnceConfig, OnceIssue, OnceKey,
-        OnceRejection, OnceToken, PurgeCounts, Rejection, RevocationConfig, RevocationStats,
-        RevokeOutcome, SigningKey, TokenConfig, TokenEvent, TokenService, TokenStore,
-        TokenStoreError, TokenStoreLimits, UserId, check_revoked_rejected, check_single_use,
+        ActivityKey, Claims, Forgotten, JwtConfig, MemoryTokenStore, OnceConfig, OnceIssue,
+        OnceKey, OnceRejection, OnceToken, PurgeCounts, Rejection, RevocationConfig,
+        RevocationStats, RevokeOutcome, SigningKey, TokenConfig, TokenEvent, TokenService,
+        TokenStore, TokenStoreError, TokenStoreLimits, UserId, check_revoked_rejected,
+        check_single_use,
     };
 
     /// 2024-05-30 00:00 UTC: a multiple of every window and second.
@@ -1494,7 +1495,7 @@ mod service {
 
         fn issue_once(&mut self, user: u64, b: bool, clock: Clock) -> Result<(), String> {
             let now = self.resolve(clock, None, None);
-            let activity = ActivityId::new(if b { "B" } else { "A" }).expect("an activity id");
+            let activity = ActivityKey::new(if b { "B" } else { "A" }).expect("an activity id");
             let window_start_ms = now - now % WINDOW_MS;
             let key = OnceKey {
                 user: UserId(user),

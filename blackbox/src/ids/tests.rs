@@ -10,7 +10,7 @@ fn done(server: usize, invoke_ms: u64, complete_ms: u64, ids: &[i64]) -> Complet
     }
 }
 
-fn verdict(r: Option<InvariantResult>) -> Verdict {
+fn verdict(r: Option<InvariantResult>) -> Judgement {
     r.expect("an order was promised").verdict
 }
 
@@ -99,7 +99,7 @@ fn monotonic_fires_on_an_id_below_one_answered_before_it_was_asked() {
     let bad = [done(0, 0, 5, &[10]), done(0, 6, 8, &[7])];
     assert_eq!(
         verdict(ids_monotonic(&bad, Monotonic::Server)),
-        Verdict::Violated
+        Judgement::Violated
     );
     let r = ids_monotonic(&bad, Monotonic::Server).expect("promised");
     let first = r.first_offending_event.expect("named");
@@ -108,7 +108,7 @@ fn monotonic_fires_on_an_id_below_one_answered_before_it_was_asked() {
     let overlapping = [done(0, 0, 9, &[10]), done(0, 1, 5, &[7])];
     assert_eq!(
         verdict(ids_monotonic(&overlapping, Monotonic::Server)),
-        Verdict::Held
+        Judgement::Held
     );
     // Two servers with their own segments: monotonic per server, not over both.
     let two = [
@@ -118,24 +118,24 @@ fn monotonic_fires_on_an_id_below_one_answered_before_it_was_asked() {
     ];
     assert_eq!(
         verdict(ids_monotonic(&two, Monotonic::Server)),
-        Verdict::Held
+        Judgement::Held
     );
     assert_eq!(
         verdict(ids_monotonic(&two, Monotonic::Global)),
-        Verdict::Violated
+        Judgement::Violated
     );
     assert!(ids_monotonic(&two, Monotonic::None).is_none());
     // A batch whose IDs do not rise.
     let batch = [done(0, 0, 1, &[5, 4])];
     assert_eq!(
         verdict(ids_monotonic(&batch, Monotonic::Server)),
-        Verdict::Violated
+        Judgement::Violated
     );
     // An equal ID is not above.
     let equal = [done(0, 0, 1, &[3]), done(0, 2, 3, &[3])];
     assert_eq!(
         verdict(ids_monotonic(&equal, Monotonic::Global)),
-        Verdict::Violated
+        Judgement::Violated
     );
 }
 
@@ -226,7 +226,7 @@ fn a_fault_not_seen_in_place_fails_coverage() {
     };
     assert_eq!(
         faults_took_effect(&n, &all_seen, &quiet).verdict,
-        Verdict::Held
+        Judgement::Held
     );
     let one_missed = FaultCount {
         injected: 2,
@@ -235,7 +235,7 @@ fn a_fault_not_seen_in_place_fails_coverage() {
     };
     assert_eq!(
         faults_took_effect(&n, &one_missed, &quiet).verdict,
-        Verdict::Violated
+        Judgement::Violated
     );
     // A kill that disturbed no request proves nothing.
     let kill = BlackBoxNemesis {
@@ -244,6 +244,6 @@ fn a_fault_not_seen_in_place_fails_coverage() {
     };
     assert_eq!(
         faults_took_effect(&kill, &all_seen, &quiet).verdict,
-        Verdict::Violated
+        Judgement::Violated
     );
 }

@@ -24,7 +24,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use sut::token::ActivityId;
+use sut::token::ActivityKey;
 use sut::token::UserId;
 use sut::token::rows::{
     OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
@@ -245,7 +245,7 @@ fn read_for_issue(tx: &mut Tx<'_>, grant: &OnceGrant) -> Result<IssueReads, Toke
         reads.taken |= token == grant.token;
         let key = OnceKey {
             user: user_from_sql(column(row, 2, "user_id")?),
-            activity: ActivityId::new(column::<String>(row, 3, "activity")?)
+            activity: ActivityKey::new(column::<String>(row, 3, "activity")?)
                 .ok_or_else(|| corrupt("activity id"))?,
             window_start_ms: get_u64(row, 4, "window_start_ms")?,
         };
@@ -285,7 +285,7 @@ fn read_once(tx: &mut Tx<'_>, token: OnceToken) -> Result<Option<OnceRow>, Token
     };
     let key = OnceKey {
         user: user_from_sql(column(&row, 0, "user_id")?),
-        activity: ActivityId::new(column::<String>(&row, 1, "activity")?)
+        activity: ActivityKey::new(column::<String>(&row, 1, "activity")?)
             .ok_or_else(|| corrupt("activity id"))?,
         window_start_ms: get_u64(&row, 2, "window_start_ms")?,
     };
@@ -563,7 +563,7 @@ mod tests {
                 let grant = OnceGrant {
                     key: OnceKey {
                         user,
-                        activity: ActivityId::new("A2024").unwrap(),
+                        activity: ActivityKey::new("A2024").unwrap(),
                         window_start_ms: i * 10,
                     },
                     token: OnceToken(u128::from(i) + 1),

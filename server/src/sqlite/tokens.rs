@@ -18,7 +18,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use std::path::Path;
-use sut::token::ActivityId;
+use sut::token::ActivityKey;
 use sut::token::UserId;
 use sut::token::rows::{
     OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
@@ -89,7 +89,7 @@ fn key_from_sql(
 ) -> Result<OnceKey, TokenStoreError> {
     Ok(OnceKey {
         user: user_from_sql(user),
-        activity: ActivityId::new(activity)
+        activity: ActivityKey::new(activity)
             .ok_or_else(|| TokenStoreError::Backend("corrupt row: bad activity id".to_owned()))?,
         window_start_ms: ms_from_sql(window_start_ms, "window_start_ms")?,
     })
@@ -462,7 +462,7 @@ mod tests {
         OnceGrant {
             key: OnceKey {
                 user: UserId(u64::MAX),
-                activity: ActivityId::new("A2024").unwrap(),
+                activity: ActivityKey::new("A2024").unwrap(),
                 window_start_ms: 0,
             },
             token: OnceToken(nonce),

@@ -16,7 +16,7 @@ use sut::token::once::OnceConsume;
 use sut::token::rows::TokenStoreError;
 use sut::token::rows::{OnceKey, OnceRejection, OnceToken};
 use sut::token::store::MemoryTokenStore;
-use sut::token::{ActivityId, TokenConfig, TokenService, UserId};
+use sut::token::{ActivityKey, TokenConfig, TokenService, UserId};
 
 use super::{GroupCommit, commit};
 use crate::clock::sleep_ms;
@@ -63,7 +63,7 @@ impl Record for TokenRec {
                 nonce,
                 now,
             } => {
-                if let Some(activity) = ActivityId::new(activity.clone()) {
+                if let Some(activity) = ActivityKey::new(activity.clone()) {
                     let _ = svc.issue_once(UserId(*user), activity, *nonce, *now);
                 }
             }
@@ -290,7 +290,7 @@ fn once_issue(
     activity: String,
     now: Now,
 ) -> Answered {
-    let Some(activity_id) = ActivityId::new(activity.clone()) else {
+    let Some(activity_id) = ActivityKey::new(activity.clone()) else {
         return Answered::Now(Outcome::Fail(format!("bad activity `{activity}`")));
     };
     let nonce: u128 = madsim::rand::thread_rng().r#gen();

@@ -113,15 +113,7 @@ impl std::fmt::Display for Xid {
     }
 }
 
-/// A lottery activity; each activity has one prize with its own stock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ActivityId(pub u64);
-
-impl std::fmt::Display for ActivityId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+pub use crate::ActivityId;
 
 /// The three TCC participants of a draw. A draw's branch on a participant is identified by
 /// `(xid, participant)`; the participant is also the address messages are sent to.

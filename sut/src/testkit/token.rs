@@ -6,7 +6,7 @@ use crate::clock::Now;
 use crate::token::check::TokenEvent;
 use crate::token::once::{self, OnceConfig, OnceConsume};
 use crate::token::store::TokenStore;
-use crate::token::{ActivityId, TokenFlaws, UserId};
+use crate::token::{ActivityKey, TokenFlaws, UserId};
 
 /// 2024-05-30 00:00 UTC, hour-aligned: the clock of [`interleaved_double_submit`].
 pub const T0_MS: u64 = 1_717_027_200_000;
@@ -24,7 +24,7 @@ pub fn interleaved_double_submit<S: TokenStore>(
 ) -> (Vec<TokenEvent>, u32) {
     let o = OnceConfig::default();
     let now = Now::both(T0_MS);
-    let activity = ActivityId::new("A").unwrap();
+    let activity = ActivityKey::new("A").unwrap();
     let issued = once::issue_once(store, &o, UserId(1), activity, 77, now).unwrap();
     let mut a = OnceConsume::new(issued.token, UserId(1), now, flaws);
     let mut b = OnceConsume::new(issued.token, UserId(1), now, flaws);

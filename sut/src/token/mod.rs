@@ -146,36 +146,39 @@ use std::fmt;
 
 pub use crate::UserId;
 
-/// Longest accepted [`ActivityId`], in bytes.
-pub const ACTIVITY_ID_LEN_MAX_BYTES: usize = 64;
+/// Longest accepted [`ActivityKey`], in bytes.
+pub const ACTIVITY_KEY_LEN_MAX_BYTES: usize = 64;
 
-/// A lottery activity (`activity_id` of the ID, token and lottery design §3.3, e.g. `A2024`).
-/// At most [`ACTIVITY_ID_LEN_MAX_BYTES`] bytes; construct with [`ActivityId::new`].
+/// How the token service names the activity a one-time token is for (`activity_id` of the ID,
+/// token and lottery design §3.3, e.g. `A2024`): any string, as a user's own token service names
+/// them. The activity itself is [`crate::ActivityId`]; a lottery activity's key is its decimal
+/// number ([`crate::gate::once_activity`]). At most [`ACTIVITY_KEY_LEN_MAX_BYTES`] bytes;
+/// construct with [`ActivityKey::new`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct ActivityId(String);
+pub struct ActivityKey(String);
 
-impl TryFrom<String> for ActivityId {
+impl TryFrom<String> for ActivityKey {
     type Error = String;
 
     fn try_from(id: String) -> Result<Self, Self::Error> {
         Self::new(id)
-            .ok_or_else(|| format!("activity id must be 1..={ACTIVITY_ID_LEN_MAX_BYTES} bytes"))
+            .ok_or_else(|| format!("activity id must be 1..={ACTIVITY_KEY_LEN_MAX_BYTES} bytes"))
     }
 }
 
-impl From<ActivityId> for String {
-    fn from(id: ActivityId) -> Self {
+impl From<ActivityKey> for String {
+    fn from(id: ActivityKey) -> Self {
         id.0
     }
 }
 
-impl ActivityId {
-    /// An activity id, or `None` if it is empty or longer than [`ACTIVITY_ID_LEN_MAX_BYTES`].
+impl ActivityKey {
+    /// An activity id, or `None` if it is empty or longer than [`ACTIVITY_KEY_LEN_MAX_BYTES`].
     #[must_use]
     pub fn new(id: impl Into<String>) -> Option<Self> {
         let id = id.into();
-        (!id.is_empty() && id.len() <= ACTIVITY_ID_LEN_MAX_BYTES).then_some(Self(id))
+        (!id.is_empty() && id.len() <= ACTIVITY_KEY_LEN_MAX_BYTES).then_some(Self(id))
     }
 
     /// The id as text.
@@ -185,7 +188,7 @@ impl ActivityId {
     }
 }
 
-impl fmt::Display for ActivityId {
+impl fmt::Display for ActivityKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }

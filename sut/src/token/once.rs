@@ -20,7 +20,7 @@
 
 use super::rows::{OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, TokenStoreError};
 use super::store::TokenStore;
-use super::{ActivityId, TokenFlaws, UserId};
+use super::{ActivityKey, TokenFlaws, UserId};
 use crate::clock::Now;
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +54,7 @@ pub fn issue_once<S: TokenStore + ?Sized>(
     store: &mut S,
     cfg: &OnceConfig,
     user: UserId,
-    activity: ActivityId,
+    activity: ActivityKey,
     nonce: u128,
     now: Now,
 ) -> Result<OnceIssue, TokenStoreError> {
@@ -379,7 +379,7 @@ pub fn consume_for<S: TokenStore + ?Sized>(
     store: &mut S,
     token: OnceToken,
     user: UserId,
-    activity: Option<&ActivityId>,
+    activity: Option<&ActivityKey>,
     now: Now,
     flaws: TokenFlaws,
 ) -> Result<(Result<OnceKey, OnceRejection>, u32), TokenStoreError> {
@@ -439,7 +439,7 @@ mod invariant_tests {
         let mut unflawed_check = consume(false);
         unflawed_check.stage = Stage::CheckPassed(OnceKey {
             user: UserId(1),
-            activity: ActivityId::new("a".to_owned()).expect("an activity"),
+            activity: ActivityKey::new("a".to_owned()).expect("an activity"),
             window_start_ms: 0,
         });
         unflawed_check.ops_issued = 1;

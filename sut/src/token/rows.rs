@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use super::{ActivityId, UserId};
+use super::{ActivityKey, UserId};
 
 /// What a one-time token is issued for: the design's three-dimensional key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -15,7 +15,7 @@ pub struct OnceKey {
     /// The user.
     pub user: UserId,
     /// The activity.
-    pub activity: ActivityId,
+    pub activity: ActivityKey,
     /// Start of the window, ms since the epoch.
     pub window_start_ms: u64,
 }

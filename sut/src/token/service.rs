@@ -12,7 +12,7 @@ use super::revocation::{RevocationConfig, RevocationConfigError, RevocationStats
 use super::rows::{OnceIssue, OnceKey, OnceRejection, OnceToken};
 use super::rows::{RevokeOutcome, TokenStoreError};
 use super::store::{PurgeCounts, TokenStore, TokenStoreLimits};
-use super::{ActivityId, TokenFlaws, UserId};
+use super::{ActivityKey, TokenFlaws, UserId};
 use crate::clock::Now;
 use serde::{Deserialize, Serialize};
 
@@ -109,7 +109,7 @@ impl<S: TokenStore> TokenService<S> {
     pub fn issue_once(
         &mut self,
         user: UserId,
-        activity: ActivityId,
+        activity: ActivityKey,
         nonce: u128,
         now: Now,
     ) -> Result<OnceIssue, TokenStoreError> {
@@ -199,8 +199,8 @@ mod tests {
         TokenService::new(c, key(), store).unwrap()
     }
 
-    fn act(s: &str) -> ActivityId {
-        ActivityId::new(s).unwrap()
+    fn act(s: &str) -> ActivityKey {
+        ActivityKey::new(s).unwrap()
     }
 
     #[test]

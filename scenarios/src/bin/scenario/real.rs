@@ -87,7 +87,7 @@ pub(crate) fn real(name: &str, args: &RunArgs) -> ExitCode {
     }
     let violated: Vec<&str> = checks
         .iter()
-        .filter(|c| c.verdict == reports::model::Verdict::Violated)
+        .filter(|c| c.verdict == reports::model::Judgement::Violated)
         .map(|c| c.name.as_str())
         .collect();
     if let Some(path) = &args.history_edn {

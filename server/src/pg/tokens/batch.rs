@@ -24,7 +24,7 @@ use sut::token::rules::{self, IssueStep, OnceRow, Room};
 use sut::token::store::{Forgotten, PurgeCounts, TokenStore, TokenStoreLimits};
 
 use super::{
-    ActivityId, PgTokenStore, Tx, check_once_in, column, corrupt, counter, forgotten_in, get_u64,
+    ActivityKey, PgTokenStore, Tx, check_once_in, column, corrupt, counter, forgotten_in, get_u64,
     is_revoked_in, make_room_counted, mark_once_consumed_in, once_row, purge_expired_in,
     purge_once, read_once, revoke_in, revoked_jtis_in, to_sql, user_from_sql, user_to_sql,
 };
@@ -129,7 +129,7 @@ impl<'t, 'c> OnceView<'t, 'c> {
                 .ok_or_else(|| corrupt("one-time token text"))?;
             let key = OnceKey {
                 user: user_from_sql(column(row, 1, "user_id")?),
-                activity: ActivityId::new(column::<String>(row, 2, "activity")?)
+                activity: ActivityKey::new(column::<String>(row, 2, "activity")?)
                     .ok_or_else(|| corrupt("activity id"))?,
                 window_start_ms: get_u64(row, 3, "window_start_ms")?,
             };

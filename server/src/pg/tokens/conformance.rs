@@ -97,7 +97,7 @@ fn a_postgres_batch_agrees_with_the_memory_store_and_commits_once() {
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
 fn an_abandoned_batch_commits_nothing() {
     use sut::token::rows::{OnceGrant, OnceKey, OnceRejection, OnceToken, TokenStoreError};
-    use sut::token::{ActivityId, TokenStore, UserId};
+    use sut::token::{ActivityKey, TokenStore, UserId};
     let server = Postgres::start().expect("start PostgreSQL");
     create_database(&server.url(), "tok_abandon").expect("create database");
     let url = url_with_database(&server.url(), "tok_abandon");
@@ -105,7 +105,7 @@ fn an_abandoned_batch_commits_nothing() {
     let grant = OnceGrant {
         key: OnceKey {
             user: UserId(7),
-            activity: ActivityId::new("A1").unwrap(),
+            activity: ActivityKey::new("A1").unwrap(),
             window_start_ms: 0,
         },
         token: OnceToken(42),
@@ -127,7 +127,7 @@ fn an_abandoned_batch_commits_nothing() {
 /// rest are read on demand.
 fn hints(all: bool) -> super::OnceHints {
     use sut::token::rows::{OnceKey, OnceToken};
-    use sut::token::{ActivityId, UserId};
+    use sut::token::{ActivityKey, UserId};
     let every = |i: u128| all || i.is_multiple_of(2);
     let mut hints = super::OnceHints {
         tokens: (0u128..10).filter(|&n| every(n)).map(OnceToken).collect(),
@@ -139,7 +139,7 @@ fn hints(all: bool) -> super::OnceHints {
                 if every(u128::from(user + window)) {
                     hints.keys.push(OnceKey {
                         user: UserId(user),
-                        activity: ActivityId::new(format!("act{activity}")).unwrap(),
+                        activity: ActivityKey::new(format!("act{activity}")).unwrap(),
                         window_start_ms: window * 100,
                     });
                 }

@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use sut::token::rows::{OnceGrant, OnceKey, OnceToken};
 use sut::token::store::{MemoryTokenStore, TokenStore, TokenStoreLimits};
-use sut::token::{ActivityId, UserId};
+use sut::token::{ActivityKey, UserId};
 
 use super::SqliteTokenStore;
 
@@ -95,7 +95,7 @@ pub(crate) fn apply<S: TokenStore + ?Sized>(s: &mut S, op: &Op) -> String {
             let grant = OnceGrant {
                 key: OnceKey {
                     user: UserId(*user),
-                    activity: ActivityId::new(format!("act{activity}")).unwrap(),
+                    activity: ActivityKey::new(format!("act{activity}")).unwrap(),
                     window_start_ms,
                 },
                 token: OnceToken(*nonce),

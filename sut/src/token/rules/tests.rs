@@ -1,12 +1,12 @@
 //! Each token rule's refusals and writes, on hand-made rows (no store involved).
 
 use super::*;
-use crate::token::ActivityId;
+use crate::token::ActivityKey;
 
 fn key(user: u64) -> OnceKey {
     OnceKey {
         user: UserId(user),
-        activity: ActivityId::new("A2024").unwrap(),
+        activity: ActivityKey::new("A2024").unwrap(),
         window_start_ms: 0,
     }
 }

@@ -4,12 +4,12 @@
 use crate::token::rows::{OnceGrant, OnceKey, OnceToken};
 use crate::token::rules::OnceRow;
 use crate::token::store::{MemoryTokenStore, TokenStore, TokenStoreLimits};
-use crate::token::{ActivityId, UserId};
+use crate::token::{ActivityKey, UserId};
 
 fn key(user: u64) -> OnceKey {
     OnceKey {
         user: UserId(user),
-        activity: ActivityId::new("A2024").unwrap(),
+        activity: ActivityKey::new("A2024").unwrap(),
         window_start_ms: 0,
     }
 }
