@@ -43,50 +43,7 @@ use crate::ProcessError;
 /// Bytes read at once from either side.
 const CHUNK_BYTES: usize = 16 * 1024;
 
-/// A direction of a proxied connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Direction {
-    /// Client to upstream (requests).
-    Up,
-    /// Upstream to client (responses).
-    Down,
-}
-
-/// What the link does now. [`LinkFault::None`] forwards everything.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LinkFault {
-    /// Forward every byte as it comes.
-    #[default]
-    None,
-    /// Partition, refusing: the port closed, open connections reset.
-    Refuse,
-    /// Partition, black hole: connections stay open, no byte gets through until it heals.
-    Blackhole,
-    /// The bytes of one direction are held until it heals.
-    OneWay {
-        /// The direction that is cut.
-        stall: Direction,
-    },
-    /// Each chunk is held `delay_ms ± jitter_ms` (order kept).
-    Latency {
-        /// Mean delay, ms.
-        delay_ms: u64,
-        /// Largest deviation from it, ms.
-        jitter_ms: u64,
-    },
-    /// Each direction is paced to this many bytes per second.
-    Bandwidth {
-        /// The rate, bytes per second (at least 1).
-        bytes_per_s: u64,
-    },
-    /// A connection is reset once this many bytes (both directions) went through it.
-    ResetAfter {
-        /// Bytes let through before the reset.
-        bytes: u64,
-    },
-    /// The upstream side is closed, the client's stays open and is swallowed.
-    HalfOpen,
-}
+pub use sut::fault::{Direction, LinkFault};
 
 /// What the faults did: each counter moves only when a fault touched a byte or a connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

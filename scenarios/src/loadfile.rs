@@ -31,6 +31,7 @@
 
 use serde::Deserialize;
 use sim::scenario::ScenarioError;
+use sut::fault::MsRange;
 
 /// A parsed load scenario.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -100,10 +101,11 @@ pub struct ClusterSpec {
 pub struct ChaosSpec {
     /// Fault kinds: `kill`, `pause`, `clock`, `partition`, `power_loss`, `db_kill`.
     pub faults: Vec<String>,
-    /// From the end of one fault to the start of the next, ms.
-    pub every_ms: u64,
+    /// From the end of one fault to the start of the next, ms (the vocabulary's timing,
+    /// `sut::fault::MsRange`; this runner takes one number).
+    pub every_ms: MsRange,
     /// How long each fault holds, ms.
-    pub down_ms: u64,
+    pub down_ms: MsRange,
     /// Draws the order of the kinds, the targets and the clock steps.
     #[serde(default)]
     pub seed: u64,
@@ -122,8 +124,8 @@ impl ChaosSpec {
                 .iter()
                 .map(|f| chaos::nemesis::ChaosFault::parse(f))
                 .collect::<Result<_, _>>()?,
-            every: std::time::Duration::from_millis(self.every_ms),
-            down_for: std::time::Duration::from_millis(self.down_ms),
+            every: std::time::Duration::from_millis(self.every_ms.single("every_ms")?),
+            down_for: std::time::Duration::from_millis(self.down_ms.single("down_ms")?),
         })
     }
 }
@@ -157,18 +159,14 @@ fn validate_chaos(c: &ChaosSpec, database: ClusterDatabase) -> Result<(), (&'sta
             "the chaos nemesis needs PostgreSQL (power losses, proxied database links)".into(),
         ));
     }
+    c.every_ms.single("every_ms").map_err(|m| ("every_ms", m))?;
+    let down_ms = c.down_ms.single("down_ms").map_err(|m| ("down_ms", m))?;
+    if !(100..=60_000).contains(&down_ms) {
+        return Err(("down_ms", format!("{down_ms} is not within 100..=60000")));
+    }
     let faults = c.options(None).map_err(|m| ("faults", m))?.faults;
     if faults.is_empty() {
         return Err(("faults", "name at least one fault kind".into()));
-    }
-    if c.every_ms == 0 {
-        return Err(("every_ms", "must be positive".into()));
-    }
-    if !(100..=60_000).contains(&c.down_ms) {
-        return Err((
-            "down_ms",
-            format!("{} is not within 100..=60000", c.down_ms),
-        ));
     }
     Ok(())
 }

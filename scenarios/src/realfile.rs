@@ -26,6 +26,7 @@
 //! ```
 
 use std::time::Duration;
+use sut::fault::MsRange;
 
 use blackbox::real::{Fault, IdRunOptions, IdSystem};
 use chaos::RedisPersistence;
@@ -126,8 +127,9 @@ struct ClientsTable {
 struct NemesisTable {
     /// A name of the fault vocabulary (`sut::fault`) that real-system runs inject.
     fault: String,
-    every_ms: u64,
-    down_ms: u64,
+    /// The vocabulary's fault timing (`sut::fault::MsRange`); this runner takes one number.
+    every_ms: MsRange,
+    down_ms: MsRange,
 }
 
 /// Most clients of one run.
@@ -186,12 +188,16 @@ impl RealScenario {
                 file.clients.duration_s
             )));
         }
-        if file.nemesis.every_ms == 0 {
-            return Err(bad("nemesis.every_ms must be positive".into()));
-        }
-        if file.nemesis.down_ms == 0 {
-            return Err(bad("nemesis.down_ms must be positive".into()));
-        }
+        let every_ms = file
+            .nemesis
+            .every_ms
+            .single("nemesis.every_ms")
+            .map_err(bad)?;
+        let down_ms = file
+            .nemesis
+            .down_ms
+            .single("nemesis.down_ms")
+            .map_err(bad)?;
         let fault =
             Fault::parse(&file.nemesis.fault).map_err(|e| bad(format!("nemesis.fault: {e}")))?;
         Ok(Self {
@@ -202,8 +208,8 @@ impl RealScenario {
                 fault,
                 clients: file.clients.count,
                 duration: Duration::from_secs(file.clients.duration_s),
-                every: Duration::from_millis(file.nemesis.every_ms),
-                down_for: Duration::from_millis(file.nemesis.down_ms),
+                every: Duration::from_millis(every_ms),
+                down_for: Duration::from_millis(down_ms),
             },
         })
     }

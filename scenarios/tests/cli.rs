@@ -65,7 +65,7 @@ fn a_short_sweep_exits_0_and_writes_the_json_fields() {
     std::fs::write(
         &file,
         "name = \"tiny\"\ndescription = \"one short seed\"\n[run]\nsafety_ms = 800\nliveness_ms = 2000\n\
-         [workload]\nrate_per_s = 300\n[faults]\nkinds = [\"loss\"]\nswarm = false\ninterval_ms = [50, 100]\n",
+         [workload]\nrate_per_s = 300\n[faults]\nkinds = [\"loss\"]\nswarm = false\nevery_ms = [50, 100]\n",
     )
     .expect("write");
     let json = dir.path().join("out.json");
@@ -122,7 +122,7 @@ fn scenario_with_a_fault_that_never_fires(dir: &std::path::Path) -> std::path::P
     std::fs::write(
         &file,
         "name = \"quiet\"\ndescription = \"a fault kind that never fires\"\n[run]\nsafety_ms = 300\nliveness_ms = 1000\n\
-         [workload]\nrate_per_s = 100\n[faults]\nkinds = [\"loss\"]\nswarm = false\ninterval_ms = [100000, 100000]\n",
+         [workload]\nrate_per_s = 100\n[faults]\nkinds = [\"loss\"]\nswarm = false\nevery_ms = 100000\n",
     )
     .expect("write");
     file

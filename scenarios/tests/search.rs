@@ -33,14 +33,14 @@ fn a_scripted_schedule_replays_exactly_and_its_faults_are_counted() {
     bump.delta_ms = Some(-5_000);
     let mut kill = ScheduledFault::new(300, FaultKind::Kill);
     kill.node = Some("token".into());
-    kill.duration_ms = Some(400);
+    kill.down_ms = Some(400);
     kill.tear = true;
     let mut partition = ScheduledFault::new(800, FaultKind::Partition);
     partition.nodes = vec!["token".into()];
-    partition.duration_ms = Some(300);
+    partition.down_ms = Some(300);
     let mut loss = ScheduledFault::new(1_100, FaultKind::Loss);
     loss.loss_pct = Some(20);
-    loss.duration_ms = Some(200);
+    loss.down_ms = Some(200);
     s.schedule = Some(vec![partition, bump, kill, loss]);
     // Through the file format, as a user would write it.
     let text = toml::to_string(&s).expect("toml");

@@ -51,6 +51,7 @@ pub mod openapi;
 pub mod pg;
 pub mod remote;
 pub mod sqlite;
+pub mod test_hooks;
 pub mod tls;
 pub mod tokens;
 
@@ -142,8 +143,8 @@ pub struct ServerConfig {
     pub step_max: Option<u64>,
     /// The lottery coordinator's timing, limits and compensation schedule.
     pub coordinator: sut::lottery::CoordinatorConfig,
-    /// Test hook: messages to in-process participants to lose (see
-    /// [`lottery::ParticipantFaults`]). Empty by default.
+    /// Test hook (the `test-hooks` feature only): messages to in-process participants to lose
+    /// (see [`lottery::ParticipantFaults`]). Empty by default.
     pub participant_faults: lottery::ParticipantFaults,
     /// What this process serves.
     pub role: Role,

@@ -70,8 +70,8 @@ use sut::lottery::{
     ActivityId, BranchOp, BranchOutcome, BranchView, CancelReason, ClientAnswer, CoordLog,
     CoordinatorConfig, CoordinatorError, CoordinatorIo, CoordinatorNode, DrawArgs, DrawEvent,
     DrawOutcome, DrawStatus, Flaws, Handled, Host, Ledger, LogEntry, LotteryStore, Participant,
-    ParticipantConfig, ParticipantMsg, ParticipantReply, Phase, Refusal, Registry, StoreError,
-    UserId, Verdict, Written, Xid,
+    ParticipantConfig, ParticipantMsg, ParticipantReply, Refusal, Registry, StoreError, UserId,
+    Verdict, Written, Xid,
 };
 
 use crate::activities::Activities;
@@ -143,43 +143,9 @@ pub struct LotteryState {
     pub activities: sut::lottery::Registry,
 }
 
-/// Test hook: the participants run in this process, so a participant that fails or never
-/// answers is simulated by losing the coordinator's messages to it. Each rule loses the
-/// messages of one phase to one branch, `times` times (`None`: always). Empty by default; the
-/// server logs loudly when a rule is set.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ParticipantFaults {
-    /// The rules, first match wins.
-    pub rules: Vec<LoseMessages>,
-}
-
-/// One [`ParticipantFaults`] rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LoseMessages {
-    /// The branch whose messages are lost.
-    pub branch: Participant,
-    /// The phase.
-    pub phase: Phase,
-    /// How many messages are still to lose (`None`: every one).
-    pub times: Option<u32>,
-}
-
-impl ParticipantFaults {
-    /// Whether the message of `phase` to `branch` is lost (and counts it).
-    fn lose(&mut self, branch: Participant, phase: Phase) -> bool {
-        let Some(rule) = self
-            .rules
-            .iter_mut()
-            .find(|r| r.branch == branch && r.phase == phase && r.times != Some(0))
-        else {
-            return false;
-        };
-        if let Some(left) = rule.times.as_mut() {
-            *left -= 1;
-        }
-        true
-    }
-}
+#[cfg(feature = "test-hooks")]
+pub use crate::test_hooks::LoseMessages;
+pub use crate::test_hooks::ParticipantFaults;
 
 /// Where a draw is, as `GET /lottery/draws/{draw}` tells it.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]

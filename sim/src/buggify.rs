@@ -211,7 +211,7 @@ impl Buggify {
                     backoff_cap_ms: WHEEL_BACKOFF_CAP_MS,
                     ..sut::lottery::wheel::WheelConfig::default()
                 };
-                backoff.retries_to_outlast(scenario.run.safety_ms + scenario.faults.duration_ms[1])
+                backoff.retries_to_outlast(scenario.run.safety_ms + scenario.faults.down_ms.max_ms)
             });
         }
         let ids = &scenario.ids;
@@ -421,6 +421,6 @@ fn set<T>(field: &mut T, value: Option<T>) {
 
 /// The range a placed crash's downtime is drawn from: the scenario's fault durations.
 fn faults_duration(scenario: &Scenario) -> std::ops::RangeInclusive<u64> {
-    let [lo, hi] = scenario.faults.duration_ms;
+    let [lo, hi] = scenario.faults.down_ms.bounds();
     lo.max(1)..=hi.max(lo.max(1))
 }

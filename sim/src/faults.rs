@@ -119,7 +119,7 @@ pub struct FaultSpace {
 pub fn space(kind: FaultKind, faults: &Faults, targets: &Targets) -> Option<FaultSpace> {
     let duration = (
         Field::DurationMs,
-        int(faults.duration_ms[0].max(1), faults.duration_ms[1].max(1)),
+        int(faults.down_ms.min_ms.max(1), faults.down_ms.max_ms.max(1)),
     );
     let node = || {
         (!targets.servers.is_empty()).then(|| (Field::Node, Param::Node(targets.servers.clone())))
@@ -279,7 +279,7 @@ fn set(event: &mut ScheduledFault, field: Field, value: &Value) {
     let flag = || matches!(value, Value::Flag(true));
     let unsigned = |v: i64| u64::try_from(v.max(0)).unwrap_or(0);
     match field {
-        Field::DurationMs => event.duration_ms = Some(unsigned(int())),
+        Field::DurationMs => event.down_ms = Some(unsigned(int())),
         Field::Node => {
             if let Value::Node(n) = value {
                 event.node = Some(n.clone());
@@ -342,11 +342,11 @@ mod tests {
                     FaultKind::ClockBump => {
                         let d = e.delta_ms.unwrap().abs();
                         assert!((1..=288_000).contains(&d), "{d}");
-                        assert_eq!(e.duration_ms, None, "a bump is instantaneous");
+                        assert_eq!(e.down_ms, None, "a bump is instantaneous");
                     }
                     FaultKind::ClockRestart => {
                         assert!(e.node.as_deref().unwrap().starts_with("id"));
-                        assert!((10..100).contains(&e.duration_ms.unwrap()));
+                        assert!((10..100).contains(&e.down_ms.unwrap()));
                     }
                     FaultKind::Loss => assert!((1..=30).contains(&e.loss_pct.unwrap())),
                     _ => {}

@@ -187,7 +187,7 @@ pub async fn run(world: World, stop_ms: u64) {
         return;
     }
     loop {
-        madsim::time::sleep(Duration::from_millis(between(faults.interval_ms))).await;
+        madsim::time::sleep(Duration::from_millis(between(faults.every_ms.bounds()))).await;
         if world.sim_ms() >= stop_ms {
             return;
         }
@@ -263,7 +263,7 @@ async fn play(world: &World, mut schedule: Vec<ScheduledFault>, stop_ms: u64) {
 /// recorded as such.
 fn inject(world: &World, event: &ScheduledFault, stop_ms: u64) {
     let duration_ms = event
-        .duration_ms
+        .down_ms
         .unwrap_or_else(|| stop_ms.saturating_sub(event.at_ms).max(1));
     match scripted(world, event) {
         Ok(action) => apply(world, action, duration_ms),
@@ -394,7 +394,7 @@ fn scripted(world: &World, event: &ScheduledFault) -> Result<Action, String> {
             node: node_up()?,
             back_ms: event.delta_ms.unwrap_or(1),
             tear: event.tear,
-            down_ms: event.duration_ms.unwrap_or(CLOCK_RESTART_DOWN_MS),
+            down_ms: event.down_ms.unwrap_or(CLOCK_RESTART_DOWN_MS),
         },
     })
 }

@@ -5,6 +5,7 @@
 //! line, column and field.
 
 use serde::{Deserialize, Serialize};
+use sut::fault::MsRange;
 use sut::flaw::Flaw;
 
 /// A fault the nemesis can inject: the simulated kinds of the one fault vocabulary
@@ -281,10 +282,14 @@ pub struct Faults {
     /// Swarm testing: each seed enables a random non-empty subset of `kinds` with random
     /// weights (TigerBeetle's VOPR, "swarm testing").
     pub swarm: bool,
-    /// Time between fault injections, ms: `[min, max]`.
-    pub interval_ms: [u64; 2],
-    /// How long a fault lasts before it heals, ms: `[min, max]`.
-    pub duration_ms: [u64; 2],
+    /// Time between fault injections, ms: `[min, max]` or one number (the vocabulary's
+    /// `every_ms`, as real scenario files; the older name `interval_ms` is still read).
+    #[serde(alias = "interval_ms")]
+    pub every_ms: MsRange,
+    /// How long a fault holds before it heals, ms: `[min, max]` or one number (the
+    /// vocabulary's `down_ms`; the older name `duration_ms` is still read).
+    #[serde(alias = "duration_ms")]
+    pub down_ms: MsRange,
     /// Largest clock bump, ms (Jepsen: 288,000).
     pub bump_ms_max: u64,
     /// Largest drift, parts per million.
@@ -300,8 +305,8 @@ impl Default for Faults {
         Self {
             kinds: Vec::new(),
             swarm: true,
-            interval_ms: [150, 900],
-            duration_ms: [100, 2_500],
+            every_ms: MsRange::between(150, 900),
+            down_ms: MsRange::between(100, 2_500),
             bump_ms_max: 288_000,
             drift_ppm_max: 20_000,
             loss_pct_max: 30,
@@ -464,11 +469,16 @@ pub struct ScheduledFault {
     /// `swizzle` the nodes clogged one by one (and healed in this order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
-    /// How long the fault lasts before it heals, ms; absent: until the liveness phase heals
-    /// everything. For `clock_restart`, how long the node stays down. Not for `clock_bump`
-    /// (instantaneous; the offset stays until the liveness phase resets clocks).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_ms: Option<u64>,
+    /// How long the fault holds before it heals, ms (the vocabulary's `down_ms`; the older
+    /// name `duration_ms` is still read); absent: until the liveness phase heals everything.
+    /// For `clock_restart`, how long the node stays down. Not for `clock_bump` (instantaneous;
+    /// the offset stays until the liveness phase resets clocks).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "duration_ms"
+    )]
+    pub down_ms: Option<u64>,
     /// `partition`: one-way (only the side's messages to the rest are dropped).
     #[serde(default, skip_serializing_if = "is_false")]
     pub one_way: bool,
@@ -512,7 +522,7 @@ impl ScheduledFault {
             fault,
             node: None,
             nodes: Vec::new(),
-            duration_ms: None,
+            down_ms: None,
             one_way: false,
             delta_ms: None,
             period_ms: None,
@@ -527,7 +537,7 @@ impl ScheduledFault {
     #[must_use]
     pub fn describe(&self) -> String {
         let node = self.node.as_deref().unwrap_or("?");
-        let lasting = lasting(self.duration_ms);
+        let lasting = lasting(self.down_ms);
         let what = match self.fault {
             FaultKind::Partition => format!(
                 "partition {}{:?} | rest{lasting}",
@@ -546,7 +556,7 @@ impl ScheduledFault {
             FaultKind::Kill => format!(
                 "kill {node}{}{}",
                 self.tear_note(),
-                self.duration_ms.map_or_else(
+                self.down_ms.map_or_else(
                     || ", restart at the liveness phase".to_owned(),
                     |ms| format!(", restart after {ms} ms")
                 )
@@ -570,7 +580,7 @@ impl ScheduledFault {
                 "clock_restart {node}: clock -{} ms, killed{}, restart after {} ms",
                 self.delta_ms.unwrap_or(0),
                 self.tear_note(),
-                self.duration_ms.unwrap_or(50)
+                self.down_ms.unwrap_or(50)
             ),
         };
         format!("{:>6} ms  {what}", self.at_ms)
@@ -588,21 +598,21 @@ impl ScheduledFault {
     /// The fields this fault kind requires and those it allows, by TOML name.
     fn fields(kind: FaultKind) -> (&'static [&'static str], &'static [&'static str]) {
         match kind {
-            FaultKind::Partition => (&["nodes"], &["nodes", "duration_ms", "one_way"]),
-            FaultKind::Swizzle => (&["nodes"], &["nodes", "duration_ms", "period_ms"]),
-            FaultKind::Loss => (&["loss_pct"], &["loss_pct", "duration_ms"]),
-            FaultKind::Latency => (&["latency_ms"], &["latency_ms", "duration_ms"]),
-            FaultKind::Kill => (&["node"], &["node", "duration_ms", "tear"]),
-            FaultKind::Pause => (&["node"], &["node", "duration_ms"]),
+            FaultKind::Partition => (&["nodes"], &["nodes", "down_ms", "one_way"]),
+            FaultKind::Swizzle => (&["nodes"], &["nodes", "down_ms", "period_ms"]),
+            FaultKind::Loss => (&["loss_pct"], &["loss_pct", "down_ms"]),
+            FaultKind::Latency => (&["latency_ms"], &["latency_ms", "down_ms"]),
+            FaultKind::Kill => (&["node"], &["node", "down_ms", "tear"]),
+            FaultKind::Pause => (&["node"], &["node", "down_ms"]),
             FaultKind::ClockBump => (&["node", "delta_ms"], &["node", "delta_ms"]),
             FaultKind::ClockStrobe => (
                 &["node", "delta_ms", "period_ms"],
-                &["node", "delta_ms", "period_ms", "duration_ms"],
+                &["node", "delta_ms", "period_ms", "down_ms"],
             ),
-            FaultKind::ClockDrift => (&["node", "ppm"], &["node", "ppm", "duration_ms"]),
+            FaultKind::ClockDrift => (&["node", "ppm"], &["node", "ppm", "down_ms"]),
             FaultKind::ClockRestart => (
                 &["node", "delta_ms"],
-                &["node", "delta_ms", "duration_ms", "tear"],
+                &["node", "delta_ms", "down_ms", "tear"],
             ),
         }
     }
@@ -613,7 +623,7 @@ impl ScheduledFault {
         let checks: [(&'static str, bool); 10] = [
             ("node", self.node.is_some()),
             ("nodes", !self.nodes.is_empty()),
-            ("duration_ms", self.duration_ms.is_some()),
+            ("down_ms", self.down_ms.is_some()),
             ("one_way", self.one_way),
             ("delta_ms", self.delta_ms.is_some()),
             ("period_ms", self.period_ms.is_some()),
@@ -698,8 +708,8 @@ impl ScheduledFault {
     /// Checks the numeric parameters' ranges.
     fn validate_values(&self) -> Result<(), (&'static str, String)> {
         let kind = self.fault.name();
-        if self.duration_ms == Some(0) {
-            return Err(("duration_ms", "must be positive".into()));
+        if self.down_ms == Some(0) {
+            return Err(("down_ms", "must be positive".into()));
         }
         if let Some(d) = self.delta_ms {
             if d.abs() > SCHEDULE_DELTA_MS_MAX {
@@ -735,8 +745,8 @@ impl ScheduledFault {
 }
 
 /// ` for N ms`, or ` until the liveness phase` for a fault without a duration.
-fn lasting(duration_ms: Option<u64>) -> String {
-    duration_ms.map_or_else(
+fn lasting(down_ms: Option<u64>) -> String {
+    down_ms.map_or_else(
         || " until the liveness phase".to_owned(),
         |ms| format!(" for {ms} ms"),
     )
@@ -897,18 +907,8 @@ impl Scenario {
             return Err(("timeout_ms", "must be positive".into()));
         }
         let f = &self.faults;
-        if f.interval_ms[0] == 0 || f.interval_ms[0] > f.interval_ms[1] {
-            return Err((
-                "interval_ms",
-                format!("{:?} must be [min, max] with 0 < min <= max", f.interval_ms),
-            ));
-        }
-        if f.duration_ms[0] == 0 || f.duration_ms[0] > f.duration_ms[1] {
-            return Err((
-                "duration_ms",
-                format!("{:?} must be [min, max] with 0 < min <= max", f.duration_ms),
-            ));
-        }
+        f.every_ms.check("every_ms").map_err(|e| ("every_ms", e))?;
+        f.down_ms.check("down_ms").map_err(|e| ("down_ms", e))?;
         if let Err(message) = self.edges.validate() {
             return Err(("edges", message));
         }
@@ -1099,10 +1099,7 @@ mod tests {
                 "delta_ms",
             ),
             ("fault = \"loss\"\nloss_pct = 101", "loss_pct"),
-            (
-                "fault = \"pause\"\nnode = \"db\"\nduration_ms = 0",
-                "duration_ms",
-            ),
+            ("fault = \"pause\"\nnode = \"db\"\ndown_ms = 0", "down_ms"),
         ] {
             let err = schedule_error(&format!("[[schedule]]\nat_ms = 1\n{entry}\n"));
             assert!(

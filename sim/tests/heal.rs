@@ -19,7 +19,7 @@ at_ms = 5800
 fault = "swizzle"
 nodes = ["client2", "coord", "db"]
 period_ms = 150
-duration_ms = 3000
+down_ms = 3000
 "#;
 
 #[test]

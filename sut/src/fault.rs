@@ -212,6 +212,164 @@ pub fn parse_into<T: Copy>(
         .ok_or_else(|| format!("fault `{word}`: {} list it but inject none", runner.about()))
 }
 
+/// A direction of a link (a proxied connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Client to upstream (requests).
+    Up,
+    /// Upstream to client (responses).
+    Down,
+}
+
+/// What a link does now, as the fault proxy carries it out. [`LinkFault::None`] forwards
+/// everything; every other shape is one of the vocabulary's kinds ([`LinkFault::kind`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LinkFault {
+    /// Forward every byte as it comes.
+    #[default]
+    None,
+    /// Partition, refusing: the port closed, open connections reset.
+    Refuse,
+    /// Partition, black hole: connections stay open, no byte gets through until it heals.
+    Blackhole,
+    /// The bytes of one direction are held until it heals.
+    OneWay {
+        /// The direction that is cut.
+        stall: Direction,
+    },
+    /// Each chunk is held `delay_ms ± jitter_ms` (order kept).
+    Latency {
+        /// Mean delay, ms.
+        delay_ms: u64,
+        /// Largest deviation from it, ms.
+        jitter_ms: u64,
+    },
+    /// Each direction is paced to this many bytes per second.
+    Bandwidth {
+        /// The rate, bytes per second (at least 1).
+        bytes_per_s: u64,
+    },
+    /// A connection is reset once this many bytes (both directions) went through it.
+    ResetAfter {
+        /// Bytes let through before the reset.
+        bytes: u64,
+    },
+    /// The upstream side is closed, the client's stays open and is swallowed.
+    HalfOpen,
+}
+
+impl LinkFault {
+    /// The kind of fault this shape is (`None` for [`LinkFault::None`]): a partition refuses,
+    /// black-holes or cuts one way; a slow link delays or throttles; a broken one resets or
+    /// leaves a connection half-open.
+    #[must_use]
+    pub const fn kind(self) -> Option<FaultKind> {
+        match self {
+            Self::None => None,
+            Self::Refuse | Self::Blackhole | Self::OneWay { .. } => Some(FaultKind::Partition),
+            Self::Latency { .. } | Self::Bandwidth { .. } => Some(FaultKind::LinkSlow),
+            Self::ResetAfter { .. } | Self::HalfOpen => Some(FaultKind::LinkBreak),
+        }
+    }
+}
+
+/// How long, in ms, as fault timing is given everywhere: `every_ms` (from the end of one fault
+/// to the start of the next) and `down_ms` (how long a fault holds) in simulated and real
+/// scenario files alike, and `down_ms` of a scripted fault. One number (always that long) or
+/// `[min, max]` (drawn for each fault, where the runner draws).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MsRange {
+    /// The shortest.
+    pub min_ms: u64,
+    /// The longest (at least `min_ms`).
+    pub max_ms: u64,
+}
+
+impl MsRange {
+    /// Always `ms`.
+    #[must_use]
+    pub const fn fixed(ms: u64) -> Self {
+        Self {
+            min_ms: ms,
+            max_ms: ms,
+        }
+    }
+
+    /// From `min_ms` to `max_ms`.
+    #[must_use]
+    pub const fn between(min_ms: u64, max_ms: u64) -> Self {
+        Self { min_ms, max_ms }
+    }
+
+    /// `[min, max]`.
+    #[must_use]
+    pub const fn bounds(self) -> [u64; 2] {
+        [self.min_ms, self.max_ms]
+    }
+
+    /// Checks `0 < min <= max`; the error names `field`.
+    ///
+    /// # Errors
+    /// The range in words.
+    pub fn check(self, field: &str) -> Result<(), String> {
+        if self.min_ms == 0 || self.min_ms > self.max_ms {
+            return Err(format!(
+                "{field} = {self} must be positive, and [min, max] with min <= max"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The one value of a runner that holds every fault the same time; the error names `field`.
+    ///
+    /// # Errors
+    /// A range, or zero.
+    pub fn single(self, field: &str) -> Result<u64, String> {
+        self.check(field)?;
+        if self.min_ms != self.max_ms {
+            return Err(format!(
+                "{field} = {self}: this runner holds every fault the same time; give one number"
+            ));
+        }
+        Ok(self.min_ms)
+    }
+}
+
+impl fmt::Display for MsRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.min_ms == self.max_ms {
+            write!(f, "{}", self.min_ms)
+        } else {
+            write!(f, "[{}, {}]", self.min_ms, self.max_ms)
+        }
+    }
+}
+
+impl serde::Serialize for MsRange {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.min_ms == self.max_ms {
+            serializer.serialize_u64(self.min_ms)
+        } else {
+            self.bounds().serialize(serializer)
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for MsRange {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged, expecting = "a number of ms, or [min, max]")]
+        enum Repr {
+            One(u64),
+            Two([u64; 2]),
+        }
+        Ok(match Repr::deserialize(deserializer)? {
+            Repr::One(ms) => Self::fixed(ms),
+            Repr::Two([min_ms, max_ms]) => Self::between(min_ms, max_ms),
+        })
+    }
+}
+
 impl fmt::Display for FaultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -236,6 +394,68 @@ mod tests {
                 .unwrap_err()
                 .contains("known: kill")
         );
+    }
+
+    #[test]
+    fn every_link_shape_is_a_kind_the_deployment_injects() {
+        let shapes = [
+            LinkFault::Refuse,
+            LinkFault::Blackhole,
+            LinkFault::OneWay {
+                stall: Direction::Up,
+            },
+            LinkFault::Latency {
+                delay_ms: 5,
+                jitter_ms: 1,
+            },
+            LinkFault::Bandwidth { bytes_per_s: 10 },
+            LinkFault::ResetAfter { bytes: 1 },
+            LinkFault::HalfOpen,
+        ];
+        for shape in shapes {
+            let kind = shape.kind().expect("a fault");
+            assert!(kind.runs_in(Runner::Deployment), "{shape:?}");
+        }
+        assert_eq!(LinkFault::None.kind(), None);
+    }
+
+    #[test]
+    fn timing_is_one_number_or_a_range_and_bad_ones_are_named() {
+        #[derive(serde::Deserialize)]
+        struct File {
+            every_ms: MsRange,
+            down_ms: MsRange,
+        }
+        let f: File = toml_like("every_ms = 500\ndown_ms = [100, 2500]");
+        assert_eq!(f.every_ms, MsRange::fixed(500));
+        assert_eq!(f.down_ms.bounds(), [100, 2_500]);
+        assert_eq!(f.every_ms.single("every_ms"), Ok(500));
+        let e = f.down_ms.single("nemesis.down_ms").unwrap_err();
+        assert!(
+            e.contains("nemesis.down_ms = [100, 2500]") && e.contains("one number"),
+            "{e}"
+        );
+        assert!(
+            MsRange::between(9, 3)
+                .check("x")
+                .unwrap_err()
+                .contains("min <= max")
+        );
+        assert!(MsRange::fixed(0).check("x").is_err());
+        assert_eq!(serde_json::to_string(&f.down_ms).unwrap(), "[100,2500]");
+        assert_eq!(serde_json::to_string(&f.every_ms).unwrap(), "500");
+    }
+
+    /// `key = value` lines as JSON, for the test above (sut has no TOML parser).
+    fn toml_like<T: serde::de::DeserializeOwned>(text: &str) -> T {
+        let fields: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once(" = ").unwrap();
+                format!("\"{k}\": {v}")
+            })
+            .collect();
+        serde_json::from_str(&format!("{{{}}}", fields.join(", "))).unwrap()
     }
 
     #[test]
