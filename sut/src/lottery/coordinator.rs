@@ -488,6 +488,12 @@ impl Coordinator {
     /// [`CoordinatorError::Busy`], [`CoordinatorError::EventsFull`],
     /// [`CoordinatorError::DuplicateXid`], [`CoordinatorError::AmountTooLarge`].
     pub fn start_draw(&mut self, draw: DrawArgs, now: Now) -> Result<(), CoordinatorError> {
+        let started = self.start_draw_step(draw, now);
+        self.debug_holds_for(draw.xid);
+        started
+    }
+
+    fn start_draw_step(&mut self, draw: DrawArgs, now: Now) -> Result<(), CoordinatorError> {
         let _ = now;
         if draw.price_minor > AMOUNT_MAX {
             return Err(CoordinatorError::AmountTooLarge {
@@ -522,6 +528,11 @@ impl Coordinator {
 
     /// `entry` is durable. Unknown or stale entries are ignored.
     pub fn handle_log_written(&mut self, entry: &LogEntry, now: Now) {
+        self.log_written_step(entry, now);
+        self.debug_holds_for(entry.xid());
+    }
+
+    fn log_written_step(&mut self, entry: &LogEntry, now: Now) {
         let xid = entry.xid();
         let Some(draw) = self.draws.get_mut(&xid) else {
             return;
@@ -578,6 +589,11 @@ impl Coordinator {
 
     /// A participant's reply arrived. Stale, duplicate and misaddressed replies are ignored.
     pub fn handle_reply(&mut self, from: Participant, reply: &ParticipantReply, now: Now) {
+        self.reply_step(from, reply, now);
+        self.debug_holds_for(reply.draw.xid);
+    }
+
+    fn reply_step(&mut self, from: Participant, reply: &ParticipantReply, now: Now) {
         let _ = now;
         if from != reply.branch {
             return;
@@ -676,6 +692,11 @@ impl Coordinator {
     /// Time passed: resend what timed out (with backoff), park what ran out of attempts, and
     /// start the compensation rounds that are due. A call with nothing due is a no-op.
     pub fn handle_timeout(&mut self, now: Now) {
+        self.timeout_step(now);
+        crate::check::debug_holds("coordinator", || self.check_invariants());
+    }
+
+    fn timeout_step(&mut self, now: Now) {
         // Bounded: each iteration removes one timer; re-armed ones are due strictly later.
         while let Some(&(deadline_ms, xid, branch)) = self.timers.first() {
             if deadline_ms > now.mono_ms {
@@ -697,6 +718,7 @@ impl Coordinator {
             return Err(CoordinatorError::NotDeadLettered { xid });
         };
         self.schedule_compensation(xid, verdict, now.mono_ms, 0);
+        self.debug_holds_for(xid);
         Ok(())
     }
 
@@ -796,6 +818,21 @@ impl Coordinator {
             wheel.check_invariants().map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// The invariants of draw `xid` (its branches, timers and compensation task), when it is
+    /// in flight: what one step touched, asserted after the step in debug builds (the whole
+    /// check is O(draws), run after timeouts, which can touch every draw).
+    fn debug_holds_for(&self, xid: Xid) {
+        crate::check::debug_holds("coordinator", || {
+            let Some(draw) = self.draws.get(&xid) else {
+                return Ok(());
+            };
+            for (branch, progress) in &draw.branches {
+                self.check_branch(xid, draw, *branch, progress)?;
+            }
+            self.check_compensation(xid, draw)
+        });
     }
 
     /// The configuration.
