@@ -403,7 +403,7 @@ const PARTICIPANT_SEQUENCES: u64 = 30;
 const PARTICIPANT_STEPS: u64 = 40;
 const PARTICIPANT_KILL_EVERY: u64 = 50;
 
-/// Finds a server binary of `sut-server`'s package (`id-compat`, `tcc-compat`, `sut-server`)
+/// Finds a server binary (`sut-server`, or the `compat` crate's `id-compat`, `tcc-compat`)
 /// beside the running program (or in its parent folder), or `redis-server` on PATH.
 ///
 /// # Errors
@@ -423,8 +423,13 @@ pub fn server_binary(name: &str) -> Result<PathBuf, String> {
         }
         tried.push(candidate.display().to_string());
     }
+    let package = if name == "sut-server" {
+        "sut-server"
+    } else {
+        "compat"
+    };
     Err(format!(
-        "{name} not found (tried {}): build it with `cargo build -p sut-server --bin {name}` \
+        "{name} not found (tried {}): build it with `cargo build -p {package} --bin {name}` \
          (add --release to match a release scenario)",
         tried.join(", ")
     ))

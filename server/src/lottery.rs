@@ -1462,6 +1462,7 @@ pub fn open_with(
     metrics: Arc<Metrics>,
     options: LotteryOptions,
 ) -> Result<Lottery, String> {
+    #[cfg(feature = "test-hooks")]
     if !options.faults.rules.is_empty() {
         eprintln!(
             "sut-server: WARNING: test hook on: messages to participants are lost: {:?}",

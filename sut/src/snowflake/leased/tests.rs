@@ -47,14 +47,14 @@ fn pump(ids: &mut LeasedIds, store: &mut MemoryIdStore, t: Now) -> Vec<HolderEve
 
 /// Asks as a driver does: performs the calls a `Drive` asks for, and returns the first other
 /// answer.
-fn snowflake(
+fn ask<T>(
     ids: &mut LeasedIds,
     store: &mut MemoryIdStore,
     t: Now,
-    waited_ms: u64,
-) -> IdAnswer<u64> {
+    mut next: impl FnMut(&mut LeasedIds) -> IdAnswer<T>,
+) -> IdAnswer<T> {
     for _ in 0..8 {
-        match ids.next_snowflake(t, waited_ms) {
+        match next(ids) {
             IdAnswer::Drive => {
                 let _ = pump(ids, store, t);
             }
@@ -67,24 +67,22 @@ fn snowflake(
     panic!("still driving after 8 rounds");
 }
 
+fn snowflake(
+    ids: &mut LeasedIds,
+    store: &mut MemoryIdStore,
+    t: Now,
+    waited_ms: u64,
+) -> IdAnswer<u64> {
+    ask(ids, store, t, |ids| ids.next_snowflake(t, waited_ms))
+}
+
 fn semantic(
     ids: &mut LeasedIds,
     store: &mut MemoryIdStore,
     t: Now,
     waited_ms: u64,
 ) -> IdAnswer<SemanticId> {
-    for _ in 0..8 {
-        match ids.next_semantic("OD", t, waited_ms) {
-            IdAnswer::Drive => {
-                let _ = pump(ids, store, t);
-            }
-            other => {
-                ids.check_invariants().unwrap();
-                return other;
-            }
-        }
-    }
-    panic!("still driving after 8 rounds");
+    ask(ids, store, t, |ids| ids.next_semantic("OD", t, waited_ms))
 }
 
 fn id(answer: IdAnswer<u64>) -> u64 {
