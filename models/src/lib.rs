@@ -21,6 +21,7 @@
 //! The command line (`scenario model NAME`, `scenario explore NAME`) calls [`catalog`],
 //! [`check`] and [`serve`].
 
+mod edges;
 pub mod hashed;
 pub mod lottery;
 pub mod runner;

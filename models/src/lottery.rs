@@ -54,6 +54,7 @@ use sut::lottery::{
     Registry, Resume, Terms, UserId, Written, Xid,
 };
 
+use crate::edges::observe;
 use crate::hashed::{Hashed, HashedActor, Stored, stored};
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
 use crate::{ModelError, ModelOptions, ModelReport, runner};
@@ -392,6 +393,7 @@ impl CoordNode {
             o,
         };
         self.coord.drive(&mut io, now);
+        observe(&mut self.coord);
         if io.disk_changed {
             o.save(stored(self.disk.clone()));
         }
@@ -547,6 +549,7 @@ impl Actor for LotActor {
                 }
                 let mut next = node.coord.clone();
                 next.handle_reply(reply.branch, &reply, node.now());
+                observe(&mut next);
                 if next == node.coord {
                     return; // stale, duplicate or already counted: the coordinator ignores it
                 }
@@ -573,7 +576,9 @@ impl Actor for LotActor {
                     return;
                 }
                 let mut next = node.clone();
-                match branch.handle(&mut next.store, config, registry, &msg) {
+                let handled = branch.handle(&mut next.store, config, registry, &msg);
+                observe(&mut next.store);
+                match handled {
                     Handled::Reply(reply) => {
                         if took_effect(&reply) {
                             record(&mut next.history, reply.clone());
@@ -595,6 +600,7 @@ impl Actor for LotActor {
                     .op
                     .branch
                     .handle_resume(&mut next.store, config, &resume);
+                observe(&mut next.store);
                 if took_effect(&reply) {
                     record(&mut next.history, reply.clone());
                 }

@@ -105,18 +105,16 @@ where
 /// Edge-state counts shared by a model's checker threads.
 pub type EdgeCounts = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>;
 
-/// Moves this thread's edge-state counts into `into`.
+/// Moves what the step on this thread observed ([`crate::edges::observe`]) into `into`.
 fn gather_edges(into: &EdgeCounts) {
-    let reached = sut::edge::take();
+    let mut reached = crate::edges::take_step();
     if reached.is_empty() {
         return;
     }
     let mut into = into
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for (name, n) in reached {
-        *into.entry(name).or_insert(0) += n;
-    }
+    reached.drain_into(&mut *into);
 }
 
 /// Tells whether firing `timer` on actor `id` in this state races a message still in flight that
@@ -408,7 +406,7 @@ where
     type Action = StepOf<A>;
 
     fn init_states(&self) -> Vec<Self::State> {
-        let _ = sut::edge::take();
+        let _ = crate::edges::take_step();
         let states = self.inner.init_states();
         gather_edges(&self.edges);
         states

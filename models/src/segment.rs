@@ -41,6 +41,7 @@ use sut::id_store::{
 use sut::segment::{AllocatorConfig, Request, SegmentAllocator, StepPolicy, Take};
 
 use crate::ModelError;
+use crate::edges::observe;
 use crate::hashed::{HashedActor, Stored, stored};
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
 
@@ -448,6 +449,7 @@ impl Actor for SegActor {
                 call.set_store_now(node.now_ms);
                 let mut store = node.store.clone();
                 let reply = call.execute(&mut store);
+                observe(&mut store);
                 let granted = matches!(reply, StoreReply::Allocate(Ok(_)));
                 o.send(src, SegMsg::Reply { id: req.id, reply });
                 if store != node.store {
@@ -467,6 +469,7 @@ impl Actor for SegActor {
                 let Some(alloc) = &node.alloc else { return };
                 let mut next = alloc.clone();
                 next.handle_reply(id, reply, node.now);
+                observe(&mut next);
                 if &next == alloc {
                     return; // an answer the allocator ignores (late, duplicate, foreign)
                 }
@@ -510,6 +513,7 @@ impl Actor for SegActor {
                     if node.store.reclaim_expired(node.now_ms).is_err() {
                         node.reclaims_refused += 1;
                     }
+                    observe(&mut node.store);
                 }
                 arm_store(node, o);
             }
@@ -521,7 +525,9 @@ impl Actor for SegActor {
                 let Some(alloc) = node.alloc.as_mut() else {
                     return;
                 };
-                match alloc.next_id(now) {
+                let take = alloc.next_id(now);
+                observe(alloc);
+                match take {
                     Take::Block(block) => {
                         for id in block.ids() {
                             node.ghost.issued.push((node.ghost.incarnation, id));
@@ -548,6 +554,7 @@ impl Actor for SegActor {
                     let ms = node.now.mono_ms.max(at);
                     node.now = Now::both(ms);
                     alloc.handle_timeout(node.now);
+                    observe(alloc);
                     node.waiting &= buffers(alloc, node.now) == before;
                 }
                 Self::drive(setup, node, o);

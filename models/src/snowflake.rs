@@ -31,6 +31,7 @@ use sut::id_store::{InstanceId, MemoryIdStore, StoreCall, StoreReply};
 use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use sut::snowflake::{Layout, NextId, RollbackPolicy, WorkerConfig};
 
+use crate::edges::observe;
 use crate::hashed::{HashedActor, Stored, stored};
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
 
@@ -281,6 +282,7 @@ impl SnowActor {
         {
             o.send(Id::from(STORE), SnowMsg::Call { id, call });
         }
+        observe(&mut node.holder);
         let budget_left = node.machine.issued.len() < setup.ids_max as usize;
         if node.holder.worker().is_some() && budget_left && !node.blocked {
             o.set_timer(SnowTimer::Issue, model_timeout());
@@ -342,6 +344,7 @@ impl Actor for SnowActor {
                 call.set_store_now(0);
                 let mut next = store.clone();
                 let reply = call.execute(&mut next);
+                observe(&mut next);
                 o.send(src, SnowMsg::Answer { id, reply });
                 if &next != store {
                     *state = Cow::Owned(SnowState::Store(next));
@@ -350,7 +353,9 @@ impl Actor for SnowActor {
             (Self::Worker(setup), SnowState::Worker(node), SnowMsg::Answer { id, reply }) => {
                 let mut next = node.clone();
                 let now = next.now();
-                if next.holder.handle_reply(id, reply, now) == HolderEvent::Ignored {
+                let event = next.holder.handle_reply(id, reply, now);
+                observe(&mut next.holder);
+                if event == HolderEvent::Ignored {
                     return; // late, duplicate, or meant for a predecessor
                 }
                 next.blocked = false;
@@ -400,6 +405,7 @@ impl Actor for SnowActor {
                 }
             }
         }
+        observe(&mut node.holder);
         Self::drive(setup, node, o);
     }
 }

@@ -28,6 +28,7 @@ use sut::token::{
 };
 
 use crate::ModelError;
+use crate::edges::observe;
 use crate::hashed::HashedActor;
 use crate::runner::{Brief, Cast, NetModel, ord_by_total_cmp};
 
@@ -183,6 +184,7 @@ impl Actor for TokenActor {
                 if let Ok(answer) = apply_once_op(&mut next, op) {
                     o.send(src, TokenMsg::Answer(answer));
                 }
+                observe(&mut next);
                 if &next != store {
                     *state = Cow::Owned(TokenState::Store(next));
                 }

@@ -431,13 +431,14 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
     run_phases(&world, &scenario).await;
 
     let ledger = final_ledger(&world);
-    let (history, coverage, faults, clock_samples, sim_ms) = world.with(|w| {
+    let (history, coverage, faults, clock_samples, sim_ms, edges) = world.with(|w| {
         (
             std::mem::take(&mut w.history),
             w.coverage.clone(),
             w.faults.clone(),
             w.clock_samples.clone(),
             w.sim_ms(),
+            w.edges.take(),
         )
     });
     let datagrams = madsim::net::NetSim::current().stat().msg_count;
@@ -457,7 +458,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         buggify: buggify.describe(),
         results,
         coverage,
-        edges: BTreeMap::new(),
+        edges,
         events: history.len() as u64,
         sim_ms,
         datagrams,
@@ -521,11 +522,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64, keep_history: bool) -> SeedOutco
     let _running = RunningGuard;
     let started = Instant::now();
     let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
-    // The runtime runs every node on this thread: the edge counts from here to the end are
-    // this seed's.
-    let _ = sut::edge::take();
     let mut outcome = runtime.block_on(simulate(scenario.clone(), seed, keep_history));
-    outcome.edges = sut::edge::take();
     outcome.wall_seconds = started.elapsed().as_secs_f64();
     outcome
 }

@@ -170,6 +170,9 @@ pub struct WorldState {
     pub supervisor: NodeId,
     /// Arrivals at each node's durable steps (`buggify::CrashSite`), counted for a placed crash.
     pub durable_steps: BTreeMap<String, u64>,
+    /// The seed's arrivals at edge states: every node moves its machines' here after each step
+    /// ([`World::take_edges`]).
+    pub edges: sut::edge::Edges,
 }
 
 /// A handle on the shared state.
@@ -207,6 +210,7 @@ impl World {
             healed_at_ms: None,
             supervisor: madsim::plugin::node(),
             durable_steps: BTreeMap::new(),
+            edges: sut::edge::Edges::new(),
         })))
     }
 
@@ -242,6 +246,16 @@ impl World {
     /// Adds `n` to a coverage counter.
     pub fn count(&self, key: &str, n: u64) {
         self.lock().count(key, n);
+    }
+
+    /// Moves `machine`'s arrivals at edge states into the seed's tally (after each of its steps:
+    /// a node killed later loses nothing already reached).
+    pub fn take_edges(&self, machine: &mut impl sut::edge::Observed) {
+        let mut reached = sut::edge::Edges::new();
+        machine.take_edges(&mut reached);
+        if !reached.is_empty() {
+            self.lock().edges.absorb(&mut reached);
+        }
     }
 }
 

@@ -1,24 +1,25 @@
 //! Edge states: the rare situations a state machine's correctness hinges on, declared as named
 //! "sometimes" points (Antithesis's `sometimes` assertions; FoundationDB's `TEST()` macros).
 //!
-//! A state machine calls [`reached`] at the instant it is in one of its edge states: the last ID
+//! A state machine counts an arrival at the instant it is in one of its edge states: the last ID
 //! of a segment handed out while the next one is still loading, a Cancel that finds no Try (an
 //! empty rollback), a clock that moved back by less than the tolerance, a node rebuilding its
 //! state after a restart. Nothing changes in the protocol; the point only counts.
 //!
-//! Drivers read the counts: the simulator takes them after each seed ([`take`]) and a sweep
-//! fails when an edge state that the scenario owns was never reached, exactly like a fault that
-//! never took effect; the models report, per model, which of their machines' edge states the
-//! exhaustive search passed through. A run that never reached an edge state proves nothing about
-//! it, however many seeds it ran.
+//! The counts are the machine's own ([`Edges`]: a ghost beside its state, never part of it: two
+//! machines that differ only in their counts are equal and hash alike, and a clone starts with
+//! none, so a model checker's states do not multiply by them). A store counts the arrivals of
+//! the rules it runs. Drivers take the counts ([`Observed::take_edges`]): the simulator after
+//! each step of each node, into the seed's tally, and a sweep fails when an edge state that the
+//! scenario owns was never reached, exactly like a fault that never took effect; the models after
+//! each step of each actor, reporting which of their machines' edge states the exhaustive search
+//! passed through. A run that never reached an edge state proves nothing about it, however many
+//! seeds it ran. The HTTP server never reads them. There is no global counter: nothing in `sut`
+//! is shared between machines, threads or runs.
 //!
 //! The list of every declared edge state is [`crate::edge_registry`]'s, so that this counter,
 //! which every machine imports, imports none of them.
-//!
-//! Counts are per thread: a madsim run and a model check each run on one thread, so concurrent
-//! sweeps on other threads do not mix. The HTTP server never reads them.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 /// The state machine an edge state belongs to.
@@ -92,53 +93,150 @@ impl Edge {
     }
 }
 
-thread_local! {
-    static REACHED: RefCell<BTreeMap<&'static str, u64>> = const { RefCell::new(BTreeMap::new()) };
-}
+/// What a run reached: edge state name to arrivals.
+pub type EdgeCounts = BTreeMap<String, u64>;
 
-/// Counts one arrival at `edge` on this thread.
-pub fn reached(edge: &Edge) {
-    debug_assert!(
-        edge.name.starts_with(edge.machine.name()),
-        "edge {} is named after another machine",
-        edge.name
-    );
-    REACHED.with(|r| *r.borrow_mut().entry(edge.name).or_insert(0) += 1);
-}
+/// Arrivals at edge states, kept beside the machine (or store) that reached them until its
+/// driver takes them. A ghost: it is never part of the machine's state (every two are equal,
+/// none hashes anything, a clone starts empty and it is not serialized), so equality, hashing
+/// and the model checkers' state spaces are those of the state alone.
+#[derive(Default)]
+pub struct Edges(BTreeMap<&'static str, u64>);
 
-/// Counts one arrival at `edge` when `condition` holds; returns `condition` (so that it can
-/// stand in an `if`).
-pub fn reached_if(condition: bool, edge: &Edge) -> bool {
-    if condition {
-        reached(edge);
+impl Edges {
+    /// None yet.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self(BTreeMap::new())
     }
-    condition
-}
 
-/// Runs `f` (a journal replay) without counting edge states again: every replayed operation
-/// counted them when it first ran, and a replay is no new arrival. The counts made before `f`
-/// are kept; those `f` makes are dropped, even when it panics.
-pub fn replaying<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(BTreeMap<&'static str, u64>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let before = std::mem::take(&mut self.0);
-            REACHED.with(|r| *r.borrow_mut() = before);
+    /// Counts one arrival at `edge`.
+    pub fn reach(&mut self, edge: &Edge) {
+        debug_assert!(
+            edge.name.starts_with(edge.machine.name()),
+            "edge {} is named after another machine",
+            edge.name
+        );
+        *self.0.entry(edge.name).or_insert(0) += 1;
+    }
+
+    /// Counts one arrival at `edge` when `condition` holds; returns `condition` (so that it can
+    /// stand in an `if`).
+    pub fn reach_if(&mut self, condition: bool, edge: &Edge) -> bool {
+        if condition {
+            self.reach(edge);
+        }
+        condition
+    }
+
+    /// Whether nothing was reached since the last take.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Moves the arrivals into `into`, leaving none.
+    pub fn drain_into(&mut self, into: &mut EdgeCounts) {
+        for (name, n) in std::mem::take(&mut self.0) {
+            *into.entry(name.to_owned()).or_insert(0) += n;
         }
     }
-    let _restore = Restore(REACHED.with(|r| std::mem::take(&mut *r.borrow_mut())));
-    f()
+
+    /// Moves `other`'s arrivals into these (a machine taking a part's before dropping it).
+    pub fn absorb(&mut self, other: &mut Self) {
+        for (name, n) in std::mem::take(&mut other.0) {
+            *self.0.entry(name).or_insert(0) += n;
+        }
+    }
+
+    /// The arrivals so far, leaving none.
+    #[must_use]
+    pub fn take(&mut self) -> EdgeCounts {
+        let mut out = EdgeCounts::new();
+        self.drain_into(&mut out);
+        out
+    }
 }
 
-/// The counts on this thread since the last `take`, and resets them.
-#[must_use]
-pub fn take() -> BTreeMap<String, u64> {
-    REACHED.with(|r| {
-        std::mem::take(&mut *r.borrow_mut())
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect()
-    })
+impl Clone for Edges {
+    /// Empty: a clone is a new machine, its arrivals its own.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Edges {
+    /// Always: the counts are no part of the state.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Edges {}
+
+impl std::hash::Hash for Edges {
+    /// Nothing: the counts are no part of the state.
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl PartialOrd for Edges {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Edges {
+    /// Equal: the counts are no part of the state.
+    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
+
+impl std::fmt::Debug for Edges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.0.iter()).finish()
+    }
+}
+
+impl serde::Serialize for Edges {
+    /// As nothing: a serialized machine carries its state, not its counts.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_unit()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Edges {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer)?;
+        Ok(Self::default())
+    }
+}
+
+/// A machine or store that counts its own arrivals at edge states (and its parts').
+pub trait Observed {
+    /// Moves every arrival since the last take (the machine's and its parts') into `into` (a
+    /// driver's tally, or the counts of a machine that is about to drop this part).
+    fn take_edges(&mut self, into: &mut Edges);
+
+    /// The arrivals since the last take, by name.
+    fn edges(&mut self) -> EdgeCounts {
+        let mut out = Edges::default();
+        self.take_edges(&mut out);
+        out.take()
+    }
+}
+
+impl<T: Observed + ?Sized> Observed for Box<T> {
+    fn take_edges(&mut self, into: &mut Edges) {
+        (**self).take_edges(into);
+    }
+}
+
+impl<A: Observed, B> Observed for (A, B) {
+    /// The first part's (a state and what was gathered beside it).
+    fn take_edges(&mut self, into: &mut Edges) {
+        self.0.take_edges(into);
+    }
 }
 
 #[cfg(test)]
@@ -165,40 +263,28 @@ mod tests {
     }
 
     #[test]
-    fn take_counts_and_resets_per_thread() {
+    fn counts_are_the_machines_own_and_no_part_of_its_state() {
         let edge = all().next().expect("some edge");
-        let _ = take();
-        reached(edge);
-        reached(edge);
-        assert!(!reached_if(false, edge));
-        let elsewhere = std::thread::spawn(take).join().expect("thread");
-        assert!(elsewhere.is_empty(), "another thread's counts are its own");
-        assert_eq!(take().get(edge.name), Some(&2));
-        assert!(take().is_empty());
-    }
-
-    #[test]
-    fn a_replay_counts_nothing_and_keeps_the_counts_before() {
-        let edge = all().next().expect("some edge");
-        let _ = take();
-        reached(edge);
-        let answer = replaying(|| {
-            reached(edge);
-            reached(edge);
-            42
-        });
-        assert_eq!(answer, 42);
-        let panicked = std::panic::catch_unwind(|| {
-            replaying(|| -> () {
-                reached(edge);
-                panic!("replay")
-            })
-        });
-        assert!(panicked.is_err());
-        assert_eq!(
-            take().get(edge.name),
-            Some(&1),
-            "only the arrival outside the replays"
-        );
+        let mut edges = Edges::default();
+        edges.reach(edge);
+        edges.reach(edge);
+        assert!(!edges.reach_if(false, edge));
+        let copy = edges.clone();
+        assert!(copy.is_empty(), "a clone's arrivals are its own");
+        assert_eq!(copy, edges, "equal whatever they counted");
+        let hash = |e: &Edges| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            e.hash(&mut h);
+            h.finish()
+        };
+        assert_eq!(hash(&copy), hash(&edges));
+        let mut other = Edges::default();
+        other.reach(edge);
+        edges.absorb(&mut other);
+        assert!(other.is_empty());
+        assert_eq!(edges.take().get(edge.name), Some(&3));
+        assert!(edges.take().is_empty());
+        assert_eq!(serde_json::to_string(&edges).unwrap(), "null");
     }
 }

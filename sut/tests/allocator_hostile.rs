@@ -46,6 +46,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use sut::clock::Now;
+use sut::edge::{Edges, Observed as _};
 use sut::flaw::Flaw;
 use sut::id_store::{
     AllocRequest, Grant, InstanceId, Lease, SEGMENT_ID_LIMIT, Segment, StoreCall, StoreError,
@@ -1096,6 +1097,8 @@ struct Bench {
     past_stats: Vec<AllocatorStats>,
     /// `Pending` and `Unavailable` answers this incarnation.
     waits: (u64, u64),
+    /// Every incarnation's arrivals at edge states.
+    edges: Edges,
 }
 
 impl Bench {
@@ -1120,6 +1123,7 @@ impl Bench {
             coverage: Coverage::new(),
             past_stats: Vec::new(),
             waits: (0, 0),
+            edges: Edges::new(),
         }
     }
 
@@ -1193,6 +1197,7 @@ impl Bench {
                 self.now.mono_ms = 0;
                 let floor_ts = self.store.worker_reserved_ts;
                 let cfg = config(&self.setup, self.instance, self.variant.flaw(), floor_ts);
+                self.alloc.take_edges(&mut self.edges);
                 self.alloc = SegmentAllocator::new(cfg, self.now).unwrap();
                 self.referee = referee_for(&self.setup, floor_ts);
                 self.stash = None;
@@ -1517,6 +1522,7 @@ fn run_bench(setup: Setup, variant: Variant, actions: &[Action]) -> Result<Bench
             .step(action)
             .map_err(|e| format!("step {i} ({action:?}): {e}"))?;
     }
+    bench.alloc.take_edges(&mut bench.edges);
     Ok(bench)
 }
 
@@ -1552,12 +1558,13 @@ proptest! {
 fn the_hostile_store_reaches_every_rare_situation() {
     let mut runner = TestRunner::new(fixed(CASES));
     let strategy = (setup(), actions());
-    let _ = sut::edge::take();
+    let mut edges = Edges::new();
     let mut seen = Coverage::new();
     let mut stats = AllocatorStats::default();
     for _ in 0..CASES {
         let (setup, actions) = strategy.new_tree(&mut runner).unwrap().current();
-        let bench = run_bench(setup, Variant::Correct, &actions).unwrap();
+        let mut bench = run_bench(setup, Variant::Correct, &actions).unwrap();
+        edges.absorb(&mut bench.edges);
         for (what, n) in &bench.coverage {
             *seen.entry(what).or_insert(0) += n;
         }
@@ -1569,7 +1576,7 @@ fn the_hostile_store_reaches_every_rare_situation() {
         stats.buffer_switches += s.buffer_switches;
         stats.degraded_issued += s.degraded_issued;
     }
-    let edges_reached = sut::edge::take();
+    let edges_reached = edges.take();
     for want in [
         "version conflict",
         "stale row",

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use sut::clock::Now;
-use sut::edge::Edge;
+use sut::edge::{Edge, EdgeCounts, Observed as _};
 use sut::lottery::coordinator::{
     DEAD_LETTERED, DUPLICATE_REPLY, DUPLICATE_TRY_LANDED, PARKED, PARKED_DRAW_COMPLETED,
     REPLY_AFTER_VERDICT, TRY_TIMED_OUT,
@@ -644,9 +644,9 @@ impl Pacing {
     }
 
     /// The coordinator's edge counts since the last call equal what this step expected.
-    fn edges_counted(&mut self) -> Result<(), String> {
+    fn edges_counted(&mut self, reached: &EdgeCounts) -> Result<(), String> {
         let want = std::mem::take(&mut self.edges);
-        edges_agree(&sut::edge::take(), &want)
+        edges_agree(reached, &want)
     }
 
     /// Among rounds that one timeout started, due in the same tick, a Cancel's sends come first.
@@ -768,8 +768,6 @@ impl Bench {
             in_timeout: false,
             edges_reached: BTreeMap::new(),
         };
-        // Counts left on this thread by an earlier run belong to no step of this one.
-        let _ = sut::edge::take();
         for xid in 1..=DRAWS {
             bench.coordinator.start_draw(draw(xid), at(0)).unwrap();
         }
@@ -889,7 +887,8 @@ impl Bench {
         for (name, n) in &self.pacing.edges {
             *self.edges_reached.entry(name).or_insert(0) += n;
         }
-        self.pacing.edges_counted()
+        let reached = self.coordinator.edges();
+        self.pacing.edges_counted(&reached)
     }
 
     /// The operator's retry: accepted exactly for a dead-lettered draw, which is then parked

@@ -113,3 +113,69 @@ fn the_matcher_finds_whole_package_names_only() {
     );
     assert!(forbidden_lines("sut v0.1.0 (/work/sut)\nserde v1.0.0\n", FORBIDDEN).is_empty());
 }
+
+/// Ways to hold state outside a machine: no file of `sut` may write one (the design's "no
+/// global state": every machine's state, its arrivals at edge states included, is its own).
+const GLOBAL_STATE: &[&str] = &[
+    "thread_local!",
+    "static mut ",
+    "lazy_static!",
+    "OnceLock<",
+    "Lazy<",
+];
+
+/// `path:line: text` for the code lines of `text` that declare global state.
+fn global_state(path: &Path, text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let code = line.split("//").next().unwrap_or("");
+            GLOBAL_STATE.iter().any(|g| code.contains(g))
+                || (code.trim_start().starts_with("static ")
+                    || code.contains(" static ") && code.contains(": "))
+                    && (code.contains("Atomic") || code.contains("Mutex") || code.contains("Cell"))
+        })
+        .map(|(i, line)| format!("{}:{}: {}", path.display(), i + 1, line.trim()))
+        .collect()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source folder").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn sut_holds_no_global_state() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 40, "found only {} files", files.len());
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|f| global_state(f, &std::fs::read_to_string(f).expect("readable")))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "global state in sut:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_global_state_reader_finds_a_thread_local_and_a_static_atomic() {
+    let text = "thread_local! {\n// thread_local! in a comment\nstatic N: AtomicU64 = AtomicU64::new(0);\nconst OK: u8 = 1;\n";
+    let found = global_state(Path::new("x.rs"), text);
+    assert_eq!(
+        found,
+        [
+            "x.rs:1: thread_local! {",
+            "x.rs:3: static N: AtomicU64 = AtomicU64::new(0);"
+        ]
+    );
+}

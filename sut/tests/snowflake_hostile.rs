@@ -30,6 +30,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use sut::clock::Now;
+use sut::edge::{Edges, Observed as _};
 use sut::flaw::Flaw;
 use sut::id_store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerLease};
 use sut::snowflake::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
@@ -323,6 +324,8 @@ struct Bench {
     calls: BTreeMap<u64, (StoreCall, bool)>,
     latest: Option<u64>,
     coverage: Coverage,
+    /// Every incarnation's arrivals at edge states.
+    edges: Edges,
 }
 
 impl Bench {
@@ -340,6 +343,7 @@ impl Bench {
             calls: BTreeMap::new(),
             latest: None,
             coverage: Coverage::new(),
+            edges: Edges::new(),
         };
         bench.drain();
         bench
@@ -392,6 +396,7 @@ impl Bench {
                 self.incarnation += 1;
                 self.mono_ms = 0;
                 let cfg = Self::holder_config(&self.setup, self.flaw, self.incarnation);
+                self.holder.take_edges(&mut self.edges);
                 self.holder = WorkerLeaseHolder::new(cfg);
                 self.referee.lost();
                 self.cover("restart");
@@ -577,6 +582,7 @@ fn run_bench(setup: Setup, flaw: Option<Flaw>, actions: &[Action]) -> Result<Ben
             .step(action)
             .map_err(|e| format!("step {i} ({action:?}): {e}"))?;
     }
+    bench.holder.take_edges(&mut bench.edges);
     Ok(bench)
 }
 
@@ -606,11 +612,12 @@ proptest! {
 fn the_hostile_clock_and_store_reach_every_rare_situation() {
     let mut runner = TestRunner::new(fixed(CASES));
     let strategy = (setup(), actions());
-    let _ = sut::edge::take();
+    let mut reached = Edges::new();
     let mut seen = Coverage::new();
     for _ in 0..CASES {
         let (setup, actions) = strategy.new_tree(&mut runner).unwrap().current();
-        let bench = run_bench(setup, None, &actions).unwrap_or_else(|e| panic!("{e}"));
+        let mut bench = run_bench(setup, None, &actions).unwrap_or_else(|e| panic!("{e}"));
+        reached.absorb(&mut bench.edges);
         for (what, n) in bench.coverage {
             *seen.entry(what).or_insert(0) += n;
         }
@@ -629,7 +636,7 @@ fn the_hostile_clock_and_store_reach_every_rare_situation() {
     ] {
         assert!(seen.contains_key(want), "never reached: {want} ({seen:?})");
     }
-    let edges = sut::edge::take();
+    let edges = reached.take();
     for edge in EDGES {
         assert!(
             edges.contains_key(edge.name),

@@ -471,6 +471,7 @@ mod service {
         Config, RngAlgorithm, RngSeed, TestCaseError, TestRng, TestRunner,
     };
     use sut::clock::Now;
+    use sut::edge::{Edges, Observed};
     use sut::flaw::Flaw;
     use sut::token::jwt::{self, unverified_jti};
     use sut::token::once::OnceConsume;
@@ -579,6 +580,12 @@ mod service {
         blind_once: Cell<bool>,
     }
 
+    impl Observed for Store {
+        fn take_edges(&mut self, into: &mut Edges) {
+            self.inner.take_edges(into);
+        }
+    }
+
     impl TokenStore for Store {
         fn revoke(
             &mut self,
@@ -630,7 +637,7 @@ mod service {
         }
 
         fn check_once(
-            &self,
+            &mut self,
             token: OnceToken,
             user: UserId,
             now_ms: u64,
@@ -667,6 +674,8 @@ mod service {
         /// filter since the last one.
         rebuilds_seen: u64,
         added_since_rebuild: u64,
+        /// The arrivals at edge states of every incarnation before this one.
+        edges: Edges,
     }
 
     impl Sut {
@@ -685,6 +694,7 @@ mod service {
                 mutant,
                 rebuilds_seen,
                 added_since_rebuild: 0,
+                edges: Edges::new(),
             }
         }
 
@@ -742,6 +752,7 @@ mod service {
             if self.mutant == Mutant::StaleRebuild {
                 store.blind_once.set(true);
             }
+            self.svc.take_edges(&mut self.edges);
             self.svc = TokenService::new(config(self.mutant), key(), store)
                 .map_err(|e| format!("restart: {e}"))?;
             self.rebuilds_seen = self.svc.revocation_stats().rebuilds;
@@ -1839,6 +1850,15 @@ mod service {
     /// Runs `steps` against the service (broken by `mutant`); the first broken promise, or what
     /// the steps went through.
     fn run_seen(mutant: Mutant, steps: &[Step]) -> Result<BTreeSet<String>, String> {
+        run_seen_edges(mutant, steps, &mut Edges::new())
+    }
+
+    /// [`run_seen`], moving every arrival at an edge state into `edges`.
+    fn run_seen_edges(
+        mutant: Mutant,
+        steps: &[Step],
+        edges: &mut Edges,
+    ) -> Result<BTreeSet<String>, String> {
         let mut bench = Bench::new(mutant);
         for (i, step) in steps.iter().enumerate() {
             match catch_unwind(AssertUnwindSafe(|| bench.act(step))) {
@@ -1852,6 +1872,8 @@ mod service {
                 }
             }
         }
+        edges.absorb(&mut bench.sut.edges);
+        bench.sut.svc.take_edges(edges);
         Ok(bench.seen)
     }
 
@@ -2156,13 +2178,13 @@ mod service {
         // machine's edge states and the hostile situations the promises are about.
         let mut runner = TestRunner::deterministic();
         let strategy = steps();
-        let _ = sut::edge::take();
+        let mut reached = Edges::new();
         let mut seen = BTreeSet::new();
         for _ in 0..256 {
             let steps = strategy.new_tree(&mut runner).unwrap().current();
-            seen.extend(run_seen(Mutant::None, &steps).unwrap());
+            seen.extend(run_seen_edges(Mutant::None, &steps, &mut reached).unwrap());
         }
-        let edges = sut::edge::take();
+        let edges = reached.take();
         for edge in sut::token::EDGES {
             assert!(
                 edges.get(edge.name).copied().unwrap_or(0) > 0,

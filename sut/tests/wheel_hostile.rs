@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
-use sut::edge::Edge;
+use sut::edge::{Edge, Observed as _};
 use sut::lottery::wheel::{
     self, DeadLetter, FailOutcome, Fired, ScheduleError, TaskError, TaskHandle, TaskSpec,
     TaskStatus, TimingWheel, WheelConfig,
@@ -396,10 +396,10 @@ impl Bench {
         }
     }
 
-    /// Moves the edge arrivals counted on this thread since the last call into `self.edges`,
-    /// and returns them.
+    /// Moves the wheel's arrivals at edge states since the last call into `self.edges`, and
+    /// returns them.
     fn take_edges(&mut self) -> BTreeMap<String, u64> {
-        let arrived = sut::edge::take();
+        let arrived = self.under.wheel.edges();
         for (name, n) in &arrived {
             *self.edges.entry(name.clone()).or_insert(0) += n;
         }
@@ -1011,7 +1011,6 @@ proptest! {
 fn the_hostile_driver_reaches_every_rare_situation() {
     let mut runner = TestRunner::new(fixed(CASES));
     let strategy = case();
-    let _ = sut::edge::take();
     let mut seen = Coverage::new();
     let mut edges: BTreeMap<String, u64> = BTreeMap::new();
     for _ in 0..CASES {

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use sut::edge::Edges;
 use sut::id_store::rules::{self, AllocWrite, Counter, WorkerRenewal, WorkerRow};
 use sut::id_store::{
     AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
@@ -412,7 +413,12 @@ impl IdStore for PgIdStore {
         rules::check_alloc(req)?;
         self.conn.transact(|tx| {
             let row = find_tag(tx, &req.tag)?;
-            let write = rules::allocate(req, row.as_ref(), &lease_starts(tx, &req.tag)?)?;
+            let write = rules::allocate(
+                req,
+                row.as_ref(),
+                &lease_starts(tx, &req.tag)?,
+                &mut Edges::new(),
+            )?;
             let read_version = row.map_or(0, |row| row.version);
             persist_allocation(tx, read_version, &write)?;
             Ok(write.grant)
@@ -459,7 +465,7 @@ impl IdStore for PgIdStore {
                     tags.insert(lease.tag.clone(), read_tag_tx(tx, &lease.tag)?);
                 }
             }
-            let expired = rules::reclaim_expired(now_ms, &leases, &tags)?;
+            let expired = rules::reclaim_expired(now_ms, &leases, &tags, &mut Edges::new())?;
             let mut reclaimed = Vec::with_capacity(expired.len());
             for rules::Expired {
                 segment_start,

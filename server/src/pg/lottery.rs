@@ -14,6 +14,7 @@
 
 use tokio_postgres::Row;
 
+use sut::edge::Edges;
 use sut::lottery::error::StoreError;
 use sut::lottery::ledger::Ledger;
 use sut::lottery::log::{self, CoordLog, LogEntry, LogRecord, Verdict};
@@ -139,7 +140,13 @@ impl PgLotteryStore {
     ) -> Result<BranchOutcome, StoreError> {
         self.conn.transact(|tx| {
             let fresh = read_view(tx, op)?;
-            let decision = rules::decide(op, checked.unwrap_or(&fresh), &fresh, flaws);
+            let decision = rules::decide(
+                op,
+                checked.unwrap_or(&fresh),
+                &fresh,
+                flaws,
+                &mut Edges::new(),
+            );
             write(tx, op, &decision)?;
             Ok(decision.outcome)
         })

@@ -24,6 +24,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use sut::edge::Edges;
 use sut::token::ActivityKey;
 use sut::token::UserId;
 use sut::token::rows::{
@@ -205,7 +206,7 @@ fn make_room_counted(
     rows: u64,
     purge: Purge,
 ) -> Result<Committed<()>, TokenStoreError> {
-    if rules::room(rows, max) == Room::PurgeFirst {
+    if rules::room(rows, max, &mut Edges::new()) == Room::PurgeFirst {
         purge(tx, now_ms)?;
         return Ok(rules::after_purge(table, count(tx, table)?, max));
     }
@@ -366,7 +367,7 @@ impl TokenStore for PgTokenStore {
     }
 
     fn check_once(
-        &self,
+        &mut self,
         token: OnceToken,
         user: UserId,
         now_ms: u64,
@@ -457,7 +458,14 @@ fn issue_once_in(
     let reads = read_for_issue(tx, grant)?;
     let existing = reads.existing.as_ref().map(|(token, row)| (*token, row));
     let horizon_ms = reads.forgotten_until_ms;
-    let (row, answer) = match rules::issue_once(existing, reads.taken, grant, now_ms, horizon_ms)? {
+    let (row, answer) = match rules::issue_once(
+        existing,
+        reads.taken,
+        grant,
+        now_ms,
+        horizon_ms,
+        &mut Edges::new(),
+    )? {
         IssueStep::Existing(answer) => return Ok(Ok(answer)),
         IssueStep::Insert { row, answer } => (row, answer),
     };
@@ -493,7 +501,12 @@ fn consume_once_in(
     user: UserId,
     now_ms: u64,
 ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-    let consume = rules::consume_once(read_once(tx, token)?.as_ref(), user, now_ms);
+    let consume = rules::consume_once(
+        read_once(tx, token)?.as_ref(),
+        user,
+        now_ms,
+        &mut Edges::new(),
+    );
     if let Some(at) = consume.consumed_at_ms {
         // The one write that makes the acceptance: it must find the row still unconsumed.
         if !set_consumed(tx, token, at, true)? {
@@ -512,7 +525,12 @@ fn check_once_in(
     user: UserId,
     now_ms: u64,
 ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-    Ok(rules::judge(read_once(tx, token)?.as_ref(), user, now_ms))
+    Ok(rules::judge(
+        read_once(tx, token)?.as_ref(),
+        user,
+        now_ms,
+        &mut Edges::new(),
+    ))
 }
 
 /// [`TokenStore::mark_once_consumed`] in `tx`.
@@ -521,7 +539,7 @@ fn mark_once_consumed_in(
     token: OnceToken,
     now_ms: u64,
 ) -> Result<bool, TokenStoreError> {
-    let mark = rules::mark_once_consumed(read_once(tx, token)?.as_ref(), now_ms);
+    let mark = rules::mark_once_consumed(read_once(tx, token)?.as_ref(), now_ms, &mut Edges::new());
     if let Some(at) = mark {
         let marked = set_consumed(tx, token, at, false)?;
         assert!(marked, "the row read in this transaction is there");

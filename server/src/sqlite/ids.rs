@@ -18,6 +18,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
+use sut::edge::Edges;
 use sut::id_store::rules::{self, AllocWrite, Counter, WorkerRenewal, WorkerRow};
 use sut::id_store::{
     AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
@@ -510,7 +511,12 @@ impl IdStore for SqliteIdStore {
         rules::check_alloc(req)?;
         let tx = self.begin()?;
         let row = find_tag(&tx, &req.tag)?;
-        let write = rules::allocate(req, row.as_ref(), &lease_starts(&tx, &req.tag)?)?;
+        let write = rules::allocate(
+            req,
+            row.as_ref(),
+            &lease_starts(&tx, &req.tag)?,
+            &mut Edges::new(),
+        )?;
         let read_version = row.map_or(0, |row| row.version);
         persist_allocation(&tx, read_version, &write)?;
         tx.commit().map_err(backend)?;
@@ -550,7 +556,7 @@ impl IdStore for SqliteIdStore {
                 tags.insert(lease.tag.clone(), read_tag_tx(&tx, &lease.tag)?);
             }
         }
-        let expired = rules::reclaim_expired(now_ms, &leases, &tags)?;
+        let expired = rules::reclaim_expired(now_ms, &leases, &tags, &mut Edges::new())?;
         let mut reclaimed = Vec::with_capacity(expired.len());
         for rules::Expired {
             segment_start,

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use sut::edge::Edges;
 use sut::lottery::error::StoreError;
 use sut::lottery::ledger::Ledger;
 use sut::lottery::log::{self, CoordLog, LogEntry, LogRecord, Verdict};
@@ -145,7 +146,13 @@ impl SqliteLotteryStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(backend)?;
         let fresh = read_view(&tx, op)?;
-        let decision = rules::decide(op, checked.unwrap_or(&fresh), &fresh, flaws);
+        let decision = rules::decide(
+            op,
+            checked.unwrap_or(&fresh),
+            &fresh,
+            flaws,
+            &mut Edges::new(),
+        );
         write(&tx, op, &decision)?;
         tx.commit().map_err(backend)?;
         Ok(decision.outcome)

@@ -18,6 +18,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use std::path::Path;
+use sut::edge::Edges;
 use sut::token::ActivityKey;
 use sut::token::UserId;
 use sut::token::rows::{
@@ -245,7 +246,7 @@ fn make_room(
         Table::Revocations => ("token_revoked", purge_revocations),
         Table::OnceTokens => ("token_once", purge_once),
     };
-    if rules::room(count(&tx, name)?, max) == Room::PurgeFirst {
+    if rules::room(count(&tx, name)?, max, &mut Edges::new()) == Room::PurgeFirst {
         purge(&tx, now_ms)?;
         if let Err(full) = rules::after_purge(table, count(&tx, name)?, max) {
             tx.commit().map_err(backend)?;
@@ -364,7 +365,14 @@ impl TokenStore for SqliteTokenStore {
         let taken = read_once(&tx, grant.token)?.is_some();
         let existing = existing.as_ref().map(|(token, row)| (*token, row));
         let horizon_ms = forgotten_until(&tx, "token_once")?;
-        let (row, answer) = match rules::issue_once(existing, taken, grant, now_ms, horizon_ms)? {
+        let (row, answer) = match rules::issue_once(
+            existing,
+            taken,
+            grant,
+            now_ms,
+            horizon_ms,
+            &mut Edges::new(),
+        )? {
             IssueStep::Existing(answer) => {
                 tx.commit().map_err(backend)?;
                 return Ok(answer);
@@ -394,7 +402,12 @@ impl TokenStore for SqliteTokenStore {
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
         let tx = self.begin()?;
-        let consume = rules::consume_once(read_once(&tx, token)?.as_ref(), user, now_ms);
+        let consume = rules::consume_once(
+            read_once(&tx, token)?.as_ref(),
+            user,
+            now_ms,
+            &mut Edges::new(),
+        );
         if let Some(at) = consume.consumed_at_ms {
             // The one write that makes the acceptance: it must find the row still unconsumed.
             if !set_consumed(&tx, token, at, true)? {
@@ -408,7 +421,7 @@ impl TokenStore for SqliteTokenStore {
     }
 
     fn check_once(
-        &self,
+        &mut self,
         token: OnceToken,
         user: UserId,
         now_ms: u64,
@@ -417,6 +430,7 @@ impl TokenStore for SqliteTokenStore {
             read_once(&self.conn, token)?.as_ref(),
             user,
             now_ms,
+            &mut Edges::new(),
         ))
     }
 
@@ -426,7 +440,8 @@ impl TokenStore for SqliteTokenStore {
         now_ms: u64,
     ) -> Result<bool, TokenStoreError> {
         let tx = self.begin()?;
-        let mark = rules::mark_once_consumed(read_once(&tx, token)?.as_ref(), now_ms);
+        let mark =
+            rules::mark_once_consumed(read_once(&tx, token)?.as_ref(), now_ms, &mut Edges::new());
         if let Some(at) = mark {
             let marked = set_consumed(&tx, token, at, false)?;
             assert!(marked, "the row read in this transaction is there");

@@ -55,7 +55,9 @@ async fn sweep_forever(ctx: Ctx, store: Arc<Mutex<MemoryIdStore>>) {
             // A refused sweep changes nothing (all or nothing, as SQLite's transaction);
             // only a flaw that gave a range out twice leads to one. It is counted, and
             // the checkers judge the duplicates it stems from.
-            let reclaimed = match s.reclaim_expired(now_ms) {
+            let swept = s.reclaim_expired(now_ms);
+            ctx.world.take_edges(&mut *s);
+            let reclaimed = match swept {
                 Ok(reclaimed) => reclaimed,
                 Err(_) => {
                     ctx.world.count("segment.reclaims_refused", 1);
@@ -118,6 +120,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         let (reply, logged) = {
             let mut s = store.lock().expect("db store");
             let reply = call.execute(&mut *s);
+            ctx.world.take_edges(&mut *s);
             if check_store && let Err(violation) = s.check_invariants() {
                 panic!("id store invariant after {call:?}: {violation}");
             }

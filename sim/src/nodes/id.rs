@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use madsim::rand::Rng;
 use madsim::task::spawn;
 use sut::clock::Now;
+use sut::edge::{Edges, Observed};
 use sut::flaw::Flaw;
 use sut::id_store::InstanceId;
 use sut::segment::{AllocatorConfig, AllocatorStats, SegmentAllocator, StepPolicy, Take};
@@ -51,6 +52,13 @@ struct State {
     semantic_prefix: String,
     timeout_ms: u64,
     reported: AllocatorStats,
+}
+
+impl Observed for State {
+    fn take_edges(&mut self, into: &mut Edges) {
+        self.alloc.take_edges(into);
+        self.ids.take_edges(into);
+    }
 }
 
 /// What to send after a state change.
@@ -467,6 +475,7 @@ async fn tick_forever(ctx: Ctx, state: Arc<Mutex<State>>) {
             s.retry_parked(&ctx, now, &mut out);
             s.report_stats(&ctx);
             s.check_own_invariants(self_checks);
+            ctx.world.take_edges(&mut *s);
         }
         flush(&ctx, out);
     }
@@ -531,10 +540,11 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
     while let Some((msg, from)) = inbox.recv().await {
         let now = ctx.now();
         let mut out = Vec::new();
-        state
-            .lock()
-            .expect("id state")
-            .on_message(&ctx, msg, from, now, &mut out);
+        {
+            let mut s = state.lock().expect("id state");
+            s.on_message(&ctx, msg, from, now, &mut out);
+            ctx.world.take_edges(&mut *s);
+        }
         flush(&ctx, out);
     }
 }

@@ -90,7 +90,11 @@ async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
             ctx,
             entries: Vec::new(),
         };
-        state.lock().expect("coordinator").drive(&mut io, ctx.now());
+        {
+            let mut s = state.lock().expect("coordinator");
+            s.drive(&mut io, ctx.now());
+            ctx.world.take_edges(&mut *s);
+        }
         let entries = io.entries;
         if entries.is_empty() {
             return;
@@ -108,6 +112,7 @@ async fn drive(ctx: &Ctx, state: &Arc<Mutex<Coord>>) {
         for entry in &entries {
             s.handle_log_written(entry, now);
         }
+        ctx.world.take_edges(&mut *s);
     }
 }
 
@@ -164,6 +169,7 @@ async fn tick_forever(ctx: Ctx, state: Arc<Mutex<Coord>>) {
                     .count("tcc.dead_letters_retried", letters.len() as u64);
             }
             s.handle_due(now);
+            ctx.world.take_edges(&mut *s);
             if self_checks {
                 assert_eq!(s.check_invariants(), Ok(()), "coordinator");
             }
@@ -181,10 +187,12 @@ fn start_draw(
     (from, op_id): (String, u64),
     now: sut::clock::Now,
 ) {
-    let started = state
-        .lock()
-        .expect("coordinator")
-        .start_draw(draw, Some((from, op_id)), now);
+    let started = {
+        let mut s = state.lock().expect("coordinator");
+        let started = s.start_draw(draw, Some((from, op_id)), now);
+        ctx.world.take_edges(&mut *s);
+        started
+    };
     if let Err((Some((from, op_id)), err)) = started {
         ctx.send(
             &from,
@@ -215,6 +223,8 @@ pub fn registry(w: &crate::scenario::Workload) -> Registry {
 /// Runs the coordinator node.
 pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
     let state = Arc::new(Mutex::new(recover_coordinator(&ctx)));
+    ctx.world
+        .take_edges(&mut *state.lock().expect("coordinator"));
     let (registry, client_price) = ctx.world.with(|w| {
         (
             registry(&w.spec.scenario.workload),
@@ -280,10 +290,9 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
                 continue;
             }
             Msg::TccReply(reply) => {
-                state
-                    .lock()
-                    .expect("coordinator")
-                    .handle_reply(reply.branch, &reply, now);
+                let mut s = state.lock().expect("coordinator");
+                s.handle_reply(reply.branch, &reply, now);
+                ctx.world.take_edges(&mut *s);
             }
             _ => continue,
         }
@@ -313,6 +322,8 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     // The store behind its command journal: the records of every operation go to this node's
     // disk (the same journal the real server keeps), and recovery replays them.
     let store = Arc::new(Mutex::new(Journaled::new(journal::replay(&records).0)));
+    ctx.world
+        .take_edges(&mut *store.lock().expect("participant store"));
     ctx.world
         .with(|w| w.published.ledgers.insert(name.clone(), Arc::clone(&store)));
 
@@ -344,6 +355,7 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
         let (handled, records) = {
             let mut s = store.lock().expect("participant store");
             let handled = p.handle(&mut *s, &cfg, &registry, &msg);
+            ctx.world.take_edges(&mut *s);
             (handled, s.take_records())
         };
         match handled {
@@ -354,12 +366,14 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
                 // here, so its timing is unchanged). The first half only read.
                 debug_assert!(records.is_empty(), "a two-step first half writes nothing");
                 ctx.world.count("tcc.two_step_gaps", 1);
-                let (store, answer) = (Arc::clone(&store), answer.clone());
+                let (store, answer, world) =
+                    (Arc::clone(&store), answer.clone(), ctx.world.clone());
                 spawn(async move {
                     sleep_ms(1).await;
                     let (reply, records) = {
                         let mut s = store.lock().expect("participant store");
                         let reply = p.handle_resume(&mut *s, &cfg, &resume);
+                        world.take_edges(&mut *s);
                         (reply, s.take_records())
                     };
                     answer(from, reply, records);

@@ -88,6 +88,7 @@ async fn purge_every_second(ctx: Ctx, svc: Arc<Mutex<Service>>) {
             let mut s = svc.lock().expect("token service");
             let rec = TokenRec::Purge { now };
             rec.replay_onto(&mut s);
+            ctx.world.take_edges(&mut *s);
             if self_checks {
                 assert_eq!(s.check_invariants(), Ok(()), "token service");
                 assert_eq!(s.store().check_invariants(), Ok(()), "token store");
@@ -152,6 +153,8 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
         } else {
             reply.send(handle(&ctx, &svc, op));
         }
+        ctx.world
+            .take_edges(&mut *svc.lock().expect("token service"));
     }
 }
 
@@ -386,7 +389,12 @@ async fn consume_once(
             sleep_ms(1).await;
         }
         let Some(op) = consume.poll_op() else { break };
-        let answer = svc.lock().expect("token service").apply_once_op(op)?;
+        let answer = {
+            let mut s = svc.lock().expect("token service");
+            let answer = s.apply_once_op(op);
+            ctx.world.take_edges(&mut *s);
+            answer?
+        };
         consume
             .handle_op_result(answer)
             .map_err(|e| TokenStoreError::Backend(e.to_string()))?;

@@ -5,6 +5,7 @@
 //! mutating operation reads its rows, calls its rule in [`super::rules`] and stores what the
 //! rule decided; [`MemoryIdStore::check_invariants`] states what the rules promise of the rows.
 
+use crate::edge::{Edges, Observed};
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,15 @@ pub struct MemoryIdStore {
     pub(crate) worker_counts: BTreeMap<String, Option<u32>>,
     pub(crate) counters: BTreeMap<String, Counter>,
     pub(crate) durability: CounterDurability,
+    /// Arrivals at the rules' edge states since its driver last took them (a ghost).
+    #[serde(skip)]
+    pub(crate) edges: Edges,
+}
+
+impl Observed for MemoryIdStore {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+    }
 }
 
 impl MemoryIdStore {
@@ -104,7 +114,7 @@ impl IdStore for MemoryIdStore {
 
     fn allocate(&mut self, req: &AllocRequest) -> Result<Grant, StoreError> {
         let lease_starts = self.lease_starts(&req.tag);
-        let write = rules::allocate(req, self.tags.get(&req.tag), &lease_starts)?;
+        let write = rules::allocate(req, self.tags.get(&req.tag), &lease_starts, &mut self.edges)?;
         let start = write.lease.segment.start;
         self.tags.insert(req.tag.clone(), write.row);
         let replaced = self.leases.insert((req.tag.clone(), start), write.lease);
@@ -137,7 +147,8 @@ impl IdStore for MemoryIdStore {
     }
 
     fn reclaim_expired(&mut self, now_ms: u64) -> Result<Vec<Reclaimed>, StoreError> {
-        let expired = rules::reclaim_expired(now_ms, self.leases.values(), &self.tags)?;
+        let expired =
+            rules::reclaim_expired(now_ms, self.leases.values(), &self.tags, &mut self.edges)?;
         let mut reclaimed = Vec::with_capacity(expired.len());
         for rules::Expired {
             segment_start,

@@ -24,6 +24,7 @@
 //! starts ([`pool_taken`]). SQLite's primary keys refuse those writes; the rules refuse them
 //! first, in the same order, so both stores answer alike.
 
+use crate::edge::Edges;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -85,12 +86,13 @@ pub fn allocate(
     req: &AllocRequest,
     row: Option<&TagRow>,
     lease_starts: &BTreeSet<u64>,
+    edges: &mut Edges,
 ) -> Result<AllocWrite, StoreError> {
     check_alloc(req)?;
     let row = row.ok_or_else(|| StoreError::UnknownTag(req.tag.clone()))?;
     assert_eq!(row.tag, req.tag, "the row read is the requested tag's");
     // The situation, whichever branch handles it: someone allocated since the read.
-    crate::edge::reached_if(
+    edges.reach_if(
         row.version != req.expected_version,
         &super::edges::VERSION_CONFLICT,
     );
@@ -313,6 +315,7 @@ pub fn reclaim_expired<'a>(
     now_ms: u64,
     leases: impl IntoIterator<Item = &'a LeaseRow>,
     tags: &BTreeMap<Tag, TagRow>,
+    edges: &mut Edges,
 ) -> Result<Vec<Expired>, StoreError> {
     let mut added: BTreeSet<(&str, u64)> = BTreeSet::new();
     let mut expired: Vec<Expired> = Vec::new();
@@ -343,7 +346,7 @@ pub fn reclaim_expired<'a>(
         });
     }
     for entry in &expired {
-        crate::edge::reached_if(
+        edges.reach_if(
             !entry.reclaimed.tail.is_empty(),
             &super::edges::ZOMBIE_TAIL_RECLAIMED,
         );

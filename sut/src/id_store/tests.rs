@@ -2,6 +2,7 @@
 //! conformance test lives with the SQLite store in `sut-server`).
 
 use super::{AllocRequest, CounterDurability, IdStore, InstanceId, MemoryIdStore, TagSpec};
+use crate::edge::Observed as _;
 
 #[test]
 fn periodic_counter_loses_the_unsynced_tail_on_crash() {
@@ -90,22 +91,22 @@ fn edge_version_conflict() {
     use super::edges::VERSION_CONFLICT;
     let mut store = MemoryIdStore::new();
     store.create_tag("t", &TagSpec::simple(10)).unwrap();
-    let _ = crate::edge::take();
+    let _ = store.edges();
     store.allocate(&alloc_request(0)).unwrap();
-    assert!(!crate::edge::take().contains_key(VERSION_CONFLICT.name));
+    assert!(!store.edges().contains_key(VERSION_CONFLICT.name));
     // A second requester that read version 0 too.
     assert!(matches!(
         store.allocate(&alloc_request(0)),
         Err(super::StoreError::VersionConflict { .. })
     ));
-    assert!(crate::edge::take().contains_key(VERSION_CONFLICT.name));
+    assert!(store.edges().contains_key(VERSION_CONFLICT.name));
     // The blind write of the flaw meets the same situation (and ignores it).
     let blind = AllocRequest {
         blind_max_id: Some(1),
         ..alloc_request(0)
     };
     let _ = store.allocate(&blind);
-    assert!(crate::edge::take().contains_key(VERSION_CONFLICT.name));
+    assert!(store.edges().contains_key(VERSION_CONFLICT.name));
 }
 
 #[test]
@@ -120,16 +121,16 @@ fn edge_zombie_tail_reclaimed() {
             ..alloc_request(0)
         })
         .unwrap();
-    let _ = crate::edge::take();
+    let _ = store.edges();
     assert_eq!(store.reclaim_expired(100).unwrap().len(), 1);
     assert!(
-        !crate::edge::take().contains_key(ZOMBIE_TAIL_RECLAIMED.name),
+        !store.edges().contains_key(ZOMBIE_TAIL_RECLAIMED.name),
         "a fully claimed lease returns nothing"
     );
     store.allocate(&alloc_request(1)).unwrap();
     assert!(store.reclaim_expired(99).unwrap().is_empty(), "still live");
-    assert!(!crate::edge::take().contains_key(ZOMBIE_TAIL_RECLAIMED.name));
+    assert!(!store.edges().contains_key(ZOMBIE_TAIL_RECLAIMED.name));
     let reclaimed = store.reclaim_expired(100).unwrap();
     assert_eq!(reclaimed[0].tail.len(), 8);
-    assert!(crate::edge::take().contains_key(ZOMBIE_TAIL_RECLAIMED.name));
+    assert!(store.edges().contains_key(ZOMBIE_TAIL_RECLAIMED.name));
 }

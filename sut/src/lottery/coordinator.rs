@@ -53,7 +53,7 @@ use super::rows::{AMOUNT_MAX, FenceStatus, Refusal};
 use super::wheel::{FailOutcome, TaskHandle, TaskSpec, TaskStatus, TimingWheel, WheelConfig};
 use super::{DrawArgs, Participant, Phase, Xid};
 use crate::clock::Now;
-use crate::edge::{Edge, Machine, reached, reached_if};
+use crate::edge::{Edge, Edges, Machine, Observed};
 
 /// Recovery finds a draw begun and not decided.
 pub const RECOVERED_UNDECIDED: Edge = Edge::new(
@@ -426,6 +426,17 @@ pub struct Coordinator {
     /// The compensation schedule, made at the first park (most runs never park a draw, and a
     /// model checker clones this state at every step).
     compensation: Option<Box<TimingWheel<Xid>>>,
+    /// Arrivals at its edge states since its driver last took them (a ghost: not its state).
+    edges: Edges,
+}
+
+impl Observed for Coordinator {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+        if let Some(wheel) = self.compensation.as_mut() {
+            wheel.take_edges(into);
+        }
+    }
 }
 
 impl Coordinator {
@@ -443,6 +454,7 @@ impl Coordinator {
             timers: BTreeSet::new(),
             events: VecDeque::new(),
             compensation: None,
+            edges: Edges::new(),
         })
     }
 
@@ -462,13 +474,13 @@ impl Coordinator {
             debug_assert_eq!(*xid, record.draw.xid, "log record keyed by its own xid");
             match record.verdict {
                 None => {
-                    reached(&RECOVERED_UNDECIDED);
+                    c.edges.reach(&RECOVERED_UNDECIDED);
                     c.draws
                         .insert(*xid, Draw::new(record.draw, DrawStage::Trying));
                     c.decide(*xid, Verdict::Cancel, Some(CancelReason::Recovered));
                 }
                 Some(verdict) => {
-                    reached(&RECOVERED_DECIDED);
+                    c.edges.reach(&RECOVERED_DECIDED);
                     let mut draw = Draw::new(record.draw, DrawStage::Finishing(verdict));
                     draw.cancel_reason =
                         (verdict == Verdict::Cancel).then_some(CancelReason::Recovered);
@@ -600,7 +612,7 @@ impl Coordinator {
         }
         let xid = reply.draw.xid;
         let Some(draw) = self.draws.get_mut(&xid) else {
-            reached(&DUPLICATE_REPLY);
+            self.edges.reach(&DUPLICATE_REPLY);
             return;
         };
         if draw.args != reply.draw {
@@ -610,7 +622,7 @@ impl Coordinator {
             return;
         };
         if progress.done {
-            reached(&DUPLICATE_REPLY);
+            self.edges.reach(&DUPLICATE_REPLY);
             return;
         }
         let stage = draw.stage;
@@ -623,7 +635,8 @@ impl Coordinator {
                     | Err(Refusal::TryFenced {
                         existing: FenceStatus::Tried,
                     }) => {
-                        reached_if(reply.outcome.is_err(), &DUPLICATE_TRY_LANDED);
+                        self.edges
+                            .reach_if(reply.outcome.is_err(), &DUPLICATE_TRY_LANDED);
                         self.mark_done(xid, from);
                         if self.draws.get(&xid).is_some_and(Draw::all_done) {
                             self.decide(xid, Verdict::Confirm, None);
@@ -650,7 +663,7 @@ impl Coordinator {
                     && draw.all_done()
                 {
                     // Parked (a task is held, also during a round) or dead-lettered.
-                    reached_if(
+                    self.edges.reach_if(
                         draw.compensation.is_some() || matches!(stage, DrawStage::DeadLettered(_)),
                         &PARKED_DRAW_COMPLETED,
                     );
@@ -661,7 +674,7 @@ impl Coordinator {
                 }
             }
             _ => {
-                reached_if(
+                self.edges.reach_if(
                     reply.phase == Phase::Try
                         && matches!(
                             stage,
@@ -950,7 +963,7 @@ impl Coordinator {
         }
         match stage {
             DrawStage::Trying => {
-                reached(&TRY_TIMED_OUT);
+                self.edges.reach(&TRY_TIMED_OUT);
                 self.decide(
                     xid,
                     Verdict::Cancel,
@@ -1031,7 +1044,7 @@ impl Coordinator {
         };
         let args = draw.args;
         let Some(handle) = draw.compensation else {
-            reached(&PARKED);
+            self.edges.reach(&PARKED);
             self.schedule_compensation(xid, verdict, now.mono_ms, self.config.park_delay_ms);
             self.events.push_back(DrawEvent {
                 draw: args,
@@ -1046,7 +1059,7 @@ impl Coordinator {
         match wheel.handle_failed(handle, now.mono_ms) {
             Ok(FailOutcome::Retrying { .. }) => self.set_stage(xid, DrawStage::Parked(verdict)),
             Ok(FailOutcome::DeadLettered) => {
-                reached(&DEAD_LETTERED);
+                self.edges.reach(&DEAD_LETTERED);
                 // The coordinator's own list is the draws' stage: drop the wheel's copy.
                 let _ = wheel.take_dead_letters();
                 if let Some(draw) = self.draws.get_mut(&xid) {

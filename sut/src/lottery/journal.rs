@@ -16,6 +16,7 @@
 //! write that adds it. A restart then replays one checkpoint and at most the records written
 //! since (the server writes one every `checkpoint_every` records).
 
+use crate::edge::{Edges, Observed};
 use serde::{Deserialize, Serialize};
 
 use super::error::StoreError;
@@ -204,6 +205,15 @@ pub struct Journaled {
     mem: MemoryStore,
     /// Records applied and not yet taken by the driver.
     records: Vec<JournalOp>,
+    /// Arrivals at edge states of its own (the rebuild) since its driver last took them.
+    edges: Edges,
+}
+
+impl Observed for Journaled {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+        self.mem.take_edges(into);
+    }
 }
 
 impl Journaled {
@@ -212,13 +222,15 @@ impl Journaled {
     /// [`super::participant::REBUILT_IN_DOUBT`]).
     #[must_use]
     pub fn new(mem: MemoryStore) -> Self {
-        crate::edge::reached_if(
+        let mut edges = Edges::new();
+        edges.reach_if(
             in_doubt(mem.ledger()),
             &super::participant::REBUILT_IN_DOUBT,
         );
         Self {
             mem,
             records: Vec::new(),
+            edges,
         }
     }
 

@@ -119,6 +119,12 @@ pub struct CoordinatorNode<C> {
     waiting: BTreeMap<Xid, C>,
 }
 
+impl<C> crate::edge::Observed for CoordinatorNode<C> {
+    fn take_edges(&mut self, into: &mut crate::edge::Edges) {
+        self.coordinator.take_edges(into);
+    }
+}
+
 /// Most rounds of one [`CoordinatorNode::drive`]: each round either makes progress or ends the
 /// drive, and one draw needs at most a handful; the bound only stops a driver bug from spinning.
 const DRIVE_ROUNDS_MAX: usize = 1 << 16;

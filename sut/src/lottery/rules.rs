@@ -16,6 +16,7 @@
 //! [`super::Flaws::two_step_stock`]) pass the view read in an earlier, separate store operation
 //! as `checked`; that is the whole difference between correct and flawed code.
 
+use crate::edge::Edges;
 use serde::{Deserialize, Serialize};
 
 use super::error::StoreError;
@@ -181,7 +182,7 @@ impl BranchDecision {
 
 /// The fence's edge states, judged on the row as it is when the write happens (`fresh`): a
 /// flawed check-then-act decides on an older row, but the situation is the same.
-fn fence_edges(phase: Phase, row: Option<FenceStatus>) {
+fn fence_edges(phase: Phase, row: Option<FenceStatus>, edges_reached: &mut Edges) {
     use FenceStatus::{Committed, Rollbacked, Suspended, Tried};
     let edge = match (phase, row) {
         (Phase::Cancel, None) => &edges::EMPTY_ROLLBACK,
@@ -192,7 +193,7 @@ fn fence_edges(phase: Phase, row: Option<FenceStatus>) {
         }
         _ => return,
     };
-    crate::edge::reached(edge);
+    edges_reached.reach(edge);
 }
 
 /// THE participant decision. `checked` is what the decision is based on, `fresh` what the write
@@ -211,6 +212,7 @@ pub fn decide(
     checked: &BranchView,
     fresh: &BranchView,
     flaws: Flaws,
+    edges_reached: &mut Edges,
 ) -> BranchDecision {
     if op.draw.price_minor > AMOUNT_MAX {
         return BranchDecision::refuse(Refusal::AmountTooLarge {
@@ -226,7 +228,7 @@ pub fn decide(
     let fence_write = match flaws.fence {
         FenceMode::Unfenced => None,
         FenceMode::Atomic | FenceMode::CheckThenAct => {
-            fence_edges(op.phase, fresh.fence);
+            fence_edges(op.phase, fresh.fence, edges_reached);
             let row = if flaws.fence == FenceMode::Atomic {
                 fresh.fence
             } else {
@@ -245,7 +247,13 @@ pub fn decide(
             }
         }
     };
-    match business(op, &checked.business, &fresh.business, flaws.two_step_stock) {
+    match business(
+        op,
+        &checked.business,
+        &fresh.business,
+        flaws.two_step_stock,
+        edges_reached,
+    ) {
         Ok(row) => BranchDecision {
             outcome: Ok(Effect::Applied),
             fence_write,
@@ -334,14 +342,17 @@ fn business(
     checked: &BusinessRow,
     fresh: &BusinessRow,
     two_step_stock: bool,
+    edges_reached: &mut Edges,
 ) -> Result<BusinessRow, Refusal> {
     match fresh {
         BusinessRow::Wallet {
             account,
             collected_minor,
-        } => wallet_effect(op, *account, *collected_minor),
-        BusinessRow::Inventory { stock } => inventory_effect(op, checked, *stock, two_step_stock),
-        BusinessRow::Participation { row } => participation_effect(op, row.as_ref()),
+        } => wallet_effect(op, *account, *collected_minor, edges_reached),
+        BusinessRow::Inventory { stock } => {
+            inventory_effect(op, checked, *stock, two_step_stock, edges_reached)
+        }
+        BusinessRow::Participation { row } => participation_effect(op, row.as_ref(), edges_reached),
     }
 }
 
@@ -350,6 +361,7 @@ fn wallet_effect(
     op: &BranchOp,
     account: Option<Account>,
     collected_minor: u64,
+    edges_reached: &mut Edges,
 ) -> Result<BusinessRow, Refusal> {
     let draw = &op.draw;
     let price = draw.price_minor;
@@ -361,7 +373,7 @@ fn wallet_effect(
         // Try-Freeze: `UPDATE .. SET balance = balance - ?, frozen = frozen + ? WHERE
         // balance >= ?` (ID, token and lottery design §4.1).
         Phase::Try => {
-            crate::edge::reached_if(account.balance_minor == price, &edges::BALANCE_EXACT);
+            edges_reached.reach_if(account.balance_minor == price, &edges::BALANCE_EXACT);
             if account.balance_minor < price {
                 return Err(Refusal::InsufficientBalance {
                     user: draw.user,
@@ -395,6 +407,7 @@ fn inventory_effect(
     checked: &BusinessRow,
     stock: Option<Stock>,
     two_step_stock: bool,
+    edges_reached: &mut Edges,
 ) -> Result<BusinessRow, Refusal> {
     let draw = &op.draw;
     let Some(mut stock) = stock else {
@@ -405,8 +418,8 @@ fn inventory_effect(
     match op.phase {
         Phase::Try => {
             // The situation is the stock as it is now, whatever the (flawed) check read.
-            crate::edge::reached_if(stock.available == 1, &edges::LAST_UNIT);
-            crate::edge::reached_if(stock.available == 0, &edges::OUT_OF_STOCK);
+            edges_reached.reach_if(stock.available == 1, &edges::LAST_UNIT);
+            edges_reached.reach_if(stock.available == 0, &edges::OUT_OF_STOCK);
             // Correct: check and decrement on the same read (ID, token and lottery
             // design ch. 1). Flawed: check what an earlier operation read and write
             // that value minus one.
@@ -446,6 +459,7 @@ fn inventory_effect(
 fn participation_effect(
     op: &BranchOp,
     row: Option<&ParticipationRow>,
+    edges_reached: &mut Edges,
 ) -> Result<BusinessRow, Refusal> {
     let draw = &op.draw;
     let not_participating = Refusal::NotParticipating {
@@ -457,7 +471,7 @@ fn participation_effect(
         // `INSERT` under the unique key (user, activity) (ID, token and lottery
         // design ch. 1: 幂等表).
         (Phase::Try, Some(holder)) => {
-            crate::edge::reached_if(holder.xid != draw.xid, &edges::ALREADY_PARTICIPATED);
+            edges_reached.reach_if(holder.xid != draw.xid, &edges::ALREADY_PARTICIPATED);
             return Err(Refusal::AlreadyParticipated {
                 user: draw.user,
                 activity: draw.activity,
@@ -518,7 +532,7 @@ mod tests {
             draw: draw(false),
         };
         let v = wallet_view(None, 100, 0);
-        let d = decide(&op, &v, &v, Flaws::NONE);
+        let d = decide(&op, &v, &v, Flaws::NONE, &mut Edges::new());
         assert_eq!(d.outcome, Ok(Effect::Applied));
         assert_eq!(d.fence_write, Some(FenceStatus::Tried));
         assert_eq!(
@@ -541,7 +555,7 @@ mod tests {
             draw: draw(false),
         };
         let v = wallet_view(None, 5, 0);
-        let d = decide(&op, &v, &v, Flaws::NONE);
+        let d = decide(&op, &v, &v, Flaws::NONE, &mut Edges::new());
         assert!(matches!(
             d.outcome,
             Err(Refusal::InsufficientBalance { .. })
@@ -562,7 +576,7 @@ mod tests {
             business: BusinessRow::Inventory { stock: None },
         };
         assert_eq!(
-            decide(&op, &v, &v, Flaws::NONE).outcome,
+            decide(&op, &v, &v, Flaws::NONE, &mut Edges::new()).outcome,
             Err(Refusal::NotInDraw {
                 branch: Participant::Inventory
             })
@@ -580,7 +594,7 @@ mod tests {
         };
         let v = wallet_view(None, 100, 0);
         assert!(matches!(
-            decide(&op, &v, &v, Flaws::NONE).outcome,
+            decide(&op, &v, &v, Flaws::NONE, &mut Edges::new()).outcome,
             Err(Refusal::AmountTooLarge { .. })
         ));
         let op = BranchOp {
@@ -589,7 +603,7 @@ mod tests {
             draw: draw(false),
         };
         assert!(matches!(
-            decide(&op, &v, &v, Flaws::NONE).outcome,
+            decide(&op, &v, &v, Flaws::NONE, &mut Edges::new()).outcome,
             Err(Refusal::MalformedView { .. })
         ));
     }
@@ -603,7 +617,7 @@ mod tests {
         };
         let v = wallet_view(Some(FenceStatus::Tried), AMOUNT_MAX, 10);
         assert_eq!(
-            decide(&op, &v, &v, Flaws::NONE).outcome,
+            decide(&op, &v, &v, Flaws::NONE, &mut Edges::new()).outcome,
             Err(Refusal::Overflow {
                 quantity: Quantity::Balance
             })

@@ -13,6 +13,7 @@ use super::log::{CoordLog, LogEntry};
 use super::rows::BranchOutcome;
 use super::rules::{self, BranchOp, BranchView};
 use super::{ActivityId, Flaws, UserId};
+use crate::edge::{Edges, Observed};
 
 /// The lottery store. All methods take `&mut self`: one call is one atomic step.
 pub trait LotteryStore {
@@ -77,6 +78,14 @@ pub trait LotteryStore {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MemoryStore {
     ledger: Ledger,
+    /// Arrivals at the rules' edge states since its driver last took them (a ghost).
+    edges: Edges,
+}
+
+impl Observed for MemoryStore {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+    }
 }
 
 impl MemoryStore {
@@ -95,7 +104,10 @@ impl MemoryStore {
     /// A store holding `ledger` (what a journal checkpoint restores).
     #[must_use]
     pub const fn from_ledger(ledger: Ledger) -> Self {
-        Self { ledger }
+        Self {
+            ledger,
+            edges: Edges::new(),
+        }
     }
 }
 
@@ -110,7 +122,7 @@ impl LotteryStore for MemoryStore {
 
     fn execute(&mut self, op: &BranchOp, flaws: Flaws) -> Result<BranchOutcome, StoreError> {
         let view = self.ledger.view(op);
-        let decision = rules::decide(op, &view, &view, flaws);
+        let decision = rules::decide(op, &view, &view, flaws, &mut self.edges);
         self.ledger.write(op, &decision);
         Ok(decision.outcome)
     }
@@ -126,7 +138,7 @@ impl LotteryStore for MemoryStore {
         flaws: Flaws,
     ) -> Result<BranchOutcome, StoreError> {
         let fresh = self.ledger.view(op);
-        let decision = rules::decide(op, checked, &fresh, flaws);
+        let decision = rules::decide(op, checked, &fresh, flaws, &mut self.edges);
         self.ledger.write(op, &decision);
         Ok(decision.outcome)
     }

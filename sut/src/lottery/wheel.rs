@@ -92,7 +92,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use thiserror::Error;
 
-use crate::edge::{Edge, Machine, reached, reached_if};
+use crate::edge::{Edge, Edges, Machine, Observed};
 
 /// A task handed out a tick or more after its due tick.
 pub const FIRED_LATE: Edge = Edge::new(
@@ -558,6 +558,14 @@ pub struct TimingWheel<T> {
     live: u32,
     id_next: u64,
     seq_next: u64,
+    /// Arrivals at its edge states since its driver last took them (a ghost: not its state).
+    edges: Edges,
+}
+
+impl<T> Observed for TimingWheel<T> {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+    }
 }
 
 impl<T> TimingWheel<T> {
@@ -583,6 +591,7 @@ impl<T> TimingWheel<T> {
             live: 0,
             id_next: 0,
             seq_next: 0,
+            edges: Edges::new(),
         })
     }
 
@@ -649,7 +658,7 @@ impl<T> TimingWheel<T> {
     /// [`TaskError::Unknown`] if the handle names no held task.
     pub fn cancel(&mut self, handle: TaskHandle) -> Result<T, TaskError> {
         let waiting = self.lookup(handle)?.place != Place::InFlight;
-        reached_if(waiting, &CANCELLED_WAITING);
+        self.edges.reach_if(waiting, &CANCELLED_WAITING);
         self.detach(handle.index);
         Ok(self.release(handle.index).payload)
     }
@@ -702,7 +711,7 @@ impl<T> TimingWheel<T> {
                         {
                             // Cascading only goes down: no task can loop in one bucket.
                             assert!(new_level < level, "cascade did not move to a finer level");
-                            reached(&CASCADED);
+                            self.edges.reach(&CASCADED);
                         }
                         work -= 1;
                     }
@@ -734,7 +743,8 @@ impl<T> TimingWheel<T> {
     pub fn handle_succeeded(&mut self, handle: TaskHandle) -> Result<T, TaskError> {
         self.lookup_in_flight(handle)?;
         let task = self.release(handle.index);
-        reached_if(task.failures > 0, &SUCCEEDED_AFTER_RETRY);
+        self.edges
+            .reach_if(task.failures > 0, &SUCCEEDED_AFTER_RETRY);
         Ok(task.payload)
     }
 
@@ -756,7 +766,7 @@ impl<T> TimingWheel<T> {
             task.failures
         };
         if failures > self.task(handle.index).retries_max {
-            reached(&DEAD_LETTERED);
+            self.edges.reach(&DEAD_LETTERED);
             let task = self.release(handle.index);
             self.dead.push(DeadLetter {
                 handle,
@@ -777,7 +787,7 @@ impl<T> TimingWheel<T> {
         task.due_tick = deadline_ms.div_ceil(tick_ms);
         task.seq = seq;
         self.place(handle.index, Due::Overdue);
-        reached(&RETRY_BACKOFF);
+        self.edges.reach(&RETRY_BACKOFF);
         Ok(FailOutcome::Retrying {
             deadline_ms,
             attempt: failures,
@@ -817,8 +827,9 @@ impl<T> TimingWheel<T> {
         T: Clone,
     {
         let ((due_tick, _, _), index) = self.ready.pop_first()?;
-        reached_if(due_tick < self.current_tick, &FIRED_LATE);
-        reached_if(
+        self.edges
+            .reach_if(due_tick < self.current_tick, &FIRED_LATE);
+        self.edges.reach_if(
             self.ready
                 .first_key_value()
                 .is_some_and(|(next, _)| next.0 == due_tick),

@@ -46,6 +46,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Now;
+use crate::edge::{Edges, Observed};
 use crate::flaw::Flaw;
 use crate::id_store::{
     AllocRequest, Grant, InstanceId, ReleaseRequest, RenewRequest, SEGMENT_ID_LIMIT, Segment,
@@ -517,11 +518,23 @@ pub struct SegmentAllocator {
     degraded: Option<SnowflakeWorker>,
     degraded_reservation: Option<InFlight>,
     stats: AllocatorStats,
+    /// Arrivals at its edge states since its driver last took them (a ghost: not its state).
+    #[serde(skip)]
+    edges: Edges,
 }
 
 /// The most store calls that can be queued at once: one fetch, a renewal and a release per
 /// buffer, a degraded reservation.
 const OUTBOX_MAX: usize = 8;
+
+impl Observed for SegmentAllocator {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+        if let Some(degraded) = self.degraded.as_mut() {
+            degraded.take_edges(into);
+        }
+    }
+}
 
 impl SegmentAllocator {
     /// A new, empty allocator. `now` is the process's clock at start-up.
@@ -560,6 +573,7 @@ impl SegmentAllocator {
             degraded,
             degraded_reservation: None,
             stats: AllocatorStats::default(),
+            edges: Edges::default(),
             cfg,
         })
     }
@@ -723,19 +737,20 @@ impl SegmentAllocator {
                 };
                 cur.next = cur.next.saturating_add(count * delta);
                 let ran_dry = cur.used_up() && self.next.is_none();
-                crate::edge::reached_if(ran_dry, &edges::LAST_ID_WHILE_NEXT_UNLOADED);
+                self.edges
+                    .reach_if(ran_dry, &edges::LAST_ID_WHILE_NEXT_UNLOADED);
                 self.note_issued(&block);
                 self.maybe_prefetch(now);
                 self.maybe_extend_claims(now);
                 return Take::Block(block);
             }
             // Claim exhausted before the segment: wait for the renewal that raises it.
-            crate::edge::reached(&edges::CLAIM_EXHAUSTED);
+            self.edges.reach(&edges::CLAIM_EXHAUSTED);
             self.maybe_extend_claims(now);
             self.stats.pending += 1;
             return Take::Pending;
         }
-        crate::edge::reached_if(
+        self.edges.reach_if(
             matches!(self.fetch, Fetch::Allocating { .. }),
             &edges::EMPTY_WHILE_GRANTING,
         );
@@ -758,7 +773,8 @@ impl SegmentAllocator {
             self.stats.pending += 1;
             return Take::Pending;
         }
-        crate::edge::reached_if(!permanent, &edges::UNAVAILABLE_AFTER_FAILURES);
+        self.edges
+            .reach_if(!permanent, &edges::UNAVAILABLE_AFTER_FAILURES);
         if let Some(worker) = self.degraded.as_mut()
             && let Ok(NextId::Id(id)) = worker.next_id(now.wall_ms)
         {
@@ -825,7 +841,8 @@ impl SegmentAllocator {
             if let Some(held) = slot
                 && held.lease_deadline_mono <= now.mono_ms
             {
-                crate::edge::reached_if(!held.used_up(), &edges::LEASE_EXPIRED_UNISSUED);
+                self.edges
+                    .reach_if(!held.used_up(), &edges::LEASE_EXPIRED_UNISSUED);
                 self.stats.leases_expired += 1;
                 self.stats.ids_abandoned += Self::unissued(held);
                 *slot = None;
@@ -964,7 +981,7 @@ impl SegmentAllocator {
         let conflicts = *conflicts;
         if let Ok(row) = &result {
             let fresh = self.stats.reloads == 0 && self.last_issued.is_none();
-            crate::edge::reached_if(
+            self.edges.reach_if(
                 fresh && row.version > 0,
                 &edges::FRESH_ALLOCATOR_FINDS_GRANTS,
             );
@@ -1101,7 +1118,7 @@ impl SegmentAllocator {
                         conflicts: conflicts + 1,
                     };
                 } else {
-                    crate::edge::reached(&edges::CAS_RETRIES_SPENT);
+                    self.edges.reach(&edges::CAS_RETRIES_SPENT);
                     self.fetch_failed(err, now);
                 }
             }
@@ -1173,7 +1190,7 @@ impl SegmentAllocator {
         };
         self.stats.reloads += 1;
         self.stats.pool_grants += u64::from(grant.from_pool);
-        crate::edge::reached_if(grant.from_pool, &edges::POOL_GRANT);
+        self.edges.reach_if(grant.from_pool, &edges::POOL_GRANT);
         if self.current.is_none() {
             self.current = Some(held);
         } else if self.next.is_none() {

@@ -3,6 +3,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::*;
+use crate::edge::Observed;
 use crate::id_store::{IdStore, MemoryIdStore, TagSpec};
 
 const TAG: &str = "order";
@@ -880,10 +881,9 @@ fn percentages_of_a_segment_near_the_id_space_do_not_overflow() {
     assert_eq!(percent(0, 1), 0);
 }
 
-/// Whether `edge` was reached on this thread since the last [`crate::edge::take`] (and resets
-/// the counts).
-fn reached(edge: &crate::edge::Edge) -> bool {
-    crate::edge::take().contains_key(edge.name)
+/// Whether `machine` reached `edge` since its counts were last taken (and takes them).
+fn reached(machine: &mut impl Observed, edge: &crate::edge::Edge) -> bool {
+    machine.edges().contains_key(edge.name)
 }
 
 #[test]
@@ -898,16 +898,16 @@ fn edge_last_id_while_next_unloaded() {
     assert_eq!(alloc.next_id(now), Take::Pending);
     pump(&mut alloc, &mut store, now);
     assert_eq!(id_of(alloc.next_id(now)), 1);
-    let _ = crate::edge::take();
+    let _ = alloc.edges();
     // The prefetch (asked for at 10%) never gets an answer: the store is silent from here on.
     while alloc.poll_request().is_some() {}
     for expected in 2..=9 {
         assert_eq!(id_of(alloc.next_id(now)), expected);
         while alloc.poll_request().is_some() {}
     }
-    assert!(!reached(&edges::LAST_ID_WHILE_NEXT_UNLOADED));
+    assert!(!reached(&mut alloc, &edges::LAST_ID_WHILE_NEXT_UNLOADED));
     assert_eq!(id_of(alloc.next_id(now)), 10);
-    assert!(reached(&edges::LAST_ID_WHILE_NEXT_UNLOADED));
+    assert!(reached(&mut alloc, &edges::LAST_ID_WHILE_NEXT_UNLOADED));
     assert_eq!(alloc.next_id(now), Take::Pending);
 }
 
@@ -915,11 +915,11 @@ fn edge_last_id_while_next_unloaded() {
 fn edge_not_reached_while_the_double_buffer_keeps_up() {
     let mut store = store_with(10);
     let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
-    let _ = crate::edge::take();
+    let _ = alloc.edges();
     for t in 0..50 {
         let _ = id_of(take(&mut alloc, &mut store, Now::both(t)));
     }
-    let counts = crate::edge::take();
+    let counts = alloc.edges();
     assert!(!counts.contains_key(edges::LAST_ID_WHILE_NEXT_UNLOADED.name));
     assert!(!counts.contains_key(edges::CLAIM_EXHAUSTED.name));
     assert!(!counts.contains_key(edges::FRESH_ALLOCATOR_FINDS_GRANTS.name));
@@ -930,16 +930,19 @@ fn edge_empty_while_granting() {
     let mut store = store_with(10);
     let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
     let now = Now::both(0);
-    let _ = crate::edge::take();
+    let _ = alloc.edges();
     assert_eq!(alloc.next_id(now), Take::Pending);
-    assert!(!reached(&edges::EMPTY_WHILE_GRANTING), "the read is out");
+    assert!(
+        !reached(&mut alloc, &edges::EMPTY_WHILE_GRANTING),
+        "the read is out"
+    );
     let read = alloc.poll_request().unwrap();
     alloc.handle_reply(read.id, read.call.execute(&mut store), now);
     // The allocate (the write of the new max_id) is in flight, unanswered.
     let allocate = alloc.poll_request().unwrap();
     assert!(matches!(allocate.call, StoreCall::Allocate(_)));
     assert_eq!(alloc.next_id(now), Take::Pending);
-    assert!(reached(&edges::EMPTY_WHILE_GRANTING));
+    assert!(reached(&mut alloc, &edges::EMPTY_WHILE_GRANTING));
 }
 
 #[test]
@@ -948,7 +951,7 @@ fn edge_claim_exhausted() {
     let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
     let now = Now::both(0);
     id_of(take(&mut alloc, &mut store, now));
-    let _ = crate::edge::take();
+    let _ = alloc.edges();
     // Renewals go nowhere: the claim (25 IDs) runs out inside the segment.
     let mut issued = 1;
     while let Take::Block(block) = alloc.next_id(now) {
@@ -956,7 +959,7 @@ fn edge_claim_exhausted() {
         while alloc.poll_request().is_some() {}
     }
     assert_eq!(issued, 25);
-    assert!(reached(&edges::CLAIM_EXHAUSTED));
+    assert!(reached(&mut alloc, &edges::CLAIM_EXHAUSTED));
 }
 
 #[test]
@@ -974,10 +977,10 @@ fn edge_cas_retries_spent() {
     b.handle_reply(read.id, read.call.execute(&mut store), now);
     // A allocates between B's read and B's write.
     id_of(take(&mut a, &mut store, now));
-    let _ = crate::edge::take();
+    let _ = b.edges();
     pump(&mut b, &mut store, now);
     assert_eq!(b.stats().conflicts, 1);
-    assert!(reached(&edges::CAS_RETRIES_SPENT));
+    assert!(reached(&mut b, &edges::CAS_RETRIES_SPENT));
     assert_eq!(b.health(now).fetch, "backoff");
 }
 
@@ -985,19 +988,19 @@ fn edge_cas_retries_spent() {
 fn edge_unavailable_after_failures() {
     let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
     let mut now = Now::both(0);
-    let _ = crate::edge::take();
+    let _ = alloc.edges();
     let mut answer = alloc.next_id(now);
     while answer == Take::Pending {
         now = Now::both(alloc.poll_timeout().expect("a timeout is armed"));
         alloc.handle_timeout(now);
         while alloc.poll_request().is_some() {}
-        if reached(&edges::UNAVAILABLE_AFTER_FAILURES) {
+        if reached(&mut alloc, &edges::UNAVAILABLE_AFTER_FAILURES) {
             panic!("reached before the answer was Unavailable");
         }
         answer = alloc.next_id(now);
     }
     assert!(matches!(answer, Take::Unavailable(_)), "{answer:?}");
-    assert!(reached(&edges::UNAVAILABLE_AFTER_FAILURES));
+    assert!(reached(&mut alloc, &edges::UNAVAILABLE_AFTER_FAILURES));
 }
 
 #[test]
@@ -1005,12 +1008,12 @@ fn edge_lease_expired_unissued() {
     let mut store = store_with(1_000);
     let mut alloc = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
     id_of(take(&mut alloc, &mut store, Now::both(0)));
-    let _ = crate::edge::take();
+    let _ = alloc.edges();
     // No renewal gets through; at 1000 - 50 ms (drift margin) the lease cannot be proven.
     let _ = alloc.next_id(Now::both(949));
-    assert!(!reached(&edges::LEASE_EXPIRED_UNISSUED));
+    assert!(!reached(&mut alloc, &edges::LEASE_EXPIRED_UNISSUED));
     assert!(!matches!(alloc.next_id(Now::both(950)), Take::Block(_)));
-    assert!(reached(&edges::LEASE_EXPIRED_UNISSUED));
+    assert!(reached(&mut alloc, &edges::LEASE_EXPIRED_UNISSUED));
 }
 
 #[test]
@@ -1020,23 +1023,26 @@ fn edge_pool_grant() {
     id_of(take(&mut zombie, &mut store, Now::both(0)));
     assert_eq!(store.reclaim_expired(1_000).unwrap().len(), 1);
     let mut fresh = SegmentAllocator::new(cfg(2), Now::both(1_000)).unwrap();
-    let _ = crate::edge::take();
+    let _ = fresh.edges();
     assert_eq!(id_of(take(&mut fresh, &mut store, Now::both(1_000))), 26);
-    assert!(reached(&edges::POOL_GRANT));
+    assert!(reached(&mut fresh, &edges::POOL_GRANT));
 }
 
 #[test]
 fn edge_fresh_allocator_finds_grants() {
     let mut store = store_with(10);
     let mut first = SegmentAllocator::new(cfg(1), Now::both(0)).unwrap();
-    let _ = crate::edge::take();
+    let _ = first.edges();
     id_of(take(&mut first, &mut store, Now::both(0)));
     assert!(
-        !reached(&edges::FRESH_ALLOCATOR_FINDS_GRANTS),
+        !reached(&mut first, &edges::FRESH_ALLOCATOR_FINDS_GRANTS),
         "the first allocator of a tag finds it untouched"
     );
     // A restarted process is a new instance reading a tag its predecessor moved.
     let mut restarted = SegmentAllocator::new(cfg(2), Now::both(10)).unwrap();
     assert_eq!(id_of(take(&mut restarted, &mut store, Now::both(10))), 21);
-    assert!(reached(&edges::FRESH_ALLOCATOR_FINDS_GRANTS));
+    assert!(reached(
+        &mut restarted,
+        &edges::FRESH_ALLOCATOR_FINDS_GRANTS
+    ));
 }

@@ -20,6 +20,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::edge::{Edges, Observed};
+
 use super::{LayoutError, SnowflakeWorker, WorkerConfig, machine_id_from_ip};
 use crate::clock::Now;
 use crate::id_store::{InstanceId, StoreCall, StoreError, StoreReply, WorkerRequest};
@@ -109,6 +111,19 @@ pub struct WorkerLeaseHolder {
     renewed_mono_ms: u64,
     /// The lease's expiry as the store last reported it (store clock, ms).
     lease_expiry_ms: u64,
+    /// Arrivals at its edge states, and its dropped workers', since its driver last took them
+    /// (a ghost: not its state).
+    #[serde(skip)]
+    edges: Edges,
+}
+
+impl Observed for WorkerLeaseHolder {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+        if let Some(worker) = self.worker.as_mut() {
+            worker.take_edges(into);
+        }
+    }
 }
 
 impl WorkerLeaseHolder {
@@ -122,6 +137,7 @@ impl WorkerLeaseHolder {
             requests: 0,
             renewed_mono_ms: 0,
             lease_expiry_ms: 0,
+            edges: Edges::default(),
         }
     }
 
@@ -249,7 +265,8 @@ impl WorkerLeaseHolder {
         };
         match (self.worker.as_mut(), result) {
             (None, Ok(lease)) => {
-                crate::edge::reached_if(lease.reserved_ts > 0, &super::edges::WORKER_REACQUIRED);
+                self.edges
+                    .reach_if(lease.reserved_ts > 0, &super::edges::WORKER_REACQUIRED);
                 match SnowflakeWorker::new(
                     self.cfg.worker,
                     lease.worker_id,
@@ -274,8 +291,9 @@ impl WorkerLeaseHolder {
                 HolderEvent::Renewed
             }
             (Some(worker), Err(StoreError::WorkerLeaseLost { .. })) => {
-                crate::edge::reached(&super::edges::WORKER_LEASE_LOST);
+                self.edges.reach(&super::edges::WORKER_LEASE_LOST);
                 worker.handle_lease_lost();
+                worker.take_edges(&mut self.edges);
                 self.worker = None;
                 HolderEvent::LeaseLost
             }
@@ -373,19 +391,19 @@ mod tests {
         events
     }
 
-    /// Whether `edge` was reached on this thread since the last `take`.
-    fn reached(edge: &crate::edge::Edge) -> bool {
-        crate::edge::take().contains_key(edge.name)
+    /// Whether `machine` reached `edge` since its counts were last taken (and takes them).
+    fn reached(machine: &mut impl Observed, edge: &crate::edge::Edge) -> bool {
+        machine.edges().contains_key(edge.name)
     }
 
     #[test]
     fn edge_worker_reacquired() {
         let mut store = MemoryIdStore::new();
         let mut first = holder(1);
-        let _ = crate::edge::take();
+        let _ = first.edges();
         let _ = pump(&mut first, &mut store, now(0));
         assert!(
-            !reached(&crate::snowflake::edges::WORKER_REACQUIRED),
+            !reached(&mut first, &crate::snowflake::edges::WORKER_REACQUIRED),
             "a never-used worker id"
         );
         let worker_id = first.worker().unwrap().worker_id();
@@ -397,7 +415,10 @@ mod tests {
         let mut second = holder(2);
         let events = pump(&mut second, &mut store, now(2));
         assert_eq!(events, [HolderEvent::Acquired { worker_id }]);
-        assert!(reached(&crate::snowflake::edges::WORKER_REACQUIRED));
+        assert!(reached(
+            &mut second,
+            &crate::snowflake::edges::WORKER_REACQUIRED
+        ));
     }
 
     #[test]
@@ -410,10 +431,10 @@ mod tests {
         let mut other = holder(2);
         let _ = pump(&mut other, &mut store, now(3_000));
         assert_eq!(other.worker().unwrap().worker_id(), worker_id);
-        let _ = crate::edge::take();
+        let _ = h.edges();
         let events = pump(&mut h, &mut store, now(3_001));
         assert!(events.contains(&HolderEvent::LeaseLost), "{events:?}");
-        assert!(reached(&crate::snowflake::edges::WORKER_LEASE_LOST));
+        assert!(reached(&mut h, &crate::snowflake::edges::WORKER_LEASE_LOST));
         assert_ne!(
             h.worker().map(SnowflakeWorker::worker_id),
             Some(worker_id),

@@ -16,6 +16,7 @@ use super::holder::{HolderConfig, HolderEvent, WorkerLeaseHolder};
 use super::semantic::{LeasedError, LeasedSemantic, LeasedStep, SemanticConfig, SemanticError};
 use super::{NextId, SequencerError};
 use crate::clock::Now;
+use crate::edge::{Edges, Observed};
 use crate::id_store::{StoreCall, StoreReply};
 
 /// How long one request for an ID may wait inside itself before it is answered unavailable.
@@ -333,6 +334,13 @@ impl LeasedIds {
         self.semantic
             .check_invariants()
             .map_err(|e| format!("semantic generators: {e}"))
+    }
+}
+
+impl Observed for LeasedIds {
+    fn take_edges(&mut self, into: &mut Edges) {
+        self.holder.take_edges(into);
+        self.semantic.take_edges(into);
     }
 }
 

@@ -22,6 +22,8 @@ pub use sequencer::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::edge::Observed;
+
 /// The Snowflake and semantic generators' edge states (see [`crate::edge`]): the sequencer's
 /// ([`Sequencer`]) and the worker-lease holder's ([`holder::WorkerLeaseHolder`]).
 pub mod edges {
@@ -324,6 +326,12 @@ pub enum NextId {
     },
     /// Retry once the pending time reservation has been persisted.
     WaitReservation,
+}
+
+impl Observed for SnowflakeWorker {
+    fn take_edges(&mut self, into: &mut crate::edge::Edges) {
+        self.sequencer.take_edges(into);
+    }
 }
 
 /// A Snowflake worker: one leased worker id issuing IDs.

@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::edge::{Edges, Observed};
+
 use super::holder::WorkerLeaseHolder;
 use super::{RollbackPolicy, Sequencer, SequencerConfig, SequencerError, SnowflakeWorker, Step};
 use crate::clock::Now;
@@ -279,6 +281,21 @@ pub enum LeasedError {
     Sequencer(#[from] SequencerError),
 }
 
+impl Observed for SemanticGenerator {
+    fn take_edges(&mut self, into: &mut Edges) {
+        self.sequencer.take_edges(into);
+    }
+}
+
+impl Observed for LeasedSemantic {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.dropped);
+        for (_, generator) in self.generators.values_mut() {
+            generator.take_edges(into);
+        }
+    }
+}
+
 /// Semantic generators living on a Snowflake worker lease, one per business prefix: the
 /// machine number is the worker id, the floor the worker's persisted reservation when the
 /// generator is built (every earlier holder's IDs are at or below it), and a generator issues
@@ -290,6 +307,9 @@ pub struct LeasedSemantic {
     cfg: SemanticConfig,
     /// Prefix → (machine number it was built on, generator).
     generators: BTreeMap<String, (u32, SemanticGenerator)>,
+    /// The arrivals of generators it dropped (a ghost: not its state).
+    #[serde(skip)]
+    dropped: Edges,
 }
 
 /// Most business prefixes one [`LeasedSemantic`] serves (two capital letters).
@@ -303,6 +323,7 @@ impl LeasedSemantic {
         Self {
             cfg,
             generators: BTreeMap::new(),
+            dropped: Edges::default(),
         }
     }
 
@@ -321,7 +342,7 @@ impl LeasedSemantic {
     ) -> Result<LeasedStep, LeasedError> {
         let unleased = holder.config().unleased_ip.is_some();
         let Some(worker) = holder.worker_mut() else {
-            self.generators.clear();
+            self.drop_generators();
             return Ok(LeasedStep::WaitLease);
         };
         let generator = self.generator(prefix, worker, unleased)?;
@@ -330,7 +351,7 @@ impl LeasedSemantic {
             Ok(step) => step,
             Err(err) => {
                 if err == SequencerError::LeaseLost {
-                    self.generators.clear();
+                    self.drop_generators();
                 }
                 return Err(err.into());
             }
@@ -372,9 +393,17 @@ impl LeasedSemantic {
         &self.cfg
     }
 
+    /// Drops every generator, keeping their arrivals at edge states.
+    fn drop_generators(&mut self) {
+        for (_, generator) in self.generators.values_mut() {
+            generator.sequencer.take_edges(&mut self.dropped);
+        }
+        self.generators.clear();
+    }
+
     /// The worker lease was lost: every generator goes with it.
     pub fn handle_lease_lost(&mut self) {
-        self.generators.clear();
+        self.drop_generators();
     }
 
     /// The generator of `prefix`, if one was built.
@@ -433,8 +462,12 @@ impl LeasedSemantic {
                 ..self.cfg.clone()
             };
             let generator = SemanticGenerator::new(&cfg, machine, floor_s)?;
-            self.generators
-                .insert(prefix.to_owned(), (machine, generator));
+            if let Some((_, mut old)) = self
+                .generators
+                .insert(prefix.to_owned(), (machine, generator))
+            {
+                old.sequencer.take_edges(&mut self.dropped);
+            }
         }
         let (_, generator) = self
             .generators

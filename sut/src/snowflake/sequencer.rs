@@ -24,7 +24,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::edges;
-use crate::edge::reached_if;
+use crate::edge::{Edges, Observed};
 use crate::flaw::Flaw;
 
 /// What to do when the wall clock is behind the last issued time unit by more than the wait
@@ -161,6 +161,15 @@ pub struct Sequencer {
     pub(super) reservation_wanted: Option<u64>,
     stopped: bool,
     stats: SequencerStats,
+    /// Arrivals at its edge states since its driver last took them (a ghost: not its state).
+    #[serde(skip)]
+    edges: Edges,
+}
+
+impl Observed for Sequencer {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+    }
 }
 
 impl Sequencer {
@@ -178,6 +187,7 @@ impl Sequencer {
             reservation_wanted: None,
             stopped: false,
             stats: SequencerStats::default(),
+            edges: Edges::default(),
         }
     }
 
@@ -241,7 +251,9 @@ impl Sequencer {
             Ok(pair) => pair,
             Err(wait) => return Ok(wait),
         };
-        if reached_if(ts > self.cfg.ts_max, &edges::TIME_FIELD_EXHAUSTED)
+        if self
+            .edges
+            .reach_if(ts > self.cfg.ts_max, &edges::TIME_FIELD_EXHAUSTED)
             && self.cfg.flaw != Some(Flaw::TimeFieldNarrow)
         {
             return Err(SequencerError::TimeExhausted {
@@ -275,7 +287,9 @@ impl Sequencer {
                 self.reservation_wanted = Some(target);
             }
         }
-        if reached_if(ts > self.reserved_ts, &edges::RESERVATION_WAIT)
+        if self
+            .edges
+            .reach_if(ts > self.reserved_ts, &edges::RESERVATION_WAIT)
             && self.cfg.flaw != Some(Flaw::SnowflakeNoPersistedTs)
         {
             self.stats.reservation_waits += 1;
@@ -307,7 +321,8 @@ impl Sequencer {
         }
         // Nothing issued yet: `last_ts` is the floor the worker id's reservation set.
         let fresh = self.stats.issued == 0;
-        reached_if(fresh, &edges::RESTART_BEHIND_RESERVATION);
+        self.edges
+            .reach_if(fresh, &edges::RESTART_BEHIND_RESERVATION);
         if now_ts < self.last_ts && self.cfg.flaw == Some(Flaw::SnowflakeSeqResetFirst) {
             // The flaw (twitter/snowflake #6): the sequence is reset for the "new" unit before
             // the clock is found to be behind; the last unit's sequence restarts.
@@ -321,7 +336,7 @@ impl Sequencer {
             if let Some(pair) = next_in_last {
                 return Ok(Ok(pair));
             }
-            reached_if(!fresh, &edges::SEQUENCE_EXHAUSTED);
+            self.edges.reach_if(!fresh, &edges::SEQUENCE_EXHAUSTED);
             if self.cfg.flaw == Some(Flaw::SemanticSeqWrap) {
                 // The flaw (ID, token and lottery design §2.3): `seq % capacity` wraps within
                 // the unit.
@@ -337,7 +352,7 @@ impl Sequencer {
             }));
         }
         if behind_ms <= self.cfg.rollback_ms_max {
-            reached_if(!fresh, &edges::ROLLBACK_WITHIN_WINDOW);
+            self.edges.reach_if(!fresh, &edges::ROLLBACK_WITHIN_WINDOW);
             self.stats.rollback_waits += 1;
             let resume_ts = if next_in_last.is_some() {
                 self.last_ts
@@ -348,7 +363,7 @@ impl Sequencer {
                 wall_ms: self.wall_of(resume_ts),
             }));
         }
-        reached_if(!fresh, &edges::ROLLBACK_BEYOND_WINDOW);
+        self.edges.reach_if(!fresh, &edges::ROLLBACK_BEYOND_WINDOW);
         match self.cfg.rollback {
             RollbackPolicy::Refuse => {
                 self.stats.rollback_refusals += 1;

@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::semantic::{self, NextSemantic, SemanticConfig, SemanticGenerator};
 use super::*;
+use crate::edge::Observed;
 
 const EPOCH: u64 = 1_577_836_800_000;
 const T0: u64 = EPOCH + 1_000_000;
@@ -559,10 +560,9 @@ fn worker_invariants_hold_on_a_run_and_fire_on_crafted_states() {
     flawed.check_invariants().unwrap();
 }
 
-/// Whether `edge` was reached on this thread since the last [`crate::edge::take`] (and resets
-/// the counts).
-fn reached(edge: &crate::edge::Edge) -> bool {
-    crate::edge::take().contains_key(edge.name)
+/// Whether `machine` reached `edge` since its counts were last taken (and takes them).
+fn reached(machine: &mut impl Observed, edge: &crate::edge::Edge) -> bool {
+    machine.edges().contains_key(edge.name)
 }
 
 #[test]
@@ -575,13 +575,13 @@ fn edge_sequence_exhausted() {
         ..WorkerConfig::default()
     };
     let mut w = worker(cfg, 0);
-    let _ = crate::edge::take();
+    let _ = w.edges();
     for _ in 0..4 {
         assert!(matches!(issue(&mut w, T0), Ok(NextId::Id(_))));
     }
-    assert!(!reached(&edges::SEQUENCE_EXHAUSTED));
+    assert!(!reached(&mut w, &edges::SEQUENCE_EXHAUSTED));
     assert_eq!(issue(&mut w, T0), Ok(NextId::WaitUntil { wall_ms: T0 + 1 }));
-    assert!(reached(&edges::SEQUENCE_EXHAUSTED));
+    assert!(reached(&mut w, &edges::SEQUENCE_EXHAUSTED));
 }
 
 #[test]
@@ -595,7 +595,7 @@ fn edge_semantic_sequence_exhausted() {
         flaw: None,
     };
     let mut g = SemanticGenerator::new(&cfg, 7, 0).unwrap();
-    let _ = crate::edge::take();
+    let _ = g.edges();
     let mut ids = 0;
     for _ in 0..10 {
         match g.next_id(T0).unwrap() {
@@ -608,19 +608,19 @@ fn edge_semantic_sequence_exhausted() {
         }
     }
     assert_eq!(ids, 2);
-    assert!(reached(&edges::SEQUENCE_EXHAUSTED));
+    assert!(reached(&mut g, &edges::SEQUENCE_EXHAUSTED));
 }
 
 #[test]
 fn edge_rollback_within_window() {
     let mut w = worker(WorkerConfig::default(), 0);
     assert!(matches!(issue(&mut w, T0 + 100), Ok(NextId::Id(_))));
-    let _ = crate::edge::take();
+    let _ = w.edges();
     assert_eq!(
         issue(&mut w, T0 + 95),
         Ok(NextId::WaitUntil { wall_ms: T0 + 100 })
     );
-    let counts = crate::edge::take();
+    let counts = w.edges();
     assert!(counts.contains_key(edges::ROLLBACK_WITHIN_WINDOW.name));
     assert!(!counts.contains_key(edges::ROLLBACK_BEYOND_WINDOW.name));
 }
@@ -629,12 +629,12 @@ fn edge_rollback_within_window() {
 fn edge_rollback_beyond_window() {
     let mut w = worker(WorkerConfig::default(), 0);
     assert!(matches!(issue(&mut w, T0 + 100), Ok(NextId::Id(_))));
-    let _ = crate::edge::take();
+    let _ = w.edges();
     assert!(matches!(
         issue(&mut w, T0 + 94),
         Err(SequencerError::ClockBehind { .. })
     ));
-    let counts = crate::edge::take();
+    let counts = w.edges();
     assert!(counts.contains_key(edges::ROLLBACK_BEYOND_WINDOW.name));
     assert!(!counts.contains_key(edges::ROLLBACK_WITHIN_WINDOW.name));
     assert!(!counts.contains_key(edges::RESTART_BEHIND_RESERVATION.name));
@@ -645,14 +645,14 @@ fn edge_restart_behind_reservation() {
     let mut w = worker(WorkerConfig::default(), 0);
     assert!(matches!(issue(&mut w, T0 + 10_000), Ok(NextId::Id(_))));
     let persisted = w.sequencer().reserved_ts();
-    let _ = crate::edge::take();
+    let _ = w.edges();
     // Restart after the clock went 2 s back (Leaf #216).
     let mut restarted = worker(WorkerConfig::default(), persisted);
     assert!(matches!(
         issue(&mut restarted, T0 + 8_000),
         Err(SequencerError::ClockBehind { .. })
     ));
-    let counts = crate::edge::take();
+    let counts = restarted.edges();
     assert!(counts.contains_key(edges::RESTART_BEHIND_RESERVATION.name));
     assert!(
         !counts.contains_key(edges::ROLLBACK_BEYOND_WINDOW.name),
@@ -664,30 +664,30 @@ fn edge_restart_behind_reservation() {
         issue(&mut ahead, EPOCH + persisted + 1),
         Ok(NextId::Id(_))
     ));
-    assert!(!reached(&edges::RESTART_BEHIND_RESERVATION));
+    assert!(!reached(&mut ahead, &edges::RESTART_BEHIND_RESERVATION));
 }
 
 #[test]
 fn edge_reservation_wait() {
     let mut w = worker(WorkerConfig::default(), 0);
-    let _ = crate::edge::take();
+    let _ = w.edges();
     assert_eq!(w.next_id(T0), Ok(NextId::WaitReservation));
-    assert!(reached(&edges::RESERVATION_WAIT));
+    assert!(reached(&mut w, &edges::RESERVATION_WAIT));
     let ts = w.poll_reservation().unwrap();
     w.handle_reserved(ts);
     assert!(matches!(w.next_id(T0), Ok(NextId::Id(_))));
-    assert!(!reached(&edges::RESERVATION_WAIT));
+    assert!(!reached(&mut w, &edges::RESERVATION_WAIT));
 }
 
 #[test]
 fn edge_time_field_exhausted() {
     let mut w = narrow_worker(None);
-    let _ = crate::edge::take();
+    let _ = w.edges();
     assert!(matches!(issue(&mut w, EPOCH + 255_999), Ok(NextId::Id(_))));
-    assert!(!reached(&edges::TIME_FIELD_EXHAUSTED));
+    assert!(!reached(&mut w, &edges::TIME_FIELD_EXHAUSTED));
     assert!(matches!(
         issue(&mut w, EPOCH + 256_000),
         Err(SequencerError::TimeExhausted { .. })
     ));
-    assert!(reached(&edges::TIME_FIELD_EXHAUSTED));
+    assert!(reached(&mut w, &edges::TIME_FIELD_EXHAUSTED));
 }

@@ -21,6 +21,7 @@
 //! valid when `now_ms + leeway_ms < nbf_ms`** (RFC 7519 §4.1.5: valid "on or after" `nbf`).
 
 use crate::clock::Now;
+use crate::edge::Edges;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
@@ -400,6 +401,18 @@ pub fn verify(
     token: &str,
     now: Now,
 ) -> Result<Claims, Rejection> {
+    verify_counting(key, cfg, token, now, &mut Edges::default())
+}
+
+/// [`verify`], counting its edge states (a token let through by the leeway alone, one refused
+/// past it) into `edges`.
+pub fn verify_counting(
+    key: &SigningKey,
+    cfg: &JwtConfig,
+    token: &str,
+    now: Now,
+    edges: &mut Edges,
+) -> Result<Claims, Rejection> {
     if token.len() > cfg.token_len_max_bytes {
         return Err(Rejection::TooLong {
             len_bytes: token.len(),
@@ -426,7 +439,7 @@ pub fn verify(
         .decode(payload_b64)
         .map_err(|_| Rejection::Malformed(MalformedPart::PayloadBase64))?;
     let claims = signed_claims(key, cfg, token, &header)?;
-    check_claims(cfg, claims, now)
+    check_claims(cfg, claims, now, edges)
 }
 
 /// The decoded header, if it names the configured algorithm and this key.
@@ -498,7 +511,12 @@ fn signed_claims(
 }
 
 /// Issuer, audience and validity window at `now`.
-fn check_claims(cfg: &JwtConfig, claims: Claims, now: Now) -> Result<Claims, Rejection> {
+fn check_claims(
+    cfg: &JwtConfig,
+    claims: Claims,
+    now: Now,
+    edges: &mut Edges,
+) -> Result<Claims, Rejection> {
     if claims.iss != cfg.issuer {
         return Err(Rejection::WrongIssuer);
     }
@@ -507,21 +525,21 @@ fn check_claims(cfg: &JwtConfig, claims: Claims, now: Now) -> Result<Claims, Rej
     }
     let now_ms = now.wall_ms;
     if now_ms >= claims.exp_ms().saturating_add(cfg.leeway_ms) {
-        crate::edge::reached(&super::JWT_REFUSED_PAST_LEEWAY);
+        edges.reach(&super::JWT_REFUSED_PAST_LEEWAY);
         return Err(Rejection::Expired {
             exp_ms: claims.exp_ms(),
             now_ms,
         });
     }
     if now_ms.saturating_add(cfg.leeway_ms) < claims.nbf_ms() {
-        crate::edge::reached(&super::JWT_REFUSED_PAST_LEEWAY);
+        edges.reach(&super::JWT_REFUSED_PAST_LEEWAY);
         return Err(Rejection::NotYetValid {
             nbf_ms: claims.nbf_ms(),
             now_ms,
         });
     }
     // Accepted, but outside [nbf, exp) on this clock: only the leeway let it through.
-    crate::edge::reached_if(
+    edges.reach_if(
         now_ms >= claims.exp_ms() || now_ms < claims.nbf_ms(),
         &super::JWT_WITHIN_LEEWAY,
     );
@@ -822,9 +840,9 @@ mod tests {
             ..cfg()
         };
         let at = |now_ms| {
-            let _ = crate::edge::take();
-            let verdict = verify(&key(), &lee, &t.token, Now::both(now_ms));
-            (verdict.is_ok(), crate::edge::take())
+            let mut edges = Edges::new();
+            let verdict = verify_counting(&key(), &lee, &t.token, Now::both(now_ms), &mut edges);
+            (verdict.is_ok(), edges.take())
         };
         // Inside [nbf, exp): neither.
         let (ok, edges) = at(nbf_ms + 1);

@@ -21,6 +21,7 @@
 use super::jwt::{Claims, Rejection};
 use super::rows::{RevokeOutcome, TokenStoreError};
 use super::store::TokenStore;
+use crate::edge::{Edges, Observed};
 use bloomfilter::Bloom;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -211,6 +212,14 @@ pub struct Revocations {
     /// this list's own calls purge the revocation table, so it is current.
     forgotten_until_ms: u64,
     stats: RevocationStats,
+    /// Arrivals at its edge states since its driver last took them (a ghost: not its state).
+    edges: Edges,
+}
+
+impl Observed for Revocations {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+    }
 }
 
 impl Revocations {
@@ -223,6 +232,7 @@ impl Revocations {
             leeway_ms,
             forgotten_until_ms: 0,
             stats: RevocationStats::default(),
+            edges: Edges::default(),
         })
     }
 
@@ -237,7 +247,8 @@ impl Revocations {
     pub fn rebuild<S: TokenStore + ?Sized>(&mut self, store: &S) -> Result<(), TokenStoreError> {
         self.forgotten_until_ms = store.forgotten()?.revocations_until_ms;
         let jtis = store.revoked_jtis()?;
-        crate::edge::reached_if(!jtis.is_empty(), &super::FILTER_REBUILT_OVER_REVOCATIONS);
+        self.edges
+            .reach_if(!jtis.is_empty(), &super::FILTER_REBUILT_OVER_REVOCATIONS);
         self.filter.rebuild(jtis.iter().map(String::as_str));
         self.stats.rebuilds += 1;
         Ok(())
@@ -346,7 +357,7 @@ impl Revocations {
     ) -> Result<Claims, Rejection> {
         let keep_until_ms = claims.exp_ms().saturating_add(self.leeway_ms);
         if super::rules::forgotten(keep_until_ms, self.forgotten_until_ms) {
-            crate::edge::reached(&super::FORGOTTEN_REFUSED);
+            self.edges.reach(&super::FORGOTTEN_REFUSED);
             return Err(Rejection::Forgotten {
                 keep_until_ms,
                 forgotten_until_ms: self.forgotten_until_ms,
@@ -355,7 +366,7 @@ impl Revocations {
         match self.is_revoked(store, &claims.jti) {
             Ok(false) => Ok(claims),
             Ok(true) => {
-                crate::edge::reached(&super::REVOKED_REFUSED);
+                self.edges.reach(&super::REVOKED_REFUSED);
                 Err(Rejection::Revoked)
             }
             Err(e) => Err(Rejection::StoreUnavailable(e.to_string())),
@@ -629,17 +640,17 @@ mod tests {
             nbf: 0,
             iat: 0,
         };
-        let _ = crate::edge::take();
+        let _ = rev.edges();
         // A rebuild over an empty store (a fresh start) is not the edge state.
         rev.rebuild(&store).unwrap();
         assert!(rev.check(&store, claims("kept")).is_ok());
-        assert!(crate::edge::take().is_empty());
+        assert!(rev.edges().is_empty());
         assert_eq!(
             rev.revoke(&mut store, &claims("gone"), 0).unwrap(),
             RevokeOutcome::Revoked
         );
         assert_eq!(rev.check(&store, claims("gone")), Err(Rejection::Revoked));
-        assert_eq!(crate::edge::take().get(REVOKED_REFUSED.name), Some(&1));
+        assert_eq!(rev.edges().get(REVOKED_REFUSED.name), Some(&1));
         // Start-up over a store that holds it: the new filter must relearn it.
         let mut restarted = Revocations::new(cfg(100, 1000), 0).unwrap();
         restarted.rebuild(&store).unwrap();
@@ -649,7 +660,7 @@ mod tests {
         );
         // And after a purge that keeps it.
         restarted.purge_expired(&mut store, 1).unwrap();
-        let edges = crate::edge::take();
+        let edges = restarted.edges();
         assert_eq!(edges.get(FILTER_REBUILT_OVER_REVOCATIONS.name), Some(&2));
         assert_eq!(edges.get(REVOKED_REFUSED.name), Some(&1));
     }
@@ -718,7 +729,7 @@ mod tests {
                 Err(TokenStoreError::Backend("down".to_owned()))
             }
             fn check_once(
-                &self,
+                &mut self,
                 _: crate::token::OnceToken,
                 _: crate::token::UserId,
                 _: u64,

@@ -23,6 +23,7 @@
 //! purges the table's expired rows ([`Room::PurgeFirst`]), then is refused with
 //! [`TokenStoreError::Full`] if it is still full ([`after_purge`]); the purge stays done.
 
+use crate::edge::Edges;
 use serde::{Deserialize, Serialize};
 
 use super::UserId;
@@ -81,9 +82,9 @@ pub enum Room {
 
 /// Room in a table holding `rows` rows of at most `max`.
 #[must_use]
-pub fn room(rows: u64, max: u64) -> Room {
+pub fn room(rows: u64, max: u64, edges: &mut Edges) -> Room {
     if rows >= max {
-        crate::edge::reached(&super::TABLE_FULL_AT_INSERT);
+        edges.reach(&super::TABLE_FULL_AT_INSERT);
         Room::PurgeFirst
     } else {
         Room::Free
@@ -187,6 +188,7 @@ pub fn issue_once(
     grant: &OnceGrant,
     now_ms: u64,
     forgotten_until_ms: u64,
+    edges: &mut Edges,
 ) -> Result<IssueStep, TokenStoreError> {
     if let Some((token, row)) = existing {
         assert_eq!(row.key, grant.key, "the row read is the key's");
@@ -199,7 +201,7 @@ pub fn issue_once(
     }
     let seen_ms = now_ms.max(forgotten_until_ms);
     if forgotten(grant.expires_at_ms, seen_ms) {
-        crate::edge::reached_if(
+        edges.reach_if(
             forgotten(grant.expires_at_ms, forgotten_until_ms),
             &super::FORGOTTEN_REFUSED,
         );
@@ -232,7 +234,12 @@ pub fn issue_once(
 ///
 /// # Errors
 /// The [`OnceRejection`].
-pub fn judge(row: Option<&OnceRow>, user: UserId, now_ms: u64) -> Result<OnceKey, OnceRejection> {
+pub fn judge(
+    row: Option<&OnceRow>,
+    user: UserId,
+    now_ms: u64,
+    edges: &mut Edges,
+) -> Result<OnceKey, OnceRejection> {
     let Some(row) = row else {
         return Err(OnceRejection::Unknown);
     };
@@ -248,12 +255,12 @@ pub fn judge(row: Option<&OnceRow>, user: UserId, now_ms: u64) -> Result<OnceKey
                 // Consumed at this very instant or "later" (by this clock): the other consume
                 // of a concurrent pair won the row.
                 (OnceRejection::AlreadyConsumed, Some(at)) if at >= now_ms => {
-                    crate::edge::reached(&super::ONCE_CONSUME_RACE);
+                    edges.reach(&super::ONCE_CONSUME_RACE);
                 }
                 (OnceRejection::AlreadyConsumed, _) => {
-                    crate::edge::reached(&super::ONCE_REPLAY_REFUSED);
+                    edges.reach(&super::ONCE_REPLAY_REFUSED);
                 }
-                (OnceRejection::Expired, _) => crate::edge::reached(&super::ONCE_EXPIRED_REFUSED),
+                (OnceRejection::Expired, _) => edges.reach(&super::ONCE_EXPIRED_REFUSED),
                 (
                     OnceRejection::Unknown | OnceRejection::Foreign | OnceRejection::OtherActivity,
                     _,
@@ -277,8 +284,13 @@ pub struct Consume {
 /// `consume_once`, **one** atomic step: the [`judge`]'s verdict, and on acceptance the row
 /// marked consumed at `now_ms`.
 #[must_use]
-pub fn consume_once(row: Option<&OnceRow>, user: UserId, now_ms: u64) -> Consume {
-    let verdict = judge(row, user, now_ms);
+pub fn consume_once(
+    row: Option<&OnceRow>,
+    user: UserId,
+    now_ms: u64,
+    edges: &mut Edges,
+) -> Consume {
+    let verdict = judge(row, user, now_ms, edges);
     let consumed_at_ms = verdict.is_ok().then_some(now_ms);
     assert!(
         consumed_at_ms.is_none() || row.is_some_and(|r| r.consumed_at_ms.is_none()),
@@ -293,12 +305,12 @@ pub fn consume_once(row: Option<&OnceRow>, user: UserId, now_ms: u64) -> Consume
 /// `mark_once_consumed`, the flaw's second half: the `consumed_at_ms` to write, unconditionally
 /// (`None`: no such token, answer `false`).
 #[must_use]
-pub fn mark_once_consumed(row: Option<&OnceRow>, now_ms: u64) -> Option<u64> {
+pub fn mark_once_consumed(row: Option<&OnceRow>, now_ms: u64, edges: &mut Edges) -> Option<u64> {
     match row {
         Some(row) => {
             // Consumed by another consume between this one's check and this mark: the flaw's
             // double submit (the correct path meets the same race in `judge`).
-            crate::edge::reached_if(row.consumed_at_ms.is_some(), &super::ONCE_CONSUME_RACE);
+            edges.reach_if(row.consumed_at_ms.is_some(), &super::ONCE_CONSUME_RACE);
             Some(now_ms)
         }
         None => None,

@@ -14,6 +14,7 @@ use super::rows::{RevokeOutcome, TokenStoreError};
 use super::store::{PurgeCounts, TokenStore, TokenStoreLimits};
 use super::{ActivityKey, TokenFlaws, UserId};
 use crate::clock::Now;
+use crate::edge::{Edges, Observed};
 use serde::{Deserialize, Serialize};
 
 /// Everything the token service is configured with (the signing key is separate, so configs
@@ -39,6 +40,16 @@ pub struct TokenService<S> {
     key: SigningKey,
     store: S,
     revocations: Revocations,
+    /// Arrivals at the JWT checks' edge states since its driver last took them (a ghost).
+    edges: Edges,
+}
+
+impl<S: TokenStore + Observed> Observed for TokenService<S> {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+        self.revocations.take_edges(into);
+        self.store.take_edges(into);
+    }
 }
 
 /// Building a [`TokenService`] failed.
@@ -71,6 +82,7 @@ impl<S: TokenStore> TokenService<S> {
             key,
             store,
             revocations,
+            edges: Edges::default(),
         })
     }
 
@@ -91,15 +103,15 @@ impl<S: TokenStore> TokenService<S> {
 
     /// Verify a JWT, then check the revocation list.
     pub fn verify(&mut self, token: &str, now: Now) -> Result<Claims, Rejection> {
-        let claims = jwt::verify(&self.key, &self.cfg.jwt, token, now)?;
+        let claims = jwt::verify_counting(&self.key, &self.cfg.jwt, token, now, &mut self.edges)?;
         self.revocations.check(&self.store, claims)
     }
 
     /// Revoke a token. Only a token that verifies (revocation aside) can be revoked, so its
     /// `exp` is trustworthy; revoking an already-revoked token is fine.
     pub fn revoke(&mut self, token: &str, now: Now) -> Result<RevokeOutcome, RevokeError> {
-        let claims =
-            jwt::verify(&self.key, &self.cfg.jwt, token, now).map_err(RevokeError::Rejected)?;
+        let claims = jwt::verify_counting(&self.key, &self.cfg.jwt, token, now, &mut self.edges)
+            .map_err(RevokeError::Rejected)?;
         self.revocations
             .revoke(&mut self.store, &claims, now.wall_ms)
             .map_err(RevokeError::Store)
@@ -275,7 +287,7 @@ mod tests {
             ONCE_CONSUME_RACE, ONCE_EXPIRED_REFUSED, ONCE_REPLAY_REFUSED, REVOKED_REFUSED,
         };
         let mut svc = memory(TokenFlaws::default());
-        let _ = crate::edge::take();
+        let _ = svc.edges();
         let now = Now::both(T0_MS + 500);
         let t = svc.issue(UserId(7), 1, now).unwrap();
         // nbf is the issue time rounded down to the second, T0; leeway 1 s. A verifier 0.5 s
@@ -298,7 +310,7 @@ mod tests {
             svc.consume_once(unused.token, UserId(8), end),
             Ok(Err(OnceRejection::Expired))
         );
-        let edges = crate::edge::take();
+        let edges = svc.edges();
         for edge in [
             JWT_WITHIN_LEEWAY,
             JWT_REFUSED_PAST_LEEWAY,
@@ -311,10 +323,10 @@ mod tests {
             assert_eq!(edges.get(edge.name), Some(&1), "{}: {edges:?}", edge.name);
         }
         // A restart over the store: the new service's filter is rebuilt over the revocation.
-        let restarted = TokenService::new(svc.cfg.clone(), key(), svc.store.clone()).unwrap();
+        let mut restarted = TokenService::new(svc.cfg.clone(), key(), svc.store.clone()).unwrap();
         restarted.check_invariants().unwrap();
         assert_eq!(
-            crate::edge::take().get(FILTER_REBUILT_OVER_REVOCATIONS.name),
+            restarted.edges().get(FILTER_REBUILT_OVER_REVOCATIONS.name),
             Some(&1)
         );
     }
@@ -388,13 +400,11 @@ mod tests {
 
     #[test]
     fn the_correct_consume_is_one_op_and_survives_interleaving() {
-        let limits = TokenStoreLimits::default();
-        let _ = crate::edge::take();
-        let (h, ops) =
-            interleaved_double_submit(&mut MemoryTokenStore::new(limits), TokenFlaws::default());
+        let mut store = MemoryTokenStore::new(TokenStoreLimits::default());
+        let (h, ops) = interleaved_double_submit(&mut store, TokenFlaws::default());
         assert_eq!(ops, 2, "one store operation per consume");
         assert_eq!(check_single_use(&h), Ok(()));
-        let edges = crate::edge::take();
+        let edges = store.edges();
         assert_eq!(
             edges.get(crate::token::ONCE_CONSUME_RACE.name),
             Some(&1),
@@ -408,11 +418,11 @@ mod tests {
         let flaw = TokenFlaws {
             once_check_then_delete: true,
         };
-        let _ = crate::edge::take();
-        let (h, ops) = interleaved_double_submit(&mut MemoryTokenStore::new(limits), flaw);
+        let mut store = MemoryTokenStore::new(limits);
+        let (h, ops) = interleaved_double_submit(&mut store, flaw);
         assert_eq!(ops, 4, "two store operations per consume");
         assert_eq!(
-            crate::edge::take().get(crate::token::ONCE_CONSUME_RACE.name),
+            store.edges().get(crate::token::ONCE_CONSUME_RACE.name),
             Some(&1),
             "the second mark met the race"
         );

@@ -37,6 +37,7 @@ use super::rows::{
     OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
 };
 use super::rules::{self, IssueStep, OnceRow, RevokeStep, Room};
+use crate::edge::{Edges, Observed};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -118,7 +119,7 @@ pub trait TokenStore {
     /// The flaw's first half: what [`consume_once`](Self::consume_once) would answer, changing
     /// nothing.
     fn check_once(
-        &self,
+        &mut self,
         token: OnceToken,
         user: UserId,
         now_ms: u64,
@@ -168,7 +169,7 @@ impl<T: TokenStore + ?Sized> TokenStore for Box<T> {
         (**self).consume_once(token, user, now_ms)
     }
     fn check_once(
-        &self,
+        &mut self,
         token: OnceToken,
         user: UserId,
         now_ms: u64,
@@ -200,6 +201,14 @@ pub struct MemoryTokenStore {
     /// The index of the unique key: each key's token.
     pub(crate) once_by_key: BTreeMap<OnceKey, OnceToken>,
     pub(crate) forgotten: Forgotten,
+    /// Arrivals at the rules' edge states since its driver last took them (a ghost).
+    pub(crate) edges: Edges,
+}
+
+impl Observed for MemoryTokenStore {
+    fn take_edges(&mut self, into: &mut Edges) {
+        into.absorb(&mut self.edges);
+    }
 }
 
 impl MemoryTokenStore {
@@ -215,6 +224,7 @@ impl MemoryTokenStore {
                 revocations_until_ms: 0,
                 once_until_ms: 0,
             },
+            edges: Edges::new(),
         }
     }
 
@@ -269,7 +279,8 @@ impl TokenStore for MemoryTokenStore {
             }
             RevokeStep::Insert { keep_until_ms } => {
                 let max = self.limits.revocations_max;
-                if rules::room(self.revoked.len() as u64, max) == Room::PurgeFirst {
+                if rules::room(self.revoked.len() as u64, max, &mut self.edges) == Room::PurgeFirst
+                {
                     self.purge_revocations(now_ms);
                     rules::after_purge(Table::Revocations, self.revoked.len() as u64, max)?;
                 }
@@ -294,13 +305,19 @@ impl TokenStore for MemoryTokenStore {
             .map(|token| (*token, &self.once_by_token[token]));
         let taken = self.once_by_token.contains_key(&grant.token);
         let forgotten_until_ms = self.forgotten.once_until_ms;
-        let (row, answer) =
-            match rules::issue_once(existing, taken, grant, now_ms, forgotten_until_ms)? {
-                IssueStep::Existing(answer) => return Ok(answer),
-                IssueStep::Insert { row, answer } => (row, answer),
-            };
+        let (row, answer) = match rules::issue_once(
+            existing,
+            taken,
+            grant,
+            now_ms,
+            forgotten_until_ms,
+            &mut self.edges,
+        )? {
+            IssueStep::Existing(answer) => return Ok(answer),
+            IssueStep::Insert { row, answer } => (row, answer),
+        };
         let max = self.limits.once_tokens_max;
-        if rules::room(self.once_by_token.len() as u64, max) == Room::PurgeFirst {
+        if rules::room(self.once_by_token.len() as u64, max, &mut self.edges) == Room::PurgeFirst {
             self.purge_once(now_ms);
             rules::after_purge(Table::OnceTokens, self.once_by_token.len() as u64, max)?;
         }
@@ -315,7 +332,12 @@ impl TokenStore for MemoryTokenStore {
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        let consume = rules::consume_once(self.once_by_token.get(&token), user, now_ms);
+        let consume = rules::consume_once(
+            self.once_by_token.get(&token),
+            user,
+            now_ms,
+            &mut self.edges,
+        );
         if let Some(at) = consume.consumed_at_ms {
             let row = self
                 .once_by_token
@@ -327,12 +349,17 @@ impl TokenStore for MemoryTokenStore {
     }
 
     fn check_once(
-        &self,
+        &mut self,
         token: OnceToken,
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        Ok(rules::judge(self.once_by_token.get(&token), user, now_ms))
+        Ok(rules::judge(
+            self.once_by_token.get(&token),
+            user,
+            now_ms,
+            &mut self.edges,
+        ))
     }
 
     fn mark_once_consumed(
@@ -340,7 +367,8 @@ impl TokenStore for MemoryTokenStore {
         token: OnceToken,
         now_ms: u64,
     ) -> Result<bool, TokenStoreError> {
-        let mark = rules::mark_once_consumed(self.once_by_token.get(&token), now_ms);
+        let mark =
+            rules::mark_once_consumed(self.once_by_token.get(&token), now_ms, &mut self.edges);
         if let (Some(at), Some(row)) = (mark, self.once_by_token.get_mut(&token)) {
             row.consumed_at_ms = Some(at);
         }

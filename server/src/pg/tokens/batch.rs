@@ -16,6 +16,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use sut::edge::Edges;
 use sut::token::UserId;
 use sut::token::rows::{
     OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
@@ -278,13 +279,19 @@ impl TokenStore for OnceView<'_, '_> {
         let taken = self.row(grant.token)?.is_some();
         let existing_ref = existing.as_ref().map(|(token, row)| (*token, row));
         let (_, horizon_ms) = self.counter()?;
-        let (row, answer) = match rules::issue_once(existing_ref, taken, grant, now_ms, horizon_ms)?
-        {
+        let (row, answer) = match rules::issue_once(
+            existing_ref,
+            taken,
+            grant,
+            now_ms,
+            horizon_ms,
+            &mut Edges::new(),
+        )? {
             IssueStep::Existing(answer) => return Ok(answer),
             IssueStep::Insert { row, answer } => (row, answer),
         };
         let max = self.limits.once_tokens_max;
-        if rules::room(self.counter()?.0, max) == Room::PurgeFirst {
+        if rules::room(self.counter()?.0, max, &mut Edges::new()) == Room::PurgeFirst {
             // Rare: the table is full. Purge in the transaction, then decide as the others do.
             self.settle()?;
             let (rows, _) = self.counter()?;
@@ -308,7 +315,7 @@ impl TokenStore for OnceView<'_, '_> {
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
         let mut row = self.row(token)?;
-        let consume = rules::consume_once(row.as_ref(), user, now_ms);
+        let consume = rules::consume_once(row.as_ref(), user, now_ms, &mut Edges::new());
         if let (Some(at), Some(r)) = (consume.consumed_at_ms, row.as_mut()) {
             r.consumed_at_ms = Some(at);
             self.by_token.insert(token, row);
@@ -318,13 +325,18 @@ impl TokenStore for OnceView<'_, '_> {
     }
 
     fn check_once(
-        &self,
+        &mut self,
         token: OnceToken,
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
         if let Some(known) = self.by_token.get(&token) {
-            return Ok(rules::judge(known.as_ref(), user, now_ms));
+            return Ok(rules::judge(
+                known.as_ref(),
+                user,
+                now_ms,
+                &mut Edges::new(),
+            ));
         }
         check_once_in(&mut self.tx.borrow_mut(), token, user, now_ms)
     }

@@ -174,7 +174,7 @@ fn a_prefetched_batch_agrees_with_the_memory_store() {
         // What the batch wrote, read by a plain store afterwards, still agrees: replaying no
         // operation, the final states must match the memory store's after the same ops.
         use sut::token::TokenStore;
-        let plain = PgTokenStore::open(&url, LIMITS).expect("reopen");
+        let mut plain = PgTokenStore::open(&url, LIMITS).expect("reopen");
         let mut mem = sut::token::MemoryTokenStore::new(LIMITS);
         for op in &ops {
             let _ = crate::sqlite::tokens_conformance::apply(&mut mem, op);

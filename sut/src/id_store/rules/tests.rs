@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
+use crate::edge::Edges;
 use crate::id_store::{
     AllocRequest, CounterDurability, InstanceId, LeaseRow, ReleaseRequest, RenewRequest,
     SEGMENT_ID_LIMIT, Segment, StoreError, TagRow, TagSpec, WorkerRequest,
@@ -84,16 +85,16 @@ fn allocate_refuses_in_order_zero_sizes_unknown_tag_and_stale_version() {
         claim_ids,
         ..alloc(3, ids, 0)
     };
-    let err = allocate(&zero(0, 0), Some(&row), &none()).unwrap_err();
+    let err = allocate(&zero(0, 0), Some(&row), &none(), &mut Edges::new()).unwrap_err();
     assert!(matches!(err, StoreError::InvalidSpec { field, .. } if field == "ids"));
-    let err = allocate(&zero(5, 0), None, &none()).unwrap_err();
+    let err = allocate(&zero(5, 0), None, &none(), &mut Edges::new()).unwrap_err();
     assert!(matches!(err, StoreError::InvalidSpec { field, .. } if field == "claim_ids"));
     assert_eq!(
-        allocate(&alloc(3, 5, 0), None, &none()),
+        allocate(&alloc(3, 5, 0), None, &none(), &mut Edges::new()),
         Err(StoreError::UnknownTag("t".into()))
     );
     assert_eq!(
-        allocate(&alloc(2, 5, 0), Some(&row), &none()),
+        allocate(&alloc(2, 5, 0), Some(&row), &none(), &mut Edges::new()),
         Err(StoreError::VersionConflict {
             tag: "t".into(),
             expected: 2,
@@ -104,7 +105,13 @@ fn allocate_refuses_in_order_zero_sizes_unknown_tag_and_stale_version() {
 
 #[test]
 fn a_fresh_grant_moves_max_id_bumps_the_version_and_records_the_lease() {
-    let write = allocate(&alloc(3, 5, 0), Some(&tag(11, 3, vec![])), &none()).unwrap();
+    let write = allocate(
+        &alloc(3, 5, 0),
+        Some(&tag(11, 3, vec![])),
+        &none(),
+        &mut Edges::new(),
+    )
+    .unwrap();
     assert_eq!(write.row, tag(16, 4, vec![]));
     assert!(!write.pool_changed && !write.replace_lease);
     let grant = &write.grant;
@@ -122,7 +129,7 @@ fn a_fresh_grant_moves_max_id_bumps_the_version_and_records_the_lease() {
 #[test]
 fn a_pooled_grant_takes_the_first_range_at_or_above_min_id_and_keeps_max_id() {
     let row = tag(100, 0, vec![seg(10, 20), seg(40, 50)]);
-    let write = allocate(&alloc(0, 3, 15), Some(&row), &none()).unwrap();
+    let write = allocate(&alloc(0, 3, 15), Some(&row), &none(), &mut Edges::new()).unwrap();
     assert_eq!(write.grant.segment, seg(15, 18));
     assert!(write.grant.from_pool && write.pool_changed);
     assert_eq!(
@@ -130,7 +137,7 @@ fn a_pooled_grant_takes_the_first_range_at_or_above_min_id_and_keeps_max_id() {
         tag(100, 1, vec![seg(10, 15), seg(18, 20), seg(40, 50)])
     );
     // Nothing in the pool at or above min_id: fresh IDs.
-    let write = allocate(&alloc(0, 3, 60), Some(&row), &none()).unwrap();
+    let write = allocate(&alloc(0, 3, 60), Some(&row), &none(), &mut Edges::new()).unwrap();
     assert_eq!(
         (write.grant.segment, write.pool_changed),
         (seg(100, 103), false)
@@ -141,13 +148,18 @@ fn a_pooled_grant_takes_the_first_range_at_or_above_min_id_and_keeps_max_id() {
 #[test]
 fn the_id_space_ends_with_a_short_segment_then_exhausted() {
     let near = tag(SEGMENT_ID_LIMIT - 2, 0, vec![]);
-    let write = allocate(&alloc(0, 5, 0), Some(&near), &none()).unwrap();
+    let write = allocate(&alloc(0, 5, 0), Some(&near), &none(), &mut Edges::new()).unwrap();
     assert_eq!(
         write.grant.segment,
         seg(SEGMENT_ID_LIMIT - 2, SEGMENT_ID_LIMIT)
     );
     assert_eq!(
-        allocate(&alloc(1, 5, 0), Some(&write.row), &none()),
+        allocate(
+            &alloc(1, 5, 0),
+            Some(&write.row),
+            &none(),
+            &mut Edges::new()
+        ),
         Err(StoreError::Exhausted("t".into()))
     );
 }
@@ -158,13 +170,18 @@ fn overlapping_pools_and_leases_left_by_the_blind_write_refuse_a_grant() {
     // pool would hold two rows with the same primary key.
     let row = tag(100, 0, vec![seg(0, 5), seg(0, 10)]);
     assert_eq!(
-        allocate(&alloc(0, 1, 2), Some(&row), &none()),
+        allocate(&alloc(0, 1, 2), Some(&row), &none(), &mut Edges::new()),
         Err(pool_taken("t", 0))
     );
     // A lease already starts where the fresh segment would.
     let held = BTreeSet::from([100]);
     assert_eq!(
-        allocate(&alloc(0, 5, 0), Some(&tag(100, 0, vec![])), &held),
+        allocate(
+            &alloc(0, 5, 0),
+            Some(&tag(100, 0, vec![])),
+            &held,
+            &mut Edges::new()
+        ),
         Err(lease_taken("t", 100))
     );
 }
@@ -177,7 +194,7 @@ fn the_blind_write_skips_version_and_pool_and_replaces_the_lease() {
         blind_max_id: Some(30),
         ..alloc(0, 5, 0)
     };
-    let write = allocate(&req, Some(&row), &held).unwrap();
+    let write = allocate(&req, Some(&row), &held, &mut Edges::new()).unwrap();
     assert_eq!(
         write.grant.segment,
         seg(30, 35),
@@ -194,7 +211,7 @@ fn the_blind_write_skips_version_and_pool_and_replaces_the_lease() {
         ..req
     };
     assert_eq!(
-        allocate(&spent, Some(&row), &held),
+        allocate(&spent, Some(&row), &held, &mut Edges::new()),
         Err(StoreError::Exhausted("t".into()))
     );
 }
@@ -298,7 +315,7 @@ fn reclaim_pools_the_unclaimed_tails_of_expired_leases_only() {
         lease(seg(30, 40), 31, 101),
     ];
     let tags = BTreeMap::from([("t".to_owned(), tag(40, 3, vec![]))]);
-    let expired = reclaim_expired(100, &leases, &tags).unwrap();
+    let expired = reclaim_expired(100, &leases, &tags, &mut Edges::new()).unwrap();
     let got: Vec<_> = expired
         .iter()
         .map(|e| (e.segment_start, e.reclaimed.instance, e.reclaimed.tail))
@@ -316,13 +333,13 @@ fn reclaim_is_all_or_nothing_when_a_tail_start_is_taken() {
     let leases = [lease(seg(10, 20), 12, 100), lease(seg(12, 20), 12, 100)];
     let tags = BTreeMap::from([("t".to_owned(), tag(40, 3, vec![]))]);
     assert_eq!(
-        reclaim_expired(100, &leases, &tags),
+        reclaim_expired(100, &leases, &tags, &mut Edges::new()),
         Err(pool_taken("t", 12)),
         "two tails of one sweep start at 12"
     );
     let pooled = BTreeMap::from([("t".to_owned(), tag(40, 3, vec![seg(12, 15)]))]);
     assert_eq!(
-        reclaim_expired(100, &leases[..1], &pooled),
+        reclaim_expired(100, &leases[..1], &pooled, &mut Edges::new()),
         Err(pool_taken("t", 12))
     );
 }

@@ -3,7 +3,7 @@
 //! counting stays honest (a journal replay or a settled restart counts nothing, the happy path
 //! reaches no rare state, a flawed two-step operation counts the situation it mishandles).
 //!
-//! Counts are per thread and each test runs on its own thread: `take()` first resets them.
+//! Each machine counts its own arrivals; a test takes them from the machines it drove.
 
 use std::collections::BTreeSet;
 
@@ -16,15 +16,22 @@ use super::super::{
 };
 use super::{draw, send};
 use crate::clock::Now;
-use crate::edge::{Edge, Machine, take};
+use crate::edge::{Edge, EdgeCounts, Edges, Machine, Observed};
 
 // ----- helpers -------------------------------------------------------------------------------
 
-/// Runs `drive` with fresh counts and asserts it reached `edge`.
-fn assert_reaches(edge: &Edge, drive: fn()) {
-    let _ = take();
-    drive();
-    let counts = take();
+/// The arrivals at edge states of `machines`, taken.
+fn tally(machines: &mut [&mut dyn Observed]) -> EdgeCounts {
+    let mut all = Edges::new();
+    for machine in machines {
+        machine.take_edges(&mut all);
+    }
+    all.take()
+}
+
+/// Runs `drive` (which returns what its machines reached) and asserts it reached `edge`.
+fn assert_reaches(edge: &Edge, drive: fn() -> EdgeCounts) {
+    let counts = drive();
     assert!(
         counts.get(edge.name).is_some_and(|n| *n > 0),
         "{} not reached; reached: {counts:?}",
@@ -132,17 +139,18 @@ fn handle(p: Participant, s: &mut MemoryStore, flaws: Flaws, phase: Phase, d: Dr
 
 // ----- coordinator ---------------------------------------------------------------------------
 
-fn recovered_undecided() {
+fn recovered_undecided() -> EdgeCounts {
     let mut log = CoordLog::default();
     log.append(&LogEntry::Begin(draw(1, true))).unwrap();
-    let c = Coordinator::recover(config(), &log, Now::both(0)).unwrap();
+    let mut c = Coordinator::recover(config(), &log, Now::both(0)).unwrap();
     assert_eq!(
         c.stage(super::super::Xid(1)),
         Some(DrawStage::LoggingVerdict(Verdict::Cancel))
     );
+    tally(&mut [&mut c])
 }
 
-fn recovered_decided() {
+fn recovered_decided() -> EdgeCounts {
     let mut log = CoordLog::default();
     log.append(&LogEntry::Begin(draw(1, true))).unwrap();
     log.append(&LogEntry::Decided {
@@ -156,9 +164,10 @@ fn recovered_decided() {
             .iter()
             .all(|(_, m)| m.phase == Phase::Confirm)
     );
+    tally(&mut [&mut c])
 }
 
-fn try_timed_out() {
+fn try_timed_out() -> EdgeCounts {
     let mut c = Coordinator::new(config()).unwrap();
     begin(
         &mut c,
@@ -169,9 +178,10 @@ fn try_timed_out() {
     lose_until(&mut c, 1, |s| {
         s == DrawStage::LoggingVerdict(Verdict::Cancel)
     });
+    tally(&mut [&mut c])
 }
 
-fn duplicate_try_landed() {
+fn duplicate_try_landed() -> EdgeCounts {
     let (mut c, mut s, now) = (
         Coordinator::new(config()).unwrap(),
         store(100, 1),
@@ -189,9 +199,10 @@ fn duplicate_try_landed() {
         c.stage(super::super::Xid(1)),
         Some(DrawStage::LoggingVerdict(Verdict::Confirm))
     );
+    tally(&mut [&mut c, &mut s])
 }
 
-fn reply_after_verdict() {
+fn reply_after_verdict() -> EdgeCounts {
     let (mut c, mut s) = (Coordinator::new(config()).unwrap(), store(100, 1));
     begin(
         &mut c,
@@ -212,9 +223,10 @@ fn reply_after_verdict() {
         c.stage(super::super::Xid(1)),
         Some(DrawStage::LoggingVerdict(Verdict::Cancel))
     );
+    tally(&mut [&mut c, &mut s])
 }
 
-fn duplicate_reply() {
+fn duplicate_reply() -> EdgeCounts {
     let (mut c, mut s, now) = (
         Coordinator::new(config()).unwrap(),
         store(100, 1),
@@ -226,9 +238,10 @@ fn duplicate_reply() {
         c.handle_reply(p, &r, now);
         c.handle_reply(p, &r, now);
     }
+    tally(&mut [&mut c, &mut s])
 }
 
-fn parked() {
+fn parked() -> EdgeCounts {
     let (mut c, mut s, mut log) = (
         Coordinator::new(config()).unwrap(),
         store(100, 1),
@@ -236,9 +249,10 @@ fn parked() {
     );
     decided(&mut c, &mut s, &mut log);
     lose_until(&mut c, 1, |s| s == DrawStage::Parked(Verdict::Confirm));
+    tally(&mut [&mut c, &mut s])
 }
 
-fn parked_draw_completed() {
+fn parked_draw_completed() -> EdgeCounts {
     let (mut c, mut s, mut log) = (
         Coordinator::new(config()).unwrap(),
         store(100, 1),
@@ -263,9 +277,10 @@ fn parked_draw_completed() {
         c.poll_event().map(|e| e.outcome),
         Some(DrawOutcome::Confirmed { won: false })
     );
+    tally(&mut [&mut c, &mut s])
 }
 
-fn dead_lettered() {
+fn dead_lettered() -> EdgeCounts {
     let (mut c, mut s, mut log) = (
         Coordinator::new(config()).unwrap(),
         store(100, 1),
@@ -275,59 +290,67 @@ fn dead_lettered() {
     lose_until(&mut c, 1, |s| {
         s == DrawStage::DeadLettered(Verdict::Confirm)
     });
+    tally(&mut [&mut c, &mut s])
 }
 
 // ----- participant ---------------------------------------------------------------------------
 
-fn empty_rollback() {
+fn empty_rollback() -> EdgeCounts {
     let mut s = store(100, 1);
     let r = send(&mut s, Participant::Wallet, Phase::Cancel, draw(1, false));
     assert_eq!(r.outcome, Ok(super::super::Effect::EmptyRollback));
+    tally(&mut [&mut s])
 }
 
-fn try_after_cancel() {
+fn try_after_cancel() -> EdgeCounts {
     let mut s = store(100, 1);
     let _ = send(&mut s, Participant::Wallet, Phase::Cancel, draw(1, false));
     let r = send(&mut s, Participant::Wallet, Phase::Try, draw(1, false));
     assert!(r.outcome.is_err(), "the hanging Try is refused");
+    tally(&mut [&mut s])
 }
 
-fn duplicate_try() {
+fn duplicate_try() -> EdgeCounts {
     let mut s = store(100, 1);
     let _ = send(&mut s, Participant::Wallet, Phase::Try, draw(1, false));
     let r = send(&mut s, Participant::Wallet, Phase::Try, draw(1, false));
     assert!(r.outcome.is_err());
     assert_eq!(s.ledger().accounts[&UserId(1)].frozen_minor, 10);
+    tally(&mut [&mut s])
 }
 
-fn repeated_verdict() {
+fn repeated_verdict() -> EdgeCounts {
     let mut s = store(100, 1);
     for phase in [Phase::Try, Phase::Confirm, Phase::Confirm] {
         let _ = send(&mut s, Participant::Wallet, phase, draw(1, false));
     }
     assert_eq!(s.ledger().collected_minor, 10);
+    tally(&mut [&mut s])
 }
 
-fn last_unit() {
+fn last_unit() -> EdgeCounts {
     let mut s = store(100, 1);
     let r = send(&mut s, Participant::Inventory, Phase::Try, draw(1, true));
     assert!(r.outcome.is_ok());
+    tally(&mut [&mut s])
 }
 
-fn out_of_stock() {
+fn out_of_stock() -> EdgeCounts {
     let mut s = store(100, 0);
     let r = send(&mut s, Participant::Inventory, Phase::Try, draw(1, true));
     assert!(r.outcome.is_err());
+    tally(&mut [&mut s])
 }
 
-fn balance_exact() {
+fn balance_exact() -> EdgeCounts {
     let mut s = store(10, 1);
     let r = send(&mut s, Participant::Wallet, Phase::Try, draw(1, false));
     assert!(r.outcome.is_ok());
     assert_eq!(s.ledger().accounts[&UserId(1)].balance_minor, 0);
+    tally(&mut [&mut s])
 }
 
-fn already_participated() {
+fn already_participated() -> EdgeCounts {
     let mut s = store(100, 1);
     let _ = send(
         &mut s,
@@ -342,6 +365,7 @@ fn already_participated() {
         draw(2, false),
     );
     assert!(r.outcome.is_err());
+    tally(&mut [&mut s])
 }
 
 /// A participant's journal with one Try awaiting its verdict.
@@ -352,10 +376,11 @@ fn journal_with_a_pending_try() -> Vec<journal::JournalOp> {
     j.take_records()
 }
 
-fn rebuilt_in_doubt() {
+fn rebuilt_in_doubt() -> EdgeCounts {
     let records = journal_with_a_pending_try();
-    let j = Journaled::new(journal::replay(&records).0);
+    let mut j = Journaled::new(journal::replay(&records).0);
     assert_eq!(j.memory().ledger().accounts[&UserId(1)].frozen_minor, 10);
+    tally(&mut [&mut j])
 }
 
 // ----- wheel ---------------------------------------------------------------------------------
@@ -364,14 +389,15 @@ fn new_wheel() -> TimingWheel<u64> {
     TimingWheel::new(WheelConfig::default(), 0).unwrap()
 }
 
-fn fired_late() {
+fn fired_late() -> EdgeCounts {
     let mut w = new_wheel();
     let _ = w.schedule(TaskSpec::new(10, 1)).unwrap();
     w.handle_timeout(50);
     assert_eq!(w.poll_ready().map(|f| f.payload), Some(1));
+    tally(&mut [&mut w])
 }
 
-fn cascaded() {
+fn cascaded() -> EdgeCounts {
     let mut w = new_wheel();
     // 500 ms is beyond level 0 (64 ticks of 1 ms): it waits on level 1 and cascades down.
     let _ = w.schedule(TaskSpec::new(500, 1)).unwrap();
@@ -381,23 +407,26 @@ fn cascaded() {
     }
     w.handle_timeout(500);
     assert_eq!(w.poll_ready().map(|f| f.payload), Some(1));
+    tally(&mut [&mut w])
 }
 
-fn cancelled_waiting() {
+fn cancelled_waiting() -> EdgeCounts {
     let mut w = new_wheel();
     let h = w.schedule(TaskSpec::new(100, 1)).unwrap();
     assert_eq!(w.cancel(h), Ok(1));
     w.handle_timeout(200);
     assert!(w.poll_ready().is_none());
+    tally(&mut [&mut w])
 }
 
-fn same_tick_tie() {
+fn same_tick_tie() -> EdgeCounts {
     let mut w = new_wheel();
     let _ = w.schedule(TaskSpec::new(10, 1)).unwrap();
     let _ = w.schedule(TaskSpec::new(10, 2).with_priority(1)).unwrap();
     w.handle_timeout(10);
     assert_eq!(w.poll_ready().map(|f| f.payload), Some(2), "priority first");
     assert_eq!(w.poll_ready().map(|f| f.payload), Some(1));
+    tally(&mut [&mut w])
 }
 
 /// A task with one retry, fired once and failed: rescheduled.
@@ -414,11 +443,13 @@ fn failed_once(w: &mut TimingWheel<u64>) -> wheel::TaskHandle {
     h
 }
 
-fn retry_backoff() {
-    let _ = failed_once(&mut new_wheel());
+fn retry_backoff() -> EdgeCounts {
+    let mut w = new_wheel();
+    let _ = failed_once(&mut w);
+    tally(&mut [&mut w])
 }
 
-fn succeeded_after_retry() {
+fn succeeded_after_retry() -> EdgeCounts {
     let mut w = new_wheel();
     let h = failed_once(&mut w);
     // The retry is 100 ms out: the wheel may wake first to cascade it.
@@ -430,15 +461,17 @@ fn succeeded_after_retry() {
     };
     assert_eq!((fired.handle, fired.attempt), (h, 1));
     assert_eq!(w.handle_succeeded(h), Ok(1));
+    tally(&mut [&mut w])
 }
 
-fn task_dead_lettered() {
+fn task_dead_lettered() -> EdgeCounts {
     let mut w = new_wheel();
     let h = w.schedule(TaskSpec::new(10, 1)).unwrap();
     w.handle_timeout(10);
     let _ = w.poll_ready().unwrap();
     assert_eq!(w.handle_failed(h, 10), Ok(FailOutcome::DeadLettered));
     assert_eq!(w.dead_letters().len(), 1);
+    tally(&mut [&mut w])
 }
 
 // ----- one test per edge state, and the list is complete -------------------------------------
@@ -446,7 +479,7 @@ fn task_dead_lettered() {
 macro_rules! edge_tests {
     ($($test:ident: $edge:expr => $drive:ident,)*) => {
         /// Every lottery edge state and the function that drives it.
-        const DRIVERS: &[(&Edge, fn())] = &[$((&$edge, $drive)),*];
+        const DRIVERS: &[(&Edge, fn() -> EdgeCounts)] = &[$((&$edge, $drive)),*];
         $(
             #[test]
             fn $test() {
@@ -518,7 +551,6 @@ fn a_happy_draw_reaches_no_coordinator_or_wheel_edge_state() {
         CoordLog::default(),
     );
     let now = Now::both(0);
-    let _ = take();
     begin(&mut c, &mut log, draw(1, true), now);
     deliver(&mut c, &mut s, now);
     write_log(&mut c, &mut log, now);
@@ -528,7 +560,7 @@ fn a_happy_draw_reaches_no_coordinator_or_wheel_edge_state() {
         c.poll_event().map(|e| e.outcome),
         Some(DrawOutcome::Confirmed { won: true })
     );
-    let counts = take();
+    let counts = tally(&mut [&mut c, &mut s]);
     assert!(counts.is_empty(), "{counts:?}");
 }
 
@@ -536,22 +568,25 @@ fn a_happy_draw_reaches_no_coordinator_or_wheel_edge_state() {
 fn a_journal_replay_counts_nothing_again_and_a_settled_restart_is_not_in_doubt() {
     let mut j = Journaled::default();
     j.open_accounts(1, 1, 100).unwrap();
-    let _ = take();
     let _ = send(&mut j, Participant::Wallet, Phase::Cancel, draw(1, false));
-    assert!(take().contains_key(participant::EMPTY_ROLLBACK.name));
+    assert!(j.edges().contains_key(participant::EMPTY_ROLLBACK.name));
     let records = j.take_records();
-    let (mem, replies) = journal::replay(&records);
+    let (mut mem, replies) = journal::replay(&records);
     assert_eq!(replies.len(), 1, "the empty rollback was replayed");
-    assert!(take().is_empty(), "a replay is no new arrival");
-    let _ = Journaled::new(mem);
-    assert!(take().is_empty(), "nothing awaits a verdict");
+    assert!(mem.edges().is_empty(), "a replay is no new arrival");
+    assert!(
+        Journaled::new(mem).edges().is_empty(),
+        "nothing awaits a verdict"
+    );
 
     let records = journal_with_a_pending_try();
-    let _ = take();
-    let (mem, _) = journal::replay(&records);
-    assert!(take().is_empty());
-    let _ = Journaled::new(mem);
-    assert!(take().contains_key(participant::REBUILT_IN_DOUBT.name));
+    let (mut mem, _) = journal::replay(&records);
+    assert!(mem.edges().is_empty());
+    assert!(
+        Journaled::new(mem)
+            .edges()
+            .contains_key(participant::REBUILT_IN_DOUBT.name)
+    );
 }
 
 /// The flawed check-then-act decides on the row it read before the Cancel; the situation (a Try
@@ -573,10 +608,10 @@ fn a_flawed_check_then_act_counts_the_try_after_its_cancel() {
     else {
         panic!("check-then-act is two steps");
     };
-    let _ = take();
+    let _ = s.edges();
     let _ = Participant::Wallet.handle_resume(&mut s, &cfg, &cancel);
-    assert!(take().contains_key(participant::EMPTY_ROLLBACK.name));
+    assert!(s.edges().contains_key(participant::EMPTY_ROLLBACK.name));
     let r = Participant::Wallet.handle_resume(&mut s, &cfg, &paused_try);
     assert!(r.outcome.is_ok(), "the flaw lets the Try hang");
-    assert!(take().contains_key(participant::TRY_AFTER_CANCEL.name));
+    assert!(s.edges().contains_key(participant::TRY_AFTER_CANCEL.name));
 }

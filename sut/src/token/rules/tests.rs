@@ -1,6 +1,7 @@
 //! Each token rule's refusals and writes, on hand-made rows (no store involved).
 
 use super::*;
+use crate::edge::Observed as _;
 use crate::token::ActivityKey;
 
 fn key(user: u64) -> OnceKey {
@@ -35,8 +36,8 @@ fn expiry_is_inclusive_of_now() {
 
 #[test]
 fn a_full_table_purges_first_and_refuses_only_if_still_full() {
-    assert_eq!(room(3, 4), Room::Free);
-    assert_eq!(room(4, 4), Room::PurgeFirst);
+    assert_eq!(room(3, 4, &mut Edges::new()), Room::Free);
+    assert_eq!(room(4, 4, &mut Edges::new()), Room::PurgeFirst);
     assert_eq!(after_purge(Table::Revocations, 3, 4), Ok(()));
     assert_eq!(
         after_purge(Table::OnceTokens, 4, 4),
@@ -86,7 +87,7 @@ fn below_the_horizon_a_revocation_is_not_needed_and_a_window_is_refused() {
         RevokeStep::Insert { keep_until_ms: 51 }
     );
     assert_eq!(
-        issue_once(None, false, &grant(1, 9), 0, 100),
+        issue_once(None, false, &grant(1, 9), 0, 100, &mut Edges::new()),
         Err(TokenStoreError::WindowOver {
             expires_at_ms: 100,
             seen_ms: 100
@@ -94,17 +95,24 @@ fn below_the_horizon_a_revocation_is_not_needed_and_a_window_is_refused() {
     );
     // A window over by the clock itself (only where its end saturates at the clock's end).
     assert!(matches!(
-        issue_once(None, false, &grant(1, 9), 100, 0),
+        issue_once(None, false, &grant(1, 9), 100, 0, &mut Edges::new()),
         Err(TokenStoreError::WindowOver { seen_ms: 100, .. })
     ));
     assert!(matches!(
-        issue_once(None, false, &grant(1, 9), 0, 99),
+        issue_once(None, false, &grant(1, 9), 0, 99, &mut Edges::new()),
         Ok(IssueStep::Insert { .. })
     ));
     // A key that still has its row gets it back: the row proves what happened in the window.
     let held = row(1, Some(5));
     assert!(matches!(
-        issue_once(Some((OnceToken(7), &held)), false, &grant(1, 9), 0, 100),
+        issue_once(
+            Some((OnceToken(7), &held)),
+            false,
+            &grant(1, 9),
+            0,
+            100,
+            &mut Edges::new()
+        ),
         Ok(IssueStep::Existing(_))
     ));
 }
@@ -150,7 +158,14 @@ fn the_memory_store_raises_each_horizon_to_the_latest_expiry_it_purged() {
 fn issue_returns_the_keys_token_refuses_a_taken_value_and_inserts_a_fresh_one() {
     let held = row(1, Some(5));
     assert_eq!(
-        issue_once(Some((OnceToken(7), &held)), true, &grant(1, 9), 0, 0),
+        issue_once(
+            Some((OnceToken(7), &held)),
+            true,
+            &grant(1, 9),
+            0,
+            0,
+            &mut Edges::new()
+        ),
         Ok(IssueStep::Existing(OnceIssue {
             token: OnceToken(7),
             expires_at_ms: 100,
@@ -160,11 +175,11 @@ fn issue_returns_the_keys_token_refuses_a_taken_value_and_inserts_a_fresh_one() 
         "the key's token wins over the grant's, taken or not"
     );
     assert_eq!(
-        issue_once(None, true, &grant(1, 9), 0, 0),
+        issue_once(None, true, &grant(1, 9), 0, 0, &mut Edges::new()),
         Err(TokenStoreError::TokenCollision)
     );
     assert_eq!(
-        issue_once(None, false, &grant(1, 9), 0, 0),
+        issue_once(None, false, &grant(1, 9), 0, 0, &mut Edges::new()),
         Ok(IssueStep::Insert {
             row: row(1, None),
             answer: OnceIssue {
@@ -179,69 +194,84 @@ fn issue_returns_the_keys_token_refuses_a_taken_value_and_inserts_a_fresh_one() 
 
 #[test]
 fn judge_rejects_in_order_unknown_foreign_consumed_expired() {
-    assert_eq!(judge(None, UserId(1), 0), Err(OnceRejection::Unknown));
+    assert_eq!(
+        judge(None, UserId(1), 0, &mut Edges::new()),
+        Err(OnceRejection::Unknown)
+    );
     let used_and_old = row(1, Some(5));
     assert_eq!(
-        judge(Some(&used_and_old), UserId(2), 200),
+        judge(Some(&used_and_old), UserId(2), 200, &mut Edges::new()),
         Err(OnceRejection::Foreign)
     );
     assert_eq!(
-        judge(Some(&used_and_old), UserId(1), 200),
+        judge(Some(&used_and_old), UserId(1), 200, &mut Edges::new()),
         Err(OnceRejection::AlreadyConsumed)
     );
     assert_eq!(
-        judge(Some(&row(1, None)), UserId(1), 100),
+        judge(Some(&row(1, None)), UserId(1), 100, &mut Edges::new()),
         Err(OnceRejection::Expired)
     );
-    assert_eq!(judge(Some(&row(1, None)), UserId(1), 99), Ok(key(1)));
+    assert_eq!(
+        judge(Some(&row(1, None)), UserId(1), 99, &mut Edges::new()),
+        Ok(key(1))
+    );
 }
 
 #[test]
 fn consume_marks_only_what_it_accepts() {
     let fresh = row(1, None);
     assert_eq!(
-        consume_once(Some(&fresh), UserId(1), 30),
+        consume_once(Some(&fresh), UserId(1), 30, &mut Edges::new()),
         Consume {
             verdict: Ok(key(1)),
             consumed_at_ms: Some(30)
         }
     );
-    let refused = consume_once(Some(&fresh), UserId(2), 30);
+    let refused = consume_once(Some(&fresh), UserId(2), 30, &mut Edges::new());
     assert_eq!(refused.verdict, Err(OnceRejection::Foreign));
     assert_eq!(refused.consumed_at_ms, None);
-    assert_eq!(consume_once(None, UserId(1), 30).consumed_at_ms, None);
+    assert_eq!(
+        consume_once(None, UserId(1), 30, &mut Edges::new()).consumed_at_ms,
+        None
+    );
 }
 
 #[test]
 fn the_flaws_mark_is_unconditional_on_an_existing_token() {
-    assert_eq!(mark_once_consumed(Some(&row(1, Some(5))), 30), Some(30));
-    assert_eq!(mark_once_consumed(Some(&row(1, None)), 30), Some(30));
-    assert_eq!(mark_once_consumed(None, 30), None);
+    assert_eq!(
+        mark_once_consumed(Some(&row(1, Some(5))), 30, &mut Edges::new()),
+        Some(30)
+    );
+    assert_eq!(
+        mark_once_consumed(Some(&row(1, None)), 30, &mut Edges::new()),
+        Some(30)
+    );
+    assert_eq!(mark_once_consumed(None, 30, &mut Edges::new()), None);
 }
 
 #[test]
 fn each_refusal_of_a_known_token_counts_its_edge_state() {
     use crate::token::{ONCE_CONSUME_RACE, ONCE_EXPIRED_REFUSED, ONCE_REPLAY_REFUSED};
-    let edges_of = |f: &dyn Fn()| {
-        let _ = crate::edge::take();
-        f();
-        crate::edge::take()
+    let edges_of = |f: &dyn Fn(&mut Edges)| {
+        let mut e = Edges::new();
+        f(&mut e);
+        e.take()
     };
     let only = |name: &str| std::collections::BTreeMap::from([(name.to_owned(), 1)]);
     // Consumed at 5, presented again at 30: a replay.
-    let replayed = edges_of(&|| {
-        let c = consume_once(Some(&row(1, Some(5))), UserId(1), 30);
+    let replayed = edges_of(&|e| {
+        let c = consume_once(Some(&row(1, Some(5))), UserId(1), 30, e);
         assert_eq!(c.verdict, Err(OnceRejection::AlreadyConsumed));
     });
     assert_eq!(replayed, only(ONCE_REPLAY_REFUSED.name));
     // Consumed at 30, presented at 30 (or earlier by a clock that went back): the other half
     // of a concurrent pair, by the atomic consume and by the flaw's check alike.
     for now_ms in [30, 29] {
-        let raced = edges_of(&|| {
-            let c = consume_once(Some(&row(1, Some(30))), UserId(1), now_ms);
+        let raced = edges_of(&|e| {
+            let c = consume_once(Some(&row(1, Some(30))), UserId(1), now_ms, e);
             assert_eq!(c.verdict, Err(OnceRejection::AlreadyConsumed));
             assert_eq!(
-                judge(Some(&row(1, Some(30))), UserId(1), now_ms),
+                judge(Some(&row(1, Some(30))), UserId(1), now_ms, e),
                 Err(OnceRejection::AlreadyConsumed)
             );
         });
@@ -251,31 +281,31 @@ fn each_refusal_of_a_known_token_counts_its_edge_state() {
         );
     }
     // The flaw's mark over a row consumed since its check: the race, won twice.
-    let marked = edges_of(&|| {
-        assert_eq!(mark_once_consumed(Some(&row(1, Some(30))), 30), Some(30));
+    let marked = edges_of(&|e| {
+        assert_eq!(mark_once_consumed(Some(&row(1, Some(30))), 30, e), Some(30));
     });
     assert_eq!(marked, only(ONCE_CONSUME_RACE.name));
     // Expiry is inclusive: refused at expires_at_ms.
-    let expired = edges_of(&|| {
+    let expired = edges_of(&|e| {
         assert_eq!(
-            judge(Some(&row(1, None)), UserId(1), 100),
+            judge(Some(&row(1, None)), UserId(1), 100, e),
             Err(OnceRejection::Expired)
         );
     });
     assert_eq!(expired, only(ONCE_EXPIRED_REFUSED.name));
     // Accepted, foreign, unknown and a plain mark count nothing.
-    let quiet = edges_of(&|| {
+    let quiet = edges_of(&|e| {
         assert!(
-            consume_once(Some(&row(1, None)), UserId(1), 99)
+            consume_once(Some(&row(1, None)), UserId(1), 99, e)
                 .verdict
                 .is_ok()
         );
         assert_eq!(
-            judge(Some(&row(1, Some(5))), UserId(2), 30),
+            judge(Some(&row(1, Some(5))), UserId(2), 30, e),
             Err(OnceRejection::Foreign)
         );
-        assert_eq!(judge(None, UserId(1), 30), Err(OnceRejection::Unknown));
-        assert_eq!(mark_once_consumed(Some(&row(1, None)), 30), Some(30));
+        assert_eq!(judge(None, UserId(1), 30, e), Err(OnceRejection::Unknown));
+        assert_eq!(mark_once_consumed(Some(&row(1, None)), 30, e), Some(30));
     });
     assert!(quiet.is_empty(), "{quiet:?}");
 }
@@ -283,11 +313,11 @@ fn each_refusal_of_a_known_token_counts_its_edge_state() {
 #[test]
 fn a_full_table_at_an_insert_is_an_edge_state() {
     use crate::token::{TABLE_FULL_AT_INSERT, TokenStore as _};
-    let _ = crate::edge::take();
-    assert_eq!(room(3, 4), Room::Free);
-    assert!(crate::edge::take().is_empty());
-    assert_eq!(room(4, 4), Room::PurgeFirst);
-    assert_eq!(crate::edge::take().get(TABLE_FULL_AT_INSERT.name), Some(&1));
+    let mut e = Edges::new();
+    assert_eq!(room(3, 4, &mut e), Room::Free);
+    assert!(e.take().is_empty());
+    assert_eq!(room(4, 4, &mut e), Room::PurgeFirst);
+    assert_eq!(e.take().get(TABLE_FULL_AT_INSERT.name), Some(&1));
     // Through a store: the insert that meets the bound purges, then is admitted or refused.
     let mut store = crate::token::MemoryTokenStore::new(crate::token::TokenStoreLimits {
         revocations_max: 1,
@@ -304,5 +334,5 @@ fn a_full_table_at_an_insert_is_an_edge_state() {
         store.issue_once(&grant(2, 8), 0),
         Err(TokenStoreError::Full { .. })
     ));
-    assert_eq!(crate::edge::take().get(TABLE_FULL_AT_INSERT.name), Some(&3));
+    assert_eq!(store.edges().get(TABLE_FULL_AT_INSERT.name), Some(&3));
 }
