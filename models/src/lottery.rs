@@ -1150,12 +1150,12 @@ mod tests {
         assert_eq!(violated(&report, invariants::NO_HANGING), DEPTH_NO_FENCE);
     }
 
-    const PINNED_ONE_DRAW: usize = 2_060;
+    const PINNED_ONE_DRAW: u64 = 2_060;
     const DEPTH_UNSETTLED: usize = 16;
     const CALM_DEPTH: usize = 11;
-    const PINNED_CALM: usize = 17_025;
-    const PINNED_CATALOG: usize = 153_417;
-    const PINNED_CATALOG_FAULTS: usize = 163_945;
+    const PINNED_CALM: u64 = 17_025;
+    const PINNED_CATALOG: u64 = 153_417;
+    const PINNED_CATALOG_FAULTS: u64 = 163_945;
     const DEPTH_STOCK_TWO_STEP: usize = 6;
     const DEPTH_CHECK_THEN_ACT: usize = 6;
     const DEPTH_NO_FENCE: usize = 7;

@@ -35,7 +35,6 @@ use std::fmt::Debug;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
 
-use serde::Serialize;
 use stateright::actor::{
     Actor, ActorModel, ActorModelAction, ActorModelState, Envelope, Id, Network,
 };
@@ -555,73 +554,7 @@ pub trait Cast {
 
 // The property kind and verdict are the result model's (`reports::model`): one definition for
 // the checker, the terminal, the HTML report and the gate.
-pub use reports::model::{PropertyKind, PropertyVerdict};
-
-/// One property's result.
-#[derive(Clone, Debug, Serialize)]
-pub struct PropertyReport {
-    /// The property's name (invariant names follow docs/architecture.md, e.g. `ids.unique`).
-    pub name: String,
-    /// `always`, `sometimes` or `eventually`.
-    pub kind: PropertyKind,
-    /// `holds`, `violated`, `found` or `not_found`.
-    pub verdict: PropertyVerdict,
-    /// For a violation: the path to it, one step per line.
-    pub counterexample: Option<Vec<String>>,
-    /// For a `sometimes` found: the path to the example, one step per line.
-    pub example: Option<Vec<String>>,
-}
-
-/// What one checker run found and how fast.
-#[derive(Clone, Debug, Serialize)]
-pub struct ModelReport {
-    /// The model's name.
-    pub model: String,
-    /// The flaw switched on, if any.
-    pub flaw: Option<String>,
-    /// Checker threads.
-    pub threads: usize,
-    /// The depth bound asked for, if any.
-    pub depth_limit: Option<usize>,
-    /// True when the whole bounded state space was explored (no depth cut-off was reached).
-    pub exhaustive: bool,
-    /// States generated, repeats included.
-    pub states: usize,
-    /// Distinct states.
-    pub unique_states: usize,
-    /// The deepest path explored.
-    pub max_depth: usize,
-    /// Wall time of the check.
-    pub wall_seconds: f64,
-    /// `states / wall_seconds`.
-    pub states_per_second: f64,
-    /// Every property, in declaration order (the owned edge states last).
-    pub properties: Vec<PropertyReport>,
-    /// How often the search passed through each edge state (`sut::edge`), owned or not.
-    pub edges: std::collections::BTreeMap<String, u64>,
-}
-
-impl ModelReport {
-    /// The report of the named property.
-    #[must_use]
-    pub fn property(&self, name: &str) -> Option<&PropertyReport> {
-        self.properties.iter().find(|p| p.name == name)
-    }
-
-    /// Properties that failed: a violated `always`/`eventually`, or a `sometimes` never found.
-    #[must_use]
-    pub fn failures(&self) -> Vec<&PropertyReport> {
-        self.properties
-            .iter()
-            .filter(|p| {
-                matches!(
-                    p.verdict,
-                    PropertyVerdict::Violated | PropertyVerdict::NotFound
-                )
-            })
-            .collect()
-    }
-}
+pub use reports::model::{ModelReport, PropertyKind, PropertyReport, PropertyVerdict};
 
 /// Renders one checker action as a line of a counterexample.
 pub(crate) fn render_action<A, C>(cfg: &C, step: &StepOf<A>, atomic_restarts: bool) -> String
@@ -837,9 +770,9 @@ where
         threads: opts.threads,
         depth_limit: opts.depth,
         exhaustive: opts.depth.is_none_or(|d| max_depth < d) && !stopped_early,
-        states,
-        unique_states: checker.unique_state_count(),
-        max_depth,
+        states: states as u64,
+        unique_states: checker.unique_state_count() as u64,
+        max_depth: max_depth as u64,
         wall_seconds,
         states_per_second: if wall_seconds > 0.0 {
             states as f64 / wall_seconds

@@ -781,8 +781,8 @@ mod tests {
         assert!(!unique.counterexample.as_ref().unwrap().is_empty());
     }
 
-    const PINNED_SOLO: usize = 2676;
-    const PINNED_PAIR: usize = 138_650;
+    const PINNED_SOLO: u64 = 2676;
+    const PINNED_PAIR: u64 = 138_650;
 
     #[test]
     fn checkers_fire_on_bad_records() {

@@ -506,7 +506,7 @@ mod tests {
         assert_eq!(report.unique_states, PINNED_UNIQUE, "regression guard");
     }
 
-    const PINNED_UNIQUE: usize = 226_244;
+    const PINNED_UNIQUE: u64 = 226_244;
 
     #[test]
     fn the_order_check_fires_on_a_repeat_or_a_step_back() {

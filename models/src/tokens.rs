@@ -354,5 +354,5 @@ mod tests {
         assert!(check_single_use(&history(&[&accepted, &accepted])).is_err());
     }
 
-    const PINNED_UNIQUE: usize = 3_077;
+    const PINNED_UNIQUE: u64 = 3_077;
 }

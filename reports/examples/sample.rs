@@ -293,6 +293,11 @@ pub fn sample_model() -> ModelReport {
     ];
     ModelReport {
         model: "segment_alloc (flaw: reload_without_version_check)".into(),
+        flaw: None,
+        threads: 0,
+        depth_limit: None,
+        exhaustive: false,
+        edges: std::collections::BTreeMap::new(),
         states: 1_284_311,
         unique_states: 18_342,
         max_depth: 23,
@@ -304,12 +309,14 @@ pub fn sample_model() -> ModelReport {
                 kind: PropertyKind::Always,
                 verdict: PropertyVerdict::Violated,
                 counterexample: Some(cex.iter().map(|s| s.to_string()).collect()),
+                example: None,
             },
             PropertyReport {
                 name: "ids.monotonic".into(),
                 kind: PropertyKind::Always,
                 verdict: PropertyVerdict::Holds,
                 counterexample: None,
+                example: None,
             },
             PropertyReport {
                 name: "segment reload happens".into(),
@@ -320,12 +327,14 @@ pub fn sample_model() -> ModelReport {
                     "alloc-1 -> store: LoadSegment{tag=order, version=0}".into(),
                     "store -> alloc-1: Segment{range=1..1000, version=1}".into(),
                 ]),
+                example: None,
             },
             PropertyReport {
                 name: "every request answered".into(),
                 kind: PropertyKind::Eventually,
                 verdict: PropertyVerdict::Holds,
                 counterexample: None,
+                example: None,
             },
         ],
     }

@@ -482,33 +482,119 @@ impl PropertyVerdict {
 /// One checked property of a model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PropertyReport {
+    /// The property's name (invariant names follow docs/architecture.md, e.g. `ids.unique`).
     pub name: String,
+    /// `always`, `sometimes` or `eventually`.
     pub kind: PropertyKind,
+    /// `holds`, `violated`, `found` or `not_found`.
     pub verdict: PropertyVerdict,
-    /// The path to the violation (or to the discovery of a `sometimes`), one message per line
-    /// in the form `from -> to: Message{..}`; other lines (state notes) are shown as notes.
+    /// The path to the violation, one message per line in the form `from -> to: Message{..}`;
+    /// other lines (state notes) are shown as notes. In a summary, also the path to the
+    /// discovery of a `sometimes` ([`ModelReport::for_summary`]).
     #[serde(default)]
     pub counterexample: Option<Vec<String>>,
+    /// For a `sometimes` found: the path to the example, one step per line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub example: Option<Vec<String>>,
 }
 
-/// An exhaustive model check.
+/// An exhaustive model check: what the model checker found and how fast. The one report type
+/// of a model check (the `models` crate produces it; summaries, the HTML and the gate read it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelReport {
+    /// The model's name (in a summary, with its flaw).
     pub model: String,
+    /// The flaw switched on, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flaw: Option<String>,
+    /// Checker threads (0 in a summary: not part of the result).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub threads: usize,
+    /// The depth bound asked for, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth_limit: Option<usize>,
+    /// True when the whole bounded state space was explored (no depth cut-off was reached).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub exhaustive: bool,
     /// States visited (including revisits).
     pub states: u64,
     /// Distinct states: pinned by the gate as a regression guard.
     pub unique_states: u64,
+    /// The deepest path explored.
     pub max_depth: u64,
+    /// Wall time of the check.
     pub wall_seconds: f64,
+    /// `states / wall_seconds`.
     pub states_per_second: f64,
+    /// Every property, in declaration order (the owned edge states last).
     pub properties: Vec<PropertyReport>,
+    /// How often the search passed through each edge state (`sut::edge`), owned or not.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub edges: BTreeMap<String, u64>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+const fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+const fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl ModelReport {
     /// Every property holds or was found.
     pub fn passed(&self) -> bool {
         self.properties.iter().all(|p| p.verdict.passed())
+    }
+
+    /// The report of the named property.
+    #[must_use]
+    pub fn property(&self, name: &str) -> Option<&PropertyReport> {
+        self.properties.iter().find(|p| p.name == name)
+    }
+
+    /// Properties that failed: a violated `always`/`eventually`, or a `sometimes` never found.
+    #[must_use]
+    pub fn failures(&self) -> Vec<&PropertyReport> {
+        self.properties
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.verdict,
+                    PropertyVerdict::Violated | PropertyVerdict::NotFound
+                )
+            })
+            .collect()
+    }
+
+    /// As a run's summary shows it: the flaw in the model's name, each path (violation or
+    /// example) as the property's counterexample, and nothing of the run's settings.
+    #[must_use]
+    pub fn for_summary(&self) -> Self {
+        let model = match &self.flaw {
+            Some(flaw) => format!("{} (flaw: {flaw})", self.model),
+            None => self.model.clone(),
+        };
+        Self {
+            model,
+            flaw: None,
+            threads: 0,
+            depth_limit: None,
+            exhaustive: false,
+            properties: self
+                .properties
+                .iter()
+                .map(|p| PropertyReport {
+                    counterexample: p.counterexample.clone().or_else(|| p.example.clone()),
+                    example: None,
+                    ..p.clone()
+                })
+                .collect(),
+            edges: BTreeMap::new(),
+            ..self.clone()
+        }
     }
 }
 

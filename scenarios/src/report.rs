@@ -336,30 +336,8 @@ pub fn counter_group(key: &str) -> &'static str {
     }
 }
 
-/// Converts a model check into the `reports` data model.
+/// A model check as a summary shows it ([`reports::model::ModelReport::for_summary`]).
 #[must_use]
 pub fn model(report: &models::ModelReport) -> reports::model::ModelReport {
-    use reports::model::PropertyReport;
-    let name = match &report.flaw {
-        Some(flaw) => format!("{} (flaw: {flaw})", report.model),
-        None => report.model.clone(),
-    };
-    reports::model::ModelReport {
-        model: name,
-        states: report.states as u64,
-        unique_states: report.unique_states as u64,
-        max_depth: report.max_depth as u64,
-        wall_seconds: report.wall_seconds,
-        states_per_second: report.states_per_second,
-        properties: report
-            .properties
-            .iter()
-            .map(|p| PropertyReport {
-                name: p.name.clone(),
-                kind: p.kind,
-                verdict: p.verdict,
-                counterexample: p.counterexample.clone().or_else(|| p.example.clone()),
-            })
-            .collect(),
-    }
+    report.for_summary()
 }
