@@ -113,7 +113,7 @@ fn gather_edges(into: &EdgeCounts) {
     let mut into = into
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    reached.drain_into(&mut *into);
+    reached.drain_into(&mut into);
 }
 
 /// Tells whether firing `timer` on actor `id` in this state races a message still in flight that
