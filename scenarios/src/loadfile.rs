@@ -347,15 +347,7 @@ fn field_offset(text: &str, field: &str) -> usize {
 }
 
 fn error_at(file: &str, text: &str, offset: usize, message: String) -> ScenarioError {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    ScenarioError {
-        file: file.to_owned(),
-        line,
-        column,
-        message,
-    }
+    ScenarioError::at(file, text, offset, message)
 }
 
 impl LoadScenario {

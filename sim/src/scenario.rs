@@ -766,20 +766,27 @@ pub struct ScenarioError {
     pub message: String,
 }
 
+impl ScenarioError {
+    /// The error `message` at byte `offset` of `text`, the file `file`: its line and column
+    /// (the one way every scenario file, simulated or real, names where it is wrong).
+    #[must_use]
+    pub fn at(file: &str, text: &str, offset: usize, message: String) -> Self {
+        let before = &text[..offset.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        Self {
+            file: file.to_owned(),
+            line,
+            column,
+            message,
+        }
+    }
+}
+
 impl Scenario {
     /// Parses a scenario from TOML text; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<Self, ScenarioError> {
-        let at = |offset: usize, message: String| {
-            let before = &text[..offset.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            ScenarioError {
-                file: file.to_owned(),
-                line,
-                column,
-                message,
-            }
-        };
+        let at = |offset: usize, message: String| ScenarioError::at(file, text, offset, message);
         let scenario: Self = toml::from_str(text).map_err(|err| {
             let offset = err.span().map_or(0, |span| span.start);
             at(offset, err.message().to_owned())
