@@ -1,5 +1,5 @@
 //! Real processes the bench owns (docs/deployment.md): a throwaway PostgreSQL
-//! ([`Postgres`]), service processes that print `listening on ADDR` ([`Service`]), and the
+//! ([`Postgres`]) and MariaDB ([`MariaDb`]), service processes that print `listening on ADDR` ([`Service`]), and the
 //! multi-process deployment of `sut-server` roles on one PostgreSQL ([`Deployment`]).
 //!
 //! Everything started here runs in its own process group and is SIGKILLed when its owner is
@@ -11,6 +11,7 @@ mod clock;
 mod command;
 mod deployment;
 pub mod lostfs;
+mod mariadb;
 pub mod nemesis;
 mod postgres;
 pub mod proxy;
@@ -21,6 +22,7 @@ pub use clock::{FakeClock, libfaketime_path};
 pub use command::{COMMAND_START_TIMEOUT, CommandService, CommandSpec};
 pub use deployment::{Backend, Deployment, DeploymentSpec, Link, RoleProcess};
 pub use lostfs::{LostFs, LostFsEffects};
+pub use mariadb::{MARIADB_DATABASE, MARIADB_START_TIMEOUT, MariaDb, MariaDbSpec, mariadb_bin};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
 pub use proxy::{Direction, LinkFault, Proxy, ProxyEffects};
 pub use redis::{REDIS_START_TIMEOUT, Redis, RedisPersistence, redis_server_bin};
@@ -53,6 +55,15 @@ pub enum ProcessError {
     /// Running as root, but there is no `postgres` user to run the server as.
     #[error("running as root and there is no `postgres` user to run PostgreSQL as")]
     NoPostgresUser,
+    /// MariaDB's programs were not found.
+    #[error(
+        "MariaDB not found: no `mariadbd`, `mariadb-install-db`, `mariadb-admin` and `mariadb` \
+         on PATH or in /usr/sbin (Debian: apt-get install mariadb-server)"
+    )]
+    MariaDbMissing,
+    /// Running as root, but there is no `mysql` user to run the server as.
+    #[error("running as root and there is no `mysql` user to run MariaDB as")]
+    NoMariaDbUser,
     /// A file or process operation failed.
     #[error("{what}: {source}")]
     Io {

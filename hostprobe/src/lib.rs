@@ -1,5 +1,6 @@
-//! What this machine has, for the tests and runs that start real programs: PostgreSQL's server
-//! binaries, `redis-server`, the multithreaded libfaketime, `/dev/fuse`.
+//! What this machine has, for the tests and runs that start real programs: PostgreSQL's and
+//! MariaDB's server binaries, `redis-server`, the multithreaded libfaketime, `/dev/fuse`,
+//! `nft` and `ip` (network namespaces).
 //!
 //! The crates that start these programs find them here at run time; build scripts call
 //! [`emit_cfgs`] so that a test needing one that is missing is compiled as ignored ("PostgreSQL
@@ -19,11 +20,22 @@ pub enum Have {
     Faketime,
     /// `/dev/fuse` (the lost-writes filesystem): `cfg(has_fuse)`.
     Fuse,
+    /// MariaDB's server programs ([`mariadb_bin`]): `cfg(has_mariadb)`.
+    MariaDb,
+    /// `nft` and `ip` (partitions at the IP level, in network namespaces): `cfg(has_nft)`.
+    Nft,
 }
 
 impl Have {
     /// Every probe.
-    pub const ALL: [Self; 4] = [Self::Postgres, Self::Redis, Self::Faketime, Self::Fuse];
+    pub const ALL: [Self; 6] = [
+        Self::Postgres,
+        Self::Redis,
+        Self::Faketime,
+        Self::Fuse,
+        Self::MariaDb,
+        Self::Nft,
+    ];
 
     /// The `cfg` a build script sets when the machine has it.
     #[must_use]
@@ -33,6 +45,8 @@ impl Have {
             Self::Redis => "has_redis",
             Self::Faketime => "has_faketime",
             Self::Fuse => "has_fuse",
+            Self::MariaDb => "has_mariadb",
+            Self::Nft => "has_nft",
         }
     }
 
@@ -44,6 +58,8 @@ impl Have {
             Self::Redis => redis_server_bin().is_some(),
             Self::Faketime => libfaketime_path().is_some(),
             Self::Fuse => Path::new("/dev/fuse").exists(),
+            Self::MariaDb => mariadb_bin("mariadbd").is_some(),
+            Self::Nft => on_path("nft").is_some() && on_path("ip").is_some(),
         }
     }
 
@@ -54,6 +70,8 @@ impl Have {
             Self::Redis => &[],
             Self::Faketime => &["/usr/lib/x86_64-linux-gnu/faketime"],
             Self::Fuse => &["/dev/fuse"],
+            Self::MariaDb => &["/usr/sbin/mariadbd"],
+            Self::Nft => &["/usr/sbin/nft"],
         }
     }
 }
@@ -125,10 +143,35 @@ fn newest_debian_pg_bin_dir() -> Option<PathBuf> {
 /// `redis-server` on PATH, if installed.
 #[must_use]
 pub fn redis_server_bin() -> Option<PathBuf> {
+    on_path("redis-server")
+}
+
+/// `program` on PATH, if it is there.
+#[must_use]
+pub fn on_path(program: &str) -> Option<PathBuf> {
     let paths = std::env::var_os("PATH")?;
     std::env::split_paths(&paths)
-        .map(|dir| dir.join("redis-server"))
+        .map(|dir| dir.join(program))
         .find(|p| p.is_file())
+}
+
+/// The MariaDB programs the bench runs: the server, the data-directory installer, the admin
+/// client (for its readiness ping) and the SQL client.
+pub const MARIADB_PROGRAMS: [&str; 4] =
+    ["mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb"];
+
+/// Where MariaDB's `program` (one of [`MARIADB_PROGRAMS`]) is: on PATH, else in `/usr/sbin`
+/// (Debian puts the server there, out of a plain user's PATH); `None` unless every one of
+/// them is found.
+#[must_use]
+pub fn mariadb_bin(program: &str) -> Option<PathBuf> {
+    let find = |p: &str| {
+        on_path(p).or_else(|| Some(Path::new("/usr/sbin").join(p)).filter(|f| f.is_file()))
+    };
+    MARIADB_PROGRAMS
+        .iter()
+        .all(|p| find(p).is_some())
+        .then(|| find(program))?
 }
 
 #[cfg(test)]
