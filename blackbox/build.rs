@@ -1,7 +1,8 @@
-//! Sets `cfg(has_redis)` when `redis-server` is on PATH and `cfg(has_postgres)` when PostgreSQL's
-//! binaries are on this machine, so that the real-system tests needing them are reported as
-//! ignored where they cannot run, never as passed.
+//! Sets `cfg(has_redis)`, `cfg(has_postgres)`, `cfg(has_mariadb)` and `cfg(has_fuse)` when this
+//! machine has them, so that the real-system tests needing them are reported as ignored where
+//! they cannot run, never as passed.
 
 fn main() {
-    hostprobe::emit_cfgs(&[hostprobe::Have::Redis, hostprobe::Have::Postgres]);
+    use hostprobe::Have;
+    hostprobe::emit_cfgs(&[Have::Redis, Have::Postgres, Have::MariaDb, Have::Fuse]);
 }

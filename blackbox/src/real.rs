@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use chaos::{Postgres, ProcessError, Redis, RedisPersistence};
+use chaos::{
+    MARIADB_DATABASE, MariaDb, MariaDbSpec, Postgres, ProcessError, Redis, RedisPersistence,
+};
 use reports::model::InvariantResult;
 
 use crate::history::{History, OpType, Recorder};
@@ -27,6 +29,21 @@ pub enum IdSystem {
     /// The same sequence, each value stored by an `INSERT` in the transaction that takes it
     /// (the transaction writes, so its commit waits for the WAL flush).
     PostgresSequenceStored,
+    /// Meituan Leaf's segment SQL on MariaDB, one segment per request: in one transaction
+    /// `UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?` then `SELECT max_id`; the
+    /// segment's end is the value handed out (two requests given one segment get one value).
+    /// `flush` is `innodb_flush_log_at_trx_commit` (1: synced at every commit; 2: about once a
+    /// second).
+    MariaDbLeafSegment {
+        /// `innodb_flush_log_at_trx_commit`.
+        flush: u8,
+    },
+    /// An `AUTO_INCREMENT` column on MariaDB: an empty row inserted (autocommitted), then
+    /// `LAST_INSERT_ID()`.
+    MariaDbAutoIncrement {
+        /// `innodb_flush_log_at_trx_commit`.
+        flush: u8,
+    },
 }
 
 /// What the nemesis does to the system.
@@ -135,6 +152,29 @@ impl IdSystem {
         match self {
             Self::RedisIncr(_) => "redis",
             Self::PostgresSequence | Self::PostgresSequenceStored => "postgres",
+            Self::MariaDbLeafSegment { .. } | Self::MariaDbAutoIncrement { .. } => "mariadb",
+        }
+    }
+}
+
+impl IdSystem {
+    /// What it is, in words.
+    #[must_use]
+    pub fn describe(self) -> String {
+        match self {
+            Self::RedisIncr(p) => format!("Redis INCR ({p:?})"),
+            Self::PostgresSequence => "PostgreSQL nextval (fsync on)".to_owned(),
+            Self::PostgresSequenceStored => {
+                "PostgreSQL nextval stored by an INSERT in its transaction (fsync on)".to_owned()
+            }
+            Self::MariaDbLeafSegment { flush } => format!(
+                "Leaf's segment SQL on MariaDB (UPDATE max_id = max_id + step, then SELECT, in \
+                 one transaction; innodb_flush_log_at_trx_commit={flush}, sync_binlog=1)"
+            ),
+            Self::MariaDbAutoIncrement { flush } => format!(
+                "MariaDB AUTO_INCREMENT (an autocommitted INSERT, then LAST_INSERT_ID(); \
+                 innodb_flush_log_at_trx_commit={flush}, sync_binlog=1)"
+            ),
         }
     }
 }
@@ -145,6 +185,17 @@ impl Fault {
     pub const fn name(self) -> &'static str {
         self.kind().name()
     }
+
+    /// What it does, in words.
+    #[must_use]
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Self::Kill => "kill -9",
+            Self::Pause => "SIGSTOP",
+            Self::Partition => "a black-holed link",
+            Self::PowerLoss => "a power loss",
+        }
+    }
 }
 
 /// The key every Redis client increments.
@@ -153,6 +204,12 @@ const REDIS_KEY: &str = "bench:ids";
 const SEQUENCE: &str = "bench_ids";
 /// The table [`IdSystem::PostgresSequenceStored`] stores every value in.
 const STORED: &str = "bench_used";
+/// Leaf's table ([`IdSystem::MariaDbLeafSegment`]), its one key and its step (Leaf's default).
+const LEAF_TABLE: &str = "leaf_alloc";
+const LEAF_KEY: &str = "bench";
+const LEAF_STEP: u64 = 1_000;
+/// The table of [`IdSystem::MariaDbAutoIncrement`].
+const AUTO_TABLE: &str = "bench_auto";
 /// A request's longest wait for its answer.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -160,6 +217,7 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 enum Server {
     Redis(Redis),
     Postgres(Postgres),
+    MariaDb(MariaDb),
 }
 
 impl Server {
@@ -175,6 +233,27 @@ impl Server {
                 create_sequence(&client_url(system, pg.port()))?;
                 Ok(Self::Postgres(pg))
             }
+            IdSystem::MariaDbLeafSegment { flush } | IdSystem::MariaDbAutoIncrement { flush } => {
+                let db = MariaDb::start_with(MariaDbSpec {
+                    flush_log_at_trx_commit: flush,
+                    sync_binlog: 1,
+                    lose_unsynced,
+                })?;
+                // Leaf's schema (its `leaf_alloc` DDL); no key on the AUTO_INCREMENT values but
+                // the column's own, as an application table has.
+                db.sql(&format!(
+                    "CREATE TABLE {MARIADB_DATABASE}.{LEAF_TABLE} (\
+                       biz_tag VARCHAR(128) NOT NULL PRIMARY KEY, \
+                       max_id BIGINT NOT NULL DEFAULT 1, step INT NOT NULL, \
+                       description VARCHAR(256), update_time TIMESTAMP NOT NULL \
+                         DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP) ENGINE=InnoDB; \
+                     INSERT INTO {MARIADB_DATABASE}.{LEAF_TABLE} (biz_tag, max_id, step) \
+                       VALUES ('{LEAF_KEY}', 1, {LEAF_STEP}); \
+                     CREATE TABLE {MARIADB_DATABASE}.{AUTO_TABLE} (\
+                       id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"
+                ))?;
+                Ok(Self::MariaDb(db))
+            }
         }
     }
 
@@ -182,6 +261,7 @@ impl Server {
         match self {
             Self::Redis(r) => r.port(),
             Self::Postgres(p) => p.port(),
+            Self::MariaDb(m) => m.port(),
         }
     }
 
@@ -190,10 +270,13 @@ impl Server {
         match (self, fault) {
             (Self::Redis(r), Fault::Kill) => r.kill9(),
             (Self::Postgres(p), Fault::Kill) => p.kill9(),
+            (Self::MariaDb(m), Fault::Kill) => m.kill9(),
             (Self::Redis(r), Fault::PowerLoss) => r.power_loss().map(|_| ()),
             (Self::Postgres(p), Fault::PowerLoss) => p.power_loss().map(|_| ()),
+            (Self::MariaDb(m), Fault::PowerLoss) => m.power_loss().map(|_| ()),
             (Self::Redis(r), Fault::Pause) => r.pause(),
             (Self::Postgres(p), Fault::Pause) => p.pause(),
+            (Self::MariaDb(m), Fault::Pause) => m.pause(),
             (_, Fault::Partition) => {
                 if let Some(proxy) = proxy {
                     proxy.set(chaos::LinkFault::Blackhole);
@@ -208,8 +291,10 @@ impl Server {
         match (self, fault) {
             (Self::Redis(r), Fault::Kill | Fault::PowerLoss) => r.restart(),
             (Self::Postgres(p), Fault::Kill | Fault::PowerLoss) => p.restart(),
+            (Self::MariaDb(m), Fault::Kill | Fault::PowerLoss) => m.restart(),
             (Self::Redis(r), Fault::Pause) => r.resume(),
             (Self::Postgres(p), Fault::Pause) => p.resume(),
+            (Self::MariaDb(m), Fault::Pause) => m.resume(),
             (_, Fault::Partition) => {
                 if let Some(proxy) = proxy {
                     proxy.set(chaos::LinkFault::None);
@@ -228,6 +313,9 @@ fn client_url(system: IdSystem, port: u16) -> String {
             "postgres://{}@127.0.0.1:{port}/bench?connect_timeout=2",
             chaos::PG_USER
         ),
+        IdSystem::MariaDbLeafSegment { .. } | IdSystem::MariaDbAutoIncrement { .. } => {
+            format!("mysql://root@127.0.0.1:{port}/{MARIADB_DATABASE}")
+        }
     }
 }
 
@@ -344,6 +432,8 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ProcessError> {
         IdSystem::RedisIncr(_) => "redis-incr",
         IdSystem::PostgresSequence => "postgres-nextval",
         IdSystem::PostgresSequenceStored => "postgres-nextval-stored",
+        IdSystem::MariaDbLeafSegment { .. } => "mariadb-leaf-segment-end",
+        IdSystem::MariaDbAutoIncrement { .. } => "mariadb-auto-increment",
     };
     let unique = verify::ids_unique(space, &ids);
     let took_effect = faults_took_effect(faults, opts.down_for / 2, &history);
@@ -356,6 +446,7 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ProcessError> {
         lost_writes: match &server {
             Server::Redis(r) => r.lost_writes(),
             Server::Postgres(p) => p.lost_writes(),
+            Server::MariaDb(m) => m.lost_writes(),
         },
         fault_windows,
     })
@@ -506,6 +597,13 @@ enum Client {
         /// The value is stored in the transaction that takes it.
         stored: bool,
     },
+    MariaDb {
+        url: String,
+        runtime: Option<tokio::runtime::Runtime>,
+        conn: Option<mysql_async::Conn>,
+        /// Leaf's segment SQL (else AUTO_INCREMENT).
+        leaf: bool,
+    },
 }
 
 impl Client {
@@ -518,6 +616,14 @@ impl Client {
                 client: None,
                 stored: system == IdSystem::PostgresSequenceStored,
             },
+            IdSystem::MariaDbLeafSegment { .. } | IdSystem::MariaDbAutoIncrement { .. } => {
+                Self::MariaDb {
+                    url,
+                    runtime: runtime().ok(),
+                    conn: None,
+                    leaf: matches!(system, IdSystem::MariaDbLeafSegment { .. }),
+                }
+            }
         }
     }
 
@@ -540,6 +646,15 @@ impl Client {
                     };
                     postgres_ask(rt, url, client, &sql)
                 }
+                None => Outcome::Fail("no client runtime".into()),
+            },
+            Self::MariaDb {
+                url,
+                runtime,
+                conn,
+                leaf,
+            } => match runtime {
+                Some(rt) => mariadb_ask(rt, url, conn, *leaf),
                 None => Outcome::Fail("no client runtime".into()),
             },
         }
@@ -622,6 +737,68 @@ pub(crate) fn postgres_ask(
             // run and not committed — a value never handed out.
             Ok(Err(ref e)) if let Some(db) = e.as_db_error() => {
                 Outcome::Fail(format!("db error: {} ({})", db.message(), db.code().code()))
+            }
+            Ok(Err(e)) => Outcome::Info(e.to_string()),
+            Err(_) => Outcome::Info("timed out".into()),
+        }
+    })
+}
+
+/// One ID from MariaDB on a (re)used session to `url`: Leaf's segment SQL in an explicit
+/// transaction (the segment's end), or an autocommitted AUTO_INCREMENT insert. The value counts
+/// once the commit has returned.
+pub(crate) fn mariadb_ask(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    conn: &mut Option<mysql_async::Conn>,
+    leaf: bool,
+) -> Outcome {
+    use mysql_async::prelude::Queryable;
+    rt.block_on(async {
+        let mut c = match conn.take() {
+            Some(c) => c,
+            None => {
+                let opts = match mysql_async::Opts::from_url(url) {
+                    Ok(opts) => opts,
+                    Err(e) => return Outcome::Fail(e.to_string()),
+                };
+                match tokio::time::timeout(REQUEST_TIMEOUT, mysql_async::Conn::new(opts)).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => return Outcome::Fail(e.to_string()),
+                    Err(_) => return Outcome::Fail("connect timed out".into()),
+                }
+            }
+        };
+        let asked = async {
+            if leaf {
+                c.query_drop("BEGIN").await?;
+                c.query_drop(format!(
+                    "UPDATE {LEAF_TABLE} SET max_id = max_id + step WHERE biz_tag = '{LEAF_KEY}'"
+                ))
+                .await?;
+                let max_id: Option<i64> = c
+                    .query_first(format!(
+                        "SELECT max_id FROM {LEAF_TABLE} WHERE biz_tag = '{LEAF_KEY}'"
+                    ))
+                    .await?;
+                c.query_drop("COMMIT").await?;
+                Ok::<_, mysql_async::Error>(max_id)
+            } else {
+                c.query_drop(format!("INSERT INTO {AUTO_TABLE} () VALUES ()"))
+                    .await?;
+                Ok(c.last_insert_id().and_then(|id| i64::try_from(id).ok()))
+            }
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, asked).await {
+            Ok(Ok(Some(id))) => {
+                *conn = Some(c);
+                Outcome::Ok(id)
+            }
+            Ok(Ok(None)) => Outcome::Info("no value came back".into()),
+            // The server answered with an error (starting up, read-only, a deadlock …): the
+            // statement did not run, or ran and rolled back: no value handed out.
+            Ok(Err(mysql_async::Error::Server(e))) => {
+                Outcome::Fail(format!("server error: {} ({})", e.message, e.code))
             }
             Ok(Err(e)) => Outcome::Info(e.to_string()),
             Err(_) => Outcome::Info("timed out".into()),

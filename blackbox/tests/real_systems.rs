@@ -84,3 +84,55 @@ fn a_postgres_sequence_value_stored_in_its_transaction_is_never_handed_out_twice
     assert_eq!(run.unique.verdict, Judgement::Held, "{:?}", run.unique);
     assert!(run.history.completions().ok > 100);
 }
+
+/// Meituan Leaf's segment SQL on MariaDB under power losses (the data directory on the
+/// lost-writes filesystem).
+fn leaf_on_mariadb(flush: u8) -> blackbox::real::IdRun {
+    ids_under_kills(&IdRunOptions {
+        system: IdSystem::MariaDbLeafSegment { flush },
+        fault: Fault::PowerLoss,
+        clients: 8,
+        duration: Duration::from_millis(6_000),
+        every: Duration::from_millis(700),
+        down_for: Duration::from_millis(100),
+    })
+    .unwrap()
+}
+
+/// With every commit's redo synced (`innodb_flush_log_at_trx_commit=1`), no acknowledged segment
+/// comes back after a power loss.
+#[test]
+#[cfg_attr(
+    not(all(has_mariadb, has_fuse)),
+    ignore = "MariaDB or /dev/fuse not available"
+)]
+fn leaf_segments_on_a_durable_mariadb_are_never_handed_out_twice_under_power_losses() {
+    let run = leaf_on_mariadb(1);
+    assert!(run.faults >= 2, "{} faults", run.faults);
+    assert_eq!(
+        run.took_effect.verdict,
+        Judgement::Held,
+        "{:?}",
+        run.took_effect
+    );
+    let lost = run.lost_writes.expect("on the lost-writes filesystem");
+    assert!(
+        lost.lost_bytes > 0,
+        "the power losses dropped nothing: {lost:?}"
+    );
+    assert_eq!(run.unique.verdict, Judgement::Held, "{:?}", run.unique);
+    assert!(run.history.completions().ok > 200);
+}
+
+/// With the redo synced about once a second (`=2`, a common tuning), the power losses take
+/// acknowledged commits with them: `max_id` goes back and segments are handed out again.
+#[test]
+#[cfg_attr(
+    not(all(has_mariadb, has_fuse)),
+    ignore = "MariaDB or /dev/fuse not available"
+)]
+fn leaf_segments_on_mariadb_with_flush_log_at_commit_2_are_handed_out_twice_after_a_power_loss() {
+    let run = leaf_on_mariadb(2);
+    assert!(run.faults >= 2, "{} faults", run.faults);
+    assert_eq!(run.unique.verdict, Judgement::Violated, "{:?}", run.unique);
+}

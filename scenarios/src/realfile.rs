@@ -8,9 +8,12 @@
 //! description = "…"
 //!
 //! [cluster]
-//! system = "redis_incr"       # Redis INCR as the ID source (or "postgres_sequence": nextval)
+//! system = "redis_incr"       # Redis INCR as the ID source; or "postgres_sequence" (nextval),
+//!                             # "postgres_sequence_stored", "mariadb_leaf_segment" (Leaf's
+//!                             # segment SQL), "mariadb_auto_increment"
 //! persistence = "rdb"         # Redis: rdb | aof_everysec | aof_always
 //! snapshot_after_s = 3600     # rdb: a snapshot this long after a change
+//! # MariaDB: innodb_flush_log_at_trx_commit = 1 (the default: synced at every commit) or 2
 //!
 //! [clients]
 //! count = 4
@@ -68,6 +71,22 @@ pub const NAMED: &[(&str, &str)] = &[
         "postgres_sequence_stored",
         include_str!("../real/postgres_sequence_stored.toml"),
     ),
+    (
+        "mariadb_segment_durable",
+        include_str!("../real/mariadb_segment_durable.toml"),
+    ),
+    (
+        "mariadb_segment_flush2",
+        include_str!("../real/mariadb_segment_flush2.toml"),
+    ),
+    (
+        "mariadb_auto_increment_kill",
+        include_str!("../real/mariadb_auto_increment_kill.toml"),
+    ),
+    (
+        "mariadb_auto_increment_power",
+        include_str!("../real/mariadb_auto_increment_power.toml"),
+    ),
 ];
 
 /// A parsed real-system scenario.
@@ -97,6 +116,7 @@ struct ClusterTable {
     system: System,
     persistence: Option<Persistence>,
     snapshot_after_s: Option<u32>,
+    innodb_flush_log_at_trx_commit: Option<u8>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +125,8 @@ enum System {
     RedisIncr,
     PostgresSequence,
     PostgresSequenceStored,
+    MariadbLeafSegment,
+    MariadbAutoIncrement,
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
@@ -157,9 +179,40 @@ impl RealScenario {
             path: path.to_owned(),
             message,
         };
+        let is_mariadb = matches!(
+            file.cluster.system,
+            System::MariadbLeafSegment | System::MariadbAutoIncrement
+        );
+        if !is_mariadb && file.cluster.innodb_flush_log_at_trx_commit.is_some() {
+            return Err(bad(
+                "cluster.innodb_flush_log_at_trx_commit applies to the mariadb_* systems only"
+                    .into(),
+            ));
+        }
         let system = match file.cluster.system {
             System::RedisIncr => {
                 IdSystem::RedisIncr(redis_persistence(&file.cluster).map_err(bad)?)
+            }
+            System::MariadbLeafSegment | System::MariadbAutoIncrement => {
+                if file.cluster.persistence.is_some() || file.cluster.snapshot_after_s.is_some() {
+                    return Err(bad(
+                        "cluster.persistence and cluster.snapshot_after_s apply to \
+                         system \"redis_incr\" only (MariaDB's durability is \
+                         cluster.innodb_flush_log_at_trx_commit)"
+                            .into(),
+                    ));
+                }
+                let flush = file.cluster.innodb_flush_log_at_trx_commit.unwrap_or(1);
+                if flush > 2 {
+                    return Err(bad(format!(
+                        "cluster.innodb_flush_log_at_trx_commit must be 0, 1 or 2, not {flush}"
+                    )));
+                }
+                if matches!(file.cluster.system, System::MariadbLeafSegment) {
+                    IdSystem::MariaDbLeafSegment { flush }
+                } else {
+                    IdSystem::MariaDbAutoIncrement { flush }
+                }
             }
             System::PostgresSequence | System::PostgresSequenceStored => {
                 if file.cluster.persistence.is_some() || file.cluster.snapshot_after_s.is_some() {

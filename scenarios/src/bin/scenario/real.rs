@@ -32,19 +32,7 @@ pub(crate) fn real(name: &str, args: &RunArgs) -> ExitCode {
         scenario.options.duration = std::time::Duration::from_secs_f64(s);
     }
     let o = &scenario.options;
-    let system = match o.system {
-        blackbox::real::IdSystem::RedisIncr(p) => format!("Redis INCR ({p:?})"),
-        blackbox::real::IdSystem::PostgresSequence => "PostgreSQL nextval (fsync on)".to_owned(),
-        blackbox::real::IdSystem::PostgresSequenceStored => {
-            "PostgreSQL nextval stored by an INSERT in its transaction (fsync on)".to_owned()
-        }
-    };
-    let fault = match o.fault {
-        blackbox::real::Fault::Kill => "kill -9",
-        blackbox::real::Fault::Pause => "SIGSTOP",
-        blackbox::real::Fault::Partition => "a black-holed link",
-        blackbox::real::Fault::PowerLoss => "a power loss",
-    };
+    let (system, fault) = (o.system.describe(), o.fault.describe());
     println!(
         "real {}: {system}, {} clients for {:.1} s, {fault} every {} ms for {} ms",
         scenario.name,
