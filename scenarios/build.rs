@@ -1,8 +1,8 @@
-//! Sets `cfg(has_faketime)`, `cfg(has_fuse)` and `cfg(has_postgres)` when this machine has them,
+//! Sets `cfg(has_faketime)`, `cfg(has_fuse)`, `cfg(has_postgres)` and `cfg(has_mariadb)` when this machine has them,
 //! so that the `scenario` tests whose faults need them are reported as ignored where they cannot
 //! run, never as passed.
 
 fn main() {
     use hostprobe::Have;
-    hostprobe::emit_cfgs(&[Have::Faketime, Have::Fuse, Have::Postgres]);
+    hostprobe::emit_cfgs(&[Have::Faketime, Have::Fuse, Have::Postgres, Have::MariaDb]);
 }

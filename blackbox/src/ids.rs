@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use chaos::{CommandService, CommandSpec, FakeClock, LinkFault, ProcessError, Proxy};
 use reports::model::{InvariantResult, Judgement};
 
+use crate::db::{Database, DbFault, DbOptions};
 use crate::history::{History, OpType, Recorder};
 use crate::real::{Outcome, REQUEST_TIMEOUT, postgres_ask, redis_incr};
 use load::stats::EndpointRecorder;
@@ -254,16 +255,22 @@ pub enum BlackBoxFault {
     /// The machine's power: every server SIGKILLed, every write to `{data}` that was not synced
     /// dropped (a lost-unsynced-writes filesystem), every server restarted `down` later.
     PowerLoss,
+    /// A fault of the user's database (`--db-cmd`; [`crate::db`]).
+    Db(DbFault),
 }
 
 impl BlackBoxFault {
     /// Every kind.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 9] = [
         Self::Kill,
         Self::Pause,
         Self::Partition,
         Self::Clock,
         Self::PowerLoss,
+        Self::Db(DbFault::Kill),
+        Self::Db(DbFault::Pause),
+        Self::Db(DbFault::PowerLoss),
+        Self::Db(DbFault::Partition),
     ];
 
     /// Its kind in the fault vocabulary ([`sut::fault::FaultKind`]).
@@ -276,6 +283,7 @@ impl BlackBoxFault {
             Self::Partition => K::Partition,
             Self::Clock => K::ClockBump,
             Self::PowerLoss => K::PowerLoss,
+            Self::Db(fault) => fault.kind(),
         }
     }
 
@@ -298,8 +306,17 @@ impl BlackBoxFault {
     pub const fn needs_commands(self) -> bool {
         matches!(
             self,
-            Self::Kill | Self::Pause | Self::Clock | Self::PowerLoss
+            Self::Kill | Self::Pause | Self::Clock | Self::PowerLoss | Self::Db(_)
         )
+    }
+
+    /// The database fault it is, if it is one.
+    #[must_use]
+    pub const fn db(self) -> Option<DbFault> {
+        match self {
+            Self::Db(fault) => Some(fault),
+            _ => None,
+        }
     }
 }
 
@@ -343,6 +360,9 @@ pub struct BlackBoxOptions {
     /// After the run, the slow-clients check against the first server (HTTP targets;
     /// [`crate::slow`]).
     pub slow_clients: Option<SlowSpec>,
+    /// The user's database, started by the bench before the servers (`--db-cmd`; `{db_url}`
+    /// in a command is its address through the fault proxy).
+    pub db: Option<DbOptions>,
 }
 
 pub use crate::slow::SlowSpec;
@@ -413,6 +433,10 @@ pub struct BlackBoxRun {
     pub proxy: Option<chaos::ProxyEffects>,
     /// What the lost-writes filesystem did (power-loss runs).
     pub lost_writes: Option<chaos::LostFsEffects>,
+    /// What the proxy between the servers and the database did (`--db-cmd` runs).
+    pub db_proxy: Option<chaos::ProxyEffects>,
+    /// What the lost-writes filesystem under the database's `{dbdata}` did (`db_power_loss`).
+    pub db_lost_writes: Option<chaos::LostFsEffects>,
     /// Latency of every request (µs; from its intended send time when paced by `--rate`),
     /// errors by class, throughput over time.
     pub latency: reports::model::EndpointStats,
@@ -479,6 +503,8 @@ pub struct Completed {
 /// (partition runs), and the URLs the clients use.
 struct Servers {
     commands: Vec<CommandService>,
+    /// The user's database: stopped after the servers that use it.
+    db: Option<Database>,
     clocks: Vec<FakeClock>,
     proxies: Vec<Proxy>,
     client_urls: Vec<String>,
@@ -516,6 +542,17 @@ impl Servers {
             .unwrap_or_default();
         let clocked = faults.contains(&BlackBoxFault::Clock);
         let (mut commands, mut clocks, mut logs, mut lostfs) = (Vec::new(), Vec::new(), None, None);
+        let db = match &opts.db {
+            Some(spec) => {
+                let cut_power = faults.contains(&BlackBoxFault::Db(DbFault::PowerLoss));
+                Some(Database::start(spec, cut_power)?)
+            }
+            None => None,
+        };
+        let fill_db = |command: String| match &db {
+            Some(db) => db.fill(&command),
+            None => command,
+        };
         if !opts.commands.is_empty() {
             let dir = tempfile::Builder::new()
                 .prefix("bench-own-service-")
@@ -524,9 +561,11 @@ impl Servers {
             let (data, mounted) = data_dir(dir.path(), faults.contains(&BlackBoxFault::PowerLoss))?;
             lostfs = mounted;
             for (i, (command, url)) in opts.commands.iter().zip(&opts.urls).enumerate() {
-                let command = command
-                    .replace("{data}", &data.display().to_string())
-                    .replace("{server}", &(i + 1).to_string());
+                let command = fill_db(
+                    command
+                        .replace("{data}", &data.display().to_string())
+                        .replace("{server}", &(i + 1).to_string()),
+                );
                 let mut env = Vec::new();
                 if clocked {
                     let clock = FakeClock::new()?;
@@ -554,6 +593,7 @@ impl Servers {
         }
         Ok(Self {
             commands,
+            db,
             clocks,
             proxies,
             client_urls,
@@ -564,6 +604,9 @@ impl Servers {
 
     /// Begins fault number `n` (of kind `fault`) on its server; whether its effect is in place.
     fn inject(&mut self, fault: BlackBoxFault, n: u32, step_ms: i64) -> Result<bool, ProcessError> {
+        if let Some(fault) = fault.db() {
+            return self.database().inject(fault);
+        }
         let server = self.target_of(fault, n);
         match fault {
             BlackBoxFault::Kill => {
@@ -596,11 +639,15 @@ impl Servers {
                 lostfs.power_loss();
                 Ok(self.commands.iter_mut().all(CommandService::is_down))
             }
+            BlackBoxFault::Db(_) => unreachable!("a database fault was handed to the database"),
         }
     }
 
-    /// Ends fault number `n`.
-    fn heal(&mut self, fault: BlackBoxFault, n: u32) -> Result<(), ProcessError> {
+    /// Ends fault number `n`; whether it took effect, as far as only its end can tell.
+    fn heal(&mut self, fault: BlackBoxFault, n: u32) -> Result<bool, ProcessError> {
+        if let Some(fault) = fault.db() {
+            return self.database().heal(fault);
+        }
         let server = self.target_of(fault, n);
         match fault {
             BlackBoxFault::Kill => self.commands[server].restart(),
@@ -614,12 +661,22 @@ impl Servers {
                 .commands
                 .iter_mut()
                 .try_for_each(CommandService::restart),
+            BlackBoxFault::Db(_) => unreachable!("a database fault was handed to the database"),
         }
+        .map(|()| true)
+    }
+
+    fn database(&mut self) -> &mut Database {
+        self.db
+            .as_mut()
+            .expect("the options were validated: database faults have --db-cmd")
     }
 
     /// The lane of fault number `n` on the report's timeline.
     fn name_of(&self, fault: BlackBoxFault, n: u32) -> String {
         match fault {
+            BlackBoxFault::Db(DbFault::Partition) => "servers→database".to_owned(),
+            BlackBoxFault::Db(_) => "database".to_owned(),
             BlackBoxFault::PowerLoss => "every server".to_owned(),
             BlackBoxFault::Partition => format!("clients→server-{}", self.target_of(fault, n) + 1),
             _ => format!("server-{}", self.target_of(fault, n) + 1),
@@ -725,6 +782,7 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
     for url in &opts.urls {
         socket_addr(url)?;
     }
+    validate_db(opts)?;
     if let Some(n) = &opts.nemesis {
         if n.faults.is_empty() {
             return usage("--nemesis: name at least one fault".into());
@@ -754,6 +812,47 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
         if n.every.is_zero() || n.down_for.is_zero() {
             return usage("--every-ms and --down-ms must be at least 1".into());
         }
+    }
+    Ok(())
+}
+
+/// The database's options, and the servers' use of it.
+fn validate_db(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
+    let usage = |m: String| Err(BlackBoxError::Usage(m));
+    let db_faults: Vec<DbFault> = opts
+        .nemesis
+        .iter()
+        .flat_map(|n| n.faults.iter().filter_map(|f| f.db()))
+        .collect();
+    let uses_db = |c: &&String| crate::db::SERVER_PLACEHOLDERS.iter().any(|p| c.contains(p));
+    let Some(db) = &opts.db else {
+        if let Some(fault) = db_faults.first() {
+            return usage(format!(
+                "--nemesis {}: the bench must start the database (--db-cmd)",
+                fault.kind().name()
+            ));
+        }
+        if let Some(command) = opts.commands.iter().find(uses_db) {
+            return usage(format!(
+                "--server-cmd `{command}` uses the database's address, but there is no --db-cmd"
+            ));
+        }
+        return Ok(());
+    };
+    db.validate(&db_faults).map_err(BlackBoxError::Usage)?;
+    if opts.commands.is_empty() {
+        return usage(
+            "--db-cmd: the bench must start the servers too (--server-cmd, one per --url), to \
+             hand them {db_url}"
+                .into(),
+        );
+    }
+    if !opts.commands.iter().any(|c| uses_db(&c)) {
+        return usage(
+            "--db-cmd: no --server-cmd uses {db_url}, {db_addr} or {db_port}, so the servers \
+             would not reach the database through the bench's fault proxy"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -823,6 +922,8 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
     let effects = Effects {
         proxy: servers.proxy_effects(),
         lost_writes: servers.lostfs.as_ref().map(chaos::LostFs::effects),
+        db_proxy: servers.db.as_ref().map(Database::proxy_effects),
+        db_lost_writes: servers.db.as_ref().and_then(Database::lost_writes),
         latency: shared
             .latency
             .into_inner()
@@ -901,6 +1002,8 @@ fn same_class(a: &str, b: &str) -> bool {
 struct Effects {
     proxy: Option<chaos::ProxyEffects>,
     lost_writes: Option<chaos::LostFsEffects>,
+    db_proxy: Option<chaos::ProxyEffects>,
+    db_lost_writes: Option<chaos::LostFsEffects>,
     latency: reports::model::EndpointStats,
 }
 
@@ -914,6 +1017,8 @@ struct FaultCount {
     /// Faults whose effect was seen in place (the port refused after a kill, libfaketime mapped
     /// in the process whose clock stepped).
     seen: u32,
+    /// The first few that were not: kind, lane, when.
+    unseen: Vec<String>,
 }
 
 /// Faults in turn until `ends`.
@@ -930,12 +1035,18 @@ fn run_nemesis(
         let fault = n.faults[(count.injected % kinds) as usize];
         let round = count.injected / kinds;
         let start_s = began.elapsed().as_secs_f64();
-        if servers.inject(fault, round, n.clock_step_ms)? {
-            count.seen += 1;
-        }
+        let in_place = servers.inject(fault, round, n.clock_step_ms)?;
         count.injected += 1;
         thread::sleep(n.down_for);
-        servers.heal(fault, round)?;
+        if servers.heal(fault, round)? && in_place {
+            count.seen += 1;
+        } else if count.unseen.len() < 3 {
+            count.unseen.push(format!(
+                "{} on {} at {start_s:.1} s",
+                fault.name(),
+                servers.name_of(fault, round)
+            ));
+        }
         count.windows.push(reports::model::FaultWindow {
             start_s,
             end_s: began.elapsed().as_secs_f64(),
@@ -1254,6 +1365,8 @@ fn judge(
         history,
         proxy: effects.proxy,
         lost_writes: effects.lost_writes,
+        db_proxy: effects.db_proxy,
+        db_lost_writes: effects.db_lost_writes,
         latency: effects.latency,
         fault_windows: faults.windows,
         slow: None,
@@ -1277,10 +1390,13 @@ fn faults_took_effect(
     } else {
         crate::real::faults_took_effect(faults.injected, n.down_for / 2, history)
     };
-    let seen = format!(
+    let mut seen = format!(
         "{} of {} faults seen in place",
         faults.seen, faults.injected
     );
+    if !faults.unseen.is_empty() {
+        seen = format!("{seen} (not: {})", faults.unseen.join(", "));
+    }
     if faults.seen < faults.injected {
         result.verdict = Judgement::Violated;
     }

@@ -6,10 +6,12 @@
 //!   a PostgreSQL sequence) at one or more URLs, under the nemesis, judged by `sut::check`;
 //! - [`tcc`]: `scenario tcc`, a TCC participant against a hostile coordinator;
 //! - [`tokens`]: `scenario tokens`, a one-time-token service against hostile clients;
+//! - [`db`]: the user's own database under faults (`--db-cmd`), for any of them;
 //! - [`slow`]: the slow-clients check any of them can run (`--slow-clients N`);
 //! - [`real`]: real systems nobody here wrote as ID sources under faults (`scenarios/real/`);
 //! - [`history`]: the Jepsen-shaped operation histories every tester records.
 
+pub mod db;
 pub mod history;
 pub mod ids;
 pub mod real;

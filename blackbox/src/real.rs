@@ -759,7 +759,9 @@ pub(crate) fn mariadb_ask(
             Some(c) => c,
             None => {
                 let opts = match mysql_async::Opts::from_url(url) {
-                    Ok(opts) => opts,
+                    // Over TCP, always: by default the driver moves to the server's Unix socket
+                    // when it is on this machine, which would go around a fault proxy.
+                    Ok(opts) => mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false),
                     Err(e) => return Outcome::Fail(e.to_string()),
                 };
                 match tokio::time::timeout(REQUEST_TIMEOUT, mysql_async::Conn::new(opts)).await {

@@ -11,6 +11,7 @@ use reports::model::Judgement;
 fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
     BlackBoxOptions {
         slow_clients: None,
+        db: None,
         target,
         urls: vec![url],
         key: key.into(),

@@ -40,7 +40,7 @@ fn the_own_service_nemesis_injects_the_vocabularys_own_service_kinds() {
     }
     assert_eq!(BlackBoxFault::parse("clock"), Ok(BlackBoxFault::Clock));
     assert!(
-        BlackBoxFault::parse("db_kill")
+        BlackBoxFault::parse("clock_skew")
             .unwrap_err()
             .contains("deployment")
     );

@@ -127,6 +127,18 @@ impl CommandService {
         self.spawn()
     }
 
+    /// Whether every process it started is stopped (state `T` in `/proc/PID/stat`): what
+    /// [`CommandService::pause`] must leave behind.
+    #[must_use]
+    pub fn is_stopped(&self) -> bool {
+        let Some(pid) = self.pid().and_then(|p| i32::try_from(p).ok()) else {
+            return false;
+        };
+        std::iter::once(pid)
+            .chain(crate::descendants(pid))
+            .all(|p| crate::state_of(p).is_none_or(|state| state == 'T'))
+    }
+
     /// Whether any process of its group has `library` mapped (a preloaded libfaketime).
     #[must_use]
     pub fn maps_library(&self, library: &std::path::Path) -> bool {

@@ -282,6 +282,48 @@ fn parent_of(pid: i32) -> Option<i32> {
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Hands `path` and everything below it to `uid`:`gid`.
+fn chown_tree(
+    path: &Path,
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+) -> Result<(), ProcessError> {
+    nix::unistd::chown(path, Some(uid), Some(gid)).map_err(|e| ProcessError::Io {
+        what: format!("chown {}", path.display()),
+        source: e.into(),
+    })?;
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).map_err(io(format!("read {}", path.display())))? {
+            let entry = entry.map_err(io(format!("read {}", path.display())))?;
+            chown_tree(&entry.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+/// Hands `path` and everything below it to the user named `user` (and its group): a data
+/// directory for a database that refuses to run as root.
+///
+/// # Errors
+/// No such user, or a chown failed.
+pub fn give_to_user(path: &Path, user: &str) -> Result<(), ProcessError> {
+    let found = nix::unistd::User::from_name(user)
+        .ok()
+        .flatten()
+        .ok_or_else(|| ProcessError::Command {
+            what: format!("hand {} to `{user}`", path.display()),
+            detail: format!("there is no user `{user}` on this machine"),
+        })?;
+    chown_tree(path, found.uid, found.gid)
+}
+
+/// The state letter in `/proc/PID/stat` (`R`, `S`, `T` stopped, …); `None` once it is gone.
+fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().next()?.chars().next()
+}
+
 /// SIGKILLs the process group `child` leads, reaps the leader and waits (up to 5 s) until no
 /// member is left.
 fn kill_group(child: &mut Child, what: &str) -> Result<(), ProcessError> {

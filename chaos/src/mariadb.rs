@@ -16,11 +16,11 @@
 
 use std::fs;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::unistd::{Gid, Uid, User, chown};
+use nix::unistd::{Gid, Uid, User};
 
 use crate::{ProcessError, io, kill_group, own_dir, tail};
 
@@ -83,20 +83,6 @@ fn run_as() -> Result<Option<(Uid, Gid)>, ProcessError> {
     Ok(Some((user.uid, user.gid)))
 }
 
-fn chown_tree(path: &Path, uid: Uid, gid: Gid) -> Result<(), ProcessError> {
-    chown(path, Some(uid), Some(gid)).map_err(|e| ProcessError::Io {
-        what: format!("chown {}", path.display()),
-        source: e.into(),
-    })?;
-    if path.is_dir() {
-        for entry in fs::read_dir(path).map_err(io(format!("read {}", path.display())))? {
-            let entry = entry.map_err(io(format!("read {}", path.display())))?;
-            chown_tree(&entry.path(), uid, gid)?;
-        }
-    }
-    Ok(())
-}
-
 impl MariaDb {
     /// A server with every commit synced ([`MariaDbSpec::default`]).
     ///
@@ -129,13 +115,13 @@ impl MariaDb {
             fs::create_dir(&backing).map_err(io("create the backing directory"))?;
             fs::create_dir(&data).map_err(io("create the data directory"))?;
             if let Some((uid, gid)) = run_as {
-                chown_tree(root.path(), uid, gid)?;
+                crate::chown_tree(root.path(), uid, gid)?;
             }
             Some(crate::LostFs::mount(&backing, &data)?)
         } else {
             fs::create_dir(&data).map_err(io("create the data directory"))?;
             if let Some((uid, gid)) = run_as {
-                chown_tree(root.path(), uid, gid)?;
+                crate::chown_tree(root.path(), uid, gid)?;
             }
             None
         };

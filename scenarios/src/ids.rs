@@ -21,7 +21,14 @@ use reports::model::Judgement;
     --json-pointer /data/id\n  \
     scenario ids --target redis --url redis://127.0.0.1:6379/ --key ids --monotonic global\n  \
     scenario ids --target leaf --url http://127.0.0.1:8080 --key orders \\\n      \
-    --server-cmd 'exec java -jar leaf-server.jar' --nemesis kill,pause --duration 60\n\n\
+    --server-cmd 'exec java -jar leaf-server.jar' --nemesis kill,pause --duration 60\n  \
+    scenario ids --target leaf --url http://127.0.0.1:8080 --key orders --monotonic server \\\n      \
+    --db-init 'mariadb-install-db --user=mysql --datadir={dbdata} --skip-test-db' \\\n      \
+    --db-cmd 'exec mariadbd --no-defaults --user=mysql --datadir={dbdata} --port={dbport} \
+    --bind-address=127.0.0.1 --socket={dbrun}/s --innodb-flush-method=fsync' \\\n      \
+    --db-user mysql --db-url 'mysql://root@{db_addr}/bench' \\\n      \
+    --server-cmd 'exec leaf-server --db {db_url} --port 8080' \\\n      \
+    --nemesis db_kill,db_pause,db_power_loss,db_partition\n\n\
 Exit status: 0 every check held, 1 a check was violated, 2 bad usage or the target could not \
 be started or reached.")]
 pub struct IdsArgs {
@@ -71,9 +78,15 @@ pub struct IdsArgs {
     pub server_cmds: Vec<String>,
     /// Faults, comma-separated, taken in turn, one server at a time (names of the one fault
     /// vocabulary): kill (SIGKILL, then the same command again), pause (SIGSTOP/SIGCONT),
-    /// clock_bump (older name: clock; a libfaketime step, back then forward), partition (the clients' link black-holed by a fault proxy), power_loss (every
-    /// server killed and the writes under {data} they had not synced dropped). All but
-    /// partition need --server-cmd; power_loss needs {data} in them.
+    /// clock_bump (older name: clock; a libfaketime step, back then forward), partition (the
+    /// clients' link black-holed by a fault proxy), power_loss (every server killed and the
+    /// writes under {data} they had not synced dropped). All but partition need --server-cmd;
+    /// power_loss needs {data} in them. The database's (with --db-cmd): db_kill (SIGKILL, then
+    /// --db-cmd again), db_pause (SIGSTOP/SIGCONT of every database process), db_power_loss
+    /// (the database killed and the writes under {dbdata} it had not synced dropped), and
+    /// db_partition (the servers' link to the database black-holed). Each fault's effect is
+    /// checked (faults.took_effect): the port refused after a kill, every process stopped by a
+    /// pause, bytes held back by a partition.
     #[arg(long, value_delimiter = ',', value_parser = BlackBoxFault::parse)]
     pub nemesis: Vec<BlackBoxFault>,
     /// Time between the end of one fault and the next, ms.
@@ -85,6 +98,8 @@ pub struct IdsArgs {
     /// The size of a clock step, ms.
     #[arg(long, default_value_t = 30_000)]
     pub clock_step_ms: i64,
+    #[command(flatten)]
+    pub db: DbArgs,
     #[command(flatten)]
     pub slow: SlowArgs,
     /// Write the results as JSON to this file.
@@ -164,6 +179,48 @@ impl IdsArgs {
             commands: self.server_cmds.clone(),
             nemesis,
             slow_clients: self.slow.spec(),
+            db: self.db.options(),
+        })
+    }
+}
+
+/// The user's database under faults, for `scenario ids`, `tcc` and `tokens`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DbArgs {
+    /// The command that runs the user's database in the foreground (run by `sh -c`, again after
+    /// every db_kill and db_power_loss): `{dbdata}` is a fresh data directory (on the
+    /// lost-writes filesystem when the nemesis has db_power_loss), `{dbrun}` a directory for its
+    /// sockets and pid files (not on that filesystem), `{dbport}` the loopback port it must
+    /// listen on. A fault proxy stands in front of it: each --server-cmd gets
+    /// `{db_url}` (--db-url through the proxy), `{db_addr}` (127.0.0.1:PORT of the proxy) and
+    /// `{db_port}`. MariaDB, PostgreSQL, Redis, anything that listens on TCP.
+    #[arg(long)]
+    pub db_cmd: Option<String>,
+    /// With --db-cmd: a command run once, to completion, before the database first starts
+    /// (`mariadb-install-db`, `initdb`), with the same `{dbdata}`, `{dbrun}` and `{dbport}`.
+    #[arg(long, requires = "db_cmd")]
+    pub db_init: Option<String>,
+    /// With --db-cmd: what `{db_url}` is, with `{db_addr}` and `{db_port}` (the proxy's) in it,
+    /// e.g. `mysql://root@{db_addr}/bench` or `postgres://postgres@{db_addr}/postgres`
+    /// (default: `{db_addr}`).
+    #[arg(long, requires = "db_cmd", default_value = "")]
+    pub db_url: String,
+    /// With --db-cmd: hand `{dbdata}` to this user before the database starts (a MariaDB or
+    /// PostgreSQL that will not run as root and drops to `mysql` or `postgres`).
+    #[arg(long, requires = "db_cmd")]
+    pub db_user: Option<String>,
+}
+
+impl DbArgs {
+    /// The database these options ask for (`None`: no --db-cmd); the runner checks them with
+    /// the run's faults.
+    #[must_use]
+    pub fn options(&self) -> Option<blackbox::db::DbOptions> {
+        self.db_cmd.as_ref().map(|command| blackbox::db::DbOptions {
+            command: command.clone(),
+            init: self.db_init.clone(),
+            url: self.db_url.clone(),
+            user: self.db_user.clone(),
         })
     }
 }
@@ -317,6 +374,16 @@ fn print_run(run: &BlackBoxRun) {
             "  proxies: {} connections, {} bytes held by the partitions",
             p.connections, p.held_bytes
         );
+    }
+    if let Some(p) = &run.db_proxy {
+        println!(
+            "  database link: {} connections, {} bytes to the database, {} back, {} held by \
+             the partitions",
+            p.connections, p.bytes_up, p.bytes_down, p.held_bytes
+        );
+    }
+    if let Some(l) = &run.db_lost_writes {
+        println!("{} (under {{dbdata}})", lost_writes_line(l));
     }
     if let Some((slow, _)) = &run.slow {
         println!("{}", slow_line(slow));

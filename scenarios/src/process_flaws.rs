@@ -517,6 +517,7 @@ pub fn options(
     };
     Ok(BlackBoxOptions {
         slow_clients: None,
+        db: None,
         target,
         urls,
         key: key.into(),

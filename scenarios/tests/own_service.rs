@@ -185,6 +185,137 @@ fn a_service_that_acknowledges_before_its_writes_are_durable_is_caught_by_power_
     assert!(all.contains("lost writes: "), "{all}");
 }
 
+/// The `--db-init`, `--db-cmd`, `--db-user` and `--db-url` of a MariaDB the bench starts:
+/// every commit synced (`innodb_flush_log_at_trx_commit=1`, `sync_binlog=1`) or, with
+/// `flush = 2`, the redo log written at commit and synced once a second.
+fn mariadb_args(flush: u8) -> Vec<String> {
+    let bin = |p: &str| {
+        chaos::mariadb_bin(p)
+            .unwrap_or_else(|| panic!("{p}: MariaDB is installed (cfg has_mariadb)"))
+            .display()
+            .to_string()
+    };
+    let sync_binlog = if flush == 1 { 1 } else { 0 };
+    vec![
+        "--db-init".into(),
+        format!(
+            "{} --no-defaults --user=mysql --datadir={{dbdata}} \
+             --auth-root-authentication-method=normal --skip-test-db",
+            bin("mariadb-install-db")
+        ),
+        "--db-cmd".into(),
+        format!(
+            "exec {} --no-defaults --user=mysql --datadir={{dbdata}} --port={{dbport}} \
+             --bind-address=127.0.0.1 --socket={{dbrun}}/mariadb.sock --skip-name-resolve \
+             --innodb-flush-log-at-trx-commit={flush} --sync-binlog={sync_binlog} \
+             --log-bin={{dbdata}}/binlog --server-id=1 \
+             --innodb-flush-method=fsync --innodb-use-native-aio=0 --innodb-buffer-pool-size=64M",
+            bin("mariadbd")
+        ),
+        "--db-user".into(),
+        "mysql".into(),
+        "--db-url".into(),
+        "mysql://root@{db_addr}/bench".into(),
+    ]
+}
+
+/// `scenario ids` over two Leaf-compatible `id-compat` instances running Leaf's SQL on one
+/// MariaDB the bench starts (`flush`: its `innodb_flush_log_at_trx_commit`), under `nemesis`.
+fn leaf_on_mariadb(flush: u8, nemesis: &str, duration_s: u32) -> Output {
+    let compat = compat_binary();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scenario"));
+    let duration = duration_s.to_string();
+    cmd.args(["ids", "--target", "leaf", "--key", "orders"]);
+    cmd.args(["--monotonic", "server", "--duration", &duration]);
+    cmd.args([
+        "--nemesis",
+        nemesis,
+        "--every-ms",
+        "1000",
+        "--down-ms",
+        "800",
+    ]);
+    cmd.args(mariadb_args(flush));
+    for _ in 0..2 {
+        let port = free_port();
+        cmd.args(["--url", &format!("http://127.0.0.1:{port}")]);
+        cmd.args([
+            "--server-cmd",
+            &format!(
+                "exec {} --api leaf --db {{db_url}} --listen 127.0.0.1:{port} --tag orders",
+                compat.display()
+            ),
+        ]);
+    }
+    cmd.output().expect("scenario runs")
+}
+
+#[test]
+#[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
+#[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
+fn leaf_on_a_durable_mariadb_keeps_its_ids_unique_under_every_database_fault() {
+    let out = leaf_on_mariadb(1, "db_kill,db_pause,db_power_loss,db_partition", 20);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("all distinct"), "{all}");
+    let effect = all
+        .lines()
+        .find(|l| l.trim_start().starts_with("faults.took_effect"))
+        .unwrap_or_else(|| panic!("faults.took_effect is reported: {all}"));
+    assert!(effect.contains("held"), "{all}");
+    let seen = effect
+        .split("; ")
+        .find_map(|part| part.strip_suffix(" faults seen in place"))
+        .and_then(|n| n.split(" of ").next()?.parse::<u32>().ok())
+        .unwrap_or(0);
+    assert!(seen >= 4, "every database fault kind once at least: {all}");
+    assert!(all.contains("database link: "), "{all}");
+    assert!(all.contains("(under {dbdata})"), "{all}");
+}
+
+#[test]
+#[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
+#[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
+fn leaf_on_a_mariadb_that_syncs_once_a_second_hands_out_ids_again_after_a_power_loss() {
+    let out = leaf_on_mariadb(2, "db_power_loss", 12);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(violated_line(&out, "ids.unique[leaf:orders]"), "{all}");
+}
+
+#[test]
+fn database_faults_without_a_database_and_a_database_nobody_uses_are_usage_errors() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let leaf = ["ids", "--target", "leaf", "--key", "orders", "--url", &url];
+    let server = ["--server-cmd", "exec sleep 60"];
+    let out = scenario(&[&leaf[..], &server, &["--nemesis", "db_kill"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--db-cmd"), "{}", text(&out));
+    let db = ["--db-cmd", "exec sleep 60 # {dbport}"];
+    let out = scenario(&[&leaf[..], &server, &db].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("{db_url}"), "{}", text(&out));
+    let no_port = ["--db-cmd", "exec sleep 60"];
+    let used = ["--server-cmd", "exec sleep 60 {db_url}"];
+    let out = scenario(&[&leaf[..], &used, &no_port].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("{dbport}"), "{}", text(&out));
+    let out = scenario(&["ids", "--help"]);
+    let help = text(&out);
+    for word in [
+        "--db-cmd",
+        "db_kill",
+        "db_pause",
+        "db_power_loss",
+        "db_partition",
+    ] {
+        assert!(
+            help.contains(word),
+            "{word} in `scenario ids --help`: {help}"
+        );
+    }
+}
+
 /// `scenario ARGS…`.
 fn scenario(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_scenario"))

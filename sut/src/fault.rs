@@ -22,6 +22,13 @@ pub enum FaultKind {
     PowerLoss,
     /// The database process killed and restarted.
     DbKill,
+    /// The database process paused (SIGSTOP), resumed later: every query waits.
+    DbPause,
+    /// The database machine's power: the database killed and every write it had not yet synced
+    /// dropped, then restarted.
+    DbPowerLoss,
+    /// The link between the service and its database cut (a black hole), healed later.
+    DbPartition,
     /// A wall clock stepped forward or backward, then back.
     ClockBump,
     /// A wall clock flipping between two offsets.
@@ -80,12 +87,15 @@ impl Runner {
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 18] = [
         Self::Kill,
         Self::Pause,
         Self::Partition,
         Self::PowerLoss,
         Self::DbKill,
+        Self::DbPause,
+        Self::DbPowerLoss,
+        Self::DbPartition,
         Self::ClockBump,
         Self::ClockStrobe,
         Self::ClockSkew,
@@ -110,6 +120,9 @@ impl FaultKind {
             Self::Partition => "partition",
             Self::PowerLoss => "power_loss",
             Self::DbKill => "db_kill",
+            Self::DbPause => "db_pause",
+            Self::DbPowerLoss => "db_power_loss",
+            Self::DbPartition => "db_partition",
             Self::ClockBump => "clock_bump",
             Self::ClockStrobe => "clock_strobe",
             Self::ClockSkew => "clock_skew",
@@ -134,7 +147,9 @@ impl FaultKind {
             Self::PowerLoss => &[Deployment, OwnService, RealSystem],
             Self::ClockBump => &[Simulation, Deployment, OwnService],
             Self::ClockStrobe => &[Simulation, Deployment],
-            Self::DbKill | Self::ClockSkew | Self::LinkSlow | Self::LinkBreak => &[Deployment],
+            Self::DbKill => &[Deployment, OwnService],
+            Self::DbPause | Self::DbPowerLoss | Self::DbPartition => &[OwnService],
+            Self::ClockSkew | Self::LinkSlow | Self::LinkBreak => &[Deployment],
             Self::ClockDrift | Self::ClockRestart | Self::Swizzle | Self::Loss | Self::Latency => {
                 &[Simulation]
             }
@@ -467,7 +482,10 @@ mod tests {
         let e = FaultKind::parse_for("swizzle", Runner::OwnService).unwrap_err();
         assert!(e.contains("simulated scenarios"), "{e}");
         assert!(
-            e.contains("these take: kill, pause, partition, power_loss, clock_bump"),
+            e.contains(
+                "these take: kill, pause, partition, power_loss, db_kill, db_pause, \
+                 db_power_loss, db_partition, clock_bump"
+            ),
             "{e}"
         );
         for runner in Runner::ALL {

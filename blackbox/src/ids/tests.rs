@@ -151,6 +151,7 @@ fn options(target: Target) -> BlackBoxOptions {
         commands: Vec::new(),
         nemesis: None,
         slow_clients: None,
+        db: None,
     }
 }
 
@@ -223,6 +224,7 @@ fn a_fault_not_seen_in_place_fails_coverage() {
         injected: 2,
         seen: 2,
         windows: Vec::new(),
+        unseen: Vec::new(),
     };
     assert_eq!(
         faults_took_effect(&n, &all_seen, &quiet).verdict,
@@ -232,10 +234,15 @@ fn a_fault_not_seen_in_place_fails_coverage() {
         injected: 2,
         seen: 1,
         windows: Vec::new(),
+        unseen: vec!["clock_bump on server-1 at 2.0 s".into()],
     };
-    assert_eq!(
-        faults_took_effect(&n, &one_missed, &quiet).verdict,
-        Judgement::Violated
+    let missed = faults_took_effect(&n, &one_missed, &quiet);
+    assert_eq!(missed.verdict, Judgement::Violated);
+    assert!(
+        missed
+            .detail
+            .is_some_and(|d| d.contains("(not: clock_bump on server-1 at 2.0 s)")),
+        "the fault not seen is named"
     );
     // A kill that disturbed no request proves nothing.
     let kill = BlackBoxNemesis {

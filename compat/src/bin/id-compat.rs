@@ -1,7 +1,9 @@
 //! `id-compat`: TEST ONLY. A small ID service that speaks Meituan Leaf's, Didi Tinyid's or Baidu
-//! uid-generator's way over one SQLite file, so that `scenario ids` can be shown catching real bug
-//! classes in a service that is not ours (docs/own-service.md). Several instances may share one
-//! file, as Leaf and Tinyid servers share one MySQL.
+//! uid-generator's way over one SQLite file or one MySQL/MariaDB database (`--db mysql://…`), so
+//! that `scenario ids` can be shown catching real bug classes in a service that is not ours
+//! (docs/own-service.md). Several instances may share one file or database, as Leaf and Tinyid
+//! servers share one MySQL. On MySQL the SQL is Leaf's own: `UPDATE leaf_alloc SET max_id =
+//! max_id + step WHERE biz_tag = ?` then `SELECT max_id, step …`, in one transaction.
 //!
 //! Each `--planted-*` switch carries the mechanism of a known bug, its window widened so that a
 //! short run hits it:
@@ -21,8 +23,10 @@
 //!   time field runs ahead of the wall clock; after a restart (a new worker id, the time field
 //!   back at the real second) IDs are lower than those handed out before it.
 //! - `--planted-nosync`, any: the database acknowledges before it is durable (SQLite
-//!   `synchronous=OFF`, as a MySQL with `innodb_flush_log_at_trx_commit=0`): after a power loss
-//!   the segment table is behind the segments already handed out.
+//!   `synchronous=OFF`, as a MySQL with `innodb_flush_log_at_trx_commit=0`; on MySQL the
+//!   session's `innodb_flush_log_at_trx_commit` cannot be set, so the switch is refused there:
+//!   start the database so instead): after a power loss the segment table is behind the
+//!   segments already handed out.
 //!
 //! Without them: one `BEGIN IMMEDIATE` transaction for Leaf; the version check, a retry, and a
 //! wait for a background fetch in flight for Tinyid; the real second (waiting out a full one)
@@ -34,7 +38,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -44,21 +47,24 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use clap::{Parser, ValueEnum};
-use rusqlite::{Connection, OptionalExtension, params};
+use mysql_async::prelude::Queryable;
+use rusqlite::{Connection, OptionalExtension};
 
 /// Command line.
 #[derive(Debug, Parser)]
 #[command(
     name = "id-compat",
-    about = "TEST ONLY: Leaf-, Tinyid- or uid-generator-compatible ID service over one SQLite file"
+    about = "TEST ONLY: Leaf-, Tinyid- or uid-generator-compatible ID service over one SQLite \
+             file or one MySQL/MariaDB database"
 )]
 struct Args {
     /// Which API to speak.
     #[arg(long, value_enum)]
     api: Api,
-    /// The SQLite file (shared by every instance).
+    /// The SQLite file, or `mysql://USER[:PASSWORD]@HOST:PORT/DATABASE` (the database is
+    /// created if missing); shared by every instance.
     #[arg(long)]
-    db: PathBuf,
+    db: String,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -135,8 +141,9 @@ struct Uid {
 
 /// One instance.
 struct Instance {
-    db: Connection,
-    db_path: PathBuf,
+    store: Store,
+    /// `--db`, for the sessions of background fetches.
+    db: String,
     api: Api,
     plants: Plants,
     segments: HashMap<String, KeySegments>,
@@ -145,7 +152,10 @@ struct Instance {
 }
 
 struct Inner {
+    /// Held only on blocking threads: a database call under it may wait on the runtime's I/O,
+    /// which an async worker blocked on the lock would never drive.
     instance: Mutex<Instance>,
+    api: Api,
     token: String,
 }
 
@@ -174,21 +184,30 @@ fn serve(args: Args) -> Result<(), String> {
     if !(1..=20).contains(&args.seq_bits) {
         return Err(format!("--seq-bits {}: must be 1..=20", args.seq_bits));
     }
-    let db = open(&args.db, &args.tags, args.step)?;
-    if args.planted_nosync {
-        db.pragma_update(None, "synchronous", "OFF")
-            .map_err(|e| format!("{}: {e}", args.db.display()))?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let _entered = runtime.enter();
+    let mut store = Store::open(&args.db, &args.tags, args.step)?;
+    match &store {
+        Store::Sqlite(db) if args.planted_nosync => db
+            .pragma_update(None, "synchronous", "OFF")
+            .map_err(|e| format!("{}: {e}", args.db))?,
+        Store::Mysql { .. } if args.planted_nosync => {
+            return Err("--planted-nosync on MySQL: start the database with \
+                        innodb_flush_log_at_trx_commit=0 (or 2) instead"
+                .into());
+        }
+        _ => {}
     }
-    let worker = db
+    let worker = store
         .execute(
-            "INSERT INTO worker_node (started_ms) VALUES (?1)",
-            params![now_ms()],
+            "INSERT INTO worker_node (started_ms) VALUES (?)",
+            &[now_ms().into()],
         )
-        .map(|_| db.last_insert_rowid())
-        .map_err(|e| format!("{}: worker id: {e}", args.db.display()))?;
+        .and_then(|_| store.last_insert_id())
+        .map_err(|e| format!("{}: worker id: {e}", args.db))?;
     let instance = Instance {
-        db,
-        db_path: args.db.clone(),
+        store,
+        db: args.db.clone(),
         api: args.api,
         plants: Plants {
             race: args.planted_race,
@@ -206,6 +225,7 @@ fn serve(args: Args) -> Result<(), String> {
     };
     let shared: Shared = Arc::new(Inner {
         instance: Mutex::new(instance),
+        api: args.api,
         token: args.token,
     });
     let app = Router::new()
@@ -215,7 +235,6 @@ fn serve(args: Args) -> Result<(), String> {
         .route("/tinyid/id/nextId", get(tinyid_next))
         .route("/uid", get(uid))
         .with_state(shared);
-    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
@@ -232,7 +251,278 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn open(path: &std::path::Path, tags: &[String], step: i64) -> Result<Connection, String> {
+/// A value bound to a `?` of a statement.
+#[derive(Clone, Debug)]
+enum Value {
+    Int(i64),
+    Text(String),
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Self::Int(v)
+    }
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Self::Text(v.to_owned())
+    }
+}
+
+/// How long one MySQL statement (or a connect) may take before the connection is dropped.
+const MYSQL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The database the segments are kept in: one SQLite file, or a MySQL/MariaDB database. The
+/// segment SQL is written once ([`leaf_segment_from`], [`tinyid_segment_from`]) over it.
+enum Store {
+    Sqlite(Connection),
+    Mysql {
+        opts: mysql_async::Opts,
+        /// The session, made again after any error (a killed, paused or cut-off database).
+        conn: Option<mysql_async::Conn>,
+        runtime: tokio::runtime::Handle,
+    },
+}
+
+impl Store {
+    /// Opens `db` (a path or a `mysql://` URL) and makes the tables and `tags` if missing.
+    fn open(db: &str, tags: &[String], step: i64) -> Result<Self, String> {
+        let mut store = Self::connect(db)?;
+        store.create(tags, step).map_err(|e| format!("{db}: {e}"))?;
+        Ok(store)
+    }
+
+    /// A new session on `db` (the background fetch of Tinyid takes its own).
+    fn connect(db: &str) -> Result<Self, String> {
+        if !db.starts_with("mysql://") {
+            return open_sqlite(std::path::Path::new(db)).map(Self::Sqlite);
+        }
+        let opts = mysql_async::Opts::from_url(db).map_err(|e| format!("--db {db}: {e}"))?;
+        // Over TCP, always: by default the driver moves to the server's Unix socket when it
+        // is on this machine, which would go around a fault proxy in front of it.
+        let opts = mysql_async::OptsBuilder::from_opts(opts)
+            .prefer_socket(false)
+            .into();
+        Ok(Self::Mysql {
+            opts,
+            conn: None,
+            runtime: tokio::runtime::Handle::current(),
+        })
+    }
+
+    fn is_mysql(&self) -> bool {
+        matches!(self, Self::Mysql { .. })
+    }
+
+    fn create(&mut self, tags: &[String], step: i64) -> Result<(), String> {
+        let (text, ignore, auto) = if self.is_mysql() {
+            self.create_database()?;
+            (
+                "VARCHAR(128)",
+                "INSERT IGNORE",
+                "BIGINT PRIMARY KEY AUTO_INCREMENT",
+            )
+        } else {
+            (
+                "TEXT",
+                "INSERT OR IGNORE",
+                "INTEGER PRIMARY KEY AUTOINCREMENT",
+            )
+        };
+        self.batch(&format!(
+            "CREATE TABLE IF NOT EXISTS leaf_alloc (biz_tag {text} PRIMARY KEY, \
+               max_id BIGINT NOT NULL, step BIGINT NOT NULL)"
+        ))?;
+        self.batch(&format!(
+            "CREATE TABLE IF NOT EXISTS tiny_id_info (biz_type {text} PRIMARY KEY, \
+               max_id BIGINT NOT NULL, step BIGINT NOT NULL, version BIGINT NOT NULL)"
+        ))?;
+        self.batch(&format!(
+            "CREATE TABLE IF NOT EXISTS worker_node (id {auto}, started_ms BIGINT NOT NULL)"
+        ))?;
+        for tag in tags {
+            self.execute(
+                &format!("{ignore} INTO leaf_alloc (biz_tag, max_id, step) VALUES (?, 1, ?)"),
+                &[tag.as_str().into(), step.into()],
+            )?;
+            self.execute(
+                &format!(
+                    "{ignore} INTO tiny_id_info (biz_type, max_id, step, version) \
+                     VALUES (?, 0, ?, 0)"
+                ),
+                &[tag.as_str().into(), step.into()],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `CREATE DATABASE IF NOT EXISTS` the URL's database, from a session without one.
+    fn create_database(&mut self) -> Result<(), String> {
+        let Self::Mysql { opts, runtime, .. } = self else {
+            return Ok(());
+        };
+        let Some(name) = opts.db_name().map(str::to_owned) else {
+            return Err("name the database in the URL (mysql://USER@HOST:PORT/DATABASE)".into());
+        };
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("database `{name}`: letters, digits and `_` only"));
+        }
+        let bare = mysql_async::OptsBuilder::from_opts(opts.clone()).db_name(None::<String>);
+        runtime.block_on(async {
+            let mut c = within(mysql_async::Conn::new(bare)).await?;
+            within(c.query_drop(format!("CREATE DATABASE IF NOT EXISTS {name}"))).await?;
+            let _ = c.disconnect().await;
+            Ok(())
+        })
+    }
+
+    /// Begins a transaction that holds its rows until it ends (SQLite: the write lock at once).
+    fn begin(&mut self) -> Result<(), String> {
+        if self.is_mysql() {
+            self.batch("BEGIN")
+        } else {
+            self.batch("BEGIN IMMEDIATE")
+        }
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<(), String> {
+        self.execute(sql, &[]).map(|_| ())
+    }
+
+    /// Runs `sql`; the rows it changed.
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64, String> {
+        match self {
+            Self::Sqlite(db) => {
+                let bound = sqlite_params(params);
+                db.execute(sql, rusqlite::params_from_iter(bound.iter()))
+                    .map(|n| n as u64)
+                    .map_err(|e| e.to_string())
+            }
+            Self::Mysql { .. } => self
+                .on_mysql(sql, params, Wanted::Affected)
+                .map(|row| row.map_or(0, |r| r[0].unsigned_abs())),
+        }
+    }
+
+    /// The first row of `sql`, its columns as integers; `None` when there is none.
+    fn row(&mut self, sql: &str, params: &[Value]) -> Result<Option<Vec<i64>>, String> {
+        match self {
+            Self::Sqlite(db) => {
+                let bound = sqlite_params(params);
+                db.query_row(sql, rusqlite::params_from_iter(bound.iter()), |r| {
+                    (0..r.as_ref().column_count())
+                        .map(|i| r.get::<_, i64>(i))
+                        .collect::<rusqlite::Result<Vec<i64>>>()
+                })
+                .optional()
+                .map_err(|e| e.to_string())
+            }
+            Self::Mysql { .. } => self.on_mysql(sql, params, Wanted::Row),
+        }
+    }
+
+    /// The id the last `INSERT` gave its row.
+    fn last_insert_id(&mut self) -> Result<i64, String> {
+        match self {
+            Self::Sqlite(db) => Ok(db.last_insert_rowid()),
+            Self::Mysql { .. } => self
+                .row("SELECT LAST_INSERT_ID()", &[])?
+                .and_then(|r| r.first().copied())
+                .ok_or_else(|| "no LAST_INSERT_ID()".to_owned()),
+        }
+    }
+
+    /// Runs `sql` on the MySQL session (connected first if there is none), each step within
+    /// [`MYSQL_TIMEOUT`]; the session is dropped on any error, so the next call connects anew.
+    /// The first row's columns as integers, or the rows changed (as a one-column row).
+    fn on_mysql(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+        wanted: Wanted,
+    ) -> Result<Option<Vec<i64>>, String> {
+        let Self::Mysql {
+            opts,
+            conn,
+            runtime,
+        } = self
+        else {
+            unreachable!("on_mysql is called on a MySQL store");
+        };
+        let bound: Vec<mysql_async::Value> = params
+            .iter()
+            .map(|v| match v {
+                Value::Int(i) => mysql_async::Value::Int(*i),
+                Value::Text(t) => mysql_async::Value::Bytes(t.as_bytes().to_vec()),
+            })
+            .collect();
+        runtime.block_on(async {
+            let mut c = match conn.take() {
+                Some(c) => c,
+                None => within(mysql_async::Conn::new(opts.clone())).await?,
+            };
+            // Statements without parameters (BEGIN, COMMIT, DDL) go as text: not every one of
+            // them may be prepared.
+            let done = match wanted {
+                Wanted::Affected if bound.is_empty() => {
+                    within(c.query_drop(sql)).await?;
+                    Some(vec![i64::try_from(c.affected_rows()).unwrap_or(i64::MAX)])
+                }
+                Wanted::Affected => {
+                    within(c.exec_drop(sql, bound)).await?;
+                    Some(vec![i64::try_from(c.affected_rows()).unwrap_or(i64::MAX)])
+                }
+                Wanted::Row => {
+                    let row: Option<mysql_async::Row> = if bound.is_empty() {
+                        within(c.query_first(sql)).await?
+                    } else {
+                        within(c.exec_first(sql, bound)).await?
+                    };
+                    row.map(|r| {
+                        (0..r.len())
+                            .map(|i| r.get::<i64, usize>(i).unwrap_or(i64::MIN))
+                            .collect()
+                    })
+                }
+            };
+            *conn = Some(c);
+            Ok(done)
+        })
+    }
+}
+
+/// What a MySQL statement is run for.
+#[derive(Clone, Copy, Debug)]
+enum Wanted {
+    Affected,
+    Row,
+}
+
+/// `future` within [`MYSQL_TIMEOUT`], its error as text.
+async fn within<T>(
+    future: impl std::future::Future<Output = mysql_async::Result<T>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(MYSQL_TIMEOUT, future).await {
+        Ok(done) => done.map_err(|e| e.to_string()),
+        Err(_) => Err(format!(
+            "no answer from MySQL in {} s",
+            MYSQL_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+fn sqlite_params(params: &[Value]) -> Vec<rusqlite::types::Value> {
+    params
+        .iter()
+        .map(|v| match v {
+            Value::Int(i) => rusqlite::types::Value::Integer(*i),
+            Value::Text(t) => rusqlite::types::Value::Text(t.clone()),
+        })
+        .collect()
+}
+
+fn open_sqlite(path: &std::path::Path) -> Result<Connection, String> {
     let failed = |e: rusqlite::Error| format!("{}: {e}", path.display());
     let db = Connection::open(path).map_err(failed)?;
     db.busy_timeout(Duration::from_secs(10)).map_err(failed)?;
@@ -243,94 +533,81 @@ fn open(path: &std::path::Path, tags: &[String], step: i64) -> Result<Connection
         .map_err(failed)?;
     db.pragma_update(None, "synchronous", "FULL")
         .map_err(failed)?;
-    db.execute_batch(
-        "CREATE TABLE IF NOT EXISTS leaf_alloc (biz_tag TEXT PRIMARY KEY, \
-           max_id INTEGER NOT NULL, step INTEGER NOT NULL);
-         CREATE TABLE IF NOT EXISTS tiny_id_info (biz_type TEXT PRIMARY KEY, \
-           max_id INTEGER NOT NULL, step INTEGER NOT NULL, version INTEGER NOT NULL);
-         CREATE TABLE IF NOT EXISTS worker_node (id INTEGER PRIMARY KEY AUTOINCREMENT, \
-           started_ms INTEGER NOT NULL);",
-    )
-    .map_err(failed)?;
-    for tag in tags {
-        db.execute(
-            "INSERT OR IGNORE INTO leaf_alloc (biz_tag, max_id, step) VALUES (?1, 1, ?2)",
-            params![tag, step],
-        )
-        .map_err(failed)?;
-        db.execute(
-            "INSERT OR IGNORE INTO tiny_id_info (biz_type, max_id, step, version) \
-             VALUES (?1, 0, ?2, 0)",
-            params![tag, step],
-        )
-        .map_err(failed)?;
-    }
     Ok(db)
 }
 
 /// Leaf's `updateMaxIdAndGetLeafAlloc`: the segment is `max_id - step .. max_id`.
 fn leaf_segment_from(
-    db: &Connection,
+    store: &mut Store,
     key: &str,
     plants: Plants,
-) -> rusqlite::Result<Option<Segment>> {
-    let update = "UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?1";
-    let select = "SELECT max_id, step FROM leaf_alloc WHERE biz_tag = ?1";
-    let read = |db: &Connection| {
-        db.query_row(select, params![key], |r| {
-            let (max_id, step): (i64, i64) = (r.get(0)?, r.get(1)?);
-            Ok(Segment {
-                start: max_id - step,
-                next: max_id - step,
-                end: max_id,
-            })
-        })
-        .optional()
+) -> Result<Option<Segment>, String> {
+    let update = "UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?";
+    let select = "SELECT max_id, step FROM leaf_alloc WHERE biz_tag = ?";
+    let read = |store: &mut Store| {
+        Ok(store.row(select, &[key.into()])?.map(|r| Segment {
+            start: r[0] - r[1],
+            next: r[0] - r[1],
+            end: r[0],
+        }))
     };
     if plants.race {
         // The UPDATE commits on its own; the SELECT reads whatever max_id is by then.
-        db.execute(update, params![key])?;
+        store.execute(update, &[key.into()])?;
         std::thread::sleep(plants.window);
-        return read(db);
+        return read(store);
     }
-    db.execute_batch("BEGIN IMMEDIATE")?;
-    let taken = db.execute(update, params![key]).and_then(|_| read(db));
-    db.execute_batch(if taken.is_ok() { "COMMIT" } else { "ROLLBACK" })?;
-    taken
+    store.begin()?;
+    let taken = store
+        .execute(update, &[key.into()])
+        .and_then(|_| read(store));
+    match taken {
+        Ok(segment) => store.batch("COMMIT").map(|()| segment),
+        Err(e) => {
+            // A broken session rolls back on its own.
+            let _ = store.batch("ROLLBACK");
+            Err(e)
+        }
+    }
 }
 
 /// Tinyid's `getNextSegmentId`: read the row, write `max_id + step` if the version is still
 /// the one read (retried); the segment is `max_id + 1 ..= max_id + step`.
 fn tinyid_segment_from(
-    db: &Connection,
+    store: &mut Store,
     key: &str,
     plants: Plants,
 ) -> Result<Option<Segment>, String> {
     const ATTEMPTS: u32 = 10;
-    let failed = |e: rusqlite::Error| format!("segment for `{key}`: {e}");
+    let failed = |e: String| format!("segment for `{key}`: {e}");
     for _ in 0..ATTEMPTS {
-        let row: Option<(i64, i64, i64)> = db
-            .query_row(
-                "SELECT max_id, step, version FROM tiny_id_info WHERE biz_type = ?1",
-                params![key],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        let row = store
+            .row(
+                "SELECT max_id, step, version FROM tiny_id_info WHERE biz_type = ?",
+                &[key.into()],
             )
-            .optional()
             .map_err(failed)?;
-        let Some((max_id, step, version)) = row else {
+        let Some(row) = row else {
             return Ok(None);
         };
+        let [max_id, step, version] =
+            <[i64; 3]>::try_from(row.as_slice()).map_err(|_| failed("not three columns".into()))?;
         let updated = if plants.race {
             std::thread::sleep(plants.window);
-            db.execute(
-                "UPDATE tiny_id_info SET max_id = ?1, version = version + 1 WHERE biz_type = ?2",
-                params![max_id + step, key],
+            store.execute(
+                "UPDATE tiny_id_info SET max_id = ?, version = version + 1 WHERE biz_type = ?",
+                &[(max_id + step).into(), key.into()],
             )
         } else {
-            db.execute(
-                "UPDATE tiny_id_info SET max_id = ?1, version = version + 1 \
-                 WHERE biz_type = ?2 AND max_id = ?3 AND version = ?4",
-                params![max_id + step, key, max_id, version],
+            store.execute(
+                "UPDATE tiny_id_info SET max_id = ?, version = version + 1 \
+                 WHERE biz_type = ? AND max_id = ? AND version = ?",
+                &[
+                    (max_id + step).into(),
+                    key.into(),
+                    max_id.into(),
+                    version.into(),
+                ],
             )
         }
         .map_err(failed)?;
@@ -355,11 +632,11 @@ fn lock(shared: &Shared) -> MutexGuard<'_, Instance> {
 }
 
 impl Instance {
-    fn take_segment(&self, key: &str) -> Result<Segment, String> {
+    fn take_segment(&mut self, key: &str) -> Result<Segment, String> {
         let taken = match self.api {
-            Api::Leaf => leaf_segment_from(&self.db, key, self.plants)
+            Api::Leaf => leaf_segment_from(&mut self.store, key, self.plants)
                 .map_err(|e| format!("segment for `{key}`: {e}"))?,
-            Api::Tinyid | Api::Uid => tinyid_segment_from(&self.db, key, self.plants)?,
+            Api::Tinyid | Api::Uid => tinyid_segment_from(&mut self.store, key, self.plants)?,
         };
         taken.ok_or_else(|| format!("unknown key `{key}`"))
     }
@@ -448,18 +725,13 @@ fn next_ids(shared: &Shared, key: &str, count: usize) -> Result<Vec<i64>, String
 /// window) makes it the key's next one.
 fn load_next_in_background(shared: &Shared, key: &str) {
     let (shared, key) = (Arc::clone(shared), key.to_owned());
-    std::thread::spawn(move || {
-        let (path, plants) = {
+    tokio::task::spawn_blocking(move || {
+        let (db, plants) = {
             let instance = lock(&shared);
-            (instance.db_path.clone(), instance.plants)
+            (instance.db.clone(), instance.plants)
         };
-        let fetched = Connection::open(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|db| {
-                db.busy_timeout(Duration::from_secs(10))
-                    .map_err(|e| e.to_string())?;
-                tinyid_segment_from(&db, &key, plants)
-            });
+        let fetched =
+            Store::connect(&db).and_then(|mut store| tinyid_segment_from(&mut store, &key, plants));
         if plants.reorder {
             std::thread::sleep(plants.window);
         }
@@ -480,7 +752,7 @@ async fn ids(shared: Shared, key: String, count: usize) -> Result<Vec<i64>, Stri
 }
 
 fn api_of(shared: &Shared) -> Api {
-    lock(shared).api
+    shared.api
 }
 
 /// Leaf: the ID as text; an error is HTTP 500.

@@ -150,8 +150,9 @@ enum Command {
     },
     /// Test your own ID service, black box: Leaf, Tinyid, any HTTP API, Redis INCR or a
     /// PostgreSQL sequence at one or more URLs, optionally started by the bench and put under
-    /// faults; the clients' history is judged (unique, monotonic if promised, gaps, errors).
-    Ids(scenarios::ids::IdsArgs),
+    /// faults with their database; the clients' history is judged (unique, monotonic if
+    /// promised, gaps, errors).
+    Ids(Box<scenarios::ids::IdsArgs>),
     /// Test your own TCC participant, black box, against a hostile coordinator: Try, Confirm
     /// and Cancel of fresh draws in any order, repeated, two at once, across kill -9 and
     /// restarts; every answer is judged against the participant's promises and its books.

@@ -1,0 +1,369 @@
+//! The user's own database under faults (`--db-cmd`): where a Leaf or Tinyid cluster keeps its
+//! durability (its servers keep nothing on disk), started by the bench so that its nemesis can
+//! kill it, pause it, cut its power or cut the service's link to it.
+//!
+//! The bench runs `--db-init` once (if given), then `--db-cmd`, with `{dbdata}` replaced by a
+//! fresh data directory (on the lost-writes filesystem when the nemesis cuts the database's
+//! power), `{dbrun}` by a directory beside it for sockets and pid files (never on that
+//! filesystem, which takes no Unix sockets) and `{dbport}` by a free loopback port; the database is ready when that port accepts
+//! a connection. A fault proxy stands in front of it, and the services reach the database
+//! through the proxy: `{db_url}` in a `--server-cmd` is `--db-url` with `{db_addr}` (the
+//! proxy's `127.0.0.1:PORT`) and `{db_port}` (its port) filled in; `{db_addr}` and `{db_port}`
+//! work in a `--server-cmd` too.
+//!
+//! Each fault's effect is checked where it is made: after `db_kill` and `db_power_loss` the
+//! database's port refuses; after `db_pause` every one of its processes is stopped; a
+//! `db_partition` held back bytes of the service's link while it lasted.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chaos::{CommandService, CommandSpec, LinkFault, LostFs, ProcessError, Proxy, ProxyEffects};
+
+/// A fault of the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DbFault {
+    /// SIGKILL of the database's command, restarted with the same command when it heals.
+    Kill,
+    /// SIGSTOP of every process of the database, SIGCONT when it heals.
+    Pause,
+    /// The database killed and every write under `{dbdata}` not yet synced dropped, restarted
+    /// when it heals.
+    PowerLoss,
+    /// The link between the services and the database black-holed by the fault proxy.
+    Partition,
+}
+
+impl DbFault {
+    /// Its kind in the fault vocabulary.
+    #[must_use]
+    pub const fn kind(self) -> sut::fault::FaultKind {
+        use sut::fault::FaultKind as K;
+        match self {
+            Self::Kill => K::DbKill,
+            Self::Pause => K::DbPause,
+            Self::PowerLoss => K::DbPowerLoss,
+            Self::Partition => K::DbPartition,
+        }
+    }
+}
+
+/// How to start the user's database.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DbOptions {
+    /// The command that runs the database in the foreground (`{dbdata}`, `{dbrun}`,
+    /// `{dbport}`), run by `sh -c`, again after every kill and power loss.
+    pub command: String,
+    /// A command run once before the first start, to completion (`mariadb-install-db`,
+    /// `initdb`; the same placeholders).
+    pub init: Option<String>,
+    /// What `{db_url}` is in a `--server-cmd`: `{db_addr}` and `{db_port}` filled in with the
+    /// fault proxy's (`mysql://root@{db_addr}/bench`); empty: `{db_addr}`.
+    pub url: String,
+    /// The user `{dbdata}` is handed to before the database starts (a MariaDB or PostgreSQL
+    /// that refuses to run as root and drops to `mysql` or `postgres`).
+    pub user: Option<String>,
+}
+
+impl DbOptions {
+    /// Checks the options for a run whose database faults are `faults`.
+    ///
+    /// # Errors
+    /// What is wrong, naming the option.
+    pub fn validate(&self, faults: &[DbFault]) -> Result<(), String> {
+        if self.command.trim().is_empty() {
+            return Err("--db-cmd is empty: give the command that runs the database".into());
+        }
+        if !self.command.contains("{dbport}") {
+            return Err(format!(
+                "--db-cmd `{}`: put {{dbport}} where the database's port goes (the bench picks \
+                 a free one and puts its fault proxy in front of it)",
+                self.command
+            ));
+        }
+        if faults.contains(&DbFault::PowerLoss) && !self.command.contains("{dbdata}") {
+            return Err(format!(
+                "--nemesis db_power_loss: put {{dbdata}} in --db-cmd `{}` where the database keeps \
+                 its files (the bench mounts its lost-writes filesystem there)",
+                self.command
+            ));
+        }
+        if let Some(user) = &self.user
+            && user.trim().is_empty()
+        {
+            return Err("--db-user is empty".into());
+        }
+        Ok(())
+    }
+}
+
+/// The placeholders a `--server-cmd` may use for the database.
+pub const SERVER_PLACEHOLDERS: [&str; 3] = ["{db_url}", "{db_addr}", "{db_port}"];
+
+/// A running (or faulted) user's database, behind its fault proxy.
+#[derive(Debug)]
+pub struct Database {
+    service: CommandService,
+    proxy: Proxy,
+    port: u16,
+    url: String,
+    /// Bytes held by the proxy when the current partition began.
+    held_at_cut: u64,
+    /// Under `{dbdata}` (power-loss runs); unmounted after the database is gone (fields drop in
+    /// order).
+    lostfs: Option<LostFs>,
+    data: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Database {
+    /// Makes `{dbdata}` (on the lost-writes filesystem when `lose_unsynced`), runs the init
+    /// command, starts the database and its proxy.
+    ///
+    /// # Errors
+    /// A directory, the mount, the init command or the start failed.
+    pub fn start(opts: &DbOptions, lose_unsynced: bool) -> Result<Self, ProcessError> {
+        let dir = tempfile::Builder::new()
+            .prefix("bench-own-db-")
+            .tempdir()
+            .map_err(|e| io("make the database's folder", e))?;
+        let data = dir.path().join("dbdata");
+        std::fs::create_dir(&data).map_err(|e| io("make {dbdata}", e))?;
+        let run = dir.path().join("dbrun");
+        std::fs::create_dir(&run).map_err(|e| io("make {dbrun}", e))?;
+        let backing = dir.path().join("disk");
+        if lose_unsynced {
+            std::fs::create_dir(&backing).map_err(|e| io("make the backing folder", e))?;
+        }
+        if let Some(user) = &opts.user {
+            // The folder itself too: a server dropping to `user` must reach `{dbdata}`.
+            chaos::give_to_user(dir.path(), user)?;
+        }
+        let lostfs = if lose_unsynced {
+            Some(LostFs::mount(&backing, &data)?)
+        } else {
+            None
+        };
+        let port = chaos::free_port()?;
+        let fill = |command: &str| {
+            command
+                .replace("{dbdata}", &data.display().to_string())
+                .replace("{dbrun}", &run.display().to_string())
+                .replace("{dbport}", &port.to_string())
+        };
+        if let Some(init) = &opts.init {
+            run_init(&fill(init), &dir.path().join("db-init.log"))?;
+        }
+        let service = CommandService::start(CommandSpec {
+            name: "database".into(),
+            command: fill(&opts.command),
+            port,
+            env: Vec::new(),
+            log: dir.path().join("database.log"),
+        })?;
+        let proxy = Proxy::start(([127, 0, 0, 1], port).into(), 0xdb)?;
+        let template = if opts.url.is_empty() {
+            "{db_addr}"
+        } else {
+            &opts.url
+        };
+        let url = fill_proxy(template, proxy.addr().port());
+        Ok(Self {
+            service,
+            proxy,
+            port,
+            url,
+            held_at_cut: 0,
+            lostfs,
+            data,
+            _dir: dir,
+        })
+    }
+
+    /// `command` with `{db_url}`, `{db_addr}` and `{db_port}` filled in (the proxy's).
+    #[must_use]
+    pub fn fill(&self, command: &str) -> String {
+        fill_proxy(
+            &command.replace("{db_url}", &self.url),
+            self.proxy.addr().port(),
+        )
+    }
+
+    /// The URL the services are given (through the proxy).
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `{dbdata}`.
+    #[must_use]
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// The database's log (its command's output).
+    #[must_use]
+    pub fn log(&self) -> &Path {
+        self.service.log()
+    }
+
+    /// Begins `fault`; whether its effect is in place (a partition's is known when it heals).
+    ///
+    /// # Errors
+    /// A signal could not be sent.
+    pub fn inject(&mut self, fault: DbFault) -> Result<bool, ProcessError> {
+        match fault {
+            DbFault::Kill => {
+                self.service.kill9()?;
+                Ok(self.service.is_down() && self.refuses())
+            }
+            DbFault::Pause => {
+                self.service.pause()?;
+                // A stop signal lands a moment after it is sent.
+                Ok(within_a_second(|| self.service.is_stopped()))
+            }
+            DbFault::PowerLoss => {
+                self.service.kill9()?;
+                let lostfs = self
+                    .lostfs
+                    .as_ref()
+                    .expect("db_power_loss runs mount {dbdata}");
+                lostfs.power_loss();
+                Ok(self.service.is_down() && self.refuses())
+            }
+            DbFault::Partition => {
+                self.held_at_cut = self.proxy.effects().held_bytes;
+                self.proxy.set(LinkFault::Blackhole);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Ends `fault`; whether it took effect, as far as only its end can tell (a partition
+    /// held back bytes of the link while it lasted).
+    ///
+    /// # Errors
+    /// The database could not be restarted or resumed.
+    pub fn heal(&mut self, fault: DbFault) -> Result<bool, ProcessError> {
+        match fault {
+            DbFault::Kill | DbFault::PowerLoss => self.service.restart().map(|()| true),
+            DbFault::Pause => self.service.resume().map(|()| true),
+            DbFault::Partition => {
+                let held = self.proxy.effects().held_bytes > self.held_at_cut;
+                self.proxy.set(LinkFault::None);
+                Ok(held)
+            }
+        }
+    }
+
+    /// What the proxy in front of the database did.
+    #[must_use]
+    pub fn proxy_effects(&self) -> ProxyEffects {
+        self.proxy.effects()
+    }
+
+    /// What the lost-writes filesystem under `{dbdata}` did (power-loss runs).
+    #[must_use]
+    pub fn lost_writes(&self) -> Option<chaos::LostFsEffects> {
+        self.lostfs.as_ref().map(LostFs::effects)
+    }
+
+    /// Whether the database's own port refuses a connection.
+    fn refuses(&self) -> bool {
+        TcpStream::connect_timeout(
+            &([127, 0, 0, 1], self.port).into(),
+            Duration::from_millis(200),
+        )
+        .is_err()
+    }
+}
+
+/// Whether `done` becomes true within a second (polled).
+fn within_a_second(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `{db_addr}` and `{db_port}` of the proxy on `port`.
+fn fill_proxy(text: &str, port: u16) -> String {
+    text.replace("{db_addr}", &format!("127.0.0.1:{port}"))
+        .replace("{db_port}", &port.to_string())
+}
+
+fn io(what: &str, source: std::io::Error) -> ProcessError {
+    ProcessError::Io {
+        what: what.to_owned(),
+        source,
+    }
+}
+
+/// Runs `command` (by `sh -c`) to completion, its output to `log`.
+fn run_init(command: &str, log: &Path) -> Result<(), ProcessError> {
+    let out = std::fs::File::create(log).map_err(|e| io("make the init log", e))?;
+    let err = out.try_clone().map_err(|e| io("make the init log", e))?;
+    let status = std::process::Command::new("sh")
+        .args(["-c", command])
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .status()
+        .map_err(|e| io("run --db-init", e))?;
+    if status.success() {
+        return Ok(());
+    }
+    let tail = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = tail.lines().collect();
+    Err(ProcessError::Command {
+        what: format!("--db-init `{command}`"),
+        detail: format!(
+            "{status}:\n{}",
+            lines[lines.len().saturating_sub(15)..].join("\n")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(command: &str) -> DbOptions {
+        DbOptions {
+            command: command.into(),
+            ..DbOptions::default()
+        }
+    }
+
+    #[test]
+    fn the_options_name_what_is_missing() {
+        assert!(opts("").validate(&[]).unwrap_err().contains("--db-cmd"));
+        let no_port = opts("redis-server --dir {dbdata}")
+            .validate(&[])
+            .unwrap_err();
+        assert!(no_port.contains("{dbport}"), "{no_port}");
+        let no_data = opts("redis-server --port {dbport}")
+            .validate(&[DbFault::PowerLoss])
+            .unwrap_err();
+        assert!(no_data.contains("{dbdata}"), "{no_data}");
+        assert_eq!(
+            opts("redis-server --port {dbport}").validate(&[DbFault::Kill, DbFault::Pause]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn the_proxy_address_fills_the_templates() {
+        assert_eq!(
+            fill_proxy("mysql://root@{db_addr}/bench?port={db_port}", 4000),
+            "mysql://root@127.0.0.1:4000/bench?port=4000"
+        );
+    }
+}
