@@ -36,6 +36,30 @@ pub enum DbFault {
 }
 
 impl DbFault {
+    /// Every database fault.
+    pub const ALL: [Self; 4] = [Self::Kill, Self::Pause, Self::PowerLoss, Self::Partition];
+
+    /// The database fault named `word`, between two messages of a contract tester (`scenario
+    /// tcc`, `scenario tokens` `--db-fault`): `db_kill` or `db_power_loss`.
+    ///
+    /// # Errors
+    /// Another name, saying why: a pause or a partition between two messages changes nothing
+    /// the tester can see, and during one it leaves the message's outcome unknown, which a
+    /// tester that judges every answer cannot take (`scenario ids` takes them).
+    pub fn parse_between_messages(word: &str) -> Result<Self, String> {
+        let fault =
+            sut::fault::parse_into(word, sut::fault::Runner::OwnService, &Self::ALL, Self::kind)
+                .map_err(|_| format!("--db-fault `{word}`: db_kill or db_power_loss"))?;
+        match fault {
+            Self::Kill | Self::PowerLoss => Ok(fault),
+            Self::Pause | Self::Partition => Err(format!(
+                "--db-fault {word}: between two messages it changes nothing the tester sees, and \
+                 during one it leaves the answer unknown; use db_kill or db_power_loss here \
+                 (scenario ids takes db_pause and db_partition)"
+            )),
+        }
+    }
+
     /// Its kind in the fault vocabulary.
     #[must_use]
     pub const fn kind(self) -> sut::fault::FaultKind {
@@ -58,6 +82,11 @@ pub struct DbOptions {
     /// A command run once before the first start, to completion (`mariadb-install-db`,
     /// `initdb`; the same placeholders).
     pub init: Option<String>,
+    /// A command that succeeds once the database serves queries (`pg_isready -h 127.0.0.1 -p
+    /// {dbport}`, `mariadb-admin … ping`), run after every start until it does: a port that
+    /// accepts is not always a database that answers (PostgreSQL accepts while it recovers and
+    /// refuses queries with 57P03 meanwhile).
+    pub ready: Option<String>,
     /// What `{db_url}` is in a `--server-cmd`: `{db_addr}` and `{db_port}` filled in with the
     /// fault proxy's (`mysql://root@{db_addr}/bench`); empty: `{db_addr}`.
     pub url: String,
@@ -105,6 +134,8 @@ pub const SERVER_PLACEHOLDERS: [&str; 3] = ["{db_url}", "{db_addr}", "{db_port}"
 #[derive(Debug)]
 pub struct Database {
     service: CommandService,
+    /// `--db-ready`, filled in.
+    ready: Option<String>,
     proxy: Proxy,
     port: u16,
     url: String,
@@ -162,6 +193,10 @@ impl Database {
             env: Vec::new(),
             log: dir.path().join("database.log"),
         })?;
+        let ready = opts.ready.as_deref().map(fill);
+        if let Some(ready) = &ready {
+            wait_ready(ready, &dir.path().join("db-ready.log"))?;
+        }
         let proxy = Proxy::start(([127, 0, 0, 1], port).into(), 0xdb)?;
         let template = if opts.url.is_empty() {
             "{db_addr}"
@@ -171,6 +206,7 @@ impl Database {
         let url = fill_proxy(template, proxy.addr().port());
         Ok(Self {
             service,
+            ready,
             proxy,
             port,
             url,
@@ -247,7 +283,14 @@ impl Database {
     /// The database could not be restarted or resumed.
     pub fn heal(&mut self, fault: DbFault) -> Result<bool, ProcessError> {
         match fault {
-            DbFault::Kill | DbFault::PowerLoss => self.service.restart().map(|()| true),
+            DbFault::Kill | DbFault::PowerLoss => {
+                self.service.restart()?;
+                if let Some(ready) = &self.ready {
+                    let log = self.service.log().with_file_name("db-ready.log");
+                    wait_ready(ready, &log)?;
+                }
+                Ok(true)
+            }
             DbFault::Pause => self.service.resume().map(|()| true),
             DbFault::Partition => {
                 let held = self.proxy.effects().held_bytes > self.held_at_cut;
@@ -255,6 +298,17 @@ impl Database {
                 Ok(held)
             }
         }
+    }
+
+    /// `fault`, held `down`, then healed (the contract testers' way: between two messages);
+    /// whether it was seen in place.
+    ///
+    /// # Errors
+    /// As [`Database::inject`] and [`Database::heal`].
+    pub fn fault_and_heal(&mut self, fault: DbFault, down: Duration) -> Result<bool, ProcessError> {
+        let in_place = self.inject(fault)?;
+        std::thread::sleep(down);
+        Ok(self.heal(fault)? && in_place)
     }
 
     /// What the proxy in front of the database did.
@@ -276,6 +330,89 @@ impl Database {
             Duration::from_millis(200),
         )
         .is_err()
+    }
+}
+
+/// How long a contract tester holds a database fault between two messages.
+pub const DOWN_BETWEEN_MESSAGES: Duration = Duration::from_millis(200);
+
+/// The database options of a contract tester (`scenario tcc`, `scenario tokens`): `db` and
+/// `db_fault` with the `commands` that start the service and the `kill_every` cadence.
+///
+/// # Errors
+/// What is wrong, naming the option.
+pub fn validate_contract(
+    db: Option<&DbOptions>,
+    db_fault: Option<DbFault>,
+    commands: &[String],
+    kill_every: u64,
+) -> Result<(), String> {
+    let uses_db = |c: &String| SERVER_PLACEHOLDERS.iter().any(|p| c.contains(p));
+    let Some(db) = db else {
+        if db_fault.is_some() {
+            return Err("--db-fault needs --db-cmd (the bench must start the database)".into());
+        }
+        if let Some(c) = commands.iter().find(|c| uses_db(c)) {
+            return Err(format!(
+                "--server-cmd `{c}` uses the database's address, but there is no --db-cmd"
+            ));
+        }
+        return Ok(());
+    };
+    db.validate(db_fault.as_slice())?;
+    if !commands.iter().any(uses_db) {
+        return Err(
+            "--db-cmd: give a --server-cmd that uses {db_url}, {db_addr} or {db_port} (the \
+             bench starts the service on the database, through its fault proxy)"
+                .into(),
+        );
+    }
+    if db_fault.is_some() && kill_every == 0 {
+        return Err("--db-fault: say how often with --kill-every N".into());
+    }
+    Ok(())
+}
+
+/// `faults.took_effect` of `made` database faults of which `seen` were seen in place.
+#[must_use]
+pub fn took_effect(made: u32, seen: u32) -> reports::model::InvariantResult {
+    let detail = format!("{made} database faults, {seen} seen in place (the port refused)");
+    if seen == made {
+        return reports::model::InvariantResult {
+            detail: Some(detail),
+            ..reports::model::InvariantResult::held("faults.took_effect")
+        };
+    }
+    reports::model::InvariantResult {
+        name: "faults.took_effect".into(),
+        verdict: reports::model::Judgement::Violated,
+        seed: None,
+        first_offending_event: None,
+        detail: Some(detail),
+    }
+}
+
+/// How long a service may take to answer again after its database came back.
+pub const BACK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until `answers` (a harmless request to the service that goes through its database)
+/// says the service is back after a database fault.
+///
+/// # Errors
+/// Not back within [`BACK_TIMEOUT`]: what the last attempt said.
+pub fn wait_until_back(mut answers: impl FnMut() -> Result<(), String>) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + BACK_TIMEOUT;
+    loop {
+        match answers() {
+            Ok(()) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(format!(
+                    "the service did not answer within {} s of its database coming back: {e}",
+                    BACK_TIMEOUT.as_secs()
+                ));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
     }
 }
 
@@ -306,6 +443,27 @@ fn io(what: &str, source: std::io::Error) -> ProcessError {
     }
 }
 
+/// How long `--db-ready` may take to succeed after a start.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `command` until it succeeds (every 100 ms), at most [`READY_TIMEOUT`].
+fn wait_ready(command: &str, log: &Path) -> Result<(), ProcessError> {
+    let deadline = std::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        match run_init(command, log) {
+            Ok(()) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(ProcessError::NotReady {
+                    what: format!("the database (--db-ready `{command}`)"),
+                    timeout_s: READY_TIMEOUT.as_secs(),
+                    log_tail: e.to_string(),
+                });
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
 /// Runs `command` (by `sh -c`) to completion, its output to `log`.
 fn run_init(command: &str, log: &Path) -> Result<(), ProcessError> {
     let out = std::fs::File::create(log).map_err(|e| io("make the init log", e))?;
@@ -323,7 +481,7 @@ fn run_init(command: &str, log: &Path) -> Result<(), ProcessError> {
     let tail = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = tail.lines().collect();
     Err(ProcessError::Command {
-        what: format!("--db-init `{command}`"),
+        what: format!("`{command}`"),
         detail: format!(
             "{status}:\n{}",
             lines[lines.len().saturating_sub(15)..].join("\n")
@@ -357,6 +515,51 @@ mod tests {
             opts("redis-server --port {dbport}").validate(&[DbFault::Kill, DbFault::Pause]),
             Ok(())
         );
+    }
+
+    #[test]
+    fn the_contract_testers_take_the_faults_between_two_messages_and_say_why_not_the_others() {
+        assert_eq!(
+            DbFault::parse_between_messages("db_kill"),
+            Ok(DbFault::Kill)
+        );
+        assert_eq!(
+            DbFault::parse_between_messages("db_power_loss"),
+            Ok(DbFault::PowerLoss)
+        );
+        let pause = DbFault::parse_between_messages("db_pause").unwrap_err();
+        assert!(pause.contains("scenario ids takes db_pause"), "{pause}");
+        let other = DbFault::parse_between_messages("kill").unwrap_err();
+        assert!(other.contains("db_kill or db_power_loss"), "{other}");
+    }
+
+    #[test]
+    fn a_database_fault_not_seen_in_place_fails_took_effect() {
+        use reports::model::Judgement;
+        assert_eq!(took_effect(3, 3).verdict, Judgement::Held);
+        assert_eq!(took_effect(3, 2).verdict, Judgement::Violated);
+    }
+
+    #[test]
+    fn a_contract_tester_needs_a_database_a_service_on_it_and_a_cadence() {
+        let db = opts("exec db --port {dbport}");
+        let on_db = ["exec svc --db {db_url}".to_owned()];
+        let fault = Some(DbFault::Kill);
+        assert!(
+            validate_contract(None, fault, &on_db, 5)
+                .unwrap_err()
+                .contains("--db-cmd")
+        );
+        assert!(
+            validate_contract(None, None, &on_db, 5)
+                .unwrap_err()
+                .contains("no --db-cmd")
+        );
+        let unused = validate_contract(Some(&db), fault, &["exec svc".into()], 5).unwrap_err();
+        assert!(unused.contains("{db_url}"), "{unused}");
+        let never = validate_contract(Some(&db), fault, &on_db, 0).unwrap_err();
+        assert!(never.contains("--kill-every"), "{never}");
+        assert_eq!(validate_contract(Some(&db), fault, &on_db, 5), Ok(()));
     }
 
     #[test]

@@ -75,6 +75,12 @@ pub struct ParticipantOptions {
     pub command: Option<String>,
     /// With `command`: kill -9 and restart it after every this many messages (0: never).
     pub kill_every: u64,
+    /// The participant's database, started by the tester before it (`{db_url}` in `command`).
+    pub db: Option<crate::db::DbOptions>,
+    /// With `db`: at each `kill_every` point this fault of the database (killed, or its power
+    /// cut, then restarted) instead of the participant's restart; the participant must answer
+    /// again and its books must be what it acknowledged.
+    pub db_fault: Option<crate::db::DbFault>,
     /// The slow-clients check after the sequences, measuring `GET /ledger` (stalled bodies go
     /// to `POST /tcc/branch` unless the spec names another path).
     pub slow: Option<crate::slow::SlowSpec>,
@@ -322,8 +328,13 @@ pub struct ParticipantRun {
     pub messages: u64,
     /// Pairs of messages sent at once.
     pub races: u64,
-    /// kill -9 and restarts of the participant.
+    /// kill -9 and restarts of the participant (or database faults, with `db_fault`).
     pub restarts: u64,
+    /// Database faults made, and those seen in place (the database's port refused).
+    pub db_faults: (u32, u32),
+    /// Times the participant stopped itself after a database fault (and was started again,
+    /// as a supervisor would).
+    pub exits_after_db_faults: u32,
     /// Every (phase, state before, answer) met.
     pub seen: BTreeSet<(Phase, BranchState, Answer)>,
     /// The first broken promise.
@@ -352,8 +363,18 @@ impl ParticipantRun {
                 },
                 _ => InvariantResult::held(name),
             })
+            .chain(self.db_took_effect())
             .chain(self.slow.iter().flat_map(|(_, c)| c.iter().cloned()))
             .collect()
+    }
+
+    /// `faults.took_effect` of the database faults, when there were any to make.
+    fn db_took_effect(&self) -> Option<InvariantResult> {
+        let (made, seen) = self.db_faults;
+        if made == 0 {
+            return None;
+        }
+        Some(crate::db::took_effect(made, seen))
     }
 
     /// True when no promise was broken.
@@ -572,10 +593,17 @@ fn answer_of(status: u16, text: &str) -> Result<(Said, String), ContractError> {
     Ok((said, reply.outcome.to_string()))
 }
 
-/// The participant, and the server process when the tester owns it.
+/// The participant, and the server process when the tester owns it (and its database).
 struct Bench {
     wire: Wire,
     server: Option<(CommandService, tempfile::TempDir)>,
+    /// Stopped after the participant (fields drop in order).
+    db: Option<crate::db::Database>,
+    db_fault: Option<crate::db::DbFault>,
+    /// Database faults made and seen in place.
+    db_faults: (u32, u32),
+    /// Times the participant had stopped itself after a database fault and was started again.
+    exits: u32,
 }
 
 impl Bench {
@@ -585,8 +613,19 @@ impl Bench {
             opts.admin_token.clone(),
             opts.service_token.clone(),
         )?;
+        let db = opts
+            .db
+            .as_ref()
+            .map(|spec| {
+                let cut_power = opts.db_fault == Some(crate::db::DbFault::PowerLoss);
+                crate::db::Database::start(spec, cut_power)
+            })
+            .transpose()?;
         let server = match &opts.command {
             Some(command) => {
+                let command = db
+                    .as_ref()
+                    .map_or_else(|| command.clone(), |d| d.fill(command));
                 let dir = tempfile::Builder::new()
                     .prefix("bench-participant-")
                     .tempdir()
@@ -608,10 +647,52 @@ impl Bench {
             }
             None => None,
         };
-        Ok(Self { wire, server })
+        Ok(Self {
+            wire,
+            server,
+            db,
+            db_fault: opts.db_fault,
+            db_faults: (0, 0),
+            exits: 0,
+        })
+    }
+
+    /// `e`, with the end of the participant's log when it is no longer running.
+    fn explain(&mut self, e: ContractError) -> ContractError {
+        let Some((service, _)) = self.server.as_mut() else {
+            return e;
+        };
+        if !service.is_down() {
+            return e;
+        }
+        let log = std::fs::read_to_string(service.log()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(8)..].join("\n");
+        ContractError::Unreachable(format!(
+            "{e}; the participant exited, its log ends:\n{tail}"
+        ))
     }
 
     fn restart(&mut self) -> Result<(), ContractError> {
+        if let (Some(db), Some(fault)) = (self.db.as_mut(), self.db_fault) {
+            let seen = db.fault_and_heal(fault, crate::db::DOWN_BETWEEN_MESSAGES)?;
+            self.db_faults.0 += 1;
+            self.db_faults.1 += u32::from(seen);
+            self.wire.http = Wire::client()?;
+            let (wire, server, exits) = (&self.wire, &mut self.server, &mut self.exits);
+            return crate::db::wait_until_back(|| {
+                // A participant that stops itself when its database fails (fail-stop) is
+                // started again, as its supervisor would; the run counts it.
+                if let Some((service, _)) = server.as_mut()
+                    && service.is_down()
+                {
+                    service.restart().map_err(|e| e.to_string())?;
+                    *exits += 1;
+                }
+                wire.ledger().map(|_| ()).map_err(|e| e.to_string())
+            })
+            .map_err(ContractError::Unreachable);
+        }
         let Some((service, _)) = self.server.as_mut() else {
             return Err(ContractError::Usage(
                 "restarts need the command that starts the participant (--server-cmd)".into(),
@@ -912,6 +993,9 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
             "--kill-every needs --server-cmd (the tester must own the participant)".into(),
         ));
     }
+    let commands: Vec<String> = opts.command.iter().cloned().collect();
+    crate::db::validate_contract(opts.db.as_ref(), opts.db_fault, &commands, opts.kill_every)
+        .map_err(ContractError::Usage)?;
     if opts.sequences > SEQUENCES_MAX || opts.steps > 1_000 {
         return Err(ContractError::Usage(format!(
             "--sequences {} --steps {}: at most {SEQUENCES_MAX} sequences of 1,000 messages",
@@ -929,7 +1013,8 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
         let universe = Universe {
             base: base + 2 * index * 1_024,
         };
-        let (done, broke) = play(&mut bench, universe, &actions, &mut run)?;
+        let (done, broke) =
+            play(&mut bench, universe, &actions, &mut run).map_err(|e| bench.explain(e))?;
         run.sequences += 1;
         if let Some((check, what)) = broke {
             let offending = &actions[..done];
@@ -968,6 +1053,8 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
             .map_err(|e| ContractError::Usage(format!("--slow-clients: {e}")))?;
         run.slow = Some(slow);
     }
+    run.db_faults = bench.db_faults;
+    run.exits_after_db_faults = bench.exits;
     drop(bench);
     Ok(run)
 }

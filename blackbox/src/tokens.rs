@@ -61,6 +61,12 @@ pub struct TokensOptions {
     /// With commands: kill -9 and restart every instance after every this many tokens (0:
     /// never).
     pub kill_every: u64,
+    /// The instances' database, started by the tester before them (`{db_url}` in `commands`).
+    pub db: Option<crate::db::DbOptions>,
+    /// With `db`: at each `kill_every` point this fault of the database (killed, or its power
+    /// cut, then restarted) instead of the instances' restart; a token consumed before it must
+    /// stay used.
+    pub db_fault: Option<crate::db::DbFault>,
     /// One-time tokens one user asks for, one per activity, as fast as it can (`tokens.quota`;
     /// 0: not checked).
     pub exhaust: u64,
@@ -120,8 +126,10 @@ pub struct Round {
 pub struct TokensRun {
     /// Every round.
     pub rounds: Vec<Round>,
-    /// kill -9 and restarts of every instance.
+    /// kill -9 and restarts of every instance (or database faults, with `db_fault`).
     pub restarts: u64,
+    /// Database faults made, and those seen in place (the database's port refused).
+    pub db_faults: (u32, u32),
     /// The answer to a token never issued.
     pub unknown_token: Option<Consumed>,
     /// The neighbours of the last round's token, each presented by its owner, and the answers.
@@ -290,6 +298,10 @@ impl TokensRun {
         ];
         if let Some(e) = &self.exhaustion {
             checks.push(verdict("tokens.quota", e.violation()));
+        }
+        let (made, seen) = self.db_faults;
+        if made > 0 {
+            checks.push(crate::db::took_effect(made, seen));
         }
         checks.extend(self.slow.iter().flat_map(|(_, c)| c.iter().cloned()));
         checks
@@ -567,9 +579,11 @@ impl Wire {
     }
 }
 
-/// The instances, when the tester owns them.
+/// The instances, when the tester owns them, and their database.
 struct Owned {
     services: Vec<CommandService>,
+    /// Stopped after the instances (fields drop in order).
+    db: Option<crate::db::Database>,
     _dir: tempfile::TempDir,
 }
 
@@ -577,6 +591,14 @@ fn start(opts: &TokensOptions) -> Result<Option<Owned>, ContractError> {
     if opts.commands.is_empty() {
         return Ok(None);
     }
+    let db = opts
+        .db
+        .as_ref()
+        .map(|spec| {
+            let cut_power = opts.db_fault == Some(crate::db::DbFault::PowerLoss);
+            crate::db::Database::start(spec, cut_power)
+        })
+        .transpose()?;
     if opts.commands.len() != opts.urls.len() {
         return Err(ContractError::Usage(format!(
             "{} --server-cmd for {} --url: give one per URL, in the same order",
@@ -598,9 +620,13 @@ fn start(opts: &TokensOptions) -> Result<Option<Owned>, ContractError> {
             .port();
         services.push(CommandService::start(CommandSpec {
             name: format!("server-{}", i + 1),
-            command: command
-                .replace("{data}", &data.display().to_string())
-                .replace("{server}", &(i + 1).to_string()),
+            command: {
+                let command = command
+                    .replace("{data}", &data.display().to_string())
+                    .replace("{server}", &(i + 1).to_string());
+                db.as_ref()
+                    .map_or_else(|| command.clone(), |d| d.fill(&command))
+            },
             port,
             env: Vec::new(),
             log: dir.path().join(format!("server-{}.log", i + 1)),
@@ -608,6 +634,7 @@ fn start(opts: &TokensOptions) -> Result<Option<Owned>, ContractError> {
     }
     Ok(Some(Owned {
         services,
+        db,
         _dir: dir,
     }))
 }
@@ -665,11 +692,37 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
         });
         let restart = opts.kill_every > 0 && (index + 1) % opts.kill_every == 0;
         if restart && let Some(o) = owned.as_mut() {
-            for s in &mut o.services {
-                s.kill9()?;
-                s.restart()?;
+            if let (Some(db), Some(fault)) = (o.db.as_mut(), opts.db_fault) {
+                let seen = db.fault_and_heal(fault, crate::db::DOWN_BETWEEN_MESSAGES)?;
+                out.db_faults.0 += 1;
+                out.db_faults.1 += u32::from(seen);
+            } else {
+                for s in &mut o.services {
+                    s.kill9()?;
+                    s.restart()?;
+                }
             }
             wire.http = Wire::client()?;
+            if o.db.is_some() {
+                // Back when every instance answers a token never issued as its own (a read of
+                // the database), not with an error of its own.
+                crate::db::wait_until_back(|| {
+                    (0..wire.bases.len()).try_for_each(|at| {
+                        let body = serde_json::json!({ "user": user, "token": NEVER_ISSUED });
+                        let answer = wire.rt.block_on(wire.post(
+                            at,
+                            "/tokens/once/consume",
+                            Some(&jwt),
+                            &body,
+                        ));
+                        match Consumed::of(answer.map(|(s, _)| s)) {
+                            Consumed::Unknown => Err(format!("instance {} not back", at + 1)),
+                            _ => Ok(()),
+                        }
+                    })
+                })
+                .map_err(ContractError::Unreachable)?;
+            }
             out.restarts += 1;
         }
         let after = wire
@@ -745,7 +798,13 @@ fn check_options(opts: &TokensOptions) -> Result<(), ContractError> {
             "--kill-every needs --server-cmd (the tester must own the servers)".into(),
         ));
     }
-    Ok(())
+    crate::db::validate_contract(
+        opts.db.as_ref(),
+        opts.db_fault,
+        &opts.commands,
+        opts.kill_every,
+    )
+    .map_err(ContractError::Usage)
 }
 
 /// One fresh user asks for `opts.exhaust` tokens, one per fresh activity, back to back (a

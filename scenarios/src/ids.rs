@@ -200,6 +200,12 @@ pub struct DbArgs {
     /// (`mariadb-install-db`, `initdb`), with the same `{dbdata}`, `{dbrun}` and `{dbport}`.
     #[arg(long, requires = "db_cmd")]
     pub db_init: Option<String>,
+    /// With --db-cmd: a command that succeeds once the database answers queries, run after
+    /// every start until it does (`pg_isready -h 127.0.0.1 -p {dbport}`; PostgreSQL accepts
+    /// connections while it recovers and refuses queries meanwhile). Without it the database
+    /// is ready when its port accepts.
+    #[arg(long, requires = "db_cmd")]
+    pub db_ready: Option<String>,
     /// With --db-cmd: what `{db_url}` is, with `{db_addr}` and `{db_port}` (the proxy's) in it,
     /// e.g. `mysql://root@{db_addr}/bench` or `postgres://postgres@{db_addr}/postgres`
     /// (default: `{db_addr}`).
@@ -219,6 +225,7 @@ impl DbArgs {
         self.db_cmd.as_ref().map(|command| blackbox::db::DbOptions {
             command: command.clone(),
             init: self.db_init.clone(),
+            ready: self.db_ready.clone(),
             url: self.db_url.clone(),
             user: self.db_user.clone(),
         })

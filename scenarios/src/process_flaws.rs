@@ -668,6 +668,8 @@ pub fn participant_options(
             bug.common
         )),
         kill_every: PARTICIPANT_KILL_EVERY,
+        db: None,
+        db_fault: None,
         slow: None,
     })
 }
@@ -734,6 +736,8 @@ pub fn tokens_options(
         consumers: TOKEN_CONSUMERS,
         commands,
         kill_every: TOKENS_KILL_EVERY,
+        db: None,
+        db_fault: None,
         exhaust: TOKENS_EXHAUST,
         slow: None,
     })

@@ -50,6 +50,16 @@ pub struct TccArgs {
     /// (needs --server-cmd): a participant must remember its branches across crashes.
     #[arg(long, default_value_t = 0)]
     pub kill_every: u64,
+    /// The database the service keeps its state in, started by the bench (`{db_url}` in
+    /// --server-cmd; see `scenario ids --help`).
+    #[command(flatten)]
+    pub db: crate::ids::DbArgs,
+    /// With --db-cmd: at every --kill-every point this fault of the database instead of the
+    /// restart: db_kill (SIGKILL, then --db-cmd again) or db_power_loss (also every write under
+    /// {dbdata} it had not synced dropped); the bench then waits until the service answers
+    /// again, and what it acknowledged before must still hold.
+    #[arg(long, value_parser = blackbox::db::DbFault::parse_between_messages)]
+    pub db_fault: Option<blackbox::db::DbFault>,
     /// The slow-clients check measures `GET /ledger`; stalled bodies go to `POST /tcc/branch`.
     #[command(flatten)]
     pub slow: crate::ids::SlowArgs,
@@ -83,6 +93,8 @@ impl TccArgs {
             seed: self.seed,
             command: self.server_cmd.clone(),
             kill_every: self.kill_every,
+            db: self.db.options(),
+            db_fault: self.db_fault,
             slow: self.slow.spec(),
         })
     }
@@ -159,7 +171,13 @@ pub fn run(args: &TccArgs) -> IdsExit {
         opts.sequences,
         opts.steps,
         opts.seed,
-        if opts.kill_every > 0 {
+        if let (true, Some(fault)) = (opts.kill_every > 0, opts.db_fault) {
+            format!(
+                ", {} of the database every {} messages",
+                fault.kind().name(),
+                opts.kill_every
+            )
+        } else if opts.kill_every > 0 {
             format!(", kill -9 and restart every {} messages", opts.kill_every)
         } else {
             String::new()
@@ -184,6 +202,13 @@ fn print_run(run: &ParticipantRun) {
         "  messages: {} answered in {} sequences ({} pairs sent at once, {} restarts)",
         run.messages, run.sequences, run.races, run.restarts
     );
+    if run.db_faults.0 > 0 {
+        println!(
+            "  database faults: {} ({} seen in place); the participant stopped itself after {} \
+             of them and was started again",
+            run.db_faults.0, run.db_faults.1, run.exits_after_db_faults
+        );
+    }
     if run.finding.is_none() {
         // A run stopped at a finding met only what came before it: not worth a line.
         println!("{}", coverage_line(run));

@@ -50,6 +50,16 @@ pub struct TokensArgs {
     /// another user (`tokens.quota`); 0: not checked.
     #[arg(long, default_value_t = 100)]
     pub exhaust: u64,
+    /// The database the service keeps its state in, started by the bench (`{db_url}` in
+    /// --server-cmd; see `scenario ids --help`).
+    #[command(flatten)]
+    pub db: crate::ids::DbArgs,
+    /// With --db-cmd: at every --kill-every point this fault of the database instead of the
+    /// restart: db_kill (SIGKILL, then --db-cmd again) or db_power_loss (also every write under
+    /// {dbdata} it had not synced dropped); the bench then waits until the service answers
+    /// again, and what it acknowledged before must still hold.
+    #[arg(long, value_parser = blackbox::db::DbFault::parse_between_messages)]
+    pub db_fault: Option<blackbox::db::DbFault>,
     #[command(flatten)]
     pub slow: crate::ids::SlowArgs,
     /// Write the results as JSON to this file.
@@ -71,6 +81,8 @@ impl TokensArgs {
             consumers: self.consumers,
             commands: self.server_cmds.clone(),
             kill_every: self.kill_every,
+            db: self.db.options(),
+            db_fault: self.db_fault,
             exhaust: self.exhaust,
             slow: self.slow.spec(),
         })
@@ -92,7 +104,13 @@ pub fn run(args: &TokensArgs) -> IdsExit {
         opts.urls.len(),
         opts.tokens,
         opts.consumers,
-        if opts.kill_every > 0 {
+        if let (true, Some(fault)) = (opts.kill_every > 0, opts.db_fault) {
+            format!(
+                ", {} of the database every {} tokens",
+                fault.kind().name(),
+                opts.kill_every
+            )
+        } else if opts.kill_every > 0 {
             format!(", kill -9 and restart every {} tokens", opts.kill_every)
         } else {
             String::new()

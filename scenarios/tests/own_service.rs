@@ -316,6 +316,155 @@ fn database_faults_without_a_database_and_a_database_nobody_uses_are_usage_error
     }
 }
 
+/// Whether the tests run as root (then PostgreSQL runs as `postgres`).
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// The `--db-*` options of a PostgreSQL the bench starts (fsync on), with `conf` added to its
+/// command line (`-c synchronous_commit=off`).
+fn postgres_args(conf: &str) -> Vec<String> {
+    let bin = chaos::postgres_bin_dir().expect("PostgreSQL is installed (cfg has_postgres)");
+    let bin = bin.display();
+    let (as_user, user) = if is_root() {
+        (
+            "setpriv --reuid=postgres --regid=postgres --clear-groups -- ",
+            vec!["--db-user".to_owned(), "postgres".to_owned()],
+        )
+    } else {
+        ("", Vec::new())
+    };
+    let mut args = vec![
+        "--db-init".to_owned(),
+        format!("{as_user}{bin}/initdb -D {{dbdata}} -A trust -U postgres"),
+        "--db-cmd".to_owned(),
+        format!(
+            "exec {as_user}{bin}/postgres -D {{dbdata}} -p {{dbport}} -k {{dbrun}} \
+             -c listen_addresses=127.0.0.1 {conf}"
+        ),
+        "--db-ready".to_owned(),
+        format!("{bin}/pg_isready -q -h 127.0.0.1 -p {{dbport}}"),
+        "--db-url".to_owned(),
+        "postgres://postgres@{db_addr}/postgres".to_owned(),
+    ];
+    args.extend(user);
+    args
+}
+
+/// `scenario tcc` on a `sut-server` participant whose database is a PostgreSQL the bench
+/// starts (with `conf`), its power cut every 12 messages.
+fn tcc_on_postgres(conf: &str) -> Output {
+    let server = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("sut-server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let secret = dir.path().join("admin-secret");
+    std::fs::write(&secret, "a-test-admin-secret-of-32-bytes!").expect("secret written");
+    let secret = secret.display().to_string();
+    let service = dir.path().join("service-secret");
+    std::fs::write(&service, "a-test-service-credential-32-byte").expect("secret written");
+    let service = service.display().to_string();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let command = format!(
+        "exec {} --db {{db_url}} --listen 127.0.0.1:{port} --admin-token-file {secret} \
+         --service-token-file {service}",
+        server.display()
+    );
+    let mut args: Vec<String> = [
+        "tcc",
+        "--url",
+        &url,
+        "--admin-token-file",
+        &secret,
+        "--service-token-file",
+        &service,
+        "--server-cmd",
+        &command,
+        "--sequences",
+        "4",
+        "--steps",
+        "24",
+        "--kill-every",
+        "12",
+        "--db-fault",
+        "db_power_loss",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(postgres_args(conf));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    scenario(&args)
+}
+
+#[test]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+#[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
+fn a_participant_on_a_durable_database_keeps_its_books_across_its_power_losses_even_one_tuned_to_commit_asynchronously()
+ {
+    let durable = tcc_on_postgres("");
+    let all = text(&durable);
+    assert_eq!(durable.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("db_power_loss of the database every 12"),
+        "{all}"
+    );
+    assert!(
+        all.contains("database faults: 8 (8 seen in place)"),
+        "{all}"
+    );
+    let effect = all
+        .lines()
+        .find(|l| l.trim_start().starts_with("faults.took_effect"))
+        .unwrap_or_else(|| panic!("faults.took_effect is reported: {all}"));
+    assert!(
+        effect.contains("held") && !effect.contains(" 0 database faults"),
+        "{all}"
+    );
+    // A server tuned to acknowledge commits before their write-ahead log is synced (the WAL
+    // writer held off): sut-server sets synchronous_commit=on in its own sessions, so its power
+    // losses take nothing back either.
+    let tuned = tcc_on_postgres("-c synchronous_commit=off -c wal_writer_delay=10000");
+    let all = text(&tuned);
+    assert_eq!(tuned.status.code(), Some(0), "{all}");
+}
+
+#[test]
+#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
+#[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
+fn used_tokens_stay_used_across_power_losses_of_a_durable_database() {
+    let server = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("sut-server");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (admin, jwt) = (dir.path().join("admin"), dir.path().join("jwt"));
+    std::fs::write(&admin, "a-test-admin-secret-of-32-bytes!").expect("secret written");
+    std::fs::write(&jwt, "a-test-jwt-secret-of-at-least-32-bytes").expect("secret written");
+    let admin = admin.display().to_string();
+    let mut args: Vec<String> = ["tokens", "--admin-token-file", &admin, "--tokens", "60"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--consumers", "4", "--exhaust", "0", "--kill-every", "20"].map(String::from));
+    args.extend(["--db-fault", "db_power_loss"].map(String::from));
+    args.extend(postgres_args(""));
+    for _ in 0..2 {
+        let port = free_port();
+        args.push("--url".into());
+        args.push(format!("http://127.0.0.1:{port}"));
+        args.push("--server-cmd".into());
+        args.push(format!(
+            "exec {} --role token --db {{db_url}} --listen 127.0.0.1:{port} \
+             --admin-token-file {admin} --jwt-secret-file {}",
+            server.display(),
+            jwt.display()
+        ));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = scenario(&args);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("3 database faults, 3 seen in place"), "{all}");
+}
+
 /// `scenario ARGS…`.
 fn scenario(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_scenario"))
