@@ -217,6 +217,19 @@ impl Database {
         })
     }
 
+    /// The database of a contract tester's run, if it has one: on the lost-writes filesystem
+    /// when its fault is a power loss.
+    ///
+    /// # Errors
+    /// As [`Database::start`].
+    pub fn start_for(
+        opts: Option<&DbOptions>,
+        fault: Option<DbFault>,
+    ) -> Result<Option<Self>, ProcessError> {
+        opts.map(|spec| Self::start(spec, fault == Some(DbFault::PowerLoss)))
+            .transpose()
+    }
+
     /// `command` with `{db_url}`, `{db_addr}` and `{db_port}` filled in (the proxy's).
     #[must_use]
     pub fn fill(&self, command: &str) -> String {

@@ -613,14 +613,7 @@ impl Bench {
             opts.admin_token.clone(),
             opts.service_token.clone(),
         )?;
-        let db = opts
-            .db
-            .as_ref()
-            .map(|spec| {
-                let cut_power = opts.db_fault == Some(crate::db::DbFault::PowerLoss);
-                crate::db::Database::start(spec, cut_power)
-            })
-            .transpose()?;
+        let db = crate::db::Database::start_for(opts.db.as_ref(), opts.db_fault)?;
         let server = match &opts.command {
             Some(command) => {
                 let command = db

@@ -591,14 +591,7 @@ fn start(opts: &TokensOptions) -> Result<Option<Owned>, ContractError> {
     if opts.commands.is_empty() {
         return Ok(None);
     }
-    let db = opts
-        .db
-        .as_ref()
-        .map(|spec| {
-            let cut_power = opts.db_fault == Some(crate::db::DbFault::PowerLoss);
-            crate::db::Database::start(spec, cut_power)
-        })
-        .transpose()?;
+    let db = crate::db::Database::start_for(opts.db.as_ref(), opts.db_fault)?;
     if opts.commands.len() != opts.urls.len() {
         return Err(ContractError::Usage(format!(
             "{} --server-cmd for {} --url: give one per URL, in the same order",

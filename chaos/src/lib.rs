@@ -16,6 +16,7 @@ pub mod nemesis;
 mod postgres;
 pub mod proxy;
 mod redis;
+mod server;
 mod service;
 
 pub use clock::{FakeClock, libfaketime_path};

@@ -15,14 +15,14 @@
 //! [`MariaDb::url`].
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use nix::unistd::{Gid, Uid, User};
 
-use crate::{ProcessError, io, kill_group, own_dir, tail};
+use crate::server::ServerProcess;
+use crate::{ProcessError, io, own_dir};
 
 /// How long a start (crash recovery included) may take before it is an error.
 pub const MARIADB_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -61,13 +61,12 @@ pub struct MariaDb {
     spec: MariaDbSpec,
     /// `mysql`'s ids when this process is root.
     run_as: Option<(Uid, Gid)>,
-    /// The lost-writes filesystem under the data directory, when asked for (declared before
-    /// `root`: it unmounts before the directory goes).
-    lostfs: Option<crate::LostFs>,
+    /// The server's process and the lost-writes filesystem under the data directory, when
+    /// asked for (declared before `root`: it unmounts before the directory goes).
+    server: ServerProcess,
     /// Kept for its `Drop`: removes the data directory.
     root: tempfile::TempDir,
     port: u16,
-    server: Option<Child>,
     starts: u32,
 }
 
@@ -128,10 +127,9 @@ impl MariaDb {
         let mut db = Self {
             spec,
             run_as,
-            lostfs,
+            server: ServerProcess::new("mariadbd", "MariaDB", lostfs),
             root,
             port: 0,
-            server: None,
             starts: 0,
         };
         db.install()?;
@@ -226,7 +224,7 @@ impl MariaDb {
     /// # Errors
     /// The signal could not be sent.
     pub fn pause(&self) -> Result<(), ProcessError> {
-        crate::pause_or_resume(self.server.as_ref(), true, "mariadb")
+        self.server.pause()
     }
 
     /// Resumes a paused server (SIGCONT).
@@ -234,7 +232,7 @@ impl MariaDb {
     /// # Errors
     /// The signal could not be sent.
     pub fn resume(&self) -> Result<(), ProcessError> {
-        crate::pause_or_resume(self.server.as_ref(), false, "mariadb")
+        self.server.resume()
     }
 
     /// SIGKILLs the server and waits for it.
@@ -242,10 +240,7 @@ impl MariaDb {
     /// # Errors
     /// The signal could not be sent.
     pub fn kill9(&mut self) -> Result<(), ProcessError> {
-        let Some(mut child) = self.server.take() else {
-            return Ok(());
-        };
-        kill_group(&mut child, "mariadb")
+        self.server.kill9()
     }
 
     /// A power loss: the server is killed, then every write it had not synced is dropped (it
@@ -254,18 +249,13 @@ impl MariaDb {
     /// # Errors
     /// The kill failed, or the data directory is not a lost-writes mount.
     pub fn power_loss(&mut self) -> Result<crate::LostFsEffects, ProcessError> {
-        self.kill9()?;
-        let lostfs = self.lostfs.as_ref().ok_or_else(|| ProcessError::Command {
-            what: "power loss".into(),
-            detail: "MariaDB was not started on a lost-writes filesystem".into(),
-        })?;
-        Ok(lostfs.power_loss())
+        self.server.power_loss()
     }
 
     /// What the lost-writes filesystem under the data directory did, if there is one.
     #[must_use]
     pub fn lost_writes(&self) -> Option<crate::LostFsEffects> {
-        self.lostfs.as_ref().map(crate::LostFs::effects)
+        self.server.lost_writes()
     }
 
     /// Starts the server again on the same data directory (crash recovery after a kill), on
@@ -351,59 +341,32 @@ impl MariaDb {
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0);
-        let child = cmd.spawn().map_err(io("start mariadbd"))?;
-        crate::own_group(&child);
-        self.server = Some(child);
-        let result = self.wait_ready();
-        if result.is_err() {
-            // Never leave a half-started server behind.
-            let _ = self.kill9();
-        }
-        result
-    }
-
-    fn wait_ready(&mut self) -> Result<(), ProcessError> {
-        let deadline = Instant::now() + MARIADB_START_TIMEOUT;
-        loop {
-            if let Some(child) = self.server.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(ProcessError::Command {
-                    what: "mariadbd".into(),
-                    detail: format!(
-                        "exited at start ({status}):\n{}",
-                        tail(&self.log_path(), 15)
-                    ),
-                });
-            }
-            let ready = self
-                .command("mariadb-admin")?
-                .args([
-                    "--no-defaults",
-                    "-h",
-                    "127.0.0.1",
-                    "-P",
-                    &self.port.to_string(),
-                ])
-                .args(["-u", "root", "--connect-timeout=2", "ping"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+            .stderr(Stdio::null());
+        let mut probe = self.command("mariadb-admin")?;
+        probe
+            .args([
+                "--no-defaults",
+                "-h",
+                "127.0.0.1",
+                "-P",
+                &self.port.to_string(),
+            ])
+            .args(["-u", "root", "--connect-timeout=2", "ping"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let ready = move || {
+            probe
                 .status()
-                .map_err(io("run mariadb-admin"))?;
-            if ready.success() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(ProcessError::NotReady {
-                    what: "MariaDB".into(),
-                    timeout_s: MARIADB_START_TIMEOUT.as_secs(),
-                    log_tail: tail(&self.log_path(), 15),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .map(|s| s.success())
+                .map_err(io("run mariadb-admin"))
+        };
+        let log = self.log_path();
+        self.server.spawn_and_wait(
+            &mut cmd,
+            ready,
+            (MARIADB_START_TIMEOUT, Duration::from_millis(50)),
+            &log,
+        )
     }
 }
 

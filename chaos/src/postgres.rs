@@ -16,12 +16,13 @@ use std::fs;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use nix::unistd::{Gid, Uid, User, chown};
 
-use crate::{ProcessError, io, kill_group, own_dir, tail};
+use crate::server::ServerProcess;
+use crate::{ProcessError, io, own_dir};
 
 /// The role and database every throwaway server has.
 pub const PG_USER: &str = "bench";
@@ -70,13 +71,12 @@ fn chown_tree(path: &Path, uid: Uid, gid: Gid) -> Result<(), ProcessError> {
 pub struct Postgres {
     bin_dir: PathBuf,
     run_as: Option<(Uid, Gid)>,
-    /// The lost-writes filesystem under the data directory, when asked for (declared before
-    /// `root`: it unmounts before the directory goes).
-    lostfs: Option<crate::LostFs>,
+    /// The server's process and the lost-writes filesystem under the data directory, when
+    /// asked for (declared before `root`: it unmounts before the directory goes).
+    server: ServerProcess,
     /// Kept for its `Drop`: removes the data directory.
     root: tempfile::TempDir,
     port: u16,
-    server: Option<Child>,
     starts: u32,
     /// TLS on (`ssl=on`, with the certificate written by [`Postgres::enable_tls`]).
     tls: bool,
@@ -122,10 +122,9 @@ impl Postgres {
         let mut pg = Self {
             bin_dir,
             run_as,
-            lostfs,
+            server: ServerProcess::new("postgres", "PostgreSQL", lostfs),
             root,
             port: 0,
-            server: None,
             starts: 0,
             tls: false,
         };
@@ -155,7 +154,7 @@ impl Postgres {
     /// The postmaster's pid while it runs.
     #[must_use]
     pub fn pid(&self) -> Option<u32> {
-        self.server.as_ref().map(Child::id)
+        self.server.pid()
     }
 
     /// How many times the server was started (1 after [`Postgres::start`]).
@@ -218,7 +217,7 @@ impl Postgres {
     /// # Errors
     /// The signal could not be sent.
     pub fn pause(&self) -> Result<(), ProcessError> {
-        crate::pause_or_resume(self.server.as_ref(), true, "postgres")
+        self.server.pause()
     }
 
     /// Resumes a paused server (SIGCONT).
@@ -226,7 +225,7 @@ impl Postgres {
     /// # Errors
     /// The signal could not be sent.
     pub fn resume(&self) -> Result<(), ProcessError> {
-        crate::pause_or_resume(self.server.as_ref(), false, "postgres")
+        self.server.resume()
     }
 
     /// SIGKILLs the postmaster and every backend (one process group) and waits for them.
@@ -234,10 +233,7 @@ impl Postgres {
     /// # Errors
     /// The signal could not be sent.
     pub fn kill9(&mut self) -> Result<(), ProcessError> {
-        let Some(mut child) = self.server.take() else {
-            return Ok(());
-        };
-        kill_group(&mut child, "postgres")
+        self.server.kill9()
     }
 
     /// A power loss: the server is killed, then every write it had not synced is dropped (it
@@ -246,18 +242,13 @@ impl Postgres {
     /// # Errors
     /// The kill failed, or the data directory is not a lost-writes mount.
     pub fn power_loss(&mut self) -> Result<crate::LostFsEffects, ProcessError> {
-        self.kill9()?;
-        let lostfs = self.lostfs.as_ref().ok_or_else(|| ProcessError::Command {
-            what: "power loss".into(),
-            detail: "PostgreSQL was not started on a lost-writes filesystem".into(),
-        })?;
-        Ok(lostfs.power_loss())
+        self.server.power_loss()
     }
 
     /// What the lost-writes filesystem under the data directory did, if there is one.
     #[must_use]
     pub fn lost_writes(&self) -> Option<crate::LostFsEffects> {
-        self.lostfs.as_ref().map(crate::LostFs::effects)
+        self.server.lost_writes()
     }
 
     /// Turns TLS on: writes the certificate and its key (PEM) into the data directory as the
@@ -355,60 +346,33 @@ impl Postgres {
             .args(["-c", if self.tls { "ssl=on" } else { "ssl=off" }])
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log_err)
-            .process_group(0);
-        let child = cmd.spawn().map_err(io("start postgres"))?;
-        crate::own_group(&child);
-        self.server = Some(child);
-        let result = self.wait_ready();
-        if result.is_err() {
-            // Never leave a half-started server behind.
-            let _ = self.kill9();
-        }
-        result
-    }
-
-    fn wait_ready(&mut self) -> Result<(), ProcessError> {
-        let deadline = Instant::now() + PG_START_TIMEOUT;
-        loop {
-            if let Some(child) = self.server.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(ProcessError::Command {
-                    what: "postgres".into(),
-                    detail: format!(
-                        "exited at start ({status}):\n{}",
-                        tail(&self.log_path(), 15)
-                    ),
-                });
-            }
-            let ready = self
-                .command("pg_isready")
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &self.port.to_string(),
-                    "-U",
-                    PG_USER,
-                ])
-                .args(["-d", "postgres", "-t", "2"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+            .stderr(log_err);
+        let mut probe = self.command("pg_isready");
+        probe
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                PG_USER,
+            ])
+            .args(["-d", "postgres", "-t", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let ready = move || {
+            probe
                 .status()
-                .map_err(io("run pg_isready"))?;
-            if ready.success() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(ProcessError::NotReady {
-                    what: "PostgreSQL".into(),
-                    timeout_s: PG_START_TIMEOUT.as_secs(),
-                    log_tail: tail(&self.log_path(), 15),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .map(|s| s.success())
+                .map_err(io("run pg_isready"))
+        };
+        let log = self.log_path();
+        self.server.spawn_and_wait(
+            &mut cmd,
+            ready,
+            (PG_START_TIMEOUT, Duration::from_millis(50)),
+            &log,
+        )
     }
 }
 

@@ -12,12 +12,12 @@
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::{LostFs, LostFsEffects, ProcessError, io, kill_group, own_dir, tail};
+use crate::server::ServerProcess;
+use crate::{LostFs, LostFsEffects, ProcessError, io, own_dir};
 
 /// How long a start may take before it is an error.
 pub const REDIS_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -60,13 +60,12 @@ pub use hostprobe::redis_server_bin;
 pub struct Redis {
     bin: PathBuf,
     persistence: RedisPersistence,
-    /// The lost-writes filesystem under the data directory, when asked for (declared before
-    /// `root`: it unmounts before the directory goes).
-    lostfs: Option<LostFs>,
+    /// The server's process and the lost-writes filesystem under the data directory, when
+    /// asked for (declared before `root`: it unmounts before the directory goes).
+    server: ServerProcess,
     /// Kept for its `Drop`: removes the data directory.
     root: tempfile::TempDir,
     port: u16,
-    server: Option<Child>,
     starts: u32,
 }
 
@@ -107,10 +106,9 @@ impl Redis {
         let mut redis = Self {
             bin,
             persistence,
-            lostfs,
+            server: ServerProcess::new("redis-server", "Redis", lostfs),
             root,
             port: 0,
-            server: None,
             starts: 0,
         };
         redis.start_server()?;
@@ -159,7 +157,7 @@ impl Redis {
     /// # Errors
     /// The signal could not be sent.
     pub fn pause(&self) -> Result<(), ProcessError> {
-        crate::pause_or_resume(self.server.as_ref(), true, "redis-server")
+        self.server.pause()
     }
 
     /// Resumes a paused server (SIGCONT).
@@ -167,7 +165,7 @@ impl Redis {
     /// # Errors
     /// The signal could not be sent.
     pub fn resume(&self) -> Result<(), ProcessError> {
-        crate::pause_or_resume(self.server.as_ref(), false, "redis-server")
+        self.server.resume()
     }
 
     /// SIGKILLs the server and waits for it.
@@ -175,10 +173,7 @@ impl Redis {
     /// # Errors
     /// The signal could not be sent.
     pub fn kill9(&mut self) -> Result<(), ProcessError> {
-        let Some(mut child) = self.server.take() else {
-            return Ok(());
-        };
-        kill_group(&mut child, "redis-server")
+        self.server.kill9()
     }
 
     /// A power loss: the server is killed, then every write it had not synced is dropped (it
@@ -187,18 +182,13 @@ impl Redis {
     /// # Errors
     /// The kill failed, or the data directory is not a lost-writes mount.
     pub fn power_loss(&mut self) -> Result<LostFsEffects, ProcessError> {
-        self.kill9()?;
-        let lostfs = self.lostfs.as_ref().ok_or_else(|| ProcessError::Command {
-            what: "power loss".into(),
-            detail: "Redis was not started on a lost-writes filesystem".into(),
-        })?;
-        Ok(lostfs.power_loss())
+        self.server.power_loss()
     }
 
     /// What the lost-writes filesystem under the data directory did, if there is one.
     #[must_use]
     pub fn lost_writes(&self) -> Option<LostFsEffects> {
-        self.lostfs.as_ref().map(LostFs::effects)
+        self.server.lost_writes()
     }
 
     /// Starts the server again on the same data directory and port (after [`Redis::kill9`] it
@@ -234,45 +224,17 @@ impl Redis {
             .current_dir(self.root.path())
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log_err)
-            .process_group(0);
-        let child = cmd.spawn().map_err(io("start redis-server"))?;
-        crate::own_group(&child);
-        self.server = Some(child);
-        let result = self.wait_ready();
-        if result.is_err() {
-            let _ = self.kill9();
-        }
-        result
-    }
-
-    fn wait_ready(&mut self) -> Result<(), ProcessError> {
-        let deadline = Instant::now() + REDIS_START_TIMEOUT;
-        loop {
-            if let Some(child) = self.server.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(ProcessError::Command {
-                    what: "redis-server".into(),
-                    detail: format!(
-                        "exited at start ({status}):\n{}",
-                        tail(&self.log_path(), 15)
-                    ),
-                });
-            }
-            // Loading a large file answers `-LOADING`: not ready yet.
-            if ping(self.port).is_ok_and(|reply| reply.starts_with("+PONG")) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(ProcessError::NotReady {
-                    what: "Redis".into(),
-                    timeout_s: REDIS_START_TIMEOUT.as_secs(),
-                    log_tail: tail(&self.log_path(), 15),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .stderr(log_err);
+        let port = self.port;
+        // Loading a large file answers `-LOADING`: not ready yet.
+        let ready = move || Ok(ping(port).is_ok_and(|reply| reply.starts_with("+PONG")));
+        let log = self.log_path();
+        self.server.spawn_and_wait(
+            &mut cmd,
+            ready,
+            (REDIS_START_TIMEOUT, Duration::from_millis(20)),
+            &log,
+        )
     }
 }
 
