@@ -13,6 +13,7 @@ mod deployment;
 pub mod lostfs;
 mod mariadb;
 pub mod nemesis;
+mod netlab;
 mod postgres;
 pub mod proxy;
 mod redis;
@@ -24,6 +25,7 @@ pub use command::{COMMAND_START_TIMEOUT, CommandService, CommandSpec};
 pub use deployment::{Backend, Deployment, DeploymentSpec, Link, RoleProcess};
 pub use lostfs::{LostFs, LostFsEffects};
 pub use mariadb::{MARIADB_DATABASE, MARIADB_START_TIMEOUT, MariaDb, MariaDbSpec, mariadb_bin};
+pub use netlab::{End, InNetns, NetLab};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
 pub use proxy::{Direction, LinkFault, Proxy, ProxyEffects};
 pub use redis::{REDIS_START_TIMEOUT, Redis, RedisPersistence, redis_server_bin};
@@ -65,6 +67,12 @@ pub enum ProcessError {
     /// Running as root, but there is no `mysql` user to run the server as.
     #[error("running as root and there is no `mysql` user to run MariaDB as")]
     NoMariaDbUser,
+    /// What IP-level partitions need is missing.
+    #[error("IP-level partitions need {what}")]
+    NetLabMissing {
+        /// What is missing.
+        what: String,
+    },
     /// A file or process operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -109,11 +117,14 @@ fn tail(path: &Path, lines: usize) -> String {
 struct Owned {
     groups: BTreeSet<i32>,
     dirs: BTreeSet<PathBuf>,
+    /// Network namespaces of [`NetLab`]s.
+    netns: BTreeSet<String>,
 }
 
 static OWNED: Mutex<Owned> = Mutex::new(Owned {
     groups: BTreeSet::new(),
     dirs: BTreeSet::new(),
+    netns: BTreeSet::new(),
 });
 
 fn owned() -> MutexGuard<'static, Owned> {
@@ -136,6 +147,16 @@ fn own_dir(dir: &Path, own: bool) {
         owned.dirs.insert(dir.to_owned());
     } else {
         owned.dirs.remove(dir);
+    }
+}
+
+/// Records a network namespace to delete if the process is interrupted (`false`: forget it).
+fn own_netns(name: &str, own: bool) {
+    let mut owned = owned();
+    if own {
+        owned.netns.insert(name.to_owned());
+    } else {
+        owned.netns.remove(name);
     }
 }
 
@@ -171,11 +192,16 @@ pub fn clean_up_on_interrupt() -> Result<(), ProcessError> {
 }
 
 fn kill_everything_owned() {
-    let Owned { groups, dirs } = std::mem::replace(
+    let Owned {
+        groups,
+        dirs,
+        netns,
+    } = std::mem::replace(
         &mut *owned(),
         Owned {
             groups: BTreeSet::new(),
             dirs: BTreeSet::new(),
+            netns: BTreeSet::new(),
         },
     );
     for &pgid in &groups {
@@ -196,6 +222,11 @@ fn kill_everything_owned() {
     }
     for dir in &dirs {
         let _ = std::fs::remove_dir_all(dir);
+    }
+    for name in &netns {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", name])
+            .status();
     }
 }
 

@@ -22,7 +22,8 @@ pub enum Have {
     Fuse,
     /// MariaDB's server programs ([`mariadb_bin`]): `cfg(has_mariadb)`.
     MariaDb,
-    /// `nft` and `ip` (partitions at the IP level, in network namespaces): `cfg(has_nft)`.
+    /// `nft` and `ip`, and root to use them (partitions at the IP level, in network
+    /// namespaces): `cfg(has_nft)`.
     Nft,
 }
 
@@ -59,7 +60,7 @@ impl Have {
             Self::Faketime => libfaketime_path().is_some(),
             Self::Fuse => Path::new("/dev/fuse").exists(),
             Self::MariaDb => mariadb_bin("mariadbd").is_some(),
-            Self::Nft => on_path("nft").is_some() && on_path("ip").is_some(),
+            Self::Nft => on_path("nft").is_some() && on_path("ip").is_some() && is_root(),
         }
     }
 
@@ -172,6 +173,18 @@ pub fn mariadb_bin(program: &str) -> Option<PathBuf> {
         .iter()
         .all(|p| find(p).is_some())
         .then(|| find(program))?
+}
+
+/// Whether this process runs as root (its effective uid in `/proc/self/status` is 0).
+#[must_use]
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
 }
 
 #[cfg(test)]
