@@ -15,7 +15,7 @@
 //! database's port refuses; after `db_pause` every one of its processes is stopped; a
 //! `db_partition` held back bytes of the service's link while it lasted.
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -130,14 +130,34 @@ impl DbOptions {
 /// The placeholders a `--server-cmd` may use for the database.
 pub const SERVER_PLACEHOLDERS: [&str; 3] = ["{db_url}", "{db_addr}", "{db_port}"];
 
-/// A running (or faulted) user's database, behind its fault proxy.
+/// How the services reach the database.
+#[derive(Debug)]
+enum DbLink {
+    /// Through the bench's fault proxy.
+    Proxy(Proxy),
+    /// Directly, at its address in a network namespace (partitions are the lab's).
+    Direct(SocketAddr),
+}
+
+impl DbLink {
+    /// The address the services are given.
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Self::Proxy(proxy) => proxy.addr(),
+            Self::Direct(addr) => *addr,
+        }
+    }
+}
+
+/// A running (or faulted) user's database, behind its fault proxy (or in a namespace).
 #[derive(Debug)]
 pub struct Database {
     service: CommandService,
     /// `--db-ready`, filled in.
     ready: Option<String>,
-    proxy: Proxy,
-    port: u16,
+    link: DbLink,
+    /// Where the database itself listens.
+    listen: SocketAddr,
     url: String,
     /// Bytes held by the proxy when the current partition began.
     held_at_cut: u64,
@@ -155,6 +175,20 @@ impl Database {
     /// # Errors
     /// A directory, the mount, the init command or the start failed.
     pub fn start(opts: &DbOptions, lose_unsynced: bool) -> Result<Self, ProcessError> {
+        Self::start_in(opts, lose_unsynced, None)
+    }
+
+    /// As [`Database::start`], in the network namespace `netns` when given (a [`chaos::NetLab`]
+    /// node): the database listens on `{dbhost}`, the node's address, the services reach it
+    /// there directly (no proxy: `{db_addr}` is that address), and a partition is the lab's.
+    ///
+    /// # Errors
+    /// As [`Database::start`].
+    pub fn start_in(
+        opts: &DbOptions,
+        lose_unsynced: bool,
+        netns: Option<chaos::InNetns>,
+    ) -> Result<Self, ProcessError> {
         let dir = tempfile::Builder::new()
             .prefix("bench-own-db-")
             .tempdir()
@@ -177,8 +211,12 @@ impl Database {
             None
         };
         let port = chaos::free_port()?;
+        let host = netns
+            .as_ref()
+            .map_or(std::net::Ipv4Addr::LOCALHOST, |place| place.addr);
         let fill = |command: &str| {
             command
+                .replace("{dbhost}", &host.to_string())
                 .replace("{dbdata}", &data.display().to_string())
                 .replace("{dbrun}", &run.display().to_string())
                 .replace("{dbport}", &port.to_string())
@@ -192,23 +230,29 @@ impl Database {
             port,
             env: Vec::new(),
             log: dir.path().join("database.log"),
+            netns: netns.clone(),
         })?;
         let ready = opts.ready.as_deref().map(fill);
         if let Some(ready) = &ready {
             wait_ready(ready, &dir.path().join("db-ready.log"))?;
         }
-        let proxy = Proxy::start(([127, 0, 0, 1], port).into(), 0xdb)?;
+        let listen = SocketAddr::from((host, port));
+        let link = if netns.is_some() {
+            DbLink::Direct(listen)
+        } else {
+            DbLink::Proxy(Proxy::start(listen, 0xdb)?)
+        };
         let template = if opts.url.is_empty() {
             "{db_addr}"
         } else {
             &opts.url
         };
-        let url = fill_proxy(template, proxy.addr().port());
+        let url = fill_addr(template, link.addr());
         Ok(Self {
             service,
             ready,
-            proxy,
-            port,
+            link,
+            listen,
             url,
             held_at_cut: 0,
             lostfs,
@@ -230,13 +274,11 @@ impl Database {
             .transpose()
     }
 
-    /// `command` with `{db_url}`, `{db_addr}` and `{db_port}` filled in (the proxy's).
+    /// `command` with `{db_url}`, `{db_addr}` and `{db_port}` filled in (the proxy's, or the
+    /// database's own in a namespace).
     #[must_use]
     pub fn fill(&self, command: &str) -> String {
-        fill_proxy(
-            &command.replace("{db_url}", &self.url),
-            self.proxy.addr().port(),
-        )
+        fill_addr(&command.replace("{db_url}", &self.url), self.link.addr())
     }
 
     /// The URL the services are given (through the proxy).
@@ -282,10 +324,19 @@ impl Database {
                 Ok(self.service.is_down() && self.refuses())
             }
             DbFault::Partition => {
-                self.held_at_cut = self.proxy.effects().held_bytes;
-                self.proxy.set(LinkFault::Blackhole);
+                let proxy = self.proxy();
+                let held = proxy.effects().held_bytes;
+                proxy.set(LinkFault::Blackhole);
+                self.held_at_cut = held;
                 Ok(true)
             }
+        }
+    }
+
+    fn proxy(&self) -> &Proxy {
+        match &self.link {
+            DbLink::Proxy(proxy) => proxy,
+            DbLink::Direct(_) => unreachable!("a database in a namespace is cut by its lab"),
         }
     }
 
@@ -306,8 +357,9 @@ impl Database {
             }
             DbFault::Pause => self.service.resume().map(|()| true),
             DbFault::Partition => {
-                let held = self.proxy.effects().held_bytes > self.held_at_cut;
-                self.proxy.set(LinkFault::None);
+                let proxy = self.proxy();
+                let held = proxy.effects().held_bytes > self.held_at_cut;
+                proxy.set(LinkFault::None);
                 Ok(held)
             }
         }
@@ -324,10 +376,13 @@ impl Database {
         Ok(self.heal(fault)? && in_place)
     }
 
-    /// What the proxy in front of the database did.
+    /// What the proxy in front of the database did (`None` in a namespace: no proxy).
     #[must_use]
-    pub fn proxy_effects(&self) -> ProxyEffects {
-        self.proxy.effects()
+    pub fn proxy_effects(&self) -> Option<ProxyEffects> {
+        match &self.link {
+            DbLink::Proxy(proxy) => Some(proxy.effects()),
+            DbLink::Direct(_) => None,
+        }
     }
 
     /// What the lost-writes filesystem under `{dbdata}` did (power-loss runs).
@@ -338,11 +393,7 @@ impl Database {
 
     /// Whether the database's own port refuses a connection.
     fn refuses(&self) -> bool {
-        TcpStream::connect_timeout(
-            &([127, 0, 0, 1], self.port).into(),
-            Duration::from_millis(200),
-        )
-        .is_err()
+        TcpStream::connect_timeout(&self.listen, Duration::from_millis(200)).is_err()
     }
 }
 
@@ -443,10 +494,10 @@ fn within_a_second(mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// `{db_addr}` and `{db_port}` of the proxy on `port`.
-fn fill_proxy(text: &str, port: u16) -> String {
-    text.replace("{db_addr}", &format!("127.0.0.1:{port}"))
-        .replace("{db_port}", &port.to_string())
+/// `{db_addr}` and `{db_port}` of `addr`.
+fn fill_addr(text: &str, addr: SocketAddr) -> String {
+    text.replace("{db_addr}", &addr.to_string())
+        .replace("{db_port}", &addr.port().to_string())
 }
 
 fn io(what: &str, source: std::io::Error) -> ProcessError {
@@ -578,7 +629,10 @@ mod tests {
     #[test]
     fn the_proxy_address_fills_the_templates() {
         assert_eq!(
-            fill_proxy("mysql://root@{db_addr}/bench?port={db_port}", 4000),
+            fill_addr(
+                "mysql://root@{db_addr}/bench?port={db_port}",
+                ([127, 0, 0, 1], 4000).into()
+            ),
             "mysql://root@127.0.0.1:4000/bench?port=4000"
         );
     }

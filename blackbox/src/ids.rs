@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use chaos::{CommandService, CommandSpec, FakeClock, LinkFault, ProcessError, Proxy};
+use chaos::{CommandService, CommandSpec, End, FakeClock, LinkFault, NetLab, ProcessError, Proxy};
 use reports::model::{InvariantResult, Judgement};
 
 use crate::db::{Database, DbFault, DbOptions};
@@ -363,6 +363,11 @@ pub struct BlackBoxOptions {
     /// The user's database, started by the bench before the servers (`--db-cmd`; `{db_url}`
     /// in a command is its address through the fault proxy).
     pub db: Option<DbOptions>,
+    /// Every server (and the database) in a network namespace of its own, with its own
+    /// address (`{ip}` in its `--url` and command; [`chaos::NetLab`]): `partition` and
+    /// `db_partition` are then nftables rules, not the proxy, and reach links the bench does
+    /// not carry (a server talking to its database directly).
+    pub netns: bool,
 }
 
 pub use crate::slow::SlowSpec;
@@ -437,6 +442,8 @@ pub struct BlackBoxRun {
     pub db_proxy: Option<chaos::ProxyEffects>,
     /// What the lost-writes filesystem under the database's `{dbdata}` did (`db_power_loss`).
     pub db_lost_writes: Option<chaos::LostFsEffects>,
+    /// Packets the IP-level cuts dropped (`netns` runs).
+    pub dropped_packets: Option<u64>,
     /// Latency of every request (µs; from its intended send time when paced by `--rate`),
     /// errors by class, throughput over time.
     pub latency: reports::model::EndpointStats,
@@ -508,9 +515,15 @@ struct Servers {
     clocks: Vec<FakeClock>,
     proxies: Vec<Proxy>,
     client_urls: Vec<String>,
+    /// The servers' own URLs (`{ip}` filled in).
+    server_urls: Vec<String>,
     /// The lost-writes filesystem under `{data}` (power-loss runs); unmounted after the
     /// servers are gone (fields drop in order).
     lostfs: Option<chaos::LostFs>,
+    /// The network namespaces (`netns` runs), deleted after every process in them is gone.
+    lab: Option<NetLab>,
+    /// Packets dropped by the cuts healed so far.
+    dropped_packets: u64,
     /// Logs and `{data}`.
     _dir: Option<tempfile::TempDir>,
 }
@@ -542,10 +555,26 @@ impl Servers {
             .unwrap_or_default();
         let clocked = faults.contains(&BlackBoxFault::Clock);
         let (mut commands, mut clocks, mut logs, mut lostfs) = (Vec::new(), Vec::new(), None, None);
+        let lab = opts
+            .netns
+            .then(|| {
+                let mut names: Vec<String> = (1..=opts.urls.len())
+                    .map(|i| format!("server-{i}"))
+                    .collect();
+                if opts.db.is_some() {
+                    names.push("database".into());
+                }
+                NetLab::create(&names.iter().map(String::as_str).collect::<Vec<_>>())
+            })
+            .transpose()?;
+        let place = |i: usize| lab.as_ref().map(|lab| lab.node(i).clone());
+        let server_urls: Vec<String> = (0..opts.urls.len())
+            .map(|i| fill_ip(&opts.urls[i], place(i).as_ref()))
+            .collect();
         let db = match &opts.db {
             Some(spec) => {
                 let cut_power = faults.contains(&BlackBoxFault::Db(DbFault::PowerLoss));
-                Some(Database::start(spec, cut_power)?)
+                Some(Database::start_in(spec, cut_power, place(opts.urls.len()))?)
             }
             None => None,
         };
@@ -560,12 +589,13 @@ impl Servers {
                 .map_err(|e| BlackBoxError::Usage(format!("cannot make a run folder: {e}")))?;
             let (data, mounted) = data_dir(dir.path(), faults.contains(&BlackBoxFault::PowerLoss))?;
             lostfs = mounted;
-            for (i, (command, url)) in opts.commands.iter().zip(&opts.urls).enumerate() {
-                let command = fill_db(
-                    command
+            for (i, (command, url)) in opts.commands.iter().zip(&server_urls).enumerate() {
+                let command = fill_db(fill_ip(
+                    &command
                         .replace("{data}", &data.display().to_string())
                         .replace("{server}", &(i + 1).to_string()),
-                );
+                    place(i).as_ref(),
+                ));
                 let mut env = Vec::new();
                 if clocked {
                     let clock = FakeClock::new()?;
@@ -578,14 +608,15 @@ impl Servers {
                     port: socket_addr(url)?.port(),
                     env,
                     log: dir.path().join(format!("server-{}.log", i + 1)),
+                    netns: place(i),
                 })?);
             }
             logs = Some(dir);
         }
         let mut proxies = Vec::new();
-        let mut client_urls = opts.urls.clone();
-        if faults.contains(&BlackBoxFault::Partition) {
-            for (i, url) in opts.urls.iter().enumerate() {
+        let mut client_urls = server_urls.clone();
+        if faults.contains(&BlackBoxFault::Partition) && lab.is_none() {
+            for (i, url) in server_urls.iter().enumerate() {
                 let proxy = Proxy::start(socket_addr(url)?, i as u64 + 1)?;
                 client_urls[i] = via(url, proxy.addr().port())?;
                 proxies.push(proxy);
@@ -597,13 +628,20 @@ impl Servers {
             clocks,
             proxies,
             client_urls,
+            server_urls,
             lostfs,
+            lab,
+            dropped_packets: 0,
             _dir: logs,
         })
     }
 
     /// Begins fault number `n` (of kind `fault`) on its server; whether its effect is in place.
     fn inject(&mut self, fault: BlackBoxFault, n: u32, step_ms: i64) -> Result<bool, ProcessError> {
+        if let Some(cut) = self.ip_cut(fault, n) {
+            let lab = self.lab.as_ref().expect("ip_cut is only for netns runs");
+            return lab.partition(&cut.0, &cut.1);
+        }
         if let Some(fault) = fault.db() {
             return self.database().inject(fault);
         }
@@ -645,6 +683,13 @@ impl Servers {
 
     /// Ends fault number `n`; whether it took effect, as far as only its end can tell.
     fn heal(&mut self, fault: BlackBoxFault, n: u32) -> Result<bool, ProcessError> {
+        if self.ip_cut(fault, n).is_some() {
+            let lab = self.lab.as_ref().expect("ip_cut is only for netns runs");
+            let dropped = lab.dropped_packets();
+            self.dropped_packets += dropped;
+            // In place, and it touched the link: it dropped packets while it lasted.
+            return Ok(lab.heal()? && dropped > 0);
+        }
         if let Some(fault) = fault.db() {
             return self.database().heal(fault);
         }
@@ -664,6 +709,23 @@ impl Servers {
             BlackBoxFault::Db(_) => unreachable!("a database fault was handed to the database"),
         }
         .map(|()| true)
+    }
+
+    /// The two sides of fault number `n` when it is an IP-level partition (`netns` runs): the
+    /// clients and one server, or every server and the database.
+    fn ip_cut(&self, fault: BlackBoxFault, n: u32) -> Option<(Vec<End>, Vec<End>)> {
+        self.lab.as_ref()?;
+        let servers = self.server_urls.len();
+        match fault {
+            BlackBoxFault::Partition => {
+                Some((vec![End::Bench], vec![End::Node(n as usize % servers)]))
+            }
+            BlackBoxFault::Db(DbFault::Partition) => Some((
+                (0..servers).map(End::Node).collect(),
+                vec![End::Node(servers)],
+            )),
+            _ => None,
+        }
     }
 
     fn database(&mut self) -> &mut Database {
@@ -686,7 +748,7 @@ impl Servers {
     /// The server fault number `n` hits: the servers in turn.
     fn target_of(&self, fault: BlackBoxFault, n: u32) -> usize {
         let count = if fault == BlackBoxFault::Partition {
-            self.proxies.len()
+            self.server_urls.len()
         } else {
             self.commands.len()
         };
@@ -707,6 +769,15 @@ impl Servers {
             sum += e;
         }
         Some(sum)
+    }
+}
+
+/// `url` (or a command) with `{ip}` replaced by the address of `place`; with no place (no
+/// `netns`) it is left as it is.
+fn fill_ip(text: &str, place: Option<&chaos::InNetns>) -> String {
+    match place {
+        Some(place) => text.replace("{ip}", &place.addr.to_string()),
+        None => text.to_owned(),
     }
 }
 
@@ -780,8 +851,10 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
         return usage("--batch must be at least 1".into());
     }
     for url in &opts.urls {
-        socket_addr(url)?;
+        // Any address stands for `{ip}` here: only the form is checked.
+        socket_addr(&url.replace("{ip}", "10.213.0.1"))?;
     }
+    validate_netns(opts)?;
     validate_db(opts)?;
     if let Some(n) = &opts.nemesis {
         if n.faults.is_empty() {
@@ -816,6 +889,34 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
     Ok(())
 }
 
+/// `netns`: the bench starts every server, each `--url` says where its server's address goes,
+/// and the machine can make namespaces and rules.
+fn validate_netns(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
+    let usage = |m: String| Err(BlackBoxError::Usage(m));
+    if !opts.netns {
+        if let Some(url) = opts.urls.iter().find(|u| u.contains("{ip}")) {
+            return usage(format!(
+                "--url {url}: {{ip}} is a server's address with --netns only"
+            ));
+        }
+        return Ok(());
+    }
+    if opts.commands.is_empty() {
+        return usage(
+            "--netns: the bench must start the servers (--server-cmd, one per --url), each in \
+             its own network namespace"
+                .into(),
+        );
+    }
+    if let Some(url) = opts.urls.iter().find(|u| !u.contains("{ip}")) {
+        return usage(format!(
+            "--url {url}: with --netns put {{ip}} where the server's address goes (each server \
+             has its own), e.g. http://{{ip}}:8080"
+        ));
+    }
+    NetLab::check().map_err(BlackBoxError::Cluster)
+}
+
 /// The database's options, and the servers' use of it.
 fn validate_db(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
     let usage = |m: String| Err(BlackBoxError::Usage(m));
@@ -840,6 +941,13 @@ fn validate_db(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
         return Ok(());
     };
     db.validate(&db_faults).map_err(BlackBoxError::Usage)?;
+    if opts.netns && !db.command.contains("{dbhost}") {
+        return usage(format!(
+            "--db-cmd `{}`: with --netns put {{dbhost}} where the database's listening address \
+             goes (its namespace's own, which the servers reach it at)",
+            db.command
+        ));
+    }
     if opts.commands.is_empty() {
         return usage(
             "--db-cmd: the bench must start the servers too (--server-cmd, one per --url), to \
@@ -922,7 +1030,8 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
     let effects = Effects {
         proxy: servers.proxy_effects(),
         lost_writes: servers.lostfs.as_ref().map(chaos::LostFs::effects),
-        db_proxy: servers.db.as_ref().map(Database::proxy_effects),
+        db_proxy: servers.db.as_ref().and_then(Database::proxy_effects),
+        dropped_packets: servers.lab.as_ref().map(|_| servers.dropped_packets),
         db_lost_writes: servers.db.as_ref().and_then(Database::lost_writes),
         latency: shared
             .latency
@@ -933,7 +1042,7 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
     let mut run = judge(opts, history, results, faults, effects);
     if let Some(spec) = &opts.slow_clients {
         // Against the server itself (not through a fault proxy), while the bench still owns it.
-        let url = reqwest::Url::parse(&opts.target.request_url(&opts.urls[0], &opts.key))
+        let url = reqwest::Url::parse(&opts.target.request_url(&servers.server_urls[0], &opts.key))
             .map_err(|e| BlackBoxError::Usage(format!("--slow-clients: {e}")))?;
         let path = match url.query() {
             Some(q) => format!("{}?{q}", url.path()),
@@ -1004,6 +1113,7 @@ struct Effects {
     lost_writes: Option<chaos::LostFsEffects>,
     db_proxy: Option<chaos::ProxyEffects>,
     db_lost_writes: Option<chaos::LostFsEffects>,
+    dropped_packets: Option<u64>,
     latency: reports::model::EndpointStats,
 }
 
@@ -1367,6 +1477,7 @@ fn judge(
         lost_writes: effects.lost_writes,
         db_proxy: effects.db_proxy,
         db_lost_writes: effects.db_lost_writes,
+        dropped_packets: effects.dropped_packets,
         latency: effects.latency,
         fault_windows: faults.windows,
         slow: None,

@@ -635,6 +635,7 @@ impl Bench {
                     port,
                     env: Vec::new(),
                     log: dir.path().join("participant.log"),
+                    netns: None,
                 })?;
                 Some((service, dir))
             }

@@ -623,6 +623,7 @@ fn start(opts: &TokensOptions) -> Result<Option<Owned>, ContractError> {
             port,
             env: Vec::new(),
             log: dir.path().join(format!("server-{}.log", i + 1)),
+            netns: None,
         })?);
     }
     Ok(Some(Owned {

@@ -12,6 +12,7 @@ fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
     BlackBoxOptions {
         slow_clients: None,
         db: None,
+        netns: false,
         target,
         urls: vec![url],
         key: key.into(),

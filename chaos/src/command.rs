@@ -30,6 +30,9 @@ pub struct CommandSpec {
     pub env: Vec<(String, String)>,
     /// Where its standard output and error go (appended across restarts).
     pub log: PathBuf,
+    /// The network namespace it runs in (`ip netns exec`; a [`crate::NetLab`] node), listening
+    /// on that node's address; `None`: this machine's, on loopback.
+    pub netns: Option<crate::InNetns>,
 }
 
 /// A running (or killed) user's service.
@@ -160,8 +163,26 @@ impl CommandService {
                 .map_err(io(format!("open {}", self.spec.log.display())))
         };
         let (out, err) = (open_log()?, open_log()?);
-        let child = Command::new("sh")
-            .args(["-c", &self.spec.command])
+        let mut cmd = match &self.spec.netns {
+            Some(place) => {
+                let mut cmd = Command::new("ip");
+                cmd.args([
+                    "netns",
+                    "exec",
+                    &place.netns,
+                    "sh",
+                    "-c",
+                    &self.spec.command,
+                ]);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new("sh");
+                cmd.args(["-c", &self.spec.command]);
+                cmd
+            }
+        };
+        let child = cmd
             .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
@@ -191,7 +212,12 @@ impl CommandService {
     }
 
     fn wait_listening(&mut self) -> Result<(), String> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.spec.port));
+        let host = self
+            .spec
+            .netns
+            .as_ref()
+            .map_or(std::net::Ipv4Addr::LOCALHOST, |place| place.addr);
+        let addr = SocketAddr::from((host, self.spec.port));
         let deadline = Instant::now() + COMMAND_START_TIMEOUT;
         while Instant::now() < deadline {
             if TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).is_ok() {
@@ -225,6 +251,7 @@ mod tests {
             port,
             env: Vec::new(),
             log: dir.join("service.log"),
+            netns: None,
         }
     }
 

@@ -98,6 +98,14 @@ pub struct IdsArgs {
     /// The size of a clock step, ms.
     #[arg(long, default_value_t = 30_000)]
     pub clock_step_ms: i64,
+    /// Every server (and the database) in a network namespace of its own with its own address,
+    /// made and removed by the bench (veth pairs on a bridge; needs root, `ip` and `nft`):
+    /// `{ip}` in each --url and --server-cmd is its server's address, `{dbhost}` in --db-cmd
+    /// the database's. `partition` and `db_partition` are then nftables rules that drop the
+    /// packets, as Jepsen's iptables do, and reach a server that talks to its database
+    /// directly (no proxy: `{db_addr}` is the database's own address).
+    #[arg(long)]
+    pub netns: bool,
     #[command(flatten)]
     pub db: DbArgs,
     #[command(flatten)]
@@ -180,6 +188,7 @@ impl IdsArgs {
             nemesis,
             slow_clients: self.slow.spec(),
             db: self.db.options(),
+            netns: self.netns,
         })
     }
 }
@@ -190,8 +199,8 @@ pub struct DbArgs {
     /// The command that runs the user's database in the foreground (run by `sh -c`, again after
     /// every db_kill and db_power_loss): `{dbdata}` is a fresh data directory (on the
     /// lost-writes filesystem when the nemesis has db_power_loss), `{dbrun}` a directory for its
-    /// sockets and pid files (not on that filesystem), `{dbport}` the loopback port it must
-    /// listen on. A fault proxy stands in front of it: each --server-cmd gets
+    /// sockets and pid files (not on that filesystem), `{dbport}` the port it must listen on
+    /// and `{dbhost}` the address (127.0.0.1; its namespace's own with --netns). A fault proxy stands in front of it: each --server-cmd gets
     /// `{db_url}` (--db-url through the proxy), `{db_addr}` (127.0.0.1:PORT of the proxy) and
     /// `{db_port}`. MariaDB, PostgreSQL, Redis, anything that listens on TCP.
     #[arg(long)]
@@ -381,6 +390,9 @@ fn print_run(run: &BlackBoxRun) {
             "  proxies: {} connections, {} bytes held by the partitions",
             p.connections, p.held_bytes
         );
+    }
+    if let Some(dropped) = run.dropped_packets {
+        println!("  ip-level cuts: {dropped} packets dropped by the nftables rules");
     }
     if let Some(p) = &run.db_proxy {
         println!(

@@ -518,6 +518,7 @@ pub fn options(
     Ok(BlackBoxOptions {
         slow_clients: None,
         db: None,
+        netns: false,
         target,
         urls,
         key: key.into(),

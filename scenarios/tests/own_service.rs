@@ -284,6 +284,82 @@ fn leaf_on_a_mariadb_that_syncs_once_a_second_hands_out_ids_again_after_a_power_
 }
 
 #[test]
+#[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
+#[cfg_attr(not(has_nft), ignore = "needs root, ip and nft (network namespaces)")]
+fn ip_level_partitions_cut_a_server_off_its_database_and_its_clients_without_a_proxy() {
+    let compat = compat_binary();
+    let mut args: Vec<String> = ["ids", "--target", "leaf", "--key", "orders", "--netns"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--monotonic", "server", "--duration", "12"].map(String::from));
+    let nemesis = ["--nemesis", "db_partition,partition", "--every-ms", "1000"];
+    args.extend(
+        nemesis
+            .into_iter()
+            .chain(["--down-ms", "800"])
+            .map(String::from),
+    );
+    // The database listens on its namespace's address; the servers reach it there directly.
+    let mut db = mariadb_args(1);
+    let cmd = db.iter().position(|a| a == "--db-cmd").expect("a --db-cmd") + 1;
+    db[cmd] = db[cmd].replace(
+        "--bind-address=127.0.0.1",
+        "--bind-address={dbhost} --skip-grant-tables",
+    );
+    args.extend(db);
+    for _ in 0..2 {
+        args.extend(["--url", "http://{ip}:8080", "--server-cmd"].map(String::from));
+        args.push(format!(
+            "exec {} --api leaf --db {{db_url}} --listen {{ip}}:8080 --tag orders",
+            compat.display()
+        ));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = scenario(&args);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("all distinct"), "{all}");
+    assert!(
+        all.contains("4 of 4 faults seen in place"),
+        "every cut took effect: {all}"
+    );
+    let dropped: u64 = all
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ip-level cuts: "))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(dropped > 0, "the rules dropped packets: {all}");
+    assert!(
+        !all.contains("database link: "),
+        "no proxy carried the database link: {all}"
+    );
+    let netns = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns");
+    let left = String::from_utf8_lossy(&netns.stdout).into_owned();
+    assert!(!left.contains("bench-"), "namespaces left behind: {left}");
+}
+
+#[test]
+fn netns_without_each_servers_address_is_a_usage_error() {
+    let leaf = ["ids", "--target", "leaf", "--key", "orders", "--netns"];
+    let out = scenario(
+        &[
+            &leaf[..],
+            &["--url", "http://127.0.0.1:8080"],
+            &["--server-cmd", "exec sleep 60"],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("{ip}"), "{}", text(&out));
+    let out = scenario(&[&leaf[..], &["--url", "http://{ip}:8080"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--server-cmd"), "{}", text(&out));
+}
+
+#[test]
 fn database_faults_without_a_database_and_a_database_nobody_uses_are_usage_errors() {
     let url = format!("http://127.0.0.1:{}", free_port());
     let leaf = ["ids", "--target", "leaf", "--key", "orders", "--url", &url];

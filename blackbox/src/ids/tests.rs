@@ -152,6 +152,7 @@ fn options(target: Target) -> BlackBoxOptions {
         nemesis: None,
         slow_clients: None,
         db: None,
+        netns: false,
     }
 }
 
