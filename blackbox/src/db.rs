@@ -324,13 +324,20 @@ impl Database {
                 Ok(self.service.is_down() && self.refuses())
             }
             DbFault::Partition => {
-                let proxy = self.proxy();
-                let held = proxy.effects().held_bytes;
-                proxy.set(LinkFault::Blackhole);
-                self.held_at_cut = held;
+                self.held_at_cut = self.proxy().effects().held_bytes;
+                self.set_link(LinkFault::Blackhole);
                 Ok(true)
             }
         }
+    }
+
+    /// Sets the shape of the services' link to the database (a black hole, one way, or
+    /// whole again), through its proxy.
+    ///
+    /// # Panics
+    /// A database in a namespace: its lab cuts it.
+    pub fn set_link(&self, fault: LinkFault) {
+        self.proxy().set(fault);
     }
 
     fn proxy(&self) -> &Proxy {
@@ -357,9 +364,8 @@ impl Database {
             }
             DbFault::Pause => self.service.resume().map(|()| true),
             DbFault::Partition => {
-                let proxy = self.proxy();
-                let held = proxy.effects().held_bytes > self.held_at_cut;
-                proxy.set(LinkFault::None);
+                let held = self.proxy().effects().held_bytes > self.held_at_cut;
+                self.set_link(LinkFault::None);
                 Ok(held)
             }
         }

@@ -331,6 +331,50 @@ pub struct BlackBoxNemesis {
     pub down_for: Duration,
     /// The size of a clock step, ms.
     pub clock_step_ms: i64,
+    /// How `partition` and `db_partition` cut their link.
+    pub cut: CutShape,
+}
+
+/// How a partition cuts its link (`--cut`), through the proxy or at the IP level alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CutShape {
+    /// Nothing gets through, either way.
+    #[default]
+    Both,
+    /// Requests (clients to server, servers to database) are dropped; answers would still
+    /// come back.
+    OneWay,
+    /// Cut and whole in turn, every `every_ms`, while the fault lasts.
+    Flap {
+        /// How long each state holds, ms (at least 1).
+        every_ms: u64,
+    },
+}
+
+impl CutShape {
+    /// `both`, `one-way` or `flap` (then every `flap_ms`).
+    ///
+    /// # Errors
+    /// Another word, or a flap of 0 ms.
+    pub fn parse(word: &str, flap_ms: u64) -> Result<Self, String> {
+        match word {
+            "both" => Ok(Self::Both),
+            "one-way" => Ok(Self::OneWay),
+            "flap" if flap_ms > 0 => Ok(Self::Flap { every_ms: flap_ms }),
+            "flap" => Err("--flap-ms must be at least 1".into()),
+            other => Err(format!("--cut {other}: both, one-way or flap")),
+        }
+    }
+
+    /// The proxy's shape of the cut.
+    const fn link_fault(self) -> LinkFault {
+        match self {
+            Self::Both | Self::Flap { .. } => LinkFault::Blackhole,
+            Self::OneWay => LinkFault::OneWay {
+                stall: chaos::Direction::Up,
+            },
+        }
+    }
 }
 
 /// A black-box run.
@@ -524,6 +568,12 @@ struct Servers {
     lab: Option<NetLab>,
     /// Packets dropped by the cuts healed so far.
     dropped_packets: u64,
+    /// How partitions cut.
+    shape: CutShape,
+    /// Packets dropped during the partition in force (`netns` runs).
+    fault_dropped: u64,
+    /// Bytes its proxy had held when the partition in force began.
+    held_at_cut: u64,
     /// Logs and `{data}`.
     _dir: Option<tempfile::TempDir>,
 }
@@ -632,15 +682,19 @@ impl Servers {
             lostfs,
             lab,
             dropped_packets: 0,
+            shape: opts.nemesis.as_ref().map_or(CutShape::Both, |n| n.cut),
+            fault_dropped: 0,
+            held_at_cut: 0,
             _dir: logs,
         })
     }
 
     /// Begins fault number `n` (of kind `fault`) on its server; whether its effect is in place.
     fn inject(&mut self, fault: BlackBoxFault, n: u32, step_ms: i64) -> Result<bool, ProcessError> {
-        if let Some(cut) = self.ip_cut(fault, n) {
-            let lab = self.lab.as_ref().expect("ip_cut is only for netns runs");
-            return lab.partition(&cut.0, &cut.1);
+        if is_partition(fault) {
+            self.fault_dropped = 0;
+            self.held_at_cut = self.held_bytes(fault, n);
+            return self.cut(fault, n, true);
         }
         if let Some(fault) = fault.db() {
             return self.database().inject(fault);
@@ -655,10 +709,7 @@ impl Servers {
                 self.commands[server].pause()?;
                 Ok(true)
             }
-            BlackBoxFault::Partition => {
-                self.proxies[server].set(LinkFault::Blackhole);
-                Ok(true)
-            }
+            BlackBoxFault::Partition => unreachable!("partitions are cut above"),
             BlackBoxFault::Clock => {
                 let step = if n.is_multiple_of(2) {
                     -step_ms
@@ -683,12 +734,16 @@ impl Servers {
 
     /// Ends fault number `n`; whether it took effect, as far as only its end can tell.
     fn heal(&mut self, fault: BlackBoxFault, n: u32) -> Result<bool, ProcessError> {
-        if self.ip_cut(fault, n).is_some() {
-            let lab = self.lab.as_ref().expect("ip_cut is only for netns runs");
-            let dropped = lab.dropped_packets();
-            self.dropped_packets += dropped;
-            // In place, and it touched the link: it dropped packets while it lasted.
-            return Ok(lab.heal()? && dropped > 0);
+        if is_partition(fault) {
+            let healed = self.mend(fault, n, true)?;
+            // It touched the link while it lasted: the rules dropped packets, or the proxy held
+            // bytes (the clients' proxies hold whatever comes, so a cut of theirs always does).
+            let touched = if self.lab.is_some() {
+                self.fault_dropped > 0
+            } else {
+                fault == BlackBoxFault::Partition || self.held_bytes(fault, n) > self.held_at_cut
+            };
+            return Ok(healed && touched);
         }
         if let Some(fault) = fault.db() {
             return self.database().heal(fault);
@@ -697,10 +752,7 @@ impl Servers {
         match fault {
             BlackBoxFault::Kill => self.commands[server].restart(),
             BlackBoxFault::Pause => self.commands[server].resume(),
-            BlackBoxFault::Partition => {
-                self.proxies[server].set(LinkFault::None);
-                Ok(())
-            }
+            BlackBoxFault::Partition => unreachable!("partitions are mended above"),
             BlackBoxFault::Clock => self.clocks[server].set_offset_ms(0),
             BlackBoxFault::PowerLoss => self
                 .commands
@@ -709,6 +761,77 @@ impl Servers {
             BlackBoxFault::Db(_) => unreachable!("a database fault was handed to the database"),
         }
         .map(|()| true)
+    }
+
+    /// Cuts the link of partition number `n` in the run's shape; with `probe`, whether the cut
+    /// is in place (the IP-level probes; a proxy's cut is in place once set).
+    fn cut(&mut self, fault: BlackBoxFault, n: u32, probe: bool) -> Result<bool, ProcessError> {
+        if let Some((a, b)) = self.ip_cut(fault, n) {
+            let lab = self.lab.as_ref().expect("ip_cut is only for netns runs");
+            let mut in_place = true;
+            for &x in &a {
+                for &y in &b {
+                    let mut ways = vec![(x, y)];
+                    if self.shape != CutShape::OneWay {
+                        ways.push((y, x));
+                    }
+                    for (from, to) in ways {
+                        if probe {
+                            in_place &= lab.cut(from, to)?;
+                        } else {
+                            lab.drop_from(from, to)?;
+                        }
+                    }
+                }
+            }
+            return Ok(in_place);
+        }
+        let shape = self.shape.link_fault();
+        match fault {
+            BlackBoxFault::Partition => {
+                let server = self.target_of(fault, n);
+                self.proxies[server].set(shape);
+            }
+            _ => self.database().set_link(shape),
+        }
+        Ok(true)
+    }
+
+    /// Mends the link of partition number `n`; with `probe`, whether every link answers again.
+    fn mend(&mut self, fault: BlackBoxFault, n: u32, probe: bool) -> Result<bool, ProcessError> {
+        if let Some(lab) = self.lab.as_ref() {
+            let dropped = lab.dropped_packets();
+            self.fault_dropped += dropped;
+            self.dropped_packets += dropped;
+            return if probe {
+                lab.heal()
+            } else {
+                lab.flush().map(|()| true)
+            };
+        }
+        match fault {
+            BlackBoxFault::Partition => {
+                let server = self.target_of(fault, n);
+                self.proxies[server].set(LinkFault::None);
+            }
+            _ => self.database().set_link(LinkFault::None),
+        }
+        Ok(true)
+    }
+
+    /// Bytes the proxy of partition number `n`'s link has held so far (0 at the IP level).
+    fn held_bytes(&self, fault: BlackBoxFault, n: u32) -> u64 {
+        if self.lab.is_some() {
+            return 0;
+        }
+        match fault {
+            BlackBoxFault::Partition => self.proxies[self.target_of(fault, n)].effects().held_bytes,
+            _ => self
+                .db
+                .as_ref()
+                .and_then(Database::proxy_effects)
+                .map_or(0, |e| e.held_bytes),
+        }
     }
 
     /// The two sides of fault number `n` when it is an IP-level partition (`netns` runs): the
@@ -726,6 +849,35 @@ impl Servers {
             )),
             _ => None,
         }
+    }
+
+    /// Partition number `n` (cut now) mended and cut again in turn every `every`, for `down`;
+    /// it ends cut, for [`Servers::heal`] to mend.
+    fn flap(
+        &mut self,
+        fault: BlackBoxFault,
+        n: u32,
+        down: Duration,
+        every: Duration,
+    ) -> Result<(), ProcessError> {
+        let until = Instant::now() + down;
+        let mut cut = true;
+        while Instant::now() + every < until {
+            thread::sleep(every);
+            if cut {
+                self.mend(fault, n, false)?;
+            } else {
+                self.cut(fault, n, false)?;
+            }
+            cut = !cut;
+        }
+        if !cut {
+            self.cut(fault, n, false)?;
+        }
+        if let Some(left) = until.checked_duration_since(Instant::now()) {
+            thread::sleep(left);
+        }
+        Ok(())
     }
 
     fn database(&mut self) -> &mut Database {
@@ -770,6 +922,14 @@ impl Servers {
         }
         Some(sum)
     }
+}
+
+/// Whether `fault` cuts a link (the clients' or the database's).
+fn is_partition(fault: BlackBoxFault) -> bool {
+    matches!(
+        fault,
+        BlackBoxFault::Partition | BlackBoxFault::Db(DbFault::Partition)
+    )
 }
 
 /// `url` (or a command) with `{ip}` replaced by the address of `place`; with no place (no
@@ -1147,7 +1307,12 @@ fn run_nemesis(
         let start_s = began.elapsed().as_secs_f64();
         let in_place = servers.inject(fault, round, n.clock_step_ms)?;
         count.injected += 1;
-        thread::sleep(n.down_for);
+        match n.cut {
+            CutShape::Flap { every_ms } if is_partition(fault) => {
+                servers.flap(fault, round, n.down_for, Duration::from_millis(every_ms))?;
+            }
+            _ => thread::sleep(n.down_for),
+        }
         if servers.heal(fault, round)? && in_place {
             count.seen += 1;
         } else if count.unseen.len() < 3 {

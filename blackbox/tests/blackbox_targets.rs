@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use blackbox::ids::{BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, Monotonic, Target, run};
+use blackbox::ids::{
+    BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, CutShape, Monotonic, Target, run,
+};
 use reports::model::Judgement;
 
 fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
@@ -26,6 +28,7 @@ fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
             every: Duration::from_millis(700),
             down_for: Duration::from_millis(300),
             clock_step_ms: 0,
+            cut: CutShape::Both,
         }),
     }
 }

@@ -190,6 +190,16 @@ impl NetLab {
     /// # Errors
     /// The rule could not be added.
     pub fn cut(&self, from: End, to: End) -> Result<bool, ProcessError> {
+        self.drop_from(from, to)?;
+        Ok(!self.answers(from, to))
+    }
+
+    /// The rule of [`NetLab::cut`], not probed (a flapping link switches faster than a probe
+    /// can time out).
+    ///
+    /// # Errors
+    /// The rule could not be added.
+    pub fn drop_from(&self, from: End, to: End) -> Result<(), ProcessError> {
         assert_ne!(from, to, "a cut joins two ends");
         match (from, to) {
             (_, End::Node(j)) => {
@@ -208,7 +218,7 @@ impl NetLab {
             }
             (End::Bench, End::Bench) => unreachable!("asserted above"),
         }
-        Ok(!self.answers(from, to))
+        Ok(())
     }
 
     /// Cuts both ways between every end of `a` and every end of `b`; whether every probe across
@@ -233,12 +243,7 @@ impl NetLab {
     /// # Errors
     /// The rules could not be flushed.
     pub fn heal(&self) -> Result<bool, ProcessError> {
-        for (_, node) in &self.nodes {
-            nft_in(
-                &node.netns,
-                &format!("flush chain inet {TABLE} input\nflush chain inet {TABLE} output"),
-            )?;
-        }
+        self.flush()?;
         let ends: Vec<End> = std::iter::once(End::Bench)
             .chain((0..self.nodes.len()).map(End::Node))
             .collect();
@@ -247,6 +252,20 @@ impl NetLab {
                 .filter(|&&b| b != a && b != End::Bench)
                 .all(|&b| self.answers(a, b))
         }))
+    }
+
+    /// Removes every cut, not probed (see [`NetLab::drop_from`]).
+    ///
+    /// # Errors
+    /// The rules could not be flushed.
+    pub fn flush(&self) -> Result<(), ProcessError> {
+        for (_, node) in &self.nodes {
+            nft_in(
+                &node.netns,
+                &format!("flush chain inet {TABLE} input\nflush chain inet {TABLE} output"),
+            )?;
+        }
+        Ok(())
     }
 
     /// Packets the rules in force have dropped (the counters restart with each cut).

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use blackbox::ids::{
-    BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, Monotonic,
-    TARGET_KINDS, Target,
+    BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, CutShape,
+    Monotonic, TARGET_KINDS, Target,
 };
 use blackbox::slow::SlowSpec;
 use reports::model::Judgement;
@@ -98,6 +98,15 @@ pub struct IdsArgs {
     /// The size of a clock step, ms.
     #[arg(long, default_value_t = 30_000)]
     pub clock_step_ms: i64,
+    /// How partition and db_partition cut their link: `both` (nothing gets through), `one-way`
+    /// (requests dropped: clients to server, servers to database; answers would still come
+    /// back) or `flap` (cut and whole in turn every --flap-ms while the fault lasts); through
+    /// the proxy or, with --netns, as nftables rules.
+    #[arg(long, default_value = "both", value_parser = ["both", "one-way", "flap"])]
+    pub cut: String,
+    /// With --cut flap: how long each state holds, ms.
+    #[arg(long, default_value_t = 100)]
+    pub flap_ms: u64,
     /// Every server (and the database) in a network namespace of its own with its own address,
     /// made and removed by the bench (veth pairs on a bridge; needs root, `ip` and `nft`):
     /// `{ip}` in each --url and --server-cmd is its server's address, `{dbhost}` in --db-cmd
@@ -170,11 +179,13 @@ impl IdsArgs {
                 self.duration
             ));
         }
+        let cut = CutShape::parse(&self.cut, self.flap_ms)?;
         let nemesis = (!self.nemesis.is_empty()).then(|| BlackBoxNemesis {
             faults: self.nemesis.clone(),
             every: Duration::from_millis(self.every_ms),
             down_for: Duration::from_millis(self.down_ms),
             clock_step_ms: self.clock_step_ms,
+            cut,
         });
         Ok(BlackBoxOptions {
             target,

@@ -539,6 +539,7 @@ pub fn options(
             } else {
                 bug.clock_step_ms
             },
+            cut: blackbox::ids::CutShape::Both,
         }),
     })
 }

@@ -235,6 +235,8 @@ fn leaf_on_mariadb(flush: u8, nemesis: &str, duration_s: u32) -> Output {
         "--down-ms",
         "800",
     ]);
+    // The database link cut one way (queries held, answers free), through the proxy.
+    cmd.args(["--cut", "one-way"]);
     cmd.args(mariadb_args(flush));
     for _ in 0..2 {
         let port = free_port();
@@ -287,6 +289,13 @@ fn leaf_on_a_mariadb_that_syncs_once_a_second_hands_out_ids_again_after_a_power_
 #[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
 #[cfg_attr(not(has_nft), ignore = "needs root, ip and nft (network namespaces)")]
 fn ip_level_partitions_cut_a_server_off_its_database_and_its_clients_without_a_proxy() {
+    ip_level_partitions(&[]);
+    // Cut and whole in turn, every 100 ms, while each fault lasts.
+    ip_level_partitions(&["--cut", "flap", "--flap-ms", "100"]);
+}
+
+/// Leaf on MariaDB in network namespaces under IP-level partitions cut as `cut` says.
+fn ip_level_partitions(cut: &[&str]) {
     let compat = compat_binary();
     let mut args: Vec<String> = ["ids", "--target", "leaf", "--key", "orders", "--netns"]
         .map(String::from)
@@ -297,6 +306,7 @@ fn ip_level_partitions_cut_a_server_off_its_database_and_its_clients_without_a_p
         nemesis
             .into_iter()
             .chain(["--down-ms", "800"])
+            .chain(cut.iter().copied())
             .map(String::from),
     );
     // The database listens on its namespace's address; the servers reach it there directly.

@@ -176,6 +176,7 @@ fn bad_options_are_refused_naming_what() {
         every: Duration::from_secs(1),
         down_for: Duration::from_millis(100),
         clock_step_ms: 1_000,
+        cut: CutShape::Both,
     });
     assert!(
         usage(&o).contains("--server-cmd"),
@@ -219,6 +220,7 @@ fn a_fault_not_seen_in_place_fails_coverage() {
         every: Duration::from_secs(1),
         down_for: Duration::from_millis(100),
         clock_step_ms: 1_000,
+        cut: CutShape::Both,
     };
     let quiet = History::default();
     let all_seen = FaultCount {
