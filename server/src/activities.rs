@@ -4,7 +4,8 @@
 //! client never names a price: the gate takes it from here.
 //!
 //! Terms are durable before a registration is answered: an SQLite file beside the database
-//! (`<db>.activities`, `synchronous=FULL`) or the table `act_terms` of a PostgreSQL database. The
+//! (`<db>.activities`, `synchronous=FULL`) or the table `act_terms` of a PostgreSQL or MariaDB
+//! database. The
 //! rule that decides a registration (new, same again, or a conflict) is `sut`'s
 //! [`sut::lottery::activity::register_rule`]; this module only keeps what it decided. Readers
 //! take a snapshot ([`Activities::snapshot`]: one `Arc` clone), so the hot path never waits for
@@ -18,6 +19,7 @@ use sut::lottery::{ActivityId, Registered, Registry, Terms, TermsError};
 
 use crate::db::Db;
 use crate::ids::lock;
+use crate::mysql::MyConn;
 use crate::pg::PgConn;
 
 /// What a registration decides, given the registry as it is in the store: the activities to
@@ -185,6 +187,46 @@ impl TermsFile for PgTerms {
     }
 }
 
+/// Terms in a MariaDB (MySQL) database.
+#[derive(Debug)]
+struct MyTerms {
+    conn: MyConn,
+}
+
+fn my_rows(tx: &mut crate::mysql::MyTx<'_>) -> Result<Vec<(i64, String)>, crate::sqldb::DbError> {
+    tx.query(PG_SELECT, Vec::new())?
+        .iter()
+        .map(|r| {
+            Ok((
+                crate::mysql::col(r, 0, "activity")?,
+                crate::mysql::col(r, 1, "terms")?,
+            ))
+        })
+        .collect()
+}
+
+impl TermsFile for MyTerms {
+    fn read_all(&mut self) -> Result<Registry, RegisterError> {
+        decode(&self.conn.transact(my_rows)?)
+    }
+
+    /// One SERIALIZABLE transaction (retried from the start after a deadlock with another
+    /// instance's registration).
+    fn register(&mut self, decide: &mut Decide<'_>) -> Result<Registry, RegisterError> {
+        self.conn.transact(|tx| {
+            let before = decode(&my_rows(tx)?)?;
+            let added = decide(&before)?;
+            for (activity, terms) in &added {
+                tx.execute(
+                    "INSERT INTO act_terms (activity, terms) VALUES (?, ?)",
+                    crate::mysql::params![sql_id(*activity)?, encode(terms)?],
+                )?;
+            }
+            with_added(before, &added)
+        })
+    }
+}
+
 /// No file: a registry that lives as long as its process (tests of the lottery writer alone).
 #[derive(Debug)]
 struct NoFile(Registry);
@@ -236,6 +278,16 @@ impl Activities {
                         activity BIGINT PRIMARY KEY,
                         terms    TEXT NOT NULL
                     );",
+                )
+                .map_err(|e| e.to_string())?,
+            }),
+            Db::MySql(url) => Box::new(MyTerms {
+                conn: MyConn::open(
+                    url,
+                    "CREATE TABLE IF NOT EXISTS act_terms (
+                        activity BIGINT PRIMARY KEY,
+                        terms    LONGTEXT NOT NULL
+                    ) ENGINE = InnoDB",
                 )
                 .map_err(|e| e.to_string())?,
             }),

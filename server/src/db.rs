@@ -1,5 +1,5 @@
 //! Where a server keeps its state (`--db`): one SQLite file (the default; nothing to install),
-//! or a PostgreSQL database that several server processes share.
+//! or a PostgreSQL or MariaDB (MySQL) database that several server processes share.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -7,6 +7,8 @@ use std::str::FromStr;
 use sut::id_store::{CounterDurability, IdStore};
 use sut::token::{TokenStore, TokenStoreLimits};
 
+use crate::lottery::JournalFile;
+use crate::mysql::{MyIdStore, MyJournal, MyLotteryStore, MyTokenStore};
 use crate::pg::{PgIdStore, PgJournal, PgLotteryStore, PgTokenStore};
 use crate::sqlite::{SqliteIdStore, SqliteTokenStore};
 
@@ -18,9 +20,9 @@ impl<T: IdStore + Send + std::fmt::Debug> SharedIdStore for T {}
 pub trait SharedTokenStore: TokenStore + Send + std::fmt::Debug {}
 impl<T: TokenStore + Send + std::fmt::Debug> SharedTokenStore for T {}
 
-/// An ID store of either backend.
+/// An ID store of any backend.
 pub type IdStoreBox = Box<dyn SharedIdStore>;
-/// A token store of either backend.
+/// A token store of any backend.
 pub type TokenStoreBox = Box<dyn SharedTokenStore>;
 
 /// The database of a server.
@@ -32,13 +34,26 @@ pub enum Db {
     /// A PostgreSQL URL (`postgres://user@host:port/database`); every store keeps its tables
     /// there (`id_*`, `tok_*`, `lot_*`).
     Postgres(String),
+    /// A MariaDB or MySQL URL (`mysql://user@host:port/database`); every store keeps its
+    /// tables there, as on PostgreSQL.
+    MySql(String),
 }
 
 impl FromStr for Db {
     type Err = String;
 
-    /// `sqlite:PATH`, `postgres://…` / `postgresql://…`, or a bare path (SQLite).
+    /// `sqlite:PATH`, `postgres://…` / `postgresql://…`, `mysql://…` / `mariadb://…`, or a
+    /// bare path (SQLite).
     fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(rest) = s
+            .strip_prefix("mysql://")
+            .or_else(|| s.strip_prefix("mariadb://"))
+        {
+            let url = format!("mysql://{rest}");
+            crate::mysql::opts(&url)
+                .map_err(|e| format!("--db `{}`: not a MySQL URL: {e}", redact(s)))?;
+            return Ok(Self::MySql(url));
+        }
         if s.starts_with("postgres://") || s.starts_with("postgresql://") {
             let _: tokio_postgres::Config = s
                 .parse()
@@ -47,11 +62,12 @@ impl FromStr for Db {
         }
         let path = s.strip_prefix("sqlite:").unwrap_or(s);
         if path.is_empty() {
-            return Err("--db: empty path (use sqlite:PATH or postgres://…)".into());
+            return Err("--db: empty path (use sqlite:PATH, postgres://… or mysql://…)".into());
         }
         if path.contains("://") {
             return Err(format!(
-                "--db `{s}`: unknown scheme (use sqlite:PATH or postgres://…)"
+                "--db `{}`: unknown scheme (use sqlite:PATH, postgres://… or mysql://…)",
+                redact(s)
             ));
         }
         Ok(Self::Sqlite(PathBuf::from(path)))
@@ -116,7 +132,7 @@ impl Db {
     pub fn describe(&self) -> String {
         match self {
             Self::Sqlite(path) => format!("sqlite:{}", path.display()),
-            Self::Postgres(url) => redact(url),
+            Self::Postgres(url) | Self::MySql(url) => redact(url),
         }
     }
 
@@ -132,6 +148,7 @@ impl Db {
             Self::Postgres(url) => {
                 PgIdStore::open(url, durability).map(|s| Box::new(s) as IdStoreBox)
             }
+            Self::MySql(url) => MyIdStore::open(url, durability).map(|s| Box::new(s) as IdStoreBox),
         };
         opened.map_err(|e| format!("id store {}: {e}", self.describe()))
     }
@@ -146,6 +163,9 @@ impl Db {
                 .map(|s| Box::new(s) as TokenStoreBox),
             Self::Postgres(url) => {
                 PgTokenStore::open(url, limits).map(|s| Box::new(s) as TokenStoreBox)
+            }
+            Self::MySql(url) => {
+                MyTokenStore::open(url, limits).map(|s| Box::new(s) as TokenStoreBox)
             }
         };
         opened.map_err(|e| format!("token store {}: {e}", self.describe()))
@@ -164,6 +184,8 @@ impl Db {
                 .map(|s| Box::new(s) as crate::once::BatchTokenStoreBox),
             Self::Postgres(url) => PgTokenStore::open(url, limits)
                 .map(|s| Box::new(s) as crate::once::BatchTokenStoreBox),
+            Self::MySql(url) => MyTokenStore::open(url, limits)
+                .map(|s| Box::new(s) as crate::once::BatchTokenStoreBox),
         };
         opened.map_err(|e| format!("one-time token store {}: {e}", self.describe()))
     }
@@ -173,20 +195,26 @@ impl Db {
     pub fn lottery_path(&self) -> Option<PathBuf> {
         match self {
             Self::Sqlite(path) => Some(sibling(path, ".lottery")),
-            Self::Postgres(_) => None,
+            Self::Postgres(_) | Self::MySql(_) => None,
         }
     }
 
-    /// Opens the PostgreSQL lottery journal (PostgreSQL only), claiming the database.
+    /// Opens the lottery journal of a database server (PostgreSQL, MariaDB), claiming the
+    /// database.
     ///
     /// # Errors
-    /// Not PostgreSQL, the journal cannot be opened, or another process holds it.
-    pub fn open_pg_journal(&self) -> Result<PgJournal, String> {
-        match self {
-            Self::Postgres(url) => PgJournal::open(url)
-                .map_err(|e| format!("lottery journal {}: {e}", self.describe())),
-            Self::Sqlite(_) => Err("the PostgreSQL journal needs a postgres:// --db".into()),
-        }
+    /// An SQLite file, the journal cannot be opened, or another process holds it.
+    pub fn open_server_journal(&self) -> Result<Box<dyn JournalFile>, String> {
+        let opened: Result<Box<dyn JournalFile>, _> = match self {
+            Self::Postgres(url) => PgJournal::open(url).map(|j| Box::new(j) as _),
+            Self::MySql(url) => MyJournal::open(url).map(|j| Box::new(j) as _),
+            Self::Sqlite(_) => {
+                return Err(
+                    "a database server's journal needs a postgres:// or mysql:// --db".into(),
+                );
+            }
+        };
+        opened.map_err(|e| format!("lottery journal {}: {e}", self.describe()))
     }
 
     /// Opens the PostgreSQL lottery store (PostgreSQL only).
@@ -197,7 +225,19 @@ impl Db {
         match self {
             Self::Postgres(url) => PgLotteryStore::open(url)
                 .map_err(|e| format!("lottery store {}: {e}", self.describe())),
-            Self::Sqlite(_) => Err("the PostgreSQL lottery store needs a postgres:// --db".into()),
+            _ => Err("the PostgreSQL lottery store needs a postgres:// --db".into()),
+        }
+    }
+
+    /// Opens the MariaDB lottery store (MariaDB and MySQL only).
+    ///
+    /// # Errors
+    /// Not MySQL, or the store cannot be opened.
+    pub fn open_mysql_lottery(&self) -> Result<MyLotteryStore, String> {
+        match self {
+            Self::MySql(url) => MyLotteryStore::open(url)
+                .map_err(|e| format!("lottery store {}: {e}", self.describe())),
+            _ => Err("the MariaDB lottery store needs a mysql:// --db".into()),
         }
     }
 }
@@ -214,7 +254,18 @@ mod tests {
             "postgres://u@127.0.0.1:5/d".parse(),
             Ok(Db::Postgres("postgres://u@127.0.0.1:5/d".into()))
         );
-        let err = "mysql://x".parse::<Db>().unwrap_err();
+        assert_eq!(
+            "mysql://u@127.0.0.1:5/d".parse(),
+            Ok(Db::MySql("mysql://u@127.0.0.1:5/d".into()))
+        );
+        assert_eq!(
+            "mariadb://u@127.0.0.1:5/d".parse(),
+            Ok(Db::MySql("mysql://u@127.0.0.1:5/d".into()))
+        );
+        let err = "mysql://u:secret@h:notaport/d".parse::<Db>().unwrap_err();
+        assert!(err.contains("not a MySQL URL"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+        let err = "redis://x".parse::<Db>().unwrap_err();
         assert!(err.contains("unknown scheme"), "{err}");
         let err = "sqlite:".parse::<Db>().unwrap_err();
         assert!(err.contains("empty path"), "{err}");

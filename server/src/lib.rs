@@ -7,7 +7,8 @@
 //! - [`sqlite`]: the SQLite stores ([`sqlite::SqliteIdStore`], [`sqlite::SqliteTokenStore`],
 //!   [`sqlite::SqliteLotteryStore`]), each implementing a `sut` store trait with the rules `sut`
 //!   shares with its memory store, and kept identical to that store by a conformance property
-//!   test beside it;
+//!   test beside it; their twins on a shared database server, in [`pg`] (PostgreSQL) and
+//!   [`mysql`] (MariaDB, MySQL), with what those share in [`sqldb`];
 //! - [`front`]: [`front::ConcurrentIds`], the lock-free front of a segment allocator that
 //!   performs its store calls inline;
 //! - [`openapi`]: the OpenAPI description (`GET /openapi.json`, `docs/openapi.json`);
@@ -46,10 +47,12 @@ pub mod ids;
 pub mod listen;
 pub mod lottery;
 pub mod metrics;
+pub mod mysql;
 pub mod once;
 pub mod openapi;
 pub mod pg;
 pub mod remote;
+pub mod sqldb;
 pub mod sqlite;
 pub mod test_hooks;
 pub mod tls;

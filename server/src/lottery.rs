@@ -259,6 +259,20 @@ pub trait JournalFile: std::fmt::Debug + Send + 'static {
     fn checkpoint(&mut self, checkpoint: &JournalOp) -> Result<(), StoreError>;
 }
 
+impl JournalFile for Box<dyn JournalFile> {
+    fn read_all(&mut self) -> Result<Vec<JournalOp>, StoreError> {
+        (**self).read_all()
+    }
+
+    fn append(&mut self, records: &[JournalOp]) -> Result<(), StoreError> {
+        (**self).append(records)
+    }
+
+    fn checkpoint(&mut self, checkpoint: &JournalOp) -> Result<(), StoreError> {
+        (**self).checkpoint(checkpoint)
+    }
+}
+
 /// Journal records between two checkpoints, by default (a restart replays one checkpoint and at
 /// most this many records; about 110,000 draws).
 pub const CHECKPOINT_EVERY_RECORDS: u64 = 1_000_000;
@@ -1424,10 +1438,10 @@ impl Lottery {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LotteryStoreKind {
     /// Command journal + in-memory store, group commit (default): the journal in an SQLite
-    /// file beside the database, or in the PostgreSQL database.
+    /// file beside the database, or in the PostgreSQL or MariaDB database.
     Journal,
-    /// One durable transaction per operation: `SqliteLotteryStore` (`synchronous=FULL`), or
-    /// `PgLotteryStore` on PostgreSQL.
+    /// One durable transaction per operation: `SqliteLotteryStore` (`synchronous=FULL`),
+    /// `PgLotteryStore` on PostgreSQL, `MyLotteryStore` on MariaDB.
     Sqlite,
 }
 
@@ -1451,7 +1465,8 @@ pub fn open(
 }
 
 /// Opens the lottery store of `db` and starts the writer: on SQLite, the chosen `kind` in the
-/// file beside the ID store; on PostgreSQL, [`PgLotteryStore`] in the same database.
+/// file beside the ID store; on PostgreSQL or MariaDB, the journal or the store of one
+/// transaction per operation in the same database.
 ///
 /// # Errors
 /// The store could not be opened or replayed.
@@ -1472,14 +1487,17 @@ pub fn open_with(
     if let Some(path) = db.lottery_path() {
         return open_store(kind, db, &path, clock, metrics, options);
     }
-    match kind {
-        LotteryStoreKind::Journal => {
-            let store = JournaledStore::with_file(db.open_pg_journal()?)
+    match (kind, db) {
+        (LotteryStoreKind::Journal, _) => {
+            let store = JournaledStore::with_file(db.open_server_journal()?)
                 .map_err(|e| format!("lottery journal {}: {e}", db.describe()))?;
             let replayed = store.replayed();
             Lottery::start_with(store, replayed, clock, metrics, options)
         }
-        LotteryStoreKind::Sqlite => {
+        (LotteryStoreKind::Sqlite, Db::MySql(_)) => {
+            Lottery::start_with(db.open_mysql_lottery()?, 0, clock, metrics, options)
+        }
+        (LotteryStoreKind::Sqlite, _) => {
             Lottery::start_with(db.open_pg_lottery()?, 0, clock, metrics, options)
         }
     }
@@ -1511,6 +1529,56 @@ impl DurableLottery for PgLotteryStore {
     fn commit(&mut self) -> Result<(), StoreError> {
         // Every operation was its own committed transaction already.
         Ok(())
+    }
+}
+
+impl DurableLottery for crate::mysql::MyLotteryStore {
+    fn commit(&mut self) -> Result<(), StoreError> {
+        // Every operation was its own committed transaction already.
+        Ok(())
+    }
+}
+
+/// What the journals' tests of every backend share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use sut::lottery::{
+        ActivityId, BranchOp, DrawArgs, Flaws, LogEntry, LotteryStore, Participant, Phase, UserId,
+        Xid,
+    };
+
+    /// A few draws' worth of operations, applied to `store`.
+    pub(crate) fn run_draws<S: LotteryStore>(store: &mut S) {
+        store.open_account(UserId(1), 1_000).unwrap();
+        store.add_stock(ActivityId(1), 5).unwrap();
+        for (xid, won) in [(1, true), (2, false), (3, true)] {
+            let draw = DrawArgs {
+                xid: Xid(xid),
+                user: UserId(1),
+                activity: ActivityId(xid),
+                price_minor: 10,
+                won,
+            };
+            store.log_append(&LogEntry::Begin(draw)).unwrap();
+            for branch in draw.branches() {
+                let op = BranchOp {
+                    branch,
+                    phase: Phase::Try,
+                    draw,
+                };
+                let _ = store.execute(&op, Flaws::NONE).unwrap();
+            }
+            let _ = store
+                .execute(
+                    &BranchOp {
+                        branch: Participant::Wallet,
+                        phase: Phase::Confirm,
+                        draw,
+                    },
+                    Flaws::NONE,
+                )
+                .unwrap();
+        }
     }
 }
 

@@ -53,6 +53,22 @@ impl BatchTokenStore for PgTokenStore {
     }
 }
 
+impl BatchTokenStore for crate::mysql::MyTokenStore {
+    /// One transaction for the batch; the hints are not used (each operation reads its rows
+    /// as it runs).
+    fn batch(
+        &mut self,
+        _hints: &OnceHints,
+        ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
+    ) -> Result<(), TokenStoreError> {
+        self.batch_once(ops)
+    }
+
+    fn batch_max(&self) -> usize {
+        BATCH_MAX
+    }
+}
+
 impl BatchTokenStore for SqliteTokenStore {
     /// Each operation is its own transaction here, so a batch holds one: a failure can then
     /// never hide an operation that was committed.

@@ -556,6 +556,3 @@ impl IdStore for PgIdStore {
         })
     }
 }
-
-#[cfg(test)]
-mod conformance;

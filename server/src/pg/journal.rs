@@ -89,10 +89,7 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use chaos::Postgres;
-    use sut::lottery::{
-        ActivityId, BranchOp, DrawArgs, Flaws, LogEntry, LotteryStore, MemoryStore, Participant,
-        Phase, UserId, Xid,
-    };
+    use sut::lottery::{LotteryStore, MemoryStore, UserId};
 
     use super::*;
     use crate::lottery::{DurableLottery, JournaledStore};
@@ -105,50 +102,16 @@ mod tests {
         url_with_database(&server.url(), &name)
     }
 
-    /// A few draws' worth of operations, applied to `store`.
-    fn run_draws<S: LotteryStore>(store: &mut S) {
-        store.open_account(UserId(1), 1_000).unwrap();
-        store.add_stock(ActivityId(1), 5).unwrap();
-        for (xid, won) in [(1, true), (2, false), (3, true)] {
-            let draw = DrawArgs {
-                xid: Xid(xid),
-                user: UserId(1),
-                activity: ActivityId(xid),
-                price_minor: 10,
-                won,
-            };
-            store.log_append(&LogEntry::Begin(draw)).unwrap();
-            for branch in draw.branches() {
-                let op = BranchOp {
-                    branch,
-                    phase: Phase::Try,
-                    draw,
-                };
-                let _ = store.execute(&op, Flaws::NONE).unwrap();
-            }
-            let _ = store
-                .execute(
-                    &BranchOp {
-                        branch: Participant::Wallet,
-                        phase: Phase::Confirm,
-                        draw,
-                    },
-                    Flaws::NONE,
-                )
-                .unwrap();
-        }
-    }
-
     #[test]
     #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
     fn committed_batches_replay_to_the_same_ledger_and_uncommitted_ones_vanish() {
         let server = Postgres::start().expect("start PostgreSQL");
         let url = fresh(&server);
         let mut memory = MemoryStore::new();
-        run_draws(&mut memory);
+        crate::lottery::test_support::run_draws(&mut memory);
         {
             let mut store = JournaledStore::with_file(PgJournal::open(&url).unwrap()).unwrap();
-            run_draws(&mut store);
+            crate::lottery::test_support::run_draws(&mut store);
             store.commit().unwrap();
             // A batch never committed (the process dies before its group commit).
             store.open_account(UserId(2), 5).unwrap();

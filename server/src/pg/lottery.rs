@@ -23,7 +23,7 @@ use sut::lottery::rules::{self, BranchDecision, BranchOp, BranchView, BusinessRo
 use sut::lottery::store::LotteryStore;
 use sut::lottery::{ActivityId, DrawArgs, Flaws, Participant, UserId, Xid};
 
-use super::{DbError, PgConn, Tx, get_u64};
+use super::{PgConn, Tx, get_u64};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS lot_tcc_fence_log (
@@ -68,12 +68,6 @@ CREATE TABLE IF NOT EXISTS lot_coord_log (
     verdict BIGINT
 );
 ";
-
-impl From<DbError> for StoreError {
-    fn from(e: DbError) -> Self {
-        Self::Backend { message: e.message }
-    }
-}
 
 fn corrupt(what: &str) -> StoreError {
     StoreError::Backend {
@@ -497,6 +491,3 @@ impl LotteryStore for PgLotteryStore {
         })
     }
 }
-
-#[cfg(test)]
-mod conformance;

@@ -35,61 +35,15 @@ pub use tokens::{OnceHints, PgTokenStore};
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, IsolationLevel, NoTls, Row, Statement};
 
-/// Attempts of one operation before a serialization failure is reported.
-pub const TX_ATTEMPTS_MAX: u32 = 50;
-
-/// A database failure, with whether retrying the whole transaction may succeed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DbError {
-    /// What failed, with PostgreSQL's message.
-    pub message: String,
-    /// A serialization failure or deadlock: the transaction did nothing and may be retried.
-    pub retryable: bool,
-    /// The connection cannot be trusted any more (it closed, failed, or gave no answer within
-    /// [`ROUND_TRIP_TIMEOUT`]): the store drops it and reconnects on its next operation.
-    pub connection_lost: bool,
-}
-
-impl DbError {
-    /// A failure that retrying will not mend, on a connection still good.
-    #[must_use]
-    pub fn fatal(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            retryable: false,
-            connection_lost: false,
-        }
-    }
-
-    fn no_answer(what: &str) -> Self {
-        Self {
-            message: format!(
-                "postgres: no answer to {what} within {} s (the connection is given up)",
-                ROUND_TRIP_TIMEOUT.as_secs()
-            ),
-            retryable: false,
-            connection_lost: true,
-        }
-    }
-}
-
-/// How long one call to PostgreSQL (a connect, a statement, a commit) may take before its
-/// connection is given up as dead. A connection whose peer went away without a word
-/// (half-open: the server closed it, a middlebox still acknowledges) never answers, and TCP
-/// keepalive cannot see it; without this a store would wait on it forever, holding its lock.
-pub const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl std::fmt::Display for DbError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
+use crate::sqldb::{Attempt, retrying};
+pub use crate::sqldb::{
+    DbError, ROUND_TRIP_TIMEOUT, TX_ATTEMPTS_MAX, from_sql, io_runtime, to_sql, url_with_database,
+};
 
 impl From<tokio_postgres::Error> for DbError {
     fn from(e: tokio_postgres::Error) -> Self {
@@ -114,43 +68,12 @@ impl From<tokio_postgres::Error> for DbError {
     }
 }
 
-impl From<DbError> for sut::id_store::StoreError {
-    fn from(e: DbError) -> Self {
-        Self::Backend(e.message)
-    }
-}
-
-/// The runtime that drives every PostgreSQL connection of this process (one worker thread).
-///
-/// # Panics
-/// When the runtime cannot be built (no threads can be spawned).
-pub fn io_runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("pg-io")
-            .enable_all()
-            .build()
-            .expect("a runtime for PostgreSQL connections")
-    })
-}
-
-/// Runs `fut` to completion on the calling thread (its I/O is driven by [`io_runtime`]), or
-/// gives up after [`ROUND_TRIP_TIMEOUT`].
+/// [`crate::sqldb::block`] for PostgreSQL.
 fn block<T, E: Into<DbError>>(
     what: &str,
     fut: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, DbError> {
-    // The timer belongs to the I/O runtime, whose thread drives it; this thread only waits.
-    let timed = {
-        let _context = io_runtime().enter();
-        tokio::time::timeout(ROUND_TRIP_TIMEOUT, fut)
-    };
-    match futures_executor::block_on(timed) {
-        Ok(result) => result.map_err(Into::into),
-        Err(_elapsed) => Err(DbError::no_answer(what)),
-    }
+    crate::sqldb::block("postgres", what, fut)
 }
 
 /// The TLS every connection of this process uses, once set ([`use_tls`]).
@@ -235,22 +158,6 @@ pub fn create_database(admin_url: &str, name: &str) -> Result<(), DbError> {
         )?;
     }
     Ok(())
-}
-
-/// The URL of database `name` on the server of `url` (the path replaced).
-#[must_use]
-pub fn url_with_database(url: &str, name: &str) -> String {
-    let (head, query) = url
-        .split_once('?')
-        .map_or((url, None), |(h, q)| (h, Some(q)));
-    let after_scheme = head.find("://").map_or(0, |i| i + 3);
-    let base = head[after_scheme..]
-        .find('/')
-        .map_or(head, |i| &head[..after_scheme + i]);
-    query.map_or_else(
-        || format!("{base}/{name}"),
-        |q| format!("{base}/{name}?{q}"),
-    )
 }
 
 /// One store's connection: reconnects when closed, caches prepared statements, runs
@@ -431,22 +338,13 @@ impl PgConn {
         &mut self,
         mut op: impl FnMut(&mut Tx<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        retrying(|| {
             let (outcome, lost) = self.attempt(&mut op);
             if lost {
                 self.drop_connection();
             }
-            match outcome {
-                Attempt::Done(result) => return result,
-                Attempt::Retry(_) if attempt < TX_ATTEMPTS_MAX => {
-                    let pause_us = 100 * u64::from(attempt.min(20)) + jitter_us(attempt);
-                    std::thread::sleep(Duration::from_micros(pause_us));
-                }
-                Attempt::Retry(e) => return Err(e.into()),
-            }
-        }
+            outcome
+        })
     }
 
     /// One try of `op`; also whether the connection was lost on the way.
@@ -497,17 +395,6 @@ impl PgConn {
             Err(e) => (Attempt::Done(Err(e)), lost),
         }
     }
-}
-
-enum Attempt<T, E> {
-    Done(Result<T, E>),
-    Retry(DbError),
-}
-
-fn jitter_us(attempt: u32) -> u64 {
-    let mut bytes = [0u8; 2];
-    let _ = getrandom::fill(&mut bytes);
-    u64::from(u16::from_le_bytes(bytes)) % (50 * u64::from(attempt.min(20)) + 1)
 }
 
 /// A transaction in progress: blocking queries with cached statements. A serialization failure
@@ -575,21 +462,6 @@ impl Tx<'_> {
     }
 }
 
-/// PostgreSQL's `BIGINT` is i64; IDs stay below 2^62 and times below 2^63, so the casts are
-/// exact.
-#[must_use]
-pub fn to_sql(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// A value read back, checked rather than trusted.
-///
-/// # Errors
-/// A negative value (a corrupt row).
-pub fn from_sql(v: i64, what: &str) -> Result<u64, DbError> {
-    u64::try_from(v).map_err(|_| DbError::fatal(format!("corrupt row: negative {what} {v}")))
-}
-
 /// Column `index` of `row` as a `u64`.
 ///
 /// # Errors
@@ -599,25 +471,4 @@ pub fn get_u64(row: &Row, index: usize, what: &str) -> Result<u64, DbError> {
         .try_get(index)
         .map_err(|e| DbError::fatal(format!("column {what}: {e}")))?;
     from_sql(v, what)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::url_with_database;
-
-    #[test]
-    fn url_with_database_replaces_only_the_path() {
-        assert_eq!(
-            url_with_database("postgres://u@h:1/postgres?connect_timeout=5", "ids"),
-            "postgres://u@h:1/ids?connect_timeout=5"
-        );
-        assert_eq!(
-            url_with_database("postgres://u@h:1", "x"),
-            "postgres://u@h:1/x"
-        );
-        assert_eq!(
-            url_with_database("postgres://u@h:1/a", "b"),
-            "postgres://u@h:1/b"
-        );
-    }
 }

@@ -71,12 +71,6 @@ DO $$ BEGIN
 END $$;
 "#;
 
-impl From<DbError> for TokenStoreError {
-    fn from(e: DbError) -> Self {
-        Self::Backend(e.message)
-    }
-}
-
 /// The PostgreSQL token store: one connection, used by one operation (or one
 /// [`batch_once`](PgTokenStore::batch_once)) at a time.
 #[derive(Debug)]
@@ -553,82 +547,6 @@ fn purge_expired_in(tx: &mut Tx<'_>, now_ms: u64) -> Result<PurgeCounts, TokenSt
         revocations: purge_revocations(tx, now_ms)?,
         once_tokens: purge_once(tx, now_ms)?,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::{Arc, Barrier};
-
-    use chaos::Postgres;
-
-    use super::*;
-    use crate::pg::{create_database, url_with_database};
-
-    #[test]
-    #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-    fn two_stores_racing_consume_accept_each_token_once() {
-        // Two connections (as two servers would have) consume each of many tokens at the same
-        // moment: exactly one wins each, and the key it returns carries the full 64-bit user.
-        const TOKENS: u64 = 200;
-        let server = Postgres::start().expect("start PostgreSQL");
-        create_database(&server.url(), "tok_race").expect("create database");
-        let url = url_with_database(&server.url(), "tok_race");
-        let limits = TokenStoreLimits::default();
-        let user = UserId(u64::MAX);
-        let mut setup = PgTokenStore::open(&url, limits).expect("open");
-        let tokens: Vec<OnceToken> = (0..TOKENS)
-            .map(|i| {
-                let grant = OnceGrant {
-                    key: OnceKey {
-                        user,
-                        activity: ActivityKey::new("A2024").unwrap(),
-                        window_start_ms: i * 10,
-                    },
-                    token: OnceToken(u128::from(i) + 1),
-                    expires_at_ms: 3_600_000,
-                };
-                let issued = setup.issue_once(&grant, 0).expect("issue");
-                assert!(issued.fresh);
-                issued.token
-            })
-            .collect();
-        let barrier = Arc::new(Barrier::new(2));
-        // Opened here, not in the racers: a racer that failed to open would leave the other
-        // waiting at the barrier.
-        let stores: Vec<PgTokenStore> = (0..2)
-            .map(|_| PgTokenStore::open(&url, limits).expect("open"))
-            .collect();
-        let racers: Vec<_> = stores
-            .into_iter()
-            .map(|mut store| {
-                let (tokens, barrier) = (tokens.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    tokens
-                        .iter()
-                        .map(|&token| {
-                            // No panic in here: the other racer would wait at the barrier
-                            // forever. Store errors are judged after the join.
-                            barrier.wait();
-                            store.consume_once(token, user, 1)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
-        for (i, (a, b)) in results[0].iter().zip(&results[1]).enumerate() {
-            let (Ok(a), Ok(b)) = (a, b) else {
-                panic!("token {i}: a store failed: {a:?} / {b:?}");
-            };
-            match (a, b) {
-                (Ok(key), Err(OnceRejection::AlreadyConsumed))
-                | (Err(OnceRejection::AlreadyConsumed), Ok(key)) => {
-                    assert_eq!(key.user, user, "token {i}");
-                }
-                other => panic!("token {i}: {other:?}"),
-            }
-        }
-    }
 }
 
 mod batch;

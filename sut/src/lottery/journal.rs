@@ -189,7 +189,8 @@ pub fn open_range<S: LotteryStore + ?Sized>(
     balance_minor: u64,
 ) -> Result<(u64, u64), StoreError> {
     let (mut opened, mut existing) = (0, 0);
-    for user in first..first.saturating_add(count) {
+    // Up to `u64::MAX` included: a range ending at the last id still opens it.
+    for user in (0..count).map_while(|i| first.checked_add(i)) {
         match store.open_account(UserId(user), balance_minor) {
             Ok(()) => opened += 1,
             Err(StoreError::AccountExists { .. }) => existing += 1,
@@ -366,6 +367,26 @@ mod tests {
             price_minor: 10,
             won: true,
         }
+    }
+
+    #[test]
+    fn the_last_user_id_opens_as_in_the_memory_store() {
+        // A range that ends at u64::MAX opens it (it was an empty range, refused as "exists").
+        let mut j = Journaled::default();
+        let mut mem = MemoryStore::new();
+        assert_eq!(j.open_account(UserId(u64::MAX), 5), Ok(()));
+        assert_eq!(mem.open_account(UserId(u64::MAX), 5), Ok(()));
+        assert_eq!(
+            j.open_accounts(u64::MAX - 1, 5, 1),
+            Ok((1, 1)),
+            "only two ids exist"
+        );
+        assert_eq!(
+            j.open_account(UserId(u64::MAX), 5),
+            Err(StoreError::AccountExists {
+                user: UserId(u64::MAX)
+            })
+        );
     }
 
     #[test]

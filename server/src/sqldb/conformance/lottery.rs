@@ -1,21 +1,16 @@
-//! The conformance property of the SQLite store, on PostgreSQL: the same random operation
-//! sequences (the SQLite test's [`op`] generator and [`apply`], shared) applied to the in-memory
-//! store and to the PostgreSQL store give identical results and identical snapshots after every
-//! step, and a store reopened on the same database has the same state.
+//! The lottery stores: the SQLite store's random operation sequences (its [`op`] generator and
+//! [`apply`], shared) give identical results and snapshots after every step on the memory store
+//! and on the server's, and a store reopened on the same database has the same state.
 //!
-//! And what PostgreSQL adds over SQLite: two stores (two servers) on one database running the
-//! same participant operation at the same instant. Under SERIALIZABLE one of the two
-//! transactions fails to serialize and is retried, and then sees the other's fence row: each
-//! fence row is decided once, and the ledger is the one a single store running every operation
-//! in some serial order produces.
-//!
-//! Each test starts its own throwaway PostgreSQL server (`chaos::Postgres`); each proptest
-//! case gets a fresh database on it.
+//! And what a shared database adds over SQLite: two stores (two servers) on one database running
+//! the same participant operation at the same instant. One of the two transactions is rolled
+//! back (PostgreSQL: a serialization failure; InnoDB: a deadlock) and retried, and then sees the
+//! other's fence row: each fence row is decided once, and the ledger is the one a single store
+//! running every operation in some serial order produces.
 
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use chaos::Postgres;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
@@ -24,47 +19,38 @@ use sut::lottery::{
     Participant, ParticipantReply, Phase, UserId, Xid, invariants,
 };
 
-use super::PgLotteryStore;
-use crate::pg::{create_database, url_with_database};
+use super::Backend;
 use crate::sqlite::lottery_conformance::{Op, Slots, apply, op};
 
-/// Creates database `name` on `server` and returns its URL.
-fn database(server: &Postgres, name: &str) -> String {
-    create_database(&server.url(), name).expect("create database");
-    url_with_database(&server.url(), name)
-}
-
-/// One case of the property: `ops` on a memory store and on a PostgreSQL store at `url` (an
+/// One case of the property: `ops` on a memory store and on the server's store at `url` (an
 /// empty database).
-fn memory_and_postgres_agree(url: &str, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut pg = PgLotteryStore::open(url).expect("open");
+fn memory_and_server_agree<B: Backend>(url: &str, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut server = B::lottery(url);
     let mut mem = MemoryStore::new();
-    let (mut mem_slots, mut pg_slots): (Slots, Slots) = Default::default();
+    let (mut mem_slots, mut server_slots): (Slots, Slots) = Default::default();
     for (i, op) in ops.iter().enumerate() {
         let m = apply(&mut mem, &mut mem_slots, op);
-        let p = apply(&mut pg, &mut pg_slots, op);
+        let p = apply(&mut server, &mut server_slots, op);
         prop_assert_eq!(&m, &p, "step {} {:?}", i, op);
         prop_assert!(!m.contains("Backend"), "no backend error: {}", m);
         prop_assert_eq!(
             mem.snapshot().unwrap(),
-            pg.snapshot().unwrap(),
+            server.snapshot().unwrap(),
             "snapshot after step {} {:?}",
             i,
             op
         );
-        prop_assert_eq!(mem.log_load().unwrap(), pg.log_load().unwrap());
+        prop_assert_eq!(mem.log_load().unwrap(), server.log_load().unwrap());
     }
     // A store reopened on the same database sees every committed step.
-    drop(pg);
-    let mut reopened = PgLotteryStore::open(url).expect("reopen");
+    drop(server);
+    let mut reopened = B::lottery(url);
     prop_assert_eq!(mem.snapshot().unwrap(), reopened.snapshot().unwrap());
     Ok(())
 }
 
-#[test]
-#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-fn memory_and_postgres_stores_agree() {
-    let server = Postgres::start().expect("start PostgreSQL");
+pub(super) fn stores_agree<B: Backend>() {
+    let server = B::start();
     let cases = AtomicUsize::new(0);
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 24,
@@ -73,8 +59,8 @@ fn memory_and_postgres_stores_agree() {
     });
     let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
         let n = cases.fetch_add(1, Ordering::Relaxed);
-        let url = database(&server, &format!("lot_case_{n}"));
-        memory_and_postgres_agree(&url, &ops)
+        let url = B::database(&server, &format!("lot_case_{n}"));
+        memory_and_server_agree::<B>(&url, &ops)
     });
     if let Err(e) = result {
         panic!("{e}");
@@ -83,11 +69,9 @@ fn memory_and_postgres_stores_agree() {
 
 /// Ids and amounts at the ends of their ranges survive a reopen (ids are stored as the bit
 /// pattern of a `BIGINT`, as in SQLite).
-#[test]
-#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-fn extreme_ids_survive_reopen() {
-    let server = Postgres::start().expect("start PostgreSQL");
-    let url = database(&server, "lot_extremes");
+pub(super) fn extreme_ids_survive_reopen<B: Backend>() {
+    let server = B::start();
+    let url = B::database(&server, "lot_extremes");
     let draw = DrawArgs {
         xid: Xid(u64::MAX - 1),
         user: UserId(u64::MAX),
@@ -96,7 +80,7 @@ fn extreme_ids_survive_reopen() {
         won: true,
     };
     {
-        let mut s = PgLotteryStore::open(&url).unwrap();
+        let mut s = B::lottery(&url);
         s.open_account(draw.user, 100).unwrap();
         s.add_stock(draw.activity, 2).unwrap();
         s.log_append(&LogEntry::Begin(draw)).unwrap();
@@ -112,7 +96,7 @@ fn extreme_ids_survive_reopen() {
             );
         }
     }
-    let mut s = PgLotteryStore::open(&url).unwrap();
+    let mut s = B::lottery(&url);
     let ledger = s.snapshot().unwrap();
     assert_eq!(ledger.accounts[&draw.user].balance_minor, 90);
     assert_eq!(ledger.accounts[&draw.user].frozen_minor, 10);
@@ -200,20 +184,16 @@ fn reply(op: &BranchOp, outcome: &BranchOutcome) -> ParticipantReply {
 /// operations one after the other gives (in one order or the other), and the final ledger the
 /// one that serial run produces: no double freeze, no double collect, every fence row decided
 /// once; conservation, stock and no-hanging hold.
-#[test]
-#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-fn two_stores_racing_on_the_same_branch_decide_it_once() {
-    let server = Postgres::start().expect("start PostgreSQL");
-    let url = database(&server, "lot_race");
-    let mut first = PgLotteryStore::open(&url).unwrap();
+pub(super) fn racing_branches<B: Backend>() {
+    let server = B::start();
+    let url = B::database(&server, "lot_race");
+    let mut first = B::lottery(&url);
     setup(&mut first);
     let steps = race_plan();
     let barrier = Barrier::new(2);
     // Opened here, not in the racers: a racer that failed to open would leave the other
     // waiting at the barrier.
-    let stores: Vec<PgLotteryStore> = (0..2)
-        .map(|_| PgLotteryStore::open(&url).expect("open"))
-        .collect();
+    let stores: Vec<B::Lottery> = (0..2).map(|_| B::lottery(&url)).collect();
     let outcomes: Vec<Vec<BranchOutcome>> = std::thread::scope(|scope| {
         let handles: Vec<_> = stores
             .into_iter()

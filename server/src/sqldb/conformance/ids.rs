@@ -1,29 +1,16 @@
-//! The PostgreSQL ID store against the memory store (the same random operation sequences as
-//! the SQLite store's conformance test), and what only a shared database adds: several ID
-//! servers allocating segments of one tag at once never get overlapping segments.
+//! The ID stores: the SQLite store's random operation sequences agree with the memory store,
+//! and several ID servers allocating segments of one tag at once never get overlapping
+//! segments.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
-use chaos::Postgres;
 use proptest::prelude::*;
 use sut::id_store::{AllocRequest, CounterDurability, IdStore, InstanceId, StoreError, TagSpec};
 
-use super::PgIdStore;
-use crate::pg::{create_database, url_with_database};
+use super::Backend;
 use crate::sqlite::ids_conformance::{agrees_with_memory, durability, op};
 
-/// A new empty database on `server` for one test case.
-fn fresh_store(server: &Postgres, durability: CounterDurability) -> PgIdStore {
-    static CASE: AtomicU32 = AtomicU32::new(0);
-    let name = format!("ids_case_{}", CASE.fetch_add(1, Ordering::Relaxed));
-    create_database(&server.url(), &name).expect("create database");
-    PgIdStore::open(&url_with_database(&server.url(), &name), durability).expect("open")
-}
-
-#[test]
-#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-fn memory_and_postgres_stores_agree() {
-    let server = Postgres::start().expect("start PostgreSQL");
+pub(super) fn stores_agree<B: Backend>() {
+    let server = B::start();
+    let case = std::cell::Cell::new(0);
     let config = ProptestConfig {
         cases: 32,
         ..ProptestConfig::default()
@@ -34,15 +21,16 @@ fn memory_and_postgres_stores_agree() {
     );
     proptest::test_runner::TestRunner::new(config)
         .run(&strategy, |(ops, durability)| {
-            let mut store = fresh_store(&server, durability);
-            agrees_with_memory(&mut store, durability, &ops)
+            case.set(case.get() + 1);
+            let url = B::database(&server, &format!("ids_case_{}", case.get()));
+            agrees_with_memory(&mut B::ids(&url, durability), durability, &ops)
         })
-        .expect("the PostgreSQL store agrees with the memory store");
+        .expect("the server's store agrees with the memory store");
 }
 
 /// One ID server's loop: read the tag, allocate at the version read, retry on a conflict.
-fn allocate_segments(url: &str, instance: u64, segments: usize) -> Vec<(u64, u64)> {
-    let mut store = PgIdStore::open(url, CounterDurability::EveryWrite).expect("open");
+fn allocate_segments<B: Backend>(url: &str, instance: u64, segments: usize) -> Vec<(u64, u64)> {
+    let mut store = B::ids(url, CounterDurability::EveryWrite);
     let mut granted = Vec::with_capacity(segments);
     let mut conflicts = 0;
     while granted.len() < segments {
@@ -68,22 +56,20 @@ fn allocate_segments(url: &str, instance: u64, segments: usize) -> Vec<(u64, u64
     granted
 }
 
-#[test]
-#[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
-fn id_servers_sharing_a_database_never_get_overlapping_segments() {
-    let server = Postgres::start().expect("start PostgreSQL");
-    let mut setup = fresh_store(&server, CounterDurability::EveryWrite);
+pub(super) fn no_overlapping_segments<B: Backend>() {
+    let server = B::start();
+    let url = B::database(&server, "ids_race");
+    let mut setup = B::ids(&url, CounterDurability::EveryWrite);
     setup
         .create_tag("order", &TagSpec::simple(10))
         .expect("create");
-    let url = setup.conn.url().to_owned();
     let servers = 4;
     let each = 40;
     let mut all: Vec<(u64, u64)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..servers)
             .map(|i| {
                 let url = url.clone();
-                s.spawn(move || allocate_segments(&url, i + 1, each))
+                s.spawn(move || allocate_segments::<B>(&url, i + 1, each))
             })
             .collect();
         handles
