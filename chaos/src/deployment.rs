@@ -1,5 +1,5 @@
-//! The deployment a user of this field runs, as real processes: one PostgreSQL (fsync on), N ID
-//! servers sharing its `ids` database, a token service, and the TCC lottery split into a
+//! The deployment a user of this field runs, as real processes: one PostgreSQL (fsync on) or
+//! MariaDB (every commit synced), N ID servers sharing its `ids` database, a token service, and the TCC lottery split into a
 //! coordinator, a wallet participant and an inventory participant, each with its own database
 //! (`tokens`, `coord`, `wallet`, `inventory`). The coordinator reaches the participants and the
 //! token service over HTTP; every process shares one admin secret and one JWT key (files in
@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::{FakeClock, Postgres, ProcessError, Proxy, Service, ServiceSpec, io};
+use crate::{DbServer, FakeClock, Postgres, ProcessError, Proxy, Service, ServiceSpec, io};
 
 /// One process of a [`Deployment`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -67,12 +67,15 @@ pub enum Backend {
     /// SQLite files in the deployment's directory, a file per store (the ID servers share one,
     /// through SQLite's file locks): nothing to install.
     Sqlite,
+    /// One throwaway MariaDB server (InnoDB, every commit synced), a database per store, as
+    /// PostgreSQL.
+    MariaDb,
 }
 
 /// What to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeploymentSpec {
-    /// PostgreSQL or SQLite files.
+    /// PostgreSQL, MariaDB or SQLite files.
     pub backend: Backend,
     /// The `sut-server` binary.
     pub server_bin: PathBuf,
@@ -83,9 +86,9 @@ pub struct DeploymentSpec {
     pub extra_args: Vec<String>,
     /// How long the coordinator waits for one participant call, in ms.
     pub participant_timeout_ms: u64,
-    /// Chaos hooks (PostgreSQL only): every process on its own libfaketime clock, every
-    /// process→PostgreSQL and coordinator→participant link through a fault proxy, and
-    /// PostgreSQL's data directory on the lost-writes filesystem.
+    /// Chaos hooks (a database server only, not SQLite files): every process on its own
+    /// libfaketime clock, every process→database and coordinator→participant link through a
+    /// fault proxy, and the database's data directory on the lost-writes filesystem.
     pub chaos: bool,
     /// The operator's activities, `ID:PRICE` or `ID:PRICE:WIN_PER_MILLE`, registered at start in
     /// every process that keeps a registry (all but the ID servers: `sut-server --activity`).
@@ -95,8 +98,8 @@ pub struct DeploymentSpec {
 /// A network link of a chaos [`Deployment`], each behind its own fault proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Link {
-    /// A process's connections to PostgreSQL.
-    Database(RoleProcess),
+    /// A process's connections to the database server (PostgreSQL or MariaDB, its name).
+    Database(RoleProcess, &'static str),
     /// The coordinator's calls to a participant or the token service.
     FromCoordinator(RoleProcess),
     /// The load's clients to a process they call (an ID server, the token service, the
@@ -105,11 +108,11 @@ pub enum Link {
 }
 
 impl Link {
-    /// `id-1→postgres`, `coordinator→wallet`, …
+    /// `id-1→postgres`, `id-1→mariadb`, `coordinator→wallet`, …
     #[must_use]
     pub fn name(self) -> String {
         match self {
-            Self::Database(w) => format!("{}→postgres", w.name()),
+            Self::Database(w, server) => format!("{}→{server}", w.name()),
             Self::FromCoordinator(w) => format!("coordinator→{}", w.name()),
             Self::FromClients(w) => format!("clients→{}", w.name()),
         }
@@ -138,7 +141,7 @@ pub struct Deployment {
     // Field order is drop order: the servers go before the links and the database they use.
     services: Vec<(RoleProcess, Service)>,
     links: Vec<(Link, Proxy)>,
-    postgres: Option<Postgres>,
+    database: Option<DbServer>,
     clocks: Vec<(RoleProcess, FakeClock)>,
     admin_token: String,
     dir: tempfile::TempDir,
@@ -156,12 +159,15 @@ impl Deployment {
             .tempdir()
             .map_err(io("create the deployment directory"))?;
         crate::own_dir(dir.path(), true);
-        let postgres = match spec.backend {
-            Backend::Postgres => Some(Postgres::start_with(spec.chaos)?),
+        let database = match spec.backend {
+            Backend::Postgres => Some(DbServer::postgres(spec.chaos)?),
+            Backend::MariaDb => Some(DbServer::mariadb(spec.chaos)?),
             Backend::Sqlite if spec.chaos => {
                 return Err(ProcessError::Command {
                     what: "start a chaos deployment".into(),
-                    detail: "the chaos hooks need PostgreSQL, not SQLite files".into(),
+                    detail: "the chaos hooks need a database server (PostgreSQL or MariaDB), \
+                             not SQLite files"
+                        .into(),
                 });
             }
             Backend::Sqlite => None,
@@ -178,7 +184,7 @@ impl Deployment {
         let mut deployment = Self {
             services: Vec::new(),
             links: Vec::new(),
-            postgres,
+            database,
             clocks: Vec::new(),
             admin_token,
             dir,
@@ -205,17 +211,18 @@ impl Deployment {
         which: RoleProcess,
         token_file: &std::path::Path,
     ) -> Result<(), ProcessError> {
-        let db = match &self.postgres {
-            Some(pg) if spec.chaos => {
-                pg.create_database(which.database())?;
-                let proxy = Proxy::start(loopback(pg.port()), link_seed(which))?;
-                let url = pg.url_via(which.database(), proxy.addr().port());
-                self.links.push((Link::Database(which), proxy));
+        let db = match &self.database {
+            Some(server) if spec.chaos => {
+                server.create_database(which.database())?;
+                let proxy = Proxy::start(loopback(server.port()), link_seed(which))?;
+                let url = server.url_via(which.database(), proxy.addr().port());
+                self.links
+                    .push((Link::Database(which, server.name()), proxy));
                 url
             }
-            Some(pg) => {
-                pg.create_database(which.database())?;
-                pg.url_for(which.database())
+            Some(server) => {
+                server.create_database(which.database())?;
+                server.url_for(which.database())
             }
             None => format!(
                 "sqlite:{}",
@@ -403,8 +410,16 @@ impl Deployment {
     }
 
     /// The database server, to kill or restart (`None` on SQLite files).
+    pub const fn database(&mut self) -> Option<&mut DbServer> {
+        self.database.as_mut()
+    }
+
+    /// The PostgreSQL server (`None` on MariaDB or SQLite files).
     pub const fn postgres(&mut self) -> Option<&mut Postgres> {
-        self.postgres.as_mut()
+        match &mut self.database {
+            Some(DbServer::Postgres(pg)) => Some(pg),
+            _ => None,
+        }
     }
 
     /// The admin secret every process shares.

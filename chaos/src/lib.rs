@@ -9,6 +9,7 @@
 
 mod clock;
 mod command;
+mod dbserver;
 mod deployment;
 pub mod lostfs;
 mod mariadb;
@@ -22,6 +23,7 @@ mod service;
 
 pub use clock::{FakeClock, libfaketime_path};
 pub use command::{COMMAND_START_TIMEOUT, CommandService, CommandSpec};
+pub use dbserver::DbServer;
 pub use deployment::{Backend, Deployment, DeploymentSpec, Link, RoleProcess};
 pub use lostfs::{LostFs, LostFsEffects};
 pub use mariadb::{MARIADB_DATABASE, MARIADB_START_TIMEOUT, MariaDb, MariaDbSpec, mariadb_bin};

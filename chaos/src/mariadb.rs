@@ -177,7 +177,28 @@ impl MariaDb {
     /// [`MariaDb::url`] through another port (a fault proxy in front of this server).
     #[must_use]
     pub fn url_via(&self, port: u16) -> String {
-        format!("mysql://root@127.0.0.1:{port}/{MARIADB_DATABASE}")
+        self.url_of(MARIADB_DATABASE, port)
+    }
+
+    /// The URL of database `database` as `root`, reached on `port` (this server's own, or a
+    /// fault proxy's in front of it).
+    #[must_use]
+    pub fn url_of(&self, database: &str, port: u16) -> String {
+        format!("mysql://root@127.0.0.1:{port}/{database}")
+    }
+
+    /// Creates database `name` (an existing one is kept).
+    ///
+    /// # Errors
+    /// A name other than letters, digits and `_`, or the server refused.
+    pub fn create_database(&self, name: &str) -> Result<(), ProcessError> {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(ProcessError::Command {
+                what: format!("create database {name:?}"),
+                detail: "use letters, digits and `_`".into(),
+            });
+        }
+        self.sql(&format!("CREATE DATABASE IF NOT EXISTS {name}"))
     }
 
     /// Runs `sql` (statements separated by `;`) through the `mariadb` client, for set-up.

@@ -714,17 +714,18 @@ fn link_fault(
     Ok((link.name(), how, after > before))
 }
 
-/// A power loss or a kill -9 of PostgreSQL, restarted `down_for` later.
+/// A power loss or a kill -9 of the database server, restarted `down_for` later.
 fn database(
     deployment: &mut Deployment,
     supervisor: &mut Supervisor,
     kind: ChaosFault,
     heal_at: Instant,
 ) -> Result<(String, String, bool), ProcessError> {
-    let pg = deployment.postgres().ok_or_else(|| ProcessError::Command {
+    let pg = deployment.database().ok_or_else(|| ProcessError::Command {
         what: kind.name().into(),
-        detail: "the deployment has no PostgreSQL".into(),
+        detail: "the deployment has no database server".into(),
     })?;
+    let name = pg.name();
     let port = pg.port();
     let (what, took) = if kind == ChaosFault::PowerLoss {
         let lost_before = pg.lost_writes().map_or(0, |l| l.lost_bytes);
@@ -739,10 +740,10 @@ fn database(
         ("kill -9, restart".to_owned(), refuses(port))
     };
     supervisor.until(deployment, heal_at);
-    if let Some(pg) = deployment.postgres() {
+    if let Some(pg) = deployment.database() {
         pg.restart()?;
     }
-    Ok(("postgres".into(), what, took))
+    Ok((name.into(), what, took))
 }
 
 /// Whether a TCP connection to the port is refused now.

@@ -466,6 +466,7 @@ async fn run(
     let hlog_start = wall_start + shared.measure_start.duration_since(started);
     let database = match backend {
         chaos::Backend::Postgres => "PostgreSQL (fsync on)",
+        chaos::Backend::MariaDb => "MariaDB (innodb_flush_log_at_trx_commit=1, sync_binlog=1)",
         chaos::Backend::Sqlite => "SQLite files (synchronous=FULL)",
     };
     Ok(LoadReport {

@@ -13,9 +13,9 @@
 //! kills = 0          # > 0: crash_under_load, the server SIGKILLed and restarted this often
 //!
 //! [load.cluster]     # optional: a real deployment instead of one server (docs/deployment.md)
-//! id_servers = 3     # ID servers on one PostgreSQL database
+//! id_servers = 3     # ID servers on one database
 //! kill = ["id-2", "wallet"]   # processes SIGKILLed and restarted mid-run, evenly spaced
-//! database = "postgres"       # or "sqlite": files, nothing to install
+//! database = "postgres"       # or "mariadb"; or "sqlite": files, nothing to install
 //!
 //! [load.mix]         # weights per operation kind (at least one positive)
 //! id = 4
@@ -139,6 +139,8 @@ pub enum ClusterDatabase {
     Postgres,
     /// SQLite files.
     Sqlite,
+    /// A throwaway MariaDB server (InnoDB, every commit synced).
+    MariaDb,
 }
 
 impl ClusterDatabase {
@@ -148,15 +150,18 @@ impl ClusterDatabase {
         match self {
             Self::Postgres => chaos::Backend::Postgres,
             Self::Sqlite => chaos::Backend::Sqlite,
+            Self::MariaDb => chaos::Backend::MariaDb,
         }
     }
 }
 
 fn validate_chaos(c: &ChaosSpec, database: ClusterDatabase) -> Result<(), (&'static str, String)> {
-    if database != ClusterDatabase::Postgres {
+    if database == ClusterDatabase::Sqlite {
         return Err((
             "database",
-            "the chaos nemesis needs PostgreSQL (power losses, proxied database links)".into(),
+            "the chaos nemesis needs a database server, postgres or mariadb (power losses, \
+             proxied database links)"
+                .into(),
         ));
     }
     c.every_ms.single("every_ms").map_err(|m| ("every_ms", m))?;
@@ -320,7 +325,15 @@ pub const NAMED: &[(&str, &str)] = &[
         include_str!("../load/crash_under_load.toml"),
     ),
     ("cluster_pg", include_str!("../load/cluster_pg.toml")),
+    (
+        "cluster_mariadb",
+        include_str!("../load/cluster_mariadb.toml"),
+    ),
     ("cluster_chaos", include_str!("../real/cluster_chaos.toml")),
+    (
+        "cluster_chaos_mariadb",
+        include_str!("../real/cluster_chaos_mariadb.toml"),
+    ),
 ];
 
 /// Whether `text` is a load scenario (has a top-level `load` table). Text that is not TOML
@@ -552,6 +565,15 @@ mod tests {
             parsed.load.cluster.map(|c| c.database.backend()),
             Some(chaos::Backend::Sqlite)
         );
+        let mariadb = GOOD.replace(
+            "[load.mix]",
+            "[load.cluster]\nid_servers = 2\ndatabase = \"mariadb\"\n[load.mix]",
+        );
+        let parsed = LoadScenario::parse("m", &mariadb).unwrap();
+        assert_eq!(
+            parsed.load.cluster.map(|c| c.database.backend()),
+            Some(chaos::Backend::MariaDb)
+        );
         for (bad, needle) in [
             ("database = \"mysql\"", "unknown variant `mysql`"),
             ("kill = [\"id-3\"]", "field `kill`"),
@@ -566,7 +588,7 @@ mod tests {
             ),
             (
                 "database = \"sqlite\"\n[load.cluster.chaos]\nfaults = [\"kill\"]\nevery_ms = 1\ndown_ms = 500",
-                "needs PostgreSQL",
+                "needs a database server",
             ),
         ] {
             let text = GOOD.replace(

@@ -1,10 +1,11 @@
-//! The real deployment: every role its own process, on one throwaway PostgreSQL (fsync on) or on
-//! SQLite files. Two ID servers share one database and never hand out the same ID; draws cross the network from
-//! the coordinator to the wallet and inventory processes; a wallet killed with -9 mid-run is
-//! restarted and every draw still ends settled, with money conserved.
+//! The real deployment: every role its own process, on one throwaway PostgreSQL (fsync on), on
+//! one throwaway MariaDB (every commit synced) or on SQLite files. Two ID servers share one
+//! database and never hand out the same ID; draws cross the network from the coordinator to the
+//! wallet and inventory processes; a wallet killed with -9 mid-run is restarted and every draw
+//! still ends settled, with money conserved.
 //!
-//! The PostgreSQL cases are ignored (and reported so) on machines without PostgreSQL; `.ci/run`
-//! installs it. The SQLite cases run everywhere.
+//! The PostgreSQL and MariaDB cases are ignored (and reported so) on machines without them;
+//! `.ci/run` installs both. The SQLite cases run everywhere.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -57,6 +58,12 @@ async fn get(client: &reqwest::Client, url: String) -> (u16, Value) {
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
 async fn id_servers_on_one_postgres_database_never_duplicate() {
     id_servers_never_duplicate(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
+async fn id_servers_on_one_mariadb_database_never_duplicate() {
+    id_servers_never_duplicate(Backend::MariaDb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,6 +175,12 @@ impl Drawer {
 #[cfg_attr(not(has_postgres), ignore = "PostgreSQL not installed")]
 async fn draws_cross_processes_on_postgres_and_settle_after_a_wallet_crash() {
     draws_settle_after_a_wallet_crash(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
+async fn draws_cross_processes_on_mariadb_and_settle_after_a_wallet_crash() {
+    draws_settle_after_a_wallet_crash(Backend::MariaDb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

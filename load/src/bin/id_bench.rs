@@ -2,18 +2,26 @@
 //! on one machine (docs/deployment.md, "Figures"):
 //!
 //! - `ours-K`: `GET /id/{tag}` spread round-robin over K `sut-server --role id` processes on one
-//!   PostgreSQL (the whole deployment runs; the other roles idle);
+//!   PostgreSQL or MariaDB (`--database`; the whole deployment runs, the other roles idle);
 //! - `pg-update`: PostgreSQL itself handing out each ID with the segment row's
 //!   `UPDATE … SET max_id = max_id + 1 … RETURNING max_id` (one durable commit per ID);
 //! - `pg-nextval`: `SELECT nextval(…)` of a PostgreSQL sequence;
+//! - with `--database mariadb` instead: `mariadb-update`, MariaDB handing out each ID with Leaf's
+//!   segment SQL at step 1 (`UPDATE … SET max_id = max_id + 1 …`, then `SELECT max_id`, one
+//!   transaction, one durable commit per ID), and `mariadb-auto-increment`, an `INSERT` into an
+//!   `AUTO_INCREMENT` table per ID;
 //! - `redis-incr`: Redis `INCR` with `appendfsync always` (when `redis-server` is installed).
 //!
 //! Every target gets the same client: `--concurrency` tokio tasks, each doing one request at a
-//! time for `--seconds`, timed into one HdrHistogram. PostgreSQL runs with fsync on. For ours,
-//! the database's committed transactions per 1,000 IDs are counted (`pg_stat_database`).
+//! time for `--seconds`, timed into one HdrHistogram. PostgreSQL runs with fsync on, MariaDB
+//! with `innodb_flush_log_at_trx_commit=1` and `sync_binlog=1`. For ours, the database's
+//! committed transactions per 1,000 IDs are counted (PostgreSQL: `pg_stat_database` of the
+//! `ids` database; MariaDB: the server's `Com_commit`, every database's, so the idle roles'
+//! few commits count too).
 //!
 //! ```text
 //! cargo run --release -p load --bin id_bench -- --seconds 10 --concurrency 32 --servers 1,2,4
+//! cargo run --release -p load --bin id_bench -- --database mariadb --servers 1
 //! ```
 
 use std::path::PathBuf;
@@ -22,18 +30,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use chaos::{Deployment, DeploymentSpec, Postgres, RoleProcess};
+use chaos::{Backend, DbServer, Deployment, DeploymentSpec, MariaDb, Postgres, RoleProcess};
 use clap::Parser;
 use hdrhistogram::Histogram;
+use mysql_async::prelude::Queryable;
 use tokio_postgres::NoTls;
 
 /// Command line.
 #[derive(Debug, Parser)]
 #[command(
     name = "id_bench",
-    about = "IDs/s and latency: sut-server ID processes vs PostgreSQL and Redis"
+    about = "IDs/s and latency: sut-server ID processes vs PostgreSQL or MariaDB, and Redis"
 )]
 struct Args {
+    /// The database of the deployment and of the per-ID baselines.
+    #[arg(long, value_enum, default_value_t = Database::Postgres)]
+    database: Database,
     /// Seconds per target.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
@@ -46,6 +58,22 @@ struct Args {
     /// The `sut-server` binary (default: beside this one).
     #[arg(long)]
     server_bin: Option<PathBuf>,
+}
+
+/// The database server of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Database {
+    Postgres,
+    Mariadb,
+}
+
+impl Database {
+    const fn backend(self) -> Backend {
+        match self {
+            Self::Postgres => Backend::Postgres,
+            Self::Mariadb => Backend::MariaDb,
+        }
+    }
 }
 
 /// One target's result.
@@ -151,6 +179,80 @@ async fn bench_pg(args: &Args, pg: &Postgres, sql: &'static str, name: &str) -> 
     }
 }
 
+async fn my_conns(url: &str, n: usize) -> Vec<tokio::sync::Mutex<mysql_async::Conn>> {
+    let opts: mysql_async::Opts =
+        mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(url).expect("a MySQL URL"))
+            .prefer_socket(false)
+            .into();
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let conn = mysql_async::Conn::new(opts.clone()).await.expect("connect");
+        conns.push(tokio::sync::Mutex::new(conn));
+    }
+    conns
+}
+
+/// Leaf's segment SQL at step 1: one transaction per ID.
+async fn leaf_update(conn: &mut mysql_async::Conn) -> mysql_async::Result<Option<i64>> {
+    let mut tx = conn
+        .start_transaction(mysql_async::TxOpts::default())
+        .await?;
+    tx.exec_drop("UPDATE seg SET max_id = max_id + 1 WHERE tag = 'bench'", ())
+        .await?;
+    let id = tx
+        .exec_first("SELECT max_id FROM seg WHERE tag = 'bench'", ())
+        .await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// An `INSERT` into an `AUTO_INCREMENT` table: the ID is the row's key.
+async fn auto_increment(conn: &mut mysql_async::Conn) -> mysql_async::Result<Option<u64>> {
+    conn.exec_drop("INSERT INTO seq_ids () VALUES ()", ())
+        .await?;
+    Ok(conn.last_insert_id())
+}
+
+/// MariaDB handing out IDs itself: by [`auto_increment`] when `auto`, else by [`leaf_update`].
+async fn bench_mariadb(args: &Args, db: &MariaDb, auto: bool, name: &str) -> Row {
+    let conns = Arc::new(my_conns(&db.url(), args.concurrency).await);
+    let (ids, errors, seconds, latency) = drive(args.concurrency, args.seconds, move |k| {
+        let conns = Arc::clone(&conns);
+        async move {
+            let mut conn = conns[k].lock().await;
+            if auto {
+                auto_increment(&mut conn).await.is_ok_and(|id| id.is_some())
+            } else {
+                leaf_update(&mut conn).await.is_ok_and(|id| id.is_some())
+            }
+        }
+    })
+    .await;
+    Row {
+        target: name.to_owned(),
+        ids,
+        errors,
+        seconds,
+        latency,
+        commits_per_1000: Some(1000.0),
+    }
+}
+
+/// The committed transactions the ID store's database has seen so far.
+async fn commits_of(server: &DbServer) -> i64 {
+    match server {
+        DbServer::Postgres(_) => commits(&server.url_for("ids")).await,
+        DbServer::MariaDb(db) => {
+            let mut conn = my_conns(&db.url(), 1).await.remove(0).into_inner();
+            let row: Option<(String, i64)> = conn
+                .query_first("SHOW GLOBAL STATUS LIKE 'Com_commit'")
+                .await
+                .expect("SHOW GLOBAL STATUS");
+            row.expect("Com_commit").1
+        }
+    }
+}
+
 /// A throwaway Redis with `appendonly yes`, `appendfsync always`, on a free port.
 struct Redis {
     child: Child,
@@ -227,6 +329,7 @@ async fn bench_redis(args: &Args, redis: &Redis) -> Row {
 async fn bench_ours(args: &Args, bin: &std::path::Path, servers: usize) -> Row {
     let mut spec = DeploymentSpec::new(bin.to_owned());
     spec.id_servers = servers;
+    spec.backend = args.database.backend();
     let deployment = tokio::task::spawn_blocking(move || Deployment::start(&spec))
         .await
         .expect("task")
@@ -251,15 +354,8 @@ async fn bench_ours(args: &Args, bin: &std::path::Path, servers: usize) -> Row {
             .map(|u| format!("{u}/id/bench"))
             .collect(),
     );
-    let ids_db = {
-        let mut d = deployment;
-        let url = d
-            .postgres()
-            .expect("id_bench runs on PostgreSQL")
-            .url_for("ids");
-        (d, url)
-    };
-    let before = commits(&ids_db.1).await;
+    let mut deployment = deployment;
+    let before = commits_of(deployment.database().expect("a database server")).await;
     let turn = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let first_error: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let seen = Arc::clone(&first_error);
@@ -287,9 +383,9 @@ async fn bench_ours(args: &Args, bin: &std::path::Path, servers: usize) -> Row {
     {
         eprintln!("id_bench: {servers} server(s): first error: {why}");
     }
-    let after = commits(&ids_db.1).await;
+    let after = commits_of(deployment.database().expect("a database server")).await;
     let commits_per_1000 = (after - before) as f64 * 1000.0 / ids.max(1) as f64;
-    tokio::task::spawn_blocking(move || drop(ids_db.0))
+    tokio::task::spawn_blocking(move || drop(deployment))
         .await
         .expect("teardown");
     Row {
@@ -303,16 +399,18 @@ async fn bench_ours(args: &Args, bin: &std::path::Path, servers: usize) -> Row {
 }
 
 fn print(rows: &[Row], args: &Args) {
-    let base = rows
-        .iter()
-        .find(|r| r.target == "pg-update (UPDATE … RETURNING per ID)")
-        .map_or(1.0, Row::rate);
+    // The first row is the database's own per-ID UPDATE.
+    let base = rows.first().map_or(1.0, Row::rate);
+    let database = match args.database {
+        Database::Postgres => "PostgreSQL with fsync on",
+        Database::Mariadb => "MariaDB with innodb_flush_log_at_trx_commit=1, sync_binlog=1",
+    };
     println!(
-        "{} s per target, {} concurrent requests, one client, PostgreSQL with fsync on\n",
+        "{} s per target, {} concurrent requests, one client, {database}\n",
         args.seconds, args.concurrency
     );
     println!(
-        "| target | IDs/s | P50 ms | P99 ms | P99.9 ms | errors | DB transactions per 1,000 IDs | × pg-update |"
+        "| target | IDs/s | P50 ms | P99 ms | P99.9 ms | errors | DB transactions per 1,000 IDs | × per-ID UPDATE |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for r in rows {
@@ -344,36 +442,10 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let pg = tokio::task::spawn_blocking(Postgres::start)
-            .await
-            .expect("task")
-            .expect("start PostgreSQL");
-        pg.create_database("bench").expect("create database");
-        let (client, conn) = tokio_postgres::connect(&pg.url_for("bench"), NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        client
-            .batch_execute(
-                "CREATE TABLE seg (tag TEXT PRIMARY KEY, max_id BIGINT NOT NULL);
-                 INSERT INTO seg VALUES ('bench', 0);
-                 CREATE SEQUENCE bench_seq;",
-            )
-            .await
-            .expect("schema");
-        let mut rows = vec![
-            bench_pg(
-                &args,
-                &pg,
-                "UPDATE seg SET max_id = max_id + 1 WHERE tag = 'bench' RETURNING max_id",
-                "pg-update (UPDATE … RETURNING per ID)",
-            )
-            .await,
-            bench_pg(&args, &pg, "SELECT nextval('bench_seq')", "pg-nextval").await,
-        ];
-        drop(pg);
+        let mut rows = match args.database {
+            Database::Postgres => postgres_baselines(&args).await,
+            Database::Mariadb => mariadb_baselines(&args).await,
+        };
         match start_redis() {
             Some(redis) => rows.push(bench_redis(&args, &redis).await),
             None => eprintln!("id_bench: no redis-server: Redis INCR skipped"),
@@ -383,4 +455,69 @@ fn main() {
         }
         print(&rows, &args);
     });
+}
+
+/// MariaDB's own ways of making IDs, on a throwaway server that syncs every commit.
+async fn mariadb_baselines(args: &Args) -> Vec<Row> {
+    let db = tokio::task::spawn_blocking(MariaDb::start)
+        .await
+        .expect("task")
+        .expect("start MariaDB");
+    db.sql(
+        "CREATE TABLE seg (tag VARCHAR(64) PRIMARY KEY, max_id BIGINT NOT NULL) ENGINE = InnoDB;
+         INSERT INTO seg VALUES ('bench', 0);
+         CREATE TABLE seq_ids (id BIGINT AUTO_INCREMENT PRIMARY KEY) ENGINE = InnoDB;",
+    )
+    .expect("schema");
+    let rows = vec![
+        bench_mariadb(
+            args,
+            &db,
+            false,
+            "mariadb-update (UPDATE + SELECT per ID, Leaf's SQL)",
+        )
+        .await,
+        bench_mariadb(args, &db, true, "mariadb-auto-increment (INSERT per ID)").await,
+    ];
+    tokio::task::spawn_blocking(move || drop(db))
+        .await
+        .expect("teardown");
+    rows
+}
+
+/// PostgreSQL's own ways of making IDs, on a throwaway server with fsync on.
+async fn postgres_baselines(args: &Args) -> Vec<Row> {
+    let pg = tokio::task::spawn_blocking(Postgres::start)
+        .await
+        .expect("task")
+        .expect("start PostgreSQL");
+    pg.create_database("bench").expect("create database");
+    let (client, conn) = tokio_postgres::connect(&pg.url_for("bench"), NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+        .batch_execute(
+            "CREATE TABLE seg (tag TEXT PRIMARY KEY, max_id BIGINT NOT NULL);
+             INSERT INTO seg VALUES ('bench', 0);
+             CREATE SEQUENCE bench_seq;",
+        )
+        .await
+        .expect("schema");
+    let rows = vec![
+        bench_pg(
+            args,
+            &pg,
+            "UPDATE seg SET max_id = max_id + 1 WHERE tag = 'bench' RETURNING max_id",
+            "pg-update (UPDATE … RETURNING per ID)",
+        )
+        .await,
+        bench_pg(args, &pg, "SELECT nextval('bench_seq')", "pg-nextval").await,
+    ];
+    tokio::task::spawn_blocking(move || drop(pg))
+        .await
+        .expect("teardown");
+    rows
 }

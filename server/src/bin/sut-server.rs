@@ -22,12 +22,15 @@ use sut_server::{Role, ServerConfig, start};
 )]
 struct Args {
     /// The database: `sqlite:PATH` or a bare path (the ID store's file; tokens and the lottery
-    /// journal are kept beside it), or `postgres://user@host:port/database` (every store's
-    /// tables in that database; several processes may share it).
+    /// journal are kept beside it), `postgres://user@host:port/database` or
+    /// `mysql://user@host:port/database` (MariaDB or MySQL with InnoDB; every store's tables in
+    /// that database; several processes may share it). A server that does not sync every
+    /// commit (PostgreSQL `fsync=off`; MariaDB `innodb_flush_log_at_trx_commit` other than 1,
+    /// or `sync_binlog` other than 1 with the binary log on) is refused.
     #[arg(long, required_unless_present = "print_openapi", value_parser = parse_db)]
     db: Option<Db>,
     /// What this process serves: `all` (everything, the default), or one part of a deployment:
-    /// `id` (IDs; run several on one PostgreSQL), `token`, `coordinator` (the TCC coordinator;
+    /// `id` (IDs; run several on one PostgreSQL or MariaDB), `token`, `coordinator` (the TCC coordinator;
     /// needs --wallet-url, --inventory-url and the admin secret), `wallet`, `inventory`.
     #[arg(long, value_enum, default_value_t = Role::All)]
     role: Role,
