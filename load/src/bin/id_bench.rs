@@ -463,11 +463,13 @@ async fn mariadb_baselines(args: &Args) -> Vec<Row> {
         .await
         .expect("task")
         .expect("start MariaDB");
-    db.sql(
-        "CREATE TABLE seg (tag VARCHAR(64) PRIMARY KEY, max_id BIGINT NOT NULL) ENGINE = InnoDB;
+    db.sql(&format!(
+        "USE {};
+         CREATE TABLE seg (tag VARCHAR(64) PRIMARY KEY, max_id BIGINT NOT NULL) ENGINE = InnoDB;
          INSERT INTO seg VALUES ('bench', 0);
          CREATE TABLE seq_ids (id BIGINT AUTO_INCREMENT PRIMARY KEY) ENGINE = InnoDB;",
-    )
+        chaos::MARIADB_DATABASE
+    ))
     .expect("schema");
     let rows = vec![
         bench_mariadb(
