@@ -54,14 +54,12 @@ impl BatchTokenStore for PgTokenStore {
 }
 
 impl BatchTokenStore for crate::mysql::MyTokenStore {
-    /// One transaction for the batch; the hints are not used (each operation reads its rows
-    /// as it runs).
     fn batch(
         &mut self,
-        _hints: &OnceHints,
+        hints: &OnceHints,
         ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
     ) -> Result<(), TokenStoreError> {
-        self.batch_once(ops)
+        self.batch_once(hints, ops)
     }
 
     fn batch_max(&self) -> usize {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+pub mod once_view;
 
 /// Attempts of one operation before a serialization failure is reported.
 pub const TX_ATTEMPTS_MAX: u32 = 50;

@@ -25,10 +25,9 @@
 //! the other stores give it) whatever the server's collation. A jti longer than the column
 //! (3,072 bytes) is a backend error here.
 
-use std::cell::RefCell;
 use std::sync::{Mutex, PoisonError};
 
-use mysql_async::Row;
+use mysql_async::{Row, Value};
 use sut::edge::Edges;
 use sut::token::rows::{
     OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
@@ -38,6 +37,7 @@ use sut::token::store::{Forgotten, PurgeCounts, TokenStore, TokenStoreLimits};
 use sut::token::{ActivityKey, UserId};
 
 use super::{MyConn, MyTx as Tx, col, get_opt_text, get_text, get_u64, params};
+use crate::sqldb::once_view::{Committed, OnceHints, OnceTx, run_batch};
 use crate::sqldb::{from_sql, to_sql};
 
 const SCHEMA: &str = "
@@ -72,9 +72,6 @@ pub struct MyTokenStore {
     conn: Mutex<MyConn>,
     limits: TokenStoreLimits,
 }
-
-/// An answer to return after committing: a `Full` refusal keeps the purge made before it.
-type Committed<T> = Result<T, TokenStoreError>;
 
 const fn user_to_sql(user: UserId) -> i64 {
     i64::from_ne_bytes(user.0.to_ne_bytes())
@@ -283,106 +280,22 @@ impl MyTokenStore {
         conn.transact(op)
     }
 
-    /// Runs `op` on the operations of [`InTx`] as one transaction of its own.
-    fn in_view<T>(
-        &self,
-        mut op: impl FnMut(&mut InTx<'_, '_>) -> Result<T, TokenStoreError>,
-    ) -> Result<T, TokenStoreError> {
-        let limits = self.limits;
-        self.transact(|tx| {
-            op(&mut InTx {
-                tx: RefCell::new(tx),
-                limits,
-            })
-        })
-    }
-
     /// Runs `ops` against a store whose every operation happens inside **one** serializable
     /// transaction, committed when `ops` returns `Ok` (group commit: one redo-log flush for the
-    /// lot). A deadlock rolls all of it back and runs `ops` again from the start, so `ops` must
-    /// start from scratch on every call and nothing it computed may leave before this returns
-    /// `Ok`.
+    /// lot), the one-time token operations served from a snapshot read up front (see
+    /// [`crate::sqldb::once_view`]). A deadlock rolls all of it back and runs `ops` again from
+    /// the start, so `ops` must start from scratch on every call and nothing it computed may
+    /// leave before this returns `Ok`.
     ///
     /// # Errors
     /// The first error `ops` returns (nothing committed), or a database failure.
     pub fn batch_once(
         &mut self,
+        hints: &OnceHints,
         ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
     ) -> Result<(), TokenStoreError> {
-        self.in_view(|view| ops(view))
-    }
-}
-
-/// Every operation of [`TokenStore`] in `tx`, for a store and for a batch alike.
-struct InTx<'t, 'c> {
-    tx: RefCell<&'t mut Tx<'c>>,
-    limits: TokenStoreLimits,
-}
-
-impl TokenStore for InTx<'_, '_> {
-    fn revoke(
-        &mut self,
-        jti: &str,
-        keep_until_ms: u64,
-        now_ms: u64,
-    ) -> Result<RevokeOutcome, TokenStoreError> {
-        let max = self.limits.revocations_max;
-        revoke_in(self.tx.get_mut(), max, jti, keep_until_ms, now_ms)?
-    }
-
-    fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
-        is_revoked_in(&mut self.tx.borrow_mut(), jti)
-    }
-
-    fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
-        revoked_jtis_in(&mut self.tx.borrow_mut())
-    }
-
-    fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
-        let max = self.limits.once_tokens_max;
-        issue_once_in(self.tx.get_mut(), max, grant, now_ms)?
-    }
-
-    fn consume_once(
-        &mut self,
-        token: OnceToken,
-        user: UserId,
-        now_ms: u64,
-    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        consume_once_in(self.tx.get_mut(), token, user, now_ms)
-    }
-
-    fn check_once(
-        &mut self,
-        token: OnceToken,
-        user: UserId,
-        now_ms: u64,
-    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        check_once_in(self.tx.get_mut(), token, user, now_ms)
-    }
-
-    fn mark_once_consumed(
-        &mut self,
-        token: OnceToken,
-        now_ms: u64,
-    ) -> Result<bool, TokenStoreError> {
-        mark_once_consumed_in(self.tx.get_mut(), token, now_ms)
-    }
-
-    fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
-        let tx = self.tx.get_mut();
-        Ok(PurgeCounts {
-            revocations: purge(tx, Table::Revocations, now_ms)?,
-            once_tokens: purge(tx, Table::OnceTokens, now_ms)?,
-        })
-    }
-
-    fn forgotten(&self) -> Result<Forgotten, TokenStoreError> {
-        let mut tx = self.tx.borrow_mut();
-        Ok(Forgotten {
-            revocations_until_ms: counter(&mut tx, Table::Revocations)?.1,
-            once_until_ms: counter(&mut tx, Table::OnceTokens)?.1,
-        })
+        let limits = self.limits;
+        self.transact(|tx| run_batch(tx, limits, hints, ops))
     }
 }
 
@@ -400,11 +313,11 @@ impl TokenStore for MyTokenStore {
     }
 
     fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
-        self.in_view(|view| view.is_revoked(jti))
+        self.transact(|tx| is_revoked_in(tx, jti))
     }
 
     fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
-        self.in_view(|view| view.revoked_jtis())
+        self.transact(revoked_jtis_in)
     }
 
     /// Committed even when refused, as [`TokenStore::revoke`].
@@ -419,7 +332,7 @@ impl TokenStore for MyTokenStore {
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        self.in_view(|view| view.consume_once(token, user, now_ms))
+        self.transact(|tx| consume_once_in(tx, token, user, now_ms))
     }
 
     fn check_once(
@@ -428,7 +341,7 @@ impl TokenStore for MyTokenStore {
         user: UserId,
         now_ms: u64,
     ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
-        self.in_view(|view| view.check_once(token, user, now_ms))
+        self.transact(|tx| check_once_in(tx, token, user, now_ms))
     }
 
     fn mark_once_consumed(
@@ -436,16 +349,32 @@ impl TokenStore for MyTokenStore {
         token: OnceToken,
         now_ms: u64,
     ) -> Result<bool, TokenStoreError> {
-        self.in_view(|view| view.mark_once_consumed(token, now_ms))
+        self.transact(|tx| mark_once_consumed_in(tx, token, now_ms))
     }
 
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
-        self.in_view(|view| view.purge_expired(now_ms))
+        self.transact(|tx| purge_expired_in(tx, now_ms))
     }
 
     fn forgotten(&self) -> Result<Forgotten, TokenStoreError> {
-        self.in_view(|view| view.forgotten())
+        self.transact(forgotten_in)
     }
+}
+
+/// [`TokenStore::purge_expired`] in `tx`.
+fn purge_expired_in(tx: &mut Tx<'_>, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
+    Ok(PurgeCounts {
+        revocations: purge(tx, Table::Revocations, now_ms)?,
+        once_tokens: purge(tx, Table::OnceTokens, now_ms)?,
+    })
+}
+
+/// [`TokenStore::forgotten`] in `tx`.
+fn forgotten_in(tx: &mut Tx<'_>) -> Result<Forgotten, TokenStoreError> {
+    Ok(Forgotten {
+        revocations_until_ms: counter(tx, Table::Revocations)?.1,
+        once_until_ms: counter(tx, Table::OnceTokens)?.1,
+    })
 }
 
 /// [`TokenStore::revoke`] in `tx`.
@@ -587,4 +516,186 @@ fn mark_once_consumed_in(
         assert!(marked, "the row read in this transaction is there");
     }
     Ok(mark.is_some())
+}
+
+/// The token, key and row of a `tok_once` row read as `token, user_id, activity,
+/// window_start_ms, expires_at_ms, consumed_at_ms`.
+fn named_row(row: &Row) -> Result<(OnceToken, OnceRow), TokenStoreError> {
+    let token = OnceToken::parse(&get_text(row, 0, "token")?)
+        .ok_or_else(|| corrupt("one-time token text"))?;
+    let key = once_key(row, 1)?;
+    Ok((token, once_row(key, row, 4)?))
+}
+
+/// `(?, ?, …)` with `n` marks.
+fn marks(n: usize) -> String {
+    let mut list = String::from("(");
+    for i in 0..n {
+        list.push_str(if i == 0 { "?" } else { ", ?" });
+    }
+    list.push(')');
+    list
+}
+
+/// Rows of one bulk statement at most (a statement takes at most 65,535 parameters).
+const BULK_ROWS_MAX: usize = 2_000;
+
+impl OnceTx for Tx<'_> {
+    fn revoke(
+        &mut self,
+        max: u64,
+        jti: &str,
+        keep_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<Committed<RevokeOutcome>, TokenStoreError> {
+        revoke_in(self, max, jti, keep_until_ms, now_ms)
+    }
+
+    fn is_revoked(&mut self, jti: &str) -> Result<bool, TokenStoreError> {
+        is_revoked_in(self, jti)
+    }
+
+    fn revoked_jtis(&mut self) -> Result<Vec<String>, TokenStoreError> {
+        revoked_jtis_in(self)
+    }
+
+    fn check_once(
+        &mut self,
+        token: OnceToken,
+        user: UserId,
+        now_ms: u64,
+    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError> {
+        check_once_in(self, token, user, now_ms)
+    }
+
+    fn mark_once_consumed(
+        &mut self,
+        token: OnceToken,
+        now_ms: u64,
+    ) -> Result<bool, TokenStoreError> {
+        mark_once_consumed_in(self, token, now_ms)
+    }
+
+    fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
+        purge_expired_in(self, now_ms)
+    }
+
+    fn forgotten(&mut self) -> Result<Forgotten, TokenStoreError> {
+        forgotten_in(self)
+    }
+
+    fn make_room_once(
+        &mut self,
+        max: u64,
+        now_ms: u64,
+        rows: u64,
+    ) -> Result<Committed<()>, TokenStoreError> {
+        make_room(self, Table::OnceTokens, max, now_ms, rows)
+    }
+
+    fn once_counter(&mut self) -> Result<(u64, u64), TokenStoreError> {
+        counter(self, Table::OnceTokens)
+    }
+
+    /// Index lookups on the primary key (`token IN (…)`) and on the key's unique index (an
+    /// `OR` of equalities, one range each), one statement per chunk.
+    fn read_named(
+        &mut self,
+        tokens: &[OnceToken],
+        keys: &[OnceKey],
+    ) -> Result<Vec<(OnceToken, OnceRow)>, TokenStoreError> {
+        const COLUMNS: &str = "SELECT token, user_id, activity, window_start_ms, \
+                               expires_at_ms, consumed_at_ms FROM tok_once";
+        let mut found = Vec::new();
+        for chunk in tokens.chunks(BULK_ROWS_MAX) {
+            let sql = format!("{COLUMNS} WHERE token IN {}", marks(chunk.len()));
+            let params = chunk.iter().map(|t| Value::from(t.to_string())).collect();
+            for row in self.query(&sql, params)? {
+                found.push(named_row(&row)?);
+            }
+        }
+        for chunk in keys.chunks(BULK_ROWS_MAX) {
+            let one = "(user_id = ? AND activity = ? AND window_start_ms = ?)";
+            let sql = format!("{COLUMNS} WHERE {}", vec![one; chunk.len()].join(" OR "));
+            let mut params = Vec::with_capacity(3 * chunk.len());
+            for key in chunk {
+                params.extend(params![
+                    user_to_sql(key.user),
+                    key.activity.as_str(),
+                    to_sql(key.window_start_ms),
+                ]);
+            }
+            for row in self.query(&sql, params)? {
+                found.push(named_row(&row)?);
+            }
+        }
+        Ok(found)
+    }
+
+    fn read_once(&mut self, token: OnceToken) -> Result<Option<OnceRow>, TokenStoreError> {
+        read_once(self, token)
+    }
+
+    fn token_of(&mut self, key: &OnceKey) -> Result<Option<OnceToken>, TokenStoreError> {
+        let sql = "SELECT token FROM tok_once \
+                   WHERE user_id = ? AND activity = ? AND window_start_ms = ?";
+        let params = params![
+            user_to_sql(key.user),
+            key.activity.as_str(),
+            to_sql(key.window_start_ms),
+        ];
+        self.query_opt(sql, params)?
+            .map(|found| {
+                OnceToken::parse(&get_text(&found, 0, "token")?)
+                    .ok_or_else(|| corrupt("one-time token text"))
+            })
+            .transpose()
+    }
+
+    fn insert_all(&mut self, rows: &[(OnceToken, OnceRow)]) -> Result<(), TokenStoreError> {
+        for chunk in rows.chunks(BULK_ROWS_MAX) {
+            let sql = format!(
+                "INSERT INTO tok_once \
+                 (token, user_id, activity, window_start_ms, expires_at_ms, consumed_at_ms) \
+                 VALUES {}",
+                vec!["(?, ?, ?, ?, ?, NULL)"; chunk.len()].join(", ")
+            );
+            let mut params = Vec::with_capacity(5 * chunk.len());
+            for (token, row) in chunk {
+                params.extend(params![
+                    token.to_string(),
+                    user_to_sql(row.key.user),
+                    row.key.activity.as_str(),
+                    to_sql(row.key.window_start_ms),
+                    to_sql(row.expires_at_ms),
+                ]);
+            }
+            self.execute(&sql, params)?;
+        }
+        let sql = "UPDATE tok_rows SET n = n + ? WHERE tbl = 'tok_once'";
+        let counted = self.execute(sql, params![to_sql(rows.len() as u64)])?;
+        assert_eq!(counted, 1, "the schema creates every counter row");
+        Ok(())
+    }
+
+    /// One `UPDATE … SET consumed_at_ms = CASE token WHEN … END` per chunk, guarded by
+    /// `consumed_at_ms IS NULL`: the rows it matched are the tokens still unconsumed.
+    fn consume_all(&mut self, consumes: &[(OnceToken, u64)]) -> Result<u64, TokenStoreError> {
+        let mut changed = 0;
+        for chunk in consumes.chunks(BULK_ROWS_MAX) {
+            let sql = format!(
+                "UPDATE tok_once SET consumed_at_ms = CASE token {} END \
+                 WHERE token IN {} AND consumed_at_ms IS NULL",
+                vec!["WHEN ? THEN ?"; chunk.len()].join(" "),
+                marks(chunk.len())
+            );
+            let mut params = Vec::with_capacity(3 * chunk.len());
+            for (token, at) in chunk {
+                params.extend(params![token.to_string(), to_sql(*at)]);
+            }
+            params.extend(chunk.iter().map(|(t, _)| Value::from(t.to_string())));
+            changed += self.execute(&sql, params)?;
+        }
+        Ok(changed)
+    }
 }

@@ -551,6 +551,3 @@ fn purge_expired_in(tx: &mut Tx<'_>, now_ms: u64) -> Result<PurgeCounts, TokenSt
 
 mod batch;
 pub use batch::OnceHints;
-
-#[cfg(test)]
-mod conformance;

@@ -12,13 +12,12 @@ mod ids;
 mod lottery;
 mod tokens;
 
-pub(crate) use tokens::counters_match;
-
 use sut::id_store::{CounterDurability, IdStore};
 use sut::lottery::LotteryStore;
 use sut::token::rows::TokenStoreError;
 use sut::token::store::{TokenStore, TokenStoreLimits};
 
+use super::once_view::OnceHints;
 use crate::mysql::{MyIdStore, MyLotteryStore, MyTokenStore};
 use crate::pg::{PgIdStore, PgLotteryStore, PgTokenStore};
 
@@ -37,9 +36,11 @@ pub(crate) trait Backend {
     fn ids(url: &str, durability: CounterDurability) -> Self::Ids;
     fn tokens(url: &str, limits: TokenStoreLimits) -> Self::Tokens;
     fn lottery(url: &str) -> Self::Lottery;
-    /// Runs `ops` as the one-time-token writer's batch: one transaction, committed at the end.
+    /// Runs `ops` as the one-time-token writer's batch: one transaction, committed at the end,
+    /// with the rows `hints` names read up front.
     fn batch(
         store: &mut Self::Tokens,
+        hints: &OnceHints,
         ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
     ) -> Result<(), TokenStoreError>;
     /// The value of `sql` (one row, one integer) on the database at `url`, read outside the
@@ -79,9 +80,10 @@ impl Backend for Pg {
 
     fn batch(
         store: &mut Self::Tokens,
+        hints: &OnceHints,
         ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
     ) -> Result<(), TokenStoreError> {
-        store.batch_once(&crate::pg::OnceHints::default(), ops)
+        store.batch_once(hints, ops)
     }
 
     fn scalar(url: &str, sql: &str) -> i64 {
@@ -123,9 +125,10 @@ impl Backend for My {
 
     fn batch(
         store: &mut Self::Tokens,
+        hints: &OnceHints,
         ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
     ) -> Result<(), TokenStoreError> {
-        store.batch_once(ops)
+        store.batch_once(hints, ops)
     }
 
     fn scalar(url: &str, sql: &str) -> i64 {
@@ -166,6 +169,12 @@ macro_rules! backend_tests {
             #[cfg_attr(not($have), ignore = $missing)]
             fn a_batch_agrees_with_the_memory_store_and_commits_once() {
                 tokens::batch_agrees::<$backend>();
+            }
+
+            #[test]
+            #[cfg_attr(not($have), ignore = $missing)]
+            fn a_prefetched_batch_agrees_with_the_memory_store() {
+                tokens::prefetched_batch_agrees::<$backend>();
             }
 
             #[test]
