@@ -630,10 +630,22 @@ pub fn sweep(
             });
         }
     });
-    let mut outcomes = done
+    let outcomes = done
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    sweep_of(scenario, outcomes, started.elapsed().as_secs_f64())
+}
+
+/// The sweep made of `outcomes` (seeds of `scenario`, in any order, each once): the counters
+/// summed, and fault and edge coverage judged on all of them together. [`sweep`] ends here, and
+/// so does `scenario merge`, which rebuilds one sweep from the outcomes of several shards.
+#[must_use]
+pub fn sweep_of(scenario: &Scenario, mut outcomes: Vec<SeedOutcome>, wall_seconds: f64) -> Sweep {
     outcomes.sort_by_key(|o| o.seed);
+    debug_assert!(
+        outcomes.windows(2).all(|w| w[0].seed < w[1].seed),
+        "a seed appears twice in a sweep"
+    );
     let coverage = summed(outcomes.iter().map(|o| &o.coverage));
     let edges = summed(outcomes.iter().map(|o| &o.edges));
     let mut edge_seeds = BTreeMap::new();
@@ -653,7 +665,7 @@ pub fn sweep(
         edges,
         edge_seeds,
         unreached_edges,
-        wall_seconds: started.elapsed().as_secs_f64(),
+        wall_seconds,
     }
 }
 
