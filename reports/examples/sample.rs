@@ -245,6 +245,9 @@ pub fn sample_simulation() -> SimulationReport {
             seed: 1042,
             invariant: "ids.monotonic".into(),
             detail: offending.into(),
+            replay: Some(
+                "cargo run --release --bin scenario -- clock_skew --seed 1042 --seeds 1".into(),
+            ),
         }],
         fault_effects: sample_fault_effects(),
         // Unlisted counters are shown as effects; the sample's are all effects.

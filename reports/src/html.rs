@@ -349,8 +349,13 @@ fn simulation(r: &SimulationReport) -> Markup {
         @if !r.violations.is_empty() {
             h3 { "Violations" }
             table {
-                tr { th { "seed" } th { "invariant" } th { "detail" } }
-                @for v in &r.violations { tr.bad { td.num { (v.seed) } td { code { (v.invariant) } } td { (v.detail) } } }
+                tr { th { "seed" } th { "invariant" } th { "detail" } th { "replay" } }
+                @for v in &r.violations {
+                    tr.bad {
+                        td.num { (v.seed) } td { code { (v.invariant) } } td { (v.detail) }
+                        td { @if let Some(c) = &v.replay { code { (c) } } }
+                    }
+                }
             }
         }
         h3 { "Invariants" }

@@ -372,6 +372,9 @@ pub struct Violation {
     pub seed: u64,
     pub invariant: String,
     pub detail: String,
+    /// The command that replays this seed exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<String>,
 }
 
 /// A deterministic simulation run (one scenario over one or many seeds). Timeline fields

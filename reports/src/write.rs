@@ -179,6 +179,9 @@ fn simulation_cases(suite: &mut TestSuite, classname: &str, r: &SimulationReport
         }
         for v in r.violations.iter().filter(|v| v.invariant == inv.name) {
             desc.push(format!("seed {}: {}", v.seed, v.detail));
+            if let Some(replay) = &v.replay {
+                desc.push(format!("  replay: {replay}"));
+            }
         }
         if let Some(c) = &r.replay_command {
             desc.push(format!("replay: {c}"));
@@ -202,7 +205,10 @@ fn simulation_cases(suite: &mut TestSuite, classname: &str, r: &SimulationReport
             &v.invariant,
             Judgement::Violated,
             Some(format!("{} violated (seed {})", v.invariant, v.seed)),
-            Some(v.detail.clone()),
+            Some(match &v.replay {
+                Some(replay) => format!("{}\n  replay: {replay}", v.detail),
+                None => v.detail.clone(),
+            }),
         ));
     }
 }

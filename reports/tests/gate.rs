@@ -180,6 +180,7 @@ fn simulation_violation_regresses() {
         seed: 7,
         invariant: "ids.unique".into(),
         detail: "id 5 twice".into(),
+        replay: None,
     });
     x.invariants[0].verdict = Judgement::Violated;
     let o = gate::compare(&b, &s);

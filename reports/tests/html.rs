@@ -241,6 +241,13 @@ fn simulation_page_shows_seed_replay_timeline_and_violations() {
     let html = render(sim.clone().into());
     assert!(html.contains("cargo run --bin scenario clock_skew -- --seed 1042"));
     assert!(html.contains("1000..1100"));
+    // Each violation is listed with the line that replays its own seed.
+    assert!(
+        html.contains(
+            "<td><code>cargo run --release --bin scenario -- clock_skew --seed 1042 --seeds 1</code></td>"
+        ),
+        "violation replay line: {html}"
+    );
     assert!(
         html.contains("#18231 t=40.002s alloc-2"),
         "first offending event"

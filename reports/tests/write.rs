@@ -200,6 +200,13 @@ fn junit_has_a_suite_per_result_and_a_case_per_check() {
     // The failure carries the first offending event and the replay command.
     assert!(xml.contains("first offending event: #18231"));
     assert!(xml.contains("replay: cargo run --bin scenario clock_skew -- --seed 1042"));
+    // Each violation is listed with the line that replays its own seed.
+    assert!(
+        xml.contains(
+            "  replay: cargo run --release --bin scenario -- clock_skew --seed 1042 --seeds 1"
+        ),
+        "{xml}"
+    );
     // The counterexample is in the model failure.
     assert!(xml.contains("alloc-2 -&gt; client-2: Id{1}"));
 }
