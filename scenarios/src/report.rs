@@ -33,7 +33,8 @@ pub fn replay_command(scenario: &Scenario, seed: u64, duration: Option<f64>) -> 
 
 /// The seed whose timeline the report shows: the first failing seed, re-run with its history
 /// kept (so the first offending event can be printed), else the first seed.
-fn shown_seed(scenario: &Scenario, sweep: &Sweep) -> Option<SeedOutcome> {
+#[must_use]
+pub fn shown_seed(scenario: &Scenario, sweep: &Sweep) -> Option<SeedOutcome> {
     let failing = sweep.seeds.iter().find(|s| s.violations().next().is_some());
     match failing.or(sweep.seeds.first()) {
         Some(seed) if failing.is_some() => Some(sim::run::run_seed(scenario, seed.seed, true)),
@@ -84,11 +85,34 @@ fn invariant_results(sweep: &Sweep, shown: Option<&SeedOutcome>) -> Vec<Invarian
         .collect()
 }
 
+/// The check that every fault kind of the scenario took effect in the sweep.
+pub const FAULTS_TOOK_EFFECT: &str = "faults.took_effect";
+
+/// The check that every edge state the scenario owns was reached in the sweep.
+pub const EDGES_REACHED: &str = "edges.reached";
+
+/// Marks the sweep's coverage checks ([`FAULTS_TOOK_EFFECT`], [`EDGES_REACHED`]) as not checked
+/// in `report`: a shard run with `--coverage union` records its coverage and leaves the
+/// judgement to `scenario merge`, which makes it on the union of the shards.
+pub fn defer_coverage(report: &mut SimulationReport) {
+    for check in &mut report.invariants {
+        if check.name == FAULTS_TOOK_EFFECT || check.name == EDGES_REACHED {
+            check.verdict = Judgement::NotChecked;
+            check.seed = None;
+            check.detail = Some(
+                "judged by `scenario merge` on the union of the shards (this shard ran with \
+                 --coverage union)"
+                    .to_owned(),
+            );
+        }
+    }
+}
+
 /// `edges.reached`: violated when an edge state the scenario owns was never reached in a sweep
 /// large enough to judge it; not checked when the sweep is too small to judge any.
 fn edges_reached(sweep: &Sweep) -> InvariantResult {
     coverage_result(
-        "edges.reached",
+        EDGES_REACHED,
         sweep,
         format!(" (rare edge states: {})", sim::run::RARE_EDGE_SEEDS_MIN),
         (!sweep.unreached_edges.is_empty()).then(|| {
@@ -159,7 +183,7 @@ pub fn edge_rows(scenario: &Scenario, sweep: &Sweep) -> Vec<EdgeRow> {
 /// in a run too small to judge it (a replay).
 fn faults_took_effect(sweep: &Sweep) -> InvariantResult {
     coverage_result(
-        "faults.took_effect",
+        FAULTS_TOOK_EFFECT,
         sweep,
         String::new(),
         (!sweep.vacuous_faults.is_empty()).then(|| {
@@ -226,7 +250,20 @@ fn timeline(s: &SeedOutcome) -> (Vec<FaultSpan>, Vec<ClockSeries>, Vec<OpsBucket
 /// history kept, so the first offending event can be printed), else the first seed.
 #[must_use]
 pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> SimulationReport {
-    let shown = shown_seed(scenario, sweep);
+    simulation_showing(scenario, sweep, shown_seed(scenario, sweep), &|seed| {
+        replay_command(scenario, seed, duration)
+    })
+}
+
+/// Builds the report of a sweep whose timeline shows `shown` ([`shown_seed`], or a seed's
+/// outcome as a shard recorded it); `replay` gives the command that replays a seed.
+#[must_use]
+pub fn simulation_showing(
+    scenario: &Scenario,
+    sweep: &Sweep,
+    shown: Option<SeedOutcome>,
+    replay: &dyn Fn(u64) -> String,
+) -> SimulationReport {
     let invariants = invariant_results(sweep, shown.as_ref());
     let violations = sweep
         .violations()
@@ -234,6 +271,7 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
             seed,
             invariant: v.invariant.clone(),
             detail: v.detail.clone(),
+            replay: Some(replay(seed)),
         })
         .collect();
     let (faults, clock_offsets, ops_over_time, nodes, timeline_seed) = match &shown {
@@ -249,7 +287,7 @@ pub fn simulation(scenario: &Scenario, sweep: &Sweep, duration: Option<f64>) -> 
         seeds: Seeds::List(sweep.seeds.iter().map(|s| s.seed).collect()),
         seeds_run: sweep.seeds.len() as u64,
         timeline_seed,
-        replay_command: timeline_seed.map(|seed| replay_command(scenario, seed, duration)),
+        replay_command: timeline_seed.map(replay),
         sim_seconds: sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum(),
         wall_seconds: sweep.wall_seconds,
         events: sweep.seeds.iter().map(|s| s.events).sum(),

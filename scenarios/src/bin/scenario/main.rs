@@ -10,6 +10,7 @@ mod flaws;
 mod gate;
 mod list;
 mod load;
+mod merge;
 mod model;
 mod named;
 mod output;
@@ -17,6 +18,7 @@ mod real;
 mod replay;
 mod search;
 mod simulate;
+mod sweepfile;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +29,7 @@ use crate::bench::bench;
 use crate::flaws::{FlawsArgs, flaws};
 use crate::gate::{GateArgs, gate};
 use crate::list::{edges, list};
+use crate::merge::{MergeArgs, merge};
 use crate::model::{ModelArgs, model};
 use crate::named::named;
 use crate::output::write_reports;
@@ -69,6 +72,11 @@ struct RunArgs {
     /// Run only shard I of N of the seed range, as `I/N` (0-based).
     #[arg(long, value_parser = parse_shard)]
     shard: Option<(u64, u64)>,
+    /// Simulations: where fault and edge coverage is judged: on this sweep (`sweep`, the
+    /// default), or on the union of the shards by `scenario merge` (`union`: this run records
+    /// its coverage in its `--json` file, and its exit code reflects violations only).
+    #[arg(long, value_enum)]
+    coverage: Option<sweepfile::CoverageMode>,
     /// How long the workload runs under measurement, in seconds: for a simulation the safety
     /// phase (simulated seconds, faults on; the liveness phase follows), for a load run the
     /// measured seconds (the warm-up comes before). Overrides the scenario file.
@@ -142,6 +150,12 @@ enum Command {
     /// the first failure); prints it as a timeline and writes it as a scenario file that
     /// replays it. Exit 0 nothing found, 1 a violation found (and shrunk), 2 bad usage.
     Search(SearchArgs),
+    /// Merge the JSON files of a sweep's shards (`scenario NAME --shard I/N --json FILE`) into
+    /// one verdict: one summary, report and JUnit file, every violation with its replay line,
+    /// fault and edge coverage judged on the union. Refuses shards of different builds or
+    /// scenarios and seeds run twice; names the seeds of the range no shard ran (exit 2 unless
+    /// `--allow-missing`). Exit 0 all held, 1 a violation or coverage not met, 2 bad input.
+    Merge(MergeArgs),
     /// Run a scenario file once (its own seed) and say whether it reproduces the violation it
     /// expects (`[run] expect`, set in the files `scenario search` writes).
     Replay {
@@ -341,6 +355,7 @@ fn subcommand(command: Command) -> ExitCode {
         Command::Bench { name, seeds, json } => bench(&name, seeds, json.as_deref()),
         Command::Search(args) => search(&args),
         Command::Replay { file } => replay(&file),
+        Command::Merge(args) => merge(&args),
         Command::Flaws(args) => flaws(args),
         Command::Model(args) => model(&args),
         Command::Explore { name, listen, flaw } => {

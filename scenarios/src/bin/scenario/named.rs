@@ -42,11 +42,12 @@ pub(crate) enum RunKind {
 /// The flags given that do not apply to a run of `kind`. `None` when every flag given applies.
 pub(crate) fn foreign_flags(args: &RunArgs, kind: RunKind) -> Option<Vec<&'static str>> {
     use RunKind::{Load, Real, Simulation};
-    let flags: [(&'static str, bool, &[RunKind]); 13] = [
+    let flags: [(&'static str, bool, &[RunKind]); 14] = [
         ("--seed", args.seed.is_some(), &[Simulation, Load]),
         ("--seeds", args.seeds.is_some(), &[Simulation]),
         ("--jobs", args.jobs.is_some(), &[Simulation]),
         ("--shard", args.shard.is_some(), &[Simulation]),
+        ("--coverage", args.coverage.is_some(), &[Simulation]),
         ("--check-determinism", args.check_determinism, &[Simulation]),
         ("--history", args.history.is_some(), &[Simulation]),
         ("--no-buggify", args.no_buggify, &[Simulation]),

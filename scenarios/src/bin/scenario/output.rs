@@ -3,8 +3,8 @@
 use sim::run::Sweep;
 use sim::scenario::Scenario;
 
-use crate::simulate::replay_command;
-use crate::{RunArgs, shell_word};
+use crate::shell_word;
+use crate::sweepfile::{CoverageMode, Nondeterministic};
 
 /// Writes the HTML report, `summary.json` and `junit.xml`, with the run's metadata added.
 pub(crate) fn write_reports(
@@ -76,11 +76,15 @@ pub(crate) const fn build_profile() -> &'static str {
     }
 }
 
+/// What a sweep prints: figures, operations, counters, invariants, fault and edge coverage
+/// (judged here, or recorded for `scenario merge` with `--coverage union`), then every
+/// nondeterministic seed and the first violations with the line that replays each (`replay`).
 pub(crate) fn print_summary(
     scenario: &Scenario,
     sweep: &Sweep,
-    args: &RunArgs,
-    nondeterministic: &[(u64, u64, u64)],
+    replay: &dyn Fn(u64) -> String,
+    nondeterministic: &[Nondeterministic],
+    coverage: CoverageMode,
 ) {
     let sim_s: f64 = sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum();
     let events: u64 = sweep.seeds.iter().map(|s| s.events).sum();
@@ -98,10 +102,18 @@ pub(crate) fn print_summary(
     print_operations(sweep);
     print_counters(&sweep.coverage);
     print_invariants(sweep);
-    print_fault_coverage(scenario, sweep);
-    print_edges(scenario, sweep);
-    for (seed, a, b) in nondeterministic {
-        println!("NOT DETERMINISTIC: seed {seed} gave history hashes {a:016x} and {b:016x}");
+    match coverage {
+        CoverageMode::Sweep => {
+            print_fault_coverage(scenario, sweep);
+            print_edges(scenario, sweep);
+        }
+        CoverageMode::Union => print_deferred_coverage(scenario, sweep),
+    }
+    for n in nondeterministic {
+        println!(
+            "NOT DETERMINISTIC: seed {} gave history hashes {:016x} and {:016x}",
+            n.seed, n.first_hash, n.second_hash
+        );
     }
     for (shown, (seed, v)) in sweep.violations().enumerate() {
         if shown == 5 {
@@ -121,8 +133,43 @@ pub(crate) fn print_summary(
         {
             println!("  BUGGIFY: {}", knobs.join("; "));
         }
-        println!("  replay: {}", replay_command(scenario, seed, args));
+        println!("  replay: {}", replay(seed));
     }
+}
+
+/// A shard run with `--coverage union`: what its seeds did not reach, said without a verdict
+/// (`scenario merge` judges coverage on the union of the shards).
+fn print_deferred_coverage(scenario: &Scenario, sweep: &Sweep) {
+    let missed: Vec<&str> = scenario
+        .fault_kinds()
+        .into_iter()
+        .filter(|kind| !sim::run::took_effect(*kind, &sweep.coverage))
+        .map(|kind| kind.name())
+        .collect();
+    let unreached = sim::run::unreached_edges(
+        scenario,
+        &sweep.edges,
+        sim::run::RARE_EDGE_SEEDS_MIN.max(sweep.seeds.len()),
+    );
+    let list = |names: &[&str]| {
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    println!(
+        "coverage: left to `scenario merge` (--coverage union), judged on the union of the shards"
+    );
+    println!(
+        "  fault kinds that took no effect in this shard: {}",
+        list(&missed)
+    );
+    let unreached: Vec<&str> = unreached.iter().map(String::as_str).collect();
+    println!(
+        "  owned edge states this shard did not reach: {}",
+        list(&unreached)
+    );
 }
 
 /// Fault coverage: judged over a sweep of at least `COVERAGE_SEEDS_MIN` seeds (a kind that never

@@ -8,24 +8,33 @@ use sim::run::Sweep;
 use sim::scenario::Scenario;
 
 use crate::output::{print_summary, run_metadata, write_reports};
+use crate::sweepfile::{CoverageMode, Nondeterministic, RunInfo, SeedRange, Shard, SweepFile};
 use crate::{RunArgs, USAGE, jobs_or_cores};
 
 pub(crate) fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
     if let Err(code) = apply_run_args(&mut scenario, args) {
         return code;
     }
-    let count = args.seeds.unwrap_or(scenario.run.seeds);
-    let first_seed = args.seed.or(scenario.run.seed).unwrap_or(0);
-    let mut seeds: Vec<u64> = (first_seed..first_seed.saturating_add(count)).collect();
-    if let Some((i, n)) = args.shard {
-        seeds.retain(|s| s % n == i);
+    let coverage = args.coverage.unwrap_or_default();
+    if coverage == CoverageMode::Union && args.json.is_none() {
+        eprintln!(
+            "scenario: --coverage union leaves the coverage judgement to `scenario merge`, which \
+             reads each shard's JSON: give --json FILE"
+        );
+        return ExitCode::from(USAGE);
     }
+    let range = SeedRange {
+        first_seed: args.seed.or(scenario.run.seed).unwrap_or(0),
+        count: args.seeds.unwrap_or(scenario.run.seeds),
+    };
+    let shard = args.shard.map(|(index, count)| Shard { index, count });
+    let seeds = crate::sweepfile::shard_seeds(range, shard);
     let jobs = jobs_or_cores(args.jobs);
     eprintln!(
         "scenario {}: {} seed(s) from {} on {jobs} thread(s), {} ms safety + {} ms liveness each",
         scenario.name,
         seeds.len(),
-        first_seed,
+        range.first_seed,
         scenario.run.safety_ms,
         scenario.run.liveness_ms
     );
@@ -35,13 +44,27 @@ pub(crate) fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         for outcome in &sweep.seeds {
             let again = sim::run::run_seed(&scenario, outcome.seed, false);
             if again.trace_hash != outcome.trace_hash {
-                nondeterministic.push((outcome.seed, outcome.trace_hash, again.trace_hash));
+                nondeterministic.push(Nondeterministic {
+                    seed: outcome.seed,
+                    first_hash: outcome.trace_hash,
+                    second_hash: again.trace_hash,
+                });
             }
         }
     }
-    print_summary(&scenario, &sweep, args, &nondeterministic);
+    let given = args.name.as_deref();
+    let replay = |seed| replay_command(&scenario, seed, given, args.duration);
+    print_summary(&scenario, &sweep, &replay, &nondeterministic, coverage);
     if let Some(dir) = &args.report {
-        let report = scenarios::report::simulation(&scenario, &sweep, args.duration);
+        let mut report = scenarios::report::simulation_showing(
+            &scenario,
+            &sweep,
+            scenarios::report::shown_seed(&scenario, &sweep),
+            &replay,
+        );
+        if coverage == CoverageMode::Union {
+            scenarios::report::defer_coverage(&mut report);
+        }
         let summary =
             reports::model::Summary::new(format!("simulation: {}", scenario.name)).with(report);
         if let Err(err) = write_reports(dir, &summary) {
@@ -55,16 +78,37 @@ pub(crate) fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
     {
         return code;
     }
-    if let Some(path) = &args.json
-        && let Err(err) = write_json(path, &scenario, &sweep, &nondeterministic)
-    {
-        eprintln!("scenario: cannot write {}: {err}", path.display());
-        return ExitCode::from(USAGE);
+    if let Some(path) = &args.json {
+        let run = RunInfo {
+            given: args.name.clone(),
+            duration_s: args.duration,
+            range,
+            shard,
+            coverage,
+            seeds_missing: Vec::new(),
+            meta: run_metadata(),
+        };
+        let written = SweepFile::new(&scenario, &sweep, run, &nondeterministic, &replay)
+            .and_then(|file| file.write(path).map_err(|e| e.to_string()));
+        if let Err(err) = written {
+            eprintln!("scenario: cannot write {}: {err}", path.display());
+            return ExitCode::from(USAGE);
+        }
     }
-    let failed = sweep.violations().next().is_some()
-        || sweep.coverage_failed()
-        || sweep.edges_failed()
-        || !nondeterministic.is_empty();
+    verdict(&sweep, &nondeterministic, coverage)
+}
+
+/// A sweep's exit code: 1 for a violation, a nondeterministic seed, or (unless coverage is left
+/// to `scenario merge`) a fault kind that never took effect or an owned edge state never reached.
+pub(crate) fn verdict(
+    sweep: &Sweep,
+    nondeterministic: &[Nondeterministic],
+    coverage: CoverageMode,
+) -> ExitCode {
+    let coverage_failed =
+        coverage == CoverageMode::Sweep && (sweep.coverage_failed() || sweep.edges_failed());
+    let failed =
+        sweep.violations().next().is_some() || coverage_failed || !nondeterministic.is_empty();
     if failed {
         ExitCode::FAILURE
     } else {
@@ -146,66 +190,24 @@ pub(crate) fn write_history(
     Ok(())
 }
 
-pub(crate) fn replay_command(scenario: &Scenario, seed: u64, args: &RunArgs) -> String {
-    match (&scenario.schedule, &args.name) {
+/// The command that replays `seed` of `scenario`, given on the command line as `given` (a name
+/// or a file) with `--duration duration`.
+pub(crate) fn replay_command(
+    scenario: &Scenario,
+    seed: u64,
+    given: Option<&str>,
+    duration: Option<f64>,
+) -> String {
+    match (&scenario.schedule, given) {
         // A scripted scenario lives in its file: replay the file, not the named scenario.
         (Some(_), Some(path)) => format!(
             "cargo run --release --bin scenario -- {path} --seed {seed} --seeds 1{}",
-            args.duration
+            duration
                 .map(|d| format!(" --duration {d}"))
                 .unwrap_or_default()
         ),
-        _ => scenarios::report::replay_command(scenario, seed, args.duration),
+        _ => scenarios::report::replay_command(scenario, seed, duration),
     }
-}
-
-pub(crate) fn write_json(
-    path: &std::path::Path,
-    scenario: &Scenario,
-    sweep: &Sweep,
-    nondeterministic: &[(u64, u64, u64)],
-) -> std::io::Result<()> {
-    let violations: Vec<JsonViolation<'_>> = sweep
-        .violations()
-        .map(|(seed, v)| JsonViolation {
-            seed,
-            invariant: &v.invariant,
-            detail: &v.detail,
-            event: v.event,
-        })
-        .collect();
-    let doc = serde_json::json!({
-        "scenario": scenario.name,
-        "seeds_run": sweep.seeds.len(),
-        "seeds": sweep.seeds.iter().map(|s| s.seed).collect::<Vec<_>>(),
-        "violations": violations,
-        "sim_seconds": sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum::<f64>(),
-        "wall_seconds": sweep.wall_seconds,
-        "events": sweep.seeds.iter().map(|s| s.events).sum::<u64>(),
-        "fault_effects": sweep.coverage,
-        "vacuous_faults": sweep.vacuous_faults.iter().map(|k| k.name()).collect::<Vec<_>>(),
-        "coverage_judged": sweep.coverage_judged(),
-        "edges": sweep.edges,
-        "edge_seeds": sweep.edge_seeds,
-        "edges_owned_unreached": sweep.unreached_edges,
-        "edges_never_reached": sut::edge_registry::all()
-            .filter(|e| !sweep.edges.contains_key(e.name))
-            .map(|e| e.name)
-            .collect::<Vec<_>>(),
-        "nondeterministic_seeds": nondeterministic.iter().map(|(s, _, _)| *s).collect::<Vec<_>>(),
-        "ids_lost": sweep.seeds.iter().map(|s| s.ids_lost).sum::<u64>(),
-        "meta": run_metadata(),
-    });
-    let text = serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?;
-    write_atomic(path, &text)
-}
-
-#[derive(serde::Serialize)]
-pub(crate) struct JsonViolation<'a> {
-    pub(crate) seed: u64,
-    pub(crate) invariant: &'a str,
-    pub(crate) detail: &'a str,
-    pub(crate) event: Option<u64>,
 }
 
 /// Writes `text` to `path` whole or not at all ([`reports::atomic::write_atomic`]).
