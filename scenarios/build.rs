@@ -66,6 +66,8 @@ fn emit_commit() {
     for sources in [
         "src",
         "scenarios",
+        "load",
+        "real",
         "../Cargo.lock",
         "../sut/src",
         "../sim/src",
