@@ -10,7 +10,25 @@ use std::time::Duration;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+pub mod ids;
+pub mod lottery;
 pub mod once_view;
+
+/// A database server's connection, as the stores use it: each operation one transaction.
+pub trait SqlConn: std::fmt::Debug + Send {
+    /// A transaction on it: how every store reads and writes its rows there.
+    type Tx<'t>: ids::IdRows + lottery::LotteryRows;
+
+    /// Runs `op` in one SERIALIZABLE transaction, committing when it returns `Ok`; retries the
+    /// whole of it after a serialization failure or deadlock.
+    ///
+    /// # Errors
+    /// `op`'s error (the transaction rolled back), or a database failure.
+    fn transact<T, E: From<DbError>>(
+        &mut self,
+        op: impl FnMut(&mut Self::Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E>;
+}
 
 /// Attempts of one operation before a serialization failure is reported.
 pub const TX_ATTEMPTS_MAX: u32 = 50;

@@ -1,13 +1,5 @@
-//! The MariaDB lottery store, the twin of `SqliteLotteryStore` and `PgLotteryStore`: the same
-//! tables (prefixed `lot_`), and every participant operation in ONE serializable transaction
-//! ([`MyConn::transact`]): read the fence row (`lot_tcc_fence_log`, Seata's table) and the
-//! business row, call [`rules::decide`], write what it decided, commit. Two servers deciding
-//! the same fence row at once both read it under a shared lock; the second to write deadlocks,
-//! is rolled back and retried, and then reads the other's committed row: a fence row is
-//! decided once.
-//!
-//! The flawed two-step operation stays two transactions ([`LotteryStore::read_branch`], then
-//! [`LotteryStore::execute_checked`]), as in SQLite: the flaw is the gap between them.
+//! The MariaDB lottery store: [`SqlLotteryStore`] (the store written once for every database
+//! server) on a [`MyConn`], with the rows read and written by MariaDB's SQL ([`LotteryRows`]).
 //!
 //! Ids are stored as the bit pattern of an `i64` (as in SQLite, so every `u64` id round-trips);
 //! amounts are bounded by `AMOUNT_MAX` (`i64::MAX`) before they get here, and a negative value
@@ -15,14 +7,12 @@
 
 use mysql_async::Row;
 
-use sut::edge::Edges;
 use sut::lottery::error::StoreError;
-use sut::lottery::ledger::Ledger;
-use sut::lottery::log::{self, CoordLog, LogEntry, LogRecord, Verdict};
-use sut::lottery::rows::{Account, BranchOutcome, FenceStatus, ParticipationRow, Stock};
-use sut::lottery::rules::{self, BranchDecision, BranchOp, BranchView, BusinessRow};
-use sut::lottery::store::LotteryStore;
-use sut::lottery::{ActivityId, DrawArgs, Flaws, Participant, UserId, Xid};
+use sut::lottery::log::{LogRecord, Verdict};
+use sut::lottery::rows::{Account, FenceStatus, ParticipationRow, Stock};
+use sut::lottery::{ActivityId, DrawArgs, Participant, UserId, Xid};
+
+use crate::sqldb::lottery::{Fences, LotteryRows, Participations, SqlLotteryStore};
 
 use super::{MyConn, MyTx as Tx, col as column, get_u64, params};
 
@@ -107,75 +97,26 @@ fn col_amount(row: &Row, index: usize, what: &str) -> Result<u64, StoreError> {
     Ok(get_u64(row, index, what)?)
 }
 
-/// The MariaDB store: one connection, one serializable transaction per operation.
-#[derive(Debug)]
-pub struct MyLotteryStore {
-    conn: MyConn,
-}
+/// The MariaDB lottery store.
+pub type MyLotteryStore = SqlLotteryStore<MyConn>;
 
-impl MyLotteryStore {
+impl SqlLotteryStore<MyConn> {
     /// Connects to `url` (`mysql://user@host:port/db`) and creates the `lot_` tables if they
     /// are missing (several servers may open the same database at once).
     ///
     /// # Errors
     /// Connection or DDL failures.
     pub fn open(url: &str) -> Result<Self, StoreError> {
-        Ok(Self {
-            conn: MyConn::open(url, SCHEMA)?,
-        })
-    }
-
-    fn run(
-        &mut self,
-        op: &BranchOp,
-        checked: Option<&BranchView>,
-        flaws: Flaws,
-    ) -> Result<BranchOutcome, StoreError> {
-        self.conn.transact(|tx| {
-            let fresh = read_view(tx, op)?;
-            let decision = rules::decide(
-                op,
-                checked.unwrap_or(&fresh),
-                &fresh,
-                flaws,
-                &mut Edges::new(),
-            );
-            write(tx, op, &decision)?;
-            Ok(decision.outcome)
-        })
+        Ok(Self::on(MyConn::open(url, SCHEMA)?))
     }
 }
 
-fn read_fence(
-    tx: &mut Tx<'_>,
-    xid: Xid,
-    branch: Participant,
-) -> Result<Option<FenceStatus>, StoreError> {
-    let row = tx.query_opt(
-        "SELECT status FROM lot_tcc_fence_log WHERE xid = ? AND branch = ?",
-        params![id(xid.0), i64::from(branch.code())],
-    )?;
-    row.map(|r| {
-        let code: i64 = col(&r, 0, "fence status")?;
-        u8::try_from(code)
-            .ok()
-            .and_then(FenceStatus::from_code)
-            .ok_or_else(|| corrupt("fence status"))
-    })
-    .transpose()
-}
-
-fn read_house(tx: &mut Tx<'_>) -> Result<(u64, u64), StoreError> {
-    let row = tx
-        .query_opt(
-            "SELECT minted, collected FROM lot_house WHERE id = 0",
-            Vec::new(),
-        )?
-        .ok_or_else(|| corrupt("house row missing"))?;
-    Ok((
-        col_amount(&row, 0, "minted")?,
-        col_amount(&row, 1, "collected")?,
-    ))
+/// A fence status's code as stored.
+fn fence_status(code: i64) -> Result<FenceStatus, StoreError> {
+    u8::try_from(code)
+        .ok()
+        .and_then(FenceStatus::from_code)
+        .ok_or_else(|| corrupt("fence status"))
 }
 
 fn account_from(row: &Row, first: usize) -> Result<Account, StoreError> {
@@ -183,15 +124,6 @@ fn account_from(row: &Row, first: usize) -> Result<Account, StoreError> {
         balance_minor: col_amount(row, first, "balance")?,
         frozen_minor: col_amount(row, first + 1, "frozen")?,
     })
-}
-
-fn read_account(tx: &mut Tx<'_>, user: UserId) -> Result<Option<Account>, StoreError> {
-    tx.query_opt(
-        "SELECT balance, frozen FROM lot_account WHERE user_id = ?",
-        params![id(user.0)],
-    )?
-    .map(|r| account_from(&r, 0))
-    .transpose()
 }
 
 fn stock_from(row: &Row, first: usize) -> Result<Stock, StoreError> {
@@ -203,15 +135,6 @@ fn stock_from(row: &Row, first: usize) -> Result<Stock, StoreError> {
     })
 }
 
-fn read_stock(tx: &mut Tx<'_>, activity: ActivityId) -> Result<Option<Stock>, StoreError> {
-    tx.query_opt(
-        "SELECT total, available, reserved, issued FROM lot_stock WHERE activity = ?",
-        params![id(activity.0)],
-    )?
-    .map(|r| stock_from(&r, 0))
-    .transpose()
-}
-
 /// Columns `first..first + 4` of `row` (xid, price, won, confirmed) as a participation record.
 fn participation_from(row: &Row, first: usize) -> Result<ParticipationRow, StoreError> {
     Ok(ParticipationRow {
@@ -220,132 +143,6 @@ fn participation_from(row: &Row, first: usize) -> Result<ParticipationRow, Store
         won: col(row, first + 2, "participation won")?,
         confirmed: col(row, first + 3, "participation confirmed")?,
     })
-}
-
-fn read_participation(
-    tx: &mut Tx<'_>,
-    user: UserId,
-    activity: ActivityId,
-) -> Result<Option<ParticipationRow>, StoreError> {
-    tx.query_opt(
-        "SELECT xid, price, won, confirmed FROM lot_participation
-         WHERE user_id = ? AND activity = ?",
-        params![id(user.0), id(activity.0)],
-    )?
-    .map(|r| participation_from(&r, 0))
-    .transpose()
-}
-
-fn read_view(tx: &mut Tx<'_>, op: &BranchOp) -> Result<BranchView, StoreError> {
-    let d = &op.draw;
-    let business = match op.branch {
-        Participant::Wallet => BusinessRow::Wallet {
-            account: read_account(tx, d.user)?,
-            collected_minor: read_house(tx)?.1,
-        },
-        Participant::Inventory => BusinessRow::Inventory {
-            stock: read_stock(tx, d.activity)?,
-        },
-        Participant::Participation => BusinessRow::Participation {
-            row: read_participation(tx, d.user, d.activity)?,
-        },
-    };
-    Ok(BranchView {
-        fence: read_fence(tx, d.xid, op.branch)?,
-        business,
-    })
-}
-
-fn write_account(tx: &mut Tx<'_>, user: UserId, a: &Account) -> Result<(), StoreError> {
-    tx.execute(
-        "INSERT INTO lot_account (user_id, balance, frozen) VALUES (?, ?, ?)
-         ON DUPLICATE KEY UPDATE balance = VALUES(balance), frozen = VALUES(frozen)",
-        params![
-            id(user.0),
-            amount(a.balance_minor)?,
-            amount(a.frozen_minor)?
-        ],
-    )?;
-    Ok(())
-}
-
-fn write_stock(tx: &mut Tx<'_>, activity: ActivityId, s: &Stock) -> Result<(), StoreError> {
-    tx.execute(
-        "INSERT INTO lot_stock (activity, total, available, reserved, issued)
-         VALUES (?, ?, ?, ?, ?)
-         ON DUPLICATE KEY UPDATE total = VALUES(total), available = VALUES(available),
-             reserved = VALUES(reserved), issued = VALUES(issued)",
-        params![
-            id(activity.0),
-            amount(s.total)?,
-            amount(s.available)?,
-            amount(s.reserved)?,
-            amount(s.issued)?,
-        ],
-    )?;
-    Ok(())
-}
-
-fn write(tx: &mut Tx<'_>, op: &BranchOp, decision: &BranchDecision) -> Result<(), StoreError> {
-    let d = &op.draw;
-    if let Some(status) = decision.fence_write {
-        tx.execute(
-            "INSERT INTO lot_tcc_fence_log (xid, branch, status) VALUES (?, ?, ?)
-             ON DUPLICATE KEY UPDATE status = VALUES(status)",
-            params![
-                id(d.xid.0),
-                i64::from(op.branch.code()),
-                i64::from(status.code()),
-            ],
-        )?;
-    }
-    match &decision.business_write {
-        None | Some(BusinessRow::Inventory { stock: None }) => {}
-        Some(BusinessRow::Wallet {
-            account,
-            collected_minor,
-        }) => {
-            if let Some(account) = account {
-                write_account(tx, d.user, account)?;
-            }
-            tx.execute(
-                "UPDATE lot_house SET collected = ? WHERE id = 0",
-                params![amount(*collected_minor)?],
-            )?;
-        }
-        Some(BusinessRow::Inventory { stock: Some(stock) }) => write_stock(tx, d.activity, stock)?,
-        Some(BusinessRow::Participation { row: Some(row) }) => {
-            tx.execute(
-                "INSERT INTO lot_participation (user_id, activity, xid, price, won, confirmed)
-                 VALUES (?, ?, ?, ?, ?, ?)
-                 ON DUPLICATE KEY UPDATE xid = VALUES(xid), price = VALUES(price),
-                     won = VALUES(won), confirmed = VALUES(confirmed)",
-                params![
-                    id(d.user.0),
-                    id(d.activity.0),
-                    id(row.xid.0),
-                    amount(row.price_minor)?,
-                    row.won,
-                    row.confirmed,
-                ],
-            )?;
-        }
-        Some(BusinessRow::Participation { row: None }) => {
-            tx.execute(
-                "DELETE FROM lot_participation WHERE user_id = ? AND activity = ?",
-                params![id(d.user.0), id(d.activity.0)],
-            )?;
-        }
-    }
-    Ok(())
-}
-
-const LOG_COLUMNS: &str = "SELECT xid, user_id, activity, price, won, verdict FROM lot_coord_log";
-
-fn read_log_record(tx: &mut Tx<'_>, xid: Xid) -> Result<Option<LogRecord>, StoreError> {
-    tx.query_opt(&format!("{LOG_COLUMNS} WHERE xid = ?"), params![id(xid.0)])?
-        .map(|r| log_record_from(&r))
-        .transpose()
 }
 
 fn log_record_from(row: &Row) -> Result<LogRecord, StoreError> {
@@ -369,135 +166,224 @@ fn log_record_from(row: &Row) -> Result<LogRecord, StoreError> {
     })
 }
 
-fn load_log(tx: &mut Tx<'_>) -> Result<CoordLog, StoreError> {
-    let mut log = CoordLog::default();
-    for row in tx.query(LOG_COLUMNS, Vec::new())? {
-        let record = log_record_from(&row)?;
-        log.records.insert(record.draw.xid, record);
-    }
-    Ok(log)
-}
+const LOG_COLUMNS: &str = "SELECT xid, user_id, activity, price, won, verdict FROM lot_coord_log";
 
-impl LotteryStore for MyLotteryStore {
-    fn open_account(&mut self, user: UserId, balance_minor: u64) -> Result<(), StoreError> {
-        self.conn.transact(|tx| {
-            let (minted, _) = read_house(tx)?;
-            let (account, minted) =
-                rules::open_account(read_account(tx, user)?, minted, user, balance_minor)?;
-            write_account(tx, user, &account)?;
-            tx.execute(
-                "UPDATE lot_house SET minted = ? WHERE id = 0",
-                params![amount(minted)?],
-            )?;
-            Ok(())
-        })
+impl LotteryRows for Tx<'_> {
+    fn fence(&mut self, xid: Xid, branch: Participant) -> Result<Option<FenceStatus>, StoreError> {
+        let row = self.query_opt(
+            "SELECT status FROM lot_tcc_fence_log WHERE xid = ? AND branch = ?",
+            params![id(xid.0), i64::from(branch.code())],
+        )?;
+        row.map(|r| fence_status(col(&r, 0, "fence status")?))
+            .transpose()
     }
 
-    fn add_stock(&mut self, activity: ActivityId, units: u64) -> Result<(), StoreError> {
-        self.conn.transact(|tx| {
-            let stock = rules::add_stock(read_stock(tx, activity)?, activity, units)?;
-            write_stock(tx, activity, &stock)
-        })
-    }
-
-    fn execute(&mut self, op: &BranchOp, flaws: Flaws) -> Result<BranchOutcome, StoreError> {
-        self.run(op, None, flaws)
-    }
-
-    fn read_branch(&mut self, op: &BranchOp) -> Result<BranchView, StoreError> {
-        self.conn.transact(|tx| read_view(tx, op))
-    }
-
-    fn execute_checked(
+    fn set_fence(
         &mut self,
-        op: &BranchOp,
-        checked: &BranchView,
-        flaws: Flaws,
-    ) -> Result<BranchOutcome, StoreError> {
-        self.run(op, Some(checked), flaws)
+        xid: Xid,
+        branch: Participant,
+        status: FenceStatus,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO lot_tcc_fence_log (xid, branch, status) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE status = VALUES(status)",
+            params![
+                id(xid.0),
+                i64::from(branch.code()),
+                i64::from(status.code())
+            ],
+        )?;
+        Ok(())
     }
 
-    fn log_append(&mut self, entry: &LogEntry) -> Result<(), StoreError> {
-        let xid = entry.xid();
-        self.conn.transact(|tx| {
-            match log::apply_entry(read_log_record(tx, xid)?, entry)? {
-                Some(r) => {
-                    tx.execute(
-                        "INSERT INTO lot_coord_log (xid, user_id, activity, price, won, verdict)
-                         VALUES (?, ?, ?, ?, ?, ?)
-                         ON DUPLICATE KEY UPDATE verdict = VALUES(verdict)",
-                        params![
-                            id(xid.0),
-                            id(r.draw.user.0),
-                            id(r.draw.activity.0),
-                            amount(r.draw.price_minor)?,
-                            r.draw.won,
-                            r.verdict.map(|v| i64::from(v.code())),
-                        ],
-                    )?;
-                }
-                None => {
-                    tx.execute(
-                        "DELETE FROM lot_coord_log WHERE xid = ?",
-                        params![id(xid.0)],
-                    )?;
-                }
-            }
-            Ok(())
+    fn house(&mut self) -> Result<(u64, u64), StoreError> {
+        let row = self
+            .query_opt(
+                "SELECT minted, collected FROM lot_house WHERE id = 0",
+                Vec::new(),
+            )?
+            .ok_or_else(|| corrupt("house row missing"))?;
+        Ok((
+            col_amount(&row, 0, "minted")?,
+            col_amount(&row, 1, "collected")?,
+        ))
+    }
+
+    fn set_minted(&mut self, minted_minor: u64) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE lot_house SET minted = ? WHERE id = 0",
+            params![amount(minted_minor)?],
+        )?;
+        Ok(())
+    }
+
+    fn set_collected(&mut self, collected_minor: u64) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE lot_house SET collected = ? WHERE id = 0",
+            params![amount(collected_minor)?],
+        )?;
+        Ok(())
+    }
+
+    fn account(&mut self, user: UserId) -> Result<Option<Account>, StoreError> {
+        self.query_opt(
+            "SELECT balance, frozen FROM lot_account WHERE user_id = ?",
+            params![id(user.0)],
+        )?
+        .map(|r| account_from(&r, 0))
+        .transpose()
+    }
+
+    fn set_account(&mut self, user: UserId, a: &Account) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO lot_account (user_id, balance, frozen) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE balance = VALUES(balance), frozen = VALUES(frozen)",
+            params![
+                id(user.0),
+                amount(a.balance_minor)?,
+                amount(a.frozen_minor)?
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn stock(&mut self, activity: ActivityId) -> Result<Option<Stock>, StoreError> {
+        self.query_opt(
+            "SELECT total, available, reserved, issued FROM lot_stock WHERE activity = ?",
+            params![id(activity.0)],
+        )?
+        .map(|r| stock_from(&r, 0))
+        .transpose()
+    }
+
+    fn set_stock(&mut self, activity: ActivityId, s: &Stock) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO lot_stock (activity, total, available, reserved, issued) VALUES (?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE total = VALUES(total), available = VALUES(available), reserved = VALUES(reserved), issued = VALUES(issued)",
+            params![id(activity.0), amount(s.total)?, amount(s.available)?, amount(s.reserved)?, amount(s.issued)?],
+        )?;
+        Ok(())
+    }
+
+    fn participation(
+        &mut self,
+        user: UserId,
+        activity: ActivityId,
+    ) -> Result<Option<ParticipationRow>, StoreError> {
+        self.query_opt(
+            "SELECT xid, price, won, confirmed FROM lot_participation WHERE user_id = ? AND activity = ?",
+            params![id(user.0), id(activity.0)],
+        )?
+        .map(|r| participation_from(&r, 0))
+        .transpose()
+    }
+
+    fn set_participation(
+        &mut self,
+        user: UserId,
+        activity: ActivityId,
+        row: Option<&ParticipationRow>,
+    ) -> Result<(), StoreError> {
+        let Some(row) = row else {
+            self.execute(
+                "DELETE FROM lot_participation WHERE user_id = ? AND activity = ?",
+                params![id(user.0), id(activity.0)],
+            )?;
+            return Ok(());
+        };
+        self.execute(
+            "INSERT INTO lot_participation (user_id, activity, xid, price, won, confirmed) VALUES (?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE xid = VALUES(xid), price = VALUES(price), won = VALUES(won), confirmed = VALUES(confirmed)",
+            params![id(user.0), id(activity.0), id(row.xid.0), amount(row.price_minor)?, row.won, row.confirmed],
+        )?;
+        Ok(())
+    }
+
+    fn log_record(&mut self, xid: Xid) -> Result<Option<LogRecord>, StoreError> {
+        let sql = format!("{LOG_COLUMNS} WHERE xid = ?");
+        self.query_opt(&sql, params![id(xid.0)])?
+            .map(|r| log_record_from(&r))
+            .transpose()
+    }
+
+    fn set_log_record(&mut self, xid: Xid, record: Option<&LogRecord>) -> Result<(), StoreError> {
+        let Some(r) = record else {
+            self.execute(
+                "DELETE FROM lot_coord_log WHERE xid = ?",
+                params![id(xid.0)],
+            )?;
+            return Ok(());
+        };
+        self.execute(
+            "INSERT INTO lot_coord_log (xid, user_id, activity, price, won, verdict) VALUES (?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE verdict = VALUES(verdict)",
+            params![id(xid.0), id(r.draw.user.0), id(r.draw.activity.0), amount(r.draw.price_minor)?, r.draw.won, r.verdict.map(|v| i64::from(v.code()))],
+        )?;
+        Ok(())
+    }
+
+    fn log_records(&mut self) -> Result<Vec<LogRecord>, StoreError> {
+        self.query(LOG_COLUMNS, Vec::new())?
+            .iter()
+            .map(log_record_from)
+            .collect()
+    }
+
+    fn accounts(&mut self) -> Result<Vec<(UserId, Account)>, StoreError> {
+        self.query(
+            "SELECT user_id, balance, frozen FROM lot_account",
+            Vec::new(),
+        )?
+        .iter()
+        .map(|r| Ok((UserId(col_id(r, 0, "account user")?), account_from(r, 1)?)))
+        .collect()
+    }
+
+    fn stocks(&mut self) -> Result<Vec<(ActivityId, Stock)>, StoreError> {
+        self.query(
+            "SELECT activity, total, available, reserved, issued FROM lot_stock",
+            Vec::new(),
+        )?
+        .iter()
+        .map(|r| {
+            Ok((
+                ActivityId(col_id(r, 0, "stock activity")?),
+                stock_from(r, 1)?,
+            ))
         })
+        .collect()
     }
 
-    fn log_load(&mut self) -> Result<CoordLog, StoreError> {
-        self.conn.transact(load_log)
-    }
-
-    fn snapshot(&mut self) -> Result<Ledger, StoreError> {
-        self.conn.transact(|tx| {
-            let mut ledger = Ledger::default();
-            (ledger.minted_minor, ledger.collected_minor) = read_house(tx)?;
-            for row in tx.query(
-                "SELECT user_id, balance, frozen FROM lot_account",
-                Vec::new(),
-            )? {
-                let user = UserId(col_id(&row, 0, "account user")?);
-                ledger.accounts.insert(user, account_from(&row, 1)?);
-            }
-            for row in tx.query(
-                "SELECT activity, total, available, reserved, issued FROM lot_stock",
-                Vec::new(),
-            )? {
-                let activity = ActivityId(col_id(&row, 0, "stock activity")?);
-                ledger.stock.insert(activity, stock_from(&row, 1)?);
-            }
-            for row in tx.query(
-                "SELECT user_id, activity, xid, price, won, confirmed FROM lot_participation",
-                Vec::new(),
-            )? {
-                let key = (
-                    UserId(col_id(&row, 0, "participation user")?),
-                    ActivityId(col_id(&row, 1, "participation activity")?),
-                );
-                ledger
-                    .participations
-                    .insert(key, participation_from(&row, 2)?);
-            }
-            for row in tx.query(
-                "SELECT xid, branch, status FROM lot_tcc_fence_log",
-                Vec::new(),
-            )? {
-                let xid = Xid(col_id(&row, 0, "fence xid")?);
-                let branch = u8::try_from(col::<i64>(&row, 1, "fence branch")?)
-                    .ok()
-                    .and_then(Participant::from_code)
-                    .ok_or_else(|| corrupt("branch"))?;
-                let status = u8::try_from(col::<i64>(&row, 2, "fence status")?)
-                    .ok()
-                    .and_then(FenceStatus::from_code)
-                    .ok_or_else(|| corrupt("status"))?;
-                ledger.fences.insert((xid, branch), status);
-            }
-            ledger.coord_log = load_log(tx)?;
-            Ok(ledger)
+    fn participations(&mut self) -> Result<Participations, StoreError> {
+        self.query(
+            "SELECT user_id, activity, xid, price, won, confirmed FROM lot_participation",
+            Vec::new(),
+        )?
+        .iter()
+        .map(|r| {
+            let key = (
+                UserId(col_id(r, 0, "participation user")?),
+                ActivityId(col_id(r, 1, "participation activity")?),
+            );
+            Ok((key, participation_from(r, 2)?))
         })
+        .collect()
+    }
+
+    fn fences(&mut self) -> Result<Fences, StoreError> {
+        self.query(
+            "SELECT xid, branch, status FROM lot_tcc_fence_log",
+            Vec::new(),
+        )?
+        .iter()
+        .map(|r| {
+            let xid = Xid(col_id(r, 0, "fence xid")?);
+            let branch = u8::try_from(col::<i64>(r, 1, "fence branch")?)
+                .ok()
+                .and_then(Participant::from_code)
+                .ok_or_else(|| corrupt("branch"))?;
+            Ok(((xid, branch), fence_status(col(r, 2, "fence status")?)?))
+        })
+        .collect()
     }
 }

@@ -367,6 +367,17 @@ impl MyConn {
     }
 }
 
+impl crate::sqldb::SqlConn for MyConn {
+    type Tx<'t> = MyTx<'t>;
+
+    fn transact<T, E: From<DbError>>(
+        &mut self,
+        op: impl FnMut(&mut MyTx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        Self::transact(self, op)
+    }
+}
+
 /// Rolls the open transaction back; whether the connection was lost doing it.
 fn rollback(conn: &mut Conn) -> bool {
     block("a ROLLBACK", conn.query_drop("ROLLBACK")).is_err()

@@ -1,23 +1,16 @@
-//! The PostgreSQL ID store: tags, segment grants, leases, the reclaim pool, Snowflake worker
-//! leases and the counter engine, shared by every ID server on one database.
-//!
-//! The twin of `SqliteIdStore` (same rules of [`sut::id_store::rules`], same rows), with each
-//! domain operation one SERIALIZABLE transaction (see [`super`]). Two ID servers allocating for
-//! one tag at once both read version `v`; the first to commit wins, the second's transaction
-//! fails to serialize and is retried from the read, so it sees `v + 1` and takes the next
-//! segment. The allocation's `UPDATE … WHERE version = $read` is a second guard.
+//! The PostgreSQL ID store: [`SqlIdStore`] (the store written once for every database server)
+//! on a [`PgConn`], with the rows read and written by PostgreSQL's SQL ([`IdRows`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sut::edge::Edges;
-use sut::id_store::rules::{self, AllocWrite, Counter, WorkerRenewal, WorkerRow};
+use sut::id_store::rules::WorkerRow;
 use sut::id_store::{
-    AllocRequest, CounterDurability, Grant, IdStore, InstanceId, Lease, LeaseRow, Reclaimed,
-    ReleaseRequest, RenewRequest, Segment, StoreError, TagRow, TagSpec, WorkerLease, WorkerRequest,
+    CounterDurability, InstanceId, Lease, LeaseRow, RenewRequest, Segment, StoreError, TagRow,
 };
 use tokio_postgres::Row;
 
 use super::{DbError, PgConn, Tx, get_u64, to_sql};
+use crate::sqldb::ids::{IdRows, SqlIdStore};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS id_tag (
@@ -60,186 +53,16 @@ CREATE TABLE IF NOT EXISTS id_counter (
 ";
 
 /// The PostgreSQL ID store.
-#[derive(Debug)]
-pub struct PgIdStore {
-    conn: PgConn,
-    durability: CounterDurability,
-    /// Counters held in memory between syncs (non-`EveryWrite` durability).
-    live_counters: BTreeMap<String, Counter>,
-}
+pub type PgIdStore = SqlIdStore<PgConn>;
 
-impl PgIdStore {
+impl SqlIdStore<PgConn> {
     /// Connects to `url` and creates the tables if missing.
     ///
     /// # Errors
     /// Connection or schema failures.
     pub fn open(url: &str, durability: CounterDurability) -> Result<Self, StoreError> {
-        Ok(Self {
-            conn: PgConn::open(url, SCHEMA)?,
-            durability,
-            live_counters: BTreeMap::new(),
-        })
+        Ok(Self::on(PgConn::open(url, SCHEMA)?, durability))
     }
-}
-
-fn write_counter(tx: &mut Tx<'_>, key: &str, value: u64) -> Result<(), DbError> {
-    tx.execute(
-        "INSERT INTO id_counter (key, value) VALUES ($1, $2) \
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        &[&key, &to_sql(value)],
-    )?;
-    Ok(())
-}
-
-fn read_counter(tx: &mut Tx<'_>, key: &str) -> Result<u64, DbError> {
-    let row = tx.query_opt("SELECT value FROM id_counter WHERE key = $1", &[&key])?;
-    row.map_or(Ok(0), |r| get_u64(&r, 0, "counter"))
-}
-
-/// Persists an allocation the rule decided (see the SQLite twin): the tag's `max_id` and
-/// version, compared with the version read unless the blind-write flaw writes without it.
-fn persist_allocation(
-    tx: &mut Tx<'_>,
-    read_version: u64,
-    write: &AllocWrite,
-) -> Result<(), StoreError> {
-    let row = &write.row;
-    let updated = if write.replace_lease {
-        tx.execute(
-            "UPDATE id_tag SET max_id = $1, version = $2 WHERE tag = $3",
-            &[&to_sql(row.max_id), &to_sql(row.version), &row.tag],
-        )
-    } else {
-        tx.execute(
-            "UPDATE id_tag SET max_id = $1, version = $2 WHERE tag = $3 AND version = $4",
-            &[
-                &to_sql(row.max_id),
-                &to_sql(row.version),
-                &row.tag,
-                &to_sql(read_version),
-            ],
-        )
-    }?;
-    if updated != 1 {
-        return Err(StoreError::Backend(format!(
-            "version of `{}` changed inside a write transaction",
-            row.tag
-        )));
-    }
-    if write.pool_changed {
-        tx.execute("DELETE FROM id_pool WHERE tag = $1", &[&row.tag])?;
-        for range in &row.pool {
-            insert_pool(tx, &row.tag, range)?;
-        }
-    }
-    insert_lease(tx, &write.lease, write.replace_lease)?;
-    Ok(())
-}
-
-/// Records a lease; `replace` (the blind-write flaw only) overwrites another holder's lease of
-/// the same range.
-fn insert_lease(tx: &mut Tx<'_>, lease: &LeaseRow, replace: bool) -> Result<(), DbError> {
-    let insert = "INSERT INTO id_lease (tag, seg_start, seg_end, delta, instance, claim_end, \
-                  lease_expiry_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)";
-    let sql = if replace {
-        format!(
-            "{insert} ON CONFLICT (tag, seg_start) DO UPDATE SET seg_end = excluded.seg_end, \
-             delta = excluded.delta, instance = excluded.instance, \
-             claim_end = excluded.claim_end, lease_expiry_ms = excluded.lease_expiry_ms"
-        )
-    } else {
-        insert.to_owned()
-    };
-    tx.execute(
-        &sql,
-        &[
-            &lease.tag,
-            &to_sql(lease.segment.start),
-            &to_sql(lease.segment.end),
-            &to_sql(lease.segment.delta),
-            &to_sql(lease.instance.0),
-            &to_sql(lease.claim_end),
-            &to_sql(lease.lease_expiry_ms),
-        ],
-    )?;
-    Ok(())
-}
-
-fn delete_lease(tx: &mut Tx<'_>, tag: &str, segment_start: u64) -> Result<(), DbError> {
-    tx.execute(
-        "DELETE FROM id_lease WHERE tag = $1 AND seg_start = $2",
-        &[&tag, &to_sql(segment_start)],
-    )?;
-    Ok(())
-}
-
-/// The segment starts of `tag`'s leases.
-fn lease_starts(tx: &mut Tx<'_>, tag: &str) -> Result<BTreeSet<u64>, DbError> {
-    tx.query("SELECT seg_start FROM id_lease WHERE tag = $1", &[&tag])?
-        .iter()
-        .map(|r| get_u64(r, 0, "seg_start"))
-        .collect()
-}
-
-/// The tag row with its pool, if the tag exists.
-fn find_tag(tx: &mut Tx<'_>, tag: &str) -> Result<Option<TagRow>, StoreError> {
-    match read_tag_tx(tx, tag) {
-        Ok(row) => Ok(Some(row)),
-        Err(StoreError::UnknownTag(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-fn read_tag_tx(tx: &mut Tx<'_>, tag: &str) -> Result<TagRow, StoreError> {
-    let row = tx.query_opt(
-        "SELECT max_id, step, delta, remainder, version FROM id_tag WHERE tag = $1",
-        &[&tag],
-    )?;
-    let Some(row) = row else {
-        return Err(StoreError::UnknownTag(tag.to_owned()));
-    };
-    let pool = read_pool(tx, tag)?;
-    Ok(TagRow {
-        tag: tag.to_owned(),
-        max_id: get_u64(&row, 0, "max_id")?,
-        step: get_u64(&row, 1, "step")?,
-        delta: get_u64(&row, 2, "delta")?,
-        remainder: get_u64(&row, 3, "remainder")?,
-        version: get_u64(&row, 4, "version")?,
-        pool,
-    })
-}
-
-/// `tag`'s pooled ranges, lowest first.
-fn read_pool(tx: &mut Tx<'_>, tag: &str) -> Result<Vec<Segment>, DbError> {
-    tx.query(
-        "SELECT start, \"end\", delta FROM id_pool WHERE tag = $1 ORDER BY start",
-        &[&tag],
-    )?
-    .iter()
-    .map(|r| {
-        Ok(Segment {
-            start: get_u64(r, 0, "pool start")?,
-            end: get_u64(r, 1, "pool end")?,
-            delta: get_u64(r, 2, "pool delta")?,
-        })
-    })
-    .collect()
-}
-
-fn insert_pool(tx: &mut Tx<'_>, tag: &str, tail: &Segment) -> Result<(), DbError> {
-    if !tail.is_empty() {
-        tx.execute(
-            "INSERT INTO id_pool (tag, start, \"end\", delta) VALUES ($1, $2, $3, $4)",
-            &[
-                &tag,
-                &to_sql(tail.start),
-                &to_sql(tail.end),
-                &to_sql(tail.delta),
-            ],
-        )?;
-    }
-    Ok(())
 }
 
 const LEASE_COLUMNS: &str =
@@ -261,14 +84,6 @@ fn lease_from_row(r: &Row) -> Result<LeaseRow, DbError> {
     })
 }
 
-fn read_lease(tx: &mut Tx<'_>, tag: &str, segment_start: u64) -> Result<Option<LeaseRow>, DbError> {
-    let sql = format!("{LEASE_COLUMNS} WHERE tag = $1 AND seg_start = $2");
-    tx.query_opt(&sql, &[&tag, &to_sql(segment_start)])?
-        .as_ref()
-        .map(lease_from_row)
-        .transpose()
-}
-
 fn worker_from_row(r: &Row, first: usize) -> Result<WorkerRow, DbError> {
     let holder: Option<i64> = r
         .try_get(first)
@@ -287,272 +102,235 @@ fn worker_id_of(r: &Row) -> Result<u32, DbError> {
     u32::try_from(id).map_err(|_| DbError::fatal(format!("corrupt row: worker id {id}")))
 }
 
-/// The worker rows of `namespace` with ids below `worker_count`.
-fn read_workers(
-    tx: &mut Tx<'_>,
-    namespace: &str,
-    worker_count: u32,
-) -> Result<BTreeMap<u32, WorkerRow>, DbError> {
-    tx.query(
-        "SELECT worker_id, holder, lease_expiry_ms, reserved_ts FROM id_worker \
-         WHERE namespace = $1 AND worker_id < $2",
-        &[&namespace, &i64::from(worker_count)],
-    )?
-    .iter()
-    .map(|r| Ok((worker_id_of(r)?, worker_from_row(r, 1)?)))
-    .collect()
-}
+impl IdRows for Tx<'_> {
+    fn tag_exists(&mut self, tag: &str) -> Result<bool, DbError> {
+        Ok(self
+            .query_opt("SELECT 1 FROM id_tag WHERE tag = $1", &[&tag])?
+            .is_some())
+    }
 
-fn read_worker(
-    tx: &mut Tx<'_>,
-    namespace: &str,
-    worker_id: u32,
-) -> Result<Option<WorkerRow>, DbError> {
-    tx.query_opt(
-        "SELECT holder, lease_expiry_ms, reserved_ts FROM id_worker \
-         WHERE namespace = $1 AND worker_id = $2",
-        &[&namespace, &i64::from(worker_id)],
-    )?
-    .map(|r| worker_from_row(&r, 0))
-    .transpose()
-}
+    fn insert_tag(&mut self, row: &TagRow) -> Result<(), DbError> {
+        self.execute(
+            "INSERT INTO id_tag (tag, max_id, step, delta, remainder, version) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &row.tag,
+                &to_sql(row.max_id),
+                &to_sql(row.step),
+                &to_sql(row.delta),
+                &to_sql(row.remainder),
+                &to_sql(row.version),
+            ],
+        )?;
+        Ok(())
+    }
 
-fn write_worker(
-    tx: &mut Tx<'_>,
-    namespace: &str,
-    worker_id: u32,
-    row: &WorkerRow,
-) -> Result<(), DbError> {
-    tx.execute(
-        "INSERT INTO id_worker (namespace, worker_id, holder, lease_expiry_ms, reserved_ts) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (namespace, worker_id) DO UPDATE SET \
-         holder = excluded.holder, lease_expiry_ms = excluded.lease_expiry_ms, \
-         reserved_ts = excluded.reserved_ts",
-        &[
-            &namespace,
-            &i64::from(worker_id),
-            &row.holder.map(|h| to_sql(h.0)),
-            &to_sql(row.lease_expiry_ms),
-            &to_sql(row.reserved_ts),
-        ],
-    )?;
-    Ok(())
-}
+    fn tag_row(&mut self, tag: &str) -> Result<Option<TagRow>, DbError> {
+        let row = self.query_opt(
+            "SELECT max_id, step, delta, remainder, version FROM id_tag WHERE tag = $1",
+            &[&tag],
+        )?;
+        row.map(|row| {
+            Ok(TagRow {
+                tag: tag.to_owned(),
+                max_id: get_u64(&row, 0, "max_id")?,
+                step: get_u64(&row, 1, "step")?,
+                delta: get_u64(&row, 2, "delta")?,
+                remainder: get_u64(&row, 3, "remainder")?,
+                version: get_u64(&row, 4, "version")?,
+                pool: Vec::new(),
+            })
+        })
+        .transpose()
+    }
 
-/// The leases expired at `now_ms`, by tag then segment start. The WHERE clause only narrows
-/// the read; [`rules::reclaim_expired`] decides which leases are expired.
-fn expired_leases(tx: &mut Tx<'_>, now_ms: u64) -> Result<Vec<LeaseRow>, DbError> {
-    let sql = format!("{LEASE_COLUMNS} WHERE lease_expiry_ms <= $1 ORDER BY tag, seg_start");
-    tx.query(&sql, &[&to_sql(now_ms)])?
+    fn pool(&mut self, tag: &str) -> Result<Vec<Segment>, DbError> {
+        self.query(
+            "SELECT start, \"end\", delta FROM id_pool WHERE tag = $1 ORDER BY start",
+            &[&tag],
+        )?
         .iter()
-        .map(lease_from_row)
+        .map(|r| {
+            Ok(Segment {
+                start: get_u64(r, 0, "pool start")?,
+                end: get_u64(r, 1, "pool end")?,
+                delta: get_u64(r, 2, "pool delta")?,
+            })
+        })
         .collect()
-}
-
-impl PgIdStore {
-    /// Runs the counter rule on a counter loaded from (or to be synced to) the database.
-    fn incr_synced(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
-        let durability = self.durability;
-        self.conn.transact(|tx| {
-            let counter = Counter::loaded(read_counter(tx, key)?, now_ms);
-            let write = rules::incr_by(key, counter, n, now_ms, durability)?;
-            assert!(write.sync, "every write is synced");
-            write_counter(tx, key, write.counter.value)?;
-            Ok(write.counter.value)
-        })
     }
 
-    /// Runs the counter rule on a counter held in memory, syncing when the rule says so.
-    fn incr_live(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
-        if !self.live_counters.contains_key(key) {
-            let durable = self
-                .conn
-                .transact(|tx| read_counter(tx, key).map_err(StoreError::from))?;
-            self.live_counters
-                .insert(key.to_owned(), Counter::loaded(durable, now_ms));
-        }
-        let counter = self.live_counters[key];
-        let write = rules::incr_by(key, counter, n, now_ms, self.durability)?;
-        if write.sync {
-            self.conn.transact(|tx| {
-                write_counter(tx, key, write.counter.value).map_err(StoreError::from)
-            })?;
-        }
-        self.live_counters.insert(key.to_owned(), write.counter);
-        Ok(write.counter.value)
-    }
-}
-
-impl IdStore for PgIdStore {
-    fn create_tag(&mut self, tag: &str, spec: &TagSpec) -> Result<TagRow, StoreError> {
-        spec.validate()?;
-        self.conn.transact(|tx| {
-            let exists = tx.query_opt("SELECT 1 FROM id_tag WHERE tag = $1", &[&tag])?;
-            let row = rules::create_tag(tag, spec, exists.is_some())?;
-            tx.execute(
-                "INSERT INTO id_tag (tag, max_id, step, delta, remainder, version) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+    fn set_tag(&mut self, row: &TagRow, read_version: Option<u64>) -> Result<u64, DbError> {
+        match read_version {
+            None => self.execute(
+                "UPDATE id_tag SET max_id = $1, version = $2 WHERE tag = $3",
+                &[&to_sql(row.max_id), &to_sql(row.version), &row.tag],
+            ),
+            Some(read) => self.execute(
+                "UPDATE id_tag SET max_id = $1, version = $2 WHERE tag = $3 AND version = $4",
                 &[
-                    &tag,
                     &to_sql(row.max_id),
-                    &to_sql(row.step),
-                    &to_sql(row.delta),
-                    &to_sql(row.remainder),
                     &to_sql(row.version),
+                    &row.tag,
+                    &to_sql(read),
                 ],
-            )?;
-            Ok(row)
-        })
-    }
-
-    fn read_tag(&mut self, tag: &str) -> Result<TagRow, StoreError> {
-        self.conn.transact(|tx| read_tag_tx(tx, tag))
-    }
-
-    fn allocate(&mut self, req: &AllocRequest) -> Result<Grant, StoreError> {
-        rules::check_alloc(req)?;
-        self.conn.transact(|tx| {
-            let row = find_tag(tx, &req.tag)?;
-            let write = rules::allocate(
-                req,
-                row.as_ref(),
-                &lease_starts(tx, &req.tag)?,
-                &mut Edges::new(),
-            )?;
-            let read_version = row.map_or(0, |row| row.version);
-            persist_allocation(tx, read_version, &write)?;
-            Ok(write.grant)
-        })
-    }
-
-    fn renew(&mut self, req: &RenewRequest) -> Result<Lease, StoreError> {
-        self.conn.transact(|tx| {
-            let lease = read_lease(tx, &req.tag, req.segment_start)?;
-            let renewed = rules::renew(req, lease.as_ref())?;
-            tx.execute(
-                "UPDATE id_lease SET claim_end = $1, lease_expiry_ms = $2 \
-                 WHERE tag = $3 AND seg_start = $4",
-                &[
-                    &to_sql(renewed.claim_end),
-                    &to_sql(renewed.lease_expiry_ms),
-                    &req.tag,
-                    &to_sql(req.segment_start),
-                ],
-            )?;
-            Ok(renewed)
-        })
-    }
-
-    fn release(&mut self, req: &ReleaseRequest) -> Result<(), StoreError> {
-        self.conn.transact(|tx| {
-            let lease = read_lease(tx, &req.tag, req.segment_start)?;
-            let pool = read_pool(tx, &req.tag)?;
-            let tail = rules::release(req, lease.as_ref(), &pool)?;
-            delete_lease(tx, &req.tag, req.segment_start)?;
-            if let Some(tail) = tail {
-                insert_pool(tx, &req.tag, &tail)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn reclaim_expired(&mut self, now_ms: u64) -> Result<Vec<Reclaimed>, StoreError> {
-        self.conn.transact(|tx| {
-            let leases = expired_leases(tx, now_ms)?;
-            let mut tags = BTreeMap::new();
-            for lease in &leases {
-                if !tags.contains_key(&lease.tag) {
-                    tags.insert(lease.tag.clone(), read_tag_tx(tx, &lease.tag)?);
-                }
-            }
-            let expired = rules::reclaim_expired(now_ms, &leases, &tags, &mut Edges::new())?;
-            let mut reclaimed = Vec::with_capacity(expired.len());
-            for rules::Expired {
-                segment_start,
-                reclaimed: entry,
-            } in expired
-            {
-                delete_lease(tx, &entry.tag, segment_start)?;
-                insert_pool(tx, &entry.tag, &entry.tail)?;
-                reclaimed.push(entry);
-            }
-            Ok(reclaimed)
-        })
-    }
-
-    fn leases(&mut self) -> Result<Vec<LeaseRow>, StoreError> {
-        let sql = format!("{LEASE_COLUMNS} ORDER BY tag, seg_start");
-        self.conn.transact(|tx| {
-            tx.query(&sql, &[])?
-                .iter()
-                .map(|r| lease_from_row(r).map_err(StoreError::from))
-                .collect()
-        })
-    }
-
-    fn acquire_worker(&mut self, req: &WorkerRequest) -> Result<WorkerLease, StoreError> {
-        self.conn.transact(|tx| {
-            let rows = read_workers(tx, &req.namespace, req.worker_count)?;
-            let (worker_id, row) = rules::acquire_worker(req, &rows)?;
-            write_worker(tx, &req.namespace, worker_id, &row)?;
-            Ok(row.lease(worker_id))
-        })
-    }
-
-    fn renew_worker(
-        &mut self,
-        namespace: &str,
-        worker_id: u32,
-        instance: InstanceId,
-        reserve_ts: u64,
-        lease_ms: u64,
-        now_ms: u64,
-    ) -> Result<WorkerLease, StoreError> {
-        let req = WorkerRenewal {
-            namespace,
-            worker_id,
-            instance,
-            reserve_ts,
-            lease_ms,
-            now_ms,
-        };
-        self.conn.transact(|tx| {
-            let current = read_worker(tx, namespace, worker_id)?;
-            let row = rules::renew_worker(&req, current.as_ref())?;
-            write_worker(tx, namespace, worker_id, &row)?;
-            Ok(row.lease(worker_id))
-        })
-    }
-
-    fn release_worker(
-        &mut self,
-        namespace: &str,
-        worker_id: u32,
-        instance: InstanceId,
-    ) -> Result<(), StoreError> {
-        self.conn.transact(|tx| {
-            let row = read_worker(tx, namespace, worker_id)?;
-            let row = rules::release_worker(namespace, worker_id, instance, row.as_ref())?;
-            write_worker(tx, namespace, worker_id, &row)?;
-            Ok(())
-        })
-    }
-
-    fn incr_by(&mut self, key: &str, n: u64, now_ms: u64) -> Result<u64, StoreError> {
-        if self.durability.interval_ms() == 0 {
-            self.incr_synced(key, n, now_ms)
-        } else {
-            self.incr_live(key, n, now_ms)
+            ),
         }
     }
 
-    fn flush_counters(&mut self) -> Result<(), StoreError> {
-        let counters = &self.live_counters;
-        self.conn.transact(|tx| {
-            for (key, counter) in counters {
-                write_counter(tx, key, counter.value)?;
-            }
-            Ok(())
-        })
+    fn clear_pool(&mut self, tag: &str) -> Result<(), DbError> {
+        self.execute("DELETE FROM id_pool WHERE tag = $1", &[&tag])?;
+        Ok(())
+    }
+
+    fn insert_pool(&mut self, tag: &str, range: &Segment) -> Result<(), DbError> {
+        self.execute(
+            "INSERT INTO id_pool (tag, start, \"end\", delta) VALUES ($1, $2, $3, $4)",
+            &[
+                &tag,
+                &to_sql(range.start),
+                &to_sql(range.end),
+                &to_sql(range.delta),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn lease_starts(&mut self, tag: &str) -> Result<BTreeSet<u64>, DbError> {
+        self.query("SELECT seg_start FROM id_lease WHERE tag = $1", &[&tag])?
+            .iter()
+            .map(|r| get_u64(r, 0, "seg_start"))
+            .collect()
+    }
+
+    fn insert_lease(&mut self, lease: &LeaseRow, replace: bool) -> Result<(), DbError> {
+        let insert = "INSERT INTO id_lease (tag, seg_start, seg_end, delta, instance, claim_end, \
+                      lease_expiry_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+        let sql = if replace {
+            format!(
+                "{insert} ON CONFLICT (tag, seg_start) DO UPDATE SET seg_end = excluded.seg_end, \
+                 delta = excluded.delta, instance = excluded.instance, \
+                 claim_end = excluded.claim_end, lease_expiry_ms = excluded.lease_expiry_ms"
+            )
+        } else {
+            insert.to_owned()
+        };
+        self.execute(
+            &sql,
+            &[
+                &lease.tag,
+                &to_sql(lease.segment.start),
+                &to_sql(lease.segment.end),
+                &to_sql(lease.segment.delta),
+                &to_sql(lease.instance.0),
+                &to_sql(lease.claim_end),
+                &to_sql(lease.lease_expiry_ms),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn lease(&mut self, tag: &str, segment_start: u64) -> Result<Option<LeaseRow>, DbError> {
+        let sql = format!("{LEASE_COLUMNS} WHERE tag = $1 AND seg_start = $2");
+        self.query_opt(&sql, &[&tag, &to_sql(segment_start)])?
+            .as_ref()
+            .map(lease_from_row)
+            .transpose()
+    }
+
+    fn renew_lease(&mut self, renewed: &Lease, req: &RenewRequest) -> Result<(), DbError> {
+        self.execute(
+            "UPDATE id_lease SET claim_end = $1, lease_expiry_ms = $2 \
+             WHERE tag = $3 AND seg_start = $4",
+            &[
+                &to_sql(renewed.claim_end),
+                &to_sql(renewed.lease_expiry_ms),
+                &req.tag,
+                &to_sql(req.segment_start),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_lease(&mut self, tag: &str, segment_start: u64) -> Result<(), DbError> {
+        self.execute(
+            "DELETE FROM id_lease WHERE tag = $1 AND seg_start = $2",
+            &[&tag, &to_sql(segment_start)],
+        )?;
+        Ok(())
+    }
+
+    fn expired_leases(&mut self, now_ms: u64) -> Result<Vec<LeaseRow>, DbError> {
+        let sql = format!("{LEASE_COLUMNS} WHERE lease_expiry_ms <= $1 ORDER BY tag, seg_start");
+        self.query(&sql, &[&to_sql(now_ms)])?
+            .iter()
+            .map(lease_from_row)
+            .collect()
+    }
+
+    fn leases(&mut self) -> Result<Vec<LeaseRow>, DbError> {
+        let sql = format!("{LEASE_COLUMNS} ORDER BY tag, seg_start");
+        self.query(&sql, &[])?.iter().map(lease_from_row).collect()
+    }
+
+    fn workers(
+        &mut self,
+        namespace: &str,
+        worker_count: u32,
+    ) -> Result<BTreeMap<u32, WorkerRow>, DbError> {
+        self.query(
+            "SELECT worker_id, holder, lease_expiry_ms, reserved_ts FROM id_worker \
+             WHERE namespace = $1 AND worker_id < $2",
+            &[&namespace, &i64::from(worker_count)],
+        )?
+        .iter()
+        .map(|r| Ok((worker_id_of(r)?, worker_from_row(r, 1)?)))
+        .collect()
+    }
+
+    fn worker(&mut self, namespace: &str, worker_id: u32) -> Result<Option<WorkerRow>, DbError> {
+        self.query_opt(
+            "SELECT holder, lease_expiry_ms, reserved_ts FROM id_worker \
+             WHERE namespace = $1 AND worker_id = $2",
+            &[&namespace, &i64::from(worker_id)],
+        )?
+        .map(|r| worker_from_row(&r, 0))
+        .transpose()
+    }
+
+    fn set_worker(
+        &mut self,
+        namespace: &str,
+        worker_id: u32,
+        row: &WorkerRow,
+    ) -> Result<(), DbError> {
+        self.execute(
+            "INSERT INTO id_worker (namespace, worker_id, holder, lease_expiry_ms, reserved_ts) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (namespace, worker_id) DO UPDATE SET \
+             holder = excluded.holder, lease_expiry_ms = excluded.lease_expiry_ms, \
+             reserved_ts = excluded.reserved_ts",
+            &[
+                &namespace,
+                &i64::from(worker_id),
+                &row.holder.map(|h| to_sql(h.0)),
+                &to_sql(row.lease_expiry_ms),
+                &to_sql(row.reserved_ts),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn counter(&mut self, key: &str) -> Result<u64, DbError> {
+        let row = self.query_opt("SELECT value FROM id_counter WHERE key = $1", &[&key])?;
+        row.map_or(Ok(0), |r| get_u64(&r, 0, "counter"))
+    }
+
+    fn set_counter(&mut self, key: &str, value: u64) -> Result<(), DbError> {
+        self.execute(
+            "INSERT INTO id_counter (key, value) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[&key, &to_sql(value)],
+        )?;
+        Ok(())
     }
 }

@@ -397,6 +397,17 @@ impl PgConn {
     }
 }
 
+impl crate::sqldb::SqlConn for PgConn {
+    type Tx<'t> = Tx<'t>;
+
+    fn transact<T, E: From<DbError>>(
+        &mut self,
+        op: impl FnMut(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        Self::transact(self, op)
+    }
+}
+
 /// A transaction in progress: blocking queries with cached statements. A serialization failure
 /// is remembered, so that [`PgConn::transact`] retries whatever error `op` turned it into.
 pub struct Tx<'a> {
