@@ -16,7 +16,9 @@ use sut::token::rows::{OnceIssue, OnceKey, OnceRejection, OnceToken, TokenStoreE
 use sut::token::{ActivityKey, TokenFlaws, TokenStore, UserId};
 use tokio::sync::oneshot;
 
-use crate::pg::{OnceHints, PgTokenStore};
+use crate::sqldb::SqlConn;
+use crate::sqldb::once_view::OnceHints;
+use crate::sqldb::tokens::SqlTokenStore;
 use crate::sqlite::SqliteTokenStore;
 
 /// Most operations in one batch.
@@ -39,21 +41,8 @@ pub trait BatchTokenStore: Send + std::fmt::Debug {
     fn batch_max(&self) -> usize;
 }
 
-impl BatchTokenStore for PgTokenStore {
-    fn batch(
-        &mut self,
-        hints: &OnceHints,
-        ops: &mut dyn FnMut(&mut dyn TokenStore) -> Result<(), TokenStoreError>,
-    ) -> Result<(), TokenStoreError> {
-        self.batch_once(hints, ops)
-    }
-
-    fn batch_max(&self) -> usize {
-        BATCH_MAX
-    }
-}
-
-impl BatchTokenStore for crate::mysql::MyTokenStore {
+/// On a database server: the batch is one transaction, served from a snapshot.
+impl<C: SqlConn> BatchTokenStore for SqlTokenStore<C> {
     fn batch(
         &mut self,
         hints: &OnceHints,
@@ -349,7 +338,7 @@ mod tests {
     use sut::token::TokenStoreLimits;
 
     use super::*;
-    use crate::pg::{create_database, url_with_database};
+    use crate::pg::{PgTokenStore, create_database, url_with_database};
 
     fn now(wall_ms: u64) -> Now {
         Now {

@@ -13,11 +13,12 @@ pub(crate) mod conformance;
 pub mod ids;
 pub mod lottery;
 pub mod once_view;
+pub mod tokens;
 
 /// A database server's connection, as the stores use it: each operation one transaction.
 pub trait SqlConn: std::fmt::Debug + Send {
     /// A transaction on it: how every store reads and writes its rows there.
-    type Tx<'t>: ids::IdRows + lottery::LotteryRows;
+    type Tx<'t>: ids::IdRows + lottery::LotteryRows + tokens::TokenRows;
 
     /// Runs `op` in one SERIALIZABLE transaction, committing when it returns `Ok`; retries the
     /// whole of it after a serialization failure or deadlock.

@@ -31,7 +31,8 @@ pub use ids::PgIdStore;
 pub use journal::PgJournal;
 pub use lottery::PgLotteryStore;
 mod tokens;
-pub use tokens::{OnceHints, PgTokenStore};
+pub use crate::sqldb::once_view::OnceHints;
+pub use tokens::PgTokenStore;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

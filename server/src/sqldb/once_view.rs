@@ -1,5 +1,5 @@
 //! A batch of one-time token operations in a few round trips instead of a few per operation,
-//! on any database server ([`OnceTx`]: PostgreSQL, MariaDB).
+//! on any database server ([`TokenRows`]: PostgreSQL, MariaDB).
 //!
 //! [`run_batch`] reads, in one statement, every row the batch's operations will look at (by token
 //! and by key, from the caller's hints) and the table's row counter; the operations then run
@@ -12,7 +12,7 @@
 //!
 //! Anything the hints did not name is read on demand; any other operation (revocations, purges,
 //! the flawed two-step consume) first writes out what is kept, forgets the snapshot, and runs as
-//! in the store's own methods.
+//! in the store's own methods ([`super::tokens`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -20,10 +20,14 @@ use std::collections::HashMap;
 use sut::edge::Edges;
 use sut::token::UserId;
 use sut::token::rows::{
-    OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, TokenStoreError,
+    OnceGrant, OnceIssue, OnceKey, OnceRejection, OnceToken, RevokeOutcome, Table, TokenStoreError,
 };
 use sut::token::rules::{self, IssueStep, OnceRow, Room};
 use sut::token::store::{Forgotten, PurgeCounts, TokenStore, TokenStoreLimits};
+
+use super::tokens::{
+    TokenRows, check_once, forgotten, make_room, mark_once_consumed, purge_expired, revoke,
+};
 
 /// What a batch will look at, as far as the caller knows.
 #[derive(Clone, Debug, Default)]
@@ -34,74 +38,12 @@ pub struct OnceHints {
     pub keys: Vec<OnceKey>,
 }
 
-/// An answer to return after committing: a `Full` refusal keeps the purge made before it.
-pub(crate) type Committed<T> = Result<T, TokenStoreError>;
-
-/// A token store's transaction on one database server: the single operations (as the store's
-/// own methods run them), and the reads and bulk writes of a snapshot.
-pub(crate) trait OnceTx {
-    /// [`TokenStore::revoke`] in this transaction.
-    fn revoke(
-        &mut self,
-        max: u64,
-        jti: &str,
-        keep_until_ms: u64,
-        now_ms: u64,
-    ) -> Result<Committed<RevokeOutcome>, TokenStoreError>;
-    /// [`TokenStore::is_revoked`].
-    fn is_revoked(&mut self, jti: &str) -> Result<bool, TokenStoreError>;
-    /// [`TokenStore::revoked_jtis`].
-    fn revoked_jtis(&mut self) -> Result<Vec<String>, TokenStoreError>;
-    /// [`TokenStore::check_once`].
-    fn check_once(
-        &mut self,
-        token: OnceToken,
-        user: UserId,
-        now_ms: u64,
-    ) -> Result<Result<OnceKey, OnceRejection>, TokenStoreError>;
-    /// [`TokenStore::mark_once_consumed`].
-    fn mark_once_consumed(
-        &mut self,
-        token: OnceToken,
-        now_ms: u64,
-    ) -> Result<bool, TokenStoreError>;
-    /// [`TokenStore::purge_expired`].
-    fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError>;
-    /// [`TokenStore::forgotten`].
-    fn forgotten(&mut self) -> Result<Forgotten, TokenStoreError>;
-    /// Makes room for one row in `tok_once`, which holds `rows`, purging its expired rows when
-    /// the rules say so; `Ok(Err)` is the refusal after the purge.
-    fn make_room_once(
-        &mut self,
-        max: u64,
-        now_ms: u64,
-        rows: u64,
-    ) -> Result<Committed<()>, TokenStoreError>;
-
-    /// The rows `tok_once` holds and its horizon.
-    fn once_counter(&mut self) -> Result<(u64, u64), TokenStoreError>;
-    /// Every row whose token is one of `tokens` or whose key is one of `keys`.
-    fn read_named(
-        &mut self,
-        tokens: &[OnceToken],
-        keys: &[OnceKey],
-    ) -> Result<Vec<(OnceToken, OnceRow)>, TokenStoreError>;
-    /// The row of `token`, if stored.
-    fn read_once(&mut self, token: OnceToken) -> Result<Option<OnceRow>, TokenStoreError>;
-    /// The token of `key`, if one was issued.
-    fn token_of(&mut self, key: &OnceKey) -> Result<Option<OnceToken>, TokenStoreError>;
-    /// Inserts `rows` (new one-time tokens) and counts them in `tok_rows`.
-    fn insert_all(&mut self, rows: &[(OnceToken, OnceRow)]) -> Result<(), TokenStoreError>;
-    /// Sets the consume time of each token that is still unconsumed; how many it set.
-    fn consume_all(&mut self, consumes: &[(OnceToken, u64)]) -> Result<u64, TokenStoreError>;
-}
-
 /// Runs `ops` against a snapshot view of `tx` (see the module documentation), then writes out
 /// what it kept.
 ///
 /// # Errors
 /// The first error `ops` returns, or a database failure: then nothing may be committed.
-pub(crate) fn run_batch<T: OnceTx>(
+pub(crate) fn run_batch<T: TokenRows>(
     tx: &mut T,
     limits: TokenStoreLimits,
     hints: &OnceHints,
@@ -113,7 +55,7 @@ pub(crate) fn run_batch<T: OnceTx>(
 }
 
 /// The snapshot and the writes kept.
-struct OnceView<'t, T: OnceTx> {
+struct OnceView<'t, T: TokenRows> {
     tx: RefCell<&'t mut T>,
     limits: TokenStoreLimits,
     /// Rows by token; `None`: known absent.
@@ -127,13 +69,13 @@ struct OnceView<'t, T: OnceTx> {
     consumes: Vec<(OnceToken, u64)>,
 }
 
-impl<'t, T: OnceTx> OnceView<'t, T> {
+impl<'t, T: TokenRows> OnceView<'t, T> {
     fn read(
         tx: &'t mut T,
         limits: TokenStoreLimits,
         hints: &OnceHints,
     ) -> Result<Self, TokenStoreError> {
-        let counter = tx.once_counter()?;
+        let counter = tx.counter(Table::OnceTokens)?;
         let mut view = Self {
             tx: RefCell::new(tx),
             limits,
@@ -217,13 +159,13 @@ impl<'t, T: OnceTx> OnceView<'t, T> {
         if let Some(counter) = self.counter {
             return Ok(counter);
         }
-        let counter = self.tx.get_mut().once_counter()?;
+        let counter = self.tx.get_mut().counter(Table::OnceTokens)?;
         self.counter = Some(counter);
         Ok(counter)
     }
 }
 
-impl<T: OnceTx> TokenStore for OnceView<'_, T> {
+impl<T: TokenRows> TokenStore for OnceView<'_, T> {
     fn revoke(
         &mut self,
         jti: &str,
@@ -232,16 +174,16 @@ impl<T: OnceTx> TokenStore for OnceView<'_, T> {
     ) -> Result<RevokeOutcome, TokenStoreError> {
         self.settle()?;
         let max = self.limits.revocations_max;
-        self.tx.get_mut().revoke(max, jti, keep_until_ms, now_ms)?
+        revoke(*self.tx.get_mut(), max, jti, keep_until_ms, now_ms)?
     }
 
     fn is_revoked(&self, jti: &str) -> Result<bool, TokenStoreError> {
         // Revocations are never kept here: the table is as the transaction sees it.
-        self.tx.borrow_mut().is_revoked(jti)
+        Ok(self.tx.borrow_mut().revocation(jti)?.is_some())
     }
 
     fn revoked_jtis(&self) -> Result<Vec<String>, TokenStoreError> {
-        self.tx.borrow_mut().revoked_jtis()
+        self.tx.borrow_mut().jtis()
     }
 
     fn issue_once(&mut self, grant: &OnceGrant, now_ms: u64) -> Result<OnceIssue, TokenStoreError> {
@@ -265,7 +207,7 @@ impl<T: OnceTx> TokenStore for OnceView<'_, T> {
             // Rare: the table is full. Purge in the transaction, then decide as the others do.
             self.settle()?;
             let (rows, _) = self.counter()?;
-            let made = self.tx.get_mut().make_room_once(max, now_ms, rows)?;
+            let made = make_room(*self.tx.get_mut(), Table::OnceTokens, max, now_ms, rows)?;
             self.settle()?;
             made?;
         }
@@ -307,7 +249,7 @@ impl<T: OnceTx> TokenStore for OnceView<'_, T> {
                 &mut Edges::new(),
             ));
         }
-        self.tx.get_mut().check_once(token, user, now_ms)
+        check_once(*self.tx.get_mut(), token, user, now_ms)
     }
 
     fn mark_once_consumed(
@@ -316,16 +258,16 @@ impl<T: OnceTx> TokenStore for OnceView<'_, T> {
         now_ms: u64,
     ) -> Result<bool, TokenStoreError> {
         self.settle()?;
-        self.tx.get_mut().mark_once_consumed(token, now_ms)
+        mark_once_consumed(*self.tx.get_mut(), token, now_ms)
     }
 
     fn purge_expired(&mut self, now_ms: u64) -> Result<PurgeCounts, TokenStoreError> {
         self.settle()?;
-        self.tx.get_mut().purge_expired(now_ms)
+        purge_expired(*self.tx.get_mut(), now_ms)
     }
 
     fn forgotten(&self) -> Result<Forgotten, TokenStoreError> {
         // The one-time table's horizon only rises by a purge, which settles the view first.
-        self.tx.borrow_mut().forgotten()
+        forgotten(*self.tx.borrow_mut())
     }
 }
