@@ -12,7 +12,9 @@ use sut::lottery::log::{LogRecord, Verdict};
 use sut::lottery::rows::{Account, FenceStatus, ParticipationRow, Stock};
 use sut::lottery::{ActivityId, DrawArgs, Participant, UserId, Xid};
 
-use crate::sqldb::lottery::{Fences, LotteryRows, Participations, SqlLotteryStore};
+use crate::sqldb::lottery::{
+    Fences, LotteryRows, Participations, SqlLotteryStore, amount, corrupt, id, unid,
+};
 
 use super::{MyConn, MyTx as Tx, col as column, get_u64, params};
 
@@ -59,24 +61,6 @@ CREATE TABLE IF NOT EXISTS lot_coord_log (
     verdict BIGINT NULL
 ) ENGINE = InnoDB;
 ";
-
-fn corrupt(what: &str) -> StoreError {
-    StoreError::Backend {
-        message: format!("corrupt row: {what}"),
-    }
-}
-
-const fn id(v: u64) -> i64 {
-    v.cast_signed()
-}
-
-const fn unid(v: i64) -> u64 {
-    v.cast_unsigned()
-}
-
-fn amount(v: u64) -> Result<i64, StoreError> {
-    i64::try_from(v).map_err(|_| StoreError::AmountTooLarge { amount_minor: v })
-}
 
 /// Column `index` of `row`, of any type the driver converts to.
 fn col<T: mysql_async::prelude::FromValue>(

@@ -11,12 +11,15 @@
 use sut::token::rows::{OnceGrant, OnceKey, OnceToken, Table, TokenStoreError};
 use sut::token::rules::OnceRow;
 use sut::token::store::TokenStoreLimits;
-use sut::token::{ActivityKey, UserId};
+use sut::token::ActivityKey;
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
 use super::{DbError, Param, PgConn, Tx, from_sql, get_u64, to_sql};
-use crate::sqldb::tokens::{IssueReads, SqlTokenStore, TokenRows};
+use crate::sqldb::tokens::{
+    IssueReads, SqlTokenStore, TokenRows, corrupt, expiry_column, table_name, token_text,
+    user_from_sql, user_to_sql,
+};
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS tok_revoked (
@@ -66,38 +69,10 @@ impl SqlTokenStore<PgConn> {
     }
 }
 
-const fn user_to_sql(user: UserId) -> i64 {
-    i64::from_ne_bytes(user.0.to_ne_bytes())
-}
-
-const fn user_from_sql(v: i64) -> UserId {
-    UserId(u64::from_ne_bytes(v.to_ne_bytes()))
-}
-
-fn corrupt(what: &str) -> TokenStoreError {
-    TokenStoreError::Backend(format!("corrupt row: bad {what}"))
-}
-
 /// Column `index` of `row`.
 fn column<'r, T: FromSql<'r>>(row: &'r Row, index: usize, what: &str) -> Result<T, DbError> {
     row.try_get(index)
         .map_err(|e| DbError::fatal(format!("column {what}: {e}")))
-}
-
-/// The name of `table`, as `tok_rows` and the SQL know it.
-const fn table_name(table: Table) -> &'static str {
-    match table {
-        Table::Revocations => "tok_revoked",
-        Table::OnceTokens => "tok_once",
-    }
-}
-
-/// The column of `table` a row expires by.
-const fn expiry_column(table: Table) -> &'static str {
-    match table {
-        Table::Revocations => "keep_until_ms",
-        Table::OnceTokens => "expires_at_ms",
-    }
 }
 
 /// The `user_id, activity, window_start_ms` columns from `first` on.
@@ -120,11 +95,6 @@ fn once_row(key: OnceKey, row: &Row, first: usize) -> Result<OnceRow, TokenStore
             .map(|at| from_sql(at, "consumed_at_ms"))
             .transpose()?,
     })
-}
-
-/// A token's text read back.
-fn token_text(text: &str) -> Result<OnceToken, TokenStoreError> {
-    OnceToken::parse(text).ok_or_else(|| corrupt("one-time token text"))
 }
 
 /// The token, key and row of a `tok_once` row read as `token, user_id, activity,

@@ -22,6 +22,28 @@ use sut::lottery::{ActivityId, Flaws, Participant, UserId, Xid};
 
 use super::SqlConn;
 
+/// A corrupt row, named.
+pub(crate) fn corrupt(what: &str) -> StoreError {
+    StoreError::Backend {
+        message: format!("corrupt row: {what}"),
+    }
+}
+
+/// An id as stored: the bit pattern of an `i64` (as in SQLite, so every `u64` id round-trips).
+pub(crate) const fn id(v: u64) -> i64 {
+    v.cast_signed()
+}
+
+/// An id read back.
+pub(crate) const fn unid(v: i64) -> u64 {
+    v.cast_unsigned()
+}
+
+/// An amount as stored (amounts are bounded by `AMOUNT_MAX`, `i64::MAX`, before they get here).
+pub(crate) fn amount(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::AmountTooLarge { amount_minor: v })
+}
+
 /// Every participation, by user and activity.
 pub type Participations = Vec<((UserId, ActivityId), ParticipationRow)>;
 /// Every fence row, by draw and branch.

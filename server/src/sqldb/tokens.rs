@@ -39,6 +39,42 @@ use super::once_view::{OnceHints, run_batch};
 /// An answer to return after committing: a `Full` refusal keeps the purge made before it.
 pub(crate) type Committed<T> = Result<T, TokenStoreError>;
 
+/// A user id as stored: bit for bit in a `BIGINT` (compared only for equality).
+pub(crate) const fn user_to_sql(user: UserId) -> i64 {
+    i64::from_ne_bytes(user.0.to_ne_bytes())
+}
+
+/// A user id read back.
+pub(crate) const fn user_from_sql(v: i64) -> UserId {
+    UserId(u64::from_ne_bytes(v.to_ne_bytes()))
+}
+
+/// A corrupt row, named.
+pub(crate) fn corrupt(what: &str) -> TokenStoreError {
+    TokenStoreError::Backend(format!("corrupt row: bad {what}"))
+}
+
+/// The name of `table`, as `tok_rows` and the SQL know it.
+pub(crate) const fn table_name(table: Table) -> &'static str {
+    match table {
+        Table::Revocations => "tok_revoked",
+        Table::OnceTokens => "tok_once",
+    }
+}
+
+/// The column of `table` a row expires by.
+pub(crate) const fn expiry_column(table: Table) -> &'static str {
+    match table {
+        Table::Revocations => "keep_until_ms",
+        Table::OnceTokens => "expires_at_ms",
+    }
+}
+
+/// A token's text read back.
+pub(crate) fn token_text(text: &str) -> Result<OnceToken, TokenStoreError> {
+    OnceToken::parse(text).ok_or_else(|| corrupt("one-time token text"))
+}
+
 /// What issuing one grant depends on: the token and row of its key, whether its token value is
 /// taken, how many rows `tok_once` holds and its horizon.
 #[derive(Debug)]
