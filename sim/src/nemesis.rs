@@ -16,6 +16,11 @@ use crate::history::EventKind;
 use crate::scenario::{FaultKind, ScheduledFault};
 use crate::world::{FaultSpan, World};
 
+/// madsim's default latency range (`madsim::net::Config::default`), restored when a latency
+/// spike ends.
+const DEFAULT_SEND_LATENCY: std::ops::Range<Duration> =
+    Duration::from_millis(1)..Duration::from_millis(10);
+
 fn between(range: [u64; 2]) -> u64 {
     thread_rng().gen_range(range[0]..=range[1])
 }
@@ -147,8 +152,18 @@ fn kill(world: &World, node: &str, tear: bool) {
         w.killed.insert(node.to_owned());
     });
     if let Some(id) = node_id(world, node) {
+        world.with(|w| {
+            let ip = w.addrs[node].ip();
+            w.wire.unbind(ip);
+        });
         Handle::current().kill(id);
     }
+}
+
+/// Sets the network's latency range, on madsim's network and on the wire (`net::Wire`).
+fn set_send_latency(world: &World, latency: std::ops::Range<Duration>) {
+    world.with(|w| w.wire.set_send_latency(latency.clone()));
+    NetSim::current().update_config(|c| c.send_latency = latency);
 }
 
 /// Restarts a killed node (its clock keeps its offset; its monotonic clock starts again).
@@ -505,17 +520,16 @@ fn apply_loss(world: &World, ppm: u32, duration_ms: u64) {
 
 fn apply_latency(world: &World, high: u64, duration_ms: u64) {
     let kind = FaultKind::Latency;
-    NetSim::current().update_config(|c| {
-        c.send_latency = Duration::from_millis(high / 2)..Duration::from_millis(high)
-    });
+    set_send_latency(
+        world,
+        Duration::from_millis(high / 2)..Duration::from_millis(high),
+    );
     world.with(|w| w.latency_spike = true);
     let span = begin(world, "net", kind, format!("latency up to {high} ms"));
     let world = world.clone();
     spawn(async move {
         sleep_ms(duration_ms).await;
-        NetSim::current().update_config(|c| {
-            c.send_latency = Duration::from_millis(1)..Duration::from_millis(10)
-        });
+        set_send_latency(&world, DEFAULT_SEND_LATENCY);
         world.with(|w| w.latency_spike = false);
         end(&world, span);
     });
@@ -676,8 +690,7 @@ pub fn heal_all(world: &World) {
             w.clocks.keys().cloned().collect::<Vec<_>>(),
         )
     });
-    NetSim::current()
-        .update_config(|c| c.send_latency = Duration::from_millis(1)..Duration::from_millis(10));
+    set_send_latency(world, DEFAULT_SEND_LATENCY);
     for (a, b) in links {
         world.with(|w| w.clogged_links.insert((a.clone(), b.clone()), 1));
         unclog_link(world, &a, &b);

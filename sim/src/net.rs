@@ -25,16 +25,45 @@
 //! a mailbox hand-off and the wake-up of a receiver task; what a fault does to a datagram is
 //! unchanged, because madsim applies every fault before the hook runs. A datagram addressed to a
 //! node that is down is not delivered (madsim finds no bound socket), as before.
+//!
+//! **The wire.** By default ([`Transport::Wire`]) a datagram does not go through madsim's
+//! `Endpoint::send_to_raw` either, but through [`Wire`]: this module's copy of what madsim's UDP
+//! path does with a datagram, draw for draw and timer for timer, at a fraction of its cost
+//! (madsim formats the destination address into a `String` for its virtual-server table and
+//! looks the route up in four SipHash maps on every send; that was a sixth of a run's
+//! instructions). Per datagram, madsim's `NetSim::send` (madsim 0.2.34):
+//!
+//! 1. draws a delay of 0..5 µs from the run's RNG (and, with madsim's own buggify on, which this
+//!    bench never turns on, maybe 1..5 s) and sleeps it, which is at least one simulated ms;
+//! 2. drops the datagram if the link is clogged (the sender clogged out, the receiver clogged
+//!    in, or the directed link clogged: exactly the nemesis's partitions, see
+//!    [`WorldState::partitioned`](crate::world::WorldState::partitioned));
+//! 3. draws packet loss (one `u64`, even at a loss rate of 0), counts the datagram, draws its
+//!    latency from the network's latency range;
+//! 4. drops it if the destination has no bound endpoint (a killed node, or one restarting);
+//! 5. sets a timer at that latency whose callback hands the datagram to the destination's
+//!    delivery hook (here: [`deliver`]).
+//!
+//! The wire does these steps in this order, on the same RNG, with a madsim `Sleep` for each
+//! timer (polled once with a waker that delivers, so its timer lands in madsim's timer heap at
+//! the same instant and deadline as madsim's own). A run on the wire is therefore the same run as
+//! on madsim's UDP path: the same history, byte for byte. The test
+//! `the_wire_replays_madsims_udp_path` runs seeds of several scenarios both ways
+//! ([`Transport::MadsimUdp`] keeps madsim's path) and compares the hashes of their histories;
+//! it is what fails if a madsim upgrade changes the draws of its UDP path.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use madsim::net::Endpoint;
-use madsim::rand::Rng;
+use madsim::rand::{Rng, thread_rng};
 use sut::clock::Now;
 use sut::id_store::{StoreCall, StoreReply};
 use sut::lottery::{ParticipantMsg, ParticipantReply};
@@ -83,13 +112,148 @@ pub enum Msg {
     TccReply(ParticipantReply),
 }
 
-/// One madsim datagram: the messages a node sent to one destination in one send round, and
-/// the sender's name. The delivery hook takes the messages out (it only gets a shared
-/// reference), hence the lock.
+/// How datagrams travel between nodes (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// [`Wire`]: madsim's UDP path, step for step, without its costs.
+    #[default]
+    Wire,
+    /// madsim's own UDP path (`Endpoint::send_to_raw` and the delivery hook), kept to check that
+    /// the wire replays it.
+    MadsimUdp,
+}
+
+/// A node's incoming datagrams: the messages of one datagram and its sender's name.
+type InboxSender = UnboundedSender<(Vec<Msg>, Arc<str>)>;
+
+/// The network as madsim's UDP path sees it, for [`Transport::Wire`]: which nodes have an
+/// endpoint bound (and where their datagrams go), the latency range, and how many datagrams
+/// left. Clogged links are the world's (`WorldState::partitioned`).
+#[derive(Debug)]
+pub struct Wire {
+    /// The inbox of every node whose endpoint is bound, by IP (madsim's socket table: bound
+    /// when the node's `Endpoint::bind` returns, cleared when madsim kills the node).
+    bound: BTreeMap<IpAddr, InboxSender>,
+    /// madsim's `net::Config::send_latency`.
+    send_latency: Range<Duration>,
+    /// Datagrams that passed the link (madsim's `Stat::msg_count`).
+    datagrams: u64,
+}
+
+impl Default for Wire {
+    fn default() -> Self {
+        Self {
+            bound: BTreeMap::new(),
+            send_latency: madsim::net::Config::default().send_latency,
+            datagrams: 0,
+        }
+    }
+}
+
+impl Wire {
+    /// Datagrams that passed the link so far.
+    #[must_use]
+    pub fn datagrams(&self) -> u64 {
+        self.datagrams
+    }
+
+    /// Sets the latency range (as `NetSim::update_config` sets madsim's).
+    pub fn set_send_latency(&mut self, latency: Range<Duration>) {
+        // A latency under a millisecond would be rounded up by madsim's `Sleep` (the wire's
+        // timer) but not by madsim's own timer; the nemesis never sets one (`latency_ms` ≥ 2).
+        assert!(
+            latency.start >= Duration::from_millis(1),
+            "the wire needs latencies of at least 1 ms, got {latency:?}"
+        );
+        self.send_latency = latency;
+    }
+
+    /// The node at `ip` was killed: madsim closed its sockets.
+    pub fn unbind(&mut self, ip: IpAddr) {
+        self.bound.remove(&ip);
+    }
+}
+
+/// One madsim datagram on madsim's UDP path ([`Transport::MadsimUdp`]): the messages a node sent
+/// to one destination in one send round, and the sender's name. The delivery hook takes the
+/// messages out (it only gets a shared reference), hence the lock.
 #[derive(Debug)]
 struct Datagram {
     from: Arc<str>,
     msgs: Mutex<Vec<Msg>>,
+}
+
+/// Hands a datagram's messages to the destination's inbox, in a random order (madsim's seeded
+/// RNG). A closed inbox means that incarnation is gone: the datagram is lost.
+fn deliver(mut msgs: Vec<Msg>, from: Arc<str>, inbox: &InboxSender) {
+    let mut rng = thread_rng();
+    for i in (1..msgs.len()).rev() {
+        msgs.swap(i, rng.gen_range(0..=i));
+    }
+    let _ = inbox.unbounded_send((msgs, from));
+}
+
+/// A datagram in flight on the wire: the waker of its latency timer, which delivers it.
+#[derive(Debug)]
+struct InFlight {
+    datagram: Mutex<Option<(Vec<Msg>, Arc<str>)>>,
+    inbox: InboxSender,
+}
+
+impl Wake for InFlight {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let taken = self.datagram.lock().expect("datagram lock").take();
+        if let Some((msgs, from)) = taken {
+            deliver(msgs, from, &self.inbox);
+        }
+    }
+}
+
+/// Sends one datagram from `from` to `to` on the wire: what madsim's `NetSim::send` does with
+/// it, in the same order and with the same draws (see the module documentation).
+async fn wire_send(world: &World, from: &Arc<str>, to: SocketAddr, msgs: Vec<Msg>) {
+    // 1. madsim's `rand_delay`.
+    let mut delay = Duration::from_micros(thread_rng().gen_range(0..5));
+    if madsim::buggify::buggify_with_prob(0.1) {
+        delay = Duration::from_secs(thread_rng().gen_range(1..5));
+    }
+    madsim::time::sleep(delay).await;
+    // 2.–4. madsim's `Network::try_send`.
+    let (latency, inbox) = {
+        let mut w = world.lock();
+        let Some(to_name) = w.names.get(&to.ip()) else {
+            return;
+        };
+        if w.partitioned(from, to_name) {
+            return;
+        }
+        let mut rng = thread_rng();
+        if rng.gen_bool(0.0) {
+            return;
+        }
+        w.wire.datagrams += 1;
+        let latency = rng.gen_range(w.wire.send_latency.clone());
+        let Some(inbox) = w.wire.bound.get(&to.ip()) else {
+            return;
+        };
+        (latency, inbox.clone())
+    };
+    // 5. The latency timer: a madsim `Sleep` (deadline now + latency, as madsim's own timer)
+    // polled once with a waker that delivers the datagram when the timer fires.
+    let in_flight = Waker::from(Arc::new(InFlight {
+        datagram: Mutex::new(Some((msgs, Arc::clone(from)))),
+        inbox,
+    }));
+    let mut timer = std::pin::pin!(madsim::time::sleep(latency));
+    let armed = timer
+        .as_mut()
+        .poll(&mut Context::from_waker(&in_flight))
+        .is_pending();
+    debug_assert!(armed, "a latency of at least 1 ms is still ahead");
 }
 
 /// A node's view of the world: its name, its outgoing queue, the shared state.
@@ -149,21 +313,26 @@ impl Ctx {
             queued,
         ));
         let (tx, rx) = unbounded();
-        // Replaces the hook of this node's previous incarnation, if any.
-        madsim::net::NetSim::current().hook_rpc_rsp(
-            madsim::plugin::node(),
-            move |datagram: &Datagram| {
-                let mut msgs = std::mem::take(&mut *datagram.msgs.lock().expect("datagram lock"));
-                let mut rng = madsim::rand::thread_rng();
-                for i in (1..msgs.len()).rev() {
-                    msgs.swap(i, rng.gen_range(0..=i));
-                }
-                // A closed inbox means this incarnation is gone: the datagram is lost.
-                let _ = tx.unbounded_send((msgs, Arc::clone(&datagram.from)));
-                // madsim's own copy (now empty) is dropped, not put in a mailbox.
-                false
-            },
-        );
+        let transport = world.with(|w| {
+            if w.transport == Transport::Wire {
+                // Replaces the inbox of this node's previous incarnation, if any.
+                let ip = w.addrs[name].ip();
+                w.wire.bound.insert(ip, tx.clone());
+            }
+            w.transport
+        });
+        if transport == Transport::MadsimUdp {
+            // Replaces the hook of this node's previous incarnation, if any.
+            madsim::net::NetSim::current().hook_rpc_rsp(
+                madsim::plugin::node(),
+                move |datagram: &Datagram| {
+                    let msgs = std::mem::take(&mut *datagram.msgs.lock().expect("datagram lock"));
+                    deliver(msgs, Arc::clone(&datagram.from), &tx);
+                    // madsim's own copy (now empty) is dropped, not put in a mailbox.
+                    false
+                },
+            );
+        }
         let ctx = Self {
             world,
             name: name.to_owned(),
@@ -196,13 +365,12 @@ impl Ctx {
             let Some(addr) = w.addrs.get(to).copied() else {
                 return;
             };
-            if w.loss_ppm > 0 && madsim::rand::thread_rng().gen_range(0..1_000_000) < w.loss_ppm {
+            if w.loss_ppm > 0 && thread_rng().gen_range(0..1_000_000) < w.loss_ppm {
                 w.count("net.dropped_by_loss", 1);
                 return;
             }
             if !w.healed
-                && let Some(delay_ms) =
-                    straggle(&w.spec.buggify, &msg, &mut madsim::rand::thread_rng())
+                && let Some(delay_ms) = straggle(&w.spec.buggify, &msg, &mut thread_rng())
             {
                 w.count("buggify.stragglers", 1);
                 let out = self.out.clone();
@@ -229,6 +397,7 @@ async fn send_rounds(
     mut queued: UnboundedReceiver<(SocketAddr, Msg)>,
 ) {
     let from: Arc<str> = Arc::from(name.as_str());
+    let transport = world.with(|w| w.transport);
     while let Some((addr, msg)) = queued.next().await {
         let mut rounds: BTreeMap<SocketAddr, Vec<Msg>> = BTreeMap::new();
         rounds.entry(addr).or_default().push(msg);
@@ -255,18 +424,29 @@ async fn send_rounds(
                 w.count("net.delayed_by_spike", sent);
             }
         }
-        let sends = rounds.into_iter().map(|(addr, msgs)| {
-            let datagram = Datagram {
-                from: Arc::clone(&from),
-                msgs: Mutex::new(msgs),
-            };
-            // The shape `hook_rpc_rsp` looks for: (message, bytes).
-            ep.send_to_raw(addr, 0, Box::new((datagram, Bytes::new())))
-        });
         // A send error means the network is gone for this node (killed): nothing to do.
-        let _ = futures::future::join_all(sends).await;
+        match transport {
+            Transport::Wire => {
+                let sends = rounds
+                    .into_iter()
+                    .map(|(addr, msgs)| wire_send(&world, &from, addr, msgs));
+                futures::future::join_all(sends).await;
+            }
+            Transport::MadsimUdp => {
+                let sends = rounds.into_iter().map(|(addr, msgs)| {
+                    let datagram = Datagram {
+                        from: Arc::clone(&from),
+                        msgs: Mutex::new(msgs),
+                    };
+                    // The shape `hook_rpc_rsp` looks for: (message, bytes).
+                    ep.send_to_raw(addr, 0, Box::new((datagram, Bytes::new())))
+                });
+                let _ = futures::future::join_all(sends).await;
+            }
+        }
     }
 }
+
 /// How long this seed's BUGGIFY holds `msg` back, if it straggles (drawn from `rng`).
 fn straggle(buggify: &Buggify, msg: &Msg, rng: &mut impl Rng) -> Option<u64> {
     let s = buggify.stragglers.as_ref()?;

@@ -18,7 +18,7 @@ use sut::lottery::{CoordLog, Ledger, LotteryStore, ParticipantReply};
 use crate::checkers::{FinalState, Violation, check_all, gap_bound};
 use crate::clock::NodeClock;
 use crate::history::{Event, EventKind, Outcome};
-use crate::net::{Ctx, Inbox, PORT};
+use crate::net::{Ctx, Inbox, PORT, Transport};
 use crate::nodes;
 use crate::scenario::{FaultKind, Scenario};
 use crate::world::{DbRec, FaultSpan, RunSpec, World};
@@ -415,7 +415,12 @@ fn judge(
     (results, ids_lost)
 }
 
-async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
+async fn simulate(
+    scenario: Scenario,
+    seed: u64,
+    keep_history: bool,
+    transport: Transport,
+) -> SeedOutcome {
     let enabled_faults = resolve_faults(&scenario);
     let buggify = crate::buggify::Buggify::for_seed(seed, &scenario, &enabled_faults);
     let scenario = buggify.scenario(scenario);
@@ -426,6 +431,7 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
         faults: enabled_faults.clone(),
         buggify: buggify.clone(),
     });
+    world.with(|w| w.transport = transport);
     setup_disks(&world);
     create_nodes(&world, &names);
     run_phases(&world, &scenario).await;
@@ -441,7 +447,10 @@ async fn simulate(scenario: Scenario, seed: u64, keep_history: bool) -> SeedOutc
             w.edges.take(),
         )
     });
-    let datagrams = madsim::net::NetSim::current().stat().msg_count;
+    let datagrams = match world.with(|w| w.transport) {
+        Transport::Wire => world.with(|w| w.wire.datagrams()),
+        Transport::MadsimUdp => madsim::net::NetSim::current().stat().msg_count,
+    };
     let stranding = stranding_events(&history, &coverage);
     let state = FinalState {
         ledger: ledger.clone().unwrap_or_default(),
@@ -512,6 +521,17 @@ impl Drop for RunningGuard {
 /// Runs one seed.
 #[must_use]
 pub fn run_seed(scenario: &Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
+    run_seed_on(scenario, seed, keep_history, Transport::default())
+}
+
+/// Runs one seed, its datagrams carried by `transport` (the same run either way: see `net`).
+#[must_use]
+pub fn run_seed_on(
+    scenario: &Scenario,
+    seed: u64,
+    keep_history: bool,
+    transport: Transport,
+) -> SeedOutcome {
     RUNNING.with(|r| {
         *r.borrow_mut() = Some(RunningSeed {
             scenario: scenario.name.clone(),
@@ -522,7 +542,7 @@ pub fn run_seed(scenario: &Scenario, seed: u64, keep_history: bool) -> SeedOutco
     let _running = RunningGuard;
     let started = Instant::now();
     let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
-    let mut outcome = runtime.block_on(simulate(scenario.clone(), seed, keep_history));
+    let mut outcome = runtime.block_on(simulate(scenario.clone(), seed, keep_history, transport));
     outcome.wall_seconds = started.elapsed().as_secs_f64();
     outcome
 }

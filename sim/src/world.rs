@@ -19,6 +19,7 @@ use crate::buggify::Buggify;
 use crate::clock::NodeClock;
 use crate::disk::Wal;
 use crate::history::{Event, EventKind};
+use crate::net::{Transport, Wire};
 use crate::scenario::{FaultKind, Scenario};
 
 /// One seed's resolved parameters: the scenario plus what the seed decided (swarm testing).
@@ -173,6 +174,10 @@ pub struct WorldState {
     /// The seed's arrivals at edge states: every node moves its machines' here after each step
     /// ([`World::take_edges`]).
     pub edges: sut::edge::Edges,
+    /// How datagrams travel (`net`).
+    pub transport: Transport,
+    /// The network as madsim's UDP path sees it, for [`Transport::Wire`].
+    pub wire: Wire,
 }
 
 /// A handle on the shared state.
@@ -211,6 +216,8 @@ impl World {
             supervisor: madsim::plugin::node(),
             durable_steps: BTreeMap::new(),
             edges: sut::edge::Edges::new(),
+            transport: Transport::default(),
+            wire: Wire::default(),
         })))
     }
 

@@ -59,3 +59,49 @@ fn every_named_scenario_replays_exactly() {
         }
     }
 }
+
+/// The wire (`sim::net::Wire`, the default transport) carries datagrams with exactly the draws
+/// and timers of madsim's UDP path: a seed gives the same history either way. The seeds of
+/// `chaos` cover partitions, swizzles, kills (datagrams to a node that is down), latency spikes
+/// (another latency range) and pauses; the check says which of them took effect.
+#[test]
+fn the_wire_replays_madsims_udp_path() {
+    use sim::net::Transport;
+    use sim::run::run_seed_on;
+    let mut seen = std::collections::BTreeSet::new();
+    for mut scenario in scenarios() {
+        let chaos = scenario.name == "chaos";
+        let seeds: Vec<u64> = if chaos { (0..6).collect() } else { vec![7] };
+        if !chaos {
+            scenario.run.safety_ms = 1_500;
+            scenario.run.liveness_ms = 2_500;
+        }
+        for seed in seeds {
+            let wire = run_seed_on(&scenario, seed, false, Transport::Wire);
+            let udp = run_seed_on(&scenario, seed, false, Transport::MadsimUdp);
+            assert_eq!(
+                wire.trace_hash, udp.trace_hash,
+                "{} seed {seed}: the wire and madsim's UDP path gave different histories",
+                scenario.name
+            );
+            assert_eq!(wire.events, udp.events, "{} seed {seed}", scenario.name);
+            assert_eq!(wire.datagrams, udp.datagrams, "{} seed {seed}", scenario.name);
+            assert_eq!(wire.coverage, udp.coverage, "{} seed {seed}", scenario.name);
+            assert!(wire.datagrams > 0, "{} seed {seed}", scenario.name);
+            if chaos {
+                seen.extend(wire.coverage.keys().cloned());
+            }
+        }
+    }
+    for effect in [
+        "net.dropped_by_partition",
+        "crash.kills",
+        "net.delayed_by_spike",
+        "pause.delayed_messages",
+    ] {
+        assert!(
+            seen.contains(effect),
+            "no chaos seed exercised {effect}: {seen:?}"
+        );
+    }
+}
