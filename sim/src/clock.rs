@@ -95,6 +95,32 @@ impl NodeClock {
     }
 }
 
+/// madsim's clock, read directly. `Instant::now()` reads the same clock, but through madsim's
+/// override of libc's `clock_gettime`, which finds the runtime in a thread-local and clones its
+/// handles on every call: several times the cost, and the nodes read the time on every step.
+#[derive(Clone)]
+pub struct SimClock(madsim::time::TimeHandle);
+
+impl SimClock {
+    /// The clock of the running simulation (must be called inside it).
+    #[must_use]
+    pub fn current() -> Self {
+        Self(madsim::time::TimeHandle::current())
+    }
+
+    /// The simulated instant now: what `Instant::now()` returns inside the simulation.
+    #[must_use]
+    pub fn now(&self) -> std::time::Instant {
+        self.0.now_instant()
+    }
+}
+
+impl std::fmt::Debug for SimClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SimClock").field(&self.now()).finish()
+    }
+}
+
 /// Sleeps `ms` simulated milliseconds.
 pub async fn sleep_ms(ms: u64) {
     madsim::time::sleep(std::time::Duration::from_millis(ms)).await;

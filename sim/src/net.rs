@@ -69,6 +69,7 @@ use sut::id_store::{StoreCall, StoreReply};
 use sut::lottery::{ParticipantMsg, ParticipantReply};
 
 use crate::buggify::{Buggify, StragglerClass};
+use crate::clock::SimClock;
 use crate::history::{EventKind, Op, Outcome};
 use crate::world::World;
 
@@ -264,6 +265,7 @@ pub struct Ctx {
     /// This node's name.
     pub name: String,
     out: UnboundedSender<(SocketAddr, Msg)>,
+    clock: SimClock,
 }
 
 /// A node's incoming messages.
@@ -337,6 +339,7 @@ impl Ctx {
             world,
             name: name.to_owned(),
             out,
+            clock: SimClock::current(),
         };
         let inbox = Inbox {
             rx,
@@ -344,6 +347,12 @@ impl Ctx {
             from: Arc::from(""),
         };
         (ctx, inbox)
+    }
+
+    /// madsim's instant now (what `Instant::now()` returns in the simulation, read cheaply).
+    #[must_use]
+    pub fn instant(&self) -> madsim::time::Instant {
+        self.clock.now()
     }
 
     /// This node's clock.

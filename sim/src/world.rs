@@ -16,7 +16,7 @@ use sut::lottery::LogEntry;
 use sut::lottery::journal::{JournalOp, Journaled};
 
 use crate::buggify::Buggify;
-use crate::clock::NodeClock;
+use crate::clock::{NodeClock, SimClock};
 use crate::disk::Wal;
 use crate::history::{Event, EventKind};
 use crate::net::{Transport, Wire};
@@ -124,6 +124,7 @@ pub struct WorldState {
     /// The run's parameters.
     pub spec: RunSpec,
     start: Instant,
+    clock: SimClock,
     /// Per-node clocks.
     pub clocks: BTreeMap<String, NodeClock>,
     /// The history.
@@ -191,6 +192,7 @@ impl World {
         Self(Arc::new(Mutex::new(WorldState {
             spec,
             start: Instant::now(),
+            clock: SimClock::current(),
             clocks: BTreeMap::new(),
             history: Vec::new(),
             coverage: BTreeMap::new(),
@@ -270,7 +272,8 @@ impl WorldState {
     /// Simulated ms since the start of the run.
     #[must_use]
     pub fn sim_ms(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+        let elapsed = self.clock.now().duration_since(self.start);
+        u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// `node`'s clock reading now.

@@ -138,7 +138,7 @@ fn invoke(ctx: &Ctx, state: &Mutex<State>, target: &str, op: Op, timeout_ms: u64
             Op::DrawStatus { xid } => Some(*xid),
             _ => None,
         };
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let deadline = ctx.instant() + Duration::from_millis(timeout_ms);
         s.waiting.insert(
             op_id,
             Waiting {
@@ -170,12 +170,12 @@ fn complete(ctx: &Ctx, state: &Mutex<State>, op_id: u64, outcome: Outcome) {
             // Follow a draw until its status is final (a poll that timed out is repeated; one
             // the coordinator no longer knows, after its restart, is given up).
             Outcome::Ok(Answer::Draw { xid, status }) if !final_status(status) => {
-                let next = Instant::now() + Duration::from_millis(DRAW_POLL_INTERVAL_MS);
+                let next = ctx.instant() + Duration::from_millis(DRAW_POLL_INTERVAL_MS);
                 s.polls.insert(*xid, next);
             }
             Outcome::Timeout => {
                 if let Some(xid) = waiting.polled {
-                    s.polls.insert(xid, Instant::now());
+                    s.polls.insert(xid, ctx.instant());
                 }
             }
             _ => {}
@@ -189,7 +189,7 @@ fn complete(ctx: &Ctx, state: &Mutex<State>, op_id: u64, outcome: Outcome) {
 fn expire(ctx: &Ctx, state: &Mutex<State>) -> usize {
     let (expired, left) = {
         let s = state.lock().expect("client state");
-        let now = Instant::now();
+        let now = ctx.instant();
         let expired: Vec<u64> = s
             .waiting
             .iter()
@@ -209,7 +209,7 @@ fn expire(ctx: &Ctx, state: &Mutex<State>) -> usize {
 fn poll_due_draws(ctx: &Ctx, state: &Mutex<State>, timeout_ms: u64) -> usize {
     let (due, followed) = {
         let mut s = state.lock().expect("client state");
-        let now = Instant::now();
+        let now = ctx.instant();
         let due: Vec<u64> = s
             .polls
             .iter()
