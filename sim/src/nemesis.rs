@@ -687,7 +687,11 @@ pub fn heal_all(world: &World) {
             w.clogged_nodes.keys().cloned().collect::<Vec<_>>(),
             w.paused.keys().cloned().collect::<Vec<_>>(),
             w.killed.iter().cloned().collect::<Vec<_>>(),
-            w.clocks.keys().cloned().collect::<Vec<_>>(),
+            {
+                let mut nodes: Vec<String> = w.clocks.keys().cloned().collect();
+                nodes.sort();
+                nodes
+            },
         )
     });
     set_send_latency(world, DEFAULT_SEND_LATENCY);

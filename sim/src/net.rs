@@ -371,7 +371,7 @@ impl Ctx {
     pub fn send(&self, to: &str, msg: Msg) {
         let addr = {
             let mut w = self.world.lock();
-            let Some(addr) = w.addrs.get(to).copied() else {
+            let Some(addr) = w.addr(to) else {
                 return;
             };
             if w.loss_ppm > 0 && thread_rng().gen_range(0..1_000_000) < w.loss_ppm {

@@ -16,7 +16,6 @@ use sut::lottery::journal::{self, JournalOp};
 use sut::lottery::{CoordLog, Ledger, LotteryStore, ParticipantReply};
 
 use crate::checkers::{FinalState, Violation, check_all, gap_bound};
-use crate::clock::NodeClock;
 use crate::history::{Event, EventKind, Outcome};
 use crate::net::{Ctx, Inbox, PORT, Transport};
 use crate::nodes;
@@ -321,11 +320,7 @@ fn create_nodes(world: &World, names: &[String]) {
             0,
             u8::try_from(i + 1).expect("at most 40 nodes"),
         ));
-        world.with(|w| {
-            w.addrs.insert(name.clone(), SocketAddr::new(ip, PORT));
-            w.names.insert(ip, name.clone());
-            w.clocks.insert(name.clone(), NodeClock::default());
-        });
+        world.with(|w| w.add_node(name, SocketAddr::new(ip, PORT)));
     }
     for name in names {
         let ip = world.with(|w| w.addrs[name].ip());
@@ -440,7 +435,7 @@ async fn simulate(
     let (history, coverage, faults, clock_samples, sim_ms, edges) = world.with(|w| {
         (
             std::mem::take(&mut w.history),
-            w.coverage.clone(),
+            w.coverage(),
             w.faults.clone(),
             w.clock_samples.clone(),
             w.sim_ms(),

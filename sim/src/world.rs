@@ -4,6 +4,8 @@
 //! store snapshot are its own).
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -125,12 +127,13 @@ pub struct WorldState {
     pub spec: RunSpec,
     start: Instant,
     clock: SimClock,
-    /// Per-node clocks.
-    pub clocks: BTreeMap<String, NodeClock>,
+    /// Per-node clocks (hashed: read on every step of every node; iterate them sorted).
+    pub clocks: FxHashMap<String, NodeClock>,
     /// The history.
     pub history: Vec<Event>,
-    /// What each fault actually did.
-    pub coverage: BTreeMap<String, u64>,
+    /// What each fault actually did (hashed: counted on every send; [`WorldState::coverage`]
+    /// gives them in order).
+    coverage: FxHashMap<String, u64>,
     /// Clogged directed links, with how many faults clog each.
     pub clogged_links: BTreeMap<(String, String), u32>,
     /// Nodes clogged entirely, with how many faults clog each.
@@ -145,6 +148,8 @@ pub struct WorldState {
     pub published: Published,
     /// Node addresses.
     pub addrs: BTreeMap<String, SocketAddr>,
+    /// The same, hashed (looked up on every send).
+    addr_index: FxHashMap<String, SocketAddr>,
     /// Node names by IP (the reverse of `addrs`).
     pub names: BTreeMap<std::net::IpAddr, String>,
     /// madsim node ids.
@@ -193,9 +198,9 @@ impl World {
             spec,
             start: Instant::now(),
             clock: SimClock::current(),
-            clocks: BTreeMap::new(),
+            clocks: FxHashMap::default(),
             history: Vec::new(),
-            coverage: BTreeMap::new(),
+            coverage: FxHashMap::default(),
             clogged_links: BTreeMap::new(),
             clogged_nodes: BTreeMap::new(),
             loss_ppm: 0,
@@ -203,6 +208,7 @@ impl World {
             disks: Disks::default(),
             published: Published::default(),
             addrs: BTreeMap::new(),
+            addr_index: FxHashMap::default(),
             names: BTreeMap::new(),
             node_ids: BTreeMap::new(),
             incarnations: BTreeMap::new(),
@@ -302,6 +308,29 @@ impl WorldState {
             kind: make(seq),
         });
         seq
+    }
+
+    /// Adds node `name` at `addr` (its clock starts true).
+    pub fn add_node(&mut self, name: &str, addr: SocketAddr) {
+        self.addrs.insert(name.to_owned(), addr);
+        self.addr_index.insert(name.to_owned(), addr);
+        self.names.insert(addr.ip(), name.to_owned());
+        self.clocks.insert(name.to_owned(), NodeClock::default());
+    }
+
+    /// Node `name`'s address.
+    #[must_use]
+    pub fn addr(&self, name: &str) -> Option<SocketAddr> {
+        self.addr_index.get(name).copied()
+    }
+
+    /// The coverage counters, in order.
+    #[must_use]
+    pub fn coverage(&self) -> BTreeMap<String, u64> {
+        self.coverage
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     }
 
     /// Adds `n` to a coverage counter.

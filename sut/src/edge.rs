@@ -144,6 +144,9 @@ impl Edges {
 
     /// Moves `other`'s arrivals into these (a machine taking a part's before dropping it).
     pub fn absorb(&mut self, other: &mut Self) {
+        if other.0.is_empty() {
+            return;
+        }
         for (name, n) in std::mem::take(&mut other.0) {
             *self.0.entry(name).or_insert(0) += n;
         }
