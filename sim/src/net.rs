@@ -282,7 +282,7 @@ impl Inbox {
     pub async fn recv(&mut self) -> Option<(Msg, String)> {
         loop {
             if let Some(msg) = self.pending.pop_front() {
-                return Some((msg, self.from.to_string()));
+                return Some((msg, String::from(&*self.from)));
             }
             let (msgs, from) = self.rx.next().await?;
             self.pending = msgs.into();

@@ -201,10 +201,21 @@ fn op_kind(op: &crate::history::Op) -> &'static str {
     }
 }
 
-fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
+/// Per operation kind, how its operations ended (`[ok, failed, indeterminate]`), and why they
+/// failed: the reasons with their numbers as `N` (so that "user 12 has 5 …" and "user 40 has
+/// 0 …" count as one reason), with counts. One pass over the history; each distinct reason is
+/// rewritten once.
+type OpSummaries = (
+    BTreeMap<String, [u64; 3]>,
+    BTreeMap<String, BTreeMap<String, u64>>,
+);
+
+fn op_summaries(history: &[Event]) -> OpSummaries {
     let mut kinds: rustc_hash::FxHashMap<(&str, u64), &'static str> =
         rustc_hash::FxHashMap::default();
-    let mut out: BTreeMap<&'static str, [u64; 3]> = BTreeMap::new();
+    let mut outcomes: BTreeMap<&'static str, [u64; 3]> = BTreeMap::new();
+    let mut reasons: rustc_hash::FxHashMap<(&'static str, &str), u64> =
+        rustc_hash::FxHashMap::default();
     for e in history {
         match &e.kind {
             EventKind::Invoke { op_id, op } => {
@@ -217,44 +228,30 @@ fn op_outcomes(history: &[Event]) -> BTreeMap<String, [u64; 3]> {
                     .unwrap_or("unknown");
                 let slot = match outcome {
                     Outcome::Ok(_) => 0,
-                    Outcome::Fail(_) => 1,
+                    Outcome::Fail(reason) => {
+                        *reasons.entry((kind, reason.as_str())).or_default() += 1;
+                        1
+                    }
                     Outcome::Timeout => 2,
                 };
-                out.entry(kind).or_default()[slot] += 1;
+                outcomes.entry(kind).or_default()[slot] += 1;
             }
             _ => {}
         }
     }
-    out.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
-}
-
-/// Per operation kind, the reasons of its failures (numbers replaced by `N`) and their counts.
-fn op_failures(history: &[Event]) -> BTreeMap<String, BTreeMap<String, u64>> {
-    let mut kinds: rustc_hash::FxHashMap<(&str, u64), &'static str> =
-        rustc_hash::FxHashMap::default();
-    let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    for e in history {
-        match &e.kind {
-            EventKind::Invoke { op_id, op } => {
-                kinds.insert((e.node.as_str(), *op_id), op_kind(op));
-            }
-            EventKind::Complete {
-                op_id,
-                outcome: Outcome::Fail(reason),
-            } => {
-                let kind = kinds
-                    .get(&(e.node.as_str(), *op_id))
-                    .copied()
-                    .unwrap_or("unknown");
-                *out.entry(kind.to_owned())
-                    .or_default()
-                    .entry(numbers_as_n(reason))
-                    .or_default() += 1;
-            }
-            _ => {}
-        }
+    let mut failures: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for ((kind, reason), n) in reasons {
+        *failures
+            .entry(kind.to_owned())
+            .or_default()
+            .entry(numbers_as_n(reason))
+            .or_default() += n;
     }
-    out
+    let outcomes = outcomes
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    (outcomes, failures)
 }
 
 /// `text` with every run of digits replaced by `N`.
@@ -456,6 +453,7 @@ async fn simulate(
         registry: nodes::tcc::registry(&scenario.workload),
     };
     let (results, ids_lost) = judge(&history, &state, ledger.err());
+    let (op_outcomes, op_failures) = op_summaries(&history);
     SeedOutcome {
         seed,
         enabled_faults,
@@ -471,8 +469,8 @@ async fn simulate(
         faults,
         clock_samples,
         ops: ops_series(&history),
-        op_outcomes: op_outcomes(&history),
-        op_failures: op_failures(&history),
+        op_outcomes,
+        op_failures,
         nodes: names,
         history: keep_history.then_some(history),
         wall_seconds: 0.0,

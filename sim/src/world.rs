@@ -194,12 +194,18 @@ impl World {
     /// A new world for `spec`; must be created inside the simulation (it reads the clock).
     #[must_use]
     pub fn new(spec: RunSpec) -> Self {
+        // About 3.5 events per operation of the safety phase (invocation, completion, what the
+        // nodes recorded): room for them up front rather than copying the history as it grows.
+        let workload = &spec.scenario.workload;
+        let expected_events =
+            u64::from(workload.rate_per_s).saturating_mul(spec.scenario.run.safety_ms) / 250;
+        let history = Vec::with_capacity(usize::try_from(expected_events.min(1 << 22)).unwrap_or(0));
         Self(Arc::new(Mutex::new(WorldState {
             spec,
             start: Instant::now(),
             clock: SimClock::current(),
             clocks: FxHashMap::default(),
-            history: Vec::new(),
+            history,
             coverage: FxHashMap::default(),
             clogged_links: BTreeMap::new(),
             clogged_nodes: BTreeMap::new(),

@@ -3,7 +3,7 @@
 //! failure), and keeps what it needs to build later operations (tokens to verify, revoke,
 //! consume — and sometimes to consume twice at once, or with another user's hands).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +23,9 @@ const REMEMBER_MAX: usize = 64;
 struct State {
     next_op: u64,
     waiting: BTreeMap<u64, Waiting>,
+    /// The waiting operations by deadline (so that a timeout sweep looks only at those due,
+    /// not at every operation in flight: thousands under a partition).
+    deadlines: BTreeSet<(Instant, u64)>,
     jwts: Vec<String>,
     once: Vec<(u64, u128)>,
     /// Draws answered `pending` (or polled not yet final), and when to poll each next.
@@ -139,6 +142,7 @@ fn invoke(ctx: &Ctx, state: &Mutex<State>, target: &str, op: Op, timeout_ms: u64
             _ => None,
         };
         let deadline = ctx.instant() + Duration::from_millis(timeout_ms);
+        s.deadlines.insert((deadline, op_id));
         s.waiting.insert(
             op_id,
             Waiting {
@@ -164,6 +168,7 @@ fn complete(ctx: &Ctx, state: &Mutex<State>, op_id: u64, outcome: Outcome) {
         let Some(waiting) = s.waiting.remove(&op_id) else {
             return;
         };
+        s.deadlines.remove(&(waiting.deadline, op_id));
         match &outcome {
             Outcome::Ok(Answer::Jwt { token, .. }) => remember(&mut s.jwts, token.clone()),
             Outcome::Ok(Answer::Once(token)) => remember(&mut s.once, (waiting.owner, *token)),
@@ -190,12 +195,14 @@ fn expire(ctx: &Ctx, state: &Mutex<State>) -> usize {
     let (expired, left) = {
         let s = state.lock().expect("client state");
         let now = ctx.instant();
-        let expired: Vec<u64> = s
-            .waiting
-            .iter()
-            .filter(|(_, w)| w.deadline <= now)
-            .map(|(id, _)| *id)
+        // Recorded in operation order, as a sweep over `waiting` would.
+        let mut expired: Vec<u64> = s
+            .deadlines
+            .range(..=(now, u64::MAX))
+            .map(|(_, id)| *id)
             .collect();
+        expired.sort_unstable();
+        debug_assert_eq!(s.deadlines.len(), s.waiting.len());
         let left = s.waiting.len() - expired.len();
         (expired, left)
     };
