@@ -56,14 +56,17 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Wake, Waker};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use madsim::net::Endpoint;
-use madsim::rand::{Rng, thread_rng};
+use madsim::rand::{GlobalRng, Rng, thread_rng};
+use madsim::time::Sleep;
 use sut::clock::Now;
 use sut::id_store::{StoreCall, StoreReply};
 use sut::lottery::{ParticipantMsg, ParticipantReply};
@@ -214,16 +217,21 @@ impl Wake for InFlight {
     }
 }
 
-/// Sends one datagram from `from` to `to` on the wire: what madsim's `NetSim::send` does with
-/// it, in the same order and with the same draws (see the module documentation).
-async fn wire_send(world: &World, from: &Arc<str>, to: SocketAddr, msgs: Vec<Msg>) {
-    // 1. madsim's `rand_delay`.
-    let mut delay = Duration::from_micros(thread_rng().gen_range(0..5));
+/// madsim's `rand_delay`, which starts every send: a delay of 0..5 µs drawn from the run's RNG
+/// (1..5 s under madsim's own buggify, which this bench never turns on), slept as a madsim
+/// `Sleep` (at least one simulated ms).
+fn rand_delay(rng: &mut GlobalRng) -> Sleep {
+    let mut delay = Duration::from_micros(rng.gen_range(0..5));
     if madsim::buggify::buggify_with_prob(0.1) {
-        delay = Duration::from_secs(thread_rng().gen_range(1..5));
+        delay = Duration::from_secs(rng.gen_range(1..5));
     }
-    madsim::time::sleep(delay).await;
-    // 2.–4. madsim's `Network::try_send`.
+    madsim::time::sleep(delay)
+}
+
+/// What madsim's `NetSim::send` does with a datagram once its `rand_delay` is over (steps 2–5
+/// of the module documentation): drop it into a clog, draw loss and latency, drop it if the
+/// destination has no endpoint, else arm its latency timer.
+fn wire_send(world: &World, rng: &mut GlobalRng, from: &Arc<str>, to: SocketAddr, msgs: Vec<Msg>) {
     let (latency, inbox) = {
         let mut w = world.lock();
         let Some(to_name) = w.names.get(&to.ip()) else {
@@ -232,7 +240,8 @@ async fn wire_send(world: &World, from: &Arc<str>, to: SocketAddr, msgs: Vec<Msg
         if w.partitioned(from, to_name) {
             return;
         }
-        let mut rng = thread_rng();
+        // madsim's packet loss (its `packet_loss_rate`, 0 here: loss is `Ctx::send`'s) is still
+        // a draw.
         if rng.gen_bool(0.0) {
             return;
         }
@@ -243,18 +252,67 @@ async fn wire_send(world: &World, from: &Arc<str>, to: SocketAddr, msgs: Vec<Msg
         };
         (latency, inbox.clone())
     };
-    // 5. The latency timer: a madsim `Sleep` (deadline now + latency, as madsim's own timer)
-    // polled once with a waker that delivers the datagram when the timer fires.
+    // The latency timer: a madsim `Sleep` (deadline now + latency, as madsim's own timer) polled
+    // once with a waker that delivers the datagram when the timer fires.
     let in_flight = Waker::from(Arc::new(InFlight {
         datagram: Mutex::new(Some((msgs, Arc::clone(from)))),
         inbox,
     }));
-    let mut timer = std::pin::pin!(madsim::time::sleep(latency));
-    let armed = timer
-        .as_mut()
+    let mut timer = madsim::time::sleep(latency);
+    let armed = Pin::new(&mut timer)
         .poll(&mut Context::from_waker(&in_flight))
         .is_pending();
     debug_assert!(armed, "a latency of at least 1 ms is still ahead");
+}
+
+/// One datagram of a send round on the wire, in the states of madsim's send future.
+#[derive(Debug)]
+enum Leg {
+    /// Not polled yet.
+    Start(SocketAddr, Vec<Msg>),
+    /// In its `rand_delay`.
+    Delayed(Sleep, SocketAddr, Vec<Msg>),
+    /// Sent (or dropped).
+    Done,
+}
+
+/// A send round on the wire: its datagrams sent side by side, polled as `join_all` polls
+/// madsim's send futures (every poll advances each unfinished one, in order), so that the
+/// draws and timers come in the same order.
+struct WireRound<'a> {
+    world: &'a World,
+    from: &'a Arc<str>,
+    rng: GlobalRng,
+    legs: Vec<Leg>,
+}
+
+impl Future for WireRound<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let mut all_done = true;
+        for leg in &mut this.legs {
+            if let Leg::Start(to, msgs) = leg {
+                let (to, msgs) = (*to, std::mem::take(msgs));
+                *leg = Leg::Delayed(rand_delay(&mut this.rng), to, msgs);
+            }
+            if let Leg::Delayed(delay, to, msgs) = leg {
+                if Pin::new(delay).poll(cx).is_pending() {
+                    all_done = false;
+                    continue;
+                }
+                let (to, msgs) = (*to, std::mem::take(msgs));
+                *leg = Leg::Done;
+                wire_send(this.world, &mut this.rng, this.from, to, msgs);
+            }
+        }
+        if all_done {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
 }
 
 /// A node's view of the world: its name, its outgoing queue, the shared state.
@@ -408,11 +466,18 @@ async fn send_rounds(
     let from: Arc<str> = Arc::from(name.as_str());
     let transport = world.with(|w| w.transport);
     while let Some((addr, msg)) = queued.next().await {
-        let mut rounds: BTreeMap<SocketAddr, Vec<Msg>> = BTreeMap::new();
-        rounds.entry(addr).or_default().push(msg);
+        // One datagram per destination, in address order (a handful of destinations a round).
+        let mut rounds: Vec<(SocketAddr, Vec<Msg>)> = Vec::new();
+        let mut add = |addr: SocketAddr, msg: Msg| match rounds.iter_mut().find(|(a, _)| *a == addr)
+        {
+            Some((_, msgs)) => msgs.push(msg),
+            None => rounds.push((addr, vec![msg])),
+        };
+        add(addr, msg);
         while let Ok((addr, msg)) = queued.try_recv() {
-            rounds.entry(addr).or_default().push(msg);
+            add(addr, msg);
         }
+        rounds.sort_unstable_by_key(|(addr, _)| *addr);
         {
             let mut w = world.lock();
             let (mut sent, mut dropped, mut to_paused) = (0, 0, 0);
@@ -433,13 +498,19 @@ async fn send_rounds(
                 w.count("net.delayed_by_spike", sent);
             }
         }
-        // A send error means the network is gone for this node (killed): nothing to do.
         match transport {
             Transport::Wire => {
-                let sends = rounds
+                let legs = rounds
                     .into_iter()
-                    .map(|(addr, msgs)| wire_send(&world, &from, addr, msgs));
-                futures::future::join_all(sends).await;
+                    .map(|(to, msgs)| Leg::Start(to, msgs))
+                    .collect();
+                WireRound {
+                    world: &world,
+                    from: &from,
+                    rng: thread_rng(),
+                    legs,
+                }
+                .await;
             }
             Transport::MadsimUdp => {
                 let sends = rounds.into_iter().map(|(addr, msgs)| {
@@ -450,6 +521,7 @@ async fn send_rounds(
                     // The shape `hook_rpc_rsp` looks for: (message, bytes).
                     ep.send_to_raw(addr, 0, Box::new((datagram, Bytes::new())))
                 });
+                // A send error means the network is gone for this node (killed): nothing to do.
                 let _ = futures::future::join_all(sends).await;
             }
         }
