@@ -52,7 +52,7 @@
 //! ([`Transport::MadsimUdp`] keeps madsim's path) and compares the hashes of their histories;
 //! it is what fails if a madsim upgrade changes the draws of its UDP path.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -67,6 +67,7 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use madsim::net::Endpoint;
 use madsim::rand::{GlobalRng, Rng, thread_rng};
 use madsim::time::Sleep;
+use rustc_hash::FxHashMap;
 use sut::clock::Now;
 use sut::id_store::{StoreCall, StoreReply};
 use sut::lottery::{ParticipantMsg, ParticipantReply};
@@ -137,7 +138,7 @@ type InboxSender = UnboundedSender<(Vec<Msg>, Arc<str>)>;
 pub struct Wire {
     /// The inbox of every node whose endpoint is bound, by IP (madsim's socket table: bound
     /// when the node's `Endpoint::bind` returns, cleared when madsim kills the node).
-    bound: BTreeMap<IpAddr, InboxSender>,
+    bound: FxHashMap<IpAddr, InboxSender>,
     /// madsim's `net::Config::send_latency`.
     send_latency: Range<Duration>,
     /// Datagrams that passed the link (madsim's `Stat::msg_count`).
@@ -147,7 +148,7 @@ pub struct Wire {
 impl Default for Wire {
     fn default() -> Self {
         Self {
-            bound: BTreeMap::new(),
+            bound: FxHashMap::default(),
             send_latency: madsim::net::Config::default().send_latency,
             datagrams: 0,
         }
@@ -265,6 +266,10 @@ fn wire_send(world: &World, rng: &mut GlobalRng, from: &Arc<str>, to: SocketAddr
     debug_assert!(armed, "a latency of at least 1 ms is still ahead");
 }
 
+/// The most futures `futures::future::join_all` polls side by side, in order, on every poll
+/// (`futures_util::future::join_all::SMALL`); a longer list it polls as a `FuturesOrdered`.
+const JOIN_ALL_SMALL: usize = 30;
+
 /// One datagram of a send round on the wire, in the states of madsim's send future.
 #[derive(Debug)]
 enum Leg {
@@ -276,9 +281,9 @@ enum Leg {
     Done,
 }
 
-/// A send round on the wire: its datagrams sent side by side, polled as `join_all` polls
-/// madsim's send futures (every poll advances each unfinished one, in order), so that the
-/// draws and timers come in the same order.
+/// A send round on the wire of at most [`JOIN_ALL_SMALL`] datagrams, sent side by side and
+/// polled as `join_all` polls that many of madsim's send futures (every poll advances each
+/// unfinished one, in order), so that the draws and timers come in the same order.
 struct WireRound<'a> {
     world: &'a World,
     from: &'a Arc<str>,
@@ -437,6 +442,7 @@ impl Ctx {
                 return;
             }
             if !w.healed
+                && w.spec.buggify.stragglers.is_some()
                 && let Some(delay_ms) = straggle(&w.spec.buggify, &msg, &mut thread_rng())
             {
                 w.count("buggify.stragglers", 1);
@@ -499,7 +505,7 @@ async fn send_rounds(
             }
         }
         match transport {
-            Transport::Wire => {
+            Transport::Wire if rounds.len() <= JOIN_ALL_SMALL => {
                 let legs = rounds
                     .into_iter()
                     .map(|(to, msgs)| Leg::Start(to, msgs))
@@ -511,6 +517,19 @@ async fn send_rounds(
                     legs,
                 }
                 .await;
+            }
+            Transport::Wire => {
+                // More destinations than `join_all` polls in order: it polls them as a
+                // `FuturesOrdered` does (each when its own timer wakes it), and so does this.
+                let sends = rounds.into_iter().map(|(to, msgs)| {
+                    let (world, from) = (&world, &from);
+                    async move {
+                        let mut rng = thread_rng();
+                        rand_delay(&mut rng).await;
+                        wire_send(world, &mut rng, from, to, msgs);
+                    }
+                });
+                futures::future::join_all(sends).await;
             }
             Transport::MadsimUdp => {
                 let sends = rounds.into_iter().map(|(addr, msgs)| {

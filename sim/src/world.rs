@@ -150,8 +150,8 @@ pub struct WorldState {
     pub addrs: BTreeMap<String, SocketAddr>,
     /// The same, hashed (looked up on every send).
     addr_index: FxHashMap<String, SocketAddr>,
-    /// Node names by IP (the reverse of `addrs`).
-    pub names: BTreeMap<std::net::IpAddr, String>,
+    /// Node names by IP (the reverse of `addrs`; hashed: looked up for every datagram).
+    pub names: FxHashMap<std::net::IpAddr, String>,
     /// madsim node ids.
     pub node_ids: BTreeMap<String, NodeId>,
     /// Incarnation counters.
@@ -215,7 +215,7 @@ impl World {
             published: Published::default(),
             addrs: BTreeMap::new(),
             addr_index: FxHashMap::default(),
-            names: BTreeMap::new(),
+            names: FxHashMap::default(),
             node_ids: BTreeMap::new(),
             incarnations: BTreeMap::new(),
             paused: BTreeMap::new(),
