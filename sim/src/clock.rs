@@ -113,6 +113,12 @@ impl SimClock {
     pub fn now(&self) -> std::time::Instant {
         self.0.now_instant()
     }
+
+    /// Simulated time since the runtime started.
+    #[must_use]
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.0.elapsed()
+    }
 }
 
 impl std::fmt::Debug for SimClock {

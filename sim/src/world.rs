@@ -4,13 +4,12 @@
 //! store snapshot are its own).
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use madsim::task::NodeId;
-use madsim::time::Instant;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use sut::clock::Now;
 use sut::id_store::{StoreCall, TagSpec};
@@ -125,7 +124,8 @@ pub struct Published {
 pub struct WorldState {
     /// The run's parameters.
     pub spec: RunSpec,
-    start: Instant,
+    /// When the run started, as simulated time since the runtime started.
+    start: Duration,
     clock: SimClock,
     /// Per-node clocks (hashed: read on every step of every node; iterate them sorted).
     pub clocks: FxHashMap<String, NodeClock>,
@@ -199,11 +199,12 @@ impl World {
         let workload = &spec.scenario.workload;
         let expected_events =
             u64::from(workload.rate_per_s).saturating_mul(spec.scenario.run.safety_ms) / 250;
+        let clock = SimClock::current();
         let history = Vec::with_capacity(usize::try_from(expected_events.min(1 << 22)).unwrap_or(0));
         Self(Arc::new(Mutex::new(WorldState {
             spec,
-            start: Instant::now(),
-            clock: SimClock::current(),
+            start: clock.elapsed(),
+            clock,
             clocks: FxHashMap::default(),
             history,
             coverage: FxHashMap::default(),
@@ -284,7 +285,7 @@ impl WorldState {
     /// Simulated ms since the start of the run.
     #[must_use]
     pub fn sim_ms(&self) -> u64 {
-        let elapsed = self.clock.now().duration_since(self.start);
+        let elapsed = self.clock.elapsed().saturating_sub(self.start);
         u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
     }
 
@@ -300,7 +301,7 @@ impl WorldState {
     /// Records an event.
     pub fn record(&mut self, node: &str, make: impl FnOnce(u64) -> EventKind) -> u64 {
         let seq = self.history.len() as u64;
-        // One clock reading (under madsim every reading is an intercepted `clock_gettime`).
+        // One clock reading for the event and its node's clock.
         let sim_ms = self.sim_ms();
         let now = self
             .clocks
