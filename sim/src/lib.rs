@@ -12,7 +12,9 @@
 //! - [`clock`]: per-node wall and monotonic clocks on top of madsim's single clock.
 //! - [`disk`]: a crash-faithful disk (pending until synced; a crash drops or tears).
 //! - [`world`]: what outlives node incarnations: clocks, disks, the history, fault coverage.
-//! - [`net`]: the messages and the counting send path.
+//! - [`msg`]: the messages.
+//! - [`wire`]: madsim's UDP path, step for step, at a fraction of its cost.
+//! - [`net`]: the counting send path: send rounds, delivery into the nodes' inboxes.
 //! - [`nodes`]: thin drivers running `sut`'s state machines: database, ID service, tokens,
 //!   TCC coordinator and participants, clients.
 //! - [`nemesis`]: the faults.
@@ -31,9 +33,11 @@ pub mod clock;
 pub mod disk;
 pub mod faults;
 pub mod history;
+pub mod msg;
 pub mod nemesis;
 pub mod net;
 pub mod nodes;
 pub mod run;
 pub mod scenario;
+pub mod wire;
 pub mod world;

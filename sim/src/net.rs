@@ -26,40 +26,16 @@
 //! unchanged, because madsim applies every fault before the hook runs. A datagram addressed to a
 //! node that is down is not delivered (madsim finds no bound socket), as before.
 //!
-//! **The wire.** By default ([`Transport::Wire`]) a datagram does not go through madsim's
-//! `Endpoint::send_to_raw` either, but through [`Wire`]: this module's copy of what madsim's UDP
-//! path does with a datagram, draw for draw and timer for timer, at a fraction of its cost
-//! (madsim formats the destination address into a `String` for its virtual-server table and
-//! looks the route up in four SipHash maps on every send; that was a sixth of a run's
-//! instructions). Per datagram, madsim's `NetSim::send` (madsim 0.2.34):
-//!
-//! 1. draws a delay of 0..5 µs from the run's RNG (and, with madsim's own buggify on, which this
-//!    bench never turns on, maybe 1..5 s) and sleeps it, which is at least one simulated ms;
-//! 2. drops the datagram if the link is clogged (the sender clogged out, the receiver clogged
-//!    in, or the directed link clogged: exactly the nemesis's partitions, see
-//!    [`WorldState::partitioned`](crate::world::WorldState::partitioned));
-//! 3. draws packet loss (one `u64`, even at a loss rate of 0), counts the datagram, draws its
-//!    latency from the network's latency range;
-//! 4. drops it if the destination has no bound endpoint (a killed node, or one restarting);
-//! 5. sets a timer at that latency whose callback hands the datagram to the destination's
-//!    delivery hook (here: [`deliver`]).
-//!
-//! The wire does these steps in this order, on the same RNG, with a madsim `Sleep` for each
-//! timer (polled once with a waker that delivers, so its timer lands in madsim's timer heap at
-//! the same instant and deadline as madsim's own). A run on the wire is therefore the same run as
-//! on madsim's UDP path: the same history, byte for byte. The test
-//! `the_wire_replays_madsims_udp_path` runs seeds of several scenarios both ways
-//! ([`Transport::MadsimUdp`] keeps madsim's path) and compares the hashes of their histories;
-//! it is what fails if a madsim upgrade changes the draws of its UDP path.
+//! **The wire.** By default ([`Transport::Wire`]) a send round does not hand its datagrams to
+//! madsim's `Endpoint::send_to_raw` either but carries them on [`wire`](crate::wire), madsim's
+//! UDP path done step for step (the same draws and timers, the same history) without its costs.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -67,203 +43,32 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use madsim::net::Endpoint;
 use madsim::rand::{GlobalRng, Rng, thread_rng};
 use madsim::time::Sleep;
-use rustc_hash::FxHashMap;
 use sut::clock::Now;
-use sut::id_store::{StoreCall, StoreReply};
-use sut::lottery::{ParticipantMsg, ParticipantReply};
 
 use crate::buggify::{Buggify, StragglerClass};
 use crate::clock::SimClock;
-use crate::history::{EventKind, Op, Outcome};
+use crate::history::EventKind;
+pub use crate::msg::Msg;
+use crate::wire::{self, Transport};
 use crate::world::World;
 
 /// The one port every node listens on.
 pub const PORT: u16 = 7000;
 
-/// Everything that travels between nodes.
-#[derive(Clone, Debug)]
-pub enum Msg {
-    /// ID node → database: perform a store call.
-    Store {
-        /// Request id (matches the reply).
-        req: u64,
-        /// The call.
-        call: StoreCall,
-    },
-    /// Database → ID node.
-    StoreReply {
-        /// Request id.
-        req: u64,
-        /// The answer.
-        reply: StoreReply,
-    },
-    /// Client → service.
-    Request {
-        /// Per-client operation id.
-        op_id: u64,
-        /// The operation.
-        op: Op,
-    },
-    /// Service → client.
-    Response {
-        /// Per-client operation id.
-        op_id: u64,
-        /// The outcome.
-        outcome: Outcome,
-    },
-    /// Coordinator → participant.
-    Tcc(sut::lottery::Participant, ParticipantMsg),
-    /// Participant → coordinator.
-    TccReply(ParticipantReply),
-}
-
-/// How datagrams travel between nodes (see the module documentation).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Transport {
-    /// [`Wire`]: madsim's UDP path, step for step, without its costs.
-    #[default]
-    Wire,
-    /// madsim's own UDP path (`Endpoint::send_to_raw` and the delivery hook), kept to check that
-    /// the wire replays it.
-    MadsimUdp,
-}
-
-/// A node's incoming datagrams: the messages of one datagram and its sender's name.
-type InboxSender = UnboundedSender<(Vec<Msg>, Arc<str>)>;
-
-/// The network as madsim's UDP path sees it, for [`Transport::Wire`]: which nodes have an
-/// endpoint bound (and where their datagrams go), the latency range, and how many datagrams
-/// left. Clogged links are the world's (`WorldState::partitioned`).
-#[derive(Debug)]
-pub struct Wire {
-    /// The inbox of every node whose endpoint is bound, by IP (madsim's socket table: bound
-    /// when the node's `Endpoint::bind` returns, cleared when madsim kills the node).
-    bound: FxHashMap<IpAddr, InboxSender>,
-    /// madsim's `net::Config::send_latency`.
-    send_latency: Range<Duration>,
-    /// Datagrams that passed the link (madsim's `Stat::msg_count`).
-    datagrams: u64,
-}
-
-impl Default for Wire {
-    fn default() -> Self {
-        Self {
-            bound: FxHashMap::default(),
-            send_latency: madsim::net::Config::default().send_latency,
-            datagrams: 0,
-        }
-    }
-}
-
-impl Wire {
-    /// Datagrams that passed the link so far.
-    #[must_use]
-    pub fn datagrams(&self) -> u64 {
-        self.datagrams
-    }
-
-    /// Sets the latency range (as `NetSim::update_config` sets madsim's).
-    pub fn set_send_latency(&mut self, latency: Range<Duration>) {
-        // A latency under a millisecond would be rounded up by madsim's `Sleep` (the wire's
-        // timer) but not by madsim's own timer; the nemesis never sets one (`latency_ms` ≥ 2).
-        assert!(
-            latency.start >= Duration::from_millis(1),
-            "the wire needs latencies of at least 1 ms, got {latency:?}"
-        );
-        self.send_latency = latency;
-    }
-
-    /// The node at `ip` was killed: madsim closed its sockets.
-    pub fn unbind(&mut self, ip: IpAddr) {
-        self.bound.remove(&ip);
-    }
-}
-
-/// One madsim datagram on madsim's UDP path ([`Transport::MadsimUdp`]): the messages a node sent
-/// to one destination in one send round, and the sender's name. The delivery hook takes the
-/// messages out (it only gets a shared reference), hence the lock.
-#[derive(Debug)]
-struct Datagram {
-    from: Arc<str>,
-    msgs: Mutex<Vec<Msg>>,
-}
-
-/// Hands a datagram's messages to the destination's inbox, in a random order (madsim's seeded
-/// RNG). A closed inbox means that incarnation is gone: the datagram is lost.
-fn deliver(mut msgs: Vec<Msg>, from: Arc<str>, inbox: &InboxSender) {
-    let mut rng = thread_rng();
-    for i in (1..msgs.len()).rev() {
-        msgs.swap(i, rng.gen_range(0..=i));
-    }
-    let _ = inbox.unbounded_send((msgs, from));
-}
-
-/// A datagram in flight on the wire: the waker of its latency timer, which delivers it.
-#[derive(Debug)]
-struct InFlight {
-    datagram: Mutex<Option<(Vec<Msg>, Arc<str>)>>,
-    inbox: InboxSender,
-}
-
-impl Wake for InFlight {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let taken = self.datagram.lock().expect("datagram lock").take();
-        if let Some((msgs, from)) = taken {
-            deliver(msgs, from, &self.inbox);
-        }
-    }
-}
-
-/// madsim's `rand_delay`, which starts every send: a delay of 0..5 µs drawn from the run's RNG
-/// (1..5 s under madsim's own buggify, which this bench never turns on), slept as a madsim
-/// `Sleep` (at least one simulated ms).
-fn rand_delay(rng: &mut GlobalRng) -> Sleep {
-    let mut delay = Duration::from_micros(rng.gen_range(0..5));
-    if madsim::buggify::buggify_with_prob(0.1) {
-        delay = Duration::from_secs(rng.gen_range(1..5));
-    }
-    madsim::time::sleep(delay)
-}
-
 /// What madsim's `NetSim::send` does with a datagram once its `rand_delay` is over (steps 2–5
-/// of the module documentation): drop it into a clog, draw loss and latency, drop it if the
-/// destination has no endpoint, else arm its latency timer.
+/// of [`wire`](crate::wire)).
 fn wire_send(world: &World, rng: &mut GlobalRng, from: &Arc<str>, to: SocketAddr, msgs: Vec<Msg>) {
-    let (latency, inbox) = {
+    let carried = {
         let mut w = world.lock();
-        let Some(to_name) = w.names.get(&to.ip()) else {
+        // madsim finds no route to an address it does not know (no draws).
+        let Some(clogged) = w.names.get(&to.ip()).map(|to| w.partitioned(from, to)) else {
             return;
         };
-        if w.partitioned(from, to_name) {
-            return;
-        }
-        // madsim's packet loss (its `packet_loss_rate`, 0 here: loss is `Ctx::send`'s) is still
-        // a draw.
-        if rng.gen_bool(0.0) {
-            return;
-        }
-        w.wire.datagrams += 1;
-        let latency = rng.gen_range(w.wire.send_latency.clone());
-        let Some(inbox) = w.wire.bound.get(&to.ip()) else {
-            return;
-        };
-        (latency, inbox.clone())
+        w.wire.carry(rng, clogged, to.ip())
     };
-    // The latency timer: a madsim `Sleep` (deadline now + latency, as madsim's own timer) polled
-    // once with a waker that delivers the datagram when the timer fires.
-    let in_flight = Waker::from(Arc::new(InFlight {
-        datagram: Mutex::new(Some((msgs, Arc::clone(from)))),
-        inbox,
-    }));
-    let mut timer = madsim::time::sleep(latency);
-    let armed = Pin::new(&mut timer)
-        .poll(&mut Context::from_waker(&in_flight))
-        .is_pending();
-    debug_assert!(armed, "a latency of at least 1 ms is still ahead");
+    if let Some((latency, inbox)) = carried {
+        wire::arm(latency, msgs, Arc::clone(from), inbox);
+    }
 }
 
 /// The most futures `futures::future::join_all` polls side by side, in order, on every poll
@@ -300,7 +105,7 @@ impl Future for WireRound<'_> {
         for leg in &mut this.legs {
             if let Leg::Start(to, msgs) = leg {
                 let (to, msgs) = (*to, std::mem::take(msgs));
-                *leg = Leg::Delayed(rand_delay(&mut this.rng), to, msgs);
+                *leg = Leg::Delayed(wire::rand_delay(&mut this.rng), to, msgs);
             }
             if let Leg::Delayed(delay, to, msgs) = leg {
                 if Pin::new(delay).poll(cx).is_pending() {
@@ -318,6 +123,15 @@ impl Future for WireRound<'_> {
             Poll::Pending
         }
     }
+}
+
+/// One madsim datagram on madsim's UDP path ([`Transport::MadsimUdp`]): the messages a node sent
+/// to one destination in one send round, and the sender's name. The delivery hook takes the
+/// messages out (it only gets a shared reference), hence the lock.
+#[derive(Debug)]
+struct Datagram {
+    from: Arc<str>,
+    msgs: Mutex<Vec<Msg>>,
 }
 
 /// A node's view of the world: its name, its outgoing queue, the shared state.
@@ -380,9 +194,8 @@ impl Ctx {
         let (tx, rx) = unbounded();
         let transport = world.with(|w| {
             if w.transport == Transport::Wire {
-                // Replaces the inbox of this node's previous incarnation, if any.
                 let ip = w.addrs[name].ip();
-                w.wire.bound.insert(ip, tx.clone());
+                w.wire.bind(ip, tx.clone());
             }
             w.transport
         });
@@ -392,7 +205,7 @@ impl Ctx {
                 madsim::plugin::node(),
                 move |datagram: &Datagram| {
                     let msgs = std::mem::take(&mut *datagram.msgs.lock().expect("datagram lock"));
-                    deliver(msgs, Arc::clone(&datagram.from), &tx);
+                    wire::deliver(msgs, Arc::clone(&datagram.from), &tx);
                     // madsim's own copy (now empty) is dropped, not put in a mailbox.
                     false
                 },
@@ -525,7 +338,7 @@ async fn send_rounds(
                     let (world, from) = (&world, &from);
                     async move {
                         let mut rng = thread_rng();
-                        rand_delay(&mut rng).await;
+                        wire::rand_delay(&mut rng).await;
                         wire_send(world, &mut rng, from, to, msgs);
                     }
                 });

@@ -20,7 +20,7 @@ use crate::buggify::Buggify;
 use crate::clock::{NodeClock, SimClock};
 use crate::disk::Wal;
 use crate::history::{Event, EventKind};
-use crate::net::{Transport, Wire};
+use crate::wire::{Transport, Wire};
 use crate::scenario::{FaultKind, Scenario};
 
 /// One seed's resolved parameters: the scenario plus what the seed decided (swarm testing).

@@ -60,13 +60,13 @@ fn every_named_scenario_replays_exactly() {
     }
 }
 
-/// The wire (`sim::net::Wire`, the default transport) carries datagrams with exactly the draws
+/// The wire (`sim::wire`, the default transport) carries datagrams with exactly the draws
 /// and timers of madsim's UDP path: a seed gives the same history either way. The seeds of
 /// `chaos` cover partitions, swizzles, kills (datagrams to a node that is down), latency spikes
 /// (another latency range) and pauses; the check says which of them took effect.
 #[test]
 fn the_wire_replays_madsims_udp_path() {
-    use sim::net::Transport;
+    use sim::wire::Transport;
     use sim::run::run_seed_on;
     let mut seen = std::collections::BTreeSet::new();
     for mut scenario in scenarios() {
