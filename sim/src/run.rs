@@ -18,9 +18,9 @@ use sut::lottery::{CoordLog, Ledger, LotteryStore, ParticipantReply};
 use crate::checkers::{FinalState, Violation, check_all, gap_bound};
 use crate::history::{Event, EventKind, Outcome};
 use crate::net::{Ctx, Inbox, PORT};
-use crate::wire::Transport;
 use crate::nodes;
 use crate::scenario::{FaultKind, Scenario};
+use crate::wire::Transport;
 use crate::world::{DbRec, FaultSpan, RunSpec, World};
 
 /// One bucket of the operations-over-time series.

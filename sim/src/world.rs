@@ -20,8 +20,8 @@ use crate::buggify::Buggify;
 use crate::clock::{NodeClock, SimClock};
 use crate::disk::Wal;
 use crate::history::{Event, EventKind};
-use crate::wire::{Transport, Wire};
 use crate::scenario::{FaultKind, Scenario};
+use crate::wire::{Transport, Wire};
 
 /// One seed's resolved parameters: the scenario plus what the seed decided (swarm testing).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,7 +200,8 @@ impl World {
         let expected_events =
             u64::from(workload.rate_per_s).saturating_mul(spec.scenario.run.safety_ms) / 250;
         let clock = SimClock::current();
-        let history = Vec::with_capacity(usize::try_from(expected_events.min(1 << 22)).unwrap_or(0));
+        let history =
+            Vec::with_capacity(usize::try_from(expected_events.min(1 << 22)).unwrap_or(0));
         Self(Arc::new(Mutex::new(WorldState {
             spec,
             start: clock.elapsed(),
@@ -334,10 +335,7 @@ impl WorldState {
     /// The coverage counters, in order.
     #[must_use]
     pub fn coverage(&self) -> BTreeMap<String, u64> {
-        self.coverage
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect()
+        self.coverage.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// Adds `n` to a coverage counter.

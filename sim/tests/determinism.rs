@@ -66,8 +66,8 @@ fn every_named_scenario_replays_exactly() {
 /// (another latency range) and pauses; the check says which of them took effect.
 #[test]
 fn the_wire_replays_madsims_udp_path() {
-    use sim::wire::Transport;
     use sim::run::run_seed_on;
+    use sim::wire::Transport;
     let mut seen = std::collections::BTreeSet::new();
     for mut scenario in scenarios() {
         let chaos = scenario.name == "chaos";
@@ -85,7 +85,11 @@ fn the_wire_replays_madsims_udp_path() {
                 scenario.name
             );
             assert_eq!(wire.events, udp.events, "{} seed {seed}", scenario.name);
-            assert_eq!(wire.datagrams, udp.datagrams, "{} seed {seed}", scenario.name);
+            assert_eq!(
+                wire.datagrams, udp.datagrams,
+                "{} seed {seed}",
+                scenario.name
+            );
             assert_eq!(wire.coverage, udp.coverage, "{} seed {seed}", scenario.name);
             assert!(wire.datagrams > 0, "{} seed {seed}", scenario.name);
             if chaos {
