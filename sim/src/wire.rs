@@ -4,7 +4,7 @@
 //! datagrams to madsim's `Endpoint::send_to_raw` but carry them here: a copy of what madsim's UDP
 //! path does with a datagram, draw for draw and timer for timer, at a fraction of its cost
 //! (madsim formats the destination address into a `String` for its virtual-server table and looks
-//! the route up in several SipHash maps on every send: a sixth of a run's instructions). Per
+//! the route up in several SipHash maps on every send: 13–15 % of a run's instructions). Per
 //! datagram, madsim's `NetSim::send` (madsim 0.2.34):
 //!
 //! 1. draws a delay of 0..5 µs from the run's RNG (1..5 s under madsim's own buggify, which this
