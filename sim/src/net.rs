@@ -27,7 +27,7 @@
 //! node that is down is not delivered (madsim finds no bound socket), as before.
 //!
 //! **The wire.** By default ([`Transport::Wire`]) a send round does not hand its datagrams to
-//! madsim's `Endpoint::send_to_raw` either but carries them on [`wire`](crate::wire), madsim's
+//! madsim's `Endpoint::send_to_raw` either but carries them on [`wire`], madsim's
 //! UDP path done step for step (the same draws and timers, the same history) without its costs.
 
 use std::collections::VecDeque;
