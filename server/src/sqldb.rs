@@ -1,9 +1,14 @@
-//! What the stores on a database server (`--db postgres://…`, `--db mysql://…`) share, whichever
-//! the server: the failure type with whether a retry may succeed, the small runtime their
-//! connections run on, the bounded wait for an answer, and the retry loop of a transaction.
+//! The stores on a database server (`--db postgres://…`, `--db mysql://…`), written once for
+//! every server: [`ids::SqlIdStore`], [`tokens::SqlTokenStore`] (with the one-time writer's
+//! snapshot batch, [`once_view`]) and [`lottery::SqlLotteryStore`] hold each operation's reads,
+//! the `sut` rule it calls and the writes of what the rule decided, over a [`SqlConn`]. A server
+//! (`crate::pg`, `crate::mysql`) brings only its connection and how a row is read or written in
+//! its SQL ([`ids::IdRows`], [`tokens::TokenRows`], [`lottery::LotteryRows`]). Also shared: the
+//! failure type with whether a retry may succeed, the small runtime the connections run on, the
+//! bounded wait for an answer, and the retry loop of a transaction.
 //!
 //! The stores keep the sync store traits of `sut`: each blocks the calling thread on its async
-//! driver's futures ([`block`]), whose I/O the runtime of [`io_runtime`] drives.
+//! driver's futures (`block`), whose I/O the runtime of [`io_runtime`] drives.
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! The MariaDB (and MySQL) stores of the real server (`--db mysql://USER@HOST:PORT/DB`): the
-//! database Leaf and Tinyid keep their segments in. Each store implements the same `sut` store
-//! trait as its SQLite and PostgreSQL twins: it reads the rows a rule of `sut` names, calls the
-//! rule, and writes what the rule decided; the conformance property tests run them against the
-//! memory stores.
+//! database Leaf and Tinyid keep their segments in. They are the stores of [`crate::sqldb`]
+//! (the same as on PostgreSQL, each implementing the same `sut` store trait as its SQLite twin)
+//! on a [`MyConn`], with MariaDB's SQL for their rows; the conformance property tests run them
+//! against the memory stores.
 //!
 //! Concurrency control is InnoDB's:
 //!

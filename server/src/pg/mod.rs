@@ -1,7 +1,7 @@
 //! The PostgreSQL stores of the real server (`--db postgres://…`), for deployments where several
-//! server processes share one database. Each implements the same `sut` store trait as its SQLite
-//! twin, reads the rows a rule of `sut` names, calls the rule and writes what it decided; the
-//! conformance property tests run them against the memory stores.
+//! server processes share one database: the stores of [`crate::sqldb`] (each implementing the
+//! same `sut` store trait as its SQLite twin) on a [`PgConn`], with PostgreSQL's SQL for their
+//! rows; the conformance property tests run them against the memory stores.
 //!
 //! Concurrency control, per table, is the database's:
 //!

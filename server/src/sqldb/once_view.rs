@@ -1,7 +1,7 @@
 //! A batch of one-time token operations in a few round trips instead of a few per operation,
 //! on any database server ([`TokenRows`]: PostgreSQL, MariaDB).
 //!
-//! [`run_batch`] reads, in one statement, every row the batch's operations will look at (by token
+//! `run_batch` reads, in one statement, every row the batch's operations will look at (by token
 //! and by key, from the caller's hints) and the table's row counter; the operations then run
 //! against that snapshot, through the same rules of `sut::token::rules` as every other store, and
 //! their writes are kept; at the end the inserts go out as one statement and the consumes as
