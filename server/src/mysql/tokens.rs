@@ -10,10 +10,10 @@
 //! the column (3,072 bytes) is a backend error here.
 
 use mysql_async::{Row, Value};
+use sut::token::ActivityKey;
 use sut::token::rows::{OnceGrant, OnceKey, OnceToken, Table, TokenStoreError};
 use sut::token::rules::OnceRow;
 use sut::token::store::TokenStoreLimits;
-use sut::token::ActivityKey;
 
 use super::{MyConn, MyTx as Tx, col, get_opt_text, get_text, get_u64, params};
 use crate::sqldb::tokens::{

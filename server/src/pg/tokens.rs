@@ -8,10 +8,10 @@
 //! [`revoked_jtis`](sut::token::TokenStore::revoked_jtis) comes back in byte order whatever the
 //! database's locale. PostgreSQL text cannot hold a NUL byte: such a jti is a backend error here.
 
+use sut::token::ActivityKey;
 use sut::token::rows::{OnceGrant, OnceKey, OnceToken, Table, TokenStoreError};
 use sut::token::rules::OnceRow;
 use sut::token::store::TokenStoreLimits;
-use sut::token::ActivityKey;
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
