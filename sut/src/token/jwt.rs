@@ -413,6 +413,17 @@ pub fn verify_counting(
     now: Now,
     edges: &mut Edges,
 ) -> Result<Claims, Rejection> {
+    let claims = signed_token_claims(key, cfg, token)?;
+    check_claims(cfg, claims, now, edges)
+}
+
+/// What [`verify_counting`] checks before the clock: the token's length, form, header and
+/// signature, and the claims it carries. A pure function of its arguments.
+fn signed_token_claims(
+    key: &SigningKey,
+    cfg: &JwtConfig,
+    token: &str,
+) -> Result<Claims, Rejection> {
     if token.len() > cfg.token_len_max_bytes {
         return Err(Rejection::TooLong {
             len_bytes: token.len(),
@@ -438,8 +449,98 @@ pub fn verify_counting(
     URL_SAFE_NO_PAD
         .decode(payload_b64)
         .map_err(|_| Rejection::Malformed(MalformedPart::PayloadBase64))?;
-    let claims = signed_claims(key, cfg, token, &header)?;
-    check_claims(cfg, claims, now, edges)
+    signed_claims(key, cfg, token, &header)
+}
+
+/// The claims of tokens whose form, header and signature this key has already checked (or which
+/// it issued itself), by token: [`verify_counting`] without the decoding and the HMAC for a
+/// token seen before. That part of a verification is a pure function of the key, the
+/// configuration and the token's bytes, so a hit answers exactly what a full verification would;
+/// the checks against the clock ([`check_claims`]) run every time.
+///
+/// A ghost, like [`Edges`]: never part of the owner's state (every two are equal, none hashes
+/// anything, a clone starts empty). Holds at most [`CheckedTokens::ENTRIES_MAX`] tokens and
+/// forgets them all when full. Only accepted tokens are kept: a rejected one is checked again.
+#[derive(Default)]
+pub struct CheckedTokens(std::collections::HashMap<String, Claims>);
+
+impl CheckedTokens {
+    /// Most tokens held.
+    pub const ENTRIES_MAX: usize = 4096;
+
+    /// [`verify_counting`], the signed part answered from the tokens checked before.
+    pub fn verify_counting(
+        &mut self,
+        key: &SigningKey,
+        cfg: &JwtConfig,
+        token: &str,
+        now: Now,
+        edges: &mut Edges,
+    ) -> Result<Claims, Rejection> {
+        let claims = match self.0.get(token) {
+            Some(claims) => claims.clone(),
+            None => {
+                let claims = signed_token_claims(key, cfg, token)?;
+                self.remember(token, &claims);
+                claims
+            }
+        };
+        check_claims(cfg, claims, now, edges)
+    }
+
+    /// Remembers a token this key has just issued: it verifies (revocation aside) to its claims.
+    pub fn issued(&mut self, key: &SigningKey, cfg: &JwtConfig, jwt: &IssuedJwt) {
+        debug_assert_eq!(
+            signed_token_claims(key, cfg, &jwt.token).as_ref(),
+            Ok(&jwt.claims),
+            "an issued token verifies to its claims"
+        );
+        self.remember(&jwt.token, &jwt.claims);
+    }
+
+    /// How many tokens are held.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none is held.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn remember(&mut self, token: &str, claims: &Claims) {
+        if self.0.len() >= Self::ENTRIES_MAX {
+            self.0.clear();
+        }
+        self.0.insert(token.to_owned(), claims.clone());
+    }
+}
+
+impl Clone for CheckedTokens {
+    /// Empty: a clone checks its own tokens.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for CheckedTokens {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CheckedTokens {}
+
+impl std::hash::Hash for CheckedTokens {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl fmt::Debug for CheckedTokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CheckedTokens({} tokens)", self.0.len())
+    }
 }
 
 /// The decoded header, if it names the configured algorithm and this key.
@@ -1025,5 +1126,68 @@ mod tests {
         assert_eq!(unverified_jti(&t.token), Some(t.claims.jti));
         assert_eq!(unverified_jti("not-a-jwt"), None);
         assert_eq!(unverified_jti("a.%%%.c"), None);
+    }
+    /// Every token of the test and a range of clock readings around its window, through a
+    /// `CheckedTokens` and through a full verification: the same answers and edge arrivals.
+    #[test]
+    fn checked_tokens_answer_as_a_full_verification() {
+        let (k, c) = (key(), cfg());
+        let t = good();
+        let parts: Vec<&str> = t.token.split('.').collect();
+        let mut sig = URL_SAFE_NO_PAD.decode(parts[2]).unwrap();
+        sig[0] ^= 1;
+        let flipped = format!("{}.{}.{}", parts[0], parts[1], URL_SAFE_NO_PAD.encode(&sig));
+        let other_key = SigningKey::new("k1", vec![9u8; 32]).unwrap();
+        let foreign = issue(&other_key, &c, UserId(10086), 0xfeed, Now::both(T0_MS)).unwrap();
+        let never_issued = issue(&k, &c, UserId(5), 0xbeef, Now::both(T0_MS)).unwrap();
+        let leeway = JwtConfig {
+            leeway_ms: 5_000,
+            ..c.clone()
+        };
+        for cfg in [&c, &leeway] {
+            let mut checked = CheckedTokens::default();
+            checked.issued(&k, cfg, &t);
+            for token in [&t.token, &flipped, &foreign.token, &never_issued.token] {
+                for now_ms in [
+                    T0_MS - 6_000,
+                    T0_MS - 1,
+                    T0_MS,
+                    T0_MS + 59_999,
+                    T0_MS + 60_000,
+                ] {
+                    let (mut hit, mut full) = (Edges::default(), Edges::default());
+                    let now = Now::both(now_ms + 4_000);
+                    assert_eq!(
+                        checked.verify_counting(&k, cfg, token, now, &mut hit),
+                        verify_counting(&k, cfg, token, now, &mut full),
+                        "token {token} at {now_ms} ms"
+                    );
+                    assert_eq!(hit.take(), full.take());
+                }
+            }
+            // The issued token and the one verified since; never a rejected one.
+            assert_eq!(checked.len(), 2);
+        }
+    }
+
+    #[test]
+    fn checked_tokens_are_bounded() {
+        let (k, c) = (key(), cfg());
+        let t = good();
+        let mut checked = CheckedTokens::default();
+        for n in 0..=CheckedTokens::ENTRIES_MAX {
+            let claims = Claims {
+                jti: format!("{n:032x}"),
+                ..t.claims.clone()
+            };
+            checked.remember(&format!("token {n}"), &claims);
+            assert!(checked.len() <= CheckedTokens::ENTRIES_MAX);
+        }
+        assert_eq!(checked.len(), 1, "forgotten when full, then the new one");
+        checked.issued(&k, &c, &t);
+        assert_eq!(
+            checked.verify_counting(&k, &c, &t.token, Now::both(T0_MS), &mut Edges::default()),
+            Ok(t.claims)
+        );
     }
 }

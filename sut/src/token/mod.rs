@@ -133,7 +133,8 @@ pub const EDGES: &[Edge] = &[
 pub use cache::{CacheAnswer, CacheConfig, TokenCache};
 pub use check::{TokenEvent, TokenViolation, check_revoked_rejected, check_single_use};
 pub use jwt::{
-    Claims, IssuedJwt, JwtAlgorithm, JwtConfig, JwtError, MalformedPart, Rejection, SigningKey,
+    CheckedTokens, Claims, IssuedJwt, JwtAlgorithm, JwtConfig, JwtError, MalformedPart, Rejection,
+    SigningKey,
 };
 pub use once::{OnceConfig, OnceConsume, OnceOp, OnceOpResult};
 pub use revocation::{RevocationConfig, RevocationFilter, RevocationStats, Revocations};

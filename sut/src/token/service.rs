@@ -6,7 +6,9 @@
 //! belong to the same store. For a driver that interleaves the store operations of concurrent
 //! consumes (the simulator, the models), use [`OnceConsume`] directly.
 
-use super::jwt::{self, Claims, IssuedJwt, JwtConfig, JwtError, Rejection, SigningKey};
+use super::jwt::{
+    self, CheckedTokens, Claims, IssuedJwt, JwtConfig, JwtError, Rejection, SigningKey,
+};
 use super::once::{self, OnceConfig, OnceConsume};
 use super::revocation::{RevocationConfig, RevocationConfigError, RevocationStats, Revocations};
 use super::rows::{OnceIssue, OnceKey, OnceRejection, OnceToken};
@@ -42,6 +44,9 @@ pub struct TokenService<S> {
     revocations: Revocations,
     /// Arrivals at the JWT checks' edge states since its driver last took them (a ghost).
     edges: Edges,
+    /// The tokens whose signature the key has checked, or which it issued (a ghost: it only
+    /// spares a verification the decoding and the HMAC it would repeat).
+    checked: CheckedTokens,
 }
 
 impl<S: TokenStore + Observed> Observed for TokenService<S> {
@@ -83,6 +88,7 @@ impl<S: TokenStore> TokenService<S> {
             store,
             revocations,
             edges: Edges::default(),
+            checked: CheckedTokens::default(),
         })
     }
 
@@ -97,24 +103,33 @@ impl<S: TokenStore> TokenService<S> {
     }
 
     /// Issue a JWT for `subject` with `jti` from the caller's random `nonce`.
-    pub fn issue(&self, subject: UserId, nonce: u128, now: Now) -> Result<IssuedJwt, JwtError> {
-        jwt::issue(&self.key, &self.cfg.jwt, subject, nonce, now)
+    pub fn issue(&mut self, subject: UserId, nonce: u128, now: Now) -> Result<IssuedJwt, JwtError> {
+        let issued = jwt::issue(&self.key, &self.cfg.jwt, subject, nonce, now)?;
+        self.checked.issued(&self.key, &self.cfg.jwt, &issued);
+        Ok(issued)
     }
 
     /// Verify a JWT, then check the revocation list.
     pub fn verify(&mut self, token: &str, now: Now) -> Result<Claims, Rejection> {
-        let claims = jwt::verify_counting(&self.key, &self.cfg.jwt, token, now, &mut self.edges)?;
+        let claims = self.verify_counting(token, now)?;
         self.revocations.check(&self.store, claims)
     }
 
     /// Revoke a token. Only a token that verifies (revocation aside) can be revoked, so its
     /// `exp` is trustworthy; revoking an already-revoked token is fine.
     pub fn revoke(&mut self, token: &str, now: Now) -> Result<RevokeOutcome, RevokeError> {
-        let claims = jwt::verify_counting(&self.key, &self.cfg.jwt, token, now, &mut self.edges)
+        let claims = self
+            .verify_counting(token, now)
             .map_err(RevokeError::Rejected)?;
         self.revocations
             .revoke(&mut self.store, &claims, now.wall_ms)
             .map_err(RevokeError::Store)
+    }
+
+    /// [`jwt::verify_counting`] with this service's key, configuration and checked tokens.
+    fn verify_counting(&mut self, token: &str, now: Now) -> Result<Claims, Rejection> {
+        self.checked
+            .verify_counting(&self.key, &self.cfg.jwt, token, now, &mut self.edges)
     }
 
     /// Issue (or re-read) the one-time token of `(user, activity, this window)`.
