@@ -13,6 +13,7 @@
 //! - [`disk`]: a crash-faithful disk (pending until synced; a crash drops or tears).
 //! - [`world`]: what outlives node incarnations: clocks, disks, the history, fault coverage.
 //! - [`msg`]: the messages.
+//! - [`chan`]: the nodes' queues: an unbounded channel that wakes as `futures`' does.
 //! - [`wire`]: madsim's UDP path, step for step, at a fraction of its cost.
 //! - [`net`]: the counting send path: send rounds, delivery into the nodes' inboxes.
 //! - [`nodes`]: thin drivers running `sut`'s state machines: database, ID service, tokens,
@@ -28,6 +29,7 @@
 
 pub mod bench;
 pub mod buggify;
+pub mod chan;
 pub mod checkers;
 pub mod clock;
 pub mod disk;

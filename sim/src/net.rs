@@ -38,14 +38,13 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures::StreamExt;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use madsim::net::Endpoint;
 use madsim::rand::{GlobalRng, Rng, thread_rng};
 use madsim::time::Sleep;
 use sut::clock::Now;
 
 use crate::buggify::{Buggify, StragglerClass};
+use crate::chan::{Receiver, Sender, unbounded};
 use crate::clock::SimClock;
 use crate::history::EventKind;
 pub use crate::msg::Msg;
@@ -93,7 +92,7 @@ struct WireRound<'a> {
     world: &'a World,
     from: &'a Arc<str>,
     rng: GlobalRng,
-    legs: Vec<Leg>,
+    legs: &'a mut Vec<Leg>,
 }
 
 impl Future for WireRound<'_> {
@@ -102,7 +101,7 @@ impl Future for WireRound<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let mut all_done = true;
-        for leg in &mut this.legs {
+        for leg in this.legs.iter_mut() {
             if let Leg::Start(to, msgs) = leg {
                 let (to, msgs) = (*to, std::mem::take(msgs));
                 *leg = Leg::Delayed(wire::rand_delay(&mut this.rng), to, msgs);
@@ -141,14 +140,14 @@ pub struct Ctx {
     pub world: World,
     /// This node's name.
     pub name: String,
-    out: UnboundedSender<(SocketAddr, Msg)>,
+    out: Sender<(SocketAddr, Msg)>,
     clock: SimClock,
 }
 
 /// A node's incoming messages.
 #[derive(Debug)]
 pub struct Inbox {
-    rx: UnboundedReceiver<(Vec<Msg>, Arc<str>)>,
+    rx: Receiver<(Vec<Msg>, Arc<str>)>,
     /// The rest of the last datagram, and its sender.
     pending: VecDeque<Msg>,
     from: Arc<str>,
@@ -156,12 +155,12 @@ pub struct Inbox {
 
 impl Inbox {
     /// The next message and the name of its sender (`None` once the node is going down).
-    pub async fn recv(&mut self) -> Option<(Msg, String)> {
+    pub async fn recv(&mut self) -> Option<(Msg, Arc<str>)> {
         loop {
             if let Some(msg) = self.pending.pop_front() {
-                return Some((msg, String::from(&*self.from)));
+                return Some((msg, Arc::clone(&self.from)));
             }
-            let (msgs, from) = self.rx.next().await?;
+            let (msgs, from) = self.rx.recv().await?;
             self.pending = msgs.into();
             self.from = from;
         }
@@ -262,14 +261,14 @@ impl Ctx {
                 let out = self.out.clone();
                 madsim::task::spawn(async move {
                     madsim::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
-                    let _ = out.unbounded_send((addr, msg));
+                    let _ = out.send((addr, msg));
                 });
                 return;
             }
             addr
         };
         // A closed queue means the node is going down (killed): nothing to do.
-        let _ = self.out.unbounded_send((addr, msg));
+        let _ = self.out.send((addr, msg));
     }
 }
 
@@ -280,20 +279,24 @@ async fn send_rounds(
     world: World,
     name: String,
     ep: Arc<Endpoint>,
-    mut queued: UnboundedReceiver<(SocketAddr, Msg)>,
+    mut queued: Receiver<(SocketAddr, Msg)>,
 ) {
     let from: Arc<str> = Arc::from(name.as_str());
     let transport = world.with(|w| w.transport);
-    while let Some((addr, msg)) = queued.next().await {
+    // A round's datagrams, and on the wire their send states: emptied by every round, their
+    // room kept for the next.
+    let mut rounds: Vec<(SocketAddr, Vec<Msg>)> = Vec::new();
+    let mut legs: Vec<Leg> = Vec::new();
+    while let Some((addr, msg)) = queued.recv().await {
+        debug_assert!(rounds.is_empty() && legs.is_empty());
         // One datagram per destination, in address order (a handful of destinations a round).
-        let mut rounds: Vec<(SocketAddr, Vec<Msg>)> = Vec::new();
         let mut add = |addr: SocketAddr, msg: Msg| match rounds.iter_mut().find(|(a, _)| *a == addr)
         {
             Some((_, msgs)) => msgs.push(msg),
             None => rounds.push((addr, vec![msg])),
         };
         add(addr, msg);
-        while let Ok((addr, msg)) = queued.try_recv() {
+        while let Ok(Some((addr, msg))) = queued.try_recv() {
             add(addr, msg);
         }
         rounds.sort_unstable_by_key(|(addr, _)| *addr);
@@ -319,22 +322,20 @@ async fn send_rounds(
         }
         match transport {
             Transport::Wire if rounds.len() <= JOIN_ALL_SMALL => {
-                let legs = rounds
-                    .into_iter()
-                    .map(|(to, msgs)| Leg::Start(to, msgs))
-                    .collect();
+                legs.extend(rounds.drain(..).map(|(to, msgs)| Leg::Start(to, msgs)));
                 WireRound {
                     world: &world,
                     from: &from,
                     rng: thread_rng(),
-                    legs,
+                    legs: &mut legs,
                 }
                 .await;
+                legs.clear();
             }
             Transport::Wire => {
                 // More destinations than `join_all` polls in order: it polls them as a
                 // `FuturesOrdered` does (each when its own timer wakes it), and so does this.
-                let sends = rounds.into_iter().map(|(to, msgs)| {
+                let sends = rounds.drain(..).map(|(to, msgs)| {
                     let (world, from) = (&world, &from);
                     async move {
                         let mut rng = thread_rng();
@@ -345,7 +346,7 @@ async fn send_rounds(
                 futures::future::join_all(sends).await;
             }
             Transport::MadsimUdp => {
-                let sends = rounds.into_iter().map(|(addr, msgs)| {
+                let sends = rounds.drain(..).map(|(addr, msgs)| {
                     let datagram = Datagram {
                         from: Arc::clone(&from),
                         msgs: Mutex::new(msgs),

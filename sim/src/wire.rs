@@ -34,12 +34,12 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
-use futures::channel::mpsc::UnboundedSender;
 use futures::future::Future;
 use madsim::rand::{GlobalRng, Rng, thread_rng};
 use madsim::time::Sleep;
 use rustc_hash::FxHashMap;
 
+use crate::chan::Sender;
 use crate::msg::Msg;
 
 /// How datagrams travel between nodes.
@@ -54,7 +54,7 @@ pub enum Transport {
 }
 
 /// Where a node's incoming datagrams go: the messages of one datagram and the sender's name.
-pub type InboxSender = UnboundedSender<(Vec<Msg>, Arc<str>)>;
+pub type InboxSender = Sender<(Vec<Msg>, Arc<str>)>;
 
 /// The network as madsim's UDP path sees it, for [`Transport::Wire`]: which nodes have an
 /// endpoint bound (and where their datagrams go), the latency range, and how many datagrams
@@ -164,7 +164,7 @@ pub fn deliver(mut msgs: Vec<Msg>, from: Arc<str>, inbox: &InboxSender) {
     for i in (1..msgs.len()).rev() {
         msgs.swap(i, rng.gen_range(0..=i));
     }
-    let _ = inbox.unbounded_send((msgs, from));
+    let _ = inbox.send((msgs, from));
 }
 
 /// A datagram in flight on the wire: the waker of its latency timer, which delivers it.

@@ -32,7 +32,7 @@ const PARKED_MAX: usize = 2_000;
 
 #[derive(Debug)]
 struct Parked {
-    client: String,
+    client: Arc<str>,
     op_id: u64,
     since_ms: u64,
 }
@@ -62,7 +62,7 @@ impl Observed for State {
 }
 
 /// What to send after a state change.
-type Outbox = Vec<(String, Msg)>;
+type Outbox = Vec<(Arc<str>, Msg)>;
 
 impl State {
     fn generator(&self) -> String {
@@ -140,7 +140,7 @@ impl State {
     fn serve_segment(
         &mut self,
         ctx: &Ctx,
-        (client, op_id, since_ms): (String, u64, u64),
+        (client, op_id, since_ms): (Arc<str>, u64, u64),
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
@@ -181,7 +181,7 @@ impl State {
     fn serve_snowflake(
         &mut self,
         ctx: &Ctx,
-        (client, op_id, since_ms): (String, u64, u64),
+        (client, op_id, since_ms): (Arc<str>, u64, u64),
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
@@ -267,7 +267,7 @@ impl State {
         &mut self,
         kind: Kind,
         ctx: &Ctx,
-        (client, op_id, since_ms): (String, u64, u64),
+        (client, op_id, since_ms): (Arc<str>, u64, u64),
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
@@ -282,7 +282,7 @@ impl State {
     fn serve_semantic(
         &mut self,
         ctx: &Ctx,
-        (client, op_id, since_ms): (String, u64, u64),
+        (client, op_id, since_ms): (Arc<str>, u64, u64),
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
@@ -483,7 +483,7 @@ async fn tick_forever(ctx: Ctx, state: Arc<Mutex<State>>) {
 
 impl State {
     /// Handles one incoming message; what to send goes to `out`.
-    fn on_message(&mut self, ctx: &Ctx, msg: Msg, from: String, now: Now, out: &mut Outbox) {
+    fn on_message(&mut self, ctx: &Ctx, msg: Msg, from: Arc<str>, now: Now, out: &mut Outbox) {
         match msg {
             Msg::Request {
                 op_id,

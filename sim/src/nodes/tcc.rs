@@ -263,7 +263,7 @@ pub async fn run_coordinator(ctx: Ctx, mut inbox: Inbox) {
                             price_minor,
                             won,
                         };
-                        start_draw(&ctx, &state, draw, (from, op_id), now);
+                        start_draw(&ctx, &state, draw, (from.to_string(), op_id), now);
                     }
                     Err(refusal) => {
                         ctx.world.count("tcc.gate_refused", 1);
@@ -336,7 +336,7 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     // Journals what the operation did and answers once it is durable.
     let answer = {
         let (ctx, name) = (ctx.clone(), name.clone());
-        move |from: String, reply: ParticipantReply, records: Vec<JournalOp>| {
+        move |from: Arc<str>, reply: ParticipantReply, records: Vec<JournalOp>| {
             ctx.world.with(|w| {
                 let disk = w.disks.parts.entry(name.clone()).or_default();
                 for record in records {

@@ -169,7 +169,7 @@ enum Answered {
 struct Reply {
     ctx: Ctx,
     group: GroupCommit,
-    from: String,
+    from: Arc<str>,
     op_id: u64,
 }
 
