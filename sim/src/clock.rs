@@ -119,6 +119,12 @@ impl SimClock {
     pub fn elapsed(&self) -> std::time::Duration {
         self.0.elapsed()
     }
+
+    /// `madsim::time::sleep(duration)` (the same deadline, the same timer when polled), without
+    /// finding the runtime's clock in a thread-local first.
+    pub fn sleep(&self, duration: std::time::Duration) -> madsim::time::Sleep {
+        self.0.sleep(duration)
+    }
 }
 
 impl std::fmt::Debug for SimClock {

@@ -3,6 +3,8 @@
 //! plus faults and phases. Each event carries its sequence number, the simulated time, the
 //! node and that node's wall-clock reading.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use sut::lottery::{DrawEvent, ParticipantReply};
 use sut::token::check::TokenEvent;
@@ -178,8 +180,8 @@ pub struct Event {
     pub seq: u64,
     /// Simulated milliseconds since the start of the run.
     pub sim_ms: u64,
-    /// The node it happened on (or the nemesis).
-    pub node: String,
+    /// The node it happened on (or the nemesis); shared by its events.
+    pub node: Arc<str>,
     /// That node's wall clock at the time.
     pub wall_ms: u64,
     /// What happened.

@@ -56,7 +56,14 @@ pub const PORT: u16 = 7000;
 
 /// What madsim's `NetSim::send` does with a datagram once its `rand_delay` is over (steps 2–5
 /// of [`wire`](crate::wire)).
-fn wire_send(world: &World, rng: &mut GlobalRng, from: &Arc<str>, to: SocketAddr, msgs: Vec<Msg>) {
+fn wire_send(
+    world: &World,
+    clock: &SimClock,
+    rng: &mut GlobalRng,
+    from: &Arc<str>,
+    to: SocketAddr,
+    msgs: Vec<Msg>,
+) {
     let carried = {
         let mut w = world.lock();
         // madsim finds no route to an address it does not know (no draws).
@@ -66,7 +73,7 @@ fn wire_send(world: &World, rng: &mut GlobalRng, from: &Arc<str>, to: SocketAddr
         w.wire.carry(rng, clogged, to.ip())
     };
     if let Some((latency, inbox)) = carried {
-        wire::arm(latency, msgs, Arc::clone(from), inbox);
+        wire::arm(clock, latency, msgs, Arc::clone(from), inbox);
     }
 }
 
@@ -90,6 +97,7 @@ enum Leg {
 /// unfinished one, in order), so that the draws and timers come in the same order.
 struct WireRound<'a> {
     world: &'a World,
+    clock: &'a SimClock,
     from: &'a Arc<str>,
     rng: GlobalRng,
     legs: &'a mut Vec<Leg>,
@@ -104,7 +112,7 @@ impl Future for WireRound<'_> {
         for leg in this.legs.iter_mut() {
             if let Leg::Start(to, msgs) = leg {
                 let (to, msgs) = (*to, std::mem::take(msgs));
-                *leg = Leg::Delayed(wire::rand_delay(&mut this.rng), to, msgs);
+                *leg = Leg::Delayed(wire::rand_delay(this.clock, &mut this.rng), to, msgs);
             }
             if let Leg::Delayed(delay, to, msgs) = leg {
                 if Pin::new(delay).poll(cx).is_pending() {
@@ -113,7 +121,7 @@ impl Future for WireRound<'_> {
                 }
                 let (to, msgs) = (*to, std::mem::take(msgs));
                 *leg = Leg::Done;
-                wire_send(this.world, &mut this.rng, this.from, to, msgs);
+                wire_send(this.world, this.clock, &mut this.rng, this.from, to, msgs);
             }
         }
         if all_done {
@@ -140,6 +148,8 @@ pub struct Ctx {
     pub world: World,
     /// This node's name.
     pub name: String,
+    /// The same, shared by its events.
+    node: Arc<str>,
     out: Sender<(SocketAddr, Msg)>,
     clock: SimClock,
 }
@@ -213,6 +223,7 @@ impl Ctx {
         let ctx = Self {
             world,
             name: name.to_owned(),
+            node: Arc::from(name),
             out,
             clock: SimClock::current(),
         };
@@ -230,6 +241,12 @@ impl Ctx {
         self.clock.now()
     }
 
+    /// Sleeps `duration` of simulated time (`madsim::time::sleep`, on the clock this context
+    /// holds).
+    pub fn sleep(&self, duration: std::time::Duration) -> Sleep {
+        self.clock.sleep(duration)
+    }
+
     /// This node's clock.
     #[must_use]
     pub fn now(&self) -> Now {
@@ -238,7 +255,7 @@ impl Ctx {
 
     /// Records an event on this node.
     pub fn record(&self, make: impl FnOnce(u64) -> EventKind) -> u64 {
-        self.world.record(&self.name, make)
+        self.world.record_as(&self.node, make)
     }
 
     /// Queues `msg` for node `to` (sends never block the caller); it leaves in this node's
@@ -282,6 +299,7 @@ async fn send_rounds(
     mut queued: Receiver<(SocketAddr, Msg)>,
 ) {
     let from: Arc<str> = Arc::from(name.as_str());
+    let clock = SimClock::current();
     let transport = world.with(|w| w.transport);
     // A round's datagrams, and on the wire their send states: emptied by every round, their
     // room kept for the next.
@@ -325,6 +343,7 @@ async fn send_rounds(
                 legs.extend(rounds.drain(..).map(|(to, msgs)| Leg::Start(to, msgs)));
                 WireRound {
                     world: &world,
+                    clock: &clock,
                     from: &from,
                     rng: thread_rng(),
                     legs: &mut legs,
@@ -336,11 +355,11 @@ async fn send_rounds(
                 // More destinations than `join_all` polls in order: it polls them as a
                 // `FuturesOrdered` does (each when its own timer wakes it), and so does this.
                 let sends = rounds.drain(..).map(|(to, msgs)| {
-                    let (world, from) = (&world, &from);
+                    let (world, clock, from) = (&world, &clock, &from);
                     async move {
                         let mut rng = thread_rng();
-                        wire::rand_delay(&mut rng).await;
-                        wire_send(world, &mut rng, from, to, msgs);
+                        wire::rand_delay(clock, &mut rng).await;
+                        wire_send(world, clock, &mut rng, from, to, msgs);
                     }
                 });
                 futures::future::join_all(sends).await;

@@ -220,13 +220,10 @@ fn op_summaries(history: &[Event]) -> OpSummaries {
     for e in history {
         match &e.kind {
             EventKind::Invoke { op_id, op } => {
-                kinds.insert((e.node.as_str(), *op_id), op_kind(op));
+                kinds.insert((&*e.node, *op_id), op_kind(op));
             }
             EventKind::Complete { op_id, outcome } => {
-                let kind = kinds
-                    .get(&(e.node.as_str(), *op_id))
-                    .copied()
-                    .unwrap_or("unknown");
+                let kind = kinds.get(&(&*e.node, *op_id)).copied().unwrap_or("unknown");
                 let slot = match outcome {
                     Outcome::Ok(_) => 0,
                     Outcome::Fail(reason) => {

@@ -40,6 +40,7 @@ use madsim::time::Sleep;
 use rustc_hash::FxHashMap;
 
 use crate::chan::Sender;
+use crate::clock::SimClock;
 use crate::msg::Msg;
 
 /// How datagrams travel between nodes.
@@ -134,22 +135,28 @@ impl Wire {
 
 /// Step 1, madsim's `rand_delay`: a delay of 0..5 µs drawn from the run's RNG (1..5 s under
 /// madsim's own buggify), slept as a madsim `Sleep` (at least one simulated ms).
-pub fn rand_delay(rng: &mut GlobalRng) -> Sleep {
+pub fn rand_delay(clock: &SimClock, rng: &mut GlobalRng) -> Sleep {
     let mut delay = Duration::from_micros(rng.gen_range(0..5));
     if madsim::buggify::buggify_with_prob(0.1) {
         delay = Duration::from_secs(rng.gen_range(1..5));
     }
-    madsim::time::sleep(delay)
+    clock.sleep(delay)
 }
 
 /// Step 5: the latency timer, a madsim `Sleep` (deadline now + `latency`, as madsim's own timer)
 /// polled once with a waker that delivers the datagram to `inbox` when the timer fires.
-pub fn arm(latency: Duration, msgs: Vec<Msg>, from: Arc<str>, inbox: InboxSender) {
+pub fn arm(
+    clock: &SimClock,
+    latency: Duration,
+    msgs: Vec<Msg>,
+    from: Arc<str>,
+    inbox: InboxSender,
+) {
     let in_flight = Waker::from(Arc::new(InFlight {
         datagram: Mutex::new(Some((msgs, from))),
         inbox,
     }));
-    let mut timer = madsim::time::sleep(latency);
+    let mut timer = clock.sleep(latency);
     let armed = Pin::new(&mut timer)
         .poll(&mut Context::from_waker(&in_flight))
         .is_pending();

@@ -266,6 +266,11 @@ impl World {
         self.lock().record(node, make)
     }
 
+    /// [`World::record`] for `node`, whose name its events share.
+    pub fn record_as(&self, node: &Arc<str>, make: impl FnOnce(u64) -> EventKind) -> u64 {
+        self.lock().record_as(node, make)
+    }
+
     /// Adds `n` to a coverage counter.
     pub fn count(&self, key: &str, n: u64) {
         self.lock().count(key, n);
@@ -301,17 +306,22 @@ impl WorldState {
 
     /// Records an event.
     pub fn record(&mut self, node: &str, make: impl FnOnce(u64) -> EventKind) -> u64 {
+        self.record_as(&Arc::from(node), make)
+    }
+
+    /// Records an event of `node`, whose name its events share.
+    pub fn record_as(&mut self, node: &Arc<str>, make: impl FnOnce(u64) -> EventKind) -> u64 {
         let seq = self.history.len() as u64;
         // One clock reading for the event and its node's clock.
         let sim_ms = self.sim_ms();
         let now = self
             .clocks
-            .get(node)
+            .get(&**node)
             .map_or_else(|| NodeClock::default().now(sim_ms), |c| c.now(sim_ms));
         self.history.push(Event {
             seq,
             sim_ms,
-            node: node.to_owned(),
+            node: Arc::clone(node),
             wall_ms: now.wall_ms,
             kind: make(seq),
         });

@@ -40,7 +40,7 @@ fn a_swizzle_still_running_at_the_heal_clogs_nothing_after_it() {
     for node in ["id1", "id2", "id3"] {
         let issued: Vec<u64> = history
             .iter()
-            .filter(|e| e.node == node && (healed_ms..end_ms).contains(&e.sim_ms))
+            .filter(|e| *e.node == *node && (healed_ms..end_ms).contains(&e.sim_ms))
             .filter(|e| matches!(e.kind, EventKind::Issued { .. }))
             .map(|e| e.sim_ms)
             .collect();

@@ -100,14 +100,24 @@ pub type EdgeCounts = BTreeMap<String, u64>;
 /// driver takes them. A ghost: it is never part of the machine's state (every two are equal,
 /// none hashes anything, a clone starts empty and it is not serialized), so equality, hashing
 /// and the model checkers' state spaces are those of the state alone.
+///
+/// A short list of (name, arrivals), in the order first reached (a machine reaches a handful
+/// between two takes): counting and taking allocate nothing once the list has room, which a
+/// take keeps. Whatever reads the counts gets them by name ([`Edges::take`]).
 #[derive(Default)]
-pub struct Edges(BTreeMap<&'static str, u64>);
+pub struct Edges(Vec<(&'static str, u64)>);
+
+/// Whether `a` and `b` name the same edge state (the same literal, as a rule, hence the
+/// pointer check first).
+fn same_name(a: &'static str, b: &'static str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
 
 impl Edges {
     /// None yet.
     #[must_use]
     pub const fn new() -> Self {
-        Self(BTreeMap::new())
+        Self(Vec::new())
     }
 
     /// Counts one arrival at `edge`.
@@ -117,7 +127,14 @@ impl Edges {
             "edge {} is named after another machine",
             edge.name
         );
-        *self.0.entry(edge.name).or_insert(0) += 1;
+        self.add(edge.name, 1);
+    }
+
+    fn add(&mut self, name: &'static str, n: u64) {
+        match self.0.iter_mut().find(|(known, _)| same_name(known, name)) {
+            Some((_, count)) => *count += n,
+            None => self.0.push((name, n)),
+        }
     }
 
     /// Counts one arrival at `edge` when `condition` holds; returns `condition` (so that it can
@@ -137,18 +154,15 @@ impl Edges {
 
     /// Moves the arrivals into `into`, leaving none.
     pub fn drain_into(&mut self, into: &mut EdgeCounts) {
-        for (name, n) in std::mem::take(&mut self.0) {
+        for (name, n) in self.0.drain(..) {
             *into.entry(name.to_owned()).or_insert(0) += n;
         }
     }
 
     /// Moves `other`'s arrivals into these (a machine taking a part's before dropping it).
     pub fn absorb(&mut self, other: &mut Self) {
-        if other.0.is_empty() {
-            return;
-        }
-        for (name, n) in std::mem::take(&mut other.0) {
-            *self.0.entry(name).or_insert(0) += n;
+        for (name, n) in other.0.drain(..) {
+            self.add(name, n);
         }
     }
 
@@ -197,7 +211,8 @@ impl Ord for Edges {
 
 impl std::fmt::Debug for Edges {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.0.iter()).finish()
+        let by_name: BTreeMap<_, _> = self.0.iter().copied().collect();
+        f.debug_map().entries(by_name.iter()).finish()
     }
 }
 
@@ -289,5 +304,35 @@ mod tests {
         assert_eq!(edges.take().get(edge.name), Some(&3));
         assert!(edges.take().is_empty());
         assert_eq!(serde_json::to_string(&edges).unwrap(), "null");
+    }
+    #[test]
+    fn arrivals_are_counted_by_name_whatever_the_order_and_the_copy_of_the_name() {
+        let mut named = all();
+        let (a, b) = (
+            named.next().expect("an edge"),
+            named.next().expect("another"),
+        );
+        // The same name in another place in memory (as a literal of another crate may be).
+        let a_copy = Edge {
+            name: String::leak(a.name.to_owned()),
+            ..*a
+        };
+        let mut edges = Edges::default();
+        edges.reach(b);
+        edges.reach(a);
+        let mut part = Edges::default();
+        part.reach(&a_copy);
+        part.reach(b);
+        edges.absorb(&mut part);
+        assert!(part.is_empty());
+        assert_eq!(
+            format!("{edges:?}"),
+            format!("{:?}", BTreeMap::from([(a.name, 2), (b.name, 2)])),
+            "debug output in name order"
+        );
+        let counts = edges.take();
+        assert_eq!(counts.len(), 2);
+        assert_eq!(counts[a.name], 2);
+        assert_eq!(counts[b.name], 2);
     }
 }

@@ -85,7 +85,7 @@ pub fn ids_progress(history: &[Event], progress: Option<&Progress>) -> Result<()
     let deadline_ms = healed_ms.saturating_add(progress.bound_ms);
     for node in &progress.nodes {
         let issued = history.iter().any(|e| {
-            e.node == *node
+            *e.node == **node
                 && (healed_ms..=deadline_ms).contains(&e.sim_ms)
                 && matches!(
                     e.kind,

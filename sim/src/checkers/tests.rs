@@ -514,7 +514,7 @@ fn ids_progress_fires_when_an_id_node_stays_stuck_after_the_heal() {
             .map(|(i, (node, kind))| Event {
                 seq: i as u64,
                 sim_ms: i as u64,
-                node,
+                node: node.into(),
                 wall_ms: 0,
                 kind,
             })

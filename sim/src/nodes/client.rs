@@ -54,24 +54,27 @@ fn pick<T: Clone>(list: &[T]) -> Option<T> {
     (!list.is_empty()).then(|| list[thread_rng().gen_range(0..list.len())].clone())
 }
 
-/// Chooses the next operations (usually one; a double submit sends two) and their targets.
-fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
+/// Chooses the next operations (usually one; a double submit sends two) and their targets
+/// (`id_nodes`: the ID nodes' names, `id1` first).
+fn choose<'a>(w: &Workload, id_nodes: &'a [String], state: &State) -> Vec<(&'a str, Op)> {
     let mut rng = thread_rng();
     let m = &w.mix;
     let total = m.segment + m.snowflake + m.semantic + m.jwt + m.once + m.draw;
     let mut roll = rng.gen_range(0..total);
-    let id_node = rng.gen_range(1..=id_nodes);
+    // Drawn as a `u32`, as the node's number always was (another type draws differently).
+    let count = u32::try_from(id_nodes.len()).expect("a u32 of ID nodes");
+    let id_node = id_nodes[rng.gen_range(1..=count) as usize - 1].as_str();
     let user = rng.gen_range(1..=u64::from(w.users));
     if roll < m.segment {
-        return vec![(format!("id{id_node}"), Op::SegmentId)];
+        return vec![(id_node, Op::SegmentId)];
     }
     roll -= m.segment;
     if roll < m.snowflake {
-        return vec![(format!("id{id_node}"), Op::SnowflakeId)];
+        return vec![(id_node, Op::SnowflakeId)];
     }
     roll -= m.snowflake;
     if roll < m.semantic {
-        return vec![(format!("id{id_node}"), Op::SemanticId)];
+        return vec![(id_node, Op::SemanticId)];
     }
     roll -= m.semantic;
     if roll < m.jwt {
@@ -80,13 +83,13 @@ fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
             (45..85, Some(token)) => Op::JwtVerify { token },
             (_, Some(token)) => Op::JwtRevoke { token },
         };
-        return vec![("token".into(), op)];
+        return vec![("token", op)];
     }
     roll -= m.jwt;
     if roll < m.once {
         let Some((owner, token)) = pick(&state.once).filter(|_| rng.gen_bool(0.55)) else {
             let activity = format!("act{}", rng.gen_range(1..=w.activities));
-            return vec![("token".into(), Op::OnceIssue { user, activity })];
+            return vec![("token", Op::OnceIssue { user, activity })];
         };
         let presenter = if rng.gen_bool(0.1) { user } else { owner };
         let consume = Op::OnceConsume {
@@ -95,7 +98,7 @@ fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
         };
         // A double submit: the same token twice at once.
         let copies = if rng.gen_bool(0.25) { 2 } else { 1 };
-        return vec![("token".into(), consume); copies];
+        return vec![("token", consume); copies];
     }
     let activity = rng.gen_range(1..=u64::from(w.activities));
     let won = rng.gen_range(0..100) < w.win_pct;
@@ -103,7 +106,7 @@ fn choose(w: &Workload, id_nodes: u32, state: &State) -> Vec<(String, Op)> {
     // run without hostile users replays as it did before they existed).
     let price = (user % 100 < u64::from(w.tampered_price_pct)).then_some(0);
     vec![(
-        "coord".into(),
+        "coord",
         Op::Draw {
             user,
             activity,
@@ -268,6 +271,7 @@ pub async fn run(ctx: Ctx, inbox: Inbox) {
             w.spec.scenario.topology.id_nodes,
         )
     });
+    let id_names: Vec<String> = (1..=id_nodes).map(|n| format!("id{n}")).collect();
     let state = Arc::new(Mutex::new(State::default()));
     let receiver = {
         let (ctx, state) = (ctx.clone(), Arc::clone(&state));
@@ -287,7 +291,7 @@ pub async fn run(ctx: Ctx, inbox: Inbox) {
     let mean_us = 1_000_000 * u64::from(clients) / u64::from(workload.rate_per_s);
     loop {
         let gap_us = thread_rng().gen_range(mean_us / 2..=mean_us * 3 / 2).max(1);
-        madsim::time::sleep(Duration::from_micros(gap_us)).await;
+        ctx.sleep(Duration::from_micros(gap_us)).await;
         let waiting = expire(&ctx, &state) + poll_due_draws(&ctx, &state, workload.timeout_ms);
         if ctx.world.with(|w| w.workload_stopped) {
             if probes_ids(&ctx, &workload) {
@@ -299,9 +303,9 @@ pub async fn run(ctx: Ctx, inbox: Inbox) {
             }
             continue;
         }
-        let ops = choose(&workload, id_nodes, &state.lock().expect("client state"));
+        let ops = choose(&workload, &id_names, &state.lock().expect("client state"));
         for (target, op) in ops {
-            invoke(&ctx, &state, &target, op, workload.timeout_ms);
+            invoke(&ctx, &state, target, op, workload.timeout_ms);
         }
     }
 }
