@@ -477,8 +477,7 @@ fn apply_partition(
         clog_link(world, a, b);
     }
     let span = begin(world, "net", kind, format!("{mode} {side:?} | rest"));
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         sleep_ms(duration_ms).await;
         for (a, b) in &links {
             unclog_link(&world, a, b);
@@ -491,8 +490,7 @@ fn apply_partition(
 fn apply_swizzle(world: &World, nodes: Vec<String>, step_ms: u64, duration_ms: u64) {
     let kind = FaultKind::Swizzle;
     let span = begin(world, "net", kind, format!("{nodes:?}"));
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         for node in &nodes {
             clog_node(&world, node);
             sleep_ms(step_ms).await;
@@ -510,8 +508,7 @@ fn apply_loss(world: &World, ppm: u32, duration_ms: u64) {
     let kind = FaultKind::Loss;
     world.with(|w| w.loss_ppm = ppm);
     let span = begin(world, "net", kind, format!("{}% loss", ppm / 10_000));
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         sleep_ms(duration_ms).await;
         world.with(|w| w.loss_ppm = 0);
         end(&world, span);
@@ -526,8 +523,7 @@ fn apply_latency(world: &World, high: u64, duration_ms: u64) {
     );
     world.with(|w| w.latency_spike = true);
     let span = begin(world, "net", kind, format!("latency up to {high} ms"));
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         sleep_ms(duration_ms).await;
         set_send_latency(&world, DEFAULT_SEND_LATENCY);
         world.with(|w| w.latency_spike = false);
@@ -539,8 +535,7 @@ fn apply_kill(world: &World, node: String, tear: bool, duration_ms: u64) {
     let kind = FaultKind::Kill;
     kill(world, &node, tear);
     let span = begin(world, &node, kind, format!("down for {duration_ms} ms"));
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         sleep_ms(duration_ms).await;
         restart(&world, &node);
         end(&world, span);
@@ -564,15 +559,29 @@ pub(crate) fn crash_in_place(world: &World, node: &str, site: CrashSite, down_ms
         format!("BUGGIFY: crashed {}, down for {down_ms} ms", site.name()),
     );
     let supervisor = world.with(|w| w.supervisor);
-    let (world, node) = (world.clone(), node.to_owned());
-    Handle::current()
-        .get_node(supervisor)
-        .expect("the supervisor's node exists for the whole run")
-        .spawn(async move {
-            sleep_ms(down_ms).await;
-            restart(&world, &node);
-            end(&world, span);
-        });
+    let node = node.to_owned();
+    let restarts = {
+        let world = world.clone();
+        Handle::current()
+            .get_node(supervisor)
+            .expect("the supervisor's node exists for the whole run")
+            .spawn(async move {
+                sleep_ms(down_ms).await;
+                restart(&world, &node);
+                end(&world, span);
+            })
+    };
+    world.with(|w| w.supervisor_tasks.push(restarts.abort_handle()));
+}
+
+/// Spawns a task of the nemesis on the current node (the supervisor's), noting it among the
+/// supervisor's tasks (which `run::release` aborts once the seed's outcome is known).
+pub(crate) fn supervise<F>(world: &World, task: impl FnOnce(World) -> F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let handle = spawn(task(world.clone())).abort_handle();
+    world.with(|w| w.supervisor_tasks.push(handle));
 }
 
 fn apply_pause(world: &World, node: String, lease_ms: u64, duration_ms: u64) {
@@ -589,8 +598,7 @@ fn apply_pause(world: &World, node: String, lease_ms: u64, duration_ms: u64) {
         Handle::current().pause(id);
     }
     let span = begin(world, &node, kind, format!("paused for {duration_ms} ms"));
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         sleep_ms(duration_ms).await;
         resume(&world, &node);
         end(&world, span);
@@ -612,8 +620,7 @@ fn apply_clock_strobe(world: &World, node: String, delta: i64, period: u64, dura
         kind,
         format!("±{delta} ms every {period} ms for {duration_ms} ms"),
     );
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         let flips = (duration_ms / period).max(2) & !1;
         for i in 0..flips {
             if world.with(|w| w.healed) {
@@ -642,8 +649,7 @@ fn apply_clock_drift(world: &World, node: String, ppm: i64, duration_ms: u64) {
         kind,
         format!("{ppm:+} ppm for {duration_ms} ms"),
     );
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         sleep_ms(duration_ms).await;
         world.with(|w| {
             w.adjust_clock(&node, |c, now| c.set_drift(now, 0));
@@ -667,8 +673,7 @@ fn apply_clock_restart(world: &World, node: String, back: i64, tear: bool, down_
         kind,
         format!("clock -{back} ms, then restart"),
     );
-    let world = world.clone();
-    spawn(async move {
+    supervise(world, move |world| async move {
         sleep_ms(down_ms).await;
         restart(&world, &node);
         end(&world, span);

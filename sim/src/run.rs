@@ -339,7 +339,8 @@ fn create_nodes(world: &World, names: &[String]) {
 /// The safety phase (workload and nemesis), then the liveness phase (every fault healed).
 async fn run_phases(world: &World, scenario: &Scenario) {
     world.record("nemesis", |_| EventKind::Phase("safety".into()));
-    madsim::task::spawn(crate::nemesis::run(world.clone(), scenario.run.safety_ms));
+    let safety_ms = scenario.run.safety_ms;
+    crate::nemesis::supervise(world, move |world| crate::nemesis::run(world, safety_ms));
     madsim::time::sleep(Duration::from_millis(scenario.run.safety_ms)).await;
     world.with(|w| {
         w.workload_stopped = true;
@@ -452,7 +453,7 @@ async fn simulate(
     };
     let (results, ids_lost) = judge(&history, &state, ledger.err());
     let (op_outcomes, op_failures) = op_summaries(&history);
-    SeedOutcome {
+    let outcome = SeedOutcome {
         seed,
         enabled_faults,
         buggify: buggify.describe(),
@@ -472,7 +473,32 @@ async fn simulate(
         nodes: names,
         history: keep_history.then_some(history),
         wall_seconds: 0.0,
+    };
+    release(&world).await;
+    outcome
+}
+
+/// Lets the seed's memory go once its outcome is known (nothing of the run is read after this).
+/// madsim keeps a runtime's pending tasks alive after the runtime is dropped (its timers hold the
+/// tasks' wakers, the tasks' sleeps hold the timers), and with them the world: every seed of a
+/// sweep would leave its nodes, disks and stores behind, and the next one would run on fresh
+/// memory (the kernel zeroing its pages, the caches cold). Killing the nodes and aborting the
+/// supervisor's tasks has the executor drop them at its next turn.
+async fn release(world: &World) {
+    let (nodes, supervised) = world.with(|w| {
+        (
+            w.node_ids.values().copied().collect::<Vec<_>>(),
+            std::mem::take(&mut w.supervisor_tasks),
+        )
+    });
+    let handle = madsim::runtime::Handle::current();
+    for id in nodes {
+        handle.kill(id);
     }
+    for task in supervised {
+        task.abort();
+    }
+    madsim::time::sleep(Duration::from_millis(1)).await;
 }
 
 /// The seed a thread is simulating: what a panic report names so that the seed can be

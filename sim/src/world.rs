@@ -175,6 +175,9 @@ pub struct WorldState {
     pub healed_at_ms: Option<u64>,
     /// The madsim node the run's supervisor (and the nemesis) runs on.
     pub supervisor: NodeId,
+    /// The tasks the supervisor spawned (the nemesis and its faults' timers), to abort once the
+    /// seed's outcome is known (`run::release`).
+    pub supervisor_tasks: Vec<madsim::task::AbortHandle>,
     /// Arrivals at each node's durable steps (`buggify::CrashSite`), counted for a placed crash.
     pub durable_steps: BTreeMap<String, u64>,
     /// The seed's arrivals at edge states: every node moves its machines' here after each step
@@ -184,6 +187,24 @@ pub struct WorldState {
     pub transport: Transport,
     /// The network as madsim's UDP path sees it, for [`Transport::Wire`].
     pub wire: Wire,
+}
+
+thread_local! {
+    /// The worlds alive on this thread (a seed runs on one thread, start to end).
+    static WORLDS_ALIVE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many worlds are alive on this thread: 0 between seeds, once a seed has let its memory go
+/// (`run::release`).
+#[must_use]
+pub fn worlds_alive() -> usize {
+    WORLDS_ALIVE.with(std::cell::Cell::get)
+}
+
+impl Drop for WorldState {
+    fn drop(&mut self) {
+        WORLDS_ALIVE.with(|n| n.set(n.get() - 1));
+    }
 }
 
 /// A handle on the shared state.
@@ -202,6 +223,7 @@ impl World {
         let clock = SimClock::current();
         let history =
             Vec::with_capacity(usize::try_from(expected_events.min(1 << 22)).unwrap_or(0));
+        WORLDS_ALIVE.with(|n| n.set(n.get() + 1));
         Self(Arc::new(Mutex::new(WorldState {
             spec,
             start: clock.elapsed(),
@@ -230,6 +252,7 @@ impl World {
             healed: false,
             healed_at_ms: None,
             supervisor: madsim::plugin::node(),
+            supervisor_tasks: Vec::new(),
             durable_steps: BTreeMap::new(),
             edges: sut::edge::Edges::new(),
             transport: Transport::default(),

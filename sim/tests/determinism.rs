@@ -1,5 +1,6 @@
 //! Every named scenario is deterministic: the same seed twice gives the same history hash, and
-//! another seed gives another history. (Short runs, so the test stays quick in debug builds.)
+//! another seed gives another history; and a seed leaves no world behind. (Short runs, so the
+//! test stays quick in debug builds.)
 
 use sim::run::run_seed;
 use sim::scenario::Scenario;
@@ -31,6 +32,12 @@ fn every_named_scenario_replays_exactly() {
         scenario.run.safety_ms = 1_500;
         scenario.run.liveness_ms = 2_500;
         let a = run_seed(&scenario, 7, false);
+        assert_eq!(
+            sim::world::worlds_alive(),
+            0,
+            "{}: seed 7 left its world behind",
+            scenario.name
+        );
         let b = run_seed(&scenario, 7, false);
         assert_eq!(
             a.trace_hash, b.trace_hash,
