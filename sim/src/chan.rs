@@ -137,20 +137,42 @@ impl<T> Receiver<T> {
         Recv(self)
     }
 
+    /// `futures`' `poll_next`: a message, or the end, or the waker registered and a second look.
+    /// The run is on one thread, so nothing can arrive between the two looks and both happen
+    /// under one lock.
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        if let Ok(next) = self.try_recv() {
-            return Poll::Ready(next);
-        }
-        if let Some(shared) = &self.0 {
+        let Some(shared) = &self.0 else {
+            return Poll::Ready(None);
+        };
+        let next = {
             let mut state = lock(shared);
-            match &state.waker {
-                Some(waker) if waker.will_wake(cx.waker()) => {}
-                _ => state.waker = Some(cx.waker().clone()),
+            match state.queue.pop_front() {
+                Some(msg) => Some(msg),
+                None if !state.open => None,
+                None => {
+                    match &state.waker {
+                        Some(waker) if waker.will_wake(cx.waker()) => {}
+                        _ => state.waker = Some(cx.waker().clone()),
+                    }
+                    return Poll::Pending;
+                }
             }
+        };
+        if next.is_none() {
+            self.0 = None;
         }
-        match self.try_recv() {
-            Ok(next) => Poll::Ready(next),
-            Err(()) => Poll::Pending,
+        Poll::Ready(next)
+    }
+
+    /// Every message queued now, in order, to `take` (what [`Receiver::try_recv`] would return
+    /// one by one, under one lock).
+    pub fn try_recv_all(&mut self, mut take: impl FnMut(T)) {
+        let Some(shared) = &self.0 else {
+            return;
+        };
+        let mut state = lock(shared);
+        while let Some(msg) = state.queue.pop_front() {
+            take(msg);
         }
     }
 }
@@ -288,6 +310,21 @@ mod tests {
                         .map(|rx| rx.poll_next_unpin(&mut Context::from_waker(&their_waker)));
                     (format!("{a:?}"), format!("{b:?}"))
                 }
+                7 if n % 2 == 1 => {
+                    let a = ours.1.as_mut().map(|rx| {
+                        let mut all = Vec::new();
+                        rx.try_recv_all(|m| all.push(m));
+                        all
+                    });
+                    let b = theirs.1.as_mut().map(|rx| {
+                        let mut all = Vec::new();
+                        while let Ok(m) = rx.try_recv() {
+                            all.push(m);
+                        }
+                        all
+                    });
+                    (format!("{a:?}"), format!("{b:?}"))
+                }
                 7 => {
                     let a = ours.1.as_mut().map(Receiver::try_recv);
                     let b = theirs.1.as_mut().map(|rx| match rx.try_recv() {
@@ -307,7 +344,7 @@ mod tests {
     }
 
     /// Random sequences of sends, sender clones and drops, polls by one task or another,
-    /// `try_recv` and the receiver's drop: after every step this channel and `futures`' have
+    /// `try_recv`, `try_recv_all` and the receiver's drop: after every step this channel and `futures`' have
     /// answered the same and woken the same tasks as often.
     #[test]
     fn wakes_and_answers_as_futures_unbounded_channel() {

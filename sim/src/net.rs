@@ -314,9 +314,7 @@ async fn send_rounds(
             None => rounds.push((addr, vec![msg])),
         };
         add(addr, msg);
-        while let Ok(Some((addr, msg))) = queued.try_recv() {
-            add(addr, msg);
-        }
+        queued.try_recv_all(|(addr, msg)| add(addr, msg));
         rounds.sort_unstable_by_key(|(addr, _)| *addr);
         {
             let mut w = world.lock();

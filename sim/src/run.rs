@@ -213,8 +213,9 @@ type OpSummaries = (
 
 fn op_summaries(history: &[Event]) -> OpSummaries {
     let mut kinds: rustc_hash::FxHashMap<(&str, u64), &'static str> =
-        rustc_hash::FxHashMap::default();
-    let mut outcomes: BTreeMap<&'static str, [u64; 3]> = BTreeMap::new();
+        rustc_hash::FxHashMap::with_capacity_and_hasher(history.len() / 2, Default::default());
+    // A handful of kinds, each a literal of `op_kind`: a short list, put in order at the end.
+    let mut outcomes: Vec<(&'static str, [u64; 3])> = Vec::new();
     let mut reasons: rustc_hash::FxHashMap<(&'static str, &str), u64> =
         rustc_hash::FxHashMap::default();
     for e in history {
@@ -232,7 +233,17 @@ fn op_summaries(history: &[Event]) -> OpSummaries {
                     }
                     Outcome::Timeout => 2,
                 };
-                outcomes.entry(kind).or_default()[slot] += 1;
+                match outcomes
+                    .iter_mut()
+                    .find(|(k, _)| std::ptr::eq(*k, kind) || *k == kind)
+                {
+                    Some((_, counts)) => counts[slot] += 1,
+                    None => {
+                        let mut counts = [0; 3];
+                        counts[slot] = 1;
+                        outcomes.push((kind, counts));
+                    }
+                }
             }
             _ => {}
         }

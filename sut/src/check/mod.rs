@@ -19,7 +19,7 @@ pub mod ids;
 pub use crate::lottery::invariants as lottery;
 pub use crate::token::check as tokens;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::collections::hash_map::Entry;
 use std::hash::Hash;
 
@@ -50,7 +50,7 @@ pub struct AtMostOnce<K, W> {
 impl<K: Hash + Eq, W> Default for AtMostOnce<K, W> {
     fn default() -> Self {
         Self {
-            first: HashMap::new(),
+            first: HashMap::default(),
             first_repeat: None,
             observed: 0,
             repeats: 0,
@@ -138,7 +138,7 @@ pub struct Rising<G, V, W> {
 impl<G: Hash + Eq, V, W> Default for Rising<G, V, W> {
     fn default() -> Self {
         Self {
-            highest: HashMap::new(),
+            highest: HashMap::default(),
             observed: 0,
             regressions: 0,
         }

@@ -388,6 +388,11 @@ pub fn answers_agree(
     ledgers: &[&Ledger],
 ) -> Result<(), LotteryViolation> {
     agreement(events, ledgers)?;
+    // Each draw's reports, in order (one pass, rather than one per answer).
+    let mut by_draw: BTreeMap<Xid, Vec<&DrawEvent>> = BTreeMap::new();
+    for e in events {
+        by_draw.entry(e.draw.xid).or_default().push(e);
+    }
     for (answer_index, answer) in answers.iter().enumerate() {
         let confirmed = answer.verdict == Verdict::Confirm;
         let told = if confirmed { "confirmed" } else { "cancelled" };
@@ -397,7 +402,11 @@ pub fn answers_agree(
             found,
             answer_index,
         };
-        let mut reports = events.iter().filter(|e| e.draw.xid == answer.xid);
+        let mut reports = by_draw
+            .get(&answer.xid)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .copied();
         let Some(first) = reports.clone().next() else {
             return Err(disagrees(
                 "the coordinator never reported the draw".to_owned(),
