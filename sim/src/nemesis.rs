@@ -172,7 +172,7 @@ fn restart(world: &World, node: &str) {
         let was = w.killed.remove(node);
         if was {
             let now = w.sim_ms();
-            w.clocks.entry(node.to_owned()).or_default().reboot(now);
+            w.clocks.entry(node).reboot(now);
         }
         was
     });
@@ -638,10 +638,7 @@ fn apply_clock_drift(world: &World, node: String, ppm: i64, duration_ms: u64) {
     let kind = FaultKind::ClockDrift;
     world.with(|w| {
         let now = w.sim_ms();
-        w.clocks
-            .entry(node.clone())
-            .or_default()
-            .set_drift(now, ppm);
+        w.clocks.entry(&node).set_drift(now, ppm);
     });
     let span = begin(
         world,
@@ -693,7 +690,7 @@ pub fn heal_all(world: &World) {
             w.paused.keys().cloned().collect::<Vec<_>>(),
             w.killed.iter().cloned().collect::<Vec<_>>(),
             {
-                let mut nodes: Vec<String> = w.clocks.keys().cloned().collect();
+                let mut nodes: Vec<String> = w.clocks.names().cloned().collect();
                 nodes.sort();
                 nodes
             },

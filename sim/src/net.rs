@@ -150,6 +150,8 @@ pub struct Ctx {
     pub name: String,
     /// The same, shared by its events.
     node: Arc<str>,
+    /// Where its clock is ([`crate::world::Clocks`]).
+    clock_slot: Option<usize>,
     out: Sender<(SocketAddr, Msg)>,
     clock: SimClock,
 }
@@ -220,10 +222,12 @@ impl Ctx {
                 },
             );
         }
+        let clock_slot = world.with(|w| w.clocks.slot(name));
         let ctx = Self {
             world,
             name: name.to_owned(),
             node: Arc::from(name),
+            clock_slot,
             out,
             clock: SimClock::current(),
         };
@@ -250,12 +254,18 @@ impl Ctx {
     /// This node's clock.
     #[must_use]
     pub fn now(&self) -> Now {
-        self.world.now(&self.name)
+        debug_assert_eq!(
+            self.clock_slot,
+            self.world.with(|w| w.clocks.slot(&self.name)),
+            "{}'s clock slot",
+            self.name
+        );
+        self.world.now_at(self.clock_slot)
     }
 
     /// Records an event on this node.
     pub fn record(&self, make: impl FnOnce(u64) -> EventKind) -> u64 {
-        self.world.record_as(&self.node, make)
+        self.world.record_as(&self.node, self.clock_slot, make)
     }
 
     /// Queues `msg` for node `to` (sends never block the caller); it leaves in this node's

@@ -127,8 +127,8 @@ pub struct WorldState {
     /// When the run started, as simulated time since the runtime started.
     start: Duration,
     clock: SimClock,
-    /// Per-node clocks (hashed: read on every step of every node; iterate them sorted).
-    pub clocks: FxHashMap<String, NodeClock>,
+    /// Per-node clocks (read on every step of every node: a node's context keeps its slot).
+    pub clocks: Clocks,
     /// The history.
     pub history: Vec<Event>,
     /// What each fault actually did (hashed: counted on every send; [`WorldState::coverage`]
@@ -207,6 +207,55 @@ impl Drop for WorldState {
     }
 }
 
+/// The nodes' clocks by name, each in a slot of its own for as long as the run lasts: a node's
+/// context keeps its slot and reads its clock without looking its name up on every step.
+#[derive(Debug, Default)]
+pub struct Clocks {
+    slots: Vec<NodeClock>,
+    by_name: FxHashMap<String, usize>,
+}
+
+impl Clocks {
+    /// `node`'s slot, if it has a clock.
+    #[must_use]
+    pub fn slot(&self, node: &str) -> Option<usize> {
+        self.by_name.get(node).copied()
+    }
+
+    /// `node`'s clock, if it has one.
+    #[must_use]
+    pub fn get(&self, node: &str) -> Option<&NodeClock> {
+        self.slot(node).map(|slot| &self.slots[slot])
+    }
+
+    /// `node`'s clock, a true one added if it has none.
+    pub fn entry(&mut self, node: &str) -> &mut NodeClock {
+        let slot = match self.slot(node) {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(NodeClock::default());
+                self.by_name.insert(node.to_owned(), self.slots.len() - 1);
+                self.slots.len() - 1
+            }
+        };
+        &mut self.slots[slot]
+    }
+
+    /// The reading at `sim_ms` of the clock in `slot`, or of a true clock for none.
+    #[must_use]
+    pub fn reading(&self, slot: Option<usize>, sim_ms: u64) -> Now {
+        slot.map_or_else(
+            || NodeClock::default().now(sim_ms),
+            |slot| self.slots[slot].now(sim_ms),
+        )
+    }
+
+    /// The names of the nodes with a clock, in no order.
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.by_name.keys()
+    }
+}
+
 /// A handle on the shared state.
 #[derive(Clone, Debug)]
 pub struct World(Arc<Mutex<WorldState>>);
@@ -228,7 +277,7 @@ impl World {
             spec,
             start: clock.elapsed(),
             clock,
-            clocks: FxHashMap::default(),
+            clocks: Clocks::default(),
             history,
             coverage: FxHashMap::default(),
             clogged_links: BTreeMap::new(),
@@ -289,9 +338,20 @@ impl World {
         self.lock().record(node, make)
     }
 
-    /// [`World::record`] for `node`, whose name its events share.
-    pub fn record_as(&self, node: &Arc<str>, make: impl FnOnce(u64) -> EventKind) -> u64 {
-        self.lock().record_as(node, make)
+    /// [`World::record`] for `node`, whose name its events share and whose clock is in `slot`.
+    pub fn record_as(
+        &self,
+        node: &Arc<str>,
+        slot: Option<usize>,
+        make: impl FnOnce(u64) -> EventKind,
+    ) -> u64 {
+        self.lock().record_as(node, slot, make)
+    }
+
+    /// The reading now of the clock in `slot` ([`Clocks::slot`]).
+    #[must_use]
+    pub fn now_at(&self, slot: Option<usize>) -> Now {
+        self.lock().now_at(slot)
     }
 
     /// Adds `n` to a coverage counter.
@@ -321,26 +381,33 @@ impl WorldState {
     /// `node`'s clock reading now.
     #[must_use]
     pub fn now(&self, node: &str) -> Now {
+        self.now_at(self.clocks.slot(node))
+    }
+
+    /// The reading now of the clock in `slot` ([`Clocks::slot`]; a true clock for none).
+    #[must_use]
+    pub fn now_at(&self, slot: Option<usize>) -> Now {
         let sim_ms = self.sim_ms();
-        self.clocks
-            .get(node)
-            .map_or_else(|| NodeClock::default().now(sim_ms), |c| c.now(sim_ms))
+        self.clocks.reading(slot, sim_ms)
     }
 
     /// Records an event.
     pub fn record(&mut self, node: &str, make: impl FnOnce(u64) -> EventKind) -> u64 {
-        self.record_as(&Arc::from(node), make)
+        self.record_as(&Arc::from(node), self.clocks.slot(node), make)
     }
 
-    /// Records an event of `node`, whose name its events share.
-    pub fn record_as(&mut self, node: &Arc<str>, make: impl FnOnce(u64) -> EventKind) -> u64 {
+    /// Records an event of `node`, whose name its events share and whose clock is in `slot`.
+    pub fn record_as(
+        &mut self,
+        node: &Arc<str>,
+        slot: Option<usize>,
+        make: impl FnOnce(u64) -> EventKind,
+    ) -> u64 {
+        debug_assert_eq!(slot, self.clocks.slot(node), "{node}'s clock slot");
         let seq = self.history.len() as u64;
         // One clock reading for the event and its node's clock.
         let sim_ms = self.sim_ms();
-        let now = self
-            .clocks
-            .get(&**node)
-            .map_or_else(|| NodeClock::default().now(sim_ms), |c| c.now(sim_ms));
+        let now = self.clocks.reading(slot, sim_ms);
         self.history.push(Event {
             seq,
             sim_ms,
@@ -356,7 +423,7 @@ impl WorldState {
         self.addrs.insert(name.to_owned(), addr);
         self.addr_index.insert(name.to_owned(), addr);
         self.names.insert(addr.ip(), name.to_owned());
-        self.clocks.insert(name.to_owned(), NodeClock::default());
+        *self.clocks.entry(name) = NodeClock::default();
     }
 
     /// Node `name`'s address.
@@ -423,7 +490,7 @@ impl WorldState {
     pub fn adjust_clock(&mut self, node: &str, change: impl FnOnce(&mut NodeClock, u64)) {
         self.sample_clock(node);
         let now = self.sim_ms();
-        change(self.clocks.entry(node.to_owned()).or_default(), now);
+        change(self.clocks.entry(node), now);
         self.sample_clock(node);
     }
 
