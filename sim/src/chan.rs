@@ -293,7 +293,7 @@ mod tests {
                 4..=6 => {
                     let our_waker = Waker::from(Arc::clone(&self.tasks[0].0));
                     let their_waker = Waker::from(Arc::clone(&self.tasks[1].0));
-                    let (our_waker, their_waker) = if n % 2 == 0 {
+                    let (our_waker, their_waker) = if n.is_multiple_of(2) {
                         (our_waker, their_waker)
                     } else {
                         (
