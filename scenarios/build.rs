@@ -6,6 +6,11 @@
 //! records, so that `scenario merge` refuses shards of different builds): the full hash, with
 //! `-dirty-` and a hash of the uncommitted changes when the checkout had some, or `unknown`
 //! outside a git checkout.
+//!
+//! And `SCENARIO_BUILD_PROFILE`, the cargo profile it was built with (`debug`, `release`,
+//! `sweep`, …), with `+pgo` when its code was optimised with a profile of its own runs
+//! (`scripts/pgo-sweep.sh`) and `+pgo-instrumented` when it records one: what the summary's
+//! header and a sweep's JSON say of the build.
 
 use std::process::Command;
 
@@ -19,6 +24,31 @@ fn main() {
         Have::Nft,
     ]);
     emit_commit();
+    emit_profile();
+}
+
+/// Sets `SCENARIO_BUILD_PROFILE`: the profile's folder under the target directory (the folder
+/// above `build/` in `OUT_DIR`: `debug` for the `dev` and `test` profiles, the profile's name
+/// otherwise), and whether the flags cargo compiles with make a PGO build.
+fn emit_profile() {
+    let out_dir = std::env::var("OUT_DIR").unwrap_or_default();
+    let parts: Vec<&str> = out_dir.split(std::path::MAIN_SEPARATOR).collect();
+    let profile = parts
+        .windows(2)
+        .rev()
+        .find(|pair| pair[1] == "build")
+        .map_or("unknown", |pair| pair[0]);
+    // Cargo hands the build script the flags it compiles the package with, separated by 0x1f.
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let pgo = if flags.contains("profile-use") {
+        "+pgo"
+    } else if flags.contains("profile-generate") {
+        "+pgo-instrumented"
+    } else {
+        ""
+    };
+    println!("cargo::rustc-env=SCENARIO_BUILD_PROFILE={profile}{pgo}");
+    println!("cargo::rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
 }
 
 /// `git ARGS` in the package's folder: its trimmed output, if git ran and succeeded.

@@ -283,23 +283,28 @@ fn numbers_as_n(text: &str) -> String {
 
 /// Replays the participants' durable logs: their replies in the order they took effect.
 fn effective_replies(world: &World) -> Vec<ParticipantReply> {
-    let logs: Vec<_> = world.with(|w| {
+    world.with(|w| {
         w.disks
             .parts
             .values()
-            .map(|wal| wal.clone().recover().0)
+            .flat_map(|wal| journal::replay(wal.durable()).1)
             .collect()
-    });
-    logs.iter()
-        .flat_map(|records| journal::replay(records).1)
-        .collect()
+    })
 }
 
 fn final_ledger(world: &World) -> Result<Ledger, String> {
-    let (stores, coord_entries) = world.with(|w| {
+    let (stores, log) = world.with(|w| {
         let stores: Vec<_> = w.published.ledgers.values().cloned().collect();
-        let (entries, _) = w.disks.coord.clone().recover();
-        (stores, entries)
+        // Built here, where the log is read in place; its error (if any) is reported after
+        // the stores', as before.
+        let mut log = CoordLog::default();
+        let log = w
+            .disks
+            .coord
+            .durable()
+            .try_for_each(|entry| log.append(entry).map_err(|e| e.to_string()))
+            .map(|()| log);
+        (stores, log)
     });
     let mut parts = Vec::new();
     for store in stores {
@@ -309,11 +314,7 @@ fn final_ledger(world: &World) -> Result<Ledger, String> {
         parts.push(s.snapshot().map_err(|e| e.to_string())?);
     }
     let mut ledger = Ledger::merge(parts.iter()).map_err(|e| e.to_string())?;
-    let mut log = CoordLog::default();
-    for entry in &coord_entries {
-        log.append(entry).map_err(|e| e.to_string())?;
-    }
-    ledger.coord_log = log;
+    ledger.coord_log = log?;
     Ok(ledger)
 }
 

@@ -67,13 +67,11 @@ pub(crate) fn run_metadata() -> std::collections::BTreeMap<String, String> {
     .collect()
 }
 
-/// `release` or `debug`: figures from a debug build are not comparable with release ones.
+/// The cargo profile this binary was built with (`debug`, `release`, `sweep`, with `+pgo` for
+/// a PGO build; `scenarios/build.rs`): figures from a debug build are not comparable with
+/// release ones.
 pub(crate) const fn build_profile() -> &'static str {
-    if cfg!(debug_assertions) {
-        "debug"
-    } else {
-        "release"
-    }
+    env!("SCENARIO_BUILD_PROFILE")
 }
 
 /// What a sweep prints: figures, operations, counters, invariants, fault and edge coverage

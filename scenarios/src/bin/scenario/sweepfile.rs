@@ -37,7 +37,7 @@ pub(crate) struct Build {
     pub(crate) commit: String,
     /// The bench's version.
     pub(crate) version: String,
-    /// `release` or `debug`.
+    /// The cargo profile (`release`, `sweep+pgo`, …; [`crate::output::build_profile`]).
     pub(crate) profile: String,
 }
 
