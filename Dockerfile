@@ -12,14 +12,21 @@
 
 # The builder is Debian bookworm, as the runtime: the binaries link its glibc.
 FROM rust:1.95-bookworm AS builder
+# llvm-profdata of the LLVM rustc 1.95 uses (22), for the PGO build of `scenario`.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends llvm-22 \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The whole checkout, .git included: the build records its commit (scenarios/build.rs), which
 # `scenario merge` compares across shards.
 COPY . .
-# The `sweep` profile (Cargo.toml): the release build optimised as one unit (fat LTO, one codegen
-# unit), ≈ 1.2× the seeds per core-second of `--release` (docs/simulation.md, "Seeds per
-# core-second"); slower to build, which an image built once for many shards can afford.
-RUN cargo build --profile sweep --bin scenario -p scenarios --bin sut-server -p sut-server
+# `scenario`: the `sweep` profile (Cargo.toml: the release build optimised as one unit) further
+# optimised with a profile of the simulator's own runs (scripts/pgo-sweep.sh: two builds and a
+# training sweep), ≈ 2× the seeds per core-second of the build before issue 41
+# (docs/simulation.md, "Seeds per core-second"); slower to build, which an image built once for
+# many shards can afford. `sut-server`: the `sweep` profile.
+RUN scripts/pgo-sweep.sh \
+    && cargo build --profile sweep --bin sut-server -p sut-server
 
 FROM debian:bookworm-slim
 # procps: `kill`, with which a load run stops the server it started.
@@ -29,6 +36,6 @@ RUN apt-get update \
         ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 # `sut-server` beside `scenario`: where the load and process scenarios look for it.
-COPY --from=builder /src/target/sweep/scenario /src/target/sweep/sut-server /usr/local/bin/
+COPY --from=builder /src/target/pgo/scenario /src/target/sweep/sut-server /usr/local/bin/
 WORKDIR /work
 CMD ["scenario", "list"]

@@ -4,7 +4,7 @@
 # every other build: a seed's history is byte for byte the one `--release` writes. Use it for
 # large sweeps (docs/simulation.md, "Seeds per core-second").
 #
-#   scripts/pgo-sweep.sh            # ≈ 15–25 min on 2 cores: two builds and a training sweep
+#   scripts/pgo-sweep.sh            # ≈ 20 min on 2 cores: two builds and a training sweep
 #   target/pgo/scenario chaos --seeds 10000
 #
 # Needs `llvm-profdata` of the LLVM major version rustc uses (`rustc -vV`, "LLVM version"):
@@ -49,7 +49,7 @@ rm -rf "$profiles" "$merged"
 mkdir -p "$profiles"
 
 # `panic = "abort"`: `scenario` never unwinds anyway (its panic hook reports the panic, with the
-# seed and its replay line, and ends the process with exit code 2 before any unwinding), so the
+# seed and its replay line, and ends the process with exit code 3 before any unwinding), so the
 # unwinding paths are dead code; without them the build is 4–6 % faster. Only this build: the
 # `sweep` profile also builds `sut-server`, which keeps serving when one request panics.
 build() { # target-dir, rustflag
@@ -64,8 +64,8 @@ instrumented=$work/gen/$triple/sweep/scenario
 echo "pgo-sweep: 2/3 the training sweep (seeds $train_seed_first.. of every simulated scenario)" >&2
 for file in scenarios/scenarios/*.toml; do
     name=$(basename "$file" .toml)
-    # A violation (exit 1) is a verdict, and its run a profile like any other; only a bench
-    # failure (2 and above) stops the build.
+    # A violation (exit 1) is a verdict, and its run a profile like any other; bad usage (2)
+    # or a bench failure (3) stops the build.
     status=0
     "$instrumented" "$name" --seed "$train_seed_first" --seeds "$train_seed_count" --jobs 1 \
         >/dev/null || status=$?
