@@ -39,9 +39,10 @@ if [[ -z $profdata ]]; then
 fi
 [[ -n $profdata && -x $profdata ]] ||
     die "llvm-profdata not found: install LLVM $llvm_major (Debian: apt-get install llvm-$llvm_major) or set LLVM_PROFDATA"
-profdata_major=$("$profdata" --version | sed -n 's/.*LLVM version \([0-9]*\).*/\1/p')
+profdata_version=$("$profdata" --version 2>&1 || true)
+profdata_major=$(sed -n 's/.*LLVM version \([0-9]*\).*/\1/p' <<<"$profdata_version" | head -n 1)
 [[ $profdata_major == "$llvm_major" ]] ||
-    die "$profdata is LLVM ${profdata_major:-?}, rustc uses LLVM $llvm_major: the profile formats differ"
+    die "$profdata: LLVM ${profdata_major:-version unknown}; rustc uses LLVM $llvm_major (the profile formats differ)"
 
 profiles=$work/profiles
 merged=$work/merged.profdata
