@@ -166,6 +166,7 @@ impl Default for LotterySetup {
                     backoff_base_ms: 1,
                     backoff_cap_ms: 2,
                 },
+                flaw: None,
             },
             crashes_max: 0,
             duplicates_max: 0,

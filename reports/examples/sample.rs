@@ -248,6 +248,7 @@ pub fn sample_simulation() -> SimulationReport {
             replay: Some(
                 "cargo run --release --bin scenario -- clock_skew --seed 1042 --seeds 1".into(),
             ),
+            crash_point: None,
         }],
         fault_effects: sample_fault_effects(),
         // Unlisted counters are shown as effects; the sample's are all effects.
@@ -278,6 +279,35 @@ pub fn sample_simulation() -> SimulationReport {
                 owned_from_seeds: None,
             },
         ],
+        crash_points: Some(Box::new(CrashPointsReport {
+            budget: 8,
+            seeds: 100,
+            runs: 800,
+            found: 3,
+            tried: 3,
+            failed: 0,
+            unreached: 0,
+            points: vec![
+                CrashPointRow {
+                    point: "coord send tcc.try.wallet".into(),
+                    found_in_seeds: 100,
+                    tried: 31,
+                    failed: 0,
+                },
+                CrashPointRow {
+                    point: "id recv store_reply.worker_ok".into(),
+                    found_in_seeds: 100,
+                    tried: 28,
+                    failed: 0,
+                },
+                CrashPointRow {
+                    point: "wallet after_sync execute_try".into(),
+                    found_in_seeds: 97,
+                    tried: 25,
+                    failed: 0,
+                },
+            ],
+        })),
     }
 }
 

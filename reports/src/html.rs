@@ -352,7 +352,8 @@ fn simulation(r: &SimulationReport) -> Markup {
                 tr { th { "seed" } th { "invariant" } th { "detail" } th { "replay" } }
                 @for v in &r.violations {
                     tr.bad {
-                        td.num { (v.seed) } td { code { (v.invariant) } } td { (v.detail) }
+                        td.num { (v.seed) @if let Some(p) = &v.crash_point { div.muted { "crash point " code { (p) } } } }
+                        td { code { (v.invariant) } } td { (v.detail) }
                         td { @if let Some(c) = &v.replay { code { (c) } } }
                     }
                 }
@@ -367,6 +368,7 @@ fn simulation(r: &SimulationReport) -> Markup {
         @if let Some(o) = ops { h3 { "Operations" } (svg_or_error(o)) }
         (operations_table(r))
         (edges_table(r))
+        (crash_points_table(r))
         h3 { "Fault coverage" }
         p.note { "Summed over seeds: the faults injected, what they did (the effects fault coverage is judged on; a zero means the run did not exercise that fault), and how the system responded, with its traffic." }
         @if r.fault_effects.is_empty() { p.err { "no fault effect was recorded" } } @else {
@@ -447,6 +449,30 @@ fn edges_table(r: &SimulationReport) -> Markup {
                         @if e.reached == 0 { td.num.zero { "0" } } @else { td.num { (e.reached) } }
                         td.num { (e.seeds_reached) }
                         td { (e.about) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Crash points: how many were found and tried, and each distinct point with its tries.
+fn crash_points_table(r: &SimulationReport) -> Markup {
+    html! {
+        @if let Some(c) = &r.crash_points {
+            h3 { "Crash points" }
+            p.note { "Each seed's run found the steps its nodes reached (a message read or sent, a log sync about to begin or done), one point per node role, site and protocol step; at most " (c.budget) " per seed were tried, each a run of the seed again with that node crashed right there, restarted, and every invariant judged. " (c.found) " distinct points found, " (c.tried) " tried in " (c.runs) " runs over " (c.seeds) " seeds, " (c.failed) " failed" @if c.unreached > 0 { ", " (c.unreached) " planned crash(es) not reached (the node went down first)" } "." }
+            details {
+                summary { (c.points.len()) " distinct point(s)" }
+                table {
+                    tr { th { "point (role, site, step)" } th.num { "seeds found" } th.num { "runs crashed there" } th.num { "failed" } }
+                    @for p in &c.points {
+                        tr class=[(p.failed > 0).then_some("bad")] {
+                            td { code { (p.point) } }
+                            td.num { (p.found_in_seeds) }
+                            @if p.tried == 0 { td.num.zero { "0" } } @else { td.num { (p.tried) } }
+                            td.num { (p.failed) }
+                        }
                     }
                 }
             }

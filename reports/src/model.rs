@@ -96,9 +96,11 @@ pub enum ValidationError {
     NonFinite { field: String, value: String },
 }
 
-/// One result of any kind. Serialized with a `"kind"` tag.
+/// One result of any kind. Serialized with a `"kind"` tag. (A report holds a handful of them,
+/// built once per run: the variants' sizes do not matter.)
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)]
 pub enum RunResult {
     Simulation(SimulationReport),
     Model(ModelReport),
@@ -375,6 +377,45 @@ pub struct Violation {
     /// The command that replays this seed exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<String>,
+    /// The crash point whose run broke the invariant (`node-role site label`), when a crash
+    /// point's run did rather than the seed's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_point: Option<String>,
+}
+
+/// Crash points over a sweep: each seed's run finds the steps its nodes reach, and at most
+/// `budget` of them are tried, each a run of the seed with that node crashed right there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashPointsReport {
+    /// Points tried per seed at most.
+    pub budget: u32,
+    /// Seeds that found and tried points.
+    pub seeds: u64,
+    /// Runs with a crash (one per point tried in a seed).
+    pub runs: u64,
+    /// Distinct points found, tried and failed over the sweep.
+    pub found: u64,
+    /// Distinct points tried.
+    pub tried: u64,
+    /// Distinct points whose crash broke an invariant in some seed.
+    pub failed: u64,
+    /// Crashes planned that their run never reached (the node went down first).
+    pub unreached: u64,
+    /// Every distinct point.
+    pub points: Vec<CrashPointRow>,
+}
+
+/// One distinct crash point over a sweep.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashPointRow {
+    /// `node-role site label`, e.g. `coord send tcc.try.wallet`.
+    pub point: String,
+    /// Seeds that reached it.
+    pub found_in_seeds: u64,
+    /// Runs that crashed there.
+    pub tried: u64,
+    /// Of those, runs that broke an invariant.
+    pub failed: u64,
 }
 
 /// A deterministic simulation run (one scenario over one or many seeds). Timeline fields
@@ -424,6 +465,9 @@ pub struct SimulationReport {
     /// Every declared edge state: how often the sweep reached it, and whether it is owned.
     #[serde(default)]
     pub edges: Vec<EdgeRow>,
+    /// Crash points, when the sweep tried them (boxed: most reports have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_points: Option<Box<CrashPointsReport>>,
 }
 
 impl SimulationReport {

@@ -178,7 +178,13 @@ fn simulation_cases(suite: &mut TestSuite, classname: &str, r: &SimulationReport
             desc.push(d.clone());
         }
         for v in r.violations.iter().filter(|v| v.invariant == inv.name) {
-            desc.push(format!("seed {}: {}", v.seed, v.detail));
+            match &v.crash_point {
+                Some(point) => desc.push(format!(
+                    "seed {}, crash point {point}: {}",
+                    v.seed, v.detail
+                )),
+                None => desc.push(format!("seed {}: {}", v.seed, v.detail)),
+            }
             if let Some(replay) = &v.replay {
                 desc.push(format!("  replay: {replay}"));
             }

@@ -181,6 +181,7 @@ fn simulation_violation_regresses() {
         invariant: "ids.unique".into(),
         detail: "id 5 twice".into(),
         replay: None,
+        crash_point: None,
     });
     x.invariants[0].verdict = Judgement::Violated;
     let o = gate::compare(&b, &s);

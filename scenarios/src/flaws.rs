@@ -15,7 +15,7 @@ use sim::scenario::Scenario;
 use sut::flaw::Flaw;
 
 /// Each flaw with the simulation scenario expected to catch it.
-pub const CATALOG: [(Flaw, &str); 14] = [
+pub const CATALOG: [(Flaw, &str); 16] = [
     (Flaw::SegmentNoVersionCheck, "segment_race"),
     (Flaw::CounterNoPersist, "segment_race"),
     (Flaw::CounterEverysec, "crash_restart"),
@@ -30,6 +30,8 @@ pub const CATALOG: [(Flaw, &str); 14] = [
     (Flaw::OnceCheckThenDelete, "token_replay"),
     (Flaw::TimeFieldNarrow, "epoch_end"),
     (Flaw::ClientPrice, "tcc_storm"),
+    (Flaw::CoordTryBeforeBegin, "tcc_storm"),
+    (Flaw::StatusLostAfterCompensation, "tcc_storm"),
 ];
 
 /// How hard to look.
@@ -86,11 +88,23 @@ pub fn sweep_until_failure(
         let batch: Vec<u64> = (next..(next + jobs).min(end)).collect();
         next += batch.len() as u64;
         let sweep = sim::run::sweep(scenario, &batch, jobs as usize, &|_: &SeedOutcome| {});
-        // Seeds in order: the lowest failing seed decides, whatever finished first.
-        if let Some((seed, violation)) = sweep.violations().next() {
+        // Seeds in order: the lowest failing seed decides, whatever finished first; a seed's own
+        // run before its crash points.
+        let first = sweep.seeds.iter().find_map(|s| {
+            s.violations()
+                .next()
+                .map(|v| (s.seed, v.invariant.clone(), v.detail.clone()))
+                .or_else(|| {
+                    s.crash_violations().next().map(|(t, v)| {
+                        let detail = format!("at crash point {}: {}", t.plan.spec(), v.detail);
+                        (s.seed, v.invariant.clone(), detail)
+                    })
+                })
+        });
+        if let Some((seed, invariant, detail)) = first {
             return SweepFinding {
                 seeds_run: seed - start + 1,
-                first: Some((seed, violation.invariant.clone(), violation.detail.clone())),
+                first: Some((seed, invariant, detail)),
             };
         }
     }

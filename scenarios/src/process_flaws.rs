@@ -304,7 +304,7 @@ pub const ENTRIES: [ProcessFlaw; 15] = [
     ProcessFlaw {
         name: "client_price",
         origin: "this catalog (`scenario flaws --list`), in a sut-server process",
-        mechanism: "TCC participants that charge whatever amount the coordinator's Try carries                     (the draw's price taken from the client's request, OWASP API6):                     `scenario tcc`'s hostile coordinator sends one draw per sequence at price 0                     for an activity the operator registered at 10, and the wallet freezes 0",
+        mechanism: "TCC participants that charge whatever amount the coordinator's Try carries (the draw's price taken from the client's request, OWASP API6): `scenario tcc`'s hostile coordinator sends one draw per sequence at price 0 for an activity the operator registered at 10, and the wallet freezes 0",
         caught_by: "lottery.paid",
         program: Program::SutServerParticipant,
         servers: 1,

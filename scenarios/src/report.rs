@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use reports::model::{
-    ClockSeries, EdgeRow, FaultSpan, InvariantResult, Judgement, OpsBucket, Phase, Seeds,
-    SimulationReport, Violation,
+    ClockSeries, CrashPointRow, CrashPointsReport, EdgeRow, FaultSpan, InvariantResult, Judgement,
+    OpsBucket, Phase, Seeds, SimulationReport, Violation,
 };
 use sim::run::{SeedOutcome, Sweep};
 use sim::scenario::Scenario;
@@ -25,10 +25,23 @@ pub fn replay_command(scenario: &Scenario, seed: u64, duration: Option<f64>) -> 
     } else {
         " --no-buggify"
     };
+    let crash_at = scenario
+        .run
+        .crash_at
+        .as_ref()
+        .map(|spec| format!(" --crash-at {spec}"))
+        .unwrap_or_default();
     format!(
-        "cargo run --release --bin scenario -- {} --seed {seed} --seeds 1{duration}{flaw}{buggify}",
+        "cargo run --release --bin scenario -- {} --seed {seed} --seeds 1{duration}{flaw}{buggify}{crash_at}",
         scenario.name
     )
+}
+
+/// The line that replays a crash point tried in a seed: the seed's replay line (`replay`) with
+/// `--crash-at` naming the point.
+#[must_use]
+pub fn crash_replay(replay: &str, plan: &sim::crashpoints::CrashPlan) -> String {
+    format!("{replay} --crash-at {}", plan.spec())
 }
 
 /// The seed whose timeline the report shows: the first failing seed, re-run with its history
@@ -55,12 +68,28 @@ fn invariant_results(sweep: &Sweep, shown: Option<&SeedOutcome>) -> Vec<Invarian
     sim::checkers::INVARIANTS
         .iter()
         .map(|name| {
-            let first = sweep.seeds.iter().find_map(|s| {
-                s.results
-                    .iter()
-                    .find(|(n, v)| n == name && v.is_some())
-                    .map(|(_, v)| (s.seed, v.clone()))
-            });
+            let first = sweep
+                .seeds
+                .iter()
+                .find_map(|s| {
+                    s.results
+                        .iter()
+                        .find(|(n, v)| n == name && v.is_some())
+                        .map(|(_, v)| (s.seed, v.clone()))
+                })
+                .or_else(|| {
+                    // A crash point's run (whose history is not the one shown).
+                    sweep
+                        .crash_violations()
+                        .find(|(_, _, v)| v.invariant == *name)
+                        .map(|(seed, tried, v)| {
+                            let mut v = v.clone();
+                            v.detail =
+                                format!("at crash point {}: {}", tried.plan.spec(), v.detail);
+                            v.event = None;
+                            (seed, Some(v))
+                        })
+                });
             match first {
                 None => InvariantResult::held(*name),
                 Some((seed, violation)) => {
@@ -272,7 +301,15 @@ pub fn simulation_showing(
             invariant: v.invariant.clone(),
             detail: v.detail.clone(),
             replay: Some(replay(seed)),
+            crash_point: None,
         })
+        .chain(sweep.crash_violations().map(|(seed, tried, v)| Violation {
+            seed,
+            invariant: v.invariant.clone(),
+            detail: v.detail.clone(),
+            replay: Some(crash_replay(&replay(seed), &tried.plan)),
+            crash_point: Some(tried.key.to_string()),
+        }))
         .collect();
     let (faults, clock_offsets, ops_over_time, nodes, timeline_seed) = match &shown {
         None => (Vec::new(), Vec::new(), Vec::new(), Vec::new(), None),
@@ -317,7 +354,41 @@ pub fn simulation_showing(
             .collect(),
         operations: operations(sweep),
         edges: edge_rows(scenario, sweep),
+        crash_points: crash_points(scenario, sweep),
     }
+}
+
+/// Crash points over the sweep, per distinct point: the seeds that found it, the runs that
+/// crashed there, and how many of them broke an invariant.
+fn crash_points(scenario: &Scenario, sweep: &Sweep) -> Option<Box<CrashPointsReport>> {
+    let summary = sweep.crash_points()?;
+    let mut rows: BTreeMap<&sim::crashpoints::PointKey, CrashPointRow> = BTreeMap::new();
+    for points in sweep.seeds.iter().filter_map(|s| s.crash_points.as_ref()) {
+        for found in &points.found {
+            rows.entry(&found.key).or_default().found_in_seeds += 1;
+        }
+        for tried in &points.tried {
+            let row = rows.entry(&tried.key).or_default();
+            row.tried += 1;
+            row.failed += u64::from(!tried.violations.is_empty());
+        }
+    }
+    Some(Box::new(CrashPointsReport {
+        budget: scenario.run.crash_points,
+        seeds: summary.seeds,
+        runs: summary.runs,
+        found: summary.found.len() as u64,
+        tried: summary.tried.len() as u64,
+        failed: summary.failed.len() as u64,
+        unreached: summary.unreached.len() as u64,
+        points: rows
+            .into_iter()
+            .map(|(key, row)| CrashPointRow {
+                point: key.to_string(),
+                ..row
+            })
+            .collect(),
+    }))
 }
 
 /// Per kind of client operation, over every seed of the sweep: ok, refused with the reasons

@@ -103,6 +103,12 @@ impl<R: Clone> Wal<R> {
 }
 
 impl<R> Wal<R> {
+    /// The oldest pending record (the first an fsync now would make durable).
+    #[must_use]
+    pub fn first_pending(&self) -> Option<&R> {
+        self.pending.first()
+    }
+
     /// The records [`Self::recover`] would return now, in order, read in place: what a
     /// checker reads at the end of a run without changing the log or copying it.
     pub fn durable(&self) -> impl Iterator<Item = &R> {

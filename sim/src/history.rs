@@ -69,6 +69,25 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The operation's kind (`segment_id`, `draw`, ...), as reports count them.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::SegmentId => "segment_id",
+            Self::SnowflakeId => "snowflake_id",
+            Self::SemanticId => "semantic_id",
+            Self::JwtIssue { .. } => "jwt_issue",
+            Self::JwtVerify { .. } => "jwt_verify",
+            Self::JwtRevoke { .. } => "jwt_revoke",
+            Self::OnceIssue { .. } => "once_issue",
+            Self::OnceConsume { .. } => "once_consume",
+            Self::Draw { .. } => "draw",
+            Self::DrawStatus { .. } => "draw_status",
+        }
+    }
+}
+
 /// A successful answer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Answer {
@@ -110,6 +129,18 @@ pub enum Outcome {
     Fail(String),
     /// No answer in time: it may or may not have happened.
     Timeout,
+}
+
+impl Outcome {
+    /// `ok`, `fail` or `timeout`.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Ok(_) => "ok",
+            Self::Fail(_) => "fail",
+            Self::Timeout => "timeout",
+        }
+    }
 }
 
 /// Which ID space an issued ID belongs to (uniqueness is per space).

@@ -11,6 +11,8 @@
 //! - [`scenario`]: scenario files (TOML) and the per-seed run spec.
 //! - [`clock`]: per-node wall and monotonic clocks on top of madsim's single clock.
 //! - [`disk`]: a crash-faithful disk (pending until synced; a crash drops or tears).
+//! - [`crashpoints`]: crash points, enumerated: every node's steps that matter found in a run,
+//!   then a crash of the node right there.
 //! - [`world`]: what outlives node incarnations: clocks, disks, the history, fault coverage.
 //! - [`msg`]: the messages.
 //! - [`chan`]: the nodes' queues: an unbounded channel that wakes as `futures`' does.
@@ -32,6 +34,7 @@ pub mod buggify;
 pub mod chan;
 pub mod checkers;
 pub mod clock;
+pub mod crashpoints;
 pub mod disk;
 pub mod faults;
 pub mod history;

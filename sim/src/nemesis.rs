@@ -11,6 +11,7 @@ use madsim::task::spawn;
 
 use crate::buggify::CrashSite;
 use crate::clock::sleep_ms;
+use crate::crashpoints::{Label, Site};
 use crate::faults::{self, Targets};
 use crate::history::EventKind;
 use crate::scenario::{FaultKind, ScheduledFault};
@@ -150,6 +151,9 @@ fn kill(world: &World, node: &str, tear: bool) {
             w.count("crash.lost_id_buffers", 1);
         }
         w.killed.insert(node.to_owned());
+        if let Some(probe) = &mut w.probe {
+            probe.node_down(node);
+        }
     });
     if let Some(id) = node_id(world, node) {
         world.with(|w| {
@@ -203,7 +207,8 @@ pub async fn run(world: World, stop_ms: u64) {
     }
     loop {
         madsim::time::sleep(Duration::from_millis(between(faults.every_ms.bounds()))).await;
-        if world.sim_ms() >= stop_ms {
+        // (A crash point's run may end its safety phase before `stop_ms`.)
+        if world.sim_ms() >= stop_ms || world.with(|w| w.workload_stopped) {
             return;
         }
         let mut roll = thread_rng().gen_range(0..total);
@@ -268,6 +273,9 @@ async fn play(world: &World, mut schedule: Vec<ScheduledFault>, stop_ms: u64) {
         let now = world.sim_ms();
         if event.at_ms > now {
             sleep_ms(event.at_ms - now).await;
+        }
+        if world.with(|w| w.workload_stopped) {
+            return;
         }
         inject(world, &event, stop_ms);
     }
@@ -542,21 +550,17 @@ fn apply_kill(world: &World, node: String, tear: bool, duration_ms: u64) {
     });
 }
 
-/// A crash BUGGIFY placed at a durable step of `node`, called from the node's own task: the
-/// node is killed there and restarted `down_ms` later by a task on the supervisor's node (the
-/// caller's node is gone).
-pub(crate) fn crash_in_place(world: &World, node: &str, site: CrashSite, down_ms: u64) {
+/// A crash placed at a step of `node` (by BUGGIFY or a crash point), called from the node's
+/// own task: the node is killed there (counted under `counter`) and restarted `down_ms` later by
+/// a task on the supervisor's node (the caller's node is gone). The caller's task must not go on.
+pub(crate) fn crash_in_place(world: &World, node: &str, counter: &str, why: &str, down_ms: u64) {
     kill(world, node, false);
-    let counter = match site {
-        CrashSite::BeforeSync => "crash.before_durable_step",
-        CrashSite::AfterSync => "crash.after_durable_step",
-    };
     world.count(counter, 1);
     let span = begin(
         world,
         node,
         FaultKind::Kill,
-        format!("BUGGIFY: crashed {}, down for {down_ms} ms", site.name()),
+        format!("{why}, down for {down_ms} ms"),
     );
     let supervisor = world.with(|w| w.supervisor);
     let node = node.to_owned();
@@ -572,6 +576,29 @@ pub(crate) fn crash_in_place(world: &World, node: &str, site: CrashSite, down_ms
             })
     };
     world.with(|w| w.supervisor_tasks.push(restarts.abort_handle()));
+}
+
+/// A crash point's planned crash strikes `node` here ([`crate::crashpoints`]): the node is
+/// killed and restarted after the plan's downtime, and the run is told (it ends its safety
+/// phase [`crate::crashpoints::TAIL_MS`] after the restart). The caller's task must not go on.
+pub(crate) fn strike(world: &World, node: &str) {
+    let (spec, down_ms) = world.with(|w| {
+        let now = w.sim_ms();
+        let probe = w
+            .probe
+            .as_mut()
+            .expect("a crash strikes only in a probed run");
+        probe.struck(now);
+        let plan = probe.plan().expect("a crash strikes only where planned");
+        (plan.spec(), plan.down_ms)
+    });
+    crash_in_place(
+        world,
+        node,
+        "crash.points",
+        &format!("crash point {spec}"),
+        down_ms,
+    );
 }
 
 /// Spawns a task of the nemesis on the current node (the supervisor's), noting it among the
@@ -722,26 +749,63 @@ pub fn heal_all(world: &World) {
     });
 }
 
-/// A durable step of the node this task runs on (its log's fsync, `site` of it): when this
-/// seed placed its crash at this arrival, the node is crashed here and the task never goes on.
-pub async fn durable_step(world: &World, site: CrashSite) {
-    let here = madsim::plugin::node();
+/// A durable step of the node this task runs on (its log's fsync, `site` of it, making durable
+/// records whose oldest is labelled `label`): when this seed placed its BUGGIFY crash at this
+/// arrival, or a crash point strikes here, the node is crashed and the task never goes on.
+pub async fn durable_step(world: &World, site: CrashSite, label: Option<Label>) {
     let hit = world.with(|w| {
+        if w.probe.is_none() && w.spec.buggify.crash.is_none() {
+            return None;
+        }
+        let name = w.current_node()?.to_owned();
+        if let Some(label) = label {
+            let point = match site {
+                CrashSite::BeforeSync => Site::BeforeSync,
+                CrashSite::AfterSync => Site::AfterSync,
+            };
+            if w.arrive(&name, point, label) {
+                return Some((name, None));
+            }
+        }
         let crash = w.spec.buggify.crash.as_ref()?;
-        if crash.site != site || w.healed || w.workload_stopped {
+        if crash.site != site || w.healed || w.workload_stopped || name != crash.node {
             return None;
         }
-        let (name, _) = w.node_ids.iter().find(|(_, id)| **id == here)?;
-        if *name != crash.node {
-            return None;
-        }
-        let (name, nth, down_ms) = (name.clone(), crash.nth, crash.down_ms);
+        let (nth, down_ms) = (crash.nth, crash.down_ms);
         let arrivals = w.durable_steps.entry(name.clone()).or_insert(0);
         *arrivals += 1;
-        (*arrivals == nth).then_some((name, down_ms))
+        (*arrivals == nth).then_some((name, Some(down_ms)))
     });
-    if let Some((node, down_ms)) = hit {
-        crash_in_place(world, &node, site, down_ms);
+    match hit {
+        None => return,
+        Some((node, None)) => strike(world, &node),
+        Some((node, Some(down_ms))) => {
+            let counter = match site {
+                CrashSite::BeforeSync => "crash.before_durable_step",
+                CrashSite::AfterSync => "crash.after_durable_step",
+            };
+            crash_in_place(
+                world,
+                &node,
+                counter,
+                &format!("BUGGIFY: crashed {}", site.name()),
+                down_ms,
+            );
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+/// Crash points: the node this task runs on is about to make its log durable; a crash planned
+/// after one of its sends holds it here until the send round has left and the crash strikes
+/// (the node is killed meanwhile, and the task with it).
+pub async fn hold_sync(world: &World) {
+    let held = world.with(|w| {
+        w.probe
+            .as_ref()
+            .is_some_and(|probe| w.current_node().is_some_and(|node| probe.holds_sync(node)))
+    });
+    if held {
         std::future::pending::<()>().await;
     }
 }

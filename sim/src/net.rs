@@ -46,6 +46,7 @@ use sut::clock::Now;
 use crate::buggify::{Buggify, StragglerClass};
 use crate::chan::{Receiver, Sender, unbounded};
 use crate::clock::SimClock;
+use crate::crashpoints::{Label, Site};
 use crate::history::EventKind;
 pub use crate::msg::Msg;
 use crate::wire::{self, Transport};
@@ -163,6 +164,9 @@ pub struct Inbox {
     /// The rest of the last datagram, and its sender.
     pending: VecDeque<Msg>,
     from: Arc<str>,
+    /// Crash points: the run's world and this node's name, when the run has a probe
+    /// ([`crate::crashpoints`]; a message taken from the inbox is a [`Site::Recv`]).
+    probed: Option<(World, String)>,
 }
 
 impl Inbox {
@@ -170,6 +174,13 @@ impl Inbox {
     pub async fn recv(&mut self) -> Option<(Msg, Arc<str>)> {
         loop {
             if let Some(msg) = self.pending.pop_front() {
+                if let Some((world, node)) = &self.probed
+                    && world.with(|w| w.arrive(node, Site::Recv, Label::of_msg(&msg)))
+                {
+                    // The node dies with the message unread.
+                    crate::nemesis::strike(world, node);
+                    std::future::pending::<()>().await;
+                }
                 return Some((msg, Arc::clone(&self.from)));
             }
             let (msgs, from) = self.rx.recv().await?;
@@ -231,10 +242,15 @@ impl Ctx {
             out,
             clock: SimClock::current(),
         };
+        let probed = ctx
+            .world
+            .with(|w| w.probe.is_some())
+            .then(|| (ctx.world.clone(), name.to_owned()));
         let inbox = Inbox {
             rx,
             pending: VecDeque::new(),
             from: Arc::from(""),
+            probed,
         };
         (ctx, inbox)
     }
@@ -315,6 +331,7 @@ async fn send_rounds(
     // room kept for the next.
     let mut rounds: Vec<(SocketAddr, Vec<Msg>)> = Vec::new();
     let mut legs: Vec<Leg> = Vec::new();
+    let probed = world.with(|w| w.probe.is_some());
     while let Some((addr, msg)) = queued.recv().await {
         debug_assert!(rounds.is_empty() && legs.is_empty());
         // One datagram per destination, in address order (a handful of destinations a round).
@@ -346,6 +363,9 @@ async fn send_rounds(
                 w.count("net.delayed_by_spike", sent);
             }
         }
+        // Crash points: each message is a send; a crash planned at one of them strikes once the
+        // round has left, and holds the node's fsyncs until then.
+        let strike = probed && arrive_sends(&world, &name, &rounds);
         match transport {
             Transport::Wire if rounds.len() <= JOIN_ALL_SMALL => {
                 legs.extend(rounds.drain(..).map(|(to, msgs)| Leg::Start(to, msgs)));
@@ -385,7 +405,25 @@ async fn send_rounds(
                 let _ = futures::future::join_all(sends).await;
             }
         }
+        if strike {
+            crate::nemesis::strike(&world, &name);
+            std::future::pending::<()>().await;
+        }
     }
+}
+
+/// Crash points: the messages of a send round arrive at [`Site::Send`] in order; `true` when the
+/// planned crash strikes at one of them (the node's fsyncs are then held until it does).
+fn arrive_sends(world: &World, node: &str, rounds: &[(SocketAddr, Vec<Msg>)]) -> bool {
+    let mut w = world.lock();
+    let mut strike = false;
+    for msg in rounds.iter().flat_map(|(_, msgs)| msgs) {
+        strike |= w.arrive(node, Site::Send, Label::of_msg(msg));
+    }
+    if strike && let Some(probe) = &mut w.probe {
+        probe.arm(node);
+    }
+    strike
 }
 
 /// How long this seed's BUGGIFY holds `msg` back, if it straggles (drawn from `rng`).

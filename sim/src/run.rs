@@ -16,6 +16,7 @@ use sut::lottery::journal::{self, JournalOp};
 use sut::lottery::{CoordLog, Ledger, LotteryStore, ParticipantReply};
 
 use crate::checkers::{FinalState, Violation, check_all, gap_bound};
+use crate::crashpoints::{self, CrashPlan, PointKey, Probe, SeedCrashPoints, Struck, Tried};
 use crate::history::{Event, EventKind, Outcome};
 use crate::net::{Ctx, Inbox, PORT};
 use crate::nodes;
@@ -78,6 +79,10 @@ pub struct SeedOutcome {
     pub op_failures: BTreeMap<String, BTreeMap<String, u64>>,
     /// Node names.
     pub nodes: Vec<String>,
+    /// Crash points (`--crash-points`, `--crash-at`): the points the seed reached and those
+    /// tried, each a run of the seed again with a crash there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_points: Option<SeedCrashPoints>,
     /// The history itself, when asked for.
     pub history: Option<Vec<Event>>,
     /// Wall-clock seconds this seed took.
@@ -85,9 +90,17 @@ pub struct SeedOutcome {
 }
 
 impl SeedOutcome {
-    /// The violations.
+    /// The violations of the seed's own run.
     pub fn violations(&self) -> impl Iterator<Item = &Violation> {
         self.results.iter().filter_map(|(_, v)| v.as_ref())
+    }
+
+    /// The violations of the crash points tried, each with its point.
+    pub fn crash_violations(&self) -> impl Iterator<Item = (&Tried, &Violation)> {
+        self.crash_points
+            .iter()
+            .flat_map(|c| &c.tried)
+            .flat_map(|t| t.violations.iter().map(move |v| (t, v)))
     }
 }
 
@@ -186,22 +199,6 @@ fn ops_series(history: &[Event]) -> Vec<OpsBucket> {
     buckets.into_values().collect()
 }
 
-fn op_kind(op: &crate::history::Op) -> &'static str {
-    use crate::history::Op;
-    match op {
-        Op::SegmentId => "segment_id",
-        Op::SnowflakeId => "snowflake_id",
-        Op::SemanticId => "semantic_id",
-        Op::JwtIssue { .. } => "jwt_issue",
-        Op::JwtVerify { .. } => "jwt_verify",
-        Op::JwtRevoke { .. } => "jwt_revoke",
-        Op::OnceIssue { .. } => "once_issue",
-        Op::OnceConsume { .. } => "once_consume",
-        Op::Draw { .. } => "draw",
-        Op::DrawStatus { .. } => "draw_status",
-    }
-}
-
 /// Per operation kind, how its operations ended (`[ok, failed, indeterminate]`), and why they
 /// failed: the reasons with their numbers as `N` (so that "user 12 has 5 …" and "user 40 has
 /// 0 …" count as one reason), with counts. One pass over the history; each distinct reason is
@@ -214,14 +211,14 @@ type OpSummaries = (
 fn op_summaries(history: &[Event]) -> OpSummaries {
     let mut kinds: rustc_hash::FxHashMap<(&str, u64), &'static str> =
         rustc_hash::FxHashMap::with_capacity_and_hasher(history.len() / 2, Default::default());
-    // A handful of kinds, each a literal of `op_kind`: a short list, put in order at the end.
+    // A handful of kinds, each a literal of `Op::kind`: a short list, put in order at the end.
     let mut outcomes: Vec<(&'static str, [u64; 3])> = Vec::new();
     let mut reasons: rustc_hash::FxHashMap<(&'static str, &str), u64> =
         rustc_hash::FxHashMap::default();
     for e in history {
         match &e.kind {
             EventKind::Invoke { op_id, op } => {
-                kinds.insert((&*e.node, *op_id), op_kind(op));
+                kinds.insert((&*e.node, *op_id), op.kind());
             }
             EventKind::Complete { op_id, outcome } => {
                 let kind = kinds.get(&(&*e.node, *op_id)).copied().unwrap_or("unknown");
@@ -348,12 +345,40 @@ fn create_nodes(world: &World, names: &[String]) {
     }
 }
 
-/// The safety phase (workload and nemesis), then the liveness phase (every fault healed).
+/// The safety phase (workload and nemesis), then the liveness phase (every fault healed). A
+/// crash point's run ends its safety phase [`crashpoints::TAIL_MS`] after the crashed node is
+/// back (the run up to the crash is the seed's own; what follows is judged as any run).
 async fn run_phases(world: &World, scenario: &Scenario) {
     world.record("nemesis", |_| EventKind::Phase("safety".into()));
     let safety_ms = scenario.run.safety_ms;
     crate::nemesis::supervise(world, move |world| crate::nemesis::run(world, safety_ms));
-    madsim::time::sleep(Duration::from_millis(scenario.run.safety_ms)).await;
+    let crashed = world.with(|w| {
+        w.probe
+            .as_mut()
+            .and_then(|p| p.plan().is_some().then(|| p.on_crash()))
+    });
+    match crashed {
+        // (No other timer and no other wake-up than a plain run's until the crash: the run is
+        // the seed's own up to there.)
+        Some(crashed) => {
+            let safety_end_ms = world.sim_ms() + safety_ms;
+            let safety = madsim::time::sleep(Duration::from_millis(safety_ms));
+            if let futures::future::Either::Right((Ok(at_ms), _)) =
+                futures::future::select(safety, crashed).await
+            {
+                let down_ms = world.with(|w| {
+                    w.probe
+                        .as_ref()
+                        .and_then(|p| p.plan())
+                        .map_or(0, |p| p.down_ms)
+                });
+                let end_ms = (at_ms + down_ms + crashpoints::TAIL_MS).min(safety_end_ms);
+                let now_ms = world.sim_ms();
+                madsim::time::sleep(Duration::from_millis(end_ms.saturating_sub(now_ms))).await;
+            }
+        }
+        None => madsim::time::sleep(Duration::from_millis(safety_ms)).await,
+    }
     world.with(|w| {
         w.workload_stopped = true;
         w.record("nemesis", |_| EventKind::Phase("liveness".into()));
@@ -423,7 +448,8 @@ async fn simulate(
     seed: u64,
     keep_history: bool,
     transport: Transport,
-) -> SeedOutcome {
+    probe: Option<Probe>,
+) -> (SeedOutcome, Option<Probe>) {
     let enabled_faults = resolve_faults(&scenario);
     let buggify = crate::buggify::Buggify::for_seed(seed, &scenario, &enabled_faults);
     let scenario = buggify.scenario(scenario);
@@ -434,7 +460,10 @@ async fn simulate(
         faults: enabled_faults.clone(),
         buggify: buggify.clone(),
     });
-    world.with(|w| w.transport = transport);
+    world.with(|w| {
+        w.transport = transport;
+        w.probe = probe;
+    });
     setup_disks(&world);
     create_nodes(&world, &names);
     run_phases(&world, &scenario).await;
@@ -460,7 +489,7 @@ async fn simulate(
         replies: effective_replies(&world),
         gap_bound_ids: gap_bound(scenario.ids.step_max, stranding),
         progress: progress_spec(&scenario),
-        round_grace_ms: nodes::tcc::coordinator_config(&buggify).round_ms_max(),
+        round_grace_ms: nodes::tcc::coordinator_config(&buggify, scenario.run.flaw).round_ms_max(),
         registry: nodes::tcc::registry(&scenario.workload),
     };
     let (results, ids_lost) = judge(&history, &state, ledger.err());
@@ -483,11 +512,13 @@ async fn simulate(
         op_outcomes,
         op_failures,
         nodes: names,
+        crash_points: None,
         history: keep_history.then_some(history),
         wall_seconds: 0.0,
     };
+    let probe = world.with(|w| w.probe.take());
     release(&world).await;
-    outcome
+    (outcome, probe)
 }
 
 /// Lets the seed's memory go once its outcome is known (nothing of the run is read after this).
@@ -561,6 +592,119 @@ pub fn run_seed_on(
     keep_history: bool,
     transport: Transport,
 ) -> SeedOutcome {
+    run_probed(scenario, seed, keep_history, transport, None).0
+}
+
+/// Runs one seed as the scenario's `[run]` says: with its crash points tried
+/// (`crash_points`), with one crash point struck (`crash_at`), or plainly. With crash points,
+/// `keep_history` keeps the seed's own run's history.
+///
+/// # Panics
+/// If `crash_at` is not a valid plan (the scenario's validation refuses it).
+#[must_use]
+pub fn run_seed_as_set(scenario: &Scenario, seed: u64, keep_history: bool) -> SeedOutcome {
+    if let Some(spec) = &scenario.run.crash_at {
+        let plan = CrashPlan::parse(spec, crash_down_ms(scenario))
+            .expect("a validated scenario's crash_at");
+        return run_seed_crashed(scenario, seed, &plan, keep_history);
+    }
+    match scenario.run.crash_points {
+        0 => run_seed(scenario, seed, keep_history),
+        budget => run_seed_with_crash_points(scenario, seed, budget, keep_history),
+    }
+}
+
+/// How long a crash point's node stays down: the shortest downtime of the scenario's faults.
+#[must_use]
+pub fn crash_down_ms(scenario: &Scenario) -> u64 {
+    scenario.faults.down_ms.bounds()[0].max(1)
+}
+
+/// Runs one seed with the crash `plan` (`--crash-at`): the seed's own run up to the planned
+/// arrival, the node crashed there and restarted, then judged as any run. Its outcome names the
+/// plan (and when the crash came: never, if the run did not reach that arrival).
+#[must_use]
+pub fn run_seed_crashed(
+    scenario: &Scenario,
+    seed: u64,
+    plan: &CrashPlan,
+    keep_history: bool,
+) -> SeedOutcome {
+    let (mut outcome, probe) = run_probed(
+        scenario,
+        seed,
+        keep_history,
+        Transport::default(),
+        Some(Probe::crash(plan.clone())),
+    );
+    outcome.crash_points = Some(SeedCrashPoints {
+        struck: Some(Struck {
+            plan: plan.clone(),
+            crashed_at_ms: probe.and_then(|p| p.crashed_at_ms()),
+        }),
+        ..SeedCrashPoints::default()
+    });
+    outcome
+}
+
+/// Runs one seed with crash points: the seed's own run, probed for the points it reaches
+/// (its outcome is that of a plain run of the seed), then at most `budget` of those points
+/// ([`crashpoints::choose`]), each a run of the seed with a crash there.
+#[must_use]
+pub fn run_seed_with_crash_points(
+    scenario: &Scenario,
+    seed: u64,
+    budget: u32,
+    keep_history: bool,
+) -> SeedOutcome {
+    let started = Instant::now();
+    let (mut outcome, probe) = run_probed(
+        scenario,
+        seed,
+        keep_history,
+        Transport::default(),
+        Some(Probe::record()),
+    );
+    let found = probe.map(|p| p.found().to_vec()).unwrap_or_default();
+    let down_ms = crash_down_ms(scenario);
+    let tried = crashpoints::choose(&found, usize::try_from(budget).unwrap_or(usize::MAX), seed)
+        .into_iter()
+        .map(|point| {
+            let plan = point.plan(down_ms);
+            let (crashed, probe) = run_probed(
+                scenario,
+                seed,
+                false,
+                Transport::default(),
+                Some(Probe::crash(plan.clone())),
+            );
+            Tried {
+                key: point.key.clone(),
+                plan,
+                crashed_at_ms: probe.and_then(|p| p.crashed_at_ms()),
+                violations: crashed.violations().cloned().collect(),
+                events: crashed.events,
+                trace_hash: crashed.trace_hash,
+            }
+        })
+        .collect();
+    outcome.crash_points = Some(SeedCrashPoints {
+        found,
+        tried,
+        struck: None,
+    });
+    outcome.wall_seconds = started.elapsed().as_secs_f64();
+    outcome
+}
+
+/// Runs one seed with `probe` (none: a plain run).
+fn run_probed(
+    scenario: &Scenario,
+    seed: u64,
+    keep_history: bool,
+    transport: Transport,
+    probe: Option<Probe>,
+) -> (SeedOutcome, Option<Probe>) {
     RUNNING.with(|r| {
         *r.borrow_mut() = Some(RunningSeed {
             scenario: scenario.name.clone(),
@@ -571,9 +715,15 @@ pub fn run_seed_on(
     let _running = RunningGuard;
     let started = Instant::now();
     let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
-    let mut outcome = runtime.block_on(simulate(scenario.clone(), seed, keep_history, transport));
+    let (mut outcome, probe) = runtime.block_on(simulate(
+        scenario.clone(),
+        seed,
+        keep_history,
+        transport,
+        probe,
+    ));
     outcome.wall_seconds = started.elapsed().as_secs_f64();
-    outcome
+    (outcome, probe)
 }
 
 /// Runs seed `seed` twice and compares the history hashes.
@@ -643,12 +793,79 @@ impl Sweep {
         !self.unreached_edges.is_empty()
     }
 
-    /// Every violation with its seed.
+    /// Every violation of the seeds' own runs, with its seed.
     pub fn violations(&self) -> impl Iterator<Item = (u64, &Violation)> {
         self.seeds
             .iter()
             .flat_map(|s| s.violations().map(move |v| (s.seed, v)))
     }
+
+    /// Every violation of a crash point tried, with its seed and point.
+    pub fn crash_violations(&self) -> impl Iterator<Item = (u64, &Tried, &Violation)> {
+        self.seeds
+            .iter()
+            .flat_map(|s| s.crash_violations().map(move |(t, v)| (s.seed, t, v)))
+    }
+
+    /// What crash points did in this sweep (`None`: the sweep tried none and found none).
+    #[must_use]
+    pub fn crash_points(&self) -> Option<CrashPointsSummary> {
+        let with: Vec<&SeedOutcome> = self
+            .seeds
+            .iter()
+            .filter(|s| s.crash_points.is_some())
+            .collect();
+        if with.is_empty() {
+            return None;
+        }
+        let mut summary = CrashPointsSummary {
+            seeds: with.len() as u64,
+            ..CrashPointsSummary::default()
+        };
+        for outcome in with {
+            let points = outcome.crash_points.as_ref().expect("filtered on Some");
+            if let Some(struck) = &points.struck {
+                summary.struck.push((outcome.seed, struck.clone()));
+            }
+            summary.found_in_seeds += points.found.len() as u64;
+            summary
+                .found
+                .extend(points.found.iter().map(|f| f.key.clone()));
+            for tried in &points.tried {
+                summary.runs += 1;
+                summary.found.insert(tried.key.clone());
+                summary.tried.insert(tried.key.clone());
+                if tried.crashed_at_ms.is_none() {
+                    summary.unreached.push((outcome.seed, tried.plan.clone()));
+                }
+                if !tried.violations.is_empty() {
+                    summary.failed.insert(tried.key.clone());
+                }
+            }
+        }
+        Some(summary)
+    }
+}
+
+/// What crash points did over a sweep.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CrashPointsSummary {
+    /// Seeds that found (and tried) crash points.
+    pub seeds: u64,
+    /// Points found, summed over the seeds (each seed's distinct points).
+    pub found_in_seeds: u64,
+    /// Runs with a crash (one per point tried).
+    pub runs: u64,
+    /// Distinct points found over the sweep.
+    pub found: std::collections::BTreeSet<PointKey>,
+    /// Distinct points tried over the sweep.
+    pub tried: std::collections::BTreeSet<PointKey>,
+    /// Distinct points whose crash broke an invariant in some seed.
+    pub failed: std::collections::BTreeSet<PointKey>,
+    /// Crashes planned that their run never reached (the node went down first), by seed.
+    pub unreached: Vec<(u64, CrashPlan)>,
+    /// Replays of one point (`--crash-at`), by seed.
+    pub struck: Vec<(u64, Struck)>,
 }
 
 /// Runs `seeds` on `jobs` threads; `progress` is called after each seed.
@@ -670,7 +887,7 @@ pub fn sweep(
                     else {
                         return;
                     };
-                    let outcome = run_seed(scenario, seed, false);
+                    let outcome = run_seed_as_set(scenario, seed, false);
                     progress(&outcome);
                     done.lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -160,6 +160,20 @@ pub struct RunSection {
     /// builds; the mutation gate turns it on in its release build.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub self_checks: bool,
+    /// Crash points (`sim::crashpoints`): per seed, the points found in its run are tried, at
+    /// most this many, each as the same seed run again with a crash of that node right there.
+    /// 0: off. `--crash-points N` overrides.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub crash_points: u32,
+    /// One crash point to strike in every seed, as `NODE:SITE:LABEL#N`
+    /// (`sim::crashpoints::CrashPlan`): how a failing crash point replays. `--crash-at`
+    /// overrides.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash_at: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for RunSection {
@@ -173,6 +187,8 @@ impl Default for RunSection {
             expect: None,
             buggify: true,
             self_checks: false,
+            crash_points: 0,
+            crash_at: None,
         }
     }
 }
@@ -876,6 +892,15 @@ impl Scenario {
         }
         if self.run.safety_ms == 0 {
             return Err(("safety_ms", "must be positive".into()));
+        }
+        if let Some(spec) = &self.run.crash_at {
+            crate::crashpoints::CrashPlan::parse(spec, 1).map_err(|e| ("crash_at", e))?;
+            if self.run.crash_points > 0 {
+                return Err((
+                    "crash_at",
+                    "replays one crash point: it does not go with `crash_points`".into(),
+                ));
+            }
         }
         if self.topology.id_nodes == 0 || self.topology.id_nodes > 64 {
             return Err((

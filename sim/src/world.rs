@@ -18,6 +18,7 @@ use sut::lottery::journal::{JournalOp, Journaled};
 
 use crate::buggify::Buggify;
 use crate::clock::{NodeClock, SimClock};
+use crate::crashpoints::{Label, Labeled};
 use crate::disk::Wal;
 use crate::history::{Event, EventKind};
 use crate::scenario::{FaultKind, Scenario};
@@ -82,6 +83,31 @@ pub enum TokenRec {
         /// The node's clock then.
         now: Now,
     },
+}
+
+impl Labeled for DbRec {
+    fn label(&self) -> Label {
+        match self {
+            Self::CreateTag(..) => Label::new("create_tag", "", ""),
+            Self::Call(call) => Label::new(call.kind(), "", ""),
+            Self::Reclaim(_) => Label::new("reclaim", "", ""),
+        }
+    }
+}
+
+impl Labeled for TokenRec {
+    fn label(&self) -> Label {
+        Label::new(
+            match self {
+                Self::Revoke { .. } => "revoke",
+                Self::IssueOnce { .. } => "issue_once",
+                Self::Purge { .. } => "purge",
+                Self::ConsumeOnce { .. } => "consume_once",
+            },
+            "",
+            "",
+        )
+    }
 }
 
 /// The simulated disks.
@@ -180,6 +206,9 @@ pub struct WorldState {
     pub supervisor_tasks: Vec<madsim::task::AbortHandle>,
     /// Arrivals at each node's durable steps (`buggify::CrashSite`), counted for a placed crash.
     pub durable_steps: BTreeMap<String, u64>,
+    /// Crash points ([`crate::crashpoints`]): the probe of this run, when it finds points or
+    /// strikes one; `None` in a plain run (nothing counted, nothing held).
+    pub probe: Option<crate::crashpoints::Probe>,
     /// The seed's arrivals at edge states: every node moves its machines' here after each step
     /// ([`World::take_edges`]).
     pub edges: sut::edge::Edges,
@@ -303,6 +332,7 @@ impl World {
             supervisor: madsim::plugin::node(),
             supervisor_tasks: Vec::new(),
             durable_steps: BTreeMap::new(),
+            probe: None,
             edges: sut::edge::Edges::new(),
             transport: Transport::default(),
             wire: Wire::default(),
@@ -416,6 +446,35 @@ impl WorldState {
             kind: make(seq),
         });
         seq
+    }
+
+    /// Crash points: `node` arrives at `site` with `label`; `true` when this run's planned
+    /// crash strikes here. Only in the safety phase: a crash in the liveness phase would leave
+    /// no time for the recovery the checkers judge.
+    pub fn arrive(
+        &mut self,
+        node: &str,
+        site: crate::crashpoints::Site,
+        label: crate::crashpoints::Label,
+    ) -> bool {
+        if self.healed || self.workload_stopped {
+            return false;
+        }
+        let now_ms = self.sim_ms();
+        self.probe
+            .as_mut()
+            .is_some_and(|probe| probe.arrive(node, site, label, now_ms))
+    }
+
+    /// The name of the node whose task is running (madsim's current node), if it is one of the
+    /// run's nodes.
+    #[must_use]
+    pub fn current_node(&self) -> Option<&str> {
+        let here = madsim::plugin::node();
+        self.node_ids
+            .iter()
+            .find(|(_, id)| **id == here)
+            .map(|(name, _)| name.as_str())
     }
 
     /// Adds node `name` at `addr` (its clock starts true).

@@ -41,7 +41,7 @@ fn a_seed_draws_the_same_knobs_every_time_and_every_knob_is_valid() {
         let b = drawn(&scenario, seed, &faults);
         assert_eq!(b, drawn(&scenario, seed, &faults), "seed {seed}");
         on += u32::from(b.is_on());
-        let coordinator = sim::nodes::tcc::coordinator_config(&b);
+        let coordinator = sim::nodes::tcc::coordinator_config(&b, None);
         assert_eq!(coordinator.validate(), Ok(()), "seed {seed}: {b:?}");
         // The last attempt waits longer than a healed round trip (2 × 10 ms + an fsync).
         let last = coordinator.timeout_ms(coordinator.attempts_max - 1);

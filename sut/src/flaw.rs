@@ -57,6 +57,14 @@ pub enum Flaw {
     OnceCheckThenDelete,
     /// A time field too narrow and never checked: when the epoch runs out the timestamp wraps.
     TimeFieldNarrow,
+    /// The TCC coordinator sends a draw's Try before the draw's Begin record is durable (the
+    /// write-ahead rule broken): a crash after the Try left and before the fsync leaves money
+    /// frozen and stock reserved for a draw that no recovered coordinator knows.
+    CoordTryBeforeBegin,
+    /// The coordinator's status table books a draw's end only on the path that answers its
+    /// client: a draw answered `pending` and finished later by compensation is never booked,
+    /// and its client's polls find nothing, for ever.
+    StatusLostAfterCompensation,
     /// The draw's ticket price is taken from the request (checked only against an upper bound)
     /// and the participants charge whatever the coordinator sends: a client that names price 0
     /// draws for nothing.
@@ -65,7 +73,7 @@ pub enum Flaw {
 
 impl Flaw {
     /// Every flaw, in catalog order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 16] = [
         Self::SegmentNoVersionCheck,
         Self::CounterNoPersist,
         Self::CounterEverysec,
@@ -80,6 +88,8 @@ impl Flaw {
         Self::OnceCheckThenDelete,
         Self::TimeFieldNarrow,
         Self::ClientPrice,
+        Self::CoordTryBeforeBegin,
+        Self::StatusLostAfterCompensation,
     ];
 
     /// The name used on command lines and in reports.
@@ -100,6 +110,8 @@ impl Flaw {
             Self::OnceCheckThenDelete => "once_check_then_delete",
             Self::TimeFieldNarrow => "time_field_narrow",
             Self::ClientPrice => "client_price",
+            Self::CoordTryBeforeBegin => "coord_try_before_begin",
+            Self::StatusLostAfterCompensation => "status_lost_after_compensation",
         }
     }
 
@@ -132,6 +144,14 @@ impl Flaw {
             Self::TimeFieldNarrow => "baidu/uid-generator issue #100",
             Self::ClientPrice => {
                 "OWASP API Security Top 10 (2023) API6: sensitive business flows (docs/hostile.md)"
+            }
+            Self::CoordTryBeforeBegin => {
+                "the coordinator's write-ahead rule (docs/architecture.md); Seata registers the \
+                 global transaction before any branch; CrashTuner (SOSP '19) (docs/sources.md)"
+            }
+            Self::StatusLostAfterCompensation => {
+                "the server's 202 + poll contract (docs/server.md); DTM's queryable global \
+                 transaction status (docs/sources.md)"
             }
         }
     }
@@ -171,6 +191,12 @@ impl Flaw {
             Self::TimeFieldNarrow => "time field too narrow and unchecked: the timestamp wraps",
             Self::ClientPrice => {
                 "the client names the ticket price and nobody checks it: prizes won for nothing"
+            }
+            Self::CoordTryBeforeBegin => {
+                "TCC Try sent before the draw's Begin is durable: a crash between leaves money frozen"
+            }
+            Self::StatusLostAfterCompensation => {
+                "a draw answered pending and finished by compensation is never reported final to its client"
             }
         }
     }

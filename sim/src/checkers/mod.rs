@@ -6,14 +6,14 @@
 
 use serde::{Deserialize, Serialize};
 use sut::check::{AtMostOnce, Rising};
-use sut::lottery::invariants::ClientReport;
+use sut::lottery::invariants::{ClientReport, Followed, LastHeard};
 use sut::lottery::{DrawEvent, DrawStatus, Ledger, ParticipantReply, Xid, invariants};
 use sut::token::check::{TokenEvent, check_revoked_rejected, check_single_use};
 
 use crate::history::{Answer, Event, EventKind, IdSpace, Outcome};
 
 /// Every invariant, in report order.
-pub const INVARIANTS: [&str; 14] = [
+pub const INVARIANTS: [&str; 15] = [
     "ids.unique",
     "ids.monotonic",
     "ids.gap_bounded",
@@ -27,6 +27,7 @@ pub const INVARIANTS: [&str; 14] = [
     "lottery.settled",
     "lottery.agreement",
     "lottery.paid",
+    "lottery.pending_settled",
     "lottery.no_dead_letter_after_heal",
 ];
 
@@ -382,6 +383,92 @@ pub fn no_dead_letter_after_heal(history: &[Event], grace_ms: u64) -> Result<(),
     }
 }
 
+/// What each client was told of the draws it was answered `pending` (or another status that
+/// is not final) and what it heard last of each, from its own records: the polls' answers, a
+/// failed poll as a draw the coordinator no longer knew (forgotten, if it restarted since), a
+/// poll that timed out as nothing heard.
+#[must_use]
+pub fn followed_draws(history: &[Event]) -> Vec<Followed> {
+    use crate::history::Op;
+    let mut ops: rustc_hash::FxHashMap<(&str, u64), &Op> = rustc_hash::FxHashMap::default();
+    let mut followed: Vec<Followed> = Vec::new();
+    let mut index: rustc_hash::FxHashMap<(&str, u64), usize> = rustc_hash::FxHashMap::default();
+    // The coordinator's restarts (its final outcomes are in memory only).
+    let mut coord_boots: Vec<u64> = Vec::new();
+    for e in history {
+        if &*e.node == "coord" && matches!(e.kind, EventKind::Boot { .. }) {
+            coord_boots.push(e.seq);
+        }
+        match &e.kind {
+            EventKind::Invoke { op_id, op }
+                if matches!(op, Op::Draw { .. } | Op::DrawStatus { .. }) =>
+            {
+                ops.insert((&e.node, *op_id), op);
+            }
+            EventKind::Complete { op_id, outcome } => {
+                let Some(op) = ops.remove(&(&*e.node, *op_id)) else {
+                    continue;
+                };
+                match (op, outcome) {
+                    (Op::Draw { .. }, Outcome::Ok(Answer::Draw { xid, status }))
+                        if final_verdict(status).is_none() =>
+                    {
+                        index.insert((&e.node, *xid), followed.len());
+                        followed.push(Followed {
+                            client: e.node.to_string(),
+                            xid: Xid(*xid),
+                            told_at: e.seq,
+                            last: None,
+                        });
+                    }
+                    (Op::DrawStatus { xid }, Outcome::Ok(Answer::Draw { status, .. })) => {
+                        if let Some(&i) = index.get(&(&*e.node, *xid)) {
+                            let heard = final_verdict(status)
+                                .map_or_else(|| LastHeard::Open(status.clone()), LastHeard::Final);
+                            followed[i].last = Some((e.seq, heard));
+                        }
+                    }
+                    (Op::DrawStatus { xid }, Outcome::Fail(_)) => {
+                        if let Some(&i) = index.get(&(&*e.node, *xid)) {
+                            let restarted = coord_boots
+                                .iter()
+                                .any(|boot| (followed[i].told_at..e.seq).contains(boot));
+                            let heard = if restarted {
+                                LastHeard::Forgotten
+                            } else {
+                                LastHeard::Unknown
+                            };
+                            followed[i].last = Some((e.seq, heard));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    followed
+}
+
+/// The verdict of a final draw status's name (`confirmed`, `cancelled`); `None` for the others.
+fn final_verdict(status: &str) -> Option<sut::lottery::Verdict> {
+    [DrawStatus::Confirmed, DrawStatus::Cancelled]
+        .into_iter()
+        .find(|s| s.name() == status)?
+        .final_verdict()
+}
+
+/// `lottery.pending_settled` (`sut::lottery::invariants::pending_settled`) over what the clients
+/// recorded; judged only on a run whose faults healed (a history without a liveness phase
+/// promises nothing yet).
+pub fn pending_settled(history: &[Event]) -> Result<(), Violation> {
+    if healed(history).is_none() {
+        return Ok(());
+    }
+    invariants::pending_settled(&followed_draws(history))
+        .map_err(|v| violation(invariants::PENDING_SETTLED, v.event(), v.to_string()))
+}
+
 /// The event that began the liveness phase (every fault healed), if the history has one.
 fn healed(history: &[Event]) -> Option<&Event> {
     history
@@ -411,6 +498,10 @@ pub fn check_all(history: &[Event], state: &FinalState) -> (Vec<Checked>, u64) {
             .into_iter()
             .map(|(n, r)| (n.to_owned(), r)),
     );
+    results.push((
+        invariants::PENDING_SETTLED.to_owned(),
+        pending_settled(history),
+    ));
     results.push((
         "lottery.no_dead_letter_after_heal".to_owned(),
         no_dead_letter_after_heal(history, state.round_grace_ms),

@@ -8,7 +8,7 @@ use sut::token::check::TokenEvent;
 use sut::token::rows::OnceToken;
 
 use super::*;
-use crate::history::{Event, EventKind, IdSpace};
+use crate::history::{Answer, Event, EventKind, IdSpace, Outcome};
 
 fn history(kinds: Vec<EventKind>) -> Vec<Event> {
     kinds
@@ -602,4 +602,98 @@ fn agreement_judges_what_a_polling_client_was_told() {
         "{}",
         v.detail
     );
+}
+
+/// A client (`client1`) asks for draw 7; its answer `pending`, then polls answered `outcome`.
+fn followed_history(polls: Vec<Outcome>, coord_restarts: bool) -> Vec<Event> {
+    use crate::history::Op;
+    let mut kinds = vec![
+        EventKind::Invoke {
+            op_id: 1,
+            op: Op::Draw {
+                user: 1,
+                activity: 1,
+                won: false,
+                price: None,
+            },
+        },
+        EventKind::Complete {
+            op_id: 1,
+            outcome: Outcome::Ok(Answer::Draw {
+                xid: 7,
+                status: "pending".into(),
+            }),
+        },
+    ];
+    for (i, outcome) in polls.into_iter().enumerate() {
+        let op_id = 2 + i as u64;
+        kinds.push(EventKind::Invoke {
+            op_id,
+            op: Op::DrawStatus { xid: 7 },
+        });
+        kinds.push(EventKind::Complete { op_id, outcome });
+    }
+    kinds.push(EventKind::Phase("liveness".into()));
+    let mut h = history(kinds);
+    for e in &mut h {
+        e.node = "client1".into();
+    }
+    if coord_restarts {
+        // The coordinator restarts right after the client was told `pending`.
+        h.insert(
+            2,
+            Event {
+                seq: 0,
+                sim_ms: 2,
+                node: "coord".into(),
+                wall_ms: 0,
+                kind: EventKind::Boot { incarnation: 2 },
+            },
+        );
+        for (i, e) in h.iter_mut().enumerate() {
+            e.seq = i as u64;
+        }
+    }
+    h
+}
+
+fn status(name: &str) -> Outcome {
+    Outcome::Ok(Answer::Draw {
+        xid: 7,
+        status: name.into(),
+    })
+}
+
+#[test]
+fn pending_settled_fires_when_a_client_is_left_pending_or_forgotten() {
+    // Polled `pending` to the end: the last poll (#5) is named.
+    let stuck = followed_history(vec![status("in_progress"), status("pending")], false);
+    let v = pending_settled(&stuck).unwrap_err();
+    assert_eq!(v.invariant, "lottery.pending_settled");
+    assert_eq!(v.event, Some(5));
+    assert!(
+        v.detail.contains("client1 was told draw 7 is pending (#1)")
+            && v.detail.contains("#5")
+            && v.detail.contains("still `pending`"),
+        "{}",
+        v.detail
+    );
+    // Answered "unknown" by a coordinator that never restarted.
+    let unknown = followed_history(vec![Outcome::Fail("unknown draw 7".into())], false);
+    let v = pending_settled(&unknown).unwrap_err();
+    assert!(v.detail.contains("had not restarted"), "{}", v.detail);
+    // Every poll timed out: the answer `pending` (#1) is named.
+    let silent = followed_history(vec![Outcome::Timeout, Outcome::Timeout], false);
+    let v = pending_settled(&silent).unwrap_err();
+    assert_eq!(v.event, Some(1));
+    assert!(v.detail.contains("never heard"), "{}", v.detail);
+    // Settled: confirmed after a while; or forgotten in a coordinator restart (the documented
+    // limit); or no liveness phase yet.
+    let settled = followed_history(vec![status("pending"), status("confirmed")], false);
+    assert_eq!(pending_settled(&settled), Ok(()));
+    let forgotten = followed_history(vec![Outcome::Fail("unknown draw 7".into())], true);
+    assert_eq!(pending_settled(&forgotten), Ok(()));
+    let mut unhealed = stuck.clone();
+    unhealed.pop();
+    assert_eq!(pending_settled(&unhealed), Ok(()));
 }

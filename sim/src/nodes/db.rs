@@ -105,9 +105,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
 
     // Each call is handled as it arrives (the store is one lock, as in a real database);
     // mutations are answered through the group commit.
-    let group = GroupCommit::new(ctx.world.clone(), |d| {
-        d.db.sync();
-    });
+    let group = GroupCommit::new(ctx.world.clone(), |d| &mut d.db);
     // The store's own invariants after every call, with self-checks on, in correct runs (a flaw
     // may break the store's promises on purpose: the checkers judge those runs).
     let check_store =

@@ -125,17 +125,23 @@ fn recover_coordinator(ctx: &Ctx) -> Coord {
         let _ = log.append(entry);
     }
     let now = ctx.now();
-    let config = ctx.world.with(|w| coordinator_config(&w.spec.buggify));
+    let config = ctx
+        .world
+        .with(|w| coordinator_config(&w.spec.buggify, w.spec.scenario.run.flaw));
     Coord::recover(config, &log, now, Some(STATUSES_KEPT_MAX)).expect("a valid coordinator config")
 }
 
 /// The coordinator's configuration in this run: backoff capped at 1 s (with 6 attempts a phase
 /// gives up within 3.5 s, so a draw begun in the safety phase settles well inside the liveness
-/// phase, see `RunSection`), then the seed's BUGGIFY.
+/// phase, see `RunSection`), the run's flaw, then the seed's BUGGIFY.
 #[must_use]
-pub fn coordinator_config(buggify: &crate::buggify::Buggify) -> CoordinatorConfig {
+pub fn coordinator_config(
+    buggify: &crate::buggify::Buggify,
+    flaw: Option<sut::flaw::Flaw>,
+) -> CoordinatorConfig {
     buggify.coordinator(CoordinatorConfig {
         backoff_ms_max: 1_000,
+        flaw,
         ..CoordinatorConfig::default()
     })
 }
@@ -330,7 +336,7 @@ pub async fn run_participant(ctx: Ctx, mut inbox: Inbox) {
     let group = {
         let name = name.clone();
         GroupCommit::new(ctx.world.clone(), move |d| {
-            d.parts.entry(name.clone()).or_default().sync();
+            d.parts.entry(name.clone()).or_default()
         })
     };
     // Journals what the operation did and answers once it is durable.

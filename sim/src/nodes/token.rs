@@ -116,9 +116,7 @@ pub async fn run(ctx: Ctx, mut inbox: Inbox) {
 
     spawn(purge_every_second(ctx.clone(), Arc::clone(&svc)));
 
-    let group = GroupCommit::new(ctx.world.clone(), |d| {
-        d.token.sync();
-    });
+    let group = GroupCommit::new(ctx.world.clone(), |d| &mut d.token);
     while let Some((msg, from)) = inbox.recv().await {
         let Msg::Request { op_id, op } = msg else {
             continue;

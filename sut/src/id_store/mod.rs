@@ -603,7 +603,41 @@ pub enum StoreReply {
     Worker(Result<WorkerLease, StoreError>),
 }
 
+impl StoreReply {
+    /// The answer's kind and whether the store accepted the call (`allocate_ok`,
+    /// `worker_refused`, ...): the protocol step a crash point at this answer names.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Read(Ok(_)) => "read_ok",
+            Self::Read(Err(_)) => "read_refused",
+            Self::Allocate(Ok(_)) => "allocate_ok",
+            Self::Allocate(Err(_)) => "allocate_refused",
+            Self::Renew(Ok(_)) => "renew_ok",
+            Self::Renew(Err(_)) => "renew_refused",
+            Self::Release(Ok(())) => "release_ok",
+            Self::Release(Err(_)) => "release_refused",
+            Self::Worker(Ok(_)) => "worker_ok",
+            Self::Worker(Err(_)) => "worker_refused",
+        }
+    }
+}
+
 impl StoreCall {
+    /// The call's kind (`read`, `allocate`, `renew`, `release`, `acquire_worker`,
+    /// `renew_worker`): the protocol step a crash point at this call names.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "read",
+            Self::Allocate(_) => "allocate",
+            Self::Renew(_) => "renew",
+            Self::Release(_) => "release",
+            Self::AcquireWorker(_) => "acquire_worker",
+            Self::RenewWorker { .. } => "renew_worker",
+        }
+    }
+
     /// Performs the call against a store: the whole of a driver's store-side work.
     pub fn execute<S: IdStore + ?Sized>(&self, store: &mut S) -> StoreReply {
         match self {

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::coordinator::{CancelReason, Coordinator, DrawEvent, DrawOutcome, DrawStage};
 use super::log::Verdict;
 use super::{UserId, Xid};
+use crate::flaw::Flaw;
 
 /// The first answer to a draw request, from the coordinator's outcome event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +134,8 @@ pub struct Statuses {
     told_pending: BTreeSet<Xid>,
     ended: BTreeMap<Xid, (UserId, DrawOutcome)>,
     kept_max: usize,
+    /// FLAW `status_lost_after_compensation` switched on.
+    lose_compensated: bool,
 }
 
 /// A draw's status as a poll reports it.
@@ -152,11 +155,19 @@ impl Statuses {
     /// Nothing remembered yet; final outcomes of the last `kept_max` draws will be.
     #[must_use]
     pub fn new(kept_max: usize) -> Self {
+        Self::with_flaw(kept_max, None)
+    }
+
+    /// [`Self::new`], with the coordinator's flaw (only
+    /// [`Flaw::StatusLostAfterCompensation`] changes it).
+    #[must_use]
+    pub fn with_flaw(kept_max: usize, flaw: Option<Flaw>) -> Self {
         assert!(kept_max > 0, "a status must be kept for a while");
         Self {
             told_pending: BTreeSet::new(),
             ended: BTreeMap::new(),
             kept_max,
+            lose_compensated: flaw == Some(Flaw::StatusLostAfterCompensation),
         }
     }
 
@@ -170,6 +181,10 @@ impl Statuses {
                 self.told_pending.insert(xid);
             }
             ClientAnswer::DeadLettered => {}
+            // FLAW `status_lost_after_compensation`: the end of a draw whose client was told
+            // `pending` (it ended through compensation) is never booked; its polls find nothing.
+            ClientAnswer::Confirmed { .. } | ClientAnswer::Cancelled(_)
+                if self.lose_compensated && self.told_pending.remove(&xid) => {}
             ClientAnswer::Confirmed { .. } | ClientAnswer::Cancelled(_) => {
                 self.told_pending.remove(&xid);
                 self.ended
@@ -271,6 +286,46 @@ mod tests {
         );
         assert_eq!(DrawStatus::Pending.final_verdict(), None);
         assert_eq!(DrawStatus::InProgress.name(), "in_progress");
+    }
+
+    #[test]
+    fn the_flawed_table_never_books_the_end_of_a_draw_told_pending() {
+        use crate::lottery::{ActivityId, DrawArgs};
+        let event = |outcome| DrawEvent {
+            draw: DrawArgs {
+                xid: Xid(3),
+                user: UserId(7),
+                activity: ActivityId(1),
+                price_minor: 10,
+                won: false,
+            },
+            outcome,
+        };
+        let coordinator = Coordinator::new(crate::lottery::CoordinatorConfig::default())
+            .expect("the default config");
+        let parked = event(DrawOutcome::Parked {
+            verdict: Verdict::Cancel,
+        });
+        let cancelled = event(DrawOutcome::Cancelled {
+            reason: CancelReason::Recovered,
+        });
+        let mut correct = Statuses::new(8);
+        let mut flawed = Statuses::with_flaw(8, Some(Flaw::StatusLostAfterCompensation));
+        for statuses in [&mut correct, &mut flawed] {
+            assert_eq!(statuses.book(&parked), ClientAnswer::Pending);
+            assert!(statuses.book(&cancelled).is_final());
+            assert_eq!(statuses.check_invariants(), Ok(()));
+        }
+        assert_eq!(
+            correct.poll(&coordinator, Xid(3)).map(|p| p.status),
+            Some(DrawStatus::Cancelled)
+        );
+        assert_eq!(flawed.poll(&coordinator, Xid(3)), None, "the end was lost");
+        // A draw never told pending is booked as before.
+        let mut other = event(DrawOutcome::Confirmed { won: false });
+        other.draw.xid = Xid(4);
+        assert!(flawed.book(&other).is_final());
+        assert!(flawed.poll(&coordinator, Xid(4)).is_some());
     }
 
     #[test]

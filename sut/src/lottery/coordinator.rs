@@ -54,6 +54,7 @@ use super::wheel::{FailOutcome, TaskHandle, TaskSpec, TaskStatus, TimingWheel, W
 use super::{DrawArgs, Participant, Phase, Xid};
 use crate::clock::Now;
 use crate::edge::{Edge, Edges, Machine, Observed};
+use crate::flaw::Flaw;
 
 /// Recovery finds a draw begun and not decided.
 pub const RECOVERED_UNDECIDED: Edge = Edge::new(
@@ -154,6 +155,10 @@ pub struct CoordinatorConfig {
     /// The compensation schedule's timing wheel (its backoff is the wait between rounds).
     /// `tasks_max` must hold every draw in flight.
     pub wheel: WheelConfig,
+    /// A documented flaw (`crate::flaw`) switched on in the coordinator: only
+    /// [`Flaw::CoordTryBeforeBegin`] changes it. `None`: the correct coordinator.
+    #[serde(default)]
+    pub flaw: Option<Flaw>,
 }
 
 impl Default for CoordinatorConfig {
@@ -167,6 +172,7 @@ impl Default for CoordinatorConfig {
             park_delay_ms: 500,
             compensation_retries_max: 8,
             wheel: WheelConfig::default(),
+            flaw: None,
         }
     }
 }
@@ -506,7 +512,6 @@ impl Coordinator {
     }
 
     fn start_draw_step(&mut self, draw: DrawArgs, now: Now) -> Result<(), CoordinatorError> {
-        let _ = now;
         if draw.price_minor > AMOUNT_MAX {
             return Err(CoordinatorError::AmountTooLarge {
                 amount_minor: draw.price_minor,
@@ -525,9 +530,20 @@ impl Coordinator {
                 events_max: self.config.events_max,
             });
         }
-        self.draws
-            .insert(draw.xid, Draw::new(draw, DrawStage::LoggingBegin));
+        // FLAW `coord_try_before_begin`: the Try goes out with the Begin record, not after it
+        // is durable; a crash between the two leaves branches tried for a draw the recovered
+        // log does not know.
+        let try_at_once = self.config.flaw == Some(Flaw::CoordTryBeforeBegin);
+        let stage = if try_at_once {
+            DrawStage::Trying
+        } else {
+            DrawStage::LoggingBegin
+        };
+        self.draws.insert(draw.xid, Draw::new(draw, stage));
         self.log_outbox.push_back(LogEntry::Begin(draw));
+        if try_at_once {
+            self.send_phase(draw.xid, Phase::Try, now);
+        }
         Ok(())
     }
 

@@ -34,6 +34,8 @@ pub const SETTLED: &str = "lottery.settled";
 pub const AGREEMENT: &str = "lottery.agreement";
 /// `lottery.paid`
 pub const PAID: &str = "lottery.paid";
+/// `lottery.pending_settled`
+pub const PENDING_SETTLED: &str = "lottery.pending_settled";
 
 /// What is still open when `lottery.settled` expected everything closed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
@@ -238,6 +240,21 @@ pub enum LotteryViolation {
         /// The activity's registered price (`None`: not registered).
         price_minor: Option<u64>,
     },
+    /// A client was told its draw is pending and never heard a final answer.
+    #[error(
+        "{PENDING_SETTLED}: {} was told draw {} is pending (#{}) and {}",
+        followed.client,
+        followed.xid,
+        followed.told_at,
+        followed.last.as_ref().map_or_else(
+            || "never heard of it again: every later poll went unanswered".to_owned(),
+            |(at, heard)| format!("last heard (#{at}) {heard}, with every fault healed by the end of the run"),
+        )
+    )]
+    PendingNeverSettled {
+        /// What the client saw.
+        followed: Box<Followed>,
+    },
     /// More prizes issued than winning draws that paid the activity's price.
     #[error(
         "{PAID}: activity {activity} issued {issued} prize(s), but only {paid_wins} winning draw(s) paid its price"
@@ -250,6 +267,51 @@ pub enum LotteryViolation {
         /// Winning participations (pending or confirmed) at the registered price.
         paid_wins: u64,
     },
+}
+
+/// What a client last heard of a draw it was told is pending.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LastHeard {
+    /// A final answer: the draw was confirmed or cancelled.
+    Final(Verdict),
+    /// A status that is not final (`pending`, `in_progress`, `dead_lettered`), by name.
+    Open(String),
+    /// The service no longer knew the draw, and it had not restarted since the client was
+    /// told `pending`.
+    Unknown,
+    /// The service no longer knew the draw after a restart since the client was told
+    /// `pending`: the documented limit (a coordinator remembers final outcomes in memory only,
+    /// `CoordinatorNode::recover`), accepted and counted, not a violation.
+    Forgotten,
+}
+
+/// One client's view of a draw it was told is pending: where it was told so and what it last
+/// heard since, by the history's event numbers (`#N`) of the client's own records.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Followed {
+    /// The client.
+    pub client: String,
+    /// The draw.
+    pub xid: Xid,
+    /// The event (`#N`) that recorded the answer `pending`.
+    pub told_at: u64,
+    /// The last answer the client recorded about the draw since, with its event (`#N`);
+    /// `None`: none came (every poll timed out, or the client never polled).
+    pub last: Option<(u64, LastHeard)>,
+}
+
+impl std::fmt::Display for LastHeard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Final(Verdict::Confirm) => f.write_str("confirmed"),
+            Self::Final(Verdict::Cancel) => f.write_str("cancelled"),
+            Self::Open(status) => write!(f, "still `{status}`"),
+            Self::Unknown => {
+                f.write_str("a draw the service no longer knew (it had not restarted)")
+            }
+            Self::Forgotten => f.write_str("a draw the service forgot in a restart"),
+        }
+    }
 }
 
 impl LotteryViolation {
@@ -266,6 +328,22 @@ impl LotteryViolation {
             | Self::AnswerDisagrees { .. } => AGREEMENT,
             Self::Unsettled(_) => SETTLED,
             Self::Unpaid { .. } | Self::PrizeNotPaidFor { .. } => PAID,
+            Self::PendingNeverSettled { .. } => PENDING_SETTLED,
+        }
+    }
+
+    /// The first offending event, as the history numbers it (`#N`), where the violation is
+    /// about one event of a history the caller numbered.
+    #[must_use]
+    pub fn event(&self) -> Option<u64> {
+        match self {
+            Self::PendingNeverSettled { followed } => Some(
+                followed
+                    .last
+                    .as_ref()
+                    .map_or(followed.told_at, |(at, _)| *at),
+            ),
+            _ => None,
         }
     }
 }
@@ -596,6 +674,32 @@ pub fn check_safety(ledger: &Ledger, history: &[ParticipantReply]) -> Result<(),
     no_over_issue(ledger)?;
     no_hanging(history)?;
     no_duplicate_participation(history)
+}
+
+/// `lottery.pending_settled`: every draw a client was told is pending (the server's 202, the
+/// simulator's `pending`) reached a final answer for that client, confirmed or cancelled, by
+/// the end of the run, once every fault had healed. The branch-level invariants judge what the
+/// participants did; this one judges what the client saw: a draw given up by compensation (or
+/// answered "unknown" by a service that never restarted) and still polled as `pending` at the
+/// end is a broken promise even when every fence row closed. A draw forgotten in a restart
+/// ([`LastHeard::Forgotten`]) is the documented limit and passes. `followed` lists, per client
+/// and draw, where it was told `pending` and what it heard last.
+///
+/// # Errors
+/// [`LotteryViolation::PendingNeverSettled`] for the first draw (in `followed` order) whose last
+/// answer is not final.
+pub fn pending_settled(followed: &[Followed]) -> Result<(), LotteryViolation> {
+    match followed.iter().find(|f| {
+        !matches!(
+            f.last,
+            Some((_, LastHeard::Final(_) | LastHeard::Forgotten))
+        )
+    }) {
+        Some(f) => Err(LotteryViolation::PendingNeverSettled {
+            followed: Box::new(f.clone()),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// `lottery.settled`: once faults healed and the system went quiet, every draw ended Confirmed

@@ -86,6 +86,24 @@ pub enum JournalAnswer {
 }
 
 impl JournalOp {
+    /// The record's kind and, for a branch operation, its phase (`execute_try`, ...) or, for a
+    /// coordinator entry, the entry's kind: the protocol step a crash point at this record
+    /// names.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::OpenAccounts { .. } => "open_accounts",
+            Self::AddStock { .. } => "add_stock",
+            Self::Execute { op, .. } | Self::ExecuteChecked { op, .. } => match op.phase {
+                super::Phase::Try => "execute_try",
+                super::Phase::Confirm => "execute_confirm",
+                super::Phase::Cancel => "execute_cancel",
+            },
+            Self::LogAppend(entry) => entry.kind(),
+            Self::Checkpoint(_) => "checkpoint",
+        }
+    }
+
     /// Applies the record to `store`.
     ///
     /// # Errors

@@ -72,6 +72,24 @@ pub enum LogEntry {
 }
 
 impl LogEntry {
+    /// The entry's kind (`begin`, `decided_confirm`, `decided_cancel`, `finished`): the
+    /// protocol step a crash point at this record names.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Begin(_) => "begin",
+            Self::Decided {
+                verdict: Verdict::Confirm,
+                ..
+            } => "decided_confirm",
+            Self::Decided {
+                verdict: Verdict::Cancel,
+                ..
+            } => "decided_cancel",
+            Self::Finished { .. } => "finished",
+        }
+    }
+
     /// The draw this entry is about.
     #[must_use]
     pub const fn xid(&self) -> Xid {

@@ -131,17 +131,23 @@ pub enum Participant {
 
 impl std::fmt::Display for Participant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Wallet => "wallet",
-            Self::Inventory => "inventory",
-            Self::Participation => "participation",
-        })
+        f.write_str(self.name())
     }
 }
 
 impl Participant {
     /// All participants, in order.
     pub const ALL: [Self; 3] = [Self::Wallet, Self::Inventory, Self::Participation];
+
+    /// The participant's name, as [`std::fmt::Display`] writes it.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Wallet => "wallet",
+            Self::Inventory => "inventory",
+            Self::Participation => "participation",
+        }
+    }
 
     /// Stable small code (SQLite column value).
     #[must_use]
@@ -174,6 +180,18 @@ pub enum Phase {
     Confirm,
     /// Undo the reservation (or record an empty rollback).
     Cancel,
+}
+
+impl Phase {
+    /// The phase's name (`try`, `confirm`, `cancel`): reports and crash-point labels.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Try => "try",
+            Self::Confirm => "confirm",
+            Self::Cancel => "cancel",
+        }
+    }
 }
 
 /// Everything a participant needs to know about a draw. Every message carries it (as Seata's

@@ -160,9 +160,10 @@ impl<C> CoordinatorNode<C> {
     }
 
     fn around(coordinator: Coordinator, statuses_kept_max: Option<usize>) -> Self {
+        let flaw = coordinator.config().flaw;
         Self {
             coordinator,
-            statuses: statuses_kept_max.map(Statuses::new),
+            statuses: statuses_kept_max.map(|kept_max| Statuses::with_flaw(kept_max, flaw)),
             waiting: BTreeMap::new(),
         }
     }

@@ -203,6 +203,7 @@ impl<S: LotteryStore> World<S> {
             park_delay_ms: 200,
             compensation_retries_max: 2,
             wheel: crate::lottery::wheel::WheelConfig::default(),
+            flaw: None,
         };
         let mut stores: BTreeMap<Participant, S> =
             Participant::ALL.into_iter().map(|p| (p, make(p))).collect();

@@ -67,7 +67,7 @@ pub(crate) fn flaws(args: FlawsArgs) -> ExitCode {
     );
     let progress = |row: &reports::model::FlawResult| {
         eprintln!(
-            "  {:<28} {}",
+            "  {:<31} {}",
             row.flaw,
             row.caught_by.as_deref().unwrap_or("NOT CAUGHT")
         );
@@ -119,7 +119,7 @@ pub(crate) fn print_flaw_list() {
         .unwrap_or(0);
     for flaw in sut::flaw::Flaw::ALL {
         println!(
-            "{:<28} {:<width$} {}",
+            "{:<31} {:<width$} {}",
             flaw.name(),
             flaw.source(),
             flaw.description()
@@ -180,7 +180,7 @@ pub(crate) fn process_flaws() -> ExitCode {
 /// The catalog's rows, the models' counterexamples, and how many flaws were caught.
 pub(crate) fn print_flaw_table(catalog: &reports::model::FlawCatalogReport) {
     println!(
-        "{:<27} {:<20} {:<30} {:>8} {:<16} {:<12} {:>5}",
+        "{:<31} {:<20} {:<35} {:>8} {:<16} {:<12} {:>5}",
         "flaw", "scenario", "caught by", "seeds", "per sweep", "model", "depth"
     );
     for row in &catalog.flaws {
@@ -190,7 +190,7 @@ pub(crate) fn print_flaw_table(catalog: &reports::model::FlawCatalogReport) {
             .map(|s| s.map_or("-".to_owned(), |n| n.to_string()))
             .collect();
         println!(
-            "{:<27} {:<20} {:<30} {:>8} {:<16} {:<12} {:>5}",
+            "{:<31} {:<20} {:<35} {:>8} {:<16} {:<12} {:>5}",
             row.flaw,
             row.scenario.as_deref().unwrap_or(""),
             row.caught_by.as_deref().unwrap_or("NOT CAUGHT"),

@@ -113,6 +113,16 @@ struct RunArgs {
     /// its bound, place crashes at durable steps and hold messages back past their deadline).
     #[arg(long)]
     no_buggify: bool,
+    /// Simulations: crash points. Each seed finds the steps its nodes reach (a message read or
+    /// sent, a log sync about to begin or done) and tries at most N of them, each a run of the
+    /// seed again with that node crashed right there and restarted. 0: off. Overrides the
+    /// scenario's `[run] crash_points`.
+    #[arg(long, value_name = "N")]
+    crash_points: Option<u32>,
+    /// Simulations: strike one crash point in every seed, `NODE:SITE:LABEL#N` as a failing
+    /// crash point's replay line names it (e.g. `coord:send:tcc.try.wallet#1`).
+    #[arg(long, value_name = "POINT")]
+    crash_at: Option<String>,
     /// Real-system runs (`scenarios/real/`): write the clients' history to this file as
     /// Jepsen's EDN (`:type :invoke/:ok/:fail/:info`, `:f :generate`, `:value`, `:process`,
     /// `:time`, `:index`), for Elle, Knossos or Jepsen's `unique-ids` checker.

@@ -42,8 +42,10 @@ pub(crate) enum RunKind {
 /// The flags given that do not apply to a run of `kind`. `None` when every flag given applies.
 pub(crate) fn foreign_flags(args: &RunArgs, kind: RunKind) -> Option<Vec<&'static str>> {
     use RunKind::{Load, Real, Simulation};
-    let flags: [(&'static str, bool, &[RunKind]); 14] = [
+    let flags: [(&'static str, bool, &[RunKind]); 16] = [
         ("--seed", args.seed.is_some(), &[Simulation, Load]),
+        ("--crash-points", args.crash_points.is_some(), &[Simulation]),
+        ("--crash-at", args.crash_at.is_some(), &[Simulation]),
         ("--seeds", args.seeds.is_some(), &[Simulation]),
         ("--jobs", args.jobs.is_some(), &[Simulation]),
         ("--shard", args.shard.is_some(), &[Simulation]),

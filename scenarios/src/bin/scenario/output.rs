@@ -133,6 +133,77 @@ pub(crate) fn print_summary(
         }
         println!("  replay: {}", replay(seed));
     }
+    print_crash_points(sweep, replay);
+}
+
+/// Crash points: how many were found and tried, what the tries found (each failing point with
+/// the line that replays it), and what no seed could try.
+fn print_crash_points(sweep: &Sweep, replay: &dyn Fn(u64) -> String) {
+    let Some(points) = sweep.crash_points() else {
+        return;
+    };
+    for (seed, struck) in &points.struck {
+        match struck.crashed_at_ms {
+            Some(ms) => println!(
+                "seed {seed}: crash point {} struck at {ms} ms (the run above is the seed's with \
+                 that crash)",
+                struck.plan.spec()
+            ),
+            None => println!(
+                "seed {seed}: crash point {} NOT REACHED: the run never arrived there (another \
+                 seed, flaw or scenario than the one that found it?); nothing was crashed",
+                struck.plan.spec()
+            ),
+        }
+    }
+    if !points.struck.is_empty() {
+        return;
+    }
+    println!(
+        "crash points: {} distinct found ({} over the seeds), {} distinct tried in {} run(s) with a crash, {} failed",
+        points.found.len(),
+        points.found_in_seeds,
+        points.tried.len(),
+        points.runs,
+        points.failed.len()
+    );
+    let untried: Vec<String> = points
+        .found
+        .difference(&points.tried)
+        .map(ToString::to_string)
+        .collect();
+    if !untried.is_empty() {
+        println!(
+            "  never tried (over the budget in every seed that found them; more seeds or a larger --crash-points tries them): {}",
+            untried.join(", ")
+        );
+    }
+    for (seed, plan) in &points.unreached {
+        println!(
+            "  seed {seed}: crash point {} not reached in its run (its node went down first):              nothing was tried there",
+            plan.spec()
+        );
+    }
+    for (shown, (seed, tried, v)) in sweep.crash_violations().enumerate() {
+        if shown == 5 {
+            println!("... and more");
+            break;
+        }
+        let at = tried
+            .crashed_at_ms
+            .map_or_else(String::new, |ms| format!(" (at {ms} ms)"));
+        println!(
+            "VIOLATION seed {seed}, crash point {}{at}: {}: {}",
+            tried.key, v.invariant, v.detail
+        );
+        if let Some(event) = v.event {
+            println!("  first offending event: #{event} (of that run's history)");
+        }
+        println!(
+            "  replay: {}",
+            scenarios::report::crash_replay(&replay(seed), &tried.plan)
+        );
+    }
 }
 
 /// A shard run with `--coverage union`: what its seeds did not reach, said without a verdict
@@ -297,10 +368,17 @@ pub(crate) fn print_invariants(sweep: &Sweep) {
             .filter(|s| s.results.iter().any(|(n, v)| n == name && v.is_some()))
             .map(|s| s.seed)
             .collect();
-        let verdict = if bad.is_empty() {
-            "held".to_owned()
-        } else {
-            format!("VIOLATED in {} seed(s)", bad.len())
+        let at_points = sweep
+            .crash_violations()
+            .filter(|(_, _, v)| v.invariant == name)
+            .count();
+        let verdict = match (bad.len(), at_points) {
+            (0, 0) => "held".to_owned(),
+            (seeds, 0) => format!("VIOLATED in {seeds} seed(s)"),
+            (0, points) => format!("VIOLATED at {points} crash point(s)"),
+            (seeds, points) => {
+                format!("VIOLATED in {seeds} seed(s) and at {points} crash point(s)")
+            }
         };
         println!("  {name:<40} {verdict}");
     }

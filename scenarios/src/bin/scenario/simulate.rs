@@ -42,7 +42,7 @@ pub(crate) fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
     let mut nondeterministic = Vec::new();
     if args.check_determinism {
         for outcome in &sweep.seeds {
-            let again = sim::run::run_seed(&scenario, outcome.seed, false);
+            let again = sim::run::run_seed_as_set(&scenario, outcome.seed, false);
             if again.trace_hash != outcome.trace_hash {
                 nondeterministic.push(Nondeterministic {
                     seed: outcome.seed,
@@ -107,8 +107,10 @@ pub(crate) fn verdict(
 ) -> ExitCode {
     let coverage_failed =
         coverage == CoverageMode::Sweep && (sweep.coverage_failed() || sweep.edges_failed());
-    let failed =
-        sweep.violations().next().is_some() || coverage_failed || !nondeterministic.is_empty();
+    let failed = sweep.violations().next().is_some()
+        || sweep.crash_violations().next().is_some()
+        || coverage_failed
+        || !nondeterministic.is_empty();
     if failed {
         ExitCode::FAILURE
     } else {
@@ -123,6 +125,23 @@ pub(crate) fn apply_run_args(scenario: &mut Scenario, args: &RunArgs) -> Result<
     }
     if args.no_buggify {
         scenario.run.buggify = false;
+    }
+    if let Some(n) = args.crash_points {
+        scenario.run.crash_points = n;
+    }
+    if let Some(spec) = &args.crash_at {
+        if args.crash_points.is_some_and(|n| n > 0) {
+            eprintln!(
+                "scenario: --crash-at replays one crash point; it does not go with --crash-points"
+            );
+            return Err(ExitCode::from(USAGE));
+        }
+        if let Err(err) = sim::crashpoints::CrashPlan::parse(spec, 1) {
+            eprintln!("scenario: --crash-at {err}");
+            return Err(ExitCode::from(USAGE));
+        }
+        scenario.run.crash_points = 0;
+        scenario.run.crash_at = Some(spec.clone());
     }
     if let Some(flaw) = scenario.run.flaw {
         eprintln!(
@@ -175,7 +194,7 @@ pub(crate) fn write_history(
     scenario: &Scenario,
     seed: u64,
 ) -> Result<(), ExitCode> {
-    let outcome = sim::run::run_seed(scenario, seed, true);
+    let outcome = sim::run::run_seed_as_set(scenario, seed, true);
     let lines: Vec<String> = outcome
         .history
         .unwrap_or_default()

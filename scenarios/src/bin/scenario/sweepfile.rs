@@ -98,6 +98,25 @@ pub(crate) struct JsonViolation {
     pub(crate) detail: String,
     pub(crate) event: Option<u64>,
     pub(crate) replay: String,
+    /// The crash point whose run broke the invariant (`NODE:SITE:LABEL#N`), when a crash
+    /// point's run did rather than the seed's own; `event` is then that run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) crash_point: Option<String>,
+}
+
+/// Crash points over the sweep (`--crash-points`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct JsonCrashPoints {
+    /// Points tried per seed at most.
+    pub(crate) budget: u32,
+    /// Runs with a crash.
+    pub(crate) runs: u64,
+    /// Distinct points (node role, site, step) found, tried and failed.
+    pub(crate) found: Vec<String>,
+    pub(crate) tried: Vec<String>,
+    pub(crate) failed: Vec<String>,
+    /// Planned crashes their run never reached (`NODE:SITE:LABEL#N` of seed).
+    pub(crate) unreached: Vec<(u64, String)>,
 }
 
 /// A seed whose two runs gave different histories (`--check-determinism`).
@@ -153,6 +172,9 @@ pub(crate) struct SweepFile {
     pub(crate) nondeterministic_seeds: Vec<u64>,
     pub(crate) nondeterministic: Vec<Nondeterministic>,
     pub(crate) ids_lost: u64,
+    /// Crash points, when the sweep tried them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) crash_points: Option<JsonCrashPoints>,
     pub(crate) meta: BTreeMap<String, String>,
     /// Every seed's outcome, in seed order. The timeline (`faults`, `clock_samples`, `ops`) is
     /// kept for the first seed and the failing ones only: the seeds a report can show.
@@ -230,7 +252,20 @@ impl SweepFile {
                     detail: v.detail.clone(),
                     event: v.event,
                     replay: replay(seed),
+                    crash_point: None,
                 })
+                .chain(
+                    sweep
+                        .crash_violations()
+                        .map(|(seed, tried, v)| JsonViolation {
+                            seed,
+                            invariant: v.invariant.clone(),
+                            detail: v.detail.clone(),
+                            event: v.event,
+                            replay: scenarios::report::crash_replay(&replay(seed), &tried.plan),
+                            crash_point: Some(tried.plan.spec()),
+                        }),
+                )
                 .collect(),
             sim_seconds: sweep.seeds.iter().map(|s| s.sim_ms as f64 / 1_000.0).sum(),
             wall_seconds: sweep.wall_seconds,
@@ -252,11 +287,27 @@ impl SweepFile {
             nondeterministic_seeds: nondeterministic.iter().map(|n| n.seed).collect(),
             nondeterministic: nondeterministic.to_vec(),
             ids_lost: sweep.seeds.iter().map(|s| s.ids_lost).sum(),
+            crash_points: sweep.crash_points().map(|c| JsonCrashPoints {
+                budget: scenario.run.crash_points,
+                runs: c.runs,
+                found: c.found.iter().map(ToString::to_string).collect(),
+                tried: c.tried.iter().map(ToString::to_string).collect(),
+                failed: c.failed.iter().map(ToString::to_string).collect(),
+                unreached: c
+                    .unreached
+                    .iter()
+                    .map(|(seed, plan)| (*seed, plan.spec()))
+                    .collect(),
+            }),
             meta: run.meta,
             outcomes: sweep
                 .seeds
                 .iter()
-                .map(|s| stored(s, Some(s.seed) == first || s.violations().next().is_some()))
+                .map(|s| {
+                    let failing =
+                        s.violations().next().is_some() || s.crash_violations().next().is_some();
+                    stored(s, Some(s.seed) == first || failing)
+                })
                 .collect(),
         })
     }

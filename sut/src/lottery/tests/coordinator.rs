@@ -57,7 +57,31 @@ fn config() -> CoordinatorConfig {
             backoff_cap_ms: 2_000,
             ..WheelConfig::default()
         },
+        flaw: None,
     }
+}
+
+#[test]
+fn the_flawed_coordinator_tries_before_its_begin_is_durable() {
+    let now = Now::both(0);
+    let mut correct = Coordinator::new(config()).unwrap();
+    correct.start_draw(draw(1, true), now).unwrap();
+    assert!(matches!(correct.poll_log_write(), Some(LogEntry::Begin(_))));
+    assert_eq!(
+        correct.poll_send(),
+        None,
+        "nothing sent before Begin is durable"
+    );
+
+    let mut flawed = Coordinator::new(CoordinatorConfig {
+        flaw: Some(crate::flaw::Flaw::CoordTryBeforeBegin),
+        ..config()
+    })
+    .unwrap();
+    flawed.start_draw(draw(1, true), now).unwrap();
+    assert!(matches!(flawed.poll_log_write(), Some(LogEntry::Begin(_))));
+    let (_, msg) = flawed.poll_send().expect("a Try before Begin is durable");
+    assert_eq!(msg.phase, Phase::Try);
 }
 
 #[test]

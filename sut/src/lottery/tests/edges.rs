@@ -64,6 +64,7 @@ fn config() -> CoordinatorConfig {
             backoff_cap_ms: 200,
             ..WheelConfig::default()
         },
+        flaw: None,
     }
 }
 
