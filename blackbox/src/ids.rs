@@ -386,8 +386,12 @@ pub struct BlackBoxOptions {
     pub urls: Vec<String>,
     /// The key (business tag, sequence name, Redis key).
     pub key: String,
-    /// Client threads, one request at a time each.
+    /// Client threads, one request at a time each (with `ramp`, the count it starts from is
+    /// its own, and this is not used).
     pub clients: u64,
+    /// Raise the client count in short steps until the rate stops growing or the latency
+    /// doubles, then run the checked phase at the count chosen ([`crate::ramp`]).
+    pub ramp: Option<RampSpec>,
     /// Total requests per second over every client; `None`: as fast as answered.
     pub rate: Option<f64>,
     /// How long the clients run.
@@ -414,6 +418,7 @@ pub struct BlackBoxOptions {
     pub netns: bool,
 }
 
+pub use crate::ramp::RampSpec;
 pub use crate::slow::SlowSpec;
 
 /// Why a black-box run could not be made (not a verdict on the target).
@@ -495,6 +500,17 @@ pub struct BlackBoxRun {
     pub fault_windows: Vec<reports::model::FaultWindow>,
     /// What the slow-clients check measured, and its two checks.
     pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
+    /// How many requests were ever in flight at once, the longest request, and whether a
+    /// pass is inconclusive for races ([`crate::overlap`]).
+    pub concurrency: reports::model::Concurrency,
+    /// `races.overlapped`: held when requests of the key overlapped, not checked otherwise.
+    pub overlap: InvariantResult,
+    /// The ramp's steps and the count it chose (no `--concurrency`).
+    pub ramp: Option<reports::model::Ramp>,
+    /// Client threads of the checked phase.
+    pub clients: u64,
+    /// How long the clients ran, the ramp included.
+    pub elapsed: Duration,
 }
 
 impl BlackBoxRun {
@@ -505,24 +521,27 @@ impl BlackBoxRun {
         reports::model::LoadReport {
             scenario: format!("ids --target {}", opts.target.kind()),
             target: opts.urls.join(" "),
-            duration_s: opts.duration.as_secs_f64(),
+            duration_s: self.elapsed.as_secs_f64(),
             warmup_s: 0.0,
             rate: opts.rate,
-            users: opts.clients,
+            users: self.clients,
             endpoints: vec![self.latency.clone()],
             server: Vec::new(),
             fault_windows: self.fault_windows.clone(),
             verification: self.checks().into_iter().cloned().collect(),
+            concurrency: Some(self.concurrency.clone()),
+            ramp: self.ramp.clone(),
         }
     }
 
-    /// Every judged check.
+    /// Every judged check, `races.overlapped` last.
     #[must_use]
     pub fn checks(&self) -> Vec<&InvariantResult> {
         std::iter::once(&self.unique)
             .chain(self.monotonic.as_ref())
             .chain(self.took_effect.as_ref())
             .chain(self.slow.iter().flat_map(|(_, checks)| checks))
+            .chain(std::iter::once(&self.overlap))
             .collect()
     }
 
@@ -976,6 +995,9 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
     if opts.clients == 0 {
         return usage("--concurrency must be at least 1".into());
     }
+    if let Some(ramp) = &opts.ramp {
+        ramp.validate().map_err(BlackBoxError::Usage)?;
+    }
     if opts.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         return usage("--rate must be a positive number of requests per second".into());
     }
@@ -1153,21 +1175,58 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
             });
         }
     }
+    let mut ramp = opts
+        .ramp
+        .map(|spec| crate::ramp::Ramp::new(spec, opts.urls.len()));
+    let first = ramp.as_ref().map_or(opts.clients, crate::ramp::Ramp::first);
     let shared = Arc::new(Shared {
         recorder: Recorder::new(),
         began: Instant::now(),
         stop: AtomicBool::new(false),
+        active: AtomicU64::new(first),
         next_server: AtomicU64::new(0),
+        pace: opts.rate.map(|rate| Pace {
+            period: Duration::from_secs_f64(1.0 / rate),
+            slots: std::sync::Mutex::new((Instant::now(), 0)),
+        }),
         results: std::sync::Mutex::new(ClientResults::default()),
-        latency: std::sync::Mutex::new(EndpointRecorder::default()),
+        latency: std::sync::Mutex::new(Live::default()),
     });
-    let threads: Vec<_> = (0..opts.clients)
-        .map(|process| {
+    let mut threads = Vec::new();
+    let clients_up_to = |count: u64, threads: &mut Vec<thread::JoinHandle<()>>| {
+        shared.active.store(count, Ordering::Relaxed);
+        shared.pace_from_now();
+        while (threads.len() as u64) < count {
+            let process = threads.len() as u64;
             let (shared, opts) = (Arc::clone(&shared), opts.clone());
             let urls = servers.client_urls.clone();
-            thread::spawn(move || client_loop(process, &opts, &urls, &shared))
-        })
-        .collect();
+            threads.push(thread::spawn(move || {
+                client_loop(process, &opts, &urls, &shared);
+            }));
+        }
+    };
+    clients_up_to(first, &mut threads);
+    let mut chosen = first;
+    let mut ramped = None;
+    if let Some(ramp) = ramp.as_mut() {
+        let step = opts.ramp.map_or(crate::ramp::RampSpec::STEP, |r| r.step);
+        let mut clients = first;
+        let reason = loop {
+            clients_up_to(clients, &mut threads);
+            let measured = ramp_step(&shared, clients, step);
+            match ramp.next(measured) {
+                crate::ramp::Next::Step(next) => clients = next,
+                crate::ramp::Next::Done { clients, reason } => {
+                    chosen = clients;
+                    break reason;
+                }
+            }
+        };
+        // Clients numbered from `chosen` up end their loop; the others go on.
+        clients_up_to(chosen, &mut threads);
+        ramped = Some(reason);
+    }
+    let ramp = ramp.zip(ramped).map(|(r, why)| r.finish(chosen, why));
     let ends = Instant::now() + opts.duration;
     let nemesis = opts
         .nemesis
@@ -1181,6 +1240,7 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
         let _ = t.join();
     }
     let faults = nemesis.transpose()?.unwrap_or_default();
+    let elapsed = shared.began.elapsed();
     let shared = Arc::into_inner(shared).expect("every client thread has ended");
     let history = shared.recorder.finish();
     let results = shared
@@ -1197,9 +1257,13 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
             .latency
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .stats("generate", opts.duration.as_secs_f64()),
+            .all
+            .stats("generate", elapsed.as_secs_f64()),
     };
     let mut run = judge(opts, history, results, faults, effects);
+    run.ramp = ramp;
+    run.clients = chosen;
+    run.elapsed = elapsed;
     if let Some(spec) = &opts.slow_clients {
         // Against the server itself (not through a fault proxy), while the bench still owns it.
         let url = reqwest::Url::parse(&opts.target.request_url(&servers.server_urls[0], &opts.key))
@@ -1219,19 +1283,88 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
     Ok(run)
 }
 
+/// One step of the ramp: `clients` run for `step`, measured after its first fifth (the new
+/// clients connect then).
+fn ramp_step(shared: &Shared, clients: u64, step: Duration) -> reports::model::RampStep {
+    let settle = step / 5;
+    thread::sleep(settle);
+    let measured_from = Instant::now();
+    shared.live().step = EndpointRecorder::default();
+    thread::sleep(step - settle);
+    let recorded = std::mem::take(&mut shared.live().step);
+    let seconds = measured_from.elapsed().as_secs_f64();
+    let stats = recorded.stats("generate", seconds);
+    reports::model::RampStep {
+        clients,
+        requests: stats.requests,
+        errors: stats.error_count(),
+        rate_rps: stats.throughput_rps,
+        p99_us: stats.corrected.p99_us,
+    }
+}
+
 /// The state the client threads share.
 struct Shared {
     recorder: Recorder,
     began: Instant,
     stop: AtomicBool,
+    /// Clients numbered below this run; the others end their loop.
+    active: AtomicU64,
     next_server: AtomicU64,
+    /// The send schedule under `--rate`.
+    pace: Option<Pace>,
     results: std::sync::Mutex<ClientResults>,
-    latency: std::sync::Mutex<EndpointRecorder>,
+    latency: std::sync::Mutex<Live>,
+}
+
+/// The send schedule of a paced run: slot `k` is due `k` periods after the schedule began,
+/// whichever client takes it (wrk2's schedule, shared by however many clients run).
+struct Pace {
+    period: Duration,
+    /// When the schedule began, and the next slot.
+    slots: std::sync::Mutex<(Instant, u64)>,
+}
+
+/// The latencies recorded while the clients run: the whole run's, and the ramp step's.
+#[derive(Default)]
+struct Live {
+    all: EndpointRecorder,
+    step: EndpointRecorder,
 }
 
 impl Shared {
     fn now_ns(&self) -> u64 {
         u64::try_from(self.began.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.latency
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts the send schedule again now (a ramp step's clients are not late for the slots
+    /// fewer clients could not keep).
+    fn pace_from_now(&self) {
+        if let Some(pace) = &self.pace {
+            *pace
+                .slots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = (Instant::now(), 0);
+        }
+    }
+
+    /// The next slot's due time (paced runs), taken by this client.
+    fn next_slot(&self) -> Option<Instant> {
+        let pace = self.pace.as_ref()?;
+        let mut slots = pace
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let period_ns = u64::try_from(pace.period.as_nanos()).unwrap_or(u64::MAX);
+        let due = slots.0 + Duration::from_nanos(period_ns.saturating_mul(slots.1));
+        slots.1 += 1;
+        Some(due)
     }
 }
 
@@ -1239,6 +1372,8 @@ impl Shared {
 #[derive(Debug, Default)]
 struct ClientResults {
     completed: Vec<Completed>,
+    /// Every request's interval, answered or not.
+    spans: Vec<crate::overlap::Span>,
     errors: ErrorCounts,
     examples: Vec<String>,
 }
@@ -1246,6 +1381,7 @@ struct ClientResults {
 impl ClientResults {
     fn merge(&mut self, other: Self) {
         self.completed.extend(other.completed);
+        self.spans.extend(other.spans);
         self.errors.add(&other.errors);
         for e in other.examples {
             if self.examples.len() < 4 && !self.examples.iter().any(|x| same_class(x, &e)) {
@@ -1340,21 +1476,16 @@ fn client_loop(process: u64, opts: &BlackBoxOptions, urls: &[String], shared: &S
         .map(|u| Client::new(&opts.target, u, &opts.key))
         .collect();
     let mut history = shared.recorder.client(process);
-    let interval = opts
-        .rate
-        .map(|r| Duration::from_secs_f64(opts.clients as f64 / r));
-    let mut next_at = Instant::now();
     let mut results = ClientResults::default();
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.stop.load(Ordering::Relaxed) && process < shared.active.load(Ordering::Relaxed) {
         // When paced, a request is late from its intended send time (wrk2's correction for
         // coordinated omission); unpaced, from its actual send.
-        let intended = match interval {
-            Some(interval) => {
-                if let Some(wait) = next_at.checked_duration_since(Instant::now()) {
+        let intended = match shared.next_slot() {
+            Some(due) => {
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     thread::sleep(wait);
                 }
-                next_at += interval;
-                next_at - interval
+                due
             }
             None => Instant::now(),
         };
@@ -1365,6 +1496,12 @@ fn client_loop(process: u64, opts: &BlackBoxOptions, urls: &[String], shared: &S
         history.record(OpType::Invoke, "generate", None, None);
         let answer = clients[server].next_ids();
         record_latency(shared, intended, sent, &answer);
+        results.spans.push(crate::overlap::Span {
+            key: 0,
+            server,
+            invoke_ns,
+            complete_ns: shared.now_ns(),
+        });
         match answer {
             Answer::Ids(ids) => {
                 // One `ok` per ID, as Jepsen's unique-ids reads them.
@@ -1414,10 +1551,10 @@ fn record_latency(shared: &Shared, intended: Instant, sent: Instant, answer: &An
         Answer::Ids(_) => None,
         Answer::Error(class, _) => Some(class.key()),
     };
-    shared
-        .latency
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    let mut live = shared.live();
+    live.all
+        .record(at_ms, us(intended), us(sent), us(intended), error);
+    live.step
         .record(at_ms, us(intended), us(sent), us(intended), error);
 }
 
@@ -1628,7 +1765,21 @@ fn judge(
         .nemesis
         .as_ref()
         .map(|n| faults_took_effect(n, &faults, &history));
+    let servers: Vec<String> = (1..=opts.urls.len())
+        .map(|i| format!("server #{i}"))
+        .collect();
+    let key_word = if opts.key.is_empty() {
+        "the key".to_owned()
+    } else {
+        format!("key `{}`", opts.key)
+    };
+    let concurrency = crate::overlap::measure(&results.spans, &servers, &key_word);
     BlackBoxRun {
+        overlap: crate::overlap::check(&concurrency),
+        concurrency,
+        ramp: None,
+        clients: opts.clients,
+        elapsed: opts.duration,
         ids: ids.len() as u64,
         gaps: verify::id_gaps(&ids),
         unique: verify::ids_unique(&space, &ids),

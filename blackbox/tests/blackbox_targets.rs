@@ -19,6 +19,7 @@ fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
         urls: vec![url],
         key: key.into(),
         clients: 4,
+        ramp: None,
         rate: None,
         duration: Duration::from_millis(3_000),
         monotonic: Monotonic::Global,

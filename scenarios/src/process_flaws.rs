@@ -523,6 +523,7 @@ pub fn options(
         urls,
         key: key.into(),
         clients: 4,
+        ramp: None,
         rate: None,
         duration: Duration::from_secs(5),
         monotonic: bug.monotonic,

@@ -145,6 +145,7 @@ fn options(target: Target) -> BlackBoxOptions {
         urls: vec!["http://127.0.0.1:8080".into()],
         key: "orders".into(),
         clients: 2,
+        ramp: None,
         rate: None,
         duration: Duration::from_secs(1),
         monotonic: Monotonic::None,
