@@ -411,6 +411,10 @@ pub struct BlackBoxOptions {
     /// The user's database, started by the bench before the servers (`--db-cmd`; `{db_url}`
     /// in a command is its address through the fault proxy).
     pub db: Option<DbOptions>,
+    /// With `db`: the servers' link to it slowed in bursts for the whole run, each chunk held
+    /// this long ± half of it ([`DB_DELAY_BURST`] slowed, as long whole, in turn), so that a
+    /// service's read-then-write windows open at any client count (`--delay-db-ms`).
+    pub db_delay: Option<Duration>,
     /// Every server (and the database) in a network namespace of its own, with its own
     /// address (`{ip}` in its `--url` and command; [`chaos::NetLab`]): `partition` and
     /// `db_partition` are then nftables rules, not the proxy, and reach links the bench does
@@ -420,6 +424,10 @@ pub struct BlackBoxOptions {
 
 pub use crate::ramp::RampSpec;
 pub use crate::slow::SlowSpec;
+
+/// How long each burst of `--delay-db-ms` slows the database link, and how long it is whole
+/// between two bursts.
+pub const DB_DELAY_BURST: Duration = Duration::from_millis(500);
 
 /// Why a black-box run could not be made (not a verdict on the target).
 #[derive(Debug, thiserror::Error)]
@@ -483,6 +491,8 @@ pub struct BlackBoxRun {
     pub monotonic: Option<InvariantResult>,
     /// `faults.took_effect`, when there was a nemesis.
     pub took_effect: Option<InvariantResult>,
+    /// `faults.db_delayed`, with `--delay-db-ms`: the bursts delayed bytes of the link.
+    pub db_delayed: Option<InvariantResult>,
     /// What the fault proxies did (partition runs), summed over the links.
     pub proxy: Option<chaos::ProxyEffects>,
     /// What the lost-writes filesystem did (power-loss runs).
@@ -540,6 +550,7 @@ impl BlackBoxRun {
         std::iter::once(&self.unique)
             .chain(self.monotonic.as_ref())
             .chain(self.took_effect.as_ref())
+            .chain(self.db_delayed.as_ref())
             .chain(self.slow.iter().flat_map(|(_, checks)| checks))
             .chain(std::iter::once(&self.overlap))
             .collect()
@@ -1108,6 +1119,29 @@ fn validate_db(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
         .flat_map(|n| n.faults.iter().filter_map(|f| f.db()))
         .collect();
     let uses_db = |c: &&String| crate::db::SERVER_PLACEHOLDERS.iter().any(|p| c.contains(p));
+    if let Some(delay) = opts.db_delay {
+        if opts.db.is_none() {
+            return usage(
+                "--delay-db-ms: the bench slows the link to a database it starts (--db-cmd)".into(),
+            );
+        }
+        if opts.netns {
+            return usage(
+                "--delay-db-ms: with --netns the servers reach the database without the bench's \
+                 proxy, which slows the link"
+                    .into(),
+            );
+        }
+        if db_faults.contains(&DbFault::Partition) {
+            return usage(
+                "--delay-db-ms and --nemesis db_partition both shape the database link: give one"
+                    .into(),
+            );
+        }
+        if delay.is_zero() {
+            return usage("--delay-db-ms must be at least 1".into());
+        }
+    }
     let Some(db) = &opts.db else {
         if let Some(fault) = db_faults.first() {
             return usage(format!(
@@ -1175,6 +1209,10 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
             });
         }
     }
+    let bursts = opts
+        .db_delay
+        .zip(servers.db.as_ref().and_then(Database::link_switch))
+        .map(|(delay, switch)| DelayBursts::start(switch, delay));
     let mut ramp = opts
         .ramp
         .map(|spec| crate::ramp::Ramp::new(spec, opts.urls.len()));
@@ -1240,6 +1278,7 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
         let _ = t.join();
     }
     let faults = nemesis.transpose()?.unwrap_or_default();
+    let bursts = bursts.map(DelayBursts::stop);
     let elapsed = shared.began.elapsed();
     let shared = Arc::into_inner(shared).expect("every client thread has ended");
     let history = shared.recorder.finish();
@@ -1261,6 +1300,10 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
             .stats("generate", elapsed.as_secs_f64()),
     };
     let mut run = judge(opts, history, results, faults, effects);
+    run.db_delayed = bursts.map(|bursts| {
+        let delayed = run.db_proxy.map_or(0, |p| p.delayed_chunks);
+        db_delayed(bursts, delayed)
+    });
     run.ramp = ramp;
     run.clients = chosen;
     run.elapsed = elapsed;
@@ -1283,6 +1326,80 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
     Ok(run)
 }
 
+/// `--delay-db-ms`'s bursts: a thread that slows the database link for [`DB_DELAY_BURST`],
+/// leaves it whole as long, and so on until stopped.
+struct DelayBursts {
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<u32>,
+}
+
+impl DelayBursts {
+    fn start(switch: chaos::LinkSwitch, delay: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        let thread = thread::spawn(move || {
+            let mut bursts = 0;
+            // Sleeps `d` unless stopped meanwhile; whether it was.
+            let wait = |d: Duration| {
+                let until = Instant::now() + d;
+                while Instant::now() < until {
+                    if stopped.load(Ordering::Relaxed) {
+                        return true;
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+                stopped.load(Ordering::Relaxed)
+            };
+            loop {
+                switch.set(LinkFault::Latency {
+                    delay_ms,
+                    jitter_ms: delay_ms / 2,
+                });
+                bursts += 1;
+                let ended = wait(DB_DELAY_BURST);
+                switch.set(LinkFault::None);
+                if ended || wait(DB_DELAY_BURST) {
+                    return bursts;
+                }
+            }
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops the bursts (the link left whole); how many there were.
+    fn stop(self) -> u32 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
+    }
+}
+
+/// `faults.db_delayed`: the bursts of `--delay-db-ms` held back chunks of the database link. A
+/// run whose servers never used their database while a burst lasted widened no window.
+#[must_use]
+pub fn db_delayed(bursts: u32, delayed_chunks: u64) -> InvariantResult {
+    let detail =
+        format!("{bursts} bursts slowed the database link; {delayed_chunks} chunks delayed");
+    if delayed_chunks > 0 {
+        InvariantResult {
+            detail: Some(detail),
+            ..InvariantResult::held("faults.db_delayed")
+        }
+    } else {
+        InvariantResult {
+            name: "faults.db_delayed".into(),
+            verdict: Judgement::Violated,
+            seed: None,
+            first_offending_event: Some(
+                "no byte of the database link was delayed: the servers did not use their \
+                 database while a burst lasted, and no window was widened"
+                    .into(),
+            ),
+            detail: Some(detail),
+        }
+    }
+}
+
 /// One step of the ramp: `clients` run for `step`, measured after its first fifth (the new
 /// clients connect then).
 fn ramp_step(shared: &Shared, clients: u64, step: Duration) -> reports::model::RampStep {
@@ -1299,6 +1416,7 @@ fn ramp_step(shared: &Shared, clients: u64, step: Duration) -> reports::model::R
         requests: stats.requests,
         errors: stats.error_count(),
         rate_rps: stats.throughput_rps,
+        p50_us: stats.corrected.p50_us,
         p99_us: stats.corrected.p99_us,
     }
 }
@@ -1775,6 +1893,7 @@ fn judge(
     };
     let concurrency = crate::overlap::measure(&results.spans, &servers, &key_word);
     BlackBoxRun {
+        db_delayed: None,
         overlap: crate::overlap::check(&concurrency),
         concurrency,
         ramp: None,

@@ -13,8 +13,9 @@ use reports::model::RampStep;
 
 /// A step whose rate grew less than this over the step before is a plateau.
 pub const GROWTH_MIN: f64 = 1.10;
-/// A step whose P99 is more than this times the first step's has queued up.
-pub const P99_FACTOR: f64 = 2.0;
+/// A step whose P99 (its median, below 100 answers) is more than this times the first step's
+/// has queued up.
+pub const LATENCY_FACTOR: f64 = 2.0;
 /// A step with more errors than this share of its answers is past what the service takes.
 pub const ERROR_SHARE_MAX: f64 = 0.01;
 
@@ -98,69 +99,93 @@ impl Ramp {
         &self.steps
     }
 
-    /// Records a step and decides what comes next.
+    /// Records a step and decides what comes next. A step that would end the ramp is measured
+    /// once more, and ends it only if the repeat does too (one noisy second on a shared
+    /// machine must not choose the count).
     pub fn next(&mut self, step: RampStep) -> Next {
         self.steps.push(step);
         let last = &self.steps[self.steps.len() - 1];
+        let Some((clients, reason)) = self.stop() else {
+            if last.clients >= self.spec.max {
+                return self.done(
+                    last.clients,
+                    format!(
+                        "the rate still grew at the cap (--ramp-max {})",
+                        self.spec.max
+                    ),
+                );
+            }
+            return Next::Step((last.clients * 2).min(self.spec.max));
+        };
+        let measured = self
+            .steps
+            .iter()
+            .filter(|s| s.clients == last.clients)
+            .count();
+        if measured < 2 {
+            return Next::Step(last.clients);
+        }
+        self.done(clients, reason)
+    }
+
+    /// Whether the last step ends the ramp: the count to keep, and why.
+    fn stop(&self) -> Option<(u64, String)> {
+        let last = self.steps.last()?;
         let base = &self.steps[0];
-        let previous = (self.steps.len() >= 2).then(|| &self.steps[self.steps.len() - 2]);
-        let errors = last.errors as f64 > ERROR_SHARE_MAX * last.requests as f64;
-        let queued = previous.is_some() && last.p99_us as f64 > P99_FACTOR * base.p99_us as f64;
+        // The last step with fewer clients (a repeated step is compared with the same one).
+        let previous = self.steps.iter().rev().find(|s| s.clients < last.clients);
         let before = previous.map_or(1, |p| p.clients);
         if last.requests == 0 {
-            return self.done(
+            return Some((
                 before,
                 format!("no answer within the step at {} clients", last.clients),
-            );
+            ));
         }
-        if errors {
-            return self.done(
+        if last.errors as f64 > ERROR_SHARE_MAX * last.requests as f64 {
+            return Some((
                 before,
                 format!(
                     "{} of {} answers at {} clients were errors",
                     last.errors, last.requests, last.clients
                 ),
-            );
+            ));
         }
-        if queued {
-            return self.done(
+        // P99 where both steps carry it (100 answers); below that it is their maximum, and the
+        // median is compared instead.
+        let (name, now, then) = if last.requests.min(base.requests) >= 100 {
+            ("P99", last.p99_us, base.p99_us)
+        } else {
+            ("P50", last.p50_us, base.p50_us)
+        };
+        if previous.is_some() && now as f64 > LATENCY_FACTOR * then as f64 {
+            return Some((
                 before,
                 format!(
-                    "P99 {:.1} ms at {} clients, more than {P99_FACTOR}× the {:.1} ms at {}",
-                    last.p99_us as f64 / 1e3,
+                    "{name} {:.1} ms at {} clients, more than {LATENCY_FACTOR}× the {:.1} ms at {}",
+                    now as f64 / 1e3,
                     last.clients,
-                    base.p99_us as f64 / 1e3,
+                    then as f64 / 1e3,
                     base.clients
                 ),
-            );
+            ));
         }
-        if let Some(p) = previous
-            && last.rate_rps < GROWTH_MIN * p.rate_rps
-        {
+        let p = previous?;
+        if last.rate_rps < GROWTH_MIN * p.rate_rps {
             // The plateau: as many answers a second with more requests in flight at once.
-            let clients = if last.rate_rps >= p.rate_rps {
+            let keep = if last.rate_rps >= p.rate_rps {
                 last.clients
             } else {
                 p.clients
             };
-            return self.done(
-                clients,
+            return Some((
+                keep,
                 format!(
                     "the rate stopped growing: {:.0}/s at {} clients, {:.0}/s at {}",
                     p.rate_rps, p.clients, last.rate_rps, last.clients
                 ),
-            );
+            ));
         }
-        if last.clients >= self.spec.max {
-            return self.done(
-                last.clients,
-                format!(
-                    "the rate still grew at the cap (--ramp-max {})",
-                    self.spec.max
-                ),
-            );
-        }
-        Next::Step((last.clients * 2).min(self.spec.max))
+        None
     }
 
     fn done(&self, clients: u64, reason: String) -> Next {
@@ -187,7 +212,7 @@ impl Ramp {
     }
 }
 
-/// The printed line: `ramp: 1 → 22/s (P99 45.1 ms), 2 → …; chosen N: why`.
+/// The printed line: `ramp: 1 → 22/s (P50 44.9, P99 45.1 ms), 2 → …; chosen N: why`.
 #[must_use]
 pub fn line(ramp: &reports::model::Ramp) -> String {
     let steps = ramp
@@ -200,9 +225,10 @@ pub fn line(ramp: &reports::model::Ramp) -> String {
                 String::new()
             };
             format!(
-                "{} → {:.0}/s (P99 {:.1} ms{errors})",
+                "{} → {:.0}/s (P50 {:.1}, P99 {:.1} ms{errors})",
                 s.clients,
                 s.rate_rps,
+                s.p50_us as f64 / 1e3,
                 s.p99_us as f64 / 1e3
             )
         })
@@ -218,13 +244,14 @@ pub fn line(ramp: &reports::model::Ramp) -> String {
 mod tests {
     use super::*;
 
-    fn step(clients: u64, rate_rps: f64, p99_ms: f64) -> RampStep {
+    fn step(clients: u64, rate_rps: f64, latency_ms: f64) -> RampStep {
         RampStep {
             clients,
             requests: (rate_rps * 0.8) as u64,
             errors: 0,
             rate_rps,
-            p99_us: (p99_ms * 1e3) as u64,
+            p50_us: (latency_ms * 0.9e3) as u64,
+            p99_us: (latency_ms * 1e3) as u64,
         }
     }
 
@@ -235,13 +262,19 @@ mod tests {
         }
     }
 
-    /// Feeds the steps of a service whose answers `at(clients)` gives, until the ramp stops.
-    fn ramp(max: u64, servers: usize, at: impl Fn(u64) -> (f64, f64)) -> (Vec<u64>, u64, String) {
+    /// Feeds the steps of a service whose answers `at(clients, n)` gives (`n`: the how-manieth
+    /// measurement of that count), until the ramp stops: the counts tried, the one chosen, why.
+    fn ramp_with(
+        max: u64,
+        servers: usize,
+        at: impl Fn(u64, usize) -> (f64, f64),
+    ) -> (Vec<u64>, u64, String) {
         let mut r = Ramp::new(spec(max), servers);
         let mut clients = r.first();
         loop {
-            let (rate, p99) = at(clients);
-            match r.next(step(clients, rate, p99)) {
+            let n = r.steps().iter().filter(|s| s.clients == clients).count();
+            let (rate, latency) = at(clients, n);
+            match r.next(step(clients, rate, latency)) {
                 Next::Step(c) => clients = c,
                 Next::Done { clients, reason } => {
                     return (
@@ -252,6 +285,10 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn ramp(max: u64, servers: usize, at: impl Fn(u64) -> (f64, f64)) -> (Vec<u64>, u64, String) {
+        ramp_with(max, servers, |c, _| at(c))
     }
 
     #[test]
@@ -268,13 +305,13 @@ mod tests {
     }
 
     #[test]
-    fn the_ramp_stops_where_the_rate_stops_growing() {
-        // Saturated at 8 clients: 16 gives 4 % more.
+    fn the_ramp_stops_where_the_rate_stops_growing_measured_twice() {
+        // Saturated at 8 clients: 16 gives 4 % more, on both measurements.
         let (tried, chosen, why) = ramp(64, 1, |c| {
             let rate = (c.min(8) as f64) * 1_000.0 * if c > 8 { 1.04 } else { 1.0 };
             (rate, 1.0 + c as f64 * 0.05)
         });
-        assert_eq!(tried, [1, 2, 4, 8, 16]);
+        assert_eq!(tried, [1, 2, 4, 8, 16, 16]);
         assert_eq!(chosen, 16, "the same rate with more in flight");
         assert!(why.contains("stopped growing"), "{why}");
         // A rate that falls back: the step before.
@@ -286,11 +323,29 @@ mod tests {
 
     #[test]
     fn the_ramp_stops_before_the_latency_doubles() {
+        // Enough answers for a P99: the P99 is compared.
         let (tried, chosen, why) =
             ramp(64, 1, |c| (c as f64 * 1e3, if c >= 8 { 2.5 } else { 1.0 }));
-        assert_eq!(tried, [1, 2, 4, 8]);
+        assert_eq!(tried, [1, 2, 4, 8, 8]);
         assert_eq!(chosen, 4);
         assert!(why.contains("P99 2.5 ms at 8 clients"), "{why}");
+        // Fewer than 100 answers a step: the median.
+        let (_, chosen, why) = ramp(64, 1, |c| {
+            (c as f64 * 20.0, if c >= 4 { 120.0 } else { 45.0 })
+        });
+        assert_eq!(chosen, 2);
+        assert!(why.contains("P50 108.0 ms at 4 clients"), "{why}");
+    }
+
+    #[test]
+    fn one_noisy_step_does_not_end_the_ramp() {
+        // The first measurement at 8 clients is slow (the machine was busy), the repeat is not.
+        let (tried, chosen, _) = ramp_with(64, 1, |c, n| {
+            let latency = if c == 8 && n == 0 { 150.0 } else { 45.0 };
+            (c as f64 / 0.044, latency)
+        });
+        assert_eq!(tried, [1, 2, 4, 8, 8, 16, 32, 64]);
+        assert_eq!(chosen, 64);
     }
 
     #[test]
@@ -298,7 +353,7 @@ mod tests {
         // A service that gives nothing more beyond one client: 2 servers need 4 clients for
         // requests of one server to overlap.
         let (tried, chosen, why) = ramp(64, 2, |c| (1_000.0, c as f64));
-        assert_eq!(tried, [1, 2]);
+        assert_eq!(tried, [1, 2, 2]);
         assert_eq!(chosen, 4);
         assert!(why.contains("raised to 4"), "{why}");
         // …but never above the cap.
@@ -313,6 +368,7 @@ mod tests {
         assert_eq!(r.next(step(2, 200.0, 1.0)), Next::Step(4));
         let mut failing = step(4, 400.0, 1.0);
         failing.errors = failing.requests / 10;
+        assert_eq!(r.next(failing.clone()), Next::Step(4), "measured again");
         match r.next(failing) {
             Next::Done { clients, reason } => {
                 assert_eq!(clients, 2);

@@ -20,6 +20,7 @@ fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
         key: key.into(),
         clients: 4,
         ramp: None,
+        db_delay: None,
         rate: None,
         duration: Duration::from_millis(3_000),
         monotonic: Monotonic::Global,

@@ -766,13 +766,13 @@ fn concurrency_section(c: &Concurrency) -> Markup {
 fn ramp_section(ramp: &Ramp) -> Markup {
     html! {
         h3 { "Concurrency ramp" }
-        p.note { "Client counts tried in short steps before the checked phase; chosen: " (ramp.chosen) " (" (ramp.reason) ")." }
+        p.note { "Client counts tried in short steps before the checked phase (a step that would end the ramp is measured twice); chosen: " (ramp.chosen) " (" (ramp.reason) ")." }
         table {
-            tr { th.num { "clients" } th.num { "requests" } th.num { "errors" } th.num { "req/s" } th.num { "P99 (ms)" } }
+            tr { th.num { "clients" } th.num { "requests" } th.num { "errors" } th.num { "req/s" } th.num { "P50 (ms)" } th.num { "P99 (ms)" } }
             @for s in &ramp.steps {
                 tr class=[(s.clients == ramp.chosen).then_some("chosen")] {
                     td.num { (s.clients) } td.num { (s.requests) } td.num { (s.errors) }
-                    td.num { (format!("{:.1}", s.rate_rps)) } td.num { (fmt_us(s.p99_us)) }
+                    td.num { (format!("{:.1}", s.rate_rps)) } td.num { (fmt_us(s.p50_us)) } td.num { (fmt_us(s.p99_us)) }
                 }
             }
         }

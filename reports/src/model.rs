@@ -780,6 +780,8 @@ pub struct RampStep {
     pub errors: u64,
     /// Requests per second.
     pub rate_rps: f64,
+    /// Median latency, µs.
+    pub p50_us: u64,
     /// P99 latency, µs.
     pub p99_us: u64,
 }

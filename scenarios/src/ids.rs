@@ -126,6 +126,11 @@ pub struct IdsArgs {
     pub netns: bool,
     #[command(flatten)]
     pub db: DbArgs,
+    /// With --db-cmd: the servers' link to the database slowed in bursts for the whole run
+    /// (500 ms slowed, 500 ms whole, in turn), each chunk held this many ms ± half, so that a
+    /// service's read-then-write windows open at any client count. Checked: faults.db_delayed.
+    #[arg(long, requires = "db_cmd")]
+    pub delay_db_ms: Option<u64>,
     #[command(flatten)]
     pub slow: SlowArgs,
     /// Write the results as JSON to this file.
@@ -214,6 +219,7 @@ impl IdsArgs {
             nemesis,
             slow_clients: self.slow.spec(),
             db: self.db.options(),
+            db_delay: self.delay_db_ms.map(Duration::from_millis),
             netns: self.netns,
         })
     }
@@ -314,6 +320,7 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
             r.max,
             r.step.as_millis()
         ),
+        None if opts.clients == 1 => "1 client".to_owned(),
         None => format!("{} clients", opts.clients),
     };
     println!(
@@ -434,8 +441,8 @@ fn print_run(run: &BlackBoxRun) {
     if let Some(p) = &run.db_proxy {
         println!(
             "  database link: {} connections, {} bytes to the database, {} back, {} held by \
-             the partitions",
-            p.connections, p.bytes_up, p.bytes_down, p.held_bytes
+             the partitions, {} chunks delayed",
+            p.connections, p.bytes_up, p.bytes_down, p.held_bytes, p.delayed_chunks
         );
     }
     if let Some(l) = &run.db_lost_writes {

@@ -524,6 +524,7 @@ pub fn options(
         key: key.into(),
         clients: 4,
         ramp: None,
+        db_delay: None,
         rate: None,
         duration: Duration::from_secs(5),
         monotonic: bug.monotonic,

@@ -252,6 +252,66 @@ fn leaf_on_mariadb(flush: u8, nemesis: &str, duration_s: u32) -> Output {
     cmd.output().expect("scenario runs")
 }
 
+/// `scenario ids` at one client, 100 requests a second, over two Tinyid-compatible `id-compat`
+/// instances on one MariaDB the bench starts, segments of 20, `flags` added to both.
+fn tinyid_on_mariadb(flags: &str, extra: &[&str]) -> Output {
+    let compat = compat_binary();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scenario"));
+    cmd.args([
+        "ids", "--target", "tinyid", "--key", "orders", "--token", "tk",
+    ]);
+    cmd.args(["--monotonic", "server", "--duration", "5"]);
+    cmd.args(["--concurrency", "1", "--rate", "100"]);
+    cmd.args(extra);
+    cmd.args(mariadb_args(1));
+    for _ in 0..2 {
+        let port = free_port();
+        cmd.args(["--url", &format!("http://127.0.0.1:{port}")]);
+        cmd.args([
+            "--server-cmd",
+            &format!(
+                "exec {} --api tinyid --db {{db_url}} --listen 127.0.0.1:{port} --tag orders \
+                 --token tk --step 20 --race-window-ms 0 {flags}",
+                compat.display()
+            ),
+        ]);
+    }
+    cmd.output().expect("scenario runs")
+}
+
+#[test]
+#[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
+fn a_slowed_database_link_opens_tinyids_missing_version_check_at_one_client() {
+    // The servers' background fetches read and write the segment row a few milliseconds apart:
+    // one client at 100 requests a second rarely lands two of them in one window. Bursts of 20
+    // ms ± 10 on every chunk of the database link widen it.
+    let delay = ["--delay-db-ms", "20"];
+    let planted = tinyid_on_mariadb("--planted-race", &delay);
+    assert_eq!(planted.status.code(), Some(1), "{}", text(&planted));
+    assert!(
+        violated_line(&planted, "ids.unique[tinyid:orders]"),
+        "{}",
+        text(&planted)
+    );
+    let correct = tinyid_on_mariadb("", &delay);
+    assert_eq!(correct.status.code(), Some(0), "{}", text(&correct));
+    let out = text(&correct);
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("faults.db_delayed") && l.contains("held")),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_database_delay_without_the_benchs_database_is_a_usage_error() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let leaf = ["ids", "--target", "leaf", "--key", "orders", "--url", &url];
+    let out = scenario(&[&leaf[..], &["--delay-db-ms", "20"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--db-cmd"), "{}", text(&out));
+}
+
 #[test]
 #[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
 #[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
