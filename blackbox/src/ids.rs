@@ -1222,6 +1222,7 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
         began: Instant::now(),
         stop: AtomicBool::new(false),
         active: AtomicU64::new(first),
+        ramping: AtomicBool::new(opts.ramp.is_some()),
         next_server: AtomicU64::new(0),
         pace: opts.rate.map(|rate| Pace {
             period: Duration::from_secs_f64(1.0 / rate),
@@ -1262,6 +1263,7 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
         };
         // Clients numbered from `chosen` up end their loop; the others go on.
         clients_up_to(chosen, &mut threads);
+        shared.ramping.store(false, Ordering::Relaxed);
         ramped = Some(reason);
     }
     let ramp = ramp.zip(ramped).map(|(r, why)| r.finish(chosen, why));
@@ -1428,6 +1430,8 @@ struct Shared {
     stop: AtomicBool,
     /// Clients numbered below this run; the others end their loop.
     active: AtomicU64,
+    /// A ramp step is being measured: latencies go to [`Live::step`] too.
+    ramping: AtomicBool,
     next_server: AtomicU64,
     /// The send schedule under `--rate`.
     pace: Option<Pace>,
@@ -1669,11 +1673,14 @@ fn record_latency(shared: &Shared, intended: Instant, sent: Instant, answer: &An
         Answer::Ids(_) => None,
         Answer::Error(class, _) => Some(class.key()),
     };
+    let ramping = shared.ramping.load(Ordering::Relaxed);
     let mut live = shared.live();
     live.all
         .record(at_ms, us(intended), us(sent), us(intended), error);
-    live.step
-        .record(at_ms, us(intended), us(sent), us(intended), error);
+    if ramping {
+        live.step
+            .record(at_ms, us(intended), us(sent), us(intended), error);
+    }
 }
 
 /// How a request that gave no ID ended.
@@ -1741,6 +1748,9 @@ enum Client {
         url: String,
         runtime: Option<tokio::runtime::Runtime>,
         http: Option<reqwest::Client>,
+        /// Plain HTTP: one raw keep-alive connection, as `wrk` keeps ([`load::conn`]); the
+        /// reqwest client for `https`.
+        raw: Option<RawHttp>,
     },
     Redis {
         url: String,
@@ -1772,6 +1782,7 @@ impl Client {
             http => Self::Http {
                 target: http.clone(),
                 url: http.request_url(url, key),
+                raw: RawHttp::of(&http.request_url(url, key)),
                 runtime: crate::real::runtime().ok(),
                 http: reqwest::Client::builder()
                     .timeout(REQUEST_TIMEOUT)
@@ -1786,9 +1797,16 @@ impl Client {
         match self {
             Self::Http {
                 target,
+                runtime: Some(rt),
+                raw: Some(raw),
+                ..
+            } => raw_http_ids(rt, raw, target),
+            Self::Http {
+                target,
                 url,
                 runtime: Some(rt),
                 http: Some(http),
+                ..
             } => http_ids(rt, http, target, url),
             Self::Http { .. } | Self::Postgres { runtime: None, .. } => {
                 Answer::Error(ErrorClass::Refused, "no client runtime".into())
@@ -1822,6 +1840,64 @@ fn classify(outcome: Outcome, refused: bool) -> Answer {
         Outcome::Fail(e) => Answer::Error(ErrorClass::Answered, e),
         Outcome::Info(e) if e.contains("timed out") => Answer::Error(ErrorClass::Timeout, e),
         Outcome::Info(e) => Answer::Error(ErrorClass::Unknown, e),
+    }
+}
+
+/// A plain-HTTP request's connection: where to, the path and query, the connection.
+struct RawHttp {
+    target: load::conn::Target,
+    path: http::Uri,
+    conn: load::conn::Conn,
+}
+
+impl RawHttp {
+    /// `None` for `https` (or a URL the raw connection cannot carry): reqwest serves it.
+    fn of(url: &str) -> Option<Self> {
+        let parsed = reqwest::Url::parse(url).ok()?;
+        let target = load::conn::Target::of(&parsed)?;
+        let path = match parsed.query() {
+            Some(q) => format!("{}?{q}", parsed.path()),
+            None => parsed.path().to_owned(),
+        };
+        Some(Self {
+            target,
+            path: path.parse().ok()?,
+            conn: load::conn::Conn::default(),
+        })
+    }
+}
+
+fn raw_http_ids(rt: &tokio::runtime::Runtime, raw: &mut RawHttp, target: &Target) -> Answer {
+    use load::conn::Failure;
+    let asked = rt.block_on(raw.conn.send(
+        &raw.target,
+        http::Method::GET,
+        &raw.path,
+        (None, None),
+        REQUEST_TIMEOUT,
+    ));
+    match asked {
+        Ok((status, body)) => match target.parse_answer(status, &String::from_utf8_lossy(&body)) {
+            Ok(ids) => Answer::Ids(ids),
+            Err(why) => Answer::Error(ErrorClass::Answered, why),
+        },
+        // No connection, or a request that could not be built: it never left.
+        Err(Failure::Connect) => Answer::Error(
+            ErrorClass::Refused,
+            "connect: no connection (refused or unreachable)".into(),
+        ),
+        Err(Failure::Client) => Answer::Error(
+            ErrorClass::Refused,
+            "client: the request could not be built".into(),
+        ),
+        Err(Failure::Timeout) => Answer::Error(
+            ErrorClass::Timeout,
+            format!("no answer within {} ms", REQUEST_TIMEOUT.as_millis()),
+        ),
+        Err(f @ (Failure::Transport | Failure::Body)) => Answer::Error(
+            ErrorClass::Unknown,
+            format!("{}: the connection broke after the request left", f.class()),
+        ),
     }
 }
 
