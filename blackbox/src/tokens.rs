@@ -138,6 +138,11 @@ pub struct TokensRun {
     pub exhaustion: Option<Exhaustion>,
     /// What the slow-clients check measured, and its two checks.
     pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
+    /// Each racing consume's interval (its token's number as the key, its instance as the
+    /// server), for [`TokensRun::concurrency`].
+    pub spans: Vec<crate::overlap::Span>,
+    /// Instances (URLs).
+    pub instances: usize,
 }
 
 /// One user asking for one token per activity as fast as it can (`tokens.quota`).
@@ -234,7 +239,18 @@ impl TokensRun {
             .count() as u64
     }
 
-    /// The checks.
+    /// How far the racing consumes of one token overlapped ([`crate::overlap`]): with one
+    /// consumer, or a service that answers the first before the next leaves, no race on a
+    /// token was tried.
+    #[must_use]
+    pub fn concurrency(&self) -> reports::model::Concurrency {
+        let names: Vec<String> = (1..=self.instances)
+            .map(|i| format!("instance #{i}"))
+            .collect();
+        crate::overlap::measure(&self.spans, &names, "one token")
+    }
+
+    /// The checks, `races.overlapped` last.
     #[must_use]
     pub fn checks(&self) -> Vec<InvariantResult> {
         // `tokens.once` is `tokens.single_use` over the racing consumes' acceptances.
@@ -304,6 +320,7 @@ impl TokensRun {
             checks.push(crate::db::took_effect(made, seen));
         }
         checks.extend(self.slow.iter().flat_map(|(_, c)| c.iter().cloned()));
+        checks.push(crate::overlap::check(&self.concurrency()));
         checks
     }
 
@@ -656,7 +673,13 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
     // answers 404 and issues for any activity).
     let activity = base;
     wire.register(activity)?;
-    let mut out = TokensRun::default();
+    let mut out = TokensRun {
+        instances: opts.urls.len(),
+        ..TokensRun::default()
+    };
+    let began = Instant::now();
+    let since =
+        |at: Instant| u64::try_from(at.duration_since(began).as_nanos()).unwrap_or(u64::MAX);
     // The previous round's user and JWT: the thief of the next round's token.
     let mut previous: Option<(u64, String)> = None;
     for index in 0..opts.tokens {
@@ -672,18 +695,27 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
             Consumed::of(answer.map(|(s, _)| s))
         });
         let body = serde_json::json!({ "user": user, "token": once });
-        let racing = wire.rt.block_on(async {
+        let answers = wire.rt.block_on(async {
             let asks = (0..opts.consumers as usize).map(|k| {
                 let (wire, body, jwt) = (&wire, &body, &jwt);
                 async move {
+                    let sent = Instant::now();
                     let answer = wire
                         .post(at + k, "/tokens/once/consume", Some(jwt), body)
                         .await;
-                    Consumed::of(answer.map(|(s, _)| s))
+                    let span = crate::overlap::Span {
+                        key: index,
+                        server: (at + k) % wire.bases.len(),
+                        invoke_ns: since(sent),
+                        complete_ns: since(Instant::now()),
+                    };
+                    (Consumed::of(answer.map(|(s, _)| s)), span)
                 }
             });
             futures::future::join_all(asks).await
         });
+        let racing: Vec<Consumed> = answers.iter().map(|(c, _)| *c).collect();
+        out.spans.extend(answers.iter().map(|(_, span)| *span));
         let restart = opts.kill_every > 0 && (index + 1) % opts.kill_every == 0;
         if restart && let Some(o) = owned.as_mut() {
             if let (Some(db), Some(fault)) = (o.db.as_mut(), opts.db_fault) {
@@ -937,6 +969,33 @@ mod tests {
             violated(&run_of(vec![round(&[Accepted, Used], Used)], Accepted)),
             ["tokens.unknown_refused"]
         );
+    }
+
+    #[test]
+    fn consumes_that_never_overlapped_make_a_pass_inconclusive_for_races() {
+        use Consumed::{Accepted, Used};
+        let race = |run: &TokensRun| {
+            let check = run.checks().pop().expect("races.overlapped is last");
+            assert_eq!(check.name, "races.overlapped");
+            check.verdict
+        };
+        let span = |key, server, from_ms: u64, to_ms: u64| crate::overlap::Span {
+            key,
+            server,
+            invoke_ns: from_ms * 1_000_000,
+            complete_ns: to_ms * 1_000_000,
+        };
+        let mut run = run_of(vec![round(&[Accepted, Used], Used)], Consumed::Refused(404));
+        run.instances = 2;
+        // The second consume left after the first was answered: no race was tried.
+        run.spans = vec![span(0, 0, 0, 3), span(0, 1, 3, 5)];
+        assert!(run.passed());
+        assert_eq!(race(&run), Judgement::NotChecked);
+        assert!(run.concurrency().inconclusive.is_some());
+        // Both in flight at once: the pass says something about the race.
+        run.spans = vec![span(0, 0, 0, 3), span(0, 1, 1, 5)];
+        assert_eq!(race(&run), Judgement::Held);
+        assert_eq!(run.concurrency().servers[1].requests, 1);
     }
 
     #[test]

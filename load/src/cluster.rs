@@ -486,6 +486,8 @@ async fn run(
         server: Vec::new(),
         fault_windows: windows,
         verification,
+        concurrency: None,
+        ramp: None,
     })
 }
 

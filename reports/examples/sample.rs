@@ -578,6 +578,8 @@ pub fn sample_load() -> LoadReport {
                 detail: Some("all 4 781 draws settled within 4.2 s of the restart".into()),
             },
         ],
+        concurrency: None,
+        ramp: None,
     }
 }
 

@@ -13,8 +13,8 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use crate::charts::{self, LineChart, Scale, Series, Shade, TimelineBar};
 use crate::gate::{GateOutcome, GateRow, GateStatus};
 use crate::model::{
-    EndpointStats, FlawCatalogReport, InvariantResult, Judgement, LoadReport, ModelReport,
-    Percentiles, RunResult, SimulationReport, Summary, tail_samples_min,
+    Concurrency, EndpointStats, FlawCatalogReport, InvariantResult, Judgement, LoadReport,
+    ModelReport, Percentiles, Ramp, RunResult, SimulationReport, Summary, tail_samples_min,
 };
 
 /// Most rows of the injected-fault table (the timeline shows them all).
@@ -34,7 +34,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.facts th { width: 180px; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 13px; font-weight: bold; color: white; }
 .pass { background: #2c8a2c; } .fail { background: #c62828; } .neutral { background: #888; }
-tr.bad td { background: #fdecea; } td.zero { background: #fff4d6; }
+tr.bad td { background: #fdecea; } td.zero { background: #fff4d6; } tr.chosen td { font-weight: bold; }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; }
 pre { background: #f4f4f4; padding: 8px; overflow-x: auto; border: 1px solid #e0e0e0; }
 svg { max-width: 100%; height: auto; display: block; margin: 8px 0; }
@@ -747,9 +747,11 @@ fn load(r: &LoadReport) -> Markup {
     let server = (!r.server.is_empty()).then(|| server_charts(r, &shades, x_range));
     let fault_timeline = process_timeline(r, x_range.map_or(1.0, |(_, end)| end));
     html! {
-        h2 { "Load: " (r.scenario) " " (badge(r.passed())) }
+        h2 { "Load: " (r.scenario) " " (badge(r.passed())) @if let Some(c) = r.concurrency.as_ref().filter(|c| c.inconclusive.is_some()) { " " span.badge.neutral title=[c.inconclusive.as_deref()] { "inconclusive for races" } } }
         (load_facts(r))
         (endpoint_tables(r))
+        @if let Some(c) = &r.concurrency { (concurrency_section(c)) }
+        @if let Some(ramp) = &r.ramp { (ramp_section(ramp)) }
         @if let Some(p) = percentile { h3 { "Latency distribution" } (svg_or_error(p)) }
         @if !over_time.is_empty() || throughput.is_some() {
             h3 { "Over time" }
@@ -761,6 +763,45 @@ fn load(r: &LoadReport) -> Markup {
         @if let Some((cpu, rss)) = server { h3 { "Server resources" } div style="display:flex;gap:16px;flex-wrap:wrap" { (svg_or_error(cpu)) (svg_or_error(rss)) } }
         h3 { "Verification" }
         @if r.verification.is_empty() { p.muted { "no post-run verification recorded" } } @else { (invariant_table(&r.verification)) }
+    }
+}
+
+/// How far the run's requests overlapped (a black-box run's own history).
+fn concurrency_section(c: &Concurrency) -> Markup {
+    let share = if c.span_us == 0 {
+        0.0
+    } else {
+        (c.overlapped_us as f64 / c.span_us as f64).min(1.0) * 100.0
+    };
+    html! {
+        h3 { "Concurrency reached" }
+        p.note { "Measured from the run's history: each request from its send to its answer. A race between two requests of one key can only show while both are in flight." }
+        @if let Some(why) = &c.inconclusive { p.err { "Inconclusive for races: " (why) } }
+        table.facts {
+            tr { th { "requests" } td { (c.requests) } }
+            tr { th { "most in flight at once" } td { (c.max_in_flight) } }
+            tr { th { "most of one key in flight at once" } td { (c.max_in_flight_per_key) (if c.keys > 1 { format!(" ({} of {} keys overlapped)", c.keys_overlapped, c.keys) } else { String::new() }) } }
+            tr { th { "time with 2+ in flight" } td { (format!("{share:.0}% of {:.1} s", c.span_us as f64 / 1e6)) } }
+            tr { th { "longest request" } td { (format!("{:.1} ms", c.longest_request_us as f64 / 1e3)) } }
+            @for s in &c.servers { tr { th { (s.name) } td { (format!("{} requests, at most {} in flight at once", s.requests, s.max_in_flight)) } } }
+        }
+    }
+}
+
+/// The client counts a black-box run tried before its checked phase.
+fn ramp_section(ramp: &Ramp) -> Markup {
+    html! {
+        h3 { "Concurrency ramp" }
+        p.note { "Client counts tried in short steps before the checked phase (a step that would end the ramp is measured twice); chosen: " (ramp.chosen) " (" (ramp.reason) ")." }
+        table {
+            tr { th.num { "clients" } th.num { "requests" } th.num { "errors" } th.num { "req/s" } th.num { "P50 (ms)" } th.num { "P99 (ms)" } }
+            @for s in &ramp.steps {
+                tr class=[(s.clients == ramp.chosen).then_some("chosen")] {
+                    td.num { (s.clients) } td.num { (s.requests) } td.num { (s.errors) }
+                    td.num { (format!("{:.1}", s.rate_rps)) } td.num { (fmt_us(s.p50_us)) } td.num { (fmt_us(s.p99_us)) }
+                }
+            }
+        }
     }
 }
 

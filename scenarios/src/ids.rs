@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use blackbox::ids::{
     BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, CutShape,
-    Monotonic, TARGET_KINDS, Target,
+    Monotonic, RampSpec, TARGET_KINDS, Target,
 };
 use blackbox::slow::SlowSpec;
 use reports::model::Judgement;
@@ -59,9 +59,18 @@ pub struct IdsArgs {
     /// How long the clients run, in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
-    /// Client threads, one request at a time each.
-    #[arg(long, default_value_t = 4)]
-    pub concurrency: u64,
+    /// Client threads, one request at a time each. Without it the bench ramps: 1, 2, 4, …
+    /// clients in short steps until the rate stops growing (less than 10 % more) or the P99
+    /// doubles, then runs --duration at the count chosen (at least two per server).
+    #[arg(long)]
+    pub concurrency: Option<u64>,
+    /// Without --concurrency: the most clients the ramp tries (default 64).
+    #[arg(long, conflicts_with = "concurrency")]
+    pub ramp_max: Option<u64>,
+    /// Without --concurrency: how long each ramp step lasts, ms (default 1000; its first fifth
+    /// is not measured).
+    #[arg(long, conflicts_with = "concurrency")]
+    pub ramp_step_ms: Option<u64>,
     /// Total requests per second over every client (default: as fast as answered).
     #[arg(long)]
     pub rate: Option<f64>,
@@ -117,6 +126,11 @@ pub struct IdsArgs {
     pub netns: bool,
     #[command(flatten)]
     pub db: DbArgs,
+    /// With --db-cmd: the servers' link to the database slowed in bursts for the whole run
+    /// (500 ms slowed, 500 ms whole, in turn), each chunk held this many ms ± half, so that a
+    /// service's read-then-write windows open at any client count. Checked: faults.db_delayed.
+    #[arg(long, requires = "db_cmd")]
+    pub delay_db_ms: Option<u64>,
     #[command(flatten)]
     pub slow: SlowArgs,
     /// Write the results as JSON to this file.
@@ -191,7 +205,13 @@ impl IdsArgs {
             target,
             urls: self.urls.clone(),
             key: self.key.clone(),
-            clients: self.concurrency,
+            clients: self.concurrency.unwrap_or(1),
+            ramp: self.concurrency.is_none().then(|| RampSpec {
+                max: self.ramp_max.unwrap_or(RampSpec::MAX),
+                step: self
+                    .ramp_step_ms
+                    .map_or(RampSpec::STEP, Duration::from_millis),
+            }),
             rate: self.rate,
             duration: Duration::from_secs_f64(self.duration),
             monotonic: self.monotonic,
@@ -199,6 +219,7 @@ impl IdsArgs {
             nemesis,
             slow_clients: self.slow.spec(),
             db: self.db.options(),
+            db_delay: self.delay_db_ms.map(Duration::from_millis),
             netns: self.netns,
         })
     }
@@ -293,12 +314,20 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
             return IdsExit::Usage;
         }
     };
+    let clients = match opts.ramp {
+        Some(r) => format!(
+            "clients ramped 1, 2, 4, … up to {} in {} ms steps, then the count chosen",
+            r.max,
+            r.step.as_millis()
+        ),
+        None if opts.clients == 1 => "1 client".to_owned(),
+        None => format!("{} clients", opts.clients),
+    };
     println!(
-        "ids: {} at {} server(s), key `{}`, {} clients for {:.1} s{}{}",
+        "ids: {} at {} server(s), key `{}`, {clients} for {:.1} s{}{}",
         opts.target.kind(),
         opts.urls.len(),
         opts.key,
-        opts.clients,
         opts.duration.as_secs_f64(),
         opts.rate.map(|r| format!(" at {r}/s")).unwrap_or_default(),
         opts.nemesis
@@ -344,7 +373,7 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
         println!("  report: {}", dir.join("index.html").display());
     }
     if run.passed() {
-        println!("PASS");
+        println!("{}", blackbox::overlap::pass_line(Some(&run.concurrency)));
         IdsExit::Passed
     } else {
         let violated: Vec<&str> = run
@@ -376,6 +405,9 @@ fn print_run(run: &BlackBoxRun) {
     for example in &run.error_examples {
         println!("    first {example}");
     }
+    if let Some(ramp) = &run.ramp {
+        println!("{}", blackbox::ramp::line(ramp));
+    }
     let l = &run.latency;
     println!(
         "  latency: P50 {} µs, P99 {} µs, P99.9 {} µs, max {} µs ({} requests, {:.0}/s)",
@@ -386,6 +418,7 @@ fn print_run(run: &BlackBoxRun) {
         l.requests,
         l.throughput_rps
     );
+    println!("{}", blackbox::overlap::line(&run.concurrency));
     println!(
         "  gaps: {} IDs never handed out between the smallest and the largest",
         run.gaps
@@ -408,8 +441,8 @@ fn print_run(run: &BlackBoxRun) {
     if let Some(p) = &run.db_proxy {
         println!(
             "  database link: {} connections, {} bytes to the database, {} back, {} held by \
-             the partitions",
-            p.connections, p.bytes_up, p.bytes_down, p.held_bytes
+             the partitions, {} chunks delayed",
+            p.connections, p.bytes_up, p.bytes_down, p.held_bytes, p.delayed_chunks
         );
     }
     if let Some(l) = &run.db_lost_writes {
@@ -444,10 +477,10 @@ pub fn slow_line(slow: &blackbox::slow::SlowRun) -> String {
 /// One check's line in a run's printout: name, verdict, first offending event, detail.
 #[must_use]
 pub fn check_line(check: &reports::model::InvariantResult) -> String {
-    let verdict = if check.verdict == Judgement::Violated {
-        "VIOLATED"
-    } else {
-        "held"
+    let verdict = match check.verdict {
+        Judgement::Violated => "VIOLATED",
+        Judgement::Held => "held",
+        Judgement::NotChecked => "not checked",
     };
     format!(
         "  {:<28} {verdict:<9} {}{}",
@@ -491,6 +524,10 @@ fn write_outputs(args: &IdsArgs, run: &BlackBoxRun) -> Result<(), String> {
             "requests": {"ok": c.ok, "fail": c.fail, "info": c.info},
             "errors": run.errors,
             "faults": run.faults,
+            "clients": run.clients,
+            "ramp": run.ramp,
+            "concurrency": run.concurrency,
+            "inconclusive_for_races": run.concurrency.inconclusive.is_some(),
             "invariants": run.checks(),
             "passed": run.passed(),
         });
