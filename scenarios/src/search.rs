@@ -324,7 +324,13 @@ pub fn regression_name(name: &str, flaw: Option<Flaw>, invariant: &str) -> Strin
 pub fn timeline(scenario: &Scenario) -> Vec<String> {
     match scenario.schedule.as_deref() {
         None => vec!["(random faults: no schedule)".to_owned()],
-        Some([]) => vec!["(no fault at all: the workload alone fails)".to_owned()],
+        Some([]) => vec![match scenario.run.flaw {
+            Some(flaw) => format!(
+                "(no fault at all: flaw `{flaw}` breaks the run by itself, under the workload \
+                 alone; it needs no fault)"
+            ),
+            None => "(no fault at all: the workload alone breaks the run)".to_owned(),
+        }],
         Some(events) => events.iter().map(ScheduledFault::describe).collect(),
     }
 }

@@ -360,6 +360,10 @@ fn print_verdict(code: ExitCode, seconds: f64) {
         .join(" ");
     let verdict = if code == ExitCode::SUCCESS {
         "PASS"
+    } else if code == ExitCode::FAILURE
+        && replay::REPRODUCED.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        "REPRODUCED (exit 1: the violation the file expects, see above)"
     } else if code == ExitCode::FAILURE {
         "FAIL (a finding: see above)"
     } else {

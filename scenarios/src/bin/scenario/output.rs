@@ -113,9 +113,13 @@ pub(crate) fn print_summary(
             n.seed, n.first_hash, n.second_hash
         );
     }
+    let violations = sweep.violations().count();
     for (shown, (seed, v)) in sweep.violations().enumerate() {
         if shown == 5 {
-            println!("... and more");
+            println!(
+                "... and {} more violation(s) (every one in --json FILE and --report DIR)",
+                violations - shown
+            );
             break;
         }
         println!("VIOLATION seed {seed}: {}: {}", v.invariant, v.detail);
@@ -184,9 +188,13 @@ fn print_crash_points(sweep: &Sweep, replay: &dyn Fn(u64) -> String) {
             plan.spec()
         );
     }
+    let violations = sweep.crash_violations().count();
     for (shown, (seed, tried, v)) in sweep.crash_violations().enumerate() {
         if shown == 5 {
-            println!("... and more");
+            println!(
+                "... and {} more at crash points (every one in --json FILE and --report DIR)",
+                violations - shown
+            );
             break;
         }
         let at = tried
@@ -295,28 +303,30 @@ pub(crate) fn print_edges(scenario: &Scenario, sweep: &Sweep) {
             sweep.seeds.len()
         );
     }
-    let never: Vec<&str> = rows
+    let never = rows
         .iter()
         .filter(|r| r.owned_from_seeds.is_none() && r.reached == 0)
-        .map(|r| r.name.as_str())
-        .collect();
+        .count();
     let others = rows
         .iter()
         .filter(|r| r.owned_from_seeds.is_none() && r.reached > 0)
         .count();
     println!(
-        "  ({others} other edge states reached; never reached: {})",
-        if never.is_empty() {
-            "none".to_owned()
-        } else {
-            never.join(", ")
-        }
+        "  (not owned by this scenario, not judged: {others} other edge states reached, {never} \
+         not; the JSON and the report list them)"
     );
     if sweep.edges_failed() {
-        println!(
-            "EDGE STATE NEVER REACHED: {}: the sweep proves nothing about it",
-            sweep.unreached_edges.join(", ")
-        );
+        if scenario.run.flaw.is_some() {
+            println!(
+                "  owned edge states not reached in this flawed run (not judged: a flaw is on): {}",
+                sweep.unreached_edges.join(", ")
+            );
+        } else {
+            println!(
+                "EDGE STATE NEVER REACHED: {}: the sweep proves nothing about it",
+                sweep.unreached_edges.join(", ")
+            );
+        }
     }
 }
 
