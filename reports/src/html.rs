@@ -177,12 +177,26 @@ fn key_figures(r: &RunResult) -> String {
         RunResult::Load(l) => {
             let rps: f64 = l.endpoints.iter().map(|e| e.throughput_rps).sum();
             let errors: u64 = l.endpoints.iter().map(EndpointStats::error_count).sum();
+            let broken: Vec<&str> = l
+                .verification
+                .iter()
+                .filter(|c| c.verdict == Judgement::Violated)
+                .map(|c| c.name.as_str())
+                .collect();
+            let checks = if broken.is_empty() {
+                format!("{} check(s)", l.verification.len())
+            } else {
+                format!(
+                    "{} check(s), broken: {}",
+                    l.verification.len(),
+                    broken.join(", ")
+                )
+            };
             format!(
-                "{} endpoint(s), {:.0} req/s total, {} error(s), {} check(s)",
+                "{} endpoint(s), {:.0} req/s total, {} error(s), {checks}",
                 l.endpoints.len(),
                 rps,
                 errors,
-                l.verification.len()
             )
         }
         RunResult::Flaws(f) => format!(
@@ -261,6 +275,7 @@ fn fault_timeline(r: &SimulationReport) -> Result<String, charts::ChartError> {
         .collect();
     charts::timeline_chart(
         "Fault timeline (one lane per node)",
+        "simulated time (s)",
         &lanes(r),
         &bars,
         &phase_shades,
@@ -564,7 +579,8 @@ fn percentile_cells(p: &Percentiles, n: u64) -> Markup {
 
 type Chart = Result<String, charts::ChartError>;
 
-/// Each endpoint's latency over time (P50, P99, P99.9), fault windows shaded.
+/// Each endpoint's latency over time (P50, P99, P99.9 and the slowest request), fault windows
+/// shaded.
 fn latency_charts(
     r: &LoadReport,
     shades: &[Shade],
@@ -608,6 +624,12 @@ fn latency_charts(
                         label: "P99.9".into(),
                         points: pick(|i| i.p999_us),
                     },
+                    // The slowest request of each interval: a stall of one request in thousands
+                    // is under every percentile of its interval and shows only here.
+                    Series {
+                        label: "max".into(),
+                        points: pick(|i| i.max_us),
+                    },
                 ],
                 shades: shades.to_vec(),
                 size: (CHART_W, 340),
@@ -625,19 +647,41 @@ fn load_time_range(r: &LoadReport) -> (f64, f64) {
         .endpoints
         .iter()
         .flat_map(|e| e.over_time.iter().map(|i| i.t_s + 1.0));
+    // The data's own end (the planned duration is not data: a run cut short ends earlier).
     let end = interval_ends
         .chain(r.fault_windows.iter().map(|w| w.end_s))
         .chain(r.server.iter().map(|s| s.t_s))
-        .chain(std::iter::once(r.duration_s + r.warmup_s))
         .filter(|t| t.is_finite())
-        .fold(1.0_f64, f64::max);
+        .fold(0.0_f64, f64::max);
+    let end = if end > 0.0 {
+        end
+    } else {
+        (r.duration_s + r.warmup_s).max(1.0)
+    };
     (0.0, end)
+}
+
+/// How many of `e`'s intervals are whole: the last one of a run that ended inside it holds part
+/// of a second's requests, and drawn as a rate it would read as a collapse; it is left out of
+/// the throughput chart (its requests are in every total).
+fn full_intervals(r: &LoadReport, e: &EndpointStats) -> usize {
+    // Intervals count from the start of the measurement (after the warm-up).
+    let end_s = r.duration_s;
+    e.over_time
+        .iter()
+        .take_while(|i| i.t_s + 1.0 <= end_s + 1e-6)
+        .count()
+        .max(e.over_time.len().min(1))
 }
 
 /// All endpoints together: requests per second and errors per second, per interval.
 fn totals_over_time(r: &LoadReport) -> [Series; 2] {
     let mut totals: std::collections::BTreeMap<u64, (f64, f64)> = std::collections::BTreeMap::new();
-    for i in r.endpoints.iter().flat_map(|e| e.over_time.iter()) {
+    for i in r
+        .endpoints
+        .iter()
+        .flat_map(|e| e.over_time.iter().take(full_intervals(r, e)))
+    {
         let slot = totals.entry((i.t_s * 1000.0).round() as u64).or_default();
         slot.0 += i.rps;
         slot.1 += i.errors as f64;
@@ -673,7 +717,12 @@ fn throughput_chart(r: &LoadReport, shades: &[Shade], x_range: Option<(f64, f64)
             .iter()
             .map(|e| Series {
                 label: e.name.clone(),
-                points: e.over_time.iter().map(|i| (i.t_s, i.rps)).collect(),
+                points: e
+                    .over_time
+                    .iter()
+                    .map(|i| (i.t_s, i.rps))
+                    .take(full_intervals(r, e))
+                    .collect(),
             })
             .chain(totals_over_time(r))
             .collect(),
@@ -832,6 +881,7 @@ fn process_timeline(r: &LoadReport, end_s: f64) -> Option<Result<String, charts:
         .collect();
     Some(charts::timeline_chart(
         "Fault timeline (one lane per process or link)",
+        "time since start (s, wall clock)",
         &lanes,
         &bars,
         &[],

@@ -677,6 +677,9 @@ pub struct IntervalStats {
     pub p50_us: u64,
     pub p99_us: u64,
     pub p999_us: u64,
+    /// The slowest request of the interval (0 in reports written before it was recorded).
+    #[serde(default)]
+    pub max_us: u64,
     pub rps: f64,
     /// Requests of the interval that failed.
     #[serde(default)]
