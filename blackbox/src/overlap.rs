@@ -198,12 +198,13 @@ fn requests(n: u64) -> String {
     }
 }
 
-/// What a pass prints: `PASS`, or `PASS (inconclusive for races: …)`.
+/// What a pass prints before the verdict line: `every check held`, or with `but inconclusive for
+/// races: …` (the verdict line then reads `PASS (inconclusive for races: …)`).
 #[must_use]
 pub fn pass_line(c: Option<&Concurrency>) -> String {
     match c.and_then(|c| c.inconclusive.as_deref()) {
-        Some(why) => format!("PASS (inconclusive for races: {why})"),
-        None => "PASS".to_owned(),
+        Some(why) => format!("every check held, but inconclusive for races: {why}"),
+        None => "every check held".to_owned(),
     }
 }
 
@@ -239,7 +240,7 @@ mod tests {
         assert!(why.contains("at most 1 of 20 requests"), "{why}");
         let judged = check(&c);
         assert_eq!(judged.verdict, Judgement::NotChecked);
-        assert!(pass_line(Some(&c)).starts_with("PASS (inconclusive for races:"));
+        assert!(pass_line(Some(&c)).starts_with("every check held, but inconclusive for races:"));
     }
 
     #[test]
@@ -259,7 +260,7 @@ mod tests {
         assert_eq!(c.overlapped_us, 380_000);
         assert_eq!(c.span_us, 420_000);
         assert_eq!(check(&c).verdict, Judgement::Held);
-        assert_eq!(pass_line(Some(&c)), "PASS");
+        assert_eq!(pass_line(Some(&c)), "every check held");
     }
 
     #[test]

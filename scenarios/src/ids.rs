@@ -348,10 +348,8 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
         Ok(run) => run,
         Err(e) => {
             let hint = match &e {
-                BlackBoxError::Unreachable { .. } => {
-                    " (is it running, is the key known, does --target match its API?)"
-                }
-                _ => "",
+                BlackBoxError::Unreachable { .. } => unreachable_hint(&opts.target, &opts.key),
+                _ => String::new(),
             };
             eprintln!("scenario ids: {e}{hint}");
             return IdsExit::Usage;
@@ -374,6 +372,9 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
     }
     if run.passed() {
         println!("{}", blackbox::overlap::pass_line(Some(&run.concurrency)));
+        if let Some(why) = &run.concurrency.inconclusive {
+            crate::note_verdict(format!("inconclusive for races: {why}"));
+        }
         IdsExit::Passed
     } else {
         let violated: Vec<&str> = run
@@ -424,7 +425,14 @@ fn print_run(run: &BlackBoxRun) {
         run.gaps
     );
     if run.faults > 0 {
-        println!("  faults: {}", run.faults);
+        let mut by_kind: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+        for w in &run.fault_windows {
+            *by_kind
+                .entry(w.kind.as_deref().unwrap_or("fault"))
+                .or_default() += 1;
+        }
+        let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        println!("  faults: {} ({})", run.faults, kinds.join(", "));
     }
     if let Some(l) = &run.lost_writes {
         println!("{}", lost_writes_line(l));
@@ -535,4 +543,29 @@ fn write_outputs(args: &IdsArgs, run: &BlackBoxRun) -> Result<(), String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// What most likely fixes a target that answered nothing usable, naming the flag.
+fn unreachable_hint(target: &blackbox::ids::Target, key: &str) -> String {
+    use blackbox::ids::Target;
+    let specific = match target {
+        Target::Tinyid { token, .. } if token.is_empty() => {
+            "; Tinyid answers an empty body to a missing or wrong token: give --token with one of \
+             its `tinyid_token` rows (none was given)"
+        }
+        Target::Tinyid { .. } => {
+            "; Tinyid answers an empty body to a wrong token or an unknown bizType: check --token \
+             against its `tinyid_token` rows and --key against its `tiny_id_info` rows"
+        }
+        Target::Http { pointer: None } => {
+            "; a JSON answer needs --json-pointer to the ID (e.g. /data/id); a plain one is the ID \
+             itself"
+        }
+        Target::Http { pointer: Some(_) } => {
+            "; check that --json-pointer points at the ID in its answer"
+        }
+        Target::Leaf { .. } => "; Leaf needs the key as a `biz_tag` row of `leaf_alloc`",
+        Target::Redis | Target::Postgres => "; check the URL's host, port and database",
+    };
+    format!(" (is it running, is the key `{key}` known{specific})")
 }

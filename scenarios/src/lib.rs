@@ -210,6 +210,18 @@ pub enum LoadError {
     },
 }
 
+/// What the final verdict line of a passing run adds in brackets (`PASS (…): scenario …`), set
+/// by a run whose pass says less than a plain PASS would: a black-box run that never had two
+/// requests of one key in flight at once is inconclusive for races.
+pub static VERDICT_NOTE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Sets [`VERDICT_NOTE`].
+pub fn note_verdict(note: String) {
+    *VERDICT_NOTE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(note);
+}
+
 /// The named scenario (simulated, load or real) closest to `name`, when one is close enough to
 /// be a typo of it: at most two edits apart (or a third of its length, for long names).
 #[must_use]

@@ -152,6 +152,9 @@ pub fn run(args: &TokensArgs) -> IdsExit {
         .all(|c| c.verdict != reports::model::Judgement::Violated)
     {
         println!("{}", blackbox::overlap::pass_line(Some(&concurrency)));
+        if let Some(why) = &concurrency.inconclusive {
+            crate::note_verdict(format!("inconclusive for races: {why}"));
+        }
         return IdsExit::Passed;
     }
     crate::tcc::verdict(&checks)

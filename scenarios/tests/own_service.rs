@@ -692,7 +692,11 @@ fn without_a_client_count_the_ramp_opens_tinyids_late_prefetch_behind_a_slow_ser
             .any(|l| l.trim_start().starts_with("races.overlapped") && l.contains("held")),
         "{out}"
     );
-    assert!(out.lines().any(|l| l == "PASS"), "{out}");
+    assert!(out.lines().any(|l| l == "every check held"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("PASS: scenario ids")),
+        "{out}"
+    );
 }
 
 #[test]

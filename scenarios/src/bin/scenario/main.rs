@@ -358,8 +358,13 @@ fn print_verdict(code: ExitCode, seconds: f64) {
         .map(|w| shell_word(&w))
         .collect::<Vec<_>>()
         .join(" ");
+    let note = scenarios::VERDICT_NOTE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let pass = note.map_or_else(|| "PASS".to_owned(), |note| format!("PASS ({note})"));
     let verdict = if code == ExitCode::SUCCESS {
-        "PASS"
+        pass.as_str()
     } else if code == ExitCode::FAILURE
         && replay::REPRODUCED.load(std::sync::atomic::Ordering::Relaxed)
     {
