@@ -383,7 +383,7 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
             .filter(|c| c.verdict == Judgement::Violated)
             .map(|c| c.name.as_str())
             .collect();
-        println!("FAIL: {} violated", violated.join(", "));
+        println!("violated: {}", violated.join(", "));
         IdsExit::Violated
     }
 }
