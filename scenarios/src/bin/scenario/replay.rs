@@ -40,7 +40,7 @@ pub(crate) fn replay(file: &std::path::Path) -> ExitCode {
     for line in scenarios::search::timeline(&scenario) {
         println!("  {line}");
     }
-    let outcome = sim::run::run_seed(&scenario, seed, false);
+    let outcome = sim::run::run_seed_as_set(&scenario, seed, false);
     let violations: Vec<_> = outcome.violations().collect();
     for v in &violations {
         println!("VIOLATION {}", violation_text(&v.invariant, &v.detail));
