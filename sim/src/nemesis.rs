@@ -275,18 +275,20 @@ fn land_at_boundary(world: &World, event: &ScheduledFault) -> bool {
     if !on || event.fault != FaultKind::ClockBump || !node.starts_with("id") {
         return false;
     }
-    arm_landing(world, node, None);
+    arm_landing(world, node, None, event.delta_ms.unwrap_or(0));
     true
 }
 
 /// Arms a landing for `node` (at a boundary named `want`, or any), a millisecond before, at or
-/// after it.
-fn arm_landing(world: &World, node: &str, want: Option<&'static str>) {
-    let mut rng = thread_rng();
+/// after it, which one and where decided by `drawn` (a value the fault drew already): the
+/// landing draws nothing from the run's RNG, so the run goes on as the bump's would have but
+/// for the clock.
+fn arm_landing(world: &World, node: &str, want: Option<&'static str>, drawn: i64) {
+    let drawn = drawn.unsigned_abs();
     let landing = crate::world::Landing {
         node: node.to_owned(),
-        pick: rng.gen_range(0..1024),
-        offset_ms: rng.gen_range(-1..=1),
+        pick: u32::try_from(drawn % 1024).unwrap_or(0),
+        offset_ms: i64::try_from(drawn % 3).unwrap_or(1) - 1,
         want,
     };
     world.with(|w| {
@@ -307,10 +309,18 @@ pub fn land_clock(world: &World, node: &str, boundaries: &[sut::boundary::Bounda
             w.landing = None;
             return None;
         }
+        // Within the scenario's own clock bumps: a boundary further than its largest step is
+        // outside the faults it asks for.
+        let now = i64::try_from(w.now(node).wall_ms).unwrap_or(i64::MAX);
+        let reach = i64::try_from(w.spec.scenario.faults.bump_ms_max).unwrap_or(i64::MAX);
         let mut wall: Vec<&sut::boundary::Boundary> = boundaries
             .iter()
             .filter(|b| b.clock == sut::boundary::ClockKind::Wall)
             .filter(|b| landing.want.is_none_or(|want| b.name == want))
+            .filter(|b| {
+                i64::try_from(b.at_ms)
+                    .is_ok_and(|at| at.saturating_sub(now).saturating_abs() <= reach)
+            })
             .collect();
         if wall.is_empty() {
             return None;
@@ -319,7 +329,6 @@ pub fn land_clock(world: &World, node: &str, boundaries: &[sut::boundary::Bounda
         let bound = wall[landing.pick as usize % wall.len()];
         let offset_ms = landing.offset_ms;
         let target = i64::try_from(bound.at_ms).unwrap_or(i64::MAX) + offset_ms;
-        let now = i64::try_from(w.now(node).wall_ms).unwrap_or(i64::MAX);
         w.landing = None;
         w.count("clock.landed_at_boundary", 1);
         Some((target - now, format!("{} {offset_ms:+} ms", bound.name)))
@@ -766,7 +775,7 @@ fn apply_clock_restart(world: &World, node: String, back: i64, tear: bool, down_
     kill(world, &node, tear);
     // BUGGIFY: the restarted node's first ID decision lands at its new generator's floor.
     if world.with(|w| w.spec.buggify.clock_at_boundary && w.landing.is_none()) {
-        arm_landing(world, &node, Some("snowflake.floor"));
+        arm_landing(world, &node, Some("snowflake.floor"), back);
     }
     let span = begin(
         world,

@@ -189,7 +189,11 @@ impl Bounded for Sequencer {
             at_ms,
         };
         if self.stats.issued == 0 {
-            into.push(wall("snowflake.floor", self.wall_of(self.last_ts + 1)));
+            // A never-used worker id (floor 0) has no floor worth landing on: its first unit
+            // is the epoch's.
+            if self.last_ts > 0 {
+                into.push(wall("snowflake.floor", self.wall_of(self.last_ts + 1)));
+            }
         } else {
             // A reading `rollback_ms_max` behind the last unit is the last one waited out.
             let bound = self
@@ -197,10 +201,12 @@ impl Bounded for Sequencer {
                 .saturating_sub(self.cfg.rollback_ms_max);
             into.push(wall("snowflake.rollback_bound", bound));
         }
-        into.push(wall(
-            "snowflake.reservation_end",
-            self.wall_of(self.reserved_ts.saturating_add(1)),
-        ));
+        if self.reserved_ts > 0 {
+            into.push(wall(
+                "snowflake.reservation_end",
+                self.wall_of(self.reserved_ts.saturating_add(1)),
+            ));
+        }
     }
 }
 
