@@ -393,13 +393,16 @@ pub fn no_dead_letter_after_heal(history: &[Event], grace_ms: u64) -> Result<(),
 
 /// What each client was told of the draws it was answered `pending` (or another status that
 /// is not final) and what it heard last of each, from its own records: the polls' answers, a
-/// failed poll as a draw the coordinator no longer knew (forgotten, if it restarted since), a
+/// failed poll as a draw the coordinator no longer knew (forgotten, if it restarted since the
+/// client asked for the draw: an answer `pending` made before a restart can arrive after it), a
 /// poll that timed out as nothing heard.
 #[must_use]
 pub fn followed_draws(history: &[Event]) -> Vec<Followed> {
     use crate::history::Op;
-    let mut ops: rustc_hash::FxHashMap<(&str, u64), &Op> = rustc_hash::FxHashMap::default();
+    let mut ops: rustc_hash::FxHashMap<(&str, u64), (&Op, u64)> = rustc_hash::FxHashMap::default();
     let mut followed: Vec<Followed> = Vec::new();
+    // Where each followed draw was asked for (its Draw's Invoke).
+    let mut asked_at: Vec<u64> = Vec::new();
     let mut index: rustc_hash::FxHashMap<(&str, u64), usize> = rustc_hash::FxHashMap::default();
     // The coordinator's restarts (its final outcomes are in memory only).
     let mut coord_boots: Vec<u64> = Vec::new();
@@ -411,10 +414,10 @@ pub fn followed_draws(history: &[Event]) -> Vec<Followed> {
             EventKind::Invoke { op_id, op }
                 if matches!(op, Op::Draw { .. } | Op::DrawStatus { .. }) =>
             {
-                ops.insert((&e.node, *op_id), op);
+                ops.insert((&e.node, *op_id), (op, e.seq));
             }
             EventKind::Complete { op_id, outcome } => {
-                let Some(op) = ops.remove(&(&*e.node, *op_id)) else {
+                let Some((op, invoked_at)) = ops.remove(&(&*e.node, *op_id)) else {
                     continue;
                 };
                 match (op, outcome) {
@@ -422,6 +425,7 @@ pub fn followed_draws(history: &[Event]) -> Vec<Followed> {
                         if final_verdict(status).is_none() =>
                     {
                         index.insert((&e.node, *xid), followed.len());
+                        asked_at.push(invoked_at);
                         followed.push(Followed {
                             client: e.node.to_string(),
                             xid: Xid(*xid),
@@ -440,7 +444,7 @@ pub fn followed_draws(history: &[Event]) -> Vec<Followed> {
                         if let Some(&i) = index.get(&(&*e.node, *xid)) {
                             let restarted = coord_boots
                                 .iter()
-                                .any(|boot| (followed[i].told_at..e.seq).contains(boot));
+                                .any(|boot| (asked_at[i]..e.seq).contains(boot));
                             let heard = if restarted {
                                 LastHeard::Forgotten
                             } else {

@@ -305,11 +305,11 @@ pub enum LastHeard {
     Final(Verdict),
     /// A status that is not final (`pending`, `in_progress`, `dead_lettered`), by name.
     Open(String),
-    /// The service no longer knew the draw, and it had not restarted since the client was
-    /// told `pending`.
+    /// The service no longer knew the draw, and it had not restarted since the client asked
+    /// for the draw.
     Unknown,
-    /// The service no longer knew the draw after a restart since the client was told
-    /// `pending`: the documented limit (a coordinator remembers final outcomes in memory only,
+    /// The service no longer knew the draw after a restart since the client asked for it (an
+    /// answer `pending` made before the restart may arrive after it): the documented limit (a coordinator remembers final outcomes in memory only,
     /// `CoordinatorNode::recover`), accepted and counted, not a violation.
     Forgotten,
 }
