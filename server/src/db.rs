@@ -141,14 +141,36 @@ impl Db {
     /// # Errors
     /// The store cannot be opened (the message names it).
     pub fn open_ids(&self, durability: CounterDurability) -> Result<IdStoreBox, String> {
+        self.open_ids_split(durability, false)
+    }
+
+    /// [`Db::open_ids`], with the planted weakness `split_allocation` (TEST ONLY) when `split`:
+    /// the allocations of a PostgreSQL or MariaDB store read in one transaction and write in the
+    /// next ([`crate::sqldb::ids::SqlIdStore::split_allocation`]).
+    ///
+    /// # Errors
+    /// The store cannot be opened, or `split` on SQLite (the weakness is planted in the stores
+    /// on a database server only).
+    pub fn open_ids_split(
+        &self,
+        durability: CounterDurability,
+        split: bool,
+    ) -> Result<IdStoreBox, String> {
         let opened: Result<IdStoreBox, _> = match self {
+            Self::Sqlite(_) if split => {
+                return Err(
+                    "the weakness split_allocation is planted in the PostgreSQL and MariaDB \
+                     stores only, and --db is an SQLite file"
+                        .to_owned(),
+                );
+            }
             Self::Sqlite(path) => {
                 SqliteIdStore::open(path, durability).map(|s| Box::new(s) as IdStoreBox)
             }
-            Self::Postgres(url) => {
-                PgIdStore::open(url, durability).map(|s| Box::new(s) as IdStoreBox)
-            }
-            Self::MySql(url) => MyIdStore::open(url, durability).map(|s| Box::new(s) as IdStoreBox),
+            Self::Postgres(url) => PgIdStore::open(url, durability)
+                .map(|s| Box::new(s.split_allocation(split)) as IdStoreBox),
+            Self::MySql(url) => MyIdStore::open(url, durability)
+                .map(|s| Box::new(s.split_allocation(split)) as IdStoreBox),
         };
         opened.map_err(|e| format!("id store {}: {e}", self.describe()))
     }

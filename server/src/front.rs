@@ -18,7 +18,14 @@
 //! and no value is accepted twice because no value is handed out twice. Values that miss
 //! (`v >= end`) send their thread to the slow path, which, under a mutex, asks the allocator for
 //! the next block (performing store calls inline), publishes it and moves the cursor up to its
-//! start. Values that fell between windows are skipped: a gap, never a duplicate.
+//! start. A thread whose value lies past the block another thread just published takes the
+//! next block itself, until its value is in one or below one: a value of a granted block is
+//! never dropped. A block that continues the window (it starts at the window's end, as a lone
+//! server's next block does) extends it, `start` kept, so that a thread that drew a value of the
+//! old block and reads the window only after the refill still finds it in. Only values that
+//! fell between two blocks that do not touch (another server's range lies between) are skipped:
+//! they were never this instance's, and skipping them is a gap, never a duplicate. So a lone
+//! server hands out every ID of its segments, with no gap, within one incarnation.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,6 +124,8 @@ pub struct ConcurrentIds<S, C> {
     slow: Mutex<Slow<S>>,
     clock: C,
     block_ids: u64,
+    /// The planted weakness `skip_on_refill` (TEST ONLY; see [`ConcurrentIds::skip_on_refill`]).
+    skip_on_refill: bool,
 }
 
 /// What one hot-path attempt found.
@@ -145,7 +154,18 @@ impl<S: IdStore, C: Fn() -> Now> ConcurrentIds<S, C> {
             slow: Mutex::new(Slow { alloc, store }),
             clock,
             block_ids: block_ids.clamp(1, BLOCK_IDS_MAX),
+            skip_on_refill: false,
         }
+    }
+
+    /// The planted weakness `skip_on_refill` (`sut-server --weakness skip_on_refill`, TEST
+    /// ONLY): a take that found the window used up refills it and then draws a fresh value
+    /// from the cursor, never issuing the value it had drawn, which the refill put at the
+    /// window's start: one ID skipped at every refill, never a duplicate.
+    #[must_use]
+    pub fn skip_on_refill(mut self, on: bool) -> Self {
+        self.skip_on_refill = on;
+        self
     }
 
     #[inline]
@@ -183,7 +203,12 @@ impl<S: IdStore, C: Fn() -> Now> ConcurrentIds<S, C> {
                 } => return Ok(from * delta + remainder),
                 Attempt::Behind => {}
                 Attempt::Past { seen_end, v, n } => {
-                    if let Some(id) = self.refill(seen_end, v, n)?.first() {
+                    if self.skip_on_refill {
+                        // The planted weakness: the value drawn is given up after the refill.
+                        let _ = self.refill(seen_end, v, 0)?;
+                        continue;
+                    }
+                    if let Some(id) = self.refill_for(seen_end, v, n)?.first() {
                         return Ok(*id);
                     }
                 }
@@ -231,6 +256,22 @@ impl<S: IdStore, C: Fn() -> Now> ConcurrentIds<S, C> {
         }
     }
 
+    /// [`Self::refill`] for this thread's values `[v, v + n)`, again while they lie past the
+    /// window published (another thread's refill took a block that ends below them): the next
+    /// block is theirs to take. Returns what falls in a window (empty only when `v` lies below
+    /// the window: between two blocks that do not touch, never this instance's).
+    fn refill_for(&self, mut seen_end: u64, v: u64, n: u64) -> Result<Vec<u64>, IdError> {
+        for _ in 0..HOT_RETRIES_MAX {
+            let ids = self.refill(seen_end, v, n)?;
+            let end = self.window.end.load(Ordering::Acquire);
+            if !ids.is_empty() || v < end {
+                return Ok(ids);
+            }
+            seen_end = end;
+        }
+        Err(IdError::Busy)
+    }
+
     /// Publishes the next block unless another thread already moved the window past
     /// `seen_end`, then returns the IDs of this thread's values `[v, v + n)` that fall in the
     /// window now published (so a refill at a block boundary skips nothing), or a
@@ -270,8 +311,16 @@ impl<S: IdStore, C: Fn() -> Now> ConcurrentIds<S, C> {
             start >= old_end,
             "windows must move up: {start} < {old_end}"
         );
+        // A block that continues the window extends it (see the module doc): the old block's
+        // values stay issuable by the threads that drew them.
+        let continues = old_end > 0
+            && start == old_end
+            && self.window.delta.load(Ordering::Relaxed) == delta
+            && self.window.remainder.load(Ordering::Relaxed) == remainder;
         // Order matters: start (and the constants) before end; see the module doc.
-        self.window.start.store(start, Ordering::Relaxed);
+        if !continues {
+            self.window.start.store(start, Ordering::Relaxed);
+        }
         self.window.delta.store(delta, Ordering::Relaxed);
         self.window.remainder.store(remainder, Ordering::Relaxed);
         self.window.end.store(end, Ordering::Release);
@@ -379,11 +428,43 @@ mod tests {
             all.extend(mine);
         }
         assert_eq!(all.len(), total, "no ID was handed to two threads");
-        // Racing threads may skip values between windows (a gap, never a duplicate); few.
+        // One store, contiguous blocks: racing threads skip nothing (ids.gaps of a lone server).
         let highest = all.iter().next_back().copied().unwrap();
-        assert!(
-            highest >= total as u64 && highest < total as u64 * 2,
-            "highest {highest} for {total} IDs"
+        assert_eq!(highest, total as u64, "no gap: {total} IDs up to {highest}");
+    }
+
+    #[test]
+    fn a_thread_past_a_small_block_takes_the_next_one_and_skips_nothing() {
+        // Blocks of 1: every take past the window finds another thread's refill too small.
+        let ids = Arc::new(front(3, 1));
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let ids = Arc::clone(&ids);
+                std::thread::spawn(move || {
+                    (0..2_000)
+                        .map(|_| ids.next_id().unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<u64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (1..=16_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_planted_skip_on_refill_leaves_a_gap_at_every_refill() {
+        let ids = front(100, 7).skip_on_refill(true);
+        let taken: Vec<u64> = (0..20).map(|_| ids.next_id().unwrap()).collect();
+        // Blocks of 7 from 1: the first ID of each block after the first is given up.
+        assert_eq!(
+            taken,
+            [
+                1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 21, 23
+            ]
         );
     }
 

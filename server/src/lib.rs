@@ -626,7 +626,8 @@ fn open_ids(
     let tags = Arc::new(
         Tags::new(db, instance, clock, cfg.block_ids, Arc::clone(&control))
             .with_flaw(cfg.flaw)
-            .with_step_max(cfg.step_max),
+            .with_step_max(cfg.step_max)
+            .with_weakness(cfg.weakness),
     );
     let snowflake = Arc::new(Snowflake::start(
         (
@@ -804,6 +805,7 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
             limits,
             tls,
             metrics: Arc::clone(&state.metrics),
+            conn_slot_leak: cfg.weakness == Some(listen::Weakness::ConnSlotLeak),
         },
         rx,
     ));

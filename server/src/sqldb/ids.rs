@@ -82,6 +82,8 @@ pub struct SqlIdStore<C> {
     durability: CounterDurability,
     /// Counters held in memory between syncs (non-`EveryWrite` durability).
     live_counters: BTreeMap<String, Counter>,
+    /// The planted weakness `split_allocation` (TEST ONLY).
+    split_allocation: bool,
 }
 
 impl<C: SqlConn> SqlIdStore<C> {
@@ -91,7 +93,40 @@ impl<C: SqlConn> SqlIdStore<C> {
             conn,
             durability,
             live_counters: BTreeMap::new(),
+            split_allocation: false,
         }
+    }
+
+    /// The planted weakness `split_allocation` (`sut-server --weakness split_allocation`, TEST
+    /// ONLY) when `on`: an allocation reads the tag row (and its leases) in one transaction and
+    /// writes what the rule decided in the next, `max_id` set with no version compare and the
+    /// lease written over any other of the same range. Two servers that reload at once both
+    /// read the same `max_id` and take the same range; one at a time, nothing shows.
+    #[must_use]
+    pub fn split_allocation(mut self, on: bool) -> Self {
+        self.split_allocation = on;
+        self
+    }
+
+    /// The allocation of the planted weakness `split_allocation`.
+    fn allocate_split(&mut self, req: &AllocRequest) -> Result<Grant, StoreError> {
+        let (row, starts) = self.conn.transact(|tx| {
+            let row = find_tag(tx, &req.tag)?;
+            let starts = tx.lease_starts(&req.tag)?;
+            Ok::<_, StoreError>((row, starts))
+        })?;
+        let write = rules::allocate(req, row.as_ref(), &starts, &mut Edges::new())?;
+        self.conn.transact(|tx| {
+            tx.set_tag(&write.row, None)?;
+            if write.pool_changed {
+                tx.clear_pool(&write.row.tag)?;
+                for range in &write.row.pool {
+                    pool_range(tx, &write.row.tag, range)?;
+                }
+            }
+            tx.insert_lease(&write.lease, true)?;
+            Ok::<_, StoreError>(write.grant.clone())
+        })
     }
 
     /// Runs the counter rule on a counter loaded from (or to be synced to) the database.
@@ -191,6 +226,9 @@ impl<C: SqlConn> IdStore for SqlIdStore<C> {
 
     fn allocate(&mut self, req: &AllocRequest) -> Result<Grant, StoreError> {
         rules::check_alloc(req)?;
+        if self.split_allocation {
+            return self.allocate_split(req);
+        }
         self.conn.transact(|tx| {
             let row = find_tag(tx, &req.tag)?;
             let starts = tx.lease_starts(&req.tag)?;
