@@ -60,17 +60,25 @@ pub enum Weakness {
     /// (`service.capacity_after_overload`).
     #[value(name = "conn_slot_leak")]
     ConnSlotLeak,
-    /// The segment allocation of the PostgreSQL and MariaDB stores split in two transactions:
-    /// the tag row read in one, `max_id = read + step` written in the next with no version
-    /// compare (the lease written over another's): two servers reloading at once take the
-    /// same range. Needs contention to show (`scenario cluster_pg --contention`).
-    #[value(name = "split_allocation")]
-    SplitAllocation,
+    /// A segment allocation of the PostgreSQL and MariaDB stores that lost the serialization
+    /// race twice in a row falls back to an unguarded one: the tag row read in one
+    /// transaction, `max_id = read + step` written in the next with no version compare (the
+    /// lease written over another's), and two servers reloading at once take the same range.
+    /// Contention makes allocations lose races in a row all the time (`scenario cluster_pg
+    /// --contention`).
+    #[value(name = "unguarded_fallback")]
+    UnguardedFallback,
     /// The thread whose take found the published block used up refills it, then takes a fresh
     /// value instead of issuing the one it already drew: one segment ID skipped at every
     /// refill (`ids.gaps`).
     #[value(name = "skip_on_refill")]
     SkipOnRefill,
+    /// A take whose value lies past the block another thread has just published answers that
+    /// block's last ID (another thread's) instead of taking the next block: only blocks smaller
+    /// than the takes racing for them reach it (`take_past_block`, which `paths.reached` of the
+    /// contention mode names).
+    #[value(name = "past_block_repeat")]
+    PastBlockRepeat,
 }
 
 impl Weakness {
@@ -82,8 +90,9 @@ impl Weakness {
             Self::SequentialTokens => "sequential_tokens",
             Self::NoTokenQuota => "no_token_quota",
             Self::ConnSlotLeak => "conn_slot_leak",
-            Self::SplitAllocation => "split_allocation",
+            Self::UnguardedFallback => "unguarded_fallback",
             Self::SkipOnRefill => "skip_on_refill",
+            Self::PastBlockRepeat => "past_block_repeat",
         }
     }
 }
