@@ -258,10 +258,18 @@ fn contention(name: &str, spec: &scenarios::loadfile::LoadSpec, args: &RunArgs) 
             return ExitCode::from(USAGE);
         }
     };
-    scenarios::ids::print_run(&run);
+    println!("single IDs:");
+    scenarios::ids::print_run(&run.singles);
+    if let Some(batches) = &run.batches {
+        println!("{}", batches.line());
+    }
+    for check in &run.checks {
+        println!("{}", scenarios::ids::check_line(check));
+    }
     if let Some(dir) = &args.report {
-        let summary = reports::model::Summary::new(format!("{name} --contention"))
-            .with(run.load_report(&contention_blackbox(&opts)));
+        let mut report = run.singles.load_report(&contention_blackbox(&opts));
+        report.verification.extend(run.checks.iter().cloned());
+        let summary = reports::model::Summary::new(format!("{name} --contention")).with(report);
         if let Err(err) = write_reports(dir, &summary) {
             eprintln!("scenario: cannot write the report: {err}");
             return ExitCode::from(USAGE);

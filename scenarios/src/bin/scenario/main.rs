@@ -131,7 +131,7 @@ struct RunArgs {
     #[arg(long)]
     contention: bool,
     /// Deployment runs: plant a weakness of the deployed server in every sut-server process
-    /// (TEST ONLY: `sut-server --weakness`, e.g. split_allocation).
+    /// (TEST ONLY: `sut-server --weakness`, e.g. unguarded_fallback).
     #[arg(long, value_name = "W")]
     weakness: Option<String>,
     /// Real-system runs (`scenarios/real/`): write the clients' history to this file as
