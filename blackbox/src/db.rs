@@ -340,6 +340,16 @@ impl Database {
         self.proxy().set(fault);
     }
 
+    /// A handle that switches the services' link to the database from another thread
+    /// (`None`: a database in a namespace, reached without a proxy).
+    #[must_use]
+    pub fn link_switch(&self) -> Option<chaos::LinkSwitch> {
+        match &self.link {
+            DbLink::Proxy(proxy) => Some(proxy.switch()),
+            DbLink::Direct(_) => None,
+        }
+    }
+
     fn proxy(&self) -> &Proxy {
         match &self.link {
             DbLink::Proxy(proxy) => proxy,

@@ -386,8 +386,12 @@ pub struct BlackBoxOptions {
     pub urls: Vec<String>,
     /// The key (business tag, sequence name, Redis key).
     pub key: String,
-    /// Client threads, one request at a time each.
+    /// Client threads, one request at a time each (with `ramp`, the count it starts from is
+    /// its own, and this is not used).
     pub clients: u64,
+    /// Raise the client count in short steps until the rate stops growing or the latency
+    /// doubles, then run the checked phase at the count chosen ([`crate::ramp`]).
+    pub ramp: Option<RampSpec>,
     /// Total requests per second over every client; `None`: as fast as answered.
     pub rate: Option<f64>,
     /// How long the clients run.
@@ -407,6 +411,10 @@ pub struct BlackBoxOptions {
     /// The user's database, started by the bench before the servers (`--db-cmd`; `{db_url}`
     /// in a command is its address through the fault proxy).
     pub db: Option<DbOptions>,
+    /// With `db`: the servers' link to it slowed in bursts for the whole run, each chunk held
+    /// this long ± half of it ([`DB_DELAY_BURST`] slowed, as long whole, in turn), so that a
+    /// service's read-then-write windows open at any client count (`--delay-db-ms`).
+    pub db_delay: Option<Duration>,
     /// Every server (and the database) in a network namespace of its own, with its own
     /// address (`{ip}` in its `--url` and command; [`chaos::NetLab`]): `partition` and
     /// `db_partition` are then nftables rules, not the proxy, and reach links the bench does
@@ -414,7 +422,12 @@ pub struct BlackBoxOptions {
     pub netns: bool,
 }
 
+pub use crate::ramp::RampSpec;
 pub use crate::slow::SlowSpec;
+
+/// How long each burst of `--delay-db-ms` slows the database link, and how long it is whole
+/// between two bursts.
+pub const DB_DELAY_BURST: Duration = Duration::from_millis(500);
 
 /// Why a black-box run could not be made (not a verdict on the target).
 #[derive(Debug, thiserror::Error)]
@@ -478,6 +491,8 @@ pub struct BlackBoxRun {
     pub monotonic: Option<InvariantResult>,
     /// `faults.took_effect`, when there was a nemesis.
     pub took_effect: Option<InvariantResult>,
+    /// `faults.db_delayed`, with `--delay-db-ms`: the bursts delayed bytes of the link.
+    pub db_delayed: Option<InvariantResult>,
     /// What the fault proxies did (partition runs), summed over the links.
     pub proxy: Option<chaos::ProxyEffects>,
     /// What the lost-writes filesystem did (power-loss runs).
@@ -495,6 +510,17 @@ pub struct BlackBoxRun {
     pub fault_windows: Vec<reports::model::FaultWindow>,
     /// What the slow-clients check measured, and its two checks.
     pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
+    /// How many requests were ever in flight at once, the longest request, and whether a
+    /// pass is inconclusive for races ([`crate::overlap`]).
+    pub concurrency: reports::model::Concurrency,
+    /// `races.overlapped`: held when requests of the key overlapped, not checked otherwise.
+    pub overlap: InvariantResult,
+    /// The ramp's steps and the count it chose (no `--concurrency`).
+    pub ramp: Option<reports::model::Ramp>,
+    /// Client threads of the checked phase.
+    pub clients: u64,
+    /// How long the clients ran, the ramp included.
+    pub elapsed: Duration,
 }
 
 impl BlackBoxRun {
@@ -505,24 +531,28 @@ impl BlackBoxRun {
         reports::model::LoadReport {
             scenario: format!("ids --target {}", opts.target.kind()),
             target: opts.urls.join(" "),
-            duration_s: opts.duration.as_secs_f64(),
+            duration_s: self.elapsed.as_secs_f64(),
             warmup_s: 0.0,
             rate: opts.rate,
-            users: opts.clients,
+            users: self.clients,
             endpoints: vec![self.latency.clone()],
             server: Vec::new(),
             fault_windows: self.fault_windows.clone(),
             verification: self.checks().into_iter().cloned().collect(),
+            concurrency: Some(self.concurrency.clone()),
+            ramp: self.ramp.clone(),
         }
     }
 
-    /// Every judged check.
+    /// Every judged check, `races.overlapped` last.
     #[must_use]
     pub fn checks(&self) -> Vec<&InvariantResult> {
         std::iter::once(&self.unique)
             .chain(self.monotonic.as_ref())
             .chain(self.took_effect.as_ref())
+            .chain(self.db_delayed.as_ref())
             .chain(self.slow.iter().flat_map(|(_, checks)| checks))
+            .chain(std::iter::once(&self.overlap))
             .collect()
     }
 
@@ -976,6 +1006,9 @@ pub fn validate(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
     if opts.clients == 0 {
         return usage("--concurrency must be at least 1".into());
     }
+    if let Some(ramp) = &opts.ramp {
+        ramp.validate().map_err(BlackBoxError::Usage)?;
+    }
     if opts.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         return usage("--rate must be a positive number of requests per second".into());
     }
@@ -1086,6 +1119,29 @@ fn validate_db(opts: &BlackBoxOptions) -> Result<(), BlackBoxError> {
         .flat_map(|n| n.faults.iter().filter_map(|f| f.db()))
         .collect();
     let uses_db = |c: &&String| crate::db::SERVER_PLACEHOLDERS.iter().any(|p| c.contains(p));
+    if let Some(delay) = opts.db_delay {
+        if opts.db.is_none() {
+            return usage(
+                "--delay-db-ms: the bench slows the link to a database it starts (--db-cmd)".into(),
+            );
+        }
+        if opts.netns {
+            return usage(
+                "--delay-db-ms: with --netns the servers reach the database without the bench's \
+                 proxy, which slows the link"
+                    .into(),
+            );
+        }
+        if db_faults.contains(&DbFault::Partition) {
+            return usage(
+                "--delay-db-ms and --nemesis db_partition both shape the database link: give one"
+                    .into(),
+            );
+        }
+        if delay.is_zero() {
+            return usage("--delay-db-ms must be at least 1".into());
+        }
+    }
     let Some(db) = &opts.db else {
         if let Some(fault) = db_faults.first() {
             return usage(format!(
@@ -1153,21 +1209,64 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
             });
         }
     }
+    let bursts = opts
+        .db_delay
+        .zip(servers.db.as_ref().and_then(Database::link_switch))
+        .map(|(delay, switch)| DelayBursts::start(switch, delay));
+    let mut ramp = opts
+        .ramp
+        .map(|spec| crate::ramp::Ramp::new(spec, opts.urls.len()));
+    let first = ramp.as_ref().map_or(opts.clients, crate::ramp::Ramp::first);
     let shared = Arc::new(Shared {
         recorder: Recorder::new(),
         began: Instant::now(),
         stop: AtomicBool::new(false),
+        active: AtomicU64::new(first),
+        ramping: AtomicBool::new(opts.ramp.is_some()),
         next_server: AtomicU64::new(0),
+        pace: opts.rate.map(|rate| Pace {
+            period: Duration::from_secs_f64(1.0 / rate),
+            slots: std::sync::Mutex::new((Instant::now(), 0)),
+        }),
         results: std::sync::Mutex::new(ClientResults::default()),
-        latency: std::sync::Mutex::new(EndpointRecorder::default()),
+        latency: std::sync::Mutex::new(Live::default()),
     });
-    let threads: Vec<_> = (0..opts.clients)
-        .map(|process| {
+    let mut threads = Vec::new();
+    let clients_up_to = |count: u64, threads: &mut Vec<thread::JoinHandle<()>>| {
+        shared.active.store(count, Ordering::Relaxed);
+        shared.pace_from_now();
+        while (threads.len() as u64) < count {
+            let process = threads.len() as u64;
             let (shared, opts) = (Arc::clone(&shared), opts.clone());
             let urls = servers.client_urls.clone();
-            thread::spawn(move || client_loop(process, &opts, &urls, &shared))
-        })
-        .collect();
+            threads.push(thread::spawn(move || {
+                client_loop(process, &opts, &urls, &shared);
+            }));
+        }
+    };
+    clients_up_to(first, &mut threads);
+    let mut chosen = first;
+    let mut ramped = None;
+    if let Some(ramp) = ramp.as_mut() {
+        let step = opts.ramp.map_or(crate::ramp::RampSpec::STEP, |r| r.step);
+        let mut clients = first;
+        let reason = loop {
+            clients_up_to(clients, &mut threads);
+            let measured = ramp_step(&shared, clients, step);
+            match ramp.next(measured) {
+                crate::ramp::Next::Step(next) => clients = next,
+                crate::ramp::Next::Done { clients, reason } => {
+                    chosen = clients;
+                    break reason;
+                }
+            }
+        };
+        // Clients numbered from `chosen` up end their loop; the others go on.
+        clients_up_to(chosen, &mut threads);
+        shared.ramping.store(false, Ordering::Relaxed);
+        ramped = Some(reason);
+    }
+    let ramp = ramp.zip(ramped).map(|(r, why)| r.finish(chosen, why));
     let ends = Instant::now() + opts.duration;
     let nemesis = opts
         .nemesis
@@ -1181,6 +1280,8 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
         let _ = t.join();
     }
     let faults = nemesis.transpose()?.unwrap_or_default();
+    let bursts = bursts.map(DelayBursts::stop);
+    let elapsed = shared.began.elapsed();
     let shared = Arc::into_inner(shared).expect("every client thread has ended");
     let history = shared.recorder.finish();
     let results = shared
@@ -1197,9 +1298,17 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
             .latency
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .stats("generate", opts.duration.as_secs_f64()),
+            .all
+            .stats("generate", elapsed.as_secs_f64()),
     };
     let mut run = judge(opts, history, results, faults, effects);
+    run.db_delayed = bursts.map(|bursts| {
+        let delayed = run.db_proxy.map_or(0, |p| p.delayed_chunks);
+        db_delayed(bursts, delayed)
+    });
+    run.ramp = ramp;
+    run.clients = chosen;
+    run.elapsed = elapsed;
     if let Some(spec) = &opts.slow_clients {
         // Against the server itself (not through a fault proxy), while the bench still owns it.
         let url = reqwest::Url::parse(&opts.target.request_url(&servers.server_urls[0], &opts.key))
@@ -1219,19 +1328,165 @@ pub fn run(opts: &BlackBoxOptions) -> Result<BlackBoxRun, BlackBoxError> {
     Ok(run)
 }
 
+/// `--delay-db-ms`'s bursts: a thread that slows the database link for [`DB_DELAY_BURST`],
+/// leaves it whole as long, and so on until stopped.
+struct DelayBursts {
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<u32>,
+}
+
+impl DelayBursts {
+    fn start(switch: chaos::LinkSwitch, delay: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        let thread = thread::spawn(move || {
+            let mut bursts = 0;
+            // Sleeps `d` unless stopped meanwhile; whether it was.
+            let wait = |d: Duration| {
+                let until = Instant::now() + d;
+                while Instant::now() < until {
+                    if stopped.load(Ordering::Relaxed) {
+                        return true;
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+                stopped.load(Ordering::Relaxed)
+            };
+            loop {
+                switch.set(LinkFault::Latency {
+                    delay_ms,
+                    jitter_ms: delay_ms / 2,
+                });
+                bursts += 1;
+                let ended = wait(DB_DELAY_BURST);
+                switch.set(LinkFault::None);
+                if ended || wait(DB_DELAY_BURST) {
+                    return bursts;
+                }
+            }
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops the bursts (the link left whole); how many there were.
+    fn stop(self) -> u32 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
+    }
+}
+
+/// `faults.db_delayed`: the bursts of `--delay-db-ms` held back chunks of the database link. A
+/// run whose servers never used their database while a burst lasted widened no window.
+#[must_use]
+pub fn db_delayed(bursts: u32, delayed_chunks: u64) -> InvariantResult {
+    let detail =
+        format!("{bursts} bursts slowed the database link; {delayed_chunks} chunks delayed");
+    if delayed_chunks > 0 {
+        InvariantResult {
+            detail: Some(detail),
+            ..InvariantResult::held("faults.db_delayed")
+        }
+    } else {
+        InvariantResult {
+            name: "faults.db_delayed".into(),
+            verdict: Judgement::Violated,
+            seed: None,
+            first_offending_event: Some(
+                "no byte of the database link was delayed: the servers did not use their \
+                 database while a burst lasted, and no window was widened"
+                    .into(),
+            ),
+            detail: Some(detail),
+        }
+    }
+}
+
+/// One step of the ramp: `clients` run for `step`, measured after its first fifth (the new
+/// clients connect then).
+fn ramp_step(shared: &Shared, clients: u64, step: Duration) -> reports::model::RampStep {
+    let settle = step / 5;
+    thread::sleep(settle);
+    let measured_from = Instant::now();
+    shared.live().step = EndpointRecorder::default();
+    thread::sleep(step - settle);
+    let recorded = std::mem::take(&mut shared.live().step);
+    let seconds = measured_from.elapsed().as_secs_f64();
+    let stats = recorded.stats("generate", seconds);
+    reports::model::RampStep {
+        clients,
+        requests: stats.requests,
+        errors: stats.error_count(),
+        rate_rps: stats.throughput_rps,
+        p50_us: stats.corrected.p50_us,
+        p99_us: stats.corrected.p99_us,
+    }
+}
+
 /// The state the client threads share.
 struct Shared {
     recorder: Recorder,
     began: Instant,
     stop: AtomicBool,
+    /// Clients numbered below this run; the others end their loop.
+    active: AtomicU64,
+    /// A ramp step is being measured: latencies go to [`Live::step`] too.
+    ramping: AtomicBool,
     next_server: AtomicU64,
+    /// The send schedule under `--rate`.
+    pace: Option<Pace>,
     results: std::sync::Mutex<ClientResults>,
-    latency: std::sync::Mutex<EndpointRecorder>,
+    latency: std::sync::Mutex<Live>,
+}
+
+/// The send schedule of a paced run: slot `k` is due `k` periods after the schedule began,
+/// whichever client takes it (wrk2's schedule, shared by however many clients run).
+struct Pace {
+    period: Duration,
+    /// When the schedule began, and the next slot.
+    slots: std::sync::Mutex<(Instant, u64)>,
+}
+
+/// The latencies recorded while the clients run: the whole run's, and the ramp step's.
+#[derive(Default)]
+struct Live {
+    all: EndpointRecorder,
+    step: EndpointRecorder,
 }
 
 impl Shared {
     fn now_ns(&self) -> u64 {
         u64::try_from(self.began.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.latency
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts the send schedule again now (a ramp step's clients are not late for the slots
+    /// fewer clients could not keep).
+    fn pace_from_now(&self) {
+        if let Some(pace) = &self.pace {
+            *pace
+                .slots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = (Instant::now(), 0);
+        }
+    }
+
+    /// The next slot's due time (paced runs), taken by this client.
+    fn next_slot(&self) -> Option<Instant> {
+        let pace = self.pace.as_ref()?;
+        let mut slots = pace
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let period_ns = u64::try_from(pace.period.as_nanos()).unwrap_or(u64::MAX);
+        let due = slots.0 + Duration::from_nanos(period_ns.saturating_mul(slots.1));
+        slots.1 += 1;
+        Some(due)
     }
 }
 
@@ -1239,6 +1494,8 @@ impl Shared {
 #[derive(Debug, Default)]
 struct ClientResults {
     completed: Vec<Completed>,
+    /// Every request's interval, answered or not.
+    spans: Vec<crate::overlap::Span>,
     errors: ErrorCounts,
     examples: Vec<String>,
 }
@@ -1246,6 +1503,7 @@ struct ClientResults {
 impl ClientResults {
     fn merge(&mut self, other: Self) {
         self.completed.extend(other.completed);
+        self.spans.extend(other.spans);
         self.errors.add(&other.errors);
         for e in other.examples {
             if self.examples.len() < 4 && !self.examples.iter().any(|x| same_class(x, &e)) {
@@ -1340,21 +1598,16 @@ fn client_loop(process: u64, opts: &BlackBoxOptions, urls: &[String], shared: &S
         .map(|u| Client::new(&opts.target, u, &opts.key))
         .collect();
     let mut history = shared.recorder.client(process);
-    let interval = opts
-        .rate
-        .map(|r| Duration::from_secs_f64(opts.clients as f64 / r));
-    let mut next_at = Instant::now();
     let mut results = ClientResults::default();
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.stop.load(Ordering::Relaxed) && process < shared.active.load(Ordering::Relaxed) {
         // When paced, a request is late from its intended send time (wrk2's correction for
         // coordinated omission); unpaced, from its actual send.
-        let intended = match interval {
-            Some(interval) => {
-                if let Some(wait) = next_at.checked_duration_since(Instant::now()) {
+        let intended = match shared.next_slot() {
+            Some(due) => {
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     thread::sleep(wait);
                 }
-                next_at += interval;
-                next_at - interval
+                due
             }
             None => Instant::now(),
         };
@@ -1365,6 +1618,12 @@ fn client_loop(process: u64, opts: &BlackBoxOptions, urls: &[String], shared: &S
         history.record(OpType::Invoke, "generate", None, None);
         let answer = clients[server].next_ids();
         record_latency(shared, intended, sent, &answer);
+        results.spans.push(crate::overlap::Span {
+            key: 0,
+            server,
+            invoke_ns,
+            complete_ns: shared.now_ns(),
+        });
         match answer {
             Answer::Ids(ids) => {
                 // One `ok` per ID, as Jepsen's unique-ids reads them.
@@ -1414,11 +1673,14 @@ fn record_latency(shared: &Shared, intended: Instant, sent: Instant, answer: &An
         Answer::Ids(_) => None,
         Answer::Error(class, _) => Some(class.key()),
     };
-    shared
-        .latency
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    let ramping = shared.ramping.load(Ordering::Relaxed);
+    let mut live = shared.live();
+    live.all
         .record(at_ms, us(intended), us(sent), us(intended), error);
+    if ramping {
+        live.step
+            .record(at_ms, us(intended), us(sent), us(intended), error);
+    }
 }
 
 /// How a request that gave no ID ended.
@@ -1486,6 +1748,9 @@ enum Client {
         url: String,
         runtime: Option<tokio::runtime::Runtime>,
         http: Option<reqwest::Client>,
+        /// Plain HTTP: one raw keep-alive connection, as `wrk` keeps ([`load::conn`]); the
+        /// reqwest client for `https`.
+        raw: Option<RawHttp>,
     },
     Redis {
         url: String,
@@ -1517,6 +1782,7 @@ impl Client {
             http => Self::Http {
                 target: http.clone(),
                 url: http.request_url(url, key),
+                raw: RawHttp::of(&http.request_url(url, key)),
                 runtime: crate::real::runtime().ok(),
                 http: reqwest::Client::builder()
                     .timeout(REQUEST_TIMEOUT)
@@ -1531,9 +1797,16 @@ impl Client {
         match self {
             Self::Http {
                 target,
+                runtime: Some(rt),
+                raw: Some(raw),
+                ..
+            } => raw_http_ids(rt, raw, target),
+            Self::Http {
+                target,
                 url,
                 runtime: Some(rt),
                 http: Some(http),
+                ..
             } => http_ids(rt, http, target, url),
             Self::Http { .. } | Self::Postgres { runtime: None, .. } => {
                 Answer::Error(ErrorClass::Refused, "no client runtime".into())
@@ -1567,6 +1840,64 @@ fn classify(outcome: Outcome, refused: bool) -> Answer {
         Outcome::Fail(e) => Answer::Error(ErrorClass::Answered, e),
         Outcome::Info(e) if e.contains("timed out") => Answer::Error(ErrorClass::Timeout, e),
         Outcome::Info(e) => Answer::Error(ErrorClass::Unknown, e),
+    }
+}
+
+/// A plain-HTTP request's connection: where to, the path and query, the connection.
+struct RawHttp {
+    target: load::conn::Target,
+    path: http::Uri,
+    conn: load::conn::Conn,
+}
+
+impl RawHttp {
+    /// `None` for `https` (or a URL the raw connection cannot carry): reqwest serves it.
+    fn of(url: &str) -> Option<Self> {
+        let parsed = reqwest::Url::parse(url).ok()?;
+        let target = load::conn::Target::of(&parsed)?;
+        let path = match parsed.query() {
+            Some(q) => format!("{}?{q}", parsed.path()),
+            None => parsed.path().to_owned(),
+        };
+        Some(Self {
+            target,
+            path: path.parse().ok()?,
+            conn: load::conn::Conn::default(),
+        })
+    }
+}
+
+fn raw_http_ids(rt: &tokio::runtime::Runtime, raw: &mut RawHttp, target: &Target) -> Answer {
+    use load::conn::Failure;
+    let asked = rt.block_on(raw.conn.send(
+        &raw.target,
+        http::Method::GET,
+        &raw.path,
+        (None, None),
+        REQUEST_TIMEOUT,
+    ));
+    match asked {
+        Ok((status, body)) => match target.parse_answer(status, &String::from_utf8_lossy(&body)) {
+            Ok(ids) => Answer::Ids(ids),
+            Err(why) => Answer::Error(ErrorClass::Answered, why),
+        },
+        // No connection, or a request that could not be built: it never left.
+        Err(Failure::Connect) => Answer::Error(
+            ErrorClass::Refused,
+            "connect: no connection (refused or unreachable)".into(),
+        ),
+        Err(Failure::Client) => Answer::Error(
+            ErrorClass::Refused,
+            "client: the request could not be built".into(),
+        ),
+        Err(Failure::Timeout) => Answer::Error(
+            ErrorClass::Timeout,
+            format!("no answer within {} ms", REQUEST_TIMEOUT.as_millis()),
+        ),
+        Err(f @ (Failure::Transport | Failure::Body)) => Answer::Error(
+            ErrorClass::Unknown,
+            format!("{}: the connection broke after the request left", f.class()),
+        ),
     }
 }
 
@@ -1628,7 +1959,22 @@ fn judge(
         .nemesis
         .as_ref()
         .map(|n| faults_took_effect(n, &faults, &history));
+    let servers: Vec<String> = (1..=opts.urls.len())
+        .map(|i| format!("server #{i}"))
+        .collect();
+    let key_word = if opts.key.is_empty() {
+        "the key".to_owned()
+    } else {
+        format!("key `{}`", opts.key)
+    };
+    let concurrency = crate::overlap::measure(&results.spans, &servers, &key_word);
     BlackBoxRun {
+        db_delayed: None,
+        overlap: crate::overlap::check(&concurrency),
+        concurrency,
+        ramp: None,
+        clients: opts.clients,
+        elapsed: opts.duration,
         ids: ids.len() as u64,
         gaps: verify::id_gaps(&ids),
         unique: verify::ids_unique(&space, &ids),

@@ -9,11 +9,16 @@
 //! - [`db`]: the user's own database under faults (`--db-cmd`), for any of them;
 //! - [`slow`]: the slow-clients check any of them can run (`--slow-clients N`);
 //! - [`real`]: real systems nobody here wrote as ID sources under faults (`scenarios/real/`);
-//! - [`history`]: the Jepsen-shaped operation histories every tester records.
+//! - [`history`]: the Jepsen-shaped operation histories every tester records;
+//! - [`overlap`]: how many requests a run ever had in flight at once, from its history, and
+//!   whether its pass is inconclusive for races;
+//! - [`ramp`]: `scenario ids`'s concurrency ramp, when no client count is given.
 
 pub mod db;
 pub mod history;
 pub mod ids;
+pub mod overlap;
+pub mod ramp;
 pub mod real;
 pub mod slow;
 pub mod tcc;

@@ -141,6 +141,8 @@ impl IdRun {
             server: Vec::new(),
             fault_windows: self.fault_windows.clone(),
             verification: vec![self.unique.clone(), self.took_effect.clone()],
+            concurrency: None,
+            ramp: None,
         }
     }
 }

@@ -356,8 +356,13 @@ impl ParticipantRun {
                     seed: None,
                     first_offending_event: Some(f.what.clone()),
                     detail: Some(format!(
-                        "sequence {}: {}",
+                        "sequence {}{}: {}",
                         f.sequence,
+                        if f.shrunk.is_some() {
+                            ", cut down to the offending draws"
+                        } else {
+                            ""
+                        },
                         render(f.shrunk.as_deref().unwrap_or(&f.actions))
                     )),
                 },

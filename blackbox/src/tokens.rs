@@ -13,7 +13,10 @@
 //! - `tokens.once_accepted`: a token every one of whose consumes was answered was accepted
 //!   exactly once (refused by all as "already used" means a use nobody was told of);
 //! - `tokens.stays_used`: a consume after the round (and after a restart) is refused as used;
-//! - `tokens.unknown_refused`: a token never issued is refused.
+//! - `tokens.unknown_refused`: a token never issued is refused;
+//! - `tokens.unknown_settled`: a token one of whose consumes had an unknown outcome (a timeout,
+//!   a broken connection, a 5xx) is asked for once more when every round and fault is over,
+//!   and that answer settles it: "used", or accepted if no consume had been accepted before.
 //!
 //! And what a hostile client tries:
 //!
@@ -119,6 +122,17 @@ pub struct Round {
     pub racing: Vec<Consumed>,
     /// The consume after the round (after a restart when one came between).
     pub after: Consumed,
+    /// For a round with an answer whose outcome was unknown: one more consume once every round
+    /// and every fault is over, which must settle it (`tokens.unknown_settled`).
+    pub settled: Option<Consumed>,
+}
+
+impl Round {
+    /// Whether an answer of the round had an unknown outcome.
+    #[must_use]
+    pub fn unknown(&self) -> bool {
+        self.racing.contains(&Consumed::Unknown) || self.after == Consumed::Unknown
+    }
 }
 
 /// What a run did and found.
@@ -138,6 +152,11 @@ pub struct TokensRun {
     pub exhaustion: Option<Exhaustion>,
     /// What the slow-clients check measured, and its two checks.
     pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
+    /// Each racing consume's interval (its token's number as the key, its instance as the
+    /// server), for [`TokensRun::concurrency`].
+    pub spans: Vec<crate::overlap::Span>,
+    /// Instances (URLs).
+    pub instances: usize,
 }
 
 /// One user asking for one token per activity as fast as it can (`tokens.quota`).
@@ -234,7 +253,18 @@ impl TokensRun {
             .count() as u64
     }
 
-    /// The checks.
+    /// How far the racing consumes of one token overlapped ([`crate::overlap`]): with one
+    /// consumer, or a service that answers the first before the next leaves, no race on a
+    /// token was tried.
+    #[must_use]
+    pub fn concurrency(&self) -> reports::model::Concurrency {
+        let names: Vec<String> = (1..=self.instances)
+            .map(|i| format!("instance #{i}"))
+            .collect();
+        crate::overlap::measure(&self.spans, &names, "one token")
+    }
+
+    /// The checks, `races.overlapped` last.
     #[must_use]
     pub fn checks(&self) -> Vec<InvariantResult> {
         // `tokens.once` is `tokens.single_use` over the racing consumes' acceptances.
@@ -293,6 +323,7 @@ impl TokensRun {
                 }),
             ),
             verdict("tokens.unknown_refused", unknown_ok),
+            verdict("tokens.unknown_settled", self.unsettled()),
             verdict("tokens.owner_only", self.stolen_accepted()),
             verdict("tokens.unguessable", self.guessable()),
         ];
@@ -304,7 +335,31 @@ impl TokensRun {
             checks.push(crate::db::took_effect(made, seen));
         }
         checks.extend(self.slow.iter().flat_map(|(_, c)| c.iter().cloned()));
+        checks.push(crate::overlap::check(&self.concurrency()));
         checks
+    }
+
+    /// The first round whose unknown outcome did not settle: the consume after every fault was
+    /// over came back unknown again, was refused for another reason than "used", or accepted a
+    /// token that an earlier consume already had accepted.
+    fn unsettled(&self) -> Option<String> {
+        self.rounds.iter().find_map(|r| {
+            let settled = r.settled?;
+            let accepted_before =
+                r.racing.contains(&Consumed::Accepted) || r.after == Consumed::Accepted;
+            let fine = match settled {
+                Consumed::Used => true,
+                Consumed::Accepted => !accepted_before,
+                Consumed::Refused(_) | Consumed::Unknown => false,
+            };
+            (!fine).then(|| {
+                format!(
+                    "token #{}: an answer of unknown outcome ({:?}, then {:?}) was not settled \
+                     once every fault was over: a consume then was answered {settled:?}",
+                    r.index, r.racing, r.after
+                )
+            })
+        })
     }
 
     /// A round whose token another user got accepted as its own.
@@ -656,7 +711,13 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
     // answers 404 and issues for any activity).
     let activity = base;
     wire.register(activity)?;
-    let mut out = TokensRun::default();
+    let mut out = TokensRun {
+        instances: opts.urls.len(),
+        ..TokensRun::default()
+    };
+    let began = Instant::now();
+    let since =
+        |at: Instant| u64::try_from(at.duration_since(began).as_nanos()).unwrap_or(u64::MAX);
     // The previous round's user and JWT: the thief of the next round's token.
     let mut previous: Option<(u64, String)> = None;
     for index in 0..opts.tokens {
@@ -672,18 +733,27 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
             Consumed::of(answer.map(|(s, _)| s))
         });
         let body = serde_json::json!({ "user": user, "token": once });
-        let racing = wire.rt.block_on(async {
+        let answers = wire.rt.block_on(async {
             let asks = (0..opts.consumers as usize).map(|k| {
                 let (wire, body, jwt) = (&wire, &body, &jwt);
                 async move {
+                    let sent = Instant::now();
                     let answer = wire
                         .post(at + k, "/tokens/once/consume", Some(jwt), body)
                         .await;
-                    Consumed::of(answer.map(|(s, _)| s))
+                    let span = crate::overlap::Span {
+                        key: index,
+                        server: (at + k) % wire.bases.len(),
+                        invoke_ns: since(sent),
+                        complete_ns: since(Instant::now()),
+                    };
+                    (Consumed::of(answer.map(|(s, _)| s)), span)
                 }
             });
             futures::future::join_all(asks).await
         });
+        let racing: Vec<Consumed> = answers.iter().map(|(c, _)| *c).collect();
+        out.spans.extend(answers.iter().map(|(_, span)| *span));
         let restart = opts.kill_every > 0 && (index + 1) % opts.kill_every == 0;
         if restart && let Some(o) = owned.as_mut() {
             if let (Some(db), Some(fault)) = (o.db.as_mut(), opts.db_fault) {
@@ -728,8 +798,17 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
             stolen,
             racing,
             after: Consumed::of(after.map(|(s, _)| s)),
+            settled: None,
         });
         previous = Some((user, jwt));
+    }
+    // Every unknown outcome followed to the end: the token asked for once more, now that every
+    // fault is over.
+    for round in out.rounds.iter_mut().filter(|r| r.unknown()) {
+        let user = base + round.index;
+        let at = usize::try_from(round.index).unwrap_or(0);
+        let jwt = wire.jwt(at, user)?;
+        round.settled = Some(wire.consume(&jwt, user, &round.token));
     }
     let (user, jwt) = previous.expect("at least one round ran (checked above)");
     let last = out
@@ -870,6 +949,7 @@ mod tests {
             stolen: None,
             racing: racing.to_vec(),
             after,
+            settled: None,
         }
     }
 
@@ -940,6 +1020,60 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_outcome_must_settle_once_the_faults_are_over() {
+        use Consumed::{Accepted, Unknown, Used};
+        let ok = Consumed::Refused(404);
+        let with = |racing: &[Consumed], after, settled| {
+            let mut r = round(racing, after);
+            r.settled = Some(settled);
+            run_of(vec![r], ok)
+        };
+        // Settled: "used", or the first acceptance when none came before.
+        assert!(with(&[Accepted, Unknown], Used, Used).passed());
+        assert!(with(&[Unknown, Unknown], Unknown, Accepted).passed());
+        // Not settled: unknown again, refused otherwise, or a second acceptance.
+        for bad in [
+            with(&[Accepted, Unknown], Used, Unknown),
+            with(&[Accepted, Unknown], Used, Consumed::Refused(500)),
+            with(&[Accepted, Unknown], Used, Accepted),
+        ] {
+            assert_eq!(
+                violated(&bad),
+                ["tokens.unknown_settled"],
+                "{:?}",
+                bad.rounds
+            );
+        }
+    }
+
+    #[test]
+    fn consumes_that_never_overlapped_make_a_pass_inconclusive_for_races() {
+        use Consumed::{Accepted, Used};
+        let race = |run: &TokensRun| {
+            let check = run.checks().pop().expect("races.overlapped is last");
+            assert_eq!(check.name, "races.overlapped");
+            check.verdict
+        };
+        let span = |key, server, from_ms: u64, to_ms: u64| crate::overlap::Span {
+            key,
+            server,
+            invoke_ns: from_ms * 1_000_000,
+            complete_ns: to_ms * 1_000_000,
+        };
+        let mut run = run_of(vec![round(&[Accepted, Used], Used)], Consumed::Refused(404));
+        run.instances = 2;
+        // The second consume left after the first was answered: no race was tried.
+        run.spans = vec![span(0, 0, 0, 3), span(0, 1, 3, 5)];
+        assert!(run.passed());
+        assert_eq!(race(&run), Judgement::NotChecked);
+        assert!(run.concurrency().inconclusive.is_some());
+        // Both in flight at once: the pass says something about the race.
+        run.spans = vec![span(0, 0, 0, 3), span(0, 1, 1, 5)];
+        assert_eq!(race(&run), Judgement::Held);
+        assert_eq!(run.concurrency().servers[1].requests, 1);
+    }
+
+    #[test]
     fn a_token_accepted_for_another_user_breaks_owner_only() {
         let mut stolen = round(&[Consumed::Used], Consumed::Used);
         stolen.stolen = Some(Consumed::Accepted);
@@ -961,7 +1095,12 @@ mod tests {
         (b.index, b.token) = (1, "000000000000018c2f3a4b5c00000008".into());
         let run = run_of(vec![a, b], Refused(404));
         assert_eq!(violated(&run), ["tokens.unguessable"]);
-        let first = run.checks()[5].first_offending_event.clone().unwrap();
+        let first = run
+            .checks()
+            .into_iter()
+            .find(|c| c.name == "tokens.unguessable")
+            .and_then(|c| c.first_offending_event)
+            .expect("tokens.unguessable names the tokens");
         assert!(
             first.contains("token #1") && first.contains("token #0"),
             "{first}"

@@ -19,6 +19,8 @@ fn options(target: Target, url: String, key: &str) -> BlackBoxOptions {
         urls: vec![url],
         key: key.into(),
         clients: 4,
+        ramp: None,
+        db_delay: None,
         rate: None,
         duration: Duration::from_millis(3_000),
         monotonic: Monotonic::Global,

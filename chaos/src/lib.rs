@@ -29,7 +29,7 @@ pub use lostfs::{LostFs, LostFsEffects};
 pub use mariadb::{MARIADB_DATABASE, MARIADB_START_TIMEOUT, MariaDb, MariaDbSpec, mariadb_bin};
 pub use netlab::{End, InNetns, NetLab};
 pub use postgres::{PG_START_TIMEOUT, PG_USER, Postgres, free_port, postgres_bin_dir};
-pub use proxy::{Direction, LinkFault, Proxy, ProxyEffects};
+pub use proxy::{Direction, LinkFault, LinkSwitch, Proxy, ProxyEffects};
 pub use redis::{REDIS_START_TIMEOUT, Redis, RedisPersistence, redis_server_bin};
 pub use service::{Service, ServiceSpec};
 

@@ -117,6 +117,18 @@ impl Counters {
     }
 }
 
+/// Switches a [`Proxy`]'s fault from another thread ([`Proxy::switch`]); once the proxy is
+/// dropped, switching does nothing.
+#[derive(Clone, Debug)]
+pub struct LinkSwitch(watch::Sender<LinkFault>);
+
+impl LinkSwitch {
+    /// Switches the link's fault.
+    pub fn set(&self, fault: LinkFault) {
+        self.0.send_replace(fault);
+    }
+}
+
 /// A running proxy. Dropping it stops it and closes every connection.
 #[derive(Debug)]
 pub struct Proxy {
@@ -189,6 +201,12 @@ impl Proxy {
     /// Switches the link's fault (at once, for open connections too).
     pub fn set(&self, fault: LinkFault) {
         self.fault.send_replace(fault);
+    }
+
+    /// A handle that switches the link's fault from another thread, as [`Proxy::set`] does.
+    #[must_use]
+    pub fn switch(&self) -> LinkSwitch {
+        LinkSwitch(self.fault.clone())
     }
 
     /// The fault in force.

@@ -496,6 +496,8 @@ async fn run(
         server: Vec::new(),
         fault_windows: windows,
         verification,
+        concurrency: None,
+        ramp: None,
     })
 }
 

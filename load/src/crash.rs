@@ -255,5 +255,7 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
         server: samples,
         fault_windows: windows,
         verification,
+        concurrency: None,
+        ramp: None,
     })
 }

@@ -739,6 +739,8 @@ async fn run_async(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadE
         server: server_samples,
         fault_windows: Vec::new(),
         verification,
+        concurrency: None,
+        ramp: None,
     };
     Ok((report, diagnostics(&shared)))
 }

@@ -182,6 +182,7 @@ impl EndpointRecorder {
                 p50_us: iv.corrected.value_at_quantile(0.50),
                 p99_us: iv.corrected.value_at_quantile(0.99),
                 p999_us: iv.corrected.value_at_quantile(0.999),
+                max_us: iv.corrected.max(),
                 rps: iv.requests as f64 / interval_s,
                 errors: iv.errors,
             })

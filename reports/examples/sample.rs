@@ -460,6 +460,7 @@ fn sample_over_time(
                 p50_us: p50 as u64,
                 p99_us: p99 as u64,
                 p999_us: p999 as u64,
+                max_us: (p999 * 1.6) as u64,
                 rps: rps_t,
                 errors: 0,
             }
@@ -578,6 +579,8 @@ pub fn sample_load() -> LoadReport {
                 detail: Some("all 4 781 draws settled within 4.2 s of the restart".into()),
             },
         ],
+        concurrency: None,
+        ramp: None,
     }
 }
 

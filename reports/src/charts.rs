@@ -33,8 +33,10 @@ fn chart_err<E: std::fmt::Display>(chart: &str) -> impl Fn(E) -> ChartError + '_
     }
 }
 
-/// Series colours (Tableau 10): distinguishable, and readable on white.
-pub const PALETTE: [RGBColor; 10] = [
+/// Series colours: Tableau 10, then the ten darker shades of Tableau 20's pairs and a few more
+/// darks, so that a chart of up to 24 series gives each its own colour (distinguishable, and
+/// readable on white).
+pub const PALETTE: [RGBColor; 24] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -45,6 +47,20 @@ pub const PALETTE: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(57, 59, 121),
+    RGBColor(99, 121, 57),
+    RGBColor(140, 109, 49),
+    RGBColor(132, 60, 57),
+    RGBColor(123, 65, 115),
+    RGBColor(82, 84, 163),
+    RGBColor(140, 162, 82),
+    RGBColor(189, 158, 57),
+    RGBColor(173, 73, 74),
+    RGBColor(165, 81, 148),
+    RGBColor(0, 0, 0),
+    RGBColor(0, 90, 50),
+    RGBColor(120, 0, 60),
+    RGBColor(0, 60, 120),
 ];
 
 /// Colour of the i-th series.
@@ -723,9 +739,11 @@ fn draw_fault_bars<DB: DrawingBackend, X: Ranged<ValueType = f64>, Y: Ranged<Val
 }
 
 /// The fault timeline: one lane per node (top to bottom in `lanes` order), a bar per fault,
-/// coloured by kind, over `0..end_s` simulated seconds; `shades` marks phases.
+/// coloured by kind, over `0..end_s` seconds of the clock `x_desc` names (simulated time, or
+/// wall-clock time since a real run began); `shades` marks phases.
 pub fn timeline_chart(
     title: &str,
+    x_desc: &str,
     lanes: &[String],
     bars: &[TimelineBar],
     shades: &[Shade],
@@ -776,7 +794,7 @@ pub fn timeline_chart(
         };
         chart
             .configure_mesh()
-            .x_desc("simulated time (s)")
+            .x_desc(x_desc)
             .x_label_formatter(&|v| short_number(*v))
             .y_label_formatter(&label_of)
             .light_line_style(WHITE.mix(0.0))
@@ -1173,7 +1191,7 @@ mod tests {
         };
         assert!(line_chart(&chart).is_ok());
         assert!(percentile_chart("p", &[], (400, 200)).is_ok());
-        assert!(timeline_chart("tl", &[], &[], &[], 0.0, 400).is_ok());
+        assert!(timeline_chart("tl", "simulated time (s)", &[], &[], &[], 0.0, 400).is_ok());
         assert!(sequence_chart(&[]).starts_with("<svg"));
     }
 }

@@ -13,8 +13,8 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use crate::charts::{self, LineChart, Scale, Series, Shade, TimelineBar};
 use crate::gate::{GateOutcome, GateRow, GateStatus};
 use crate::model::{
-    EndpointStats, FlawCatalogReport, InvariantResult, Judgement, LoadReport, ModelReport,
-    Percentiles, RunResult, SimulationReport, Summary, tail_samples_min,
+    Concurrency, EndpointStats, FlawCatalogReport, InvariantResult, Judgement, LoadReport,
+    ModelReport, Percentiles, Ramp, RunResult, SimulationReport, Summary, tail_samples_min,
 };
 
 /// Most rows of the injected-fault table (the timeline shows them all).
@@ -34,7 +34,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.facts th { width: 180px; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 13px; font-weight: bold; color: white; }
 .pass { background: #2c8a2c; } .fail { background: #c62828; } .neutral { background: #888; }
-tr.bad td { background: #fdecea; } td.zero { background: #fff4d6; }
+tr.bad td { background: #fdecea; } td.zero { background: #fff4d6; } tr.chosen td { font-weight: bold; }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; }
 pre { background: #f4f4f4; padding: 8px; overflow-x: auto; border: 1px solid #e0e0e0; }
 svg { max-width: 100%; height: auto; display: block; margin: 8px 0; }
@@ -177,12 +177,26 @@ fn key_figures(r: &RunResult) -> String {
         RunResult::Load(l) => {
             let rps: f64 = l.endpoints.iter().map(|e| e.throughput_rps).sum();
             let errors: u64 = l.endpoints.iter().map(EndpointStats::error_count).sum();
+            let broken: Vec<&str> = l
+                .verification
+                .iter()
+                .filter(|c| c.verdict == Judgement::Violated)
+                .map(|c| c.name.as_str())
+                .collect();
+            let checks = if broken.is_empty() {
+                format!("{} check(s)", l.verification.len())
+            } else {
+                format!(
+                    "{} check(s), broken: {}",
+                    l.verification.len(),
+                    broken.join(", ")
+                )
+            };
             format!(
-                "{} endpoint(s), {:.0} req/s total, {} error(s), {} check(s)",
+                "{} endpoint(s), {:.0} req/s total, {} error(s), {checks}",
                 l.endpoints.len(),
                 rps,
                 errors,
-                l.verification.len()
             )
         }
         RunResult::Flaws(f) => format!(
@@ -261,6 +275,7 @@ fn fault_timeline(r: &SimulationReport) -> Result<String, charts::ChartError> {
         .collect();
     charts::timeline_chart(
         "Fault timeline (one lane per node)",
+        "simulated time (s)",
         &lanes(r),
         &bars,
         &phase_shades,
@@ -564,7 +579,8 @@ fn percentile_cells(p: &Percentiles, n: u64) -> Markup {
 
 type Chart = Result<String, charts::ChartError>;
 
-/// Each endpoint's latency over time (P50, P99, P99.9), fault windows shaded.
+/// Each endpoint's latency over time (P50, P99, P99.9 and the slowest request), fault windows
+/// shaded.
 fn latency_charts(
     r: &LoadReport,
     shades: &[Shade],
@@ -608,6 +624,12 @@ fn latency_charts(
                         label: "P99.9".into(),
                         points: pick(|i| i.p999_us),
                     },
+                    // The slowest request of each interval: a stall of one request in thousands
+                    // is under every percentile of its interval and shows only here.
+                    Series {
+                        label: "max".into(),
+                        points: pick(|i| i.max_us),
+                    },
                 ],
                 shades: shades.to_vec(),
                 size: (CHART_W, 340),
@@ -625,19 +647,41 @@ fn load_time_range(r: &LoadReport) -> (f64, f64) {
         .endpoints
         .iter()
         .flat_map(|e| e.over_time.iter().map(|i| i.t_s + 1.0));
+    // The data's own end (the planned duration is not data: a run cut short ends earlier).
     let end = interval_ends
         .chain(r.fault_windows.iter().map(|w| w.end_s))
         .chain(r.server.iter().map(|s| s.t_s))
-        .chain(std::iter::once(r.duration_s + r.warmup_s))
         .filter(|t| t.is_finite())
-        .fold(1.0_f64, f64::max);
+        .fold(0.0_f64, f64::max);
+    let end = if end > 0.0 {
+        end
+    } else {
+        (r.duration_s + r.warmup_s).max(1.0)
+    };
     (0.0, end)
+}
+
+/// How many of `e`'s intervals are whole: the last one of a run that ended inside it holds part
+/// of a second's requests, and drawn as a rate it would read as a collapse; it is left out of
+/// the throughput chart (its requests are in every total).
+fn full_intervals(r: &LoadReport, e: &EndpointStats) -> usize {
+    // Intervals count from the start of the measurement (after the warm-up).
+    let end_s = r.duration_s;
+    e.over_time
+        .iter()
+        .take_while(|i| i.t_s + 1.0 <= end_s + 1e-6)
+        .count()
+        .max(e.over_time.len().min(1))
 }
 
 /// All endpoints together: requests per second and errors per second, per interval.
 fn totals_over_time(r: &LoadReport) -> [Series; 2] {
     let mut totals: std::collections::BTreeMap<u64, (f64, f64)> = std::collections::BTreeMap::new();
-    for i in r.endpoints.iter().flat_map(|e| e.over_time.iter()) {
+    for i in r
+        .endpoints
+        .iter()
+        .flat_map(|e| e.over_time.iter().take(full_intervals(r, e)))
+    {
         let slot = totals.entry((i.t_s * 1000.0).round() as u64).or_default();
         slot.0 += i.rps;
         slot.1 += i.errors as f64;
@@ -673,7 +717,12 @@ fn throughput_chart(r: &LoadReport, shades: &[Shade], x_range: Option<(f64, f64)
             .iter()
             .map(|e| Series {
                 label: e.name.clone(),
-                points: e.over_time.iter().map(|i| (i.t_s, i.rps)).collect(),
+                points: e
+                    .over_time
+                    .iter()
+                    .map(|i| (i.t_s, i.rps))
+                    .take(full_intervals(r, e))
+                    .collect(),
             })
             .chain(totals_over_time(r))
             .collect(),
@@ -747,9 +796,11 @@ fn load(r: &LoadReport) -> Markup {
     let server = (!r.server.is_empty()).then(|| server_charts(r, &shades, x_range));
     let fault_timeline = process_timeline(r, x_range.map_or(1.0, |(_, end)| end));
     html! {
-        h2 { "Load: " (r.scenario) " " (badge(r.passed())) }
+        h2 { "Load: " (r.scenario) " " (badge(r.passed())) @if let Some(c) = r.concurrency.as_ref().filter(|c| c.inconclusive.is_some()) { " " span.badge.neutral title=[c.inconclusive.as_deref()] { "inconclusive for races" } } }
         (load_facts(r))
         (endpoint_tables(r))
+        @if let Some(c) = &r.concurrency { (concurrency_section(c)) }
+        @if let Some(ramp) = &r.ramp { (ramp_section(ramp)) }
         @if let Some(p) = percentile { h3 { "Latency distribution" } (svg_or_error(p)) }
         @if !over_time.is_empty() || throughput.is_some() {
             h3 { "Over time" }
@@ -761,6 +812,45 @@ fn load(r: &LoadReport) -> Markup {
         @if let Some((cpu, rss)) = server { h3 { "Server resources" } div style="display:flex;gap:16px;flex-wrap:wrap" { (svg_or_error(cpu)) (svg_or_error(rss)) } }
         h3 { "Verification" }
         @if r.verification.is_empty() { p.muted { "no post-run verification recorded" } } @else { (invariant_table(&r.verification)) }
+    }
+}
+
+/// How far the run's requests overlapped (a black-box run's own history).
+fn concurrency_section(c: &Concurrency) -> Markup {
+    let share = if c.span_us == 0 {
+        0.0
+    } else {
+        (c.overlapped_us as f64 / c.span_us as f64).min(1.0) * 100.0
+    };
+    html! {
+        h3 { "Concurrency reached" }
+        p.note { "Measured from the run's history: each request from its send to its answer. A race between two requests of one key can only show while both are in flight." }
+        @if let Some(why) = &c.inconclusive { p.err { "Inconclusive for races: " (why) } }
+        table.facts {
+            tr { th { "requests" } td { (c.requests) } }
+            tr { th { "most in flight at once" } td { (c.max_in_flight) } }
+            tr { th { "most of one key in flight at once" } td { (c.max_in_flight_per_key) (if c.keys > 1 { format!(" ({} of {} keys overlapped)", c.keys_overlapped, c.keys) } else { String::new() }) } }
+            tr { th { "time with 2+ in flight" } td { (format!("{share:.0}% of {:.1} s", c.span_us as f64 / 1e6)) } }
+            tr { th { "longest request" } td { (format!("{:.1} ms", c.longest_request_us as f64 / 1e3)) } }
+            @for s in &c.servers { tr { th { (s.name) } td { (format!("{} requests, at most {} in flight at once", s.requests, s.max_in_flight)) } } }
+        }
+    }
+}
+
+/// The client counts a black-box run tried before its checked phase.
+fn ramp_section(ramp: &Ramp) -> Markup {
+    html! {
+        h3 { "Concurrency ramp" }
+        p.note { "Client counts tried in short steps before the checked phase (a step that would end the ramp is measured twice); chosen: " (ramp.chosen) " (" (ramp.reason) ")." }
+        table {
+            tr { th.num { "clients" } th.num { "requests" } th.num { "errors" } th.num { "req/s" } th.num { "P50 (ms)" } th.num { "P99 (ms)" } }
+            @for s in &ramp.steps {
+                tr class=[(s.clients == ramp.chosen).then_some("chosen")] {
+                    td.num { (s.clients) } td.num { (s.requests) } td.num { (s.errors) }
+                    td.num { (format!("{:.1}", s.rate_rps)) } td.num { (fmt_us(s.p50_us)) } td.num { (fmt_us(s.p99_us)) }
+                }
+            }
+        }
     }
 }
 
@@ -791,6 +881,7 @@ fn process_timeline(r: &LoadReport, end_s: f64) -> Option<Result<String, charts:
         .collect();
     Some(charts::timeline_chart(
         "Fault timeline (one lane per process or link)",
+        "time since start (s, wall clock)",
         &lanes,
         &bars,
         &[],

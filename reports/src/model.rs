@@ -201,6 +201,9 @@ impl RunResult {
                     check("fault_windows.start_s", w.start_s)?;
                     check("fault_windows.end_s", w.end_s)?;
                 }
+                for step in r.ramp.iter().flat_map(|ramp| &ramp.steps) {
+                    check("ramp.steps.rate_rps", step.rate_rps)?;
+                }
                 Ok(())
             }
             Self::Flaws(_) => Ok(()),
@@ -674,6 +677,9 @@ pub struct IntervalStats {
     pub p50_us: u64,
     pub p99_us: u64,
     pub p999_us: u64,
+    /// The slowest request of the interval (0 in reports written before it was recorded).
+    #[serde(default)]
+    pub max_us: u64,
     pub rps: f64,
     /// Requests of the interval that failed.
     #[serde(default)]
@@ -751,6 +757,80 @@ pub struct LoadReport {
     /// Post-run verification (no duplicate IDs, conservation, ...).
     #[serde(default)]
     pub verification: Vec<InvariantResult>,
+    /// A black-box run's concurrency, measured from its own history: how many requests were
+    /// ever in flight at once (a race between requests needs two), the longest request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
+    /// A black-box run's concurrency ramp, when it chose its client count itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<Ramp>,
+}
+
+/// How far a black-box run's requests overlapped, measured from its history (each request's
+/// interval from its send to its answer, or to the client giving up on it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Concurrency {
+    /// Requests measured.
+    pub requests: u64,
+    /// The most requests in flight at once, over the whole run.
+    pub max_in_flight: u64,
+    /// The most requests of one key in flight at once (the key, or the busiest one).
+    pub max_in_flight_per_key: u64,
+    /// Keys whose requests ever overlapped (two or more in flight at once), of `keys`.
+    pub keys_overlapped: u64,
+    /// Keys requested.
+    pub keys: u64,
+    /// Per server (URL, instance): the most of its requests in flight at once.
+    #[serde(default)]
+    pub servers: Vec<LaneConcurrency>,
+    /// Time with two or more requests in flight at once, µs.
+    pub overlapped_us: u64,
+    /// From the first send to the last answer, µs.
+    pub span_us: u64,
+    /// The longest request, µs.
+    pub longest_request_us: u64,
+    /// Why a pass says nothing about races between requests (`None`: requests overlapped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inconclusive: Option<String>,
+}
+
+/// One server's share of a run's concurrency.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneConcurrency {
+    /// The server's name (`server #1`).
+    pub name: String,
+    /// Requests sent to it.
+    pub requests: u64,
+    /// The most of them in flight at once.
+    pub max_in_flight: u64,
+}
+
+/// A concurrency ramp: client counts tried in short steps before the checked phase.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ramp {
+    /// Each step, in order.
+    pub steps: Vec<RampStep>,
+    /// The client count of the checked phase.
+    pub chosen: u64,
+    /// Why the ramp stopped and chose it.
+    pub reason: String,
+}
+
+/// One step of a [`Ramp`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RampStep {
+    /// Client threads.
+    pub clients: u64,
+    /// Requests answered in the measured part of the step (errors included).
+    pub requests: u64,
+    /// Of them, errors (refused, error answers, timeouts, unknown outcomes).
+    pub errors: u64,
+    /// Requests per second.
+    pub rate_rps: f64,
+    /// Median latency, µs.
+    pub p50_us: u64,
+    /// P99 latency, µs.
+    pub p99_us: u64,
 }
 
 impl LoadReport {

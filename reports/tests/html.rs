@@ -344,3 +344,81 @@ fn a_deployment_run_shows_each_fault_on_its_process_lane() {
     common::check_balanced(&html).unwrap();
     assert!(common::external_references(&html).is_empty());
 }
+
+#[test]
+fn a_stall_shows_on_the_latency_chart_and_a_partial_second_is_not_a_collapse() {
+    let mut load = sample::sample_load();
+    // One request of a second stalls 505 ms; every percentile of its interval stays low.
+    let stalled = &mut load.endpoints[0].over_time[10];
+    stalled.max_us = 505_000;
+    let html = render(load.clone().into());
+    let svgs = common::svgs(&html);
+    let name = &load.endpoints[0].name;
+    let latency = svgs
+        .iter()
+        .find(|s| has_label(s, &format!("{name}: latency over time")))
+        .expect("latency chart");
+    assert!(has_label(latency, "max"), "the slowest request has a line");
+    // The fourth series (P50, P99, P99.9, max) is drawn, beside its legend sample.
+    assert!(count_stroke(latency, 3) >= 2, "the max line is drawn");
+
+    // A run that ended 0.4 s into its last second: that second is left out of the throughput
+    // chart rather than drawn as a drop to almost nothing.
+    let full = sample::sample_load();
+    let mut cut = full.clone();
+    cut.duration_s -= 0.6;
+    let points = |r: &LoadReport| {
+        let html = render(r.clone().into());
+        let svgs = common::svgs(&html);
+        let t = svgs
+            .iter()
+            .find(|s| has_label(s, "Throughput over time"))
+            .expect("throughput chart");
+        t.matches(',').count()
+    };
+    assert!(
+        points(&cut) < points(&full),
+        "the partial second is not drawn"
+    );
+}
+
+#[test]
+fn a_failing_load_run_names_its_broken_checks_in_the_overview() {
+    let mut load = sample::sample_load();
+    load.verification = vec![
+        InvariantResult::held("ids.unique[id]"),
+        InvariantResult {
+            verdict: Judgement::Violated,
+            ..InvariantResult::held("slo.p99_ms")
+        },
+    ];
+    let html = render(load.into());
+    assert!(
+        html.contains("2 check(s), broken: slo.p99_ms"),
+        "the overview names the broken check"
+    );
+}
+
+#[test]
+fn the_time_axis_says_which_clock_and_series_get_distinct_colours() {
+    let html = reports::html::render(&sample::sample_summary());
+    assert!(
+        html.contains("simulated time (s)"),
+        "a simulation's timeline"
+    );
+    let mut load = sample::sample_load();
+    load.fault_windows[0].process = Some("sut-server".into());
+    load.fault_windows[0].kind = Some("kill".into());
+    let html = render(load.into());
+    assert!(
+        html.contains("time since start (s, wall clock)"),
+        "a real run's fault lanes are on the wall clock"
+    );
+    let colours: std::collections::BTreeSet<_> = (0..24)
+        .map(|i| {
+            let c = reports::charts::series_color(i);
+            (c.0, c.1, c.2)
+        })
+        .collect();
+    assert_eq!(colours.len(), 24, "24 series, 24 colours");
+}

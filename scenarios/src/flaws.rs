@@ -15,7 +15,7 @@ use sim::scenario::Scenario;
 use sut::flaw::Flaw;
 
 /// Each flaw with the simulation scenario expected to catch it.
-pub const CATALOG: [(Flaw, &str); 16] = [
+pub const CATALOG: [(Flaw, &str); 17] = [
     (Flaw::SegmentNoVersionCheck, "segment_race"),
     (Flaw::CounterNoPersist, "segment_race"),
     (Flaw::CounterEverysec, "crash_restart"),
@@ -32,6 +32,7 @@ pub const CATALOG: [(Flaw, &str); 16] = [
     (Flaw::ClientPrice, "tcc_storm"),
     (Flaw::CoordTryBeforeBegin, "tcc_storm"),
     (Flaw::StatusLostAfterCompensation, "tcc_storm"),
+    (Flaw::SnowflakeRollbackBoundGap, "clock_skew"),
 ];
 
 /// How hard to look.

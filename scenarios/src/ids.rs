@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use blackbox::ids::{
     BlackBoxError, BlackBoxFault, BlackBoxNemesis, BlackBoxOptions, BlackBoxRun, CutShape,
-    Monotonic, TARGET_KINDS, Target,
+    Monotonic, RampSpec, TARGET_KINDS, Target,
 };
 use blackbox::slow::SlowSpec;
 use reports::model::Judgement;
@@ -59,9 +59,18 @@ pub struct IdsArgs {
     /// How long the clients run, in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
-    /// Client threads, one request at a time each.
-    #[arg(long, default_value_t = 4)]
-    pub concurrency: u64,
+    /// Client threads, one request at a time each. Without it the bench ramps: 1, 2, 4, …
+    /// clients in short steps until the rate stops growing (less than 10 % more) or the P99
+    /// doubles, then runs --duration at the count chosen (at least two per server).
+    #[arg(long)]
+    pub concurrency: Option<u64>,
+    /// Without --concurrency: the most clients the ramp tries (default 64).
+    #[arg(long, conflicts_with = "concurrency")]
+    pub ramp_max: Option<u64>,
+    /// Without --concurrency: how long each ramp step lasts, ms (default 1000; its first fifth
+    /// is not measured).
+    #[arg(long, conflicts_with = "concurrency")]
+    pub ramp_step_ms: Option<u64>,
     /// Total requests per second over every client (default: as fast as answered).
     #[arg(long)]
     pub rate: Option<f64>,
@@ -117,6 +126,11 @@ pub struct IdsArgs {
     pub netns: bool,
     #[command(flatten)]
     pub db: DbArgs,
+    /// With --db-cmd: the servers' link to the database slowed in bursts for the whole run
+    /// (500 ms slowed, 500 ms whole, in turn), each chunk held this many ms ± half, so that a
+    /// service's read-then-write windows open at any client count. Checked: faults.db_delayed.
+    #[arg(long, requires = "db_cmd")]
+    pub delay_db_ms: Option<u64>,
     #[command(flatten)]
     pub slow: SlowArgs,
     #[command(flatten)]
@@ -193,7 +207,13 @@ impl IdsArgs {
             target,
             urls: self.urls.clone(),
             key: self.key.clone(),
-            clients: self.concurrency,
+            clients: self.concurrency.unwrap_or(1),
+            ramp: self.concurrency.is_none().then(|| RampSpec {
+                max: self.ramp_max.unwrap_or(RampSpec::MAX),
+                step: self
+                    .ramp_step_ms
+                    .map_or(RampSpec::STEP, Duration::from_millis),
+            }),
             rate: self.rate,
             duration: Duration::from_secs_f64(self.duration),
             monotonic: self.monotonic,
@@ -201,6 +221,7 @@ impl IdsArgs {
             nemesis,
             slow_clients: self.slow.spec(),
             db: self.db.options(),
+            db_delay: self.delay_db_ms.map(Duration::from_millis),
             netns: self.netns,
         })
     }
@@ -443,12 +464,20 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
             return IdsExit::Usage;
         }
     };
+    let clients = match opts.ramp {
+        Some(r) => format!(
+            "clients ramped 1, 2, 4, … up to {} in {} ms steps, then the count chosen",
+            r.max,
+            r.step.as_millis()
+        ),
+        None if opts.clients == 1 => "1 client".to_owned(),
+        None => format!("{} clients", opts.clients),
+    };
     println!(
-        "ids: {} at {} server(s), key `{}`, {} clients for {:.1} s{}{}",
+        "ids: {} at {} server(s), key `{}`, {clients} for {:.1} s{}{}",
         opts.target.kind(),
         opts.urls.len(),
         opts.key,
-        opts.clients,
         opts.duration.as_secs_f64(),
         opts.rate.map(|r| format!(" at {r}/s")).unwrap_or_default(),
         opts.nemesis
@@ -469,10 +498,8 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
         Ok(run) => run,
         Err(e) => {
             let hint = match &e {
-                BlackBoxError::Unreachable { .. } => {
-                    " (is it running, is the key known, does --target match its API?)"
-                }
-                _ => "",
+                BlackBoxError::Unreachable { .. } => unreachable_hint(&opts.target, &opts.key),
+                _ => String::new(),
             };
             eprintln!("scenario ids: {e}{hint}");
             return IdsExit::Usage;
@@ -507,7 +534,10 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
     }
     let power_violated = power.iter().any(|c| c.verdict == Judgement::Violated);
     if run.passed() && !power_violated {
-        println!("PASS");
+        println!("{}", blackbox::overlap::pass_line(Some(&run.concurrency)));
+        if let Some(why) = &run.concurrency.inconclusive {
+            crate::note_verdict(format!("inconclusive for races: {why}"));
+        }
         IdsExit::Passed
     } else {
         let violated: Vec<&str> = run
@@ -517,7 +547,7 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
             .filter(|c| c.verdict == Judgement::Violated)
             .map(|c| c.name.as_str())
             .collect();
-        println!("FAIL: {} violated", violated.join(", "));
+        println!("violated: {}", violated.join(", "));
         IdsExit::Violated
     }
 }
@@ -541,6 +571,9 @@ pub fn print_run(run: &BlackBoxRun) {
     for example in &run.error_examples {
         println!("    first {example}");
     }
+    if let Some(ramp) = &run.ramp {
+        println!("{}", blackbox::ramp::line(ramp));
+    }
     let l = &run.latency;
     println!(
         "  latency: P50 {} µs, P99 {} µs, P99.9 {} µs, max {} µs ({} requests, {:.0}/s)",
@@ -551,12 +584,20 @@ pub fn print_run(run: &BlackBoxRun) {
         l.requests,
         l.throughput_rps
     );
+    println!("{}", blackbox::overlap::line(&run.concurrency));
     println!(
         "  gaps: {} IDs never handed out between the smallest and the largest",
         run.gaps
     );
     if run.faults > 0 {
-        println!("  faults: {}", run.faults);
+        let mut by_kind: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+        for w in &run.fault_windows {
+            *by_kind
+                .entry(w.kind.as_deref().unwrap_or("fault"))
+                .or_default() += 1;
+        }
+        let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        println!("  faults: {} ({})", run.faults, kinds.join(", "));
     }
     if let Some(l) = &run.lost_writes {
         println!("{}", lost_writes_line(l));
@@ -573,8 +614,8 @@ pub fn print_run(run: &BlackBoxRun) {
     if let Some(p) = &run.db_proxy {
         println!(
             "  database link: {} connections, {} bytes to the database, {} back, {} held by \
-             the partitions",
-            p.connections, p.bytes_up, p.bytes_down, p.held_bytes
+             the partitions, {} chunks delayed",
+            p.connections, p.bytes_up, p.bytes_down, p.held_bytes, p.delayed_chunks
         );
     }
     if let Some(l) = &run.db_lost_writes {
@@ -611,8 +652,8 @@ pub fn slow_line(slow: &blackbox::slow::SlowRun) -> String {
 pub fn check_line(check: &reports::model::InvariantResult) -> String {
     let verdict = match check.verdict {
         Judgement::Violated => "VIOLATED",
-        Judgement::NotChecked => "NOT CHECKED",
         Judgement::Held => "held",
+        Judgement::NotChecked => "NOT CHECKED",
     };
     format!(
         "  {:<28} {verdict:<9} {}{}",
@@ -660,6 +701,10 @@ fn write_outputs(
             "requests": {"ok": c.ok, "fail": c.fail, "info": c.info},
             "errors": run.errors,
             "faults": run.faults,
+            "clients": run.clients,
+            "ramp": run.ramp,
+            "concurrency": run.concurrency,
+            "inconclusive_for_races": run.concurrency.inconclusive.is_some(),
             "invariants": run.checks().into_iter().chain(power).collect::<Vec<_>>(),
             "passed": run.passed() && power.iter().all(|c| c.verdict != Judgement::Violated),
         });
@@ -667,4 +712,29 @@ fn write_outputs(
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// What most likely fixes a target that answered nothing usable, naming the flag.
+fn unreachable_hint(target: &blackbox::ids::Target, key: &str) -> String {
+    use blackbox::ids::Target;
+    let specific = match target {
+        Target::Tinyid { token, .. } if token.is_empty() => {
+            "; Tinyid answers an empty body to a missing or wrong token: give --token with one of \
+             its `tinyid_token` rows (none was given)"
+        }
+        Target::Tinyid { .. } => {
+            "; Tinyid answers an empty body to a wrong token or an unknown bizType: check --token \
+             against its `tinyid_token` rows and --key against its `tiny_id_info` rows"
+        }
+        Target::Http { pointer: None } => {
+            "; a JSON answer needs --json-pointer to the ID (e.g. /data/id); a plain one is the ID \
+             itself"
+        }
+        Target::Http { pointer: Some(_) } => {
+            "; check that --json-pointer points at the ID in its answer"
+        }
+        Target::Leaf { .. } => "; Leaf needs the key as a `biz_tag` row of `leaf_alloc`",
+        Target::Redis | Target::Postgres => "; check the URL's host, port and database",
+    };
+    format!(" (is it running, is the key `{key}` known{specific})")
 }

@@ -186,7 +186,11 @@ pub fn gate_extras(jobs: usize) -> Vec<reports::RunResult> {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// No scenario of that name, and no such file.
-    #[error("unknown scenario `{0}` (and no such file); `scenario list` shows the named ones")]
+    #[error(
+        "unknown scenario `{name}` (and no such file){hint}; `scenario list` shows the named ones",
+        name = .0,
+        hint = did_you_mean(.0).map(|n| format!(": did you mean `{n}`?")).unwrap_or_default()
+    )]
     Unknown(String),
     /// The file could not be read.
     #[error("cannot read {path}: {source}")]
@@ -207,6 +211,52 @@ pub enum LoadError {
         /// What is wrong, naming the field (and line and column when TOML says).
         message: String,
     },
+}
+
+/// What the final verdict line of a passing run adds in brackets (`PASS (…): scenario …`), set
+/// by a run whose pass says less than a plain PASS would: a black-box run that never had two
+/// requests of one key in flight at once is inconclusive for races.
+pub static VERDICT_NOTE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Sets [`VERDICT_NOTE`].
+pub fn note_verdict(note: String) {
+    *VERDICT_NOTE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(note);
+}
+
+/// The named scenario (simulated, load or real) closest to `name`, when one is close enough to
+/// be a typo of it: at most two edits apart (or a third of its length, for long names).
+#[must_use]
+pub fn did_you_mean(name: &str) -> Option<&'static str> {
+    let names = NAMED
+        .iter()
+        .chain(loadfile::NAMED)
+        .chain(realfile::NAMED)
+        .map(|(n, _)| *n);
+    names
+        .map(|n| (edit_distance(name, n), n))
+        .filter(|(d, n)| *d > 0 && *d <= 2.max(n.len() / 3))
+        .min()
+        .map(|(_, n)| n)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// Loads a named scenario, or a scenario file when `name` is a path (ends in `.toml` or names
@@ -246,6 +296,17 @@ pub fn edge_owners() -> std::collections::BTreeMap<&'static str, Vec<&'static st
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_typo_of_a_scenario_name_is_answered_with_the_name() {
+        assert_eq!(super::did_you_mean("clock_skwe"), Some("clock_skew"));
+        assert_eq!(super::did_you_mean("tccstorm"), Some("tcc_storm"));
+        assert_eq!(super::did_you_mean("clock_skew"), None, "not a typo");
+        assert_eq!(super::did_you_mean("completely_different"), None);
+        let err = super::load("clock_skwe").expect_err("unknown").to_string();
+        assert!(err.contains("did you mean `clock_skew`?"), "{err}");
+    }
+
     use super::*;
 
     #[test]

@@ -652,6 +652,8 @@ mod tests {
             server: Vec::new(),
             fault_windows: Vec::new(),
             verification: Vec::new(),
+            concurrency: None,
+            ramp: None,
         }
     }
 

@@ -627,6 +627,8 @@ pub fn options(
         urls,
         key: key.into(),
         clients: 4,
+        ramp: None,
+        db_delay: None,
         rate: None,
         duration: Duration::from_secs(5),
         monotonic: bug.monotonic,

@@ -254,10 +254,11 @@ pub fn scripted(scenario: &Scenario, case: &Case) -> Scenario {
     s
 }
 
-/// Runs a scripted scenario once (its `[run] seed`, else 0).
+/// Runs a scripted scenario once (its `[run] seed`, else 0), with the crash point it strikes
+/// (`[run] crash_at`), if any.
 #[must_use]
 pub fn run_scripted(scenario: &Scenario) -> SeedOutcome {
-    sim::run::run_seed(scenario, scenario.run.seed.unwrap_or(0), false)
+    sim::run::run_seed_as_set(scenario, scenario.run.seed.unwrap_or(0), false)
 }
 
 /// The first violated invariant of a run (checker order) and its detail.
@@ -322,9 +323,28 @@ pub fn regression_name(name: &str, flaw: Option<Flaw>, invariant: &str) -> Strin
 /// The schedule as a human-readable timeline, one event per line (`(no fault)` when empty).
 #[must_use]
 pub fn timeline(scenario: &Scenario) -> Vec<String> {
-    match scenario.schedule.as_deref() {
+    let crash =
+        scenario.run.crash_at.as_ref().map(|spec| {
+            format!("crash point {spec}: the node crashed at that step, then restarted")
+        });
+    let faults = match scenario.schedule.as_deref() {
+        Some([]) if crash.is_some() => Vec::new(),
+        other => scheduled(scenario, other),
+    };
+    crash.into_iter().chain(faults).collect()
+}
+
+/// The scheduled faults' lines (`timeline` without the crash point).
+fn scheduled(scenario: &Scenario, schedule: Option<&[ScheduledFault]>) -> Vec<String> {
+    match schedule {
         None => vec!["(random faults: no schedule)".to_owned()],
-        Some([]) => vec!["(no fault at all: the workload alone fails)".to_owned()],
+        Some([]) => vec![match scenario.run.flaw {
+            Some(flaw) => format!(
+                "(no fault at all: flaw `{flaw}` breaks the run by itself, under the workload \
+                 alone; it needs no fault)"
+            ),
+            None => "(no fault at all: the workload alone breaks the run)".to_owned(),
+        }],
         Some(events) => events.iter().map(ScheduledFault::describe).collect(),
     }
 }

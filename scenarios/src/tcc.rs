@@ -138,7 +138,8 @@ pub fn not_run(command: &str, e: &ContractError) -> IdsExit {
     IdsExit::Usage
 }
 
-/// Prints PASS or which checks failed; the exit that says so.
+/// Prints that every check held or which were violated (the verdict line, PASS or FAIL, follows
+/// on stderr); the exit that says so.
 #[must_use]
 pub fn verdict(checks: &[reports::model::InvariantResult]) -> IdsExit {
     let violated: Vec<&str> = checks
@@ -147,10 +148,10 @@ pub fn verdict(checks: &[reports::model::InvariantResult]) -> IdsExit {
         .map(|c| c.name.as_str())
         .collect();
     if violated.is_empty() {
-        println!("PASS");
+        println!("every check held");
         IdsExit::Passed
     } else {
-        println!("FAIL: {} violated", violated.join(", "));
+        println!("violated: {}", violated.join(", "));
         IdsExit::Violated
     }
 }
@@ -217,23 +218,62 @@ fn print_run(run: &ParticipantRun) {
         println!("{}", crate::ids::slow_line(slow));
     }
     for check in run.checks() {
-        println!("{}", check_line(&check));
+        // The breaking sequence is printed once, below, not in its check's line.
+        let mut line = check.clone();
+        if let (Some(f), Judgement::Violated) = (&run.finding, check.verdict) {
+            line.detail = Some(format!("sequence {}, below", f.sequence));
+        }
+        println!("{}", check_line(&line));
     }
     if let Some(f) = &run.finding {
-        println!(
-            "  sequence {} ({} actions): {}",
-            f.sequence,
-            f.actions.len(),
-            blackbox::tcc::render(&f.actions)
-        );
-        if let Some(s) = &f.shrunk {
-            println!(
-                "  the same with only the offending draws ({} actions): {}",
+        // The sequence once: cut down to the offending draws when that still breaks the
+        // promise, whole otherwise.
+        match &f.shrunk {
+            Some(s) => println!(
+                "  sequence {}, cut down to the offending draws ({} of its {} actions): {}",
+                f.sequence,
                 s.len(),
+                f.actions.len(),
                 blackbox::tcc::render(s)
-            );
+            ),
+            None => println!(
+                "  sequence {} ({} actions; no shorter one of only the offending draws breaks it): {}",
+                f.sequence,
+                f.actions.len(),
+                blackbox::tcc::render(&f.actions)
+            ),
+        }
+        println!("  replay: {}", replay_line(f.sequence));
+    }
+}
+
+/// The command line that sends the same sequences again up to the failing one (the same seed
+/// sends the same sequences): this run's, with `--sequences` set to stop there.
+fn replay_line(sequence: u64) -> String {
+    let mut words: Vec<String> = Vec::new();
+    let mut args = std::env::args();
+    while let Some(word) = args.next() {
+        if word == "--sequences" {
+            let _ = args.next();
+        } else if !word.starts_with("--sequences=") {
+            words.push(word);
         }
     }
+    words.push("--sequences".into());
+    words.push((sequence + 1).to_string());
+    words
+        .iter()
+        .map(|w| {
+            if w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+            {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Which answers the promises allow the sequences met.

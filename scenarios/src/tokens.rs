@@ -129,6 +129,8 @@ pub fn run(args: &TokensArgs) -> IdsExit {
         run.unknown(),
         run.restarts
     );
+    let concurrency = run.concurrency();
+    println!("{}", blackbox::overlap::line(&concurrency));
     if let Some(e) = &run.exhaustion {
         println!("  quota: {}", e.summary());
     }
@@ -144,7 +146,18 @@ pub fn run(args: &TokensArgs) -> IdsExit {
         eprintln!("scenario tokens: {e}");
         return IdsExit::Usage;
     }
-    crate::tcc::verdict(&run.checks())
+    let checks = run.checks();
+    if checks
+        .iter()
+        .all(|c| c.verdict != reports::model::Judgement::Violated)
+    {
+        println!("{}", blackbox::overlap::pass_line(Some(&concurrency)));
+        if let Some(why) = &concurrency.inconclusive {
+            crate::note_verdict(format!("inconclusive for races: {why}"));
+        }
+        return IdsExit::Passed;
+    }
+    crate::tcc::verdict(&checks)
 }
 
 fn write_json(path: &std::path::Path, args: &TokensArgs, run: &TokensRun) -> Result<(), String> {
@@ -159,6 +172,7 @@ fn write_json(path: &std::path::Path, args: &TokensArgs, run: &TokensRun) -> Res
         "neighbours": run.neighbours.iter().map(|(v, c)| serde_json::json!({ "token": v, "answer": format!("{c:?}") })).collect::<Vec<_>>(),
         "exhaustion": run.exhaustion,
         "slow_clients": run.slow.as_ref().map(|(s, _)| s),
+        "concurrency": run.concurrency(),
         "invariants": run.checks(),
         "passed": run.passed(),
     });

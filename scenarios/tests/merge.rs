@@ -55,12 +55,13 @@ fn shardable(dir: &Path) -> PathBuf {
     file
 }
 
-/// Runs shard `i` of `n` of seeds 0..`seeds` of `name` with `--coverage union`; its JSON and
+/// Runs shard `i` of `n` (counted from 0 here; the command line counts from 1) of seeds
+/// 0..`seeds` of `name` with `--coverage union`; its JSON and
 /// exit code.
 fn shard(dir: &Path, name: &str, seeds: u64, i: u64, n: u64, extra: &[&str]) -> (PathBuf, i32) {
     let json = dir.join(format!("shard-{i}-of-{n}.json"));
     let seeds = seeds.to_string();
-    let shard = format!("{i}/{n}");
+    let shard = format!("{}/{n}", i + 1);
     let mut args = vec![
         name,
         "--seeds",
@@ -117,7 +118,7 @@ fn four_shards_merged_are_the_unsplit_sweep() {
     let first = read_json(&shards[0]);
     assert_eq!(first["coverage"], "union");
     assert_eq!(first["coverage_judged"], false);
-    assert_eq!(first["shard"], serde_json::json!({"index": 0, "count": 4}));
+    assert_eq!(first["shard"], serde_json::json!({"number": 1, "count": 4}));
     assert_eq!(
         first["range"],
         serde_json::json!({"first_seed": 0, "count": 16})
@@ -315,7 +316,7 @@ fn a_union_shard_exits_0_where_the_same_shard_judged_alone_exits_1() {
     )
     .expect("write");
     let name = path_str(&quiet);
-    let (out, text) = run(&[name, "--seeds", "16", "--shard", "0/2"]);
+    let (out, text) = run(&[name, "--seeds", "16", "--shard", "1/2"]);
     assert_eq!(out.status.code(), Some(1), "{text}");
     let (a, code_a) = shard(dir.path(), name, 16, 0, 2, &[]);
     let (b, code_b) = shard(dir.path(), name, 16, 1, 2, &[]);
@@ -348,7 +349,7 @@ fn shards_of_different_scenarios_or_builds_and_seeds_run_twice_are_refused() {
         "--seeds",
         "8",
         "--shard",
-        "1/2",
+        "2/2",
         "--duration",
         "0.2",
         "--coverage",
@@ -427,7 +428,7 @@ fn missing_seeds_are_named_and_exit_2_unless_allowed() {
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(
         text.contains(
-            "4 of the 16 seeds of 0..16 ran in no shard: 2..=14 step 4 (no file of shard 2/4)"
+            "4 of the 16 seeds of 0..16 ran in no shard: 2..=14 step 4 (no file of shard 3/4)"
         ),
         "{text}"
     );

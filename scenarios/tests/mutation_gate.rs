@@ -84,6 +84,14 @@ fn every_scenario_holds_on_a_short_sweep() {
         for (seed, v) in sweep.violations() {
             failures.push(format!("{name} seed {seed}: {}: {}", v.invariant, v.detail));
         }
+        for (seed, tried, v) in sweep.crash_violations() {
+            failures.push(format!(
+                "{name} seed {seed} at crash point {}: {}: {}",
+                tried.plan.spec(),
+                v.invariant,
+                v.detail
+            ));
+        }
         if sweep.coverage_failed() {
             failures.push(format!(
                 "{name}: faults never took effect: {:?}",

@@ -252,6 +252,66 @@ fn leaf_on_mariadb(flush: u8, nemesis: &str, duration_s: u32) -> Output {
     cmd.output().expect("scenario runs")
 }
 
+/// `scenario ids` at one client, 100 requests a second, over two Tinyid-compatible `id-compat`
+/// instances on one MariaDB the bench starts, segments of 20, `flags` added to both.
+fn tinyid_on_mariadb(flags: &str, extra: &[&str]) -> Output {
+    let compat = compat_binary();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scenario"));
+    cmd.args([
+        "ids", "--target", "tinyid", "--key", "orders", "--token", "tk",
+    ]);
+    cmd.args(["--monotonic", "server", "--duration", "5"]);
+    cmd.args(["--concurrency", "1", "--rate", "100"]);
+    cmd.args(extra);
+    cmd.args(mariadb_args(1));
+    for _ in 0..2 {
+        let port = free_port();
+        cmd.args(["--url", &format!("http://127.0.0.1:{port}")]);
+        cmd.args([
+            "--server-cmd",
+            &format!(
+                "exec {} --api tinyid --db {{db_url}} --listen 127.0.0.1:{port} --tag orders \
+                 --token tk --step 20 --race-window-ms 0 {flags}",
+                compat.display()
+            ),
+        ]);
+    }
+    cmd.output().expect("scenario runs")
+}
+
+#[test]
+#[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
+fn a_slowed_database_link_opens_tinyids_missing_version_check_at_one_client() {
+    // The servers' background fetches read and write the segment row a few milliseconds apart:
+    // one client at 100 requests a second rarely lands two of them in one window. Bursts of 20
+    // ms ± 10 on every chunk of the database link widen it.
+    let delay = ["--delay-db-ms", "20"];
+    let planted = tinyid_on_mariadb("--planted-race", &delay);
+    assert_eq!(planted.status.code(), Some(1), "{}", text(&planted));
+    assert!(
+        violated_line(&planted, "ids.unique[tinyid:orders]"),
+        "{}",
+        text(&planted)
+    );
+    let correct = tinyid_on_mariadb("", &delay);
+    assert_eq!(correct.status.code(), Some(0), "{}", text(&correct));
+    let out = text(&correct);
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("faults.db_delayed") && l.contains("held")),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_database_delay_without_the_benchs_database_is_a_usage_error() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let leaf = ["ids", "--target", "leaf", "--key", "orders", "--url", &url];
+    let out = scenario(&[&leaf[..], &["--delay-db-ms", "20"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--db-cmd"), "{}", text(&out));
+}
+
 #[test]
 #[cfg_attr(not(has_mariadb), ignore = "MariaDB not installed")]
 #[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
@@ -575,6 +635,94 @@ fn an_unreachable_target_and_faults_without_commands_are_usage_errors() {
     assert!(text(&out).contains("--server-cmd"), "{}", text(&out));
     let out = scenario(&["ids", "--target", "zookeeper", "--url", "http://x"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+/// `scenario ids --target tinyid` against one `id-compat` 44 ms from its clients, segments of
+/// 50, its background fetch landing 50 ms late (`flags` adds `--planted-reorder`).
+fn tinyid_far_away(flags: &str, extra: &[&str]) -> Output {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let server = format!(
+        "exec {} --api tinyid --db {{data}}/ids.db --listen 127.0.0.1:{port} --tag orders \
+         --token tk --step 50 --race-window-ms 50 --latency-ms 44 {flags}",
+        compat_binary().display()
+    );
+    let args = [
+        "ids",
+        "--target",
+        "tinyid",
+        "--key",
+        "orders",
+        "--token",
+        "tk",
+        "--monotonic",
+        "server",
+        "--url",
+        &url,
+        "--server-cmd",
+        &server,
+    ];
+    scenario(&[&args[..], extra].concat())
+}
+
+#[test]
+fn without_a_client_count_the_ramp_opens_tinyids_late_prefetch_behind_a_slow_server() {
+    // At 44 ms an answer, four clients hand out 90 IDs a second: the last 10 of a segment take
+    // longer than the late fetch, which always lands in time. The ramp raises the clients until
+    // the rate stops growing, and IDs run out before it lands.
+    let short = ["--duration", "3", "--ramp-step-ms", "500"];
+    let planted = tinyid_far_away("--planted-reorder", &short);
+    assert_eq!(planted.status.code(), Some(1), "{}", text(&planted));
+    assert!(
+        violated_line(&planted, "ids.monotonic"),
+        "{}",
+        text(&planted)
+    );
+    assert!(
+        text(&planted).contains("  ramp: 1 → "),
+        "{}",
+        text(&planted)
+    );
+    let correct = tinyid_far_away("", &short);
+    assert_eq!(correct.status.code(), Some(0), "{}", text(&correct));
+    let out = text(&correct);
+    assert!(out.contains("chosen "), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("races.overlapped") && l.contains("held")),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l == "every check held"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("PASS: scenario ids")),
+        "{out}"
+    );
+}
+
+#[test]
+fn one_client_passes_inconclusive_for_races() {
+    let out = tinyid_far_away("", &["--concurrency", "1", "--duration", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let printed = text(&out);
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with("PASS (inconclusive for races: no two requests of key")),
+        "{printed}"
+    );
+    assert!(!printed.contains("  ramp:"), "{printed}");
+}
+
+#[test]
+fn ramp_options_with_a_client_count_or_too_short_a_step_are_usage_errors() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let leaf = ["ids", "--target", "leaf", "--key", "orders", "--url", &url];
+    let out = scenario(&[&leaf[..], &["--concurrency", "4", "--ramp-max", "8"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--ramp-max"), "{}", text(&out));
+    let out = scenario(&[&leaf[..], &["--ramp-step-ms", "10"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--ramp-step-ms 10"), "{}", text(&out));
 }
 
 #[test]

@@ -269,3 +269,60 @@ fn committed_regressions_still_fail_as_they_expect() {
         );
     }
 }
+
+#[test]
+fn a_failing_crash_point_is_searched_around_written_and_replayed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, file) = short("tcc_storm", 1_500, 4_000, dir.path());
+    let out = dir.path().join("found.toml");
+    let found = scenario_cmd()
+        .args([
+            "search",
+            &file,
+            "--flaw",
+            "coord_try_before_begin",
+            "--crash-at",
+            "coord:send:tcc.try.wallet#1",
+            "--cases",
+            "8",
+            "--fresh",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("search");
+    let text = String::from_utf8_lossy(&found.stdout).into_owned();
+    assert_eq!(found.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("crash point coord:send:tcc.try.wallet#1"),
+        "{text}"
+    );
+    let written = std::fs::read_to_string(&out).expect("the file");
+    assert!(
+        written.contains("crash_at = \"coord:send:tcc.try.wallet#1\""),
+        "{written}"
+    );
+    let replay = scenario_cmd()
+        .arg("replay")
+        .arg(&out)
+        .output()
+        .expect("replay");
+    let stderr = String::from_utf8_lossy(&replay.stderr);
+    assert_eq!(replay.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("REPRODUCED"), "{stderr}");
+    // Without the crash point the same file passes: the point is what breaks it.
+    let without = written.replace("crash_at = \"coord:send:tcc.try.wallet#1\"\n", "");
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, without).expect("write");
+    let replay = scenario_cmd()
+        .arg("replay")
+        .arg(&plain)
+        .output()
+        .expect("replay");
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&replay.stdout)
+    );
+}

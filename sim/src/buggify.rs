@@ -12,6 +12,10 @@
 //!   balances that buy only a few draws (so that wallets reach exactly zero);
 //! - **clocks at their bounds**: drift at its configured bound instead of anywhere below it; a
 //!   clock bump of the token node back by about the JWT leeway (just within, or just past it);
+//!   a clock bump of an ID node landed a millisecond before, at or after one of its generators'
+//!   decision boundaries (`sut::boundary`: the rollback bound, the reservation's end, a fresh
+//!   generator's floor), at its next ID decision, and an ID node restarted with its clock
+//!   stepped back landed at its new generator's persisted floor;
 //! - **a crash placed at a durable step** ([`CrashSite`]): on a node with a log, just before a
 //!   group commit's fsync (what was sent already went, what was appended is lost) or just after
 //!   it (the log is durable, the answers and messages it releases are not yet out) — only in
@@ -149,6 +153,12 @@ pub struct Buggify {
     /// A clock bump of the token node goes back by about the JWT leeway (just within it or
     /// just past it), where "not yet valid" begins.
     pub bump_at_leeway: bool,
+    /// The seed's clock bumps of ID nodes land at a decision boundary of the node's
+    /// generators (`sut::boundary`), a millisecond before, at or after it, at the node's next
+    /// ID decision, rather than at a random offset (FCatch-style); an ID node restarted with its
+    /// clock stepped back lands at its generator's persisted floor.
+    #[serde(default)]
+    pub clock_at_boundary: bool,
     /// A crash placed at a durable step.
     pub crash: Option<CrashPoint>,
     /// Messages held back past their deadline.
@@ -267,6 +277,11 @@ impl Buggify {
                 delay_ms: deadline_ms * rng.gen_range(1..=3) + rng.gen_range(1..=deadline_ms),
             });
         }
+        // Drawn last, so that every knob above is what it was before this one existed.
+        b.clock_at_boundary = faults
+            .iter()
+            .any(|(k, _)| matches!(k, FaultKind::ClockBump | FaultKind::ClockRestart))
+            && rng.gen_bool(0.75);
         b
     }
 
@@ -387,6 +402,11 @@ impl Buggify {
             "token clock bumps",
             self.bump_at_leeway
                 .then(|| "back by about the JWT leeway".to_owned()),
+        );
+        push(
+            "ID clock bumps",
+            self.clock_at_boundary
+                .then(|| "landed at a decision boundary ±1 ms".to_owned()),
         );
         push(
             "crash",

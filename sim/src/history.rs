@@ -132,13 +132,30 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// `ok`, `fail` or `timeout`.
+    /// `fail`, `timeout`, or what the answer is (`id`, `jwt`, `verified`, `revoked`, `once`,
+    /// `consumed`, `draw`).
     #[must_use]
     pub const fn kind(&self) -> &'static str {
         match self {
-            Self::Ok(_) => "ok",
+            Self::Ok(answer) => answer.kind(),
             Self::Fail(_) => "fail",
             Self::Timeout => "timeout",
+        }
+    }
+}
+
+impl Answer {
+    /// What the answer is: `id`, `jwt`, `verified`, `revoked`, `once`, `consumed`, `draw`.
+    #[must_use]
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Id(_) => "id",
+            Self::Jwt { .. } => "jwt",
+            Self::Verified => "verified",
+            Self::Revoked => "revoked",
+            Self::Once(_) => "once",
+            Self::Consumed => "consumed",
+            Self::Draw { .. } => "draw",
         }
     }
 }

@@ -229,7 +229,9 @@ pub async fn run(world: World, stop_ms: u64) {
             let mut event = space.draw(&mut thread_rng(), world.sim_ms());
             drift_at_bound(&world, &mut event);
             bump_at_leeway(&world, &mut event);
-            inject(&world, &event, stop_ms);
+            if !land_at_boundary(&world, &event) {
+                inject(&world, &event, stop_ms);
+            }
         }
     }
 }
@@ -259,6 +261,86 @@ fn bump_at_leeway(world: &World, event: &mut ScheduledFault) {
         let off_ms = thread_rng().gen_range(-500..=500);
         event.delta_ms = Some(-(leeway_ms + off_ms).max(1));
     }
+}
+
+/// BUGGIFY: a seed that lands clock bumps at decision boundaries arms a bump of an ID node to
+/// land, at the node's next ID decision, a millisecond before, at or after one of its
+/// generators' boundaries ([`land_clock`]); `true` when it did (the drawn bump is not applied).
+/// One landing at a time.
+fn land_at_boundary(world: &World, event: &ScheduledFault) -> bool {
+    let Some(node) = event.node.as_deref() else {
+        return false;
+    };
+    let on = world.with(|w| w.spec.buggify.clock_at_boundary && w.landing.is_none());
+    if !on || event.fault != FaultKind::ClockBump || !node.starts_with("id") {
+        return false;
+    }
+    arm_landing(world, node, None, event.delta_ms.unwrap_or(0));
+    true
+}
+
+/// Arms a landing for `node` (at a boundary named `want`, or any), a millisecond before, at or
+/// after it, which one and where decided by `drawn` (a value the fault drew already): the
+/// landing draws nothing from the run's RNG, so the run goes on as the bump's would have but
+/// for the clock.
+fn arm_landing(world: &World, node: &str, want: Option<&'static str>, drawn: i64) {
+    let drawn = drawn.unsigned_abs();
+    let landing = crate::world::Landing {
+        node: node.to_owned(),
+        pick: u32::try_from(drawn % 1024).unwrap_or(0),
+        offset_ms: i64::try_from(drawn % 3).unwrap_or(1) - 1,
+        want,
+    };
+    world.with(|w| {
+        w.landing = Some(landing);
+        w.count("clock.landings_armed", 1);
+    });
+}
+
+/// The node this task runs on is about to decide on an ID with its generators declaring
+/// `boundaries`: when a landing is armed for it (and the faults have not healed), its wall
+/// clock is stepped so that it reads one of them (wall-clock ones only) plus the landing's
+/// offset, recorded as a `clock_bump` fault. Returns whether the clock moved (the caller reads
+/// it again). A node with no wall-clock boundary keeps the landing for its next decision.
+pub fn land_clock(world: &World, node: &str, boundaries: &[sut::boundary::Boundary]) -> bool {
+    let landed = world.with(|w| {
+        let landing = w.landing.as_ref().filter(|l| l.node == node)?;
+        if w.healed || w.workload_stopped {
+            w.landing = None;
+            return None;
+        }
+        // Within the scenario's own clock bumps: a boundary further than its largest step is
+        // outside the faults it asks for.
+        let now = i64::try_from(w.now(node).wall_ms).unwrap_or(i64::MAX);
+        let reach = i64::try_from(w.spec.scenario.faults.bump_ms_max).unwrap_or(i64::MAX);
+        let mut wall: Vec<&sut::boundary::Boundary> = boundaries
+            .iter()
+            .filter(|b| b.clock == sut::boundary::ClockKind::Wall)
+            .filter(|b| landing.want.is_none_or(|want| b.name == want))
+            .filter(|b| {
+                i64::try_from(b.at_ms)
+                    .is_ok_and(|at| at.saturating_sub(now).saturating_abs() <= reach)
+            })
+            .collect();
+        if wall.is_empty() {
+            return None;
+        }
+        wall.sort();
+        let bound = wall[landing.pick as usize % wall.len()];
+        let offset_ms = landing.offset_ms;
+        let target = i64::try_from(bound.at_ms).unwrap_or(i64::MAX) + offset_ms;
+        w.landing = None;
+        w.count("clock.landed_at_boundary", 1);
+        Some((target - now, format!("{} {offset_ms:+} ms", bound.name)))
+    });
+    let Some((delta, at)) = landed else {
+        return false;
+    };
+    let kind = FaultKind::ClockBump;
+    world.with(|w| w.adjust_clock(node, |c, _| c.bump(delta)));
+    let span = begin(world, node, kind, format!("{delta:+} ms, landed at {at}"));
+    end(world, span);
+    true
 }
 
 /// Plays a scripted schedule: each event at its time, with its own parameters, drawing
@@ -691,6 +773,10 @@ fn apply_clock_restart(world: &World, node: String, back: i64, tear: bool, down_
     let kind = FaultKind::ClockRestart;
     world.with(|w| w.adjust_clock(&node, |c, _| c.bump(-back)));
     kill(world, &node, tear);
+    // BUGGIFY: the restarted node's first ID decision lands at its new generator's floor.
+    if world.with(|w| w.spec.buggify.clock_at_boundary && w.landing.is_none()) {
+        arm_landing(world, &node, Some("snowflake.floor"), back);
+    }
     let span = begin(
         world,
         &node,

@@ -110,6 +110,19 @@ impl Labeled for TokenRec {
     }
 }
 
+/// A clock bump armed to land at a decision boundary of `node` (`sut::boundary`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Landing {
+    /// The node.
+    pub node: String,
+    /// Which of the node's boundaries (in order), modulo how many it has then.
+    pub pick: u32,
+    /// Where the clock lands relative to it: -1, 0 or +1 ms.
+    pub offset_ms: i64,
+    /// Only a boundary of this name (it waits for the node to have one).
+    pub want: Option<&'static str>,
+}
+
 /// The simulated disks.
 #[derive(Clone, Debug, Default)]
 pub struct Disks {
@@ -209,6 +222,9 @@ pub struct WorldState {
     /// Crash points ([`crate::crashpoints`]): the probe of this run, when it finds points or
     /// strikes one; `None` in a plain run (nothing counted, nothing held).
     pub probe: Option<crate::crashpoints::Probe>,
+    /// A clock bump of an ID node waiting to land at one of its decision boundaries at its next
+    /// ID decision (BUGGIFY `clock_at_boundary`).
+    pub landing: Option<Landing>,
     /// The seed's arrivals at edge states: every node moves its machines' here after each step
     /// ([`World::take_edges`]).
     pub edges: sut::edge::Edges,
@@ -333,6 +349,7 @@ impl World {
             supervisor_tasks: Vec::new(),
             durable_steps: BTreeMap::new(),
             probe: None,
+            landing: None,
             edges: sut::edge::Edges::new(),
             transport: Transport::default(),
             wire: Wire::default(),

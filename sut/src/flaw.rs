@@ -65,6 +65,10 @@ pub enum Flaw {
     /// client: a draw answered `pending` and finished later by compensation is never booked,
     /// and its client's polls find nothing, for ever.
     StatusLostAfterCompensation,
+    /// Snowflake tests a clock that moved back as `behind < window` (wait) and
+    /// `behind > window` (refuse): a clock exactly `rollback_ms_max` behind falls between the
+    /// two and issues from its own, earlier, unit.
+    SnowflakeRollbackBoundGap,
     /// The draw's ticket price is taken from the request (checked only against an upper bound)
     /// and the participants charge whatever the coordinator sends: a client that names price 0
     /// draws for nothing.
@@ -73,7 +77,7 @@ pub enum Flaw {
 
 impl Flaw {
     /// Every flaw, in catalog order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::SegmentNoVersionCheck,
         Self::CounterNoPersist,
         Self::CounterEverysec,
@@ -90,6 +94,7 @@ impl Flaw {
         Self::ClientPrice,
         Self::CoordTryBeforeBegin,
         Self::StatusLostAfterCompensation,
+        Self::SnowflakeRollbackBoundGap,
     ];
 
     /// The name used on command lines and in reports.
@@ -112,6 +117,7 @@ impl Flaw {
             Self::ClientPrice => "client_price",
             Self::CoordTryBeforeBegin => "coord_try_before_begin",
             Self::StatusLostAfterCompensation => "status_lost_after_compensation",
+            Self::SnowflakeRollbackBoundGap => "snowflake_rollback_bound_gap",
         }
     }
 
@@ -152,6 +158,10 @@ impl Flaw {
             Self::StatusLostAfterCompensation => {
                 "the server's 202 + poll contract (docs/server.md); DTM's queryable global \
                  transaction status (docs/sources.md)"
+            }
+            Self::SnowflakeRollbackBoundGap => {
+                "Leaf's wait window for a clock that moved back (`offset <= 5`) (docs/sources.md); \
+                 FCatch (ASPLOS '18)"
             }
         }
     }
@@ -197,6 +207,9 @@ impl Flaw {
             }
             Self::StatusLostAfterCompensation => {
                 "a draw answered pending and finished by compensation is never reported final to its client"
+            }
+            Self::SnowflakeRollbackBoundGap => {
+                "Snowflake clock exactly at the rollback bound falls between wait and refuse: IDs from the past"
             }
         }
     }

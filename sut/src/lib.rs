@@ -30,11 +30,14 @@
 //!   driver.
 //! - [`journal`]: the one journal replay (records applied in order, no edge state counted).
 //! - [`edge`]: the declared edge states ("sometimes" points) every driver counts.
+//! - [`boundary`]: the instants where a machine's decision changes, declared by the machine, for
+//!   drivers that land clock faults on them.
 //! - [`fault`]: the one fault vocabulary: every fault kind's name and where it can be injected.
 //! - [`flaw`]: the catalog of known broken designs, each an off-by-default switch of the above.
 //! - `testkit` (feature `testkit`, and in this crate's tests): store-generic test drivers that
 //!   `sut-server`'s tests run over the SQLite stores.
 
+pub mod boundary;
 pub mod check;
 pub mod clock;
 pub mod edge;

@@ -145,6 +145,8 @@ fn options(target: Target) -> BlackBoxOptions {
         urls: vec!["http://127.0.0.1:8080".into()],
         key: "orders".into(),
         clients: 2,
+        ramp: None,
+        db_delay: None,
         rate: None,
         duration: Duration::from_secs(1),
         monotonic: Monotonic::None,
@@ -256,4 +258,42 @@ fn a_fault_not_seen_in_place_fails_coverage() {
         faults_took_effect(&kill, &all_seen, &quiet).verdict,
         Judgement::Violated
     );
+}
+
+#[test]
+fn a_delay_that_held_back_nothing_fails_and_one_that_did_holds() {
+    let none = db_delayed(4, 0);
+    assert_eq!(none.verdict, Judgement::Violated);
+    assert!(
+        none.first_offending_event
+            .is_some_and(|e| e.contains("no byte of the database link was delayed"))
+    );
+    let some = db_delayed(4, 37);
+    assert_eq!(some.verdict, Judgement::Held);
+    assert!(some.detail.is_some_and(|d| d.contains("37 chunks delayed")));
+}
+
+#[test]
+fn a_database_delay_needs_the_benchs_own_database_link() {
+    let leaf = Target::Leaf { snowflake: false };
+    let mut o = options(leaf);
+    o.db_delay = Some(Duration::from_millis(20));
+    assert!(usage(&o).contains("--delay-db-ms: the bench slows the link to a database it starts"));
+    o.commands = vec!["exec leaf --db {db_url}".into()];
+    o.db = Some(DbOptions {
+        command: "exec db --port {dbport}".into(),
+        ..DbOptions::default()
+    });
+    assert!(validate(&o).is_ok(), "{:?}", validate(&o));
+    o.nemesis = Some(BlackBoxNemesis {
+        faults: vec![BlackBoxFault::Db(DbFault::Partition)],
+        every: Duration::from_secs(1),
+        down_for: Duration::from_millis(100),
+        clock_step_ms: 1_000,
+        cut: CutShape::Both,
+    });
+    assert!(usage(&o).contains("both shape the database link"));
+    o.nemesis = None;
+    o.db_delay = Some(Duration::ZERO);
+    assert!(usage(&o).contains("at least 1"));
 }

@@ -32,6 +32,10 @@
 //! wait for a background fetch in flight for Tinyid; the real second (waiting out a full one)
 //! for uid.
 //!
+//! `--latency-ms N` delays every Leaf and Tinyid answer by N ms outside the instance's lock (a
+//! server far from its clients): a few clients then keep few requests in flight, as against a
+//! distant production server.
+//!
 //! Routes: `GET /api/segment/get/{key}` (Leaf; `/api/snowflake/get/{key}` answers 0, Leaf's
 //! switched-off mode), `GET /tinyid/id/nextIdSimple` and `/tinyid/id/nextId` (Tinyid), `GET /uid`
 //! (uid, the ID as text). Prints `listening on ADDR` when it serves.
@@ -92,6 +96,11 @@ struct Args {
     /// How long a planted race's window is held open, ms.
     #[arg(long, default_value_t = 20)]
     race_window_ms: u64,
+    /// Every Leaf or Tinyid answer this much later, ms: half before the ID is taken, half after
+    /// (a server far from its clients, or busy elsewhere). Outside the instance's lock: requests in flight at
+    /// once are delayed together, so more clients get more answers a second.
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
     /// uid: bits of the sequence (IDs per second per worker: 2^bits); uid-generator's default
     /// is 13.
     #[arg(long, default_value_t = 13)]
@@ -157,6 +166,8 @@ struct Inner {
     instance: Mutex<Instance>,
     api: Api,
     token: String,
+    /// Added to every answer (`--latency-ms`).
+    latency: Duration,
 }
 
 type Shared = Arc<Inner>;
@@ -227,6 +238,7 @@ fn serve(args: Args) -> Result<(), String> {
         instance: Mutex::new(instance),
         api: args.api,
         token: args.token,
+        latency: Duration::from_millis(args.latency_ms),
     });
     let app = Router::new()
         .route("/api/segment/get/{key}", get(leaf_segment))
@@ -746,9 +758,17 @@ fn load_next_in_background(shared: &Shared, key: &str) {
 }
 
 async fn ids(shared: Shared, key: String, count: usize) -> Result<Vec<i64>, String> {
-    tokio::task::spawn_blocking(move || next_ids(&shared, &key, count))
+    let half = shared.latency / 2;
+    if !half.is_zero() {
+        tokio::time::sleep(half).await;
+    }
+    let taken = tokio::task::spawn_blocking(move || next_ids(&shared, &key, count))
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if !half.is_zero() {
+        tokio::time::sleep(half).await;
+    }
+    taken
 }
 
 fn api_of(shared: &Shared) -> Api {

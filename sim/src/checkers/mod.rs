@@ -248,7 +248,34 @@ pub fn lottery(
     ledger: &Ledger,
     registry: &sut::lottery::Registry,
 ) -> [(&'static str, Result<(), Violation>); 7] {
-    let reply_seqs: Vec<u64> = Vec::new();
+    // The history records a reply when it is acknowledged: the k-th reply of a value that took
+    // effect (a repeated Try is a reply equal to the first) is the k-th acknowledgement of that
+    // value (none, for one whose node crashed before answering).
+    let acknowledged: rustc_hash::FxHashMap<&ParticipantReply, Vec<u64>> = {
+        let mut map: rustc_hash::FxHashMap<&ParticipantReply, Vec<u64>> =
+            rustc_hash::FxHashMap::default();
+        for e in history {
+            if let EventKind::Participant(r) = &e.kind {
+                map.entry(r).or_default().push(e.seq);
+            }
+        }
+        map
+    };
+    let reply_seqs: Vec<Option<u64>> = {
+        let mut seen: rustc_hash::FxHashMap<&ParticipantReply, usize> =
+            rustc_hash::FxHashMap::default();
+        replies
+            .iter()
+            .map(|r| {
+                let k = seen.entry(r).or_insert(0);
+                *k += 1;
+                acknowledged
+                    .get(r)
+                    .and_then(|seqs| seqs.get(*k - 1))
+                    .copied()
+            })
+            .collect()
+    };
     let (draws, draw_seqs): (Vec<DrawEvent>, Vec<u64>) = history
         .iter()
         .filter_map(|e| match &e.kind {
@@ -264,10 +291,7 @@ pub fn lottery(
                 outcome: Outcome::Ok(Answer::Draw { xid, status }),
                 ..
             } => {
-                let status = [DrawStatus::Confirmed, DrawStatus::Cancelled]
-                    .into_iter()
-                    .find(|s| s.name() == status)?;
-                let verdict = status.final_verdict()?;
+                let verdict = final_verdict(status)?;
                 Some((
                     ClientReport {
                         xid: Xid(*xid),
@@ -279,38 +303,23 @@ pub fn lottery(
             _ => None,
         })
         .unzip();
-    let at = |seqs: &[u64], v: &invariants::LotteryViolation| match v {
-        invariants::LotteryViolation::DuplicateParticipation { event_index, .. } => {
-            seqs.get(*event_index).copied()
+    // Every item a violation names, as the history's own event number (`#N`).
+    let number = |stream: invariants::Stream, i: usize| -> Option<u64> {
+        match stream {
+            invariants::Stream::Replies => reply_seqs.get(i).copied().flatten(),
+            invariants::Stream::Events => draw_seqs.get(i).copied(),
+            invariants::Stream::Answers => answer_seqs.get(i).copied(),
         }
-        invariants::LotteryViolation::Hanging { try_index, .. } => seqs.get(*try_index).copied(),
-        invariants::LotteryViolation::Disagreement { event_index, .. } => {
-            seqs.get(*event_index).copied()
-        }
-        invariants::LotteryViolation::ConflictingOutcomes { second_index, .. } => {
-            seqs.get(*second_index).copied()
-        }
-        invariants::LotteryViolation::AnswerDisagrees { answer_index, .. } => {
-            answer_seqs.get(*answer_index).copied()
-        }
-        _ => None,
+    };
+    let named = |name: &str, v: &invariants::LotteryViolation| {
+        let at = v.offending().and_then(|(stream, i)| number(stream, i));
+        violation(name, at, v.numbered(&number))
     };
     let dup = invariants::no_duplicate_participation(replies)
-        .map_err(|v| {
-            violation(
-                "lottery.no_duplicate_participation",
-                at(&reply_seqs, &v),
-                v.to_string(),
-            )
-        })
+        .map_err(|v| named("lottery.no_duplicate_participation", &v))
         .and_then(|()| {
-            invariants::no_duplicate_confirmed_draws(&draws).map_err(|v| {
-                violation(
-                    "lottery.no_duplicate_participation",
-                    at(&draw_seqs, &v),
-                    v.to_string(),
-                )
-            })
+            invariants::no_duplicate_confirmed_draws(&draws)
+                .map_err(|v| named("lottery.no_duplicate_participation", &v))
         });
     [
         ("lottery.no_duplicate_participation", dup),
@@ -326,8 +335,7 @@ pub fn lottery(
         ),
         (
             "lottery.no_hanging",
-            invariants::no_hanging(replies)
-                .map_err(|v| violation("lottery.no_hanging", at(&reply_seqs, &v), v.to_string())),
+            invariants::no_hanging(replies).map_err(|v| named("lottery.no_hanging", &v)),
         ),
         (
             "lottery.settled",
@@ -337,7 +345,7 @@ pub fn lottery(
         (
             "lottery.agreement",
             invariants::answers_agree(&draws, &answers, &[ledger])
-                .map_err(|v| violation("lottery.agreement", at(&draw_seqs, &v), v.to_string())),
+                .map_err(|v| named("lottery.agreement", &v)),
         ),
         (
             invariants::PAID,

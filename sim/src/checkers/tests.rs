@@ -423,7 +423,7 @@ fn agreement_fires_when_a_branch_contradicts_the_reported_outcome() {
     let v = lottery_result(&h, &torn, "lottery.agreement").unwrap_err();
     assert_eq!(
         v.detail,
-        "draw 1 was reported confirmed (event 0), but its inventory branch is rollbacked"
+        "draw 1 was reported confirmed (#0), but its inventory branch is rollbacked"
     );
     assert_eq!(v.event, Some(0));
 
@@ -443,7 +443,7 @@ fn agreement_fires_when_a_branch_contradicts_the_reported_outcome() {
     let v = lottery_result(&h, &good_ledger(), "lottery.agreement").unwrap_err();
     assert!(
         v.detail
-            .contains("reported confirmed (event 0) and then cancelled (event 1)"),
+            .contains("reported confirmed (#0) and then cancelled (#1)"),
         "{}",
         v.detail
     );

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use madsim::rand::Rng;
 use madsim::task::spawn;
+use sut::boundary::Bounded;
 use sut::clock::Now;
 use sut::edge::{Edges, Observed};
 use sut::flaw::Flaw;
@@ -185,6 +186,7 @@ impl State {
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
+        let now = self.landed(ctx).unwrap_or(now);
         let instance = self.instance.0;
         let stats = |ids: &LeasedIds| ids.holder().worker().map(|w| w.sequencer().stats());
         let before = stats(&self.ids);
@@ -233,6 +235,20 @@ impl State {
         };
         out.push((client, Msg::Response { op_id, outcome }));
         None
+    }
+
+    /// BUGGIFY `clock_at_boundary`: a clock bump armed for this node lands at one of its
+    /// generators' decision boundaries now, before they decide; the clock's new reading.
+    fn landed(&self, ctx: &Ctx) -> Option<Now> {
+        let armed = ctx
+            .world
+            .with(|w| w.landing.as_ref().is_some_and(|l| l.node == ctx.name));
+        if !armed {
+            return None;
+        }
+        let mut boundaries = Vec::new();
+        self.ids.boundaries(&mut boundaries);
+        crate::nemesis::land_clock(&ctx.world, &ctx.name, &boundaries).then(|| ctx.now())
     }
 
     /// Retries parked requests (in order; stops at the first that still waits).
@@ -286,6 +302,7 @@ impl State {
         now: Now,
         out: &mut Outbox,
     ) -> Option<Parked> {
+        let now = self.landed(ctx).unwrap_or(now);
         let instance = self.instance.0;
         let waited_ms = now.mono_ms.saturating_sub(since_ms);
         let outcome = match self

@@ -37,6 +37,32 @@ pub const PAID: &str = "lottery.paid";
 /// `lottery.pending_settled`
 pub const PENDING_SETTLED: &str = "lottery.pending_settled";
 
+/// The list an index of a [`LotteryViolation`] points into: the participants' replies (in the
+/// order they took effect), the coordinator's outcome events, or the clients' final answers, as
+/// the caller passed them. [`LotteryViolation::numbered`] writes each as the caller's own event
+/// number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stream {
+    /// Participant replies.
+    Replies,
+    /// Coordinator outcome events.
+    Events,
+    /// Clients' final answers.
+    Answers,
+}
+
+impl Stream {
+    /// What one item of the list is called, for a message that has no event number for it.
+    #[must_use]
+    pub const fn item(self) -> &'static str {
+        match self {
+            Self::Replies => "reply",
+            Self::Events => "outcome",
+            Self::Answers => "answer",
+        }
+    }
+}
+
 /// What is still open when `lottery.settled` expected everything closed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Unsettled {
@@ -111,9 +137,12 @@ pub enum Unsettled {
 pub enum LotteryViolation {
     /// Two different draws of one user in one activity were confirmed.
     #[error(
-        "{NO_DUPLICATE_PARTICIPATION}: user {user} took part in activity {activity} twice: draws {first} and {second} were both confirmed (the second at event {event_index})"
+        "{NO_DUPLICATE_PARTICIPATION}: user {user} took part in activity {activity} twice: draws {first} and {second} were both confirmed (the second at {} {event_index})",
+        stream.item()
     )]
     DuplicateParticipation {
+        /// The list `event_index` points into.
+        stream: Stream,
         /// The user.
         user: UserId,
         /// The activity.
@@ -122,7 +151,7 @@ pub enum LotteryViolation {
         first: Xid,
         /// The second one.
         second: Xid,
-        /// Index of the second confirmation in the history.
+        /// Index of the second confirmation in its list.
         event_index: usize,
     },
     /// More prizes issued than ever stocked.
@@ -160,7 +189,7 @@ pub enum LotteryViolation {
     },
     /// A Try took effect after a Cancel of the same branch had been accepted.
     #[error(
-        "{NO_HANGING}: the Try of draw {xid} on the {branch} participant took effect (event {try_index}) after that branch's Cancel had been accepted (event {cancel_index}): a hanging Try"
+        "{NO_HANGING}: the Try of draw {xid} on the {branch} participant took effect (reply {try_index}) after that branch's Cancel had been accepted (reply {cancel_index}): a hanging Try"
     )]
     Hanging {
         /// The draw.
@@ -174,7 +203,7 @@ pub enum LotteryViolation {
     },
     /// A branch's final state contradicts the outcome the coordinator reported for its draw.
     #[error(
-        "{AGREEMENT}: draw {xid} was reported {outcome} (event {event_index}), but its {branch} branch is {}",
+        "{AGREEMENT}: draw {xid} was reported {outcome} (outcome {event_index}), but its {branch} branch is {}",
         found.map_or_else(|| "absent".to_owned(), |s| format!("{s:?}").to_lowercase())
     )]
     Disagreement {
@@ -206,7 +235,7 @@ pub enum LotteryViolation {
     },
     /// The coordinator reported two different final outcomes for one draw.
     #[error(
-        "{AGREEMENT}: draw {xid} was reported {first} (event {first_index}) and then {second} (event {second_index})"
+        "{AGREEMENT}: draw {xid} was reported {first} (outcome {first_index}) and then {second} (outcome {second_index})"
     )]
     ConflictingOutcomes {
         /// The draw.
@@ -332,6 +361,102 @@ impl LotteryViolation {
         }
     }
 
+    /// The offending item (the later of two), in the list it indexes; `None` for a violation
+    /// about state rather than an item.
+    #[must_use]
+    pub const fn offending(&self) -> Option<(Stream, usize)> {
+        match self {
+            Self::DuplicateParticipation {
+                stream,
+                event_index,
+                ..
+            } => Some((*stream, *event_index)),
+            Self::Hanging { try_index, .. } => Some((Stream::Replies, *try_index)),
+            Self::Disagreement { event_index, .. } => Some((Stream::Events, *event_index)),
+            Self::AnswerDisagrees { answer_index, .. } => Some((Stream::Answers, *answer_index)),
+            Self::ConflictingOutcomes { second_index, .. } => Some((Stream::Events, *second_index)),
+            _ => None,
+        }
+    }
+
+    /// The message, with every item it names written as the caller's event number (`#N`,
+    /// `number` of the list and index) and, where the caller has none for it (a reply that took
+    /// effect but was never acknowledged), as its place in its list.
+    #[must_use]
+    pub fn numbered(&self, number: &dyn Fn(Stream, usize) -> Option<u64>) -> String {
+        let at = |stream: Stream, index: usize| {
+            number(stream, index).map_or_else(
+                || {
+                    format!(
+                        "{} {index} of the {}, never recorded as an event",
+                        stream.item(),
+                        match stream {
+                            Stream::Replies => "participants' durable logs",
+                            Stream::Events => "coordinator's outcomes",
+                            Stream::Answers => "clients' answers",
+                        }
+                    )
+                },
+                |n| format!("#{n}"),
+            )
+        };
+        match self {
+            Self::DuplicateParticipation {
+                stream,
+                user,
+                activity,
+                first,
+                second,
+                event_index,
+            } => format!(
+                "{NO_DUPLICATE_PARTICIPATION}: user {user} took part in activity {activity} twice: draws {first} and {second} were both confirmed (the second at {})",
+                at(*stream, *event_index)
+            ),
+            Self::Hanging {
+                xid,
+                branch,
+                cancel_index,
+                try_index,
+            } => format!(
+                "{NO_HANGING}: the Try of draw {xid} on the {branch} participant took effect ({}) after that branch's Cancel had been accepted ({}): a hanging Try",
+                at(Stream::Replies, *try_index),
+                at(Stream::Replies, *cancel_index)
+            ),
+            Self::Disagreement {
+                xid,
+                branch,
+                outcome,
+                found,
+                event_index,
+            } => format!(
+                "{AGREEMENT}: draw {xid} was reported {outcome} ({}), but its {branch} branch is {}",
+                at(Stream::Events, *event_index),
+                found.map_or_else(|| "absent".to_owned(), |s| format!("{s:?}").to_lowercase())
+            ),
+            Self::AnswerDisagrees {
+                xid,
+                told,
+                found,
+                answer_index,
+            } => format!(
+                "{AGREEMENT}: the client of draw {xid} was told {told} ({}), but {found}",
+                at(Stream::Answers, *answer_index)
+            ),
+            Self::ConflictingOutcomes {
+                xid,
+                first,
+                first_index,
+                second,
+                second_index,
+            } => format!(
+                "{AGREEMENT}: draw {xid} was reported {first} ({}) and then {second} ({})",
+                at(Stream::Events, *first_index),
+                at(Stream::Events, *second_index)
+            ),
+            other => other.to_string(),
+        }
+    }
+
     /// The first offending event, as the history numbers it (`#N`), where the violation is
     /// about one event of a history the caller numbered.
     #[must_use]
@@ -359,7 +484,10 @@ pub fn no_duplicate_participation(history: &[ParticipantReply]) -> Result<(), Lo
             && r.phase == Phase::Confirm
             && r.outcome == Ok(Effect::Applied)
     });
-    first_duplicate(confirmed.map(|(i, r)| (i, r.draw.user, r.draw.activity, r.draw.xid)))
+    first_duplicate(
+        Stream::Replies,
+        confirmed.map(|(i, r)| (i, r.draw.user, r.draw.activity, r.draw.xid)),
+    )
 }
 
 /// `lottery.no_duplicate_participation` over coordinator outcome events (what a load verifier
@@ -372,10 +500,14 @@ pub fn no_duplicate_confirmed_draws(events: &[DrawEvent]) -> Result<(), LotteryV
         .iter()
         .enumerate()
         .filter(|(_, e)| matches!(e.outcome, DrawOutcome::Confirmed { .. }));
-    first_duplicate(confirmed.map(|(i, e)| (i, e.draw.user, e.draw.activity, e.draw.xid)))
+    first_duplicate(
+        Stream::Events,
+        confirmed.map(|(i, e)| (i, e.draw.user, e.draw.activity, e.draw.xid)),
+    )
 }
 
 fn first_duplicate(
+    stream: Stream,
     confirmed: impl Iterator<Item = (usize, UserId, ActivityId, Xid)>,
 ) -> Result<(), LotteryViolation> {
     let mut seen: BTreeMap<(UserId, ActivityId), Xid> = BTreeMap::new();
@@ -383,6 +515,7 @@ fn first_duplicate(
         match seen.get(&(user, activity)) {
             Some(first) if *first != xid => {
                 return Err(LotteryViolation::DuplicateParticipation {
+                    stream,
                     user,
                     activity,
                     first: *first,

@@ -337,6 +337,17 @@ impl LeasedIds {
     }
 }
 
+/// The boundaries of the leased worker's sequencer (none without a lease) and of every
+/// semantic generator's.
+impl crate::boundary::Bounded for LeasedIds {
+    fn boundaries(&self, into: &mut Vec<crate::boundary::Boundary>) {
+        if let Some(worker) = self.holder.worker() {
+            worker.sequencer().boundaries(into);
+        }
+        self.semantic.boundaries(into);
+    }
+}
+
 impl Observed for LeasedIds {
     fn take_edges(&mut self, into: &mut Edges) {
         self.holder.take_edges(into);

@@ -59,6 +59,23 @@ pub mod edges {
          carried from a previous holder: only that persisted floor keeps it from repeating the \
          predecessor's timestamps (snowflake_no_persisted_ts, Leaf #104/#216)",
     );
+    /// [`super::Sequencer::next`]: the clock is behind the last issued unit by the wait window,
+    /// give or take a millisecond.
+    pub const ROLLBACK_AT_BOUND: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.rollback_at_bound",
+        "the clock moved back behind the last issued unit by rollback_ms_max give or take 1 ms: \
+         the reading where waiting it out turns into refusing, which only a clock landed on the \
+         bound reaches (snowflake_rollback_bound_gap)",
+    );
+    /// [`super::Sequencer::next`]: a fresh sequencer's clock reads its floor, give or take a
+    /// millisecond.
+    pub const RESTART_AT_FLOOR: Edge = Edge::new(
+        Machine::Snowflake,
+        "snowflake.restart_at_floor",
+        "a freshly started generator's clock reads the first instant above its persisted floor, \
+         give or take 1 ms: the reading where refusing or waiting turns into issuing",
+    );
     /// [`super::Sequencer::next`]: the unit to issue lies beyond the persisted reservation.
     pub const RESERVATION_WAIT: Edge = Edge::new(
         Machine::Snowflake,
@@ -96,7 +113,9 @@ pub const EDGES: &[crate::edge::Edge] = &[
     edges::SEQUENCE_EXHAUSTED,
     edges::ROLLBACK_WITHIN_WINDOW,
     edges::ROLLBACK_BEYOND_WINDOW,
+    edges::ROLLBACK_AT_BOUND,
     edges::RESTART_BEHIND_RESERVATION,
+    edges::RESTART_AT_FLOOR,
     edges::RESERVATION_WAIT,
     edges::TIME_FIELD_EXHAUSTED,
     edges::WORKER_REACQUIRED,

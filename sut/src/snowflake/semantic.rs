@@ -315,6 +315,15 @@ pub struct LeasedSemantic {
 /// Most business prefixes one [`LeasedSemantic`] serves (two capital letters).
 pub const PREFIXES_MAX: usize = 26 * 26;
 
+/// The boundaries of every generator's sequencer.
+impl crate::boundary::Bounded for LeasedSemantic {
+    fn boundaries(&self, into: &mut Vec<crate::boundary::Boundary>) {
+        for (_, generator) in self.generators.values() {
+            generator.sequencer().boundaries(into);
+        }
+    }
+}
+
 impl LeasedSemantic {
     /// Generators configured by `cfg` (its `prefix` is the default business; each call names
     /// its own).

@@ -24,6 +24,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::edges;
+use crate::boundary::{Boundary, Bounded, ClockKind};
 use crate::edge::{Edges, Observed};
 use crate::flaw::Flaw;
 
@@ -169,6 +170,43 @@ pub struct Sequencer {
 impl Observed for Sequencer {
     fn take_edges(&mut self, into: &mut Edges) {
         into.absorb(&mut self.edges);
+    }
+}
+
+/// Where the sequencer's decision changes, by the node's wall clock: the first reading at which
+/// a clock moved back is refused rather than waited out (`snowflake.rollback_bound`, once it has
+/// issued), the first unit above the persisted reservation (`snowflake.reservation_end`), and,
+/// for a sequencer that has issued nothing yet, the first reading above its floor
+/// (`snowflake.floor`).
+impl Bounded for Sequencer {
+    fn boundaries(&self, into: &mut Vec<Boundary>) {
+        if self.stopped {
+            return;
+        }
+        let wall = |name, at_ms| Boundary {
+            name,
+            clock: ClockKind::Wall,
+            at_ms,
+        };
+        if self.stats.issued == 0 {
+            // A never-used worker id (floor 0) has no floor worth landing on: its first unit
+            // is the epoch's.
+            if self.last_ts > 0 {
+                into.push(wall("snowflake.floor", self.wall_of(self.last_ts + 1)));
+            }
+        } else {
+            // A reading `rollback_ms_max` behind the last unit is the last one waited out.
+            let bound = self
+                .wall_of(self.last_ts)
+                .saturating_sub(self.cfg.rollback_ms_max);
+            into.push(wall("snowflake.rollback_bound", bound));
+        }
+        if self.reserved_ts > 0 {
+            into.push(wall(
+                "snowflake.reservation_end",
+                self.wall_of(self.reserved_ts.saturating_add(1)),
+            ));
+        }
     }
 }
 
@@ -323,6 +361,10 @@ impl Sequencer {
         let fresh = self.stats.issued == 0;
         self.edges
             .reach_if(fresh, &edges::RESTART_BEHIND_RESERVATION);
+        self.edges.reach_if(
+            fresh && wall_ms.abs_diff(self.wall_of(self.last_ts + 1)) <= 1,
+            &edges::RESTART_AT_FLOOR,
+        );
         if now_ts < self.last_ts && self.cfg.flaw == Some(Flaw::SnowflakeSeqResetFirst) {
             // The flaw (twitter/snowflake #6): the sequence is reset for the "new" unit before
             // the clock is found to be behind; the last unit's sequence restarts.
@@ -350,6 +392,17 @@ impl Sequencer {
             return Ok(Err(Step::WaitUntil {
                 wall_ms: self.wall_of(self.last_ts + 1),
             }));
+        }
+        self.edges.reach_if(
+            !fresh && behind_ms.abs_diff(self.cfg.rollback_ms_max) <= 1,
+            &edges::ROLLBACK_AT_BOUND,
+        );
+        if self.cfg.flaw == Some(Flaw::SnowflakeRollbackBoundGap)
+            && behind_ms == self.cfg.rollback_ms_max
+        {
+            // The flaw: the wait and the refusal are tested as `<` and `>`, and a clock exactly
+            // `rollback_ms_max` behind falls between them, through to the current unit.
+            return Ok(Ok((now_ts, 0)));
         }
         if behind_ms <= self.cfg.rollback_ms_max {
             self.edges.reach_if(!fresh, &edges::ROLLBACK_WITHIN_WINDOW);

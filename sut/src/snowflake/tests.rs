@@ -691,3 +691,85 @@ fn edge_time_field_exhausted() {
     ));
     assert!(reached(&mut w, &edges::TIME_FIELD_EXHAUSTED));
 }
+
+#[test]
+fn edge_rollback_at_bound_and_the_flawed_gap_at_it() {
+    // Default window: 5 ms. 105 - 100 = 5 behind: the last reading waited out.
+    let mut w = worker(WorkerConfig::default(), 0);
+    assert!(matches!(issue(&mut w, T0 + 105), Ok(NextId::Id(_))));
+    let _ = w.edges();
+    assert_eq!(
+        issue(&mut w, T0 + 100),
+        Ok(NextId::WaitUntil { wall_ms: T0 + 105 })
+    );
+    assert!(reached(&mut w, &edges::ROLLBACK_AT_BOUND));
+    assert!(matches!(
+        issue(&mut w, T0 + 98),
+        Err(SequencerError::ClockBehind { .. })
+    ));
+    assert!(
+        !reached(&mut w, &edges::ROLLBACK_AT_BOUND),
+        "7 ms behind is 2 ms past the bound"
+    );
+    // The flaw: exactly at the bound, the current (earlier) unit is issued.
+    let flawed = WorkerConfig {
+        flaw: Some(crate::flaw::Flaw::SnowflakeRollbackBoundGap),
+        ..WorkerConfig::default()
+    };
+    let mut f = worker(flawed, 0);
+    let Ok(NextId::Id(later)) = issue(&mut f, T0 + 105) else {
+        panic!("issues at T0 + 105");
+    };
+    let Ok(NextId::Id(earlier)) = issue(&mut f, T0 + 100) else {
+        panic!("the flawed gap issues at the bound");
+    };
+    assert!(earlier < later, "an ID from the past");
+}
+
+#[test]
+fn edge_restart_at_floor_and_the_boundaries_a_sequencer_declares() {
+    use crate::boundary::{Boundary, Bounded, ClockKind};
+    let mut w = worker(WorkerConfig::default(), 0);
+    assert!(matches!(issue(&mut w, T0 + 10_000), Ok(NextId::Id(_))));
+    let floor = w.sequencer().reserved_ts();
+    let mut bounds = Vec::new();
+    w.sequencer().boundaries(&mut bounds);
+    assert_eq!(
+        bounds,
+        vec![
+            Boundary {
+                name: "snowflake.rollback_bound",
+                clock: ClockKind::Wall,
+                at_ms: T0 + 10_000 - 5,
+            },
+            Boundary {
+                name: "snowflake.reservation_end",
+                clock: ClockKind::Wall,
+                at_ms: EPOCH + floor + 1,
+            },
+        ]
+    );
+    // A restart on that floor: its first issuable reading is the floor's next unit.
+    let mut restarted = worker(WorkerConfig::default(), floor);
+    let mut bounds = Vec::new();
+    restarted.sequencer().boundaries(&mut bounds);
+    let first = bounds
+        .iter()
+        .find(|b| b.name == "snowflake.floor")
+        .expect("a fresh sequencer declares its floor");
+    assert_eq!(first.at_ms, EPOCH + floor + 1);
+    let _ = restarted.edges();
+    assert!(matches!(
+        issue(&mut restarted, first.at_ms - 1),
+        Ok(NextId::WaitUntil { .. })
+    ));
+    assert!(reached(&mut restarted, &edges::RESTART_AT_FLOOR));
+    assert!(matches!(
+        issue(&mut restarted, first.at_ms),
+        Ok(NextId::Id(_))
+    ));
+    // Far from the floor: no such edge.
+    let mut far = worker(WorkerConfig::default(), floor);
+    let _ = issue(&mut far, first.at_ms + 50);
+    assert!(!reached(&mut far, &edges::RESTART_AT_FLOOR));
+}

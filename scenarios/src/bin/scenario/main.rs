@@ -69,7 +69,7 @@ struct RunArgs {
     /// Threads running seeds (default: the machine's cores).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Run only shard I of N of the seed range, as `I/N` (0-based).
+    /// Run only shard I of N of the seed range, as `I/N`, counted from 1 (`1/4` … `4/4`).
     #[arg(long, value_parser = parse_shard)]
     shard: Option<(u64, u64)>,
     /// Simulations: where fault and edge coverage is judged: on this sweep (`sweep`, the
@@ -213,13 +213,23 @@ enum Command {
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     let (i, n) = text
         .split_once('/')
-        .ok_or_else(|| format!("`{text}` is not I/N"))?;
+        .ok_or_else(|| format!("`{text}` is not I/N (shards count from 1: 1/4 … 4/4)"))?;
     let (i, n): (u64, u64) = (
-        i.parse().map_err(|_| format!("bad shard index `{i}`"))?,
+        i.parse().map_err(|_| format!("bad shard number `{i}`"))?,
         n.parse().map_err(|_| format!("bad shard count `{n}`"))?,
     );
-    if n == 0 || i >= n {
-        return Err(format!("shard {i}/{n}: need 0 <= I < N"));
+    if n == 0 {
+        return Err(format!("shard {i}/{n}: a sweep of 0 shards"));
+    }
+    if i == 0 {
+        return Err(format!(
+            "shard 0/{n}: shards count from 1, as Jest's, Playwright's and nextest's do: \
+             write 1/{n} … {n}/{n} (0/{n} was the first shard of earlier builds, which counted \
+             from 0)"
+        ));
+    }
+    if i > n {
+        return Err(format!("shard {i}/{n}: need 1 <= I <= N"));
     }
     Ok((i, n))
 }
@@ -359,8 +369,17 @@ fn print_verdict(code: ExitCode, seconds: f64) {
         .map(|w| shell_word(&w))
         .collect::<Vec<_>>()
         .join(" ");
+    let note = scenarios::VERDICT_NOTE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let pass = note.map_or_else(|| "PASS".to_owned(), |note| format!("PASS ({note})"));
     let verdict = if code == ExitCode::SUCCESS {
-        "PASS"
+        pass.as_str()
+    } else if code == ExitCode::FAILURE
+        && replay::REPRODUCED.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        "REPRODUCED (exit 1: the violation the file expects, see above)"
     } else if code == ExitCode::FAILURE {
         "FAIL (a finding: see above)"
     } else {

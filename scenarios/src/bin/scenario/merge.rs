@@ -176,9 +176,9 @@ fn missing_message(shards: &Shards) -> String {
         let given: Vec<u64> = shards
             .files
             .iter()
-            .filter_map(|(_, f)| f.shard.map(|s| s.index))
+            .filter_map(|(_, f)| f.shard.map(|s| s.number))
             .collect();
-        let absent: Vec<String> = (0..layout.count)
+        let absent: Vec<String> = (1..=layout.count)
             .filter(|i| !given.contains(i))
             .map(|i| format!("{i}/{}", layout.count))
             .collect();
@@ -249,7 +249,7 @@ fn print_shards(shards: &Shards) {
     for (path, file) in &shards.files {
         let shard = file
             .shard
-            .map(|s| format!("shard {}/{} of ", s.index, s.count))
+            .map(|s| format!("shard {}/{} of ", s.number, s.count))
             .unwrap_or_default();
         println!(
             "  {}  {shard}{}..{}: {} seed(s) run",

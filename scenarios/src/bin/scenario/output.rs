@@ -22,24 +22,9 @@ pub(crate) fn write_reports(
 
 /// What a report needs to be compared with another: when, which code, on what machine, how.
 pub(crate) fn run_metadata() -> std::collections::BTreeMap<String, String> {
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map_or_else(
-            || "unknown (not a git checkout)".to_owned(),
-            |out| String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        );
-    let dirty = std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .output()
-        .is_ok_and(|out| out.status.success() && !out.stdout.is_empty());
-    let commit = if dirty {
-        format!("{commit} (with uncommitted changes)")
-    } else {
-        commit
-    };
+    // The commit the binary was built from (`scenarios/build.rs`), not the current directory's:
+    // a report made outside the checkout names it as well as one made inside.
+    let commit = build_commit();
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "unknown".to_owned());
@@ -65,6 +50,24 @@ pub(crate) fn run_metadata() -> std::collections::BTreeMap<String, String> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect()
+}
+
+/// The commit this binary was built from, shortened to 12 hex digits (with "uncommitted
+/// changes" when the checkout had some), or "unknown (not built in a git checkout)".
+pub(crate) fn build_commit() -> String {
+    let full = env!("SCENARIO_BUILD_COMMIT");
+    if full == "unknown" {
+        return "unknown (not built in a git checkout)".to_owned();
+    }
+    let (hash, dirty) = full
+        .split_once("-dirty-")
+        .map_or((full, false), |(hash, _)| (hash, true));
+    let short: String = hash.chars().take(12).collect();
+    if dirty {
+        format!("{short} (with uncommitted changes)")
+    } else {
+        short
+    }
 }
 
 /// The cargo profile this binary was built with (`debug`, `release`, `sweep`, with `+pgo` for
@@ -113,9 +116,13 @@ pub(crate) fn print_summary(
             n.seed, n.first_hash, n.second_hash
         );
     }
+    let violations = sweep.violations().count();
     for (shown, (seed, v)) in sweep.violations().enumerate() {
         if shown == 5 {
-            println!("... and more");
+            println!(
+                "... and {} more violation(s) (every one in --json FILE and --report DIR)",
+                violations - shown
+            );
             break;
         }
         println!("VIOLATION seed {seed}: {}: {}", v.invariant, v.detail);
@@ -184,9 +191,13 @@ fn print_crash_points(sweep: &Sweep, replay: &dyn Fn(u64) -> String) {
             plan.spec()
         );
     }
+    let violations = sweep.crash_violations().count();
     for (shown, (seed, tried, v)) in sweep.crash_violations().enumerate() {
         if shown == 5 {
-            println!("... and more");
+            println!(
+                "... and {} more at crash points (every one in --json FILE and --report DIR)",
+                violations - shown
+            );
             break;
         }
         let at = tried
@@ -295,28 +306,30 @@ pub(crate) fn print_edges(scenario: &Scenario, sweep: &Sweep) {
             sweep.seeds.len()
         );
     }
-    let never: Vec<&str> = rows
+    let never = rows
         .iter()
         .filter(|r| r.owned_from_seeds.is_none() && r.reached == 0)
-        .map(|r| r.name.as_str())
-        .collect();
+        .count();
     let others = rows
         .iter()
         .filter(|r| r.owned_from_seeds.is_none() && r.reached > 0)
         .count();
     println!(
-        "  ({others} other edge states reached; never reached: {})",
-        if never.is_empty() {
-            "none".to_owned()
-        } else {
-            never.join(", ")
-        }
+        "  (not owned by this scenario, not judged: {others} other edge states reached, {never} \
+         not; the JSON and the report list them)"
     );
     if sweep.edges_failed() {
-        println!(
-            "EDGE STATE NEVER REACHED: {}: the sweep proves nothing about it",
-            sweep.unreached_edges.join(", ")
-        );
+        if scenario.run.flaw.is_some() {
+            println!(
+                "  owned edge states not reached in this flawed run (not judged: a flaw is on): {}",
+                sweep.unreached_edges.join(", ")
+            );
+        } else {
+            println!(
+                "EDGE STATE NEVER REACHED: {}: the sweep proves nothing about it",
+                sweep.unreached_edges.join(", ")
+            );
+        }
     }
 }
 

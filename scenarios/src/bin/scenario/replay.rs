@@ -7,6 +7,11 @@ use sim::scenario::Scenario;
 use crate::USAGE;
 use crate::simulate::violation_text;
 
+/// Set when a replay reproduced the violation its file expects: the verdict line says so
+/// (exit code 1 still: a violation).
+pub(crate) static REPRODUCED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 pub(crate) fn replay(file: &std::path::Path) -> ExitCode {
     let shown = file.display().to_string();
     let scenario = match std::fs::read_to_string(file) {
@@ -35,7 +40,7 @@ pub(crate) fn replay(file: &std::path::Path) -> ExitCode {
     for line in scenarios::search::timeline(&scenario) {
         println!("  {line}");
     }
-    let outcome = sim::run::run_seed(&scenario, seed, false);
+    let outcome = sim::run::run_seed_as_set(&scenario, seed, false);
     let violations: Vec<_> = outcome.violations().collect();
     for v in &violations {
         println!("VIOLATION {}", violation_text(&v.invariant, &v.detail));
@@ -46,6 +51,7 @@ pub(crate) fn replay(file: &std::path::Path) -> ExitCode {
     if let Some(expected) = &scenario.run.expect {
         if violations.iter().any(|v| &v.invariant == expected) {
             println!("reproduced      {expected}");
+            REPRODUCED.store(true, std::sync::atomic::Ordering::Relaxed);
         } else {
             println!("NOT REPRODUCED  {expected} (the file expects it)");
         }

@@ -48,6 +48,11 @@ pub(crate) struct SearchArgs {
     /// Safety-phase length in simulated seconds (overrides the scenario).
     #[arg(long)]
     pub(crate) duration: Option<f64>,
+    /// Strike this crash point in every case (`NODE:SITE:LABEL#N`, as a failing crash point's
+    /// replay line names it): the search shrinks the other faults around it, and the file it
+    /// writes strikes it too (`[run] crash_at`).
+    #[arg(long, value_name = "POINT")]
+    pub(crate) crash_at: Option<String>,
 }
 
 pub(crate) fn search(args: &SearchArgs) -> ExitCode {
@@ -73,10 +78,17 @@ pub(crate) fn search(args: &SearchArgs) -> ExitCode {
         invariant: args.invariant.clone(),
         ..scenarios::search::SearchOptions::default()
     };
-    let scenario = match search_scenario(args.name.as_deref(), args.flaw, args.duration) {
+    let mut scenario = match search_scenario(args.name.as_deref(), args.flaw, args.duration) {
         Ok(s) => s,
         Err(code) => return code,
     };
+    if let Some(spec) = &args.crash_at {
+        if let Err(err) = sim::crashpoints::CrashPlan::parse(spec, 1) {
+            eprintln!("scenario search: --crash-at {err}");
+            return ExitCode::from(USAGE);
+        }
+        scenario.run.crash_at = Some(spec.clone());
+    }
     eprintln!(
         "search {}{}: up to {} cases of up to {} fault events ({}), search seed {}",
         scenario.name,
@@ -154,6 +166,8 @@ pub(crate) fn search_scenario(
     }
     // A file that already has a schedule is searched over its scenario's fault kinds.
     scenario.schedule = None;
+    // A case is one run of its seed: crash points tried in reruns would make each case many.
+    scenario.run.crash_points = 0;
     Ok(scenario)
 }
 

@@ -27,7 +27,7 @@ pub(crate) fn run(mut scenario: Scenario, args: &RunArgs) -> ExitCode {
         first_seed: args.seed.or(scenario.run.seed).unwrap_or(0),
         count: args.seeds.unwrap_or(scenario.run.seeds),
     };
-    let shard = args.shard.map(|(index, count)| Shard { index, count });
+    let shard = args.shard.map(|(number, count)| Shard { number, count });
     let seeds = crate::sweepfile::shard_seeds(range, shard);
     let jobs = jobs_or_cores(args.jobs);
     eprintln!(

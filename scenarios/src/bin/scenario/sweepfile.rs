@@ -11,7 +11,7 @@ use sim::run::{SeedOutcome, Sweep};
 use sim::scenario::Scenario;
 
 /// The version of [`SweepFile`]; a merge refuses a file of another one.
-pub(crate) const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 2;
 
 /// The most seeds a sweep file's range (or a merge's) may span.
 pub(crate) const SEEDS_MAX: u64 = 100_000_000;
@@ -76,17 +76,18 @@ impl SeedRange {
     }
 }
 
-/// Shard `index` of `count`: the seeds `s` of the range with `s % count == index`.
+/// Shard `number` of `count`, counted from 1 (`--shard 1/4` … `4/4`): the seeds `s` of the range
+/// with `s % count == number - 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Shard {
-    pub(crate) index: u64,
+    pub(crate) number: u64,
     pub(crate) count: u64,
 }
 
 /// The seeds of `range` that `shard` runs, in order.
 pub(crate) fn shard_seeds(range: SeedRange, shard: Option<Shard>) -> Vec<u64> {
     (range.first_seed..range.end())
-        .filter(|s| shard.is_none_or(|sh| s % sh.count == sh.index))
+        .filter(|s| shard.is_none_or(|sh| s % sh.count == sh.number - 1))
         .collect()
 }
 
@@ -397,11 +398,11 @@ impl SweepFile {
             ));
         }
         if let Some(shard) = self.shard
-            && (shard.count == 0 || shard.index >= shard.count)
+            && !(1..=shard.count).contains(&shard.number)
         {
             return Err(format!(
-                "shard {}/{}: need 0 <= I < N",
-                shard.index, shard.count
+                "shard {}/{}: need 1 <= I <= N",
+                shard.number, shard.count
             ));
         }
         if self.range.count > SEEDS_MAX {
@@ -430,7 +431,7 @@ impl SweepFile {
                 self.range.first_seed,
                 self.range.end(),
                 self.shard
-                    .map(|s| format!(" shard {}/{}", s.index, s.count))
+                    .map(|s| format!(" shard {}/{}", s.number, s.count))
                     .unwrap_or_default()
             ));
         }

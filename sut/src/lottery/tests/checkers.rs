@@ -249,6 +249,7 @@ fn no_duplicate_participation_fires_on_two_confirmed_draws() {
     assert_eq!(
         v,
         LotteryViolation::DuplicateParticipation {
+            stream: invariants::Stream::Replies,
             user: UserId(1),
             activity: ActivityId(1),
             first: Xid(1),
@@ -257,6 +258,17 @@ fn no_duplicate_participation_fires_on_two_confirmed_draws() {
         }
     );
     assert_eq!(v.invariant(), "lottery.no_duplicate_participation");
+    // Numbered by the caller: its event number where it has one, the place in the list where
+    // it has none.
+    assert_eq!(v.offending(), Some((invariants::Stream::Replies, 4)));
+    let numbered =
+        v.numbered(&|stream, i| (stream == invariants::Stream::Replies && i == 4).then_some(1_234));
+    assert!(numbered.ends_with("(the second at #1234)"), "{numbered}");
+    let unnumbered = v.numbered(&|_, _| None);
+    assert!(
+        unnumbered.contains("reply 4 of the participants' durable logs, never recorded"),
+        "{unnumbered}"
+    );
 
     let ev = |xid, outcome| DrawEvent {
         draw: draw(xid, false),
