@@ -41,6 +41,9 @@ pub struct ClusterOptions {
     /// Every fault kind against the processes while the load runs (`cluster_chaos`; needs
     /// PostgreSQL, libfaketime and FUSE).
     pub chaos: Option<chaos::nemesis::ChaosOptions>,
+    /// More arguments for every server process (`--weakness W`: a weakness planted in the
+    /// deployment, TEST ONLY).
+    pub server_args: Vec<String>,
 }
 
 /// Parses a process name of a deployment (`id-N`, `token`, `coordinator`, `wallet`,
@@ -109,7 +112,13 @@ pub fn cluster_run(opts: ClusterOptions) -> Result<LoadReport, LoadError> {
             reason: "name at least one fault kind".into(),
         });
     }
-    rt.block_on(run(load, opts.id_servers, kills, opts.backend, opts.chaos))
+    rt.block_on(run(
+        load,
+        (opts.id_servers, opts.server_args),
+        kills,
+        opts.backend,
+        opts.chaos,
+    ))
 }
 
 fn start_error(e: &chaos::ProcessError) -> LoadError {
@@ -374,7 +383,7 @@ fn bases(deployment: &Deployment) -> Bases {
 
 async fn run(
     opts: LoadOptions,
-    id_servers: usize,
+    (id_servers, server_args): (usize, Vec<String>),
     kills: Vec<RoleProcess>,
     backend: chaos::Backend,
     chaos: Option<chaos::nemesis::ChaosOptions>,
@@ -385,6 +394,7 @@ async fn run(
     spec.id_servers = id_servers;
     spec.backend = backend;
     spec.extra_args = crate::flaw_args(opts.flaw);
+    spec.extra_args.extend(server_args);
     spec.chaos = chaos.is_some();
     let deployment = tokio::task::spawn_blocking(move || Deployment::start(&spec))
         .await

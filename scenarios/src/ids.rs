@@ -133,6 +133,8 @@ pub struct IdsArgs {
     pub delay_db_ms: Option<u64>,
     #[command(flatten)]
     pub slow: SlowArgs,
+    #[command(flatten)]
+    pub power: PowerArgs,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -223,6 +225,85 @@ impl IdsArgs {
             netns: self.netns,
         })
     }
+
+    /// Refuses the checks of what a short run hides where they cannot be made.
+    ///
+    /// # Errors
+    /// A message naming the option.
+    pub fn check_power(&self) -> Result<(), String> {
+        if self.power.overload.is_some() {
+            if !matches!(self.target.as_str(), "http" | "leaf" | "tinyid") {
+                return Err(format!(
+                    "--overload measures an HTTP service, not --target {}",
+                    self.target
+                ));
+            }
+            if self.db.db_cmd.is_some() || self.netns {
+                return Err(
+                    "--overload starts the first server again on its own, which --db-cmd and \
+                     --netns do not allow yet: run it against a service you started"
+                        .into(),
+                );
+            }
+        }
+        if self.power.gaps_max.is_some() && !self.nemesis.is_empty() {
+            return Err(
+                "--gaps-max judges a run within one incarnation with no fault: a kill, a power \
+                 loss or an expired lease leaves gaps by design; drop --nemesis"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The checks of what a short run hides, made after `run`: the capacity check (on a fresh start
+/// of the first server when the bench started the servers) and `ids.gaps`. What the overload
+/// measured is printed.
+///
+/// # Errors
+/// The check could not be made (a server that does not start again, no answer before the
+/// overload): not a verdict.
+pub fn power_checks(
+    args: &IdsArgs,
+    opts: &BlackBoxOptions,
+    run: &BlackBoxRun,
+) -> Result<Vec<reports::model::InvariantResult>, String> {
+    let mut checks = Vec::new();
+    if let Some(gaps_max) = args.power.gaps_max {
+        checks.push(crate::power::gaps_check(
+            &run.history.ok_values("generate"),
+            gaps_max,
+        ));
+    }
+    let first = opts.target.request_url(&opts.urls[0], &opts.key);
+    if let Some(overload) = args.power.overload_options(&first)? {
+        let _fresh = match args.server_cmds.first() {
+            Some(cmd) => Some(crate::power::Fresh::start(cmd, &first)?),
+            None => None,
+        };
+        let measured = crate::overload::run(&overload).map_err(|e| e.to_string())?;
+        println!("{}", overload_line(&measured));
+        checks.push(measured.check());
+    }
+    Ok(checks)
+}
+
+/// What the capacity check measured, in one line.
+#[must_use]
+pub fn overload_line(o: &crate::overload::OverloadRun) -> String {
+    let after: Vec<String> = o
+        .rates_after_per_s
+        .iter()
+        .map(|r| format!("{r:.0}"))
+        .collect();
+    format!(
+        "  overload: {:.0} answers/s before, {}/s after (ratio {:.3}); {}",
+        o.rate_before_per_s,
+        after.join(", "),
+        o.ratio(),
+        o.overload_line()
+    )
 }
 
 /// The user's database under faults, for `scenario ids`, `tcc` and `tokens`.
@@ -291,6 +372,68 @@ pub struct SlowArgs {
     pub stall_path: Option<String>,
 }
 
+/// The checks of what a short, gentle run hides (`--overload`, `--gaps-max`), for `scenario
+/// ids`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PowerArgs {
+    /// After the run, the capacity check: the answer rate of the first server is measured, N
+    /// clients then overload it for --overload-s, each giving up after --overload-timeout-ms
+    /// and resetting its connection, and its rate after must come back to at least 0.9 of the
+    /// rate before (`service.capacity_after_overload`). With --server-cmd, on a fresh start of
+    /// the first server. Plain HTTP targets (http, leaf, tinyid).
+    #[arg(long, value_name = "N")]
+    pub overload: Option<usize>,
+    /// With --overload: how long an overload client waits for its answer, ms.
+    #[arg(long, default_value_t = 20)]
+    pub overload_timeout_ms: u64,
+    /// With --overload: how long the overload lasts, seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub overload_s: f64,
+    /// Judge gaps (`ids.gaps`): at most N IDs never handed out between the smallest and the
+    /// largest received, the bound your service promises within one incarnation (0: none, as a
+    /// segment service with one server and no restart). Only in a run without --nemesis.
+    #[arg(long, value_name = "N")]
+    pub gaps_max: Option<u64>,
+}
+
+impl PowerArgs {
+    /// The overload check of these options against `url` (a server's request URL), or `None`
+    /// without --overload.
+    ///
+    /// # Errors
+    /// A URL that does not parse, or bad overload options.
+    pub fn overload_options(
+        &self,
+        url: &str,
+    ) -> Result<Option<crate::overload::OverloadOptions>, String> {
+        let Some(clients) = self.overload else {
+            return Ok(None);
+        };
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("--url {url}: {e}"))?;
+        let path = match parsed.query() {
+            Some(q) => format!("{}?{q}", parsed.path()),
+            None => parsed.path().to_owned(),
+        };
+        if !self.overload_s.is_finite() || self.overload_s <= 0.0 {
+            return Err(format!(
+                "--overload-s {}: give more than 0 seconds",
+                self.overload_s
+            ));
+        }
+        let opts = crate::overload::OverloadOptions {
+            client_timeout: Duration::from_millis(self.overload_timeout_ms),
+            overload_for: Duration::from_secs_f64(self.overload_s.min(600.0)),
+            ..crate::overload::OverloadOptions::new(
+                &parsed.origin().ascii_serialization(),
+                &path,
+                clients,
+            )
+        };
+        opts.validate()?;
+        Ok(Some(opts))
+    }
+}
+
 impl SlowArgs {
     /// The check these options ask for (`None`: no --slow-clients).
     #[must_use]
@@ -307,7 +450,14 @@ impl SlowArgs {
 /// `write_report`.
 #[must_use]
 pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
-    let opts = match args.options() {
+    let opts = match args
+        .options()
+        .and_then(|o| args.check_power().map(|()| o))
+        .and_then(|o| {
+            args.power
+                .overload_options(&o.target.request_url(&o.urls[0], &o.key))
+                .map(|_| o)
+        }) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("scenario ids: {e}");
@@ -356,21 +506,34 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
         }
     };
     print_run(&run);
-    if let Err(e) = write_outputs(args, &run) {
+    let power = match power_checks(args, &opts, &run) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("scenario ids: {e}");
+            return IdsExit::Usage;
+        }
+    };
+    for check in &power {
+        println!("{}", check_line(check));
+    }
+    if let Err(e) = write_outputs(args, &run, &power) {
         eprintln!("scenario ids: {e}");
         return IdsExit::Usage;
     }
     if let Some(dir) = &args.report {
+        let mut report = run.load_report(&opts);
+        report.verification.extend(power.iter().cloned());
         let summary =
             reports::model::Summary::new(format!("scenario ids --target {}", args.target))
-                .with(run.load_report(&opts));
+                .with(report);
         if let Err(e) = write_report(dir, &summary) {
             eprintln!("scenario ids: cannot write the report: {e}");
             return IdsExit::Usage;
         }
         println!("  report: {}", dir.join("index.html").display());
     }
-    if run.passed() {
+    let power_violated = power.iter().any(|c| c.verdict == Judgement::Violated);
+    if run.passed() && !power_violated {
         println!("{}", blackbox::overlap::pass_line(Some(&run.concurrency)));
         if let Some(why) = &run.concurrency.inconclusive {
             crate::note_verdict(format!("inconclusive for races: {why}"));
@@ -379,7 +542,8 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
     } else {
         let violated: Vec<&str> = run
             .checks()
-            .iter()
+            .into_iter()
+            .chain(&power)
             .filter(|c| c.verdict == Judgement::Violated)
             .map(|c| c.name.as_str())
             .collect();
@@ -388,7 +552,8 @@ pub fn run(args: &IdsArgs, write_report: ReportWriter<'_>) -> IdsExit {
     }
 }
 
-fn print_run(run: &BlackBoxRun) {
+/// Prints what a run did and found, as `scenario ids` does.
+pub fn print_run(run: &BlackBoxRun) {
     let c = run.history.completions();
     let e = &run.errors;
     println!(
@@ -488,7 +653,7 @@ pub fn check_line(check: &reports::model::InvariantResult) -> String {
     let verdict = match check.verdict {
         Judgement::Violated => "VIOLATED",
         Judgement::Held => "held",
-        Judgement::NotChecked => "not checked",
+        Judgement::NotChecked => "NOT CHECKED",
     };
     format!(
         "  {:<28} {verdict:<9} {}{}",
@@ -511,7 +676,11 @@ pub fn lost_writes_line(l: &chaos::LostFsEffects) -> String {
     )
 }
 
-fn write_outputs(args: &IdsArgs, run: &BlackBoxRun) -> Result<(), String> {
+fn write_outputs(
+    args: &IdsArgs,
+    run: &BlackBoxRun,
+    power: &[reports::model::InvariantResult],
+) -> Result<(), String> {
     if let Some(path) = &args.history_edn {
         std::fs::write(path, run.history.to_edn())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -536,8 +705,8 @@ fn write_outputs(args: &IdsArgs, run: &BlackBoxRun) -> Result<(), String> {
             "ramp": run.ramp,
             "concurrency": run.concurrency,
             "inconclusive_for_races": run.concurrency.inconclusive.is_some(),
-            "invariants": run.checks(),
-            "passed": run.passed(),
+            "invariants": run.checks().into_iter().chain(power).collect::<Vec<_>>(),
+            "passed": run.passed() && power.iter().all(|c| c.verdict != Judgement::Violated),
         });
         std::fs::write(path, format!("{doc:#}\n"))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -2,9 +2,12 @@
 //! under `scenarios/scenarios/`, load TOML files under `scenarios/load/`, compiled into the
 //! binary so it runs from any directory), and loading a scenario by name or from a file.
 
+pub mod contention;
 pub mod flaws;
 pub mod ids;
 pub mod loadfile;
+pub mod overload;
+pub mod power;
 pub mod process_flaws;
 pub mod realfile;
 pub mod report;

@@ -40,6 +40,14 @@ pub enum Program {
     TccCompat,
     /// `redis-server` (on PATH) as an `INCR` counter, tested by `scenario ids --target redis`.
     Redis,
+    /// `sut-server`, IDs from `GET /id/{key}`, then the capacity check on a fresh start
+    /// (`scenario ids --overload`).
+    SutServerOverload,
+    /// `sut-server`, IDs from `GET /id/{key}`, gaps judged (`scenario ids --gaps-max 0`).
+    SutServerGaps,
+    /// `sut-server --role id` processes on one database in contention mode (`scenario
+    /// cluster_pg --contention`).
+    SutServerContention(chaos::Backend),
 }
 
 impl Program {
@@ -51,6 +59,9 @@ impl Program {
             Self::TccCompat => "tcc-compat",
             Self::Redis => "redis-server",
             Self::SutServer
+            | Self::SutServerOverload
+            | Self::SutServerGaps
+            | Self::SutServerContention(_)
             | Self::SutServerSnowflake
             | Self::SutServerSemantic
             | Self::SutServerParticipant
@@ -90,7 +101,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 15] = [
+pub const ENTRIES: [ProcessFlaw; 19] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -373,6 +384,94 @@ pub const ENTRIES: [ProcessFlaw; 15] = [
         clock_step_ms: 0,
         monotonic: Monotonic::None,
     },
+    ProcessFlaw {
+        name: "conn_slot_leak",
+        origin: "a planted weakness of the deployed server (`sut-server --weakness \
+                 conn_slot_leak`), missed by the run's own checks and by --slow-clients",
+        mechanism: "a connection's slots (the process's, its peer address's) given back only \
+                    when it ends cleanly: every client that gives up mid-request and resets \
+                    its connection keeps one for good; the capacity check overloads the server \
+                    with 1,000 clients that give up after 20 ms, and its rate after must come \
+                    back to 0.9 of the rate before",
+        caught_by: "service.capacity_after_overload",
+        program: Program::SutServerOverload,
+        servers: 1,
+        planted: "--weakness conn_slot_leak",
+        control: "",
+        common: "",
+        faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::Server,
+    },
+    ProcessFlaw {
+        name: "unguarded_fallback",
+        origin: "a planted weakness of the deployed server (`sut-server --weakness \
+                 unguarded_fallback`), which the default deployment catches only by chance",
+        mechanism: "an allocation of the PostgreSQL store that lost the serialization race \
+                    twice in a row falls back to two transactions, the tag row read in one and \
+                    `max_id = read + step` written in the next with no version compare: three \
+                    ID servers on one PostgreSQL in contention mode (segments of 1 ID, 32 \
+                    clients, half asking for batches) lose races all the time and take the \
+                    same range; the default deployment (segments of 2,000 IDs) races only in \
+                    the burst of its servers' first allocations",
+        caught_by: "ids.unique",
+        program: Program::SutServerContention(chaos::Backend::Postgres),
+        servers: 3,
+        planted: "--weakness unguarded_fallback",
+        control: "",
+        common: "",
+        faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::Server,
+    },
+    ProcessFlaw {
+        name: "past_block_repeat",
+        origin: "a planted weakness of the deployed server (`sut-server --weakness \
+                 past_block_repeat`), on a path process mode's runs never reach",
+        mechanism: "a take whose value lies past the block another thread has just published \
+                    answers that block's last ID, another thread's, instead of taking the next \
+                    block: only blocks smaller than the takes racing for them reach it, which \
+                    the blocks of hundreds of IDs of process mode's runs and the default \
+                    deployments almost never are; contention mode (three servers on one SQLite \
+                    file, segments of 1 ID, 32 clients) reaches it dozens of times a run and \
+                    names the paths it reached (`paths.reached`)",
+        caught_by: "ids.unique",
+        program: Program::SutServerContention(chaos::Backend::Sqlite),
+        servers: 3,
+        planted: "--weakness past_block_repeat",
+        control: "",
+        common: "",
+        faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::Server,
+    },
+    ProcessFlaw {
+        name: "skip_on_refill",
+        origin: "a planted weakness of the deployed server (`sut-server --weakness \
+                 skip_on_refill`), missed by the run's own checks (gaps are reported, not \
+                 judged)",
+        mechanism: "a take that finds the published block used up refills it and then draws a \
+                    fresh value, never issuing its own: IDs skipped at every refill; one \
+                    sut-server, segments of 10, no restart and no fault, where the contract \
+                    promises no gap (`ids.gaps` with a bound of 0)",
+        caught_by: "ids.gaps",
+        program: Program::SutServerGaps,
+        servers: 1,
+        planted: "--weakness skip_on_refill",
+        control: "",
+        common: "--step-max 10",
+        faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::Server,
+    },
 ];
 
 /// `clock_step_ms` of an entry whose clock goes to 2 s before the end of the default Snowflake
@@ -446,7 +545,10 @@ pub fn options(
 ) -> Result<BlackBoxOptions, String> {
     if matches!(
         bug.program,
-        Program::SutServerParticipant | Program::SutServerTokens | Program::TccCompat
+        Program::SutServerParticipant
+            | Program::SutServerTokens
+            | Program::TccCompat
+            | Program::SutServerContention(_)
     ) {
         return Err(format!("{} is not tested by `scenario ids`", bug.name));
     }
@@ -467,7 +569,9 @@ pub fn options(
         let (path, args) = match bug.program {
             Program::IdCompat("uid") => ("/uid", "--api uid".to_owned()),
             Program::IdCompat(api) => ("", format!("--api {api} --tag orders --token bench")),
-            Program::SutServer => ("/id/{key}", "--tag orders:10".to_owned()),
+            Program::SutServer | Program::SutServerOverload | Program::SutServerGaps => {
+                ("/id/{key}", "--tag orders:10".to_owned())
+            }
             Program::SutServerSemantic => ("/semantic/{key}", String::new()),
             // (The other kinds were refused above.)
             _ => ("/snowflake", String::new()),
@@ -496,7 +600,7 @@ pub fn options(
         ),
         Program::IdCompat(_) => (Target::Http { pointer: None }, ""),
         Program::Redis => (Target::Redis, "ids"),
-        Program::SutServer => (
+        Program::SutServer | Program::SutServerOverload | Program::SutServerGaps => (
             Target::Http {
                 pointer: Some("/id".into()),
             },
@@ -582,6 +686,9 @@ pub fn run(bug: &'static ProcessFlaw) -> Result<ProcessRow, String> {
             return run_participant(bug, &program);
         }
         Program::SutServerTokens => return run_tokens(bug, &program),
+        Program::SutServerOverload => return run_overload(bug, &program),
+        Program::SutServerGaps => return run_gaps(bug, &program),
+        Program::SutServerContention(backend) => return run_contention(bug, &program, backend),
         _ => {}
     }
     let once = |planted| -> Result<BlackBoxRun, String> {
@@ -759,4 +866,111 @@ fn run_tokens(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, S
         &control.checks(),
         (planted.accepted(), control.accepted()),
     ))
+}
+
+/// Overload clients of a capacity entry (fewer than `sut-server`'s 1,024 connections per peer
+/// address: the correct server refuses none of them).
+pub const OVERLOAD_CLIENTS: usize = 1_000;
+
+/// `caught`, saying what the run's own checks (process mode before these checks) found.
+fn with_own_checks(caught: Option<String>, own_passed: bool) -> Option<String> {
+    caught.map(|c| {
+        format!(
+            "{c} [the run's own checks: {}]",
+            if own_passed {
+                "all held, it was missed"
+            } else {
+                "violated too"
+            }
+        )
+    })
+}
+
+/// The capacity check against a fresh start of `bug`'s server, planted or not.
+fn overload_check(
+    bug: &ProcessFlaw,
+    program: &Path,
+    planted: bool,
+) -> Result<reports::model::InvariantResult, String> {
+    let opts = options(bug, program, planted)?;
+    let url = opts.target.request_url(&opts.urls[0], &opts.key);
+    let _fresh = crate::power::Fresh::start(&opts.commands[0], &url)?;
+    let parsed = reqwest::Url::parse(&url).map_err(|e| e.to_string())?;
+    let overload = crate::overload::OverloadOptions::new(
+        &parsed.origin().ascii_serialization(),
+        parsed.path(),
+        OVERLOAD_CLIENTS,
+    );
+    let measured = crate::overload::run(&overload).map_err(|e| e.to_string())?;
+    Ok(measured.check())
+}
+
+/// A capacity entry: the run's own checks on the planted server (which miss it), then the
+/// capacity check on a fresh start of the planted server and of the correct one, which must
+/// hold there (an overload that reached no limit proves nothing, and fails the control).
+fn run_overload(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, String> {
+    let own = blackbox::ids::run(&options(bug, program, true)?).map_err(|e| e.to_string())?;
+    let planted = overload_check(bug, program, true)?;
+    let control = overload_check(bug, program, false)?;
+    Ok(ProcessRow {
+        bug,
+        caught: with_own_checks(first_violated([&planted]), own.passed()),
+        control_passed: control.verdict == Judgement::Held,
+        ids: (own.ids, 0),
+    })
+}
+
+/// A gap entry: the run judged as `scenario ids --gaps-max 0` judges it, planted and correct.
+fn run_gaps(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, String> {
+    let once = |planted| -> Result<(BlackBoxRun, reports::model::InvariantResult), String> {
+        let run = blackbox::ids::run(&options(bug, program, planted)?)
+            .map_err(|e: BlackBoxError| e.to_string())?;
+        let gaps = crate::power::gaps_check(&run.history.ok_values("generate"), 0);
+        Ok((run, gaps))
+    };
+    let (planted, planted_gaps) = once(true)?;
+    let (control, control_gaps) = once(false)?;
+    Ok(ProcessRow {
+        bug,
+        caught: with_own_checks(first_violated([&planted_gaps]), planted.passed()),
+        control_passed: control.passed() && control_gaps.verdict == Judgement::Held,
+        ids: (planted.ids, control.ids),
+    })
+}
+
+/// A contention entry: the planted servers in contention mode (up to [`PLANTED_RUNS_MAX`] runs)
+/// and the correct ones, which must also reach every required path. Whether the default
+/// deployment misses the weakness is a matter of chance (its start-up is a short burst of
+/// contention too): docs/deployment.md has the rates, `scenario cluster_pg --weakness W` the run.
+fn run_contention(
+    bug: &'static ProcessFlaw,
+    program: &Path,
+    backend: chaos::Backend,
+) -> Result<ProcessRow, String> {
+    use crate::contention::ContentionOptions;
+    let with = |planted: bool| ContentionOptions {
+        id_servers: bug.servers,
+        server_flags: format!(
+            "{} {}",
+            bug.common,
+            if planted { bug.planted } else { bug.control }
+        ),
+        ..ContentionOptions::new(backend)
+    };
+    let mut runs = 0;
+    let (planted, caught) = loop {
+        runs += 1;
+        let planted = crate::contention::run(&with(true), program)?;
+        let caught = first_violated(planted.all_checks());
+        if caught.is_some() || runs == PLANTED_RUNS_MAX {
+            break (planted, caught.map(|c| with_runs(c, runs)));
+        }
+    };
+    let control = crate::contention::run(&with(false), program)?;
+    Ok(ProcessRow {
+        bug,
+        caught,
+        control_passed: control.passed(),
+        ids: (planted.ids(), control.ids()),
+    })
 }

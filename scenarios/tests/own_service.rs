@@ -743,6 +743,10 @@ fn ids_help_lists_the_targets() {
     not(has_fuse),
     ignore = "no /dev/fuse (counter_everysec's power losses)"
 )]
+#[cfg_attr(
+    not(has_postgres),
+    ignore = "PostgreSQL not installed (unguarded_fallback's contention mode)"
+)]
 fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
     let list = scenario(&["flaws", "--list"]);
     let listed = text(&list);
@@ -777,6 +781,10 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("once_check_then_delete", "tokens.once"),
         ("sequential_tokens", "tokens.unguessable"),
         ("no_token_quota", "tokens.quota"),
+        ("conn_slot_leak", "service.capacity_after_overload"),
+        ("unguarded_fallback", "ids.unique"),
+        ("past_block_repeat", "ids.unique"),
+        ("skip_on_refill", "ids.gaps"),
     ] {
         let row = all
             .lines()

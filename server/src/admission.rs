@@ -101,17 +101,30 @@ impl Admission {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(Refused::QueueFull);
         }
+        // Counted out when the wait ends however it ends: a request whose client goes away
+        // while it waits is dropped right here (the connection ends, the request's future with
+        // it), and a count left behind would fill the queue for good.
+        let in_queue = Queued(&self.queued);
         let waited = tokio::time::timeout(
             Duration::from_millis(self.cfg.queue_wait_ms),
             Arc::clone(&self.slots).acquire_owned(),
         )
         .await;
-        self.queued.fetch_sub(1, Ordering::AcqRel);
+        drop(in_queue);
         match waited {
             Ok(Ok(permit)) => Ok((Slot { _permit: permit }, true)),
             // The semaphore is never closed; treat it as a timeout all the same.
             Ok(Err(_)) | Err(_) => Err(Refused::Timeout),
         }
+    }
+}
+
+/// One request counted among those waiting for a slot, until dropped.
+struct Queued<'a>(&'a AtomicUsize);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -140,5 +153,47 @@ mod tests {
         drop(held);
         assert!(gate.admit().await.is_ok());
         assert_eq!(gate.queued(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_while_it_waits_leaves_the_queue() {
+        let gate = Admission::new(AdmissionConfig {
+            in_flight_max: 1,
+            queue_max: 1,
+            queue_wait_ms: 60_000,
+            retry_after_s: 1,
+        });
+        let (held, _) = gate.admit().await.unwrap();
+        // A request waits for the slot, and its client goes away: its future is dropped
+        // mid-wait, as hyper drops a request whose connection ended.
+        let mut waiting = Box::pin(gate.admit());
+        assert!(futures_poll_once(waiting.as_mut()).is_none());
+        assert_eq!(gate.queued(), 1);
+        drop(waiting);
+        assert_eq!(
+            gate.queued(),
+            0,
+            "the dropped request still counted as waiting"
+        );
+        // The queue has room again: the next request waits rather than being refused at once.
+        let next = tokio::spawn({
+            let gate = Arc::new(gate);
+            let g = Arc::clone(&gate);
+            async move { (g.admit().await.map(|_| ()), gate) }
+        });
+        tokio::task::yield_now().await;
+        drop(held);
+        let (answer, _) = next.await.unwrap();
+        assert_eq!(answer, Ok(()));
+    }
+
+    /// Polls `fut` once with a waker that does nothing: `Some` if it finished.
+    fn futures_poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match fut.poll(&mut cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
     }
 }

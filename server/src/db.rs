@@ -141,14 +141,37 @@ impl Db {
     /// # Errors
     /// The store cannot be opened (the message names it).
     pub fn open_ids(&self, durability: CounterDurability) -> Result<IdStoreBox, String> {
+        self.open_ids_planted(durability, false)
+    }
+
+    /// [`Db::open_ids`], with the planted weakness `unguarded_fallback` (TEST ONLY) when
+    /// `unguarded`: an allocation of a PostgreSQL or MariaDB store that lost the serialization
+    /// race twice in a row is written unguarded
+    /// ([`crate::sqldb::ids::SqlIdStore::unguarded_fallback`]).
+    ///
+    /// # Errors
+    /// The store cannot be opened, or `unguarded` on SQLite (the weakness is planted in the
+    /// stores on a database server only).
+    pub fn open_ids_planted(
+        &self,
+        durability: CounterDurability,
+        unguarded: bool,
+    ) -> Result<IdStoreBox, String> {
         let opened: Result<IdStoreBox, _> = match self {
+            Self::Sqlite(_) if unguarded => {
+                return Err(
+                    "the weakness unguarded_fallback is planted in the PostgreSQL and MariaDB \
+                     stores only, and --db is an SQLite file"
+                        .to_owned(),
+                );
+            }
             Self::Sqlite(path) => {
                 SqliteIdStore::open(path, durability).map(|s| Box::new(s) as IdStoreBox)
             }
-            Self::Postgres(url) => {
-                PgIdStore::open(url, durability).map(|s| Box::new(s) as IdStoreBox)
-            }
-            Self::MySql(url) => MyIdStore::open(url, durability).map(|s| Box::new(s) as IdStoreBox),
+            Self::Postgres(url) => PgIdStore::open(url, durability)
+                .map(|s| Box::new(s.unguarded_fallback(unguarded)) as IdStoreBox),
+            Self::MySql(url) => MyIdStore::open(url, durability)
+                .map(|s| Box::new(s.unguarded_fallback(unguarded)) as IdStoreBox),
         };
         opened.map_err(|e| format!("id store {}: {e}", self.describe()))
     }

@@ -193,6 +193,12 @@ impl TagIds {
         self.ids.with_allocator(|a| a.health(clock.now()))
     }
 
+    /// The front's paths taken so far.
+    #[must_use]
+    pub fn paths(&self) -> crate::front::FrontPaths {
+        self.ids.paths()
+    }
+
     /// Lease renewals, claim raises, prefetch.
     pub fn tick(&self) {
         self.ids.tick();
@@ -215,6 +221,7 @@ pub struct Tags {
     control: Arc<Mutex<IdStoreBox>>,
     flaw: Option<sut::flaw::Flaw>,
     step_max: Option<u64>,
+    weakness: Option<crate::listen::Weakness>,
 }
 
 impl Tags {
@@ -236,7 +243,17 @@ impl Tags {
             control,
             flaw: None,
             step_max: None,
+            weakness: None,
         }
+    }
+
+    /// Plants a weakness of the deployed server in every allocator and store this registry
+    /// creates (TEST ONLY: `skip_on_refill`, `past_block_repeat`, `unguarded_fallback`; the
+    /// others are not theirs).
+    #[must_use]
+    pub fn with_weakness(mut self, weakness: Option<crate::listen::Weakness>) -> Self {
+        self.weakness = weakness;
+        self
     }
 
     /// Switches a documented flaw on in every allocator this registry creates (the
@@ -293,9 +310,10 @@ impl Tags {
                 format!("this server serves at most {TAGS_MAX} tags"),
             ));
         }
+        let unguarded = self.weakness == Some(crate::listen::Weakness::UnguardedFallback);
         let store = self
             .db
-            .open_ids(CounterDurability::EveryWrite)
+            .open_ids_planted(CounterDurability::EveryWrite, unguarded)
             .map_err(|e| ApiError::unavailable(e, 1))?;
         let now = self.clock.now();
         let mut alloc_cfg = AllocatorConfig::new(tag, self.instance);
@@ -308,7 +326,9 @@ impl Tags {
         let clock = self.clock;
         let clock_fn: ClockFn = Box::new(move || clock.now());
         let ids = Arc::new(TagIds {
-            ids: ConcurrentIds::new(alloc, store, clock_fn, self.block_ids),
+            ids: ConcurrentIds::new(alloc, store, clock_fn, self.block_ids)
+                .skip_on_refill(self.weakness == Some(crate::listen::Weakness::SkipOnRefill))
+                .past_block_repeat(self.weakness == Some(crate::listen::Weakness::PastBlockRepeat)),
             clock,
         });
         map.insert(tag.to_owned(), Arc::clone(&ids));

@@ -626,7 +626,8 @@ fn open_ids(
     let tags = Arc::new(
         Tags::new(db, instance, clock, cfg.block_ids, Arc::clone(&control))
             .with_flaw(cfg.flaw)
-            .with_step_max(cfg.step_max),
+            .with_step_max(cfg.step_max)
+            .with_weakness(cfg.weakness),
     );
     let snowflake = Arc::new(Snowflake::start(
         (
@@ -804,6 +805,7 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
             limits,
             tls,
             metrics: Arc::clone(&state.metrics),
+            conn_slot_leak: cfg.weakness == Some(listen::Weakness::ConnSlotLeak),
         },
         rx,
     ));
@@ -1456,6 +1458,7 @@ async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiEr
 async fn metrics(State(state): State<AppState>) -> Response {
     let healths = tag_healths(&state).await.unwrap_or_default();
     let mut extra = allocator_lines(&healths);
+    extra.extend(path_lines(&state));
     extra.extend(gauge_lines(&state));
     let body = state.metrics.render(&extra);
     (
@@ -1497,6 +1500,28 @@ fn allocator_lines(healths: &[sut::segment::Health]) -> Vec<MetricLine> {
             "Failed segment fetches, per tag.",
             h.stats.fetch_failures.to_string(),
         ));
+    }
+    extra
+}
+
+/// The ID fronts' paths taken, per tag and path (`front::FrontPaths`): what a run reached.
+fn path_lines(state: &AppState) -> Vec<MetricLine> {
+    let Some(ids) = &state.ids else {
+        return Vec::new();
+    };
+    let mut extra = Vec::new();
+    for (name, tag) in ids.tags.all() {
+        let tag_label = metrics::escape(&name);
+        for (path, count) in tag.paths().named() {
+            extra.push((
+                format!("sut_id_paths_total{{tag=\"{tag_label}\",path=\"{path}\"}}"),
+                "Paths of the segment front taken, per tag: blocks published (block_refill), \
+                 takes past another thread's block (take_past_block), batches across blocks \
+                 (batch_across_blocks), refills and batches that waited for the store \
+                 (refill_waited_for_store, batch_waited_for_store).",
+                count.to_string(),
+            ));
+        }
     }
     extra
 }

@@ -54,6 +54,31 @@ pub enum Weakness {
     /// (`scenario tokens`: `tokens.quota`).
     #[value(name = "no_token_quota")]
     NoTokenQuota,
+    /// A connection's slots (the process's and its peer address's) given back only when the
+    /// connection ends cleanly: one the client broke off (a reset, a close mid-request) or
+    /// that timed out keeps them, so every client that gives up costs capacity for good
+    /// (`service.capacity_after_overload`).
+    #[value(name = "conn_slot_leak")]
+    ConnSlotLeak,
+    /// A segment allocation of the PostgreSQL and MariaDB stores that lost the serialization
+    /// race twice in a row falls back to an unguarded one: the tag row read in one
+    /// transaction, `max_id = read + step` written in the next with no version compare (the
+    /// lease written over another's), and two servers reloading at once take the same range.
+    /// Contention makes allocations lose races in a row all the time (`scenario cluster_pg
+    /// --contention`).
+    #[value(name = "unguarded_fallback")]
+    UnguardedFallback,
+    /// The thread whose take found the published block used up refills it, then takes a fresh
+    /// value instead of issuing the one it already drew: one segment ID skipped at every
+    /// refill (`ids.gaps`).
+    #[value(name = "skip_on_refill")]
+    SkipOnRefill,
+    /// A take whose value lies past the block another thread has just published answers that
+    /// block's last ID (another thread's) instead of taking the next block: only blocks smaller
+    /// than the takes racing for them reach it (`take_past_block`, which `paths.reached` of the
+    /// contention mode names).
+    #[value(name = "past_block_repeat")]
+    PastBlockRepeat,
 }
 
 impl Weakness {
@@ -64,6 +89,10 @@ impl Weakness {
             Self::NoReadTimeout => "no_read_timeout",
             Self::SequentialTokens => "sequential_tokens",
             Self::NoTokenQuota => "no_token_quota",
+            Self::ConnSlotLeak => "conn_slot_leak",
+            Self::UnguardedFallback => "unguarded_fallback",
+            Self::SkipOnRefill => "skip_on_refill",
+            Self::PastBlockRepeat => "past_block_repeat",
         }
     }
 }
@@ -162,6 +191,9 @@ pub struct Listener {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// The planted weakness `conn_slot_leak` (TEST ONLY; `false`: every connection gives its
+    /// slots back however it ends).
+    pub conn_slot_leak: bool,
 }
 
 impl std::fmt::Debug for Listener {
@@ -189,6 +221,7 @@ pub async fn serve(
         limits,
         tls,
         metrics,
+        conn_slot_leak,
     } = how;
     let slots = Arc::new(Semaphore::new(limits.connections_max.max(1)));
     let peers = Arc::new(Peers::default());
@@ -227,9 +260,13 @@ pub async fn serve(
         let (app, metrics, stop, tls) =
             (app.clone(), Arc::clone(&metrics), stop.clone(), tls.clone());
         connections.spawn(async move {
-            let _held = (slot, peer_slot);
+            let held = Held {
+                slot,
+                peer_slot,
+                leak_unless_clean: conn_slot_leak,
+            };
             metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-            match tls {
+            let clean = match tls {
                 None => serve_connection(tcp, peer, app, limits, &metrics, stop).await,
                 Some(acceptor) => {
                     // The handshake is part of the head: it must end within the head timeout.
@@ -239,17 +276,19 @@ pub async fn serve(
                     });
                     match tokio::time::timeout(deadline, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
-                            serve_connection(stream, peer, app, limits, &metrics, stop).await;
+                            serve_connection(stream, peer, app, limits, &metrics, stop).await
                         }
-                        Ok(Err(_)) => {}
+                        Ok(Err(_)) => false,
                         Err(_) => {
                             metrics
                                 .connections_timed_out
                                 .fetch_add(1, Ordering::Relaxed);
+                            false
                         }
                     }
                 }
-            }
+            };
+            held.release(clean);
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -259,6 +298,28 @@ pub async fn serve(
     Ok(())
 }
 
+/// What one connection holds while it is open: a place among the process's connections and
+/// one among its peer address's.
+struct Held {
+    slot: tokio::sync::OwnedSemaphorePermit,
+    peer_slot: PeerSlot,
+    /// The planted weakness `conn_slot_leak`.
+    leak_unless_clean: bool,
+}
+
+impl Held {
+    /// Gives both places back (dropped). Under the planted weakness `conn_slot_leak` (TEST
+    /// ONLY) they are given back only by a connection that ended `clean`, the way a release
+    /// written at the end of the happy path, after every early return, misses the others: a
+    /// connection the client broke off keeps its places, which no later connection gets.
+    fn release(self, clean: bool) {
+        if self.leak_unless_clean && !clean {
+            self.slot.forget();
+            std::mem::forget(self.peer_slot);
+        }
+    }
+}
+
 /// Returns once `stop` is true (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     // The guard `wait_for` returns is dropped here, before anything else awaits.
@@ -266,6 +327,8 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// One HTTP/1.1 connection, with the head timeout; gracefully shut down when `stop` turns true.
+/// Whether it ended cleanly (the client closed it between requests, or the server shut down),
+/// rather than in an error (a timeout, a reset, a close mid-request).
 async fn serve_connection<I>(
     io: I,
     peer: SocketAddr,
@@ -273,7 +336,8 @@ async fn serve_connection<I>(
     limits: ConnLimits,
     metrics: &Metrics,
     mut stop: watch::Receiver<bool>,
-) where
+) -> bool
+where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
@@ -294,12 +358,16 @@ async fn serve_connection<I>(
             conn.as_mut().await
         }
     };
-    if let Err(e) = ended
-        && e.is_timeout()
-    {
-        metrics
-            .connections_timed_out
-            .fetch_add(1, Ordering::Relaxed);
+    match ended {
+        Ok(()) => true,
+        Err(e) => {
+            if e.is_timeout() {
+                metrics
+                    .connections_timed_out
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            false
+        }
     }
 }
 

@@ -33,6 +33,19 @@ pub trait SqlConn: std::fmt::Debug + Send {
     fn transact<T, E: From<DbError>>(
         &mut self,
         op: impl FnMut(&mut Self::Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.transact_tries(TX_ATTEMPTS_MAX, op)
+    }
+
+    /// [`SqlConn::transact`], giving up after `tries` attempts (the last serialization failure
+    /// or deadlock is the error).
+    ///
+    /// # Errors
+    /// As [`SqlConn::transact`].
+    fn transact_tries<T, E: From<DbError>>(
+        &mut self,
+        tries: u32,
+        op: impl FnMut(&mut Self::Tx<'_>) -> Result<T, E>,
     ) -> Result<T, E>;
 }
 
@@ -146,12 +159,14 @@ pub(crate) enum Attempt<T, E> {
     Retry(DbError),
 }
 
-/// Runs `attempt` until it is done, at most [`TX_ATTEMPTS_MAX`] times, with a short growing
-/// pause (jittered, so that two servers that collided do not collide again) between tries.
+/// Runs `attempt` until it is done, at most `attempts_max` times ([`TX_ATTEMPTS_MAX`] for a
+/// transaction of [`SqlConn::transact`]), with a short growing pause (jittered, so that two
+/// servers that collided do not collide again) between tries.
 ///
 /// # Errors
 /// The attempt's own error, or the last retryable failure once the attempts are used up.
-pub(crate) fn retrying<T, E: From<DbError>>(
+pub(crate) fn retrying_up_to<T, E: From<DbError>>(
+    attempts_max: u32,
     mut attempt: impl FnMut() -> Attempt<T, E>,
 ) -> Result<T, E> {
     let mut tries = 0;
@@ -159,7 +174,7 @@ pub(crate) fn retrying<T, E: From<DbError>>(
         tries += 1;
         match attempt() {
             Attempt::Done(result) => return result,
-            Attempt::Retry(_) if tries < TX_ATTEMPTS_MAX => {
+            Attempt::Retry(_) if tries < attempts_max => {
                 let pause_us = 100 * u64::from(tries.min(20)) + jitter_us(tries);
                 std::thread::sleep(Duration::from_micros(pause_us));
             }

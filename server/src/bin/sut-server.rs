@@ -121,10 +121,14 @@ struct Args {
     /// only: the server is then BROKEN on purpose). Names: sut::flaw::Flaw, e.g. stock_two_step.
     #[arg(long)]
     flaw: Option<sut::flaw::Flaw>,
-    /// Plant a weakness of the deployed server (for testing the bench's hostile-client checks
-    /// only: the server is then open to attack on purpose): `no_read_timeout` (no head or body
+    /// Plant a weakness of the deployed server (for testing the bench's checks only: the
+    /// server is then open to attack or wrong on purpose): `no_read_timeout` (no head or body
     /// read timeout; admission before the body is read), `sequential_tokens` (one-time token
-    /// values from a counter), `no_token_quota` (no per-user rate on issuing one-time tokens).
+    /// values from a counter), `no_token_quota` (no per-user rate on issuing one-time tokens),
+    /// `conn_slot_leak` (a connection's slots given back only when it ends cleanly),
+    /// `unguarded_fallback` (a PostgreSQL/MariaDB allocation that lost two races written
+    /// unguarded), `past_block_repeat` (a take past another thread's block answers its last
+    /// ID), `skip_on_refill` (a refilling take gives its value up).
     #[arg(long, value_enum)]
     weakness: Option<sut_server::listen::Weakness>,
     /// Cap of the segment allocators' dynamic step (default: Leaf's 1,000,000); the IDs a crash

@@ -43,7 +43,7 @@ pub use tokens::MyTokenStore;
 use mysql_async::prelude::{FromValue, Queryable};
 use mysql_async::{Conn, Opts, OptsBuilder, Params, Row, Value};
 
-use crate::sqldb::{Attempt, DbError, retrying};
+use crate::sqldb::{Attempt, DbError};
 
 /// How long a statement waits for a row lock before the operation fails (seconds).
 pub const LOCK_WAIT_S: u32 = 5;
@@ -310,9 +310,21 @@ impl MyConn {
     /// `op`'s error (the transaction rolled back), or a database failure.
     pub fn transact<T, E: From<DbError>>(
         &mut self,
+        op: impl FnMut(&mut MyTx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.transact_tries(crate::sqldb::TX_ATTEMPTS_MAX, op)
+    }
+
+    /// [`MyConn::transact`], giving up after `tries` attempts.
+    ///
+    /// # Errors
+    /// As [`MyConn::transact`].
+    pub fn transact_tries<T, E: From<DbError>>(
+        &mut self,
+        tries: u32,
         mut op: impl FnMut(&mut MyTx<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
-        retrying(|| {
+        crate::sqldb::retrying_up_to(tries, || {
             let (outcome, lost) = self.attempt(&mut op);
             self.open_tx = false;
             if lost {
@@ -370,11 +382,12 @@ impl MyConn {
 impl crate::sqldb::SqlConn for MyConn {
     type Tx<'t> = MyTx<'t>;
 
-    fn transact<T, E: From<DbError>>(
+    fn transact_tries<T, E: From<DbError>>(
         &mut self,
+        tries: u32,
         op: impl FnMut(&mut MyTx<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
-        Self::transact(self, op)
+        Self::transact_tries(self, tries, op)
     }
 }
 

@@ -41,7 +41,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, IsolationLevel, NoTls, Row, Statement};
 
-use crate::sqldb::{Attempt, retrying};
+use crate::sqldb::Attempt;
 pub use crate::sqldb::{
     DbError, ROUND_TRIP_TIMEOUT, TX_ATTEMPTS_MAX, from_sql, io_runtime, to_sql, url_with_database,
 };
@@ -337,9 +337,21 @@ impl PgConn {
     /// `op`'s error (the transaction rolled back), or a database failure.
     pub fn transact<T, E: From<DbError>>(
         &mut self,
+        op: impl FnMut(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.transact_tries(crate::sqldb::TX_ATTEMPTS_MAX, op)
+    }
+
+    /// [`PgConn::transact`], giving up after `tries` attempts.
+    ///
+    /// # Errors
+    /// As [`PgConn::transact`].
+    pub fn transact_tries<T, E: From<DbError>>(
+        &mut self,
+        tries: u32,
         mut op: impl FnMut(&mut Tx<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
-        retrying(|| {
+        crate::sqldb::retrying_up_to(tries, || {
             let (outcome, lost) = self.attempt(&mut op);
             if lost {
                 self.drop_connection();
@@ -401,11 +413,12 @@ impl PgConn {
 impl crate::sqldb::SqlConn for PgConn {
     type Tx<'t> = Tx<'t>;
 
-    fn transact<T, E: From<DbError>>(
+    fn transact_tries<T, E: From<DbError>>(
         &mut self,
+        tries: u32,
         op: impl FnMut(&mut Tx<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
-        Self::transact(self, op)
+        Self::transact_tries(self, tries, op)
     }
 }
 

@@ -26,6 +26,16 @@ pub(crate) fn load(name: &str, args: &RunArgs) -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
+    if (args.contention || args.weakness.is_some()) && scenario.load.cluster.is_none() {
+        eprintln!(
+            "scenario {name}: --contention and --weakness apply to deployment runs \
+             (cluster_pg, cluster_mariadb, a file with [load.cluster])"
+        );
+        return ExitCode::from(USAGE);
+    }
+    if args.contention {
+        return contention(name, &scenario.load, args);
+    }
     let flaw = args.flaw;
     let spec = &scenario.load;
     let plan = LoadPlan {
@@ -166,6 +176,7 @@ pub(crate) fn run_load(
             kill: cluster.kill.clone(),
             backend: cluster.database.backend(),
             chaos,
+            server_args: weakness_args(args),
         })
     } else if spec.kills > 0 {
         if args.host.is_some() {
@@ -199,6 +210,100 @@ pub(crate) fn run_load(
         eprintln!("scenario {name}: {err}");
         ExitCode::from(USAGE)
     })
+}
+
+/// `--weakness W` for every server process, if asked.
+fn weakness_args(args: &RunArgs) -> Vec<String> {
+    args.weakness
+        .iter()
+        .flat_map(|w| ["--weakness".to_owned(), w.clone()])
+        .collect()
+}
+
+/// `scenario NAME --contention` of a deployment scenario: its ID servers on its database in
+/// contention mode (`scenarios::contention`), judged as `scenario ids` judges a run.
+fn contention(name: &str, spec: &scenarios::loadfile::LoadSpec, args: &RunArgs) -> ExitCode {
+    let Some(cluster) = &spec.cluster else {
+        return ExitCode::from(USAGE);
+    };
+    if cluster.chaos.is_some() || args.rate.is_some() || args.host.is_some() || args.seed.is_some()
+    {
+        eprintln!(
+            "scenario {name}: --contention runs the ID servers alone, with no fault and in a \
+             closed loop: not with a chaos deployment, --rate, --host or --seed"
+        );
+        return ExitCode::from(USAGE);
+    }
+    let server_bin = match load::target::find_server_binary() {
+        Ok(bin) => bin,
+        Err(err) => {
+            eprintln!("scenario {name}: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let opts = scenarios::contention::ContentionOptions {
+        id_servers: cluster.id_servers,
+        clients: args
+            .users
+            .unwrap_or(scenarios::contention::CONTENTION_CLIENTS),
+        duration: std::time::Duration::from_secs_f64(args.duration.unwrap_or(5.0).max(1.0)),
+        server_flags: weakness_args(args).join(" "),
+        ..scenarios::contention::ContentionOptions::new(cluster.database.backend())
+    };
+    println!("{name} --contention: {}", opts.describe());
+    let run = match scenarios::contention::run(&opts, &server_bin) {
+        Ok(run) => run,
+        Err(err) => {
+            eprintln!("scenario {name}: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    println!("single IDs:");
+    scenarios::ids::print_run(&run.singles);
+    if let Some(batches) = &run.batches {
+        println!("{}", batches.line());
+    }
+    for check in &run.checks {
+        println!("{}", scenarios::ids::check_line(check));
+    }
+    if let Some(dir) = &args.report {
+        let mut report = run.singles.load_report(&contention_blackbox(&opts));
+        report.verification.extend(run.checks.iter().cloned());
+        let summary = reports::model::Summary::new(format!("{name} --contention")).with(report);
+        if let Err(err) = write_reports(dir, &summary) {
+            eprintln!("scenario: cannot write the report: {err}");
+            return ExitCode::from(USAGE);
+        }
+    }
+    if run.passed() {
+        println!("PASS");
+        ExitCode::SUCCESS
+    } else {
+        println!("FAIL");
+        ExitCode::FAILURE
+    }
+}
+
+/// What a contention run's report says it ran.
+fn contention_blackbox(
+    opts: &scenarios::contention::ContentionOptions,
+) -> blackbox::ids::BlackBoxOptions {
+    blackbox::ids::BlackBoxOptions {
+        target: blackbox::ids::Target::Http {
+            pointer: Some("/id".into()),
+        },
+        urls: vec![opts.describe()],
+        key: scenarios::contention::TAG.into(),
+        clients: opts.clients,
+        rate: None,
+        duration: opts.duration,
+        monotonic: blackbox::ids::Monotonic::Server,
+        commands: Vec::new(),
+        nemesis: None,
+        slow_clients: None,
+        db: None,
+        netns: false,
+    }
 }
 
 /// The load report on stdout: per endpoint its corrected latencies, throughput and errors,

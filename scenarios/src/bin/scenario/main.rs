@@ -123,6 +123,17 @@ struct RunArgs {
     /// crash point's replay line names it (e.g. `coord:send:tcc.try.wallet#1`).
     #[arg(long, value_name = "POINT")]
     crash_at: Option<String>,
+    /// Deployment runs (`cluster_pg`, `cluster_mariadb`, a file with `[load.cluster]`):
+    /// contention mode instead of the load: the deployment's ID servers on its database with
+    /// segments of 1 ID, --users clients (default 32) asking for IDs for --duration seconds
+    /// (default 5), so that every request reloads a segment and the servers race on the tag's
+    /// row; judged by ids.unique and ids.monotonic.
+    #[arg(long)]
+    contention: bool,
+    /// Deployment runs: plant a weakness of the deployed server in every sut-server process
+    /// (TEST ONLY: `sut-server --weakness`, e.g. unguarded_fallback).
+    #[arg(long, value_name = "W")]
+    weakness: Option<String>,
     /// Real-system runs (`scenarios/real/`): write the clients' history to this file as
     /// Jepsen's EDN (`:type :invoke/:ok/:fail/:info`, `:f :generate`, `:value`, `:process`,
     /// `:time`, `:index`), for Elle, Knossos or Jepsen's `unique-ids` checker.

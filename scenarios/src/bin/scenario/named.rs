@@ -42,7 +42,7 @@ pub(crate) enum RunKind {
 /// The flags given that do not apply to a run of `kind`. `None` when every flag given applies.
 pub(crate) fn foreign_flags(args: &RunArgs, kind: RunKind) -> Option<Vec<&'static str>> {
     use RunKind::{Load, Real, Simulation};
-    let flags: [(&'static str, bool, &[RunKind]); 16] = [
+    let flags: [(&'static str, bool, &[RunKind]); 18] = [
         ("--seed", args.seed.is_some(), &[Simulation, Load]),
         ("--crash-points", args.crash_points.is_some(), &[Simulation]),
         ("--crash-at", args.crash_at.is_some(), &[Simulation]),
@@ -59,6 +59,8 @@ pub(crate) fn foreign_flags(args: &RunArgs, kind: RunKind) -> Option<Vec<&'stati
         ("--report", args.report.is_some(), &[Simulation, Load, Real]),
         ("--flaw", args.flaw.is_some(), &[Simulation, Load]),
         ("--history-edn", args.history_edn.is_some(), &[Real]),
+        ("--contention", args.contention, &[Load]),
+        ("--weakness", args.weakness.is_some(), &[Load]),
     ];
     let foreign: Vec<&'static str> = flags
         .iter()

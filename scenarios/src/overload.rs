@@ -1,0 +1,513 @@
+//! The capacity check (`--overload N` of `scenario ids`; rows of `scenario flaws --process`):
+//! does a service come back after an overload?
+//!
+//! A short, gentle run never shows what a service loses when it is pushed past its limits: a
+//! slot, permit or connection taken on a path that only a client that gives up reaches (a
+//! cancelled request, a timeout, a reset) and never given back. Such a service answers every
+//! request of the run correctly and is smaller after every overload, until it answers nothing.
+//!
+//! The check measures the service's answer rate to one request (closed loop, `workers`
+//! keep-alive connections, the next request as soon as the last is answered; an answer below
+//! 500 counts) for `window`; then `clients` clients overload it for `overload_for`, each sending
+//! the request on a fresh connection and giving up after `client_timeout`: a client that gives
+//! up resets its connection (`SO_LINGER` 0, as a client does whose answer is still unread), and
+//! tries again. After `settle`, the rate is measured again, side by side with the first, up to
+//! `after_windows_max` windows: the best one is judged, since noise passes and lost capacity
+//! does not.
+//!
+//! - `service.capacity_after_overload`: the rate after is at least `ratio_min` of the rate
+//!   before. Not checked (and said so) when the overload overloaded nothing: every request of
+//!   it answered within the client timeout, so no client gave up and no limit was reached.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http::{Method, Uri};
+use reports::model::{InvariantResult, Judgement};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use load::conn::{Conn, Target};
+
+/// `service.capacity_after_overload`
+pub const CAPACITY_AFTER_OVERLOAD: &str = "service.capacity_after_overload";
+
+/// What to measure and how hard to push.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OverloadOptions {
+    /// The service's base URL (plain HTTP): `http://HOST:PORT`.
+    pub url: String,
+    /// The request measured and sent by the overload: `GET path` (with its query).
+    pub path: String,
+    /// Overload clients at once.
+    pub clients: usize,
+    /// How long an overload client waits for its answer before it gives up.
+    pub client_timeout: Duration,
+    /// How long the overload lasts.
+    pub overload_for: Duration,
+    /// Closed-loop connections measuring the rate.
+    pub workers: usize,
+    /// How long each rate is measured.
+    pub window: Duration,
+    /// The pause between the overload and the first window after it.
+    pub settle: Duration,
+    /// The least rate after, as a share of the rate before.
+    pub ratio_min: f64,
+    /// Windows after the overload at most (the best is judged; the first that reaches
+    /// `ratio_min` ends the measurement).
+    pub after_windows_max: u32,
+}
+
+impl OverloadOptions {
+    /// `clients` overload clients against `url`, measuring `GET path`: 20 ms client timeout,
+    /// 3 s of overload, 16 workers, 2 s windows, 1 s to settle, at least 0.9 of the rate
+    /// before, up to 3 windows after.
+    #[must_use]
+    pub fn new(url: &str, path: &str, clients: usize) -> Self {
+        Self {
+            url: url.to_owned(),
+            path: path.to_owned(),
+            clients,
+            client_timeout: Duration::from_millis(20),
+            overload_for: Duration::from_secs(3),
+            workers: 16,
+            window: Duration::from_secs(2),
+            settle: Duration::from_secs(1),
+            ratio_min: 0.9,
+            after_windows_max: 3,
+        }
+    }
+
+    /// Whether the options make a check: a message naming the option otherwise.
+    ///
+    /// # Errors
+    /// No clients or too many, a client timeout of 0 or over 60 s, an overload of 0 or over
+    /// 10 minutes.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=20_000).contains(&self.clients) {
+            return Err(format!("--overload {}: give 1 to 20000", self.clients));
+        }
+        let ms = self.client_timeout.as_millis();
+        if !(1..=60_000).contains(&ms) {
+            return Err(format!(
+                "--overload-timeout-ms {ms}: give 1 to 60000 (ms a client waits before it gives up)"
+            ));
+        }
+        let s = self.overload_for.as_secs_f64();
+        if !(s > 0.0 && s <= 600.0) {
+            return Err(format!(
+                "--overload-s {s}: give more than 0 and at most 600"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the check measured.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct OverloadRun {
+    /// Answers per second before the overload.
+    pub rate_before_per_s: f64,
+    /// Answers per second in each window after it.
+    pub rates_after_per_s: Vec<f64>,
+    /// Overload requests tried (each on a fresh connection).
+    pub attempts: u64,
+    /// Of them, connections the service accepted.
+    pub connected: u64,
+    /// Overload requests answered below 500 within the client timeout.
+    pub answered: u64,
+    /// Overload requests answered 500 or above (503: refused by admission) within it.
+    pub refused: u64,
+    /// Overload requests whose client gave up (and reset the connection).
+    pub gave_up: u64,
+    /// Overload connections refused, or closed by the service before an answer.
+    pub not_served: u64,
+    /// Overload clients.
+    pub clients: usize,
+    /// Their timeout, ms.
+    pub client_timeout_ms: u64,
+    /// The options' threshold, for the report.
+    pub ratio_min: f64,
+}
+
+/// Why the check could not be made (not a verdict).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct OverloadError(pub String);
+
+impl OverloadRun {
+    /// The best rate measured after the overload.
+    #[must_use]
+    pub fn rate_after_per_s(&self) -> f64 {
+        self.rates_after_per_s.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// The rate after as a share of the rate before.
+    #[must_use]
+    pub fn ratio(&self) -> f64 {
+        if self.rate_before_per_s > 0.0 {
+            self.rate_after_per_s() / self.rate_before_per_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether the overload reached a limit: some of its requests were refused, given up or
+    /// not served.
+    #[must_use]
+    pub fn overloaded(&self) -> bool {
+        self.refused + self.gave_up + self.not_served > 0
+    }
+
+    /// What the overload did, in words.
+    #[must_use]
+    pub fn overload_line(&self) -> String {
+        format!(
+            "{} clients with a {} ms timeout made {} requests ({} connected): {} answered, {} \
+             refused (5xx), {} given up and reset, {} not served",
+            self.clients,
+            self.client_timeout_ms,
+            self.attempts,
+            self.connected,
+            self.answered,
+            self.refused,
+            self.gave_up,
+            self.not_served
+        )
+    }
+
+    /// `service.capacity_after_overload`.
+    #[must_use]
+    pub fn check(&self) -> InvariantResult {
+        let ratio = self.ratio();
+        let windows: Vec<String> = self
+            .rates_after_per_s
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect();
+        let detail = format!(
+            "{:.0}/s before, {}/s after (best of {} window(s), ratio {ratio:.3}, at least {:.2}); \
+             {}",
+            self.rate_before_per_s,
+            windows.join(", "),
+            windows.len(),
+            self.ratio_min,
+            self.overload_line()
+        );
+        let (verdict, first) = if !self.overloaded() {
+            (
+                Judgement::NotChecked,
+                Some(format!(
+                    "the overload reached no limit: every one of its {} requests was answered \
+                     within {} ms (more clients or a shorter timeout: --overload, \
+                     --overload-timeout-ms)",
+                    self.attempts, self.client_timeout_ms
+                )),
+            )
+        } else if ratio >= self.ratio_min {
+            (Judgement::Held, None)
+        } else {
+            (
+                Judgement::Violated,
+                Some(format!(
+                    "after the overload the service answered {:.0}/s, {ratio:.2} of its {:.0}/s \
+                     before (at least {:.2} expected): capacity lost to clients that gave up",
+                    self.rate_after_per_s(),
+                    self.rate_before_per_s,
+                    self.ratio_min
+                )),
+            )
+        };
+        InvariantResult {
+            name: CAPACITY_AFTER_OVERLOAD.into(),
+            verdict,
+            seed: None,
+            first_offending_event: first,
+            detail: Some(detail),
+        }
+    }
+}
+
+/// Answers per second to `GET path` over `workers` closed-loop connections for `window`.
+async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> f64 {
+    let answered = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..workers.max(1))
+        .map(|_| {
+            let (target, path) = (target.clone(), path.clone());
+            let (answered, stop) = (Arc::clone(&answered), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut conn = Conn::default();
+                while !stop.load(Ordering::Relaxed) {
+                    let r = conn
+                        .send(
+                            &target,
+                            Method::GET,
+                            &path,
+                            (None, None),
+                            Duration::from_secs(2),
+                        )
+                        .await;
+                    match r {
+                        Ok((status, _)) if status < 500 => {
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // A service that refuses must not be spun on.
+                        _ => tokio::time::sleep(Duration::from_millis(5)).await,
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed_s = started.elapsed().as_secs_f64();
+    for t in tasks {
+        let _ = t.await;
+    }
+    answered.load(Ordering::Relaxed) as f64 / elapsed_s.max(1e-9)
+}
+
+/// How one overload request ended.
+enum Outcome {
+    Answered(u16),
+    GaveUp,
+    NotServed,
+}
+
+/// One overload request on a fresh connection: the answer's status, or the client gave up
+/// after `timeout` (and reset the connection), or the service refused or closed it first.
+async fn one_request(addr: SocketAddr, request: &[u8], timeout: Duration) -> (bool, Outcome) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+        Err(_) => return (false, Outcome::GaveUp),
+        Ok(Err(_)) => return (false, Outcome::NotServed),
+        Ok(Ok(tcp)) => tcp,
+    };
+    let mut tcp = tcp;
+    let exchange = async {
+        tcp.write_all(request).await?;
+        let mut head = Vec::with_capacity(256);
+        let mut buf = [0u8; 1024];
+        // `Connection: close`: the whole answer is what comes before the service's close.
+        loop {
+            let n = tcp.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<_, std::io::Error>(head);
+            }
+            if head.len() < 64 * 1024 {
+                head.extend_from_slice(&buf[..n]);
+            }
+        }
+    };
+    match tokio::time::timeout_at(deadline, exchange).await {
+        Err(_) => {
+            // A client that gives up with its answer unread resets the connection.
+            let _ = tcp.set_zero_linger();
+            drop(tcp);
+            (true, Outcome::GaveUp)
+        }
+        Ok(Err(_)) => (true, Outcome::NotServed),
+        Ok(Ok(answer)) => match status_of(&answer) {
+            Some(status) => (true, Outcome::Answered(status)),
+            None => (true, Outcome::NotServed),
+        },
+    }
+}
+
+/// The status of an HTTP/1.x answer (`HTTP/1.1 503 …`).
+fn status_of(answer: &[u8]) -> Option<u16> {
+    let line = answer.split(|&b| b == b'\n').next()?;
+    let text = std::str::from_utf8(line).ok()?;
+    let mut words = text.split_whitespace();
+    words.next().filter(|v| v.starts_with("HTTP/"))?;
+    words.next()?.parse().ok()
+}
+
+/// The overload: `clients` clients, each one request after another until `until`.
+async fn overload(
+    addr: SocketAddr,
+    request: Arc<Vec<u8>>,
+    clients: usize,
+    timeout: Duration,
+    until: Instant,
+) -> OverloadRun {
+    let counts: Arc<[AtomicU64; 5]> = Arc::new(Default::default());
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (counts, request) = (Arc::clone(&counts), Arc::clone(&request));
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let (connected, outcome) = one_request(addr, &request, timeout).await;
+                    if connected {
+                        counts[0].fetch_add(1, Ordering::Relaxed);
+                    }
+                    let slot = match outcome {
+                        Outcome::Answered(status) if status < 500 => 1,
+                        Outcome::Answered(_) => 2,
+                        Outcome::GaveUp => 3,
+                        Outcome::NotServed => {
+                            // A refused connection comes back at once: do not spin on it.
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            4
+                        }
+                    };
+                    counts[slot].fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let n = |i: usize| counts[i].load(Ordering::Relaxed);
+    OverloadRun {
+        attempts: n(1) + n(2) + n(3) + n(4),
+        connected: n(0),
+        answered: n(1),
+        refused: n(2),
+        gave_up: n(3),
+        not_served: n(4),
+        clients,
+        client_timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        ..OverloadRun::default()
+    }
+}
+
+/// Runs the check.
+///
+/// # Errors
+/// The URL is not plain HTTP, or the service answered nothing before the overload.
+pub fn run(opts: &OverloadOptions) -> Result<OverloadRun, OverloadError> {
+    opts.validate().map_err(OverloadError)?;
+    let base = reqwest::Url::parse(&opts.url)
+        .map_err(|e| OverloadError(format!("--url {}: {e}", opts.url)))?;
+    let target = Target::of(&base).ok_or_else(|| {
+        OverloadError(format!("--overload needs a plain http:// URL, not {base}"))
+    })?;
+    let addr = load::conn::socket_addr(&opts.url).map_err(OverloadError)?;
+    let host = format!(
+        "{}:{}",
+        base.host_str().unwrap_or_default(),
+        base.port_or_known_default().unwrap_or(80)
+    );
+    let path: Uri = opts
+        .path
+        .parse()
+        .map_err(|e| OverloadError(format!("path {}: {e}", opts.path)))?;
+    let request = Arc::new(
+        format!(
+            "GET {} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+            opts.path
+        )
+        .into_bytes(),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| OverloadError(format!("a runtime for the overload: {e}")))?;
+    rt.block_on(async {
+        let before = rate(&target, &path, opts.workers, opts.window).await;
+        if before <= 0.0 {
+            return Err(OverloadError(format!(
+                "GET {}{}: no answer before the overload",
+                opts.url, opts.path
+            )));
+        }
+        let until = Instant::now() + opts.overload_for;
+        let mut run = overload(addr, request, opts.clients, opts.client_timeout, until).await;
+        tokio::time::sleep(opts.settle).await;
+        run.rate_before_per_s = before;
+        run.ratio_min = opts.ratio_min;
+        for _ in 0..opts.after_windows_max.max(1) {
+            let after = rate(&target, &path, opts.workers, opts.window).await;
+            run.rates_after_per_s.push(after);
+            if run.ratio() >= opts.ratio_min {
+                break;
+            }
+        }
+        Ok(run)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_of(before: f64, after: &[f64], gave_up: u64) -> OverloadRun {
+        OverloadRun {
+            rate_before_per_s: before,
+            rates_after_per_s: after.to_vec(),
+            attempts: 5_000,
+            connected: 5_000,
+            answered: 5_000 - gave_up,
+            gave_up,
+            clients: 1_000,
+            client_timeout_ms: 20,
+            ratio_min: 0.9,
+            ..OverloadRun::default()
+        }
+    }
+
+    #[test]
+    fn the_check_fires_on_capacity_lost_and_not_on_a_service_that_comes_back() {
+        // Back to its rate (the best window after counts: noise passes, a leak does not).
+        let good = run_of(10_000.0, &[8_000.0, 9_500.0], 700);
+        assert_eq!(good.check().verdict, Judgement::Held, "{:?}", good.check());
+        assert!((good.ratio() - 0.95).abs() < 1e-9);
+        // Every connection slot kept by clients that gave up: nothing answered after.
+        let leaked = run_of(10_000.0, &[0.0, 0.0, 0.0], 2_400);
+        let check = leaked.check();
+        assert_eq!(check.name, CAPACITY_AFTER_OVERLOAD);
+        assert_eq!(check.verdict, Judgement::Violated);
+        let first = check.first_offending_event.unwrap();
+        assert!(first.contains("0.00 of its 10000/s"), "{first}");
+        // A partial loss below the bound is a loss too.
+        let shrunk = run_of(10_000.0, &[6_000.0, 7_000.0, 6_500.0], 900);
+        assert_eq!(shrunk.check().verdict, Judgement::Violated);
+    }
+
+    #[test]
+    fn an_overload_that_reached_no_limit_is_not_a_pass() {
+        let gentle = run_of(10_000.0, &[10_000.0], 0);
+        let check = gentle.check();
+        assert_eq!(check.verdict, Judgement::NotChecked);
+        assert!(
+            check
+                .first_offending_event
+                .unwrap()
+                .contains("reached no limit")
+        );
+        // Refusals (503) show a limit reached as much as clients giving up.
+        let refused = OverloadRun {
+            refused: 10,
+            ..run_of(10_000.0, &[10_000.0], 0)
+        };
+        assert_eq!(refused.check().verdict, Judgement::Held);
+    }
+
+    #[test]
+    fn statuses_are_read_from_the_status_line_only() {
+        assert_eq!(
+            status_of(b"HTTP/1.1 503 Service Unavailable\r\n"),
+            Some(503)
+        );
+        assert_eq!(status_of(b"HTTP/1.0 200 OK\r\nx: 1\r\n\r\n{}"), Some(200));
+        assert_eq!(status_of(b""), None);
+        assert_eq!(status_of(b"SSH-2.0-OpenSSH\r\n"), None);
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        let mut o = OverloadOptions::new("http://127.0.0.1:1", "/id/x", 0);
+        assert!(o.validate().unwrap_err().contains("--overload 0"));
+        o.clients = 10;
+        o.client_timeout = Duration::ZERO;
+        assert!(o.validate().unwrap_err().contains("--overload-timeout-ms"));
+        o.client_timeout = Duration::from_millis(20);
+        assert!(o.validate().is_ok());
+    }
+}
