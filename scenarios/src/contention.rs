@@ -361,22 +361,8 @@ pub fn run(opts: &ContentionOptions, server_bin: &Path) -> Result<ContentionRun,
     }
     // Their prefetches of the next segment, made by their upkeep (every 200 ms), land too.
     std::thread::sleep(Duration::from_millis(500));
-    let clients = |n: u64| BlackBoxOptions {
-        target: Target::Http {
-            pointer: Some("/id".into()),
-        },
-        urls: bases.iter().map(|b| format!("{b}/id/{{key}}")).collect(),
-        key: TAG.into(),
-        clients: n,
-        rate: None,
-        duration: opts.duration,
-        monotonic: Monotonic::Server,
-        commands: Vec::new(),
-        nemesis: None,
-        slow_clients: None,
-        db: None,
-        netns: false,
-    };
+    let urls: Vec<String> = bases.iter().map(|b| format!("{b}/id/{{key}}")).collect();
+    let clients = |n: u64| blackbox_options(urls.clone(), n, opts.duration);
     let (single_clients, batch_clients) = if opts.batches && opts.clients > 1 {
         (opts.clients - opts.clients / 2, opts.clients / 2)
     } else {
@@ -613,6 +599,30 @@ fn get_page(base: &str, path: &str) -> Option<String> {
     tcp.read_to_string(&mut answer).ok()?;
     let (head, body) = answer.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// The black-box run of a contention run's single clients: `clients` of them asking `urls` (a
+/// `{key}` template each) for the tag's IDs, each server's answers in real-time order.
+#[must_use]
+pub fn blackbox_options(urls: Vec<String>, clients: u64, duration: Duration) -> BlackBoxOptions {
+    BlackBoxOptions {
+        target: Target::Http {
+            pointer: Some("/id".into()),
+        },
+        urls,
+        key: TAG.into(),
+        clients,
+        ramp: None,
+        rate: None,
+        duration,
+        monotonic: Monotonic::Server,
+        commands: Vec::new(),
+        nemesis: None,
+        slow_clients: None,
+        db: None,
+        db_delay: None,
+        netns: false,
+    }
 }
 
 #[cfg(test)]

@@ -288,22 +288,7 @@ fn contention(name: &str, spec: &scenarios::loadfile::LoadSpec, args: &RunArgs) 
 fn contention_blackbox(
     opts: &scenarios::contention::ContentionOptions,
 ) -> blackbox::ids::BlackBoxOptions {
-    blackbox::ids::BlackBoxOptions {
-        target: blackbox::ids::Target::Http {
-            pointer: Some("/id".into()),
-        },
-        urls: vec![opts.describe()],
-        key: scenarios::contention::TAG.into(),
-        clients: opts.clients,
-        rate: None,
-        duration: opts.duration,
-        monotonic: blackbox::ids::Monotonic::Server,
-        commands: Vec::new(),
-        nemesis: None,
-        slow_clients: None,
-        db: None,
-        netns: false,
-    }
+    scenarios::contention::blackbox_options(vec![opts.describe()], opts.clients, opts.duration)
 }
 
 /// The load report on stdout: per endpoint its corrected latencies, throughput and errors,
