@@ -409,8 +409,8 @@ pub const ENTRIES: [ProcessFlaw; 19] = [
         name: "unguarded_fallback",
         origin: "a planted weakness of the deployed server (`sut-server --weakness \
                  unguarded_fallback`), which the default deployment catches only by chance",
-        mechanism: "an allocation of the PostgreSQL store that lost the serialization race \
-                    twice in a row falls back to two transactions, the tag row read in one and \
+        mechanism: "an allocation of the PostgreSQL store that lost a serialization race \
+                    falls back to two transactions, the tag row read in one and \
                     `max_id = read + step` written in the next with no version compare: three \
                     ID servers on one PostgreSQL in contention mode (segments of 1 ID, 32 \
                     clients, half asking for batches) lose races all the time and take the \

@@ -145,8 +145,8 @@ impl Db {
     }
 
     /// [`Db::open_ids`], with the planted weakness `unguarded_fallback` (TEST ONLY) when
-    /// `unguarded`: an allocation of a PostgreSQL or MariaDB store that lost the serialization
-    /// race twice in a row is written unguarded
+    /// `unguarded`: an allocation of a PostgreSQL or MariaDB store that lost a serialization
+    /// race is written unguarded
     /// ([`crate::sqldb::ids::SqlIdStore::unguarded_fallback`]).
     ///
     /// # Errors

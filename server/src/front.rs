@@ -560,10 +560,17 @@ mod tests {
     #[test]
     fn a_thread_past_a_small_block_takes_the_next_one_and_skips_nothing() {
         // Blocks of 1: every take past the window finds another thread's refill too small.
-        let ids = Arc::new(front(3, 1));
+        let all = eight_threads_take(&Arc::new(front(3, 1)));
+        assert_dense(&all, 16_000);
+    }
+
+    /// 2,000 IDs taken by each of eight threads at once from `ids`, sorted.
+    fn eight_threads_take<F: Fn() -> Now + Send + Sync + 'static>(
+        ids: &Arc<ConcurrentIds<MemoryIdStore, F>>,
+    ) -> Vec<u64> {
         let handles: Vec<_> = (0..8)
             .map(|_| {
-                let ids = Arc::clone(&ids);
+                let ids = Arc::clone(ids);
                 std::thread::spawn(move || {
                     (0..2_000)
                         .map(|_| ids.next_id().unwrap())
@@ -576,7 +583,7 @@ mod tests {
             .flat_map(|h| h.join().unwrap())
             .collect();
         all.sort_unstable();
-        assert_dense(&all, 16_000);
+        all
     }
 
     /// `all` (sorted) is exactly 1..=n; the first difference is named, not the whole list.
@@ -612,22 +619,7 @@ mod tests {
         // Blocks of 1 and eight threads: takes land past blocks others just published.
         let run = |planted: bool| {
             let ids = Arc::new(front(3, 1).past_block_repeat(planted));
-            let handles: Vec<_> = (0..8)
-                .map(|_| {
-                    let ids = Arc::clone(&ids);
-                    std::thread::spawn(move || {
-                        (0..2_000)
-                            .map(|_| ids.next_id().unwrap())
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            let mut all: Vec<u64> = handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect();
-            all.sort_unstable();
-            (all, ids.paths())
+            (eight_threads_take(&ids), ids.paths())
         };
         let (all, paths) = run(false);
         assert_dense(&all, 16_000);

@@ -60,8 +60,8 @@ pub enum Weakness {
     /// (`service.capacity_after_overload`).
     #[value(name = "conn_slot_leak")]
     ConnSlotLeak,
-    /// A segment allocation of the PostgreSQL and MariaDB stores that lost the serialization
-    /// race twice in a row falls back to an unguarded one: the tag row read in one
+    /// A segment allocation of the PostgreSQL and MariaDB stores that lost a serialization
+    /// race falls back to an unguarded one: the tag row read in one
     /// transaction, `max_id = read + step` written in the next with no version compare (the
     /// lease written over another's), and two servers reloading at once take the same range.
     /// Contention makes allocations lose races in a row all the time (`scenario cluster_pg

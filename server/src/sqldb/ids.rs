@@ -23,7 +23,7 @@ use super::{DbError, SqlConn};
 
 /// Lost serialization races of one allocation after which the planted weakness
 /// `unguarded_fallback` writes it unguarded.
-pub const UNGUARDED_AFTER_TRIES: u32 = 2;
+pub const UNGUARDED_AFTER_TRIES: u32 = 1;
 
 /// How an ID store's rows are read and written in one server's transaction.
 pub trait IdRows {
