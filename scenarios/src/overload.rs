@@ -112,6 +112,11 @@ pub struct OverloadRun {
     pub rate_before_per_s: f64,
     /// Answers per second in each window after it.
     pub rates_after_per_s: Vec<f64>,
+    /// Requests of the windows after it that got no answer below 500 (refused, reset, timed
+    /// out, 5xx), and the first one's error: what a rate of 0 was made of.
+    pub after_failed: u64,
+    /// The first of them, in words.
+    pub after_first_failure: Option<String>,
     /// Overload requests tried (each on a fresh connection).
     pub attempts: u64,
     /// Of them, connections the service accepted.
@@ -213,10 +218,17 @@ impl OverloadRun {
                 Judgement::Violated,
                 Some(format!(
                     "after the overload the service answered {:.0}/s, {ratio:.2} of its {:.0}/s \
-                     before (at least {:.2} expected): capacity lost to clients that gave up",
+                     before (at least {:.2} expected): capacity lost to clients that gave up{}",
                     self.rate_after_per_s(),
                     self.rate_before_per_s,
-                    self.ratio_min
+                    self.ratio_min,
+                    self.after_first_failure
+                        .as_ref()
+                        .map(|e| format!(
+                            " ({} request(s) after it unanswered, the first: {e})",
+                            self.after_failed
+                        ))
+                        .unwrap_or_default()
                 )),
             )
         };
@@ -230,15 +242,32 @@ impl OverloadRun {
     }
 }
 
+/// What one measuring window saw.
+struct Window {
+    /// Answers below 500 per second.
+    rate_per_s: f64,
+    /// Requests without one.
+    failed: u64,
+    /// The first of them, in words.
+    first_failure: Option<String>,
+}
+
 /// Answers per second to `GET path` over `workers` closed-loop connections for `window`.
-async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> f64 {
+async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> Window {
     let answered = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let first_failure: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let tasks: Vec<_> = (0..workers.max(1))
         .map(|_| {
             let (target, path) = (target.clone(), path.clone());
-            let (answered, stop) = (Arc::clone(&answered), Arc::clone(&stop));
+            let (answered, failed, first_failure, stop) = (
+                Arc::clone(&answered),
+                Arc::clone(&failed),
+                Arc::clone(&first_failure),
+                Arc::clone(&stop),
+            );
             tokio::spawn(async move {
                 let mut conn = Conn::default();
                 while !stop.load(Ordering::Relaxed) {
@@ -251,13 +280,20 @@ async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> 
                             Duration::from_secs(2),
                         )
                         .await;
-                    match r {
+                    let failure = match r {
                         Ok((status, _)) if status < 500 => {
                             answered.fetch_add(1, Ordering::Relaxed);
+                            continue;
                         }
-                        // A service that refuses must not be spun on.
-                        _ => tokio::time::sleep(Duration::from_millis(5)).await,
+                        Ok((status, _)) => format!("answered {status}"),
+                        Err(e) => format!("{e:?}"),
+                    };
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut first) = first_failure.lock() {
+                        first.get_or_insert(failure);
                     }
+                    // A service that refuses must not be spun on.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             })
         })
@@ -268,7 +304,12 @@ async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> 
     for t in tasks {
         let _ = t.await;
     }
-    answered.load(Ordering::Relaxed) as f64 / elapsed_s.max(1e-9)
+    let first_failure = first_failure.lock().ok().and_then(|f| f.clone());
+    Window {
+        rate_per_s: answered.load(Ordering::Relaxed) as f64 / elapsed_s.max(1e-9),
+        failed: failed.load(Ordering::Relaxed),
+        first_failure,
+    }
 }
 
 /// How one overload request ended.
@@ -410,7 +451,9 @@ pub fn run(opts: &OverloadOptions) -> Result<OverloadRun, OverloadError> {
         .build()
         .map_err(|e| OverloadError(format!("a runtime for the overload: {e}")))?;
     rt.block_on(async {
-        let before = rate(&target, &path, opts.workers, opts.window).await;
+        let before = rate(&target, &path, opts.workers, opts.window)
+            .await
+            .rate_per_s;
         if before <= 0.0 {
             return Err(OverloadError(format!(
                 "GET {}{}: no answer before the overload",
@@ -424,7 +467,11 @@ pub fn run(opts: &OverloadOptions) -> Result<OverloadRun, OverloadError> {
         run.ratio_min = opts.ratio_min;
         for _ in 0..opts.after_windows_max.max(1) {
             let after = rate(&target, &path, opts.workers, opts.window).await;
-            run.rates_after_per_s.push(after);
+            run.rates_after_per_s.push(after.rate_per_s);
+            run.after_failed += after.failed;
+            if run.after_first_failure.is_none() {
+                run.after_first_failure = after.first_failure;
+            }
             if run.ratio() >= opts.ratio_min {
                 break;
             }

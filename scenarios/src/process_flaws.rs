@@ -912,6 +912,15 @@ fn run_overload(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow,
     let own = blackbox::ids::run(&options(bug, program, true)?).map_err(|e| e.to_string())?;
     let planted = overload_check(bug, program, true)?;
     let control = overload_check(bug, program, false)?;
+    if control.verdict != Judgement::Held {
+        // The row says only that the control failed: what it measured goes with it.
+        eprintln!(
+            "{}: the control's capacity check: {} ({})",
+            bug.name,
+            control.first_offending_event.as_deref().unwrap_or("-"),
+            control.detail.as_deref().unwrap_or("-")
+        );
+    }
     Ok(ProcessRow {
         bug,
         caught: with_own_checks(first_violated([&planted]), own.passed()),
