@@ -382,10 +382,10 @@ pub fn no_dead_letter_after_heal(history: &[Event], grace_ms: u64) -> Result<(),
             "lottery.no_dead_letter_after_heal",
             Some(e.seq),
             format!(
-                "draw {xid} was dead-lettered at {} ms, after every fault had healed (event #{}, \
+                "draw {xid} was dead-lettered (#{}, {} ms) after every fault had healed (#{}, \
                  {} ms) and after the longest round begun before the heal ({grace_ms} ms) could \
                  have ended",
-                e.sim_ms, healed.seq, healed.sim_ms
+                e.seq, e.sim_ms, healed.seq, healed.sim_ms
             ),
         )),
     }

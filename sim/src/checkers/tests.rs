@@ -494,7 +494,7 @@ fn a_dead_letter_after_the_heal_fires_one_before_it_does_not() {
     assert_eq!(v.invariant, "lottery.no_dead_letter_after_heal");
     assert_eq!(v.event, Some(3));
     assert!(
-        v.detail.contains("draw 1 was dead-lettered at 3 ms"),
+        v.detail.contains("draw 1 was dead-lettered (#3, 3 ms)"),
         "{}",
         v.detail
     );

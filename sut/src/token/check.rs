@@ -83,12 +83,14 @@ impl TokenEvent {
     }
 }
 
-/// A broken invariant, naming the first offending event.
+/// A broken invariant, naming the first offending event. Its messages print the events' stamps
+/// as `#N`: a caller whose stamps are its history's event numbers (the simulator's are) gets
+/// messages a reader can follow to the history's lines.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
 pub enum TokenViolation {
     /// `tokens.single_use`: a one-time token was accepted a second time.
     #[error(
-        "tokens.single_use: token {token} accepted again at {at} (event #{index}); first accepted at {first_at}"
+        "tokens.single_use: token {token} accepted again (#{at}); first accepted at #{first_at}"
     )]
     SingleUse {
         /// The token.
@@ -103,7 +105,7 @@ pub enum TokenViolation {
     /// `tokens.revoked_rejected`: a verification invoked after the revocation was acknowledged
     /// accepted the token.
     #[error(
-        "tokens.revoked_rejected: jti {jti} accepted at {at} (event #{index}, invoked at {invoked_at}) after its revocation was acknowledged at {revoked_at}"
+        "tokens.revoked_rejected: jti {jti} accepted (#{at}, invoked at #{invoked_at}) after its revocation was acknowledged (#{revoked_at})"
     )]
     RevokedAccepted {
         /// The token's id.
@@ -118,7 +120,9 @@ pub enum TokenViolation {
         revoked_at: u64,
     },
     /// The history is not in `at` order (or a verify claims to be invoked after it answered).
-    #[error("history out of order at event #{index} (at {at}, previous {previous_at})")]
+    #[error(
+        "history out of order: #{at} comes after #{previous_at} (its place {index} in the token events)"
+    )]
     OutOfOrder {
         /// Index of the offending event.
         index: usize,
