@@ -277,6 +277,16 @@ impl History {
             .collect()
     }
 
+    /// The values of the `ok` operations of `f`, each with its operation's index (`#N`).
+    #[must_use]
+    pub fn ok_values_indexed(&self, f: &str) -> Vec<(i64, u64)> {
+        self.ops
+            .iter()
+            .filter(|op| op.op_type == OpType::Ok && op.f == f)
+            .filter_map(|op| op.value.map(|v| (v, op.index)))
+            .collect()
+    }
+
     /// Completions by kind.
     #[must_use]
     pub fn completions(&self) -> Completions {
@@ -600,6 +610,46 @@ mod tests {
             Some("connection refused".into()),
         );
         r.finish()
+    }
+
+    #[test]
+    fn a_repeated_id_is_named_by_the_edn_index_of_the_operations_that_received_it() {
+        let r = Recorder::new();
+        for (process, value) in [(0, Some(5)), (1, Some(6)), (2, None), (0, Some(5))] {
+            r.record(process, OpType::Invoke, "generate", None, None);
+            match value {
+                Some(v) => r.record(process, OpType::Ok, "generate", Some(v), None),
+                None => r.record(
+                    process,
+                    OpType::Fail,
+                    "generate",
+                    None,
+                    Some("refused".into()),
+                ),
+            }
+        }
+        let h = r.finish();
+        let indexed: Vec<(u64, u64)> = h
+            .ok_values_indexed("generate")
+            .into_iter()
+            .map(|(v, i)| (u64::try_from(v).unwrap(), i))
+            .collect();
+        assert_eq!(indexed, [(5, 1), (6, 3), (5, 7)]);
+        let check = load::verify::ids_unique_in_history("t", &indexed);
+        let named = check.first_offending_event.unwrap();
+        assert_eq!(named, "ID 5 received again (#7 of the history; first #1)");
+        // Each number is the `:index` of an `ok` of that ID in the EDN a reader greps.
+        let edn = h.to_edn();
+        for n in [7, 1] {
+            let line = edn
+                .lines()
+                .find(|l| l.contains(&format!(":index {n}}}")))
+                .unwrap();
+            assert!(
+                line.starts_with("{:type :ok, :f :generate, :value 5,"),
+                "{line}"
+            );
+        }
     }
 
     #[test]

@@ -1977,7 +1977,14 @@ fn judge(
         elapsed: opts.duration,
         ids: ids.len() as u64,
         gaps: verify::id_gaps(&ids),
-        unique: verify::ids_unique(&space, &ids),
+        unique: verify::ids_unique_in_history(
+            &space,
+            &history
+                .ok_values_indexed("generate")
+                .into_iter()
+                .map(|(v, index)| (u64::from_ne_bytes(v.to_ne_bytes()), index))
+                .collect::<Vec<_>>(),
+        ),
         monotonic: ids_monotonic(&results.completed, opts.monotonic),
         took_effect,
         errors: results.errors,

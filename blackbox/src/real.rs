@@ -425,11 +425,6 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ProcessError> {
     let history = Arc::into_inner(recorder)
         .expect("every client thread has ended")
         .finish();
-    let ids: Vec<u64> = history
-        .ok_values("generate")
-        .into_iter()
-        .map(|v| u64::try_from(v).unwrap_or(0))
-        .collect();
     let space = match opts.system {
         IdSystem::RedisIncr(_) => "redis-incr",
         IdSystem::PostgresSequence => "postgres-nextval",
@@ -437,7 +432,12 @@ pub fn ids_under_kills(opts: &IdRunOptions) -> Result<IdRun, ProcessError> {
         IdSystem::MariaDbLeafSegment { .. } => "mariadb-leaf-segment-end",
         IdSystem::MariaDbAutoIncrement { .. } => "mariadb-auto-increment",
     };
-    let unique = verify::ids_unique(space, &ids);
+    let indexed: Vec<(u64, u64)> = history
+        .ok_values_indexed("generate")
+        .into_iter()
+        .map(|(v, index)| (u64::try_from(v).unwrap_or(0), index))
+        .collect();
+    let unique = verify::ids_unique_in_history(space, &indexed);
     let took_effect = faults_took_effect(faults, opts.down_for / 2, &history);
     Ok(IdRun {
         history,

@@ -46,6 +46,26 @@ pub fn ids_unique(space: &str, ids: &[u64]) -> InvariantResult {
     }
 }
 
+/// `ids.unique` over a history's answers: each ID with the `#N` of the history operation that
+/// received it (the `:index` of its EDN export), so that the repeat named is a line a reader can
+/// find.
+#[must_use]
+pub fn ids_unique_in_history(space: &str, ids: &[(u64, u64)]) -> InvariantResult {
+    let name = format!("ids.unique[{space}]");
+    let mut once = AtMostOnce::new();
+    for (id, index) in ids {
+        let _ = once.observe(*id, *index);
+    }
+    match once.first_repeat() {
+        None => held(&name, format!("{} IDs, all distinct", ids.len())),
+        Some((id, first, again)) => violated(
+            &name,
+            format!("ID {id} received again (#{again} of the history; first #{first})"),
+            format!("{} IDs, {} repeats", ids.len(), once.repeats()),
+        ),
+    }
+}
+
 /// `tokens.once_accepted_once`: `accepted` holds every one-time token whose consume was
 /// answered `accepted: true`, each observed once per such answer.
 #[must_use]
