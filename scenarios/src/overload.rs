@@ -63,7 +63,7 @@ pub struct OverloadOptions {
 impl OverloadOptions {
     /// `clients` overload clients against `url`, measuring `GET path`: 20 ms client timeout,
     /// 3 s of overload, 16 workers, 2 s windows, 1 s to settle, at least 0.9 of the rate
-    /// before, up to 3 windows after.
+    /// before, up to 6 windows after (the first at or above it ends them).
     #[must_use]
     pub fn new(url: &str, path: &str, clients: usize) -> Self {
         Self {
@@ -76,7 +76,7 @@ impl OverloadOptions {
             window: Duration::from_secs(2),
             settle: Duration::from_secs(1),
             ratio_min: 0.9,
-            after_windows_max: 3,
+            after_windows_max: 6,
         }
     }
 
