@@ -378,9 +378,10 @@ pub struct SlowArgs {
 pub struct PowerArgs {
     /// After the run, the capacity check: the answer rate of the first server is measured, N
     /// clients then overload it for --overload-s, each giving up after --overload-timeout-ms
-    /// and resetting its connection, and its rate after must come back to at least 0.9 of the
-    /// rate before (`service.capacity_after_overload`). With --server-cmd, on a fresh start of
-    /// the first server. Plain HTTP targets (http, leaf, tinyid).
+    /// and resetting its connection, and its rate after must come back to at least
+    /// --overload-ratio-min of the rate before (`service.capacity_after_overload`). With
+    /// --server-cmd, on a fresh start of the first server. Plain HTTP targets (http, leaf,
+    /// tinyid).
     #[arg(long, value_name = "N")]
     pub overload: Option<usize>,
     /// With --overload: how long an overload client waits for its answer, ms.
@@ -389,6 +390,10 @@ pub struct PowerArgs {
     /// With --overload: how long the overload lasts, seconds.
     #[arg(long, default_value_t = 3.0)]
     pub overload_s: f64,
+    /// With --overload: the least rate after, as a share of the rate before (lower it on a
+    /// machine whose load changes while the check runs: lost capacity reads near 0).
+    #[arg(long, default_value_t = 0.9, value_name = "RATIO")]
+    pub overload_ratio_min: f64,
     /// Judge gaps (`ids.gaps`): at most N IDs never handed out between the smallest and the
     /// largest received, the bound your service promises within one incarnation (0: none, as a
     /// segment service with one server and no restart). Only in a run without --nemesis.
@@ -422,6 +427,7 @@ impl PowerArgs {
         }
         let opts = crate::overload::OverloadOptions {
             client_timeout: Duration::from_millis(self.overload_timeout_ms),
+            ratio_min: self.overload_ratio_min,
             overload_for: Duration::from_secs_f64(self.overload_s.min(600.0)),
             ..crate::overload::OverloadOptions::new(
                 &parsed.origin().ascii_serialization(),

@@ -84,7 +84,7 @@ impl OverloadOptions {
     ///
     /// # Errors
     /// No clients or too many, a client timeout of 0 or over 60 s, an overload of 0 or over
-    /// 10 minutes.
+    /// 10 minutes, a least ratio outside (0, 1].
     pub fn validate(&self) -> Result<(), String> {
         if !(1..=20_000).contains(&self.clients) {
             return Err(format!("--overload {}: give 1 to 20000", self.clients));
@@ -99,6 +99,13 @@ impl OverloadOptions {
         if !(s > 0.0 && s <= 600.0) {
             return Err(format!(
                 "--overload-s {s}: give more than 0 and at most 600"
+            ));
+        }
+        let r = self.ratio_min;
+        if !(r > 0.0 && r <= 1.0) {
+            return Err(format!(
+                "--overload-ratio-min {r}: give more than 0 and at most 1 (the least rate after \
+                 the overload, as a share of the rate before)"
             ));
         }
         Ok(())
@@ -555,6 +562,15 @@ mod tests {
         o.client_timeout = Duration::ZERO;
         assert!(o.validate().unwrap_err().contains("--overload-timeout-ms"));
         o.client_timeout = Duration::from_millis(20);
+        assert!(o.validate().is_ok());
+        for bad in [0.0, 1.5, f64::NAN] {
+            o.ratio_min = bad;
+            assert!(
+                o.validate().unwrap_err().contains("--overload-ratio-min"),
+                "{bad}"
+            );
+        }
+        o.ratio_min = 0.5;
         assert!(o.validate().is_ok());
     }
 }

@@ -392,7 +392,8 @@ pub const ENTRIES: [ProcessFlaw; 19] = [
                     when it ends cleanly: every client that gives up mid-request and resets \
                     its connection keeps one for good; the capacity check overloads the server \
                     with 1,000 clients that give up after 20 ms, and its rate after must come \
-                    back to 0.9 of the rate before",
+                    back to half the rate before (the catalog's bar, wide for a machine \
+                    shared with other tests; `--overload` judges at 0.9)",
         caught_by: "service.capacity_after_overload",
         program: Program::SutServerOverload,
         servers: 1,
@@ -872,6 +873,12 @@ fn run_tokens(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, S
 /// address: the correct server refuses none of them).
 pub const OVERLOAD_CLIENTS: usize = 1_000;
 
+/// The least rate after the overload a capacity entry accepts, as a share of the rate before.
+/// Lower than `scenario ids --overload`'s 0.9: the catalog runs beside the rest of a test
+/// suite on a shared machine, where the correct server read 0.82-0.87x in its best window
+/// twice while other tests ran, and capacity kept by clients that gave up reads 0.
+pub const OVERLOAD_RATIO_MIN: f64 = 0.5;
+
 /// `caught`, saying what the run's own checks (process mode before these checks) found.
 fn with_own_checks(caught: Option<String>, own_passed: bool) -> Option<String> {
     caught.map(|c| {
@@ -896,11 +903,14 @@ fn overload_check(
     let url = opts.target.request_url(&opts.urls[0], &opts.key);
     let _fresh = crate::power::Fresh::start(&opts.commands[0], &url)?;
     let parsed = reqwest::Url::parse(&url).map_err(|e| e.to_string())?;
-    let overload = crate::overload::OverloadOptions::new(
-        &parsed.origin().ascii_serialization(),
-        parsed.path(),
-        OVERLOAD_CLIENTS,
-    );
+    let overload = crate::overload::OverloadOptions {
+        ratio_min: OVERLOAD_RATIO_MIN,
+        ..crate::overload::OverloadOptions::new(
+            &parsed.origin().ascii_serialization(),
+            parsed.path(),
+            OVERLOAD_CLIENTS,
+        )
+    };
     let measured = crate::overload::run(&overload).map_err(|e| e.to_string())?;
     Ok(measured.check())
 }
