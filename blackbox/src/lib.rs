@@ -14,6 +14,7 @@
 //!   whether its pass is inconclusive for races;
 //! - [`ramp`]: `scenario ids`'s concurrency ramp, when no client count is given.
 
+pub mod bodies;
 pub mod db;
 pub mod history;
 pub mod ids;

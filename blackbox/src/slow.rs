@@ -284,10 +284,17 @@ impl SlowRun {
 /// The source address of stalled connection `i` on a loopback target (127.0.0.2 on, a few
 /// dozen each); `None` elsewhere (the system picks).
 fn source(target: SocketAddr, i: usize) -> Option<IpAddr> {
+    loopback_source(target, i, PER_SOURCE)
+}
+
+/// The source address of connection `i` of a hostile check on a loopback IPv4 target:
+/// 127.0.0.2 for the first `per_source`, 127.0.0.3 for the next, …, so that a per-address
+/// connection limit does not refuse them first; `None` elsewhere (the system picks).
+pub(crate) fn loopback_source(target: SocketAddr, i: usize, per_source: usize) -> Option<IpAddr> {
     if !target.ip().is_loopback() || target.is_ipv6() {
         return None;
     }
-    let n = 2 + i / PER_SOURCE;
+    let n = 2 + i / per_source.max(1);
     let n = u8::try_from(n.min(254)).unwrap_or(254);
     Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)))
 }

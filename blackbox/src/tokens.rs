@@ -32,7 +32,9 @@
 //!   activity, as fast as it can: the service must refuse it before the last, still issue to
 //!   another user after that refusal, and give the same (user, activity) one live token only;
 //! - with `slow`: `service.slow_clients` and `service.stalled_closed` ([`crate::slow`]),
-//!   measuring the consume of a token never issued.
+//!   measuring the consume of a token never issued;
+//! - with `bodies`: `service.refused_from_head` and `service.unauthenticated_memory`
+//!   ([`crate::bodies`]), posting to `POST /tokens/once` (which takes a user's JWT) with none.
 
 use std::time::Duration;
 
@@ -75,7 +77,12 @@ pub struct TokensOptions {
     pub exhaust: u64,
     /// The slow-clients check after the rounds, against the first URL.
     pub slow: Option<crate::slow::SlowSpec>,
+    /// The unauthenticated-bodies check after the rounds, against the first URL.
+    pub bodies: Option<crate::bodies::BodiesSpec>,
 }
+
+/// The route the unauthenticated-bodies check posts to: it takes a user's JWT.
+pub const BODIES_PATH: &str = "/tokens/once";
 
 /// At most this many tokens one user asks for (`exhaust`).
 pub const EXHAUST_MAX: u64 = 10_000;
@@ -152,6 +159,8 @@ pub struct TokensRun {
     pub exhaustion: Option<Exhaustion>,
     /// What the slow-clients check measured, and its two checks.
     pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
+    /// What the unauthenticated-bodies check saw.
+    pub bodies: Option<crate::bodies::BodiesRun>,
     /// Each racing consume's interval (its token's number as the key, its instance as the
     /// server), for [`TokensRun::concurrency`].
     pub spans: Vec<crate::overlap::Span>,
@@ -335,6 +344,11 @@ impl TokensRun {
             checks.push(crate::db::took_effect(made, seen));
         }
         checks.extend(self.slow.iter().flat_map(|(_, c)| c.iter().cloned()));
+        checks.extend(
+            self.bodies
+                .iter()
+                .flat_map(crate::bodies::BodiesRun::checks),
+        );
         checks.push(crate::overlap::check(&self.concurrency()));
         checks
     }
@@ -838,6 +852,15 @@ pub fn run(opts: &TokensOptions) -> Result<TokensRun, ContractError> {
             .map_err(|e| ContractError::Usage(format!("--slow-clients: {e}")))?;
         out.slow = Some(slow);
     }
+    if let Some(spec) = &opts.bodies {
+        let pid = owned
+            .as_ref()
+            .and_then(|o| o.services.first())
+            .and_then(CommandService::pid);
+        let bodies = crate::bodies::run(spec, &wire.bases[0], BODIES_PATH, pid)
+            .map_err(|e| ContractError::Usage(format!("--unauth-bodies: {e}")))?;
+        out.bodies = Some(bodies);
+    }
     drop(owned);
     Ok(out)
 }
@@ -864,6 +887,9 @@ fn check_options(opts: &TokensOptions) -> Result<(), ContractError> {
         )));
     }
     if let Some(spec) = &opts.slow {
+        spec.validate().map_err(ContractError::Usage)?;
+    }
+    if let Some(spec) = &opts.bodies {
         spec.validate().map_err(ContractError::Usage)?;
     }
     if opts.kill_every > 0 && opts.commands.is_empty() {

@@ -101,7 +101,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 19] = [
+pub const ENTRIES: [ProcessFlaw; 20] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -385,6 +385,28 @@ pub const ENTRIES: [ProcessFlaw; 19] = [
         monotonic: Monotonic::None,
     },
     ProcessFlaw {
+        name: "body_before_auth",
+        origin: "a planted weakness of the deployed server (`sut-server --weakness \
+                 body_before_auth`): the server as it was before the credential was decided \
+                 from the head",
+        mechanism: "every admitted route's body read whole (up to 256 KiB) before its \
+                    credential is looked at: 1,000 connections of `scenario tokens \
+                    --unauth-bodies` each post 255 of 256 KiB to `POST /tokens/once` with no \
+                    JWT, and the server waits for the last byte of each instead of refusing \
+                    it from the head, holding what it read",
+        caught_by: "service.refused_from_head",
+        program: Program::SutServerTokens,
+        servers: 1,
+        planted: "--weakness body_before_auth",
+        control: "",
+        common: "",
+        faults: &[BlackBoxFault::Kill],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::None,
+    },
+    ProcessFlaw {
         name: "conn_slot_leak",
         origin: "a planted weakness of the deployed server (`sut-server --weakness \
                  conn_slot_leak`), missed by the run's own checks and by --slow-clients",
@@ -497,6 +519,8 @@ const TOKEN_CONSUMERS: u64 = 6;
 const TOKENS_KILL_EVERY: u64 = 100;
 /// Tokens one user asks for in a token entry (`tokens.quota`): more than sut-server's burst.
 const TOKENS_EXHAUST: u64 = 60;
+/// Unauthenticated bodies a token entry posts at once after its rounds.
+const TOKENS_UNAUTH_BODIES: usize = 1_000;
 
 /// Hostile sequences of a participant entry, their length, and the messages between restarts.
 const PARTICIPANT_SEQUENCES: u64 = 30;
@@ -852,6 +876,9 @@ pub fn tokens_options(
         db_fault: None,
         exhaust: TOKENS_EXHAUST,
         slow: None,
+        // Every token entry, planted or not, is asked the unauthenticated bodies too: the
+        // controls show that the correct server refuses them from the head.
+        bodies: Some(blackbox::bodies::BodiesSpec::new(TOKENS_UNAUTH_BODIES)),
     })
 }
 

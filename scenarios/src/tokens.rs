@@ -17,8 +17,9 @@ The service implements POST /tokens, POST /tokens/once and POST /tokens/once/con
 docs/own-service.md says (sut-server does).\n\n\
 Besides single use, it checks what a hostile client tries: another user's token presented as \
 one's own (tokens.owner_only), values next to an issued one (tokens.unguessable), one user \
-asking for --exhaust tokens (tokens.quota), and with --slow-clients N stalled connections \
-(service.slow_clients, service.stalled_closed).\n\n\
+asking for --exhaust tokens (tokens.quota), with --slow-clients N stalled connections \
+(service.slow_clients, service.stalled_closed), and with --unauth-bodies N requests without \
+a JWT whose bodies never end (service.refused_from_head, service.unauthenticated_memory).\n\n\
 Exit status: 0 every check held, 1 a check was violated, 2 bad usage, or the service could \
 not be started or reached or did not issue tokens in the contract's form.")]
 pub struct TokensArgs {
@@ -62,6 +63,15 @@ pub struct TokensArgs {
     pub db_fault: Option<blackbox::db::DbFault>,
     #[command(flatten)]
     pub slow: crate::ids::SlowArgs,
+    /// After the rounds, N connections at once each `POST /tokens/once` with no JWT, announcing
+    /// a 256 KiB body and sending all of it but the last byte: each must be refused from its
+    /// head within 5 s (`service.refused_from_head`), and with --server-cmd (write `exec` in
+    /// it) the first instance's resident memory may grow by at most half the bytes sent
+    /// meanwhile (`service.unauthenticated_memory`; a service that keeps the bodies grows by
+    /// their size). Up to 8000; from 127.0.0.2, 127.0.0.3, … (1,000
+    /// each) on a loopback URL.
+    #[arg(long, value_name = "N")]
+    pub unauth_bodies: Option<usize>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -85,6 +95,7 @@ impl TokensArgs {
             db_fault: self.db_fault,
             exhaust: self.exhaust,
             slow: self.slow.spec(),
+            bodies: self.unauth_bodies.map(blackbox::bodies::BodiesSpec::new),
         })
     }
 }
@@ -137,6 +148,9 @@ pub fn run(args: &TokensArgs) -> IdsExit {
     if let Some((slow, _)) = &run.slow {
         println!("{}", crate::ids::slow_line(slow));
     }
+    if let Some(bodies) = &run.bodies {
+        println!("  unauthenticated bodies: {}", bodies.answers_line());
+    }
     for check in run.checks() {
         println!("{}", check_line(&check));
     }
@@ -172,6 +186,7 @@ fn write_json(path: &std::path::Path, args: &TokensArgs, run: &TokensRun) -> Res
         "neighbours": run.neighbours.iter().map(|(v, c)| serde_json::json!({ "token": v, "answer": format!("{c:?}") })).collect::<Vec<_>>(),
         "exhaustion": run.exhaustion,
         "slow_clients": run.slow.as_ref().map(|(s, _)| s),
+        "unauthenticated_bodies": run.bodies,
         "concurrency": run.concurrency(),
         "invariants": run.checks(),
         "passed": run.passed(),

@@ -781,6 +781,7 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("once_check_then_delete", "tokens.once"),
         ("sequential_tokens", "tokens.unguessable"),
         ("no_token_quota", "tokens.quota"),
+        ("body_before_auth", "service.refused_from_head"),
         ("conn_slot_leak", "service.capacity_after_overload"),
         ("unguarded_fallback", "ids.unique"),
         ("past_block_repeat", "ids.unique"),

@@ -60,6 +60,18 @@ fn a_server_that_keeps_the_slots_of_clients_that_gave_up_loses_its_capacity() {
 }
 
 #[test]
+fn a_server_that_reads_the_bodies_of_unauthenticated_requests_is_caught() {
+    let row = entry_row("body_before_auth");
+    assert_caught(&row);
+    let caught = row.caught.as_deref().unwrap();
+    assert!(
+        caught.contains("service.refused_from_head")
+            && caught.contains("waited for the body of a request it had not authorised"),
+        "{caught}"
+    );
+}
+
+#[test]
 fn a_server_that_skips_a_value_at_every_refill_is_caught_where_no_gap_is_promised() {
     let row = entry_row("skip_on_refill");
     assert_caught_where_missed(&row);

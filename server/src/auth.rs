@@ -167,15 +167,9 @@ pub async fn user(state: &AppState, headers: &HeaderMap) -> Result<(Claims, Stri
 /// The caller's user id, which must be `user` (a body naming the user it acts for).
 ///
 /// # Errors
-/// As [`user`], or 403 naming `user` when the JWT is another user's.
-pub async fn acting_for(
-    state: &AppState,
-    headers: &HeaderMap,
-    user: u64,
-) -> Result<(UserId, String), ApiError> {
-    let (claims, jwt) = self::user(state, headers).await?;
-    let id = sut::gate::drawer(&claims, Some(user)).map_err(|r| gate_error(&r))?;
-    Ok((id, jwt))
+/// 401 for a JWT that names no user, 403 naming `user` when the JWT is another user's.
+pub fn acting_for(caller: &crate::Caller, user: u64) -> Result<UserId, ApiError> {
+    sut::gate::drawer(&caller.claims, Some(user)).map_err(|r| gate_error(&r))
 }
 
 /// A gate refusal as HTTP: 401 for a token that names no user; 404 naming `activity` for an

@@ -388,6 +388,9 @@ pub struct AppState {
     client_price: bool,
     /// How long a request body may take to arrive (see [`listen::ConnLimits`]).
     body_read_ms: u64,
+    /// The planted weakness `body_before_auth`: every admitted route's body read (up to the
+    /// largest any route takes) before its credential is looked at.
+    body_before_auth: bool,
     /// How draws are named to clients.
     handles: sut::gate::handle::HandleKey,
     /// `GET /noop?delay_ms=` allowed (a test knob).
@@ -781,6 +784,7 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
             .min(sut::lottery::activity::WIN_PER_MILLE_MAX),
         client_price: sut::flaw::lottery_flaws(cfg.flaw).client_price,
         body_read_ms: cfg.conn_limits.body_read_ms,
+        body_before_auth: cfg.weakness == Some(listen::Weakness::BodyBeforeAuth),
         handles: handle_key(&cfg)?,
         noop_delay: cfg.noop_delay,
     };
@@ -987,18 +991,20 @@ pub fn router(state: AppState) -> Router {
             .route("/semantic/{biz}", get(semantic_id));
         admin = admin.route("/admin/tags", post(create_tag));
     }
+    // Routes a user's JWT opens: it is verified from the head, before the body is read.
+    let mut user = Router::new();
     if role.has_tokens() {
         open = open
             .route("/tokens/verify", post(tokens::verify))
-            .route("/tokens/revoke", post(tokens::revoke))
+            .route("/tokens/revoke", post(tokens::revoke));
+        user = user
             .route("/tokens/once", post(tokens::once_issue))
             .route("/tokens/once/consume", post(tokens::once_consume));
         admin = admin.route("/tokens", post(tokens::issue));
     }
     if matches!(role, Role::All | Role::Coordinator) {
-        open = open
-            .route("/lottery/draw", post(draw))
-            .route("/lottery/draws/{draw}", get(draw_status));
+        open = open.route("/lottery/draws/{draw}", get(draw_status));
+        user = user.route("/lottery/draw", post(draw));
         admin = admin
             .route("/admin/dead-letters", get(dead_letters))
             .route("/admin/dead-letters/{xid}/retry", post(retry_dead_letter));
@@ -1020,22 +1026,40 @@ pub fn router(state: AppState) -> Router {
     }
     let mut service = Router::new();
     if matches!(role, Role::All | Role::Wallet | Role::Inventory) {
-        service = service
-            .route(remote::BRANCH_ROUTE, post(branch))
-            .route(
-                remote::BRANCHES_ROUTE,
-                post(branches).layer(DefaultBodyLimit::max(remote::BRANCHES_BODY_MAX_BYTES)),
-            )
+        service = service.route(remote::BRANCH_ROUTE, post(branch)).route(
+            remote::BRANCHES_ROUTE,
+            post(branches).layer(DefaultBodyLimit::max(remote::BRANCHES_BODY_MAX_BYTES)),
+        );
+    }
+    // Each request, in this order: its credential (from the head), its body (read whole, within
+    // the body timeout, at most its route's limit), an admission slot, the handler. A `route_layer`
+    // added later runs first.
+    // (axum refuses a route layer over no routes: a role may have none of a kind.)
+    let admitted = |routes: Router<AppState>, credential: Option<Guard>| {
+        if !routes.has_routes() {
+            return routes;
+        }
+        let routes = routes
+            .route_layer(middleware::from_fn_with_state(state.clone(), admit))
             .route_layer(middleware::from_fn_with_state(
                 state.clone(),
-                require_service,
+                read_body_first,
             ));
+        match credential {
+            Some(guard) => routes.route_layer(middleware::from_fn_with_state(state.clone(), guard)),
+            None => routes,
+        }
+    };
+    let mut admitted = admitted(open, None)
+        .merge(admitted(admin, Some(require_admin)))
+        .merge(admitted(service, Some(require_service)))
+        .merge(admitted(user, Some(require_user)));
+    if state.body_before_auth {
+        admitted = admitted.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            read_largest_body_first,
+        ));
     }
-    let admin = admin.route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
-    let admitted = open
-        .merge(admin)
-        .merge(service)
-        .route_layer(middleware::from_fn_with_state(state.clone(), admit));
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -1048,17 +1072,118 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn require_service(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    match auth::service(&state, req.headers()) {
-        Ok(()) => next.run(req).await,
-        Err(refused) => refused.into_response(),
-    }
+/// A middleware that decides a request's credential from its head.
+type Guard = fn(State<AppState>, Request, Next) -> BoxedResponse;
+
+/// A middleware's answer, boxed so that the guards share one type.
+type BoxedResponse = std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>;
+
+fn require_service(State(state): State<AppState>, req: Request, next: Next) -> BoxedResponse {
+    Box::pin(async move {
+        match auth::service(&state, req.headers()) {
+            Ok(()) => next.run(req).await,
+            Err(refused) => refused_before_body(&state, req, refused),
+        }
+    })
 }
 
-async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    match auth::admin(&state, req.headers()) {
-        Ok(()) => next.run(req).await,
-        Err(refused) => refused.into_response(),
+fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> BoxedResponse {
+    Box::pin(async move {
+        match auth::admin(&state, req.headers()) {
+            Ok(()) => next.run(req).await,
+            Err(refused) => refused_before_body(&state, req, refused),
+        }
+    })
+}
+
+/// The caller of a route a user's JWT opens, verified from the request's head by
+/// [`require_user`] before its body is read.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// The JWT's verified claims.
+    pub claims: sut::token::Claims,
+    /// The JWT itself (for the deployment's token service).
+    pub jwt: String,
+}
+
+fn require_user(State(state): State<AppState>, mut req: Request, next: Next) -> BoxedResponse {
+    Box::pin(async move {
+        match auth::user(&state, req.headers()).await {
+            Ok((claims, jwt)) => {
+                req.extensions_mut().insert(Caller { claims, jwt });
+                next.run(req).await
+            }
+            Err(refused) => refused_before_body(&state, req, refused),
+        }
+    })
+}
+
+/// The most of an unread body a refusal decided from the head drains (discarding it) so that
+/// the client reads the refusal: closing a connection with body bytes still arriving resets it,
+/// and a client whose answer is in flight then loses it. A larger or chunked body: closed.
+const DRAIN_MAX_BYTES: u64 = 64 * 1024;
+
+/// A refusal decided from the head, answered at once. The body is never kept: one announced up
+/// to [`DRAIN_MAX_BYTES`] is read and dropped chunk by chunk, within the body timeout, after
+/// the answer has gone (the connection then serves the client's next request); any other is
+/// left unread and the connection closed after the answer.
+fn refused_before_body(state: &AppState, req: Request, refused: ApiError) -> Response {
+    let mut response = refused.into_response();
+    if !request_has_body(&req) {
+        return response;
+    }
+    let length = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match length {
+        Some(n) if n <= DRAIN_MAX_BYTES && state.body_read_ms > 0 => {
+            let deadline = Duration::from_millis(state.body_read_ms);
+            tokio::spawn(drain(req.into_body(), deadline));
+        }
+        _ => {
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+    }
+    response
+}
+
+/// Reads `body` to its end within `deadline`, dropping each chunk as it comes: nothing of it
+/// is kept (a body that does not end in time is dropped, and its connection closed).
+async fn drain(body: axum::body::Body, deadline: Duration) {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let _ = tokio::time::timeout(deadline, async {
+        while let Some(Ok(_frame)) = body.frame().await {}
+    })
+    .await;
+}
+
+/// Whether the head announces a body (a length above 0, or chunks).
+fn request_has_body(req: &Request) -> bool {
+    let headers = req.headers();
+    headers.contains_key(axum::http::header::TRANSFER_ENCODING)
+        || headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
+/// The most a route reads of a body: 16 KiB, and the batch of TCC messages 256 KiB.
+fn body_max_bytes(req: &Request) -> usize {
+    let batch = req
+        .extensions()
+        .get::<MatchedPath>()
+        .is_some_and(|p| p.as_str() == remote::BRANCHES_ROUTE);
+    if batch {
+        remote::BRANCHES_BODY_MAX_BYTES
+    } else {
+        BODY_MAX_BYTES
     }
 }
 
@@ -1075,16 +1200,17 @@ async fn count(State(state): State<AppState>, req: Request, next: Next) -> Respo
     response
 }
 
-/// Admission of a complete request: its body is read first (within the body timeout, at most
-/// the largest body any route takes), and only then is an admission slot taken, so a client
-/// that stalls mid-body holds a connection but never a slot.
-async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// The body of a request whose credential (if its route takes one) was accepted, read whole
+/// (within the body timeout, at most its route's limit) before an admission slot is taken, so a
+/// client that stalls mid-body holds a connection but never a slot.
+async fn read_body_first(State(state): State<AppState>, req: Request, next: Next) -> Response {
     // The planted weakness reads the body after admission, with no deadline (as it was).
     let read_first = state.body_read_ms > 0;
     let req = if !read_first {
         req
     } else {
-        match listen::read_body(req, remote::BRANCHES_BODY_MAX_BYTES, state.body_read_ms).await {
+        let max_bytes = body_max_bytes(&req);
+        match listen::read_body(req, max_bytes, state.body_read_ms).await {
             Ok(req) => req,
             Err(refused) => {
                 let timed_out = refused.status == StatusCode::REQUEST_TIMEOUT;
@@ -1106,6 +1232,25 @@ async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Respo
             }
         }
     };
+    next.run(req).await
+}
+
+/// The planted weakness `body_before_auth` (TEST ONLY): the body of every admitted request read
+/// whole, up to the largest body any route takes, before its credential is looked at.
+async fn read_largest_body_first(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let timeout_ms = state.body_read_ms.max(1);
+    match listen::read_body(req, remote::BRANCHES_BODY_MAX_BYTES, timeout_ms).await {
+        Ok(req) => next.run(req).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// Admission of a complete request: a slot, or 503 with `Retry-After` when none frees in time.
+async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
     match state.admission.admit().await {
         Ok((slot, waited)) => {
             if waited {
@@ -1979,10 +2124,9 @@ struct DrawBody {
 )]
 async fn draw(
     State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
+    axum::Extension(Caller { claims, jwt }): axum::Extension<Caller>,
     JsonBody(body): JsonBody<DrawBody>,
 ) -> Result<(StatusCode, Json<lottery::DrawAnswer>), ApiError> {
-    let (claims, jwt) = auth::user(&state, &headers).await?;
     let user = sut::gate::drawer(&claims, body.user).map_err(|r| auth::gate_error(&r))?;
     if body
         .price_minor

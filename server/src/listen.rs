@@ -79,6 +79,12 @@ pub enum Weakness {
     /// contention mode names).
     #[value(name = "past_block_repeat")]
     PastBlockRepeat,
+    /// Every admitted route's body read whole (up to 256 KiB, the largest any route takes)
+    /// before its credential is looked at, as it was: a client with no credential makes the
+    /// server hold a quarter of a megabyte per request, and a stalled body on an admin route
+    /// waits for the body timeout instead of an immediate 401.
+    #[value(name = "body_before_auth")]
+    BodyBeforeAuth,
 }
 
 impl Weakness {
@@ -93,6 +99,7 @@ impl Weakness {
             Self::UnguardedFallback => "unguarded_fallback",
             Self::SkipOnRefill => "skip_on_refill",
             Self::PastBlockRepeat => "past_block_repeat",
+            Self::BodyBeforeAuth => "body_before_auth",
         }
     }
 }
@@ -326,6 +333,10 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
+/// The most of a request a connection buffers at once: the largest head, and the pieces a body
+/// is read in.
+pub const READ_BUFFER_MAX_BYTES: usize = 16 * 1024;
+
 /// One HTTP/1.1 connection, with the head timeout; gracefully shut down when `stop` turns true.
 /// Whether it ended cleanly (the client closed it between requests, or the server shut down),
 /// rather than in an error (a timeout, a reset, a close mid-request).
@@ -340,7 +351,16 @@ async fn serve_connection<I>(
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let app = app.layer(axum::Extension(axum::extract::ConnectInfo(peer)));
+    // The peer's address goes into each request as it comes: a layer over the router would
+    // copy every route for every connection (about 50 KB each).
+    let app = tower::util::MapRequest::new(
+        app,
+        move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            req
+        },
+    );
     let service = TowerToHyperService::new(app);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -348,7 +368,12 @@ where
         .header_read_timeout(
             (limits.header_read_ms > 0).then(|| Duration::from_millis(limits.header_read_ms)),
         )
-        .keep_alive(true);
+        .keep_alive(true)
+        // A connection's read buffer stays small: a head is at most this, and a body (read
+        // whole only after its credential, or drained after a refusal) comes in pieces of it
+        // (hyper's own bound, 400 KiB, let a thousand connections draining refused bodies
+        // take 60 MiB).
+        .max_buf_size(READ_BUFFER_MAX_BYTES);
     let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let ended = tokio::select! {

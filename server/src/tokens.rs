@@ -270,10 +270,10 @@ pub struct OnceBody {
 )]
 pub async fn once_issue(
     State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
+    axum::Extension(caller): axum::Extension<crate::Caller>,
     JsonBody(body): JsonBody<OnceIssueBody>,
 ) -> Result<(StatusCode, Json<OnceBody>), ApiError> {
-    let (user, _) = crate::auth::acting_for(&state, &headers, body.user).await?;
+    let user = crate::auth::acting_for(&caller, body.user)?;
     let activity = ActivityKey::new(body.activity).ok_or_else(|| {
         ApiError::bad(
             "activity",
@@ -364,10 +364,10 @@ pub struct ConsumedBody {
 )]
 pub async fn once_consume(
     State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
+    axum::Extension(caller): axum::Extension<crate::Caller>,
     JsonBody(body): JsonBody<ConsumeBody>,
 ) -> Result<Json<ConsumedBody>, ApiError> {
-    let (user, _) = crate::auth::acting_for(&state, &headers, body.user).await?;
+    let user = crate::auth::acting_for(&caller, body.user)?;
     let token = OnceToken::parse(&body.token)
         .ok_or_else(|| ApiError::bad("token", "token must be 32 hex digits"))?;
     let activity = body

@@ -304,6 +304,31 @@ async fn stall(addr: SocketAddr, head: &str) -> tokio::net::TcpStream {
     tcp
 }
 
+/// Reads until an answer's head and its body (a JSON object) have arrived, or `within` passes.
+async fn answer_within(
+    tcp: &mut tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    tokio::time::timeout(within, async {
+        let mut buf = [0u8; 1024];
+        loop {
+            let text = String::from_utf8_lossy(&got);
+            if text.contains("\r\n\r\n") && text.trim_end().ends_with('}') {
+                return Some(text.into_owned());
+            }
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
 /// Reads until the server closes `tcp` (or `within` passes): what it sent before closing.
 async fn closed_within(
     tcp: &mut tokio::net::TcpStream,
@@ -652,4 +677,100 @@ async fn smaller_findings_each_fixed() {
             .mode();
         assert_eq!(mode & 0o777, 0o600, "{file}: {mode:o}");
     }
+}
+
+/// The heads of requests whose credential is missing or wrong, each announcing 1,000 body bytes
+/// and sending 4: the credentials of the operator, of the coordinator and of a user.
+fn unauthenticated_heads() -> Vec<String> {
+    let with = |path: &str, auth: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}\
+             Content-Length: 1000\r\n\r\n{{\"us"
+        )
+    };
+    vec![
+        with("/admin/accounts", ""),
+        with(
+            "/admin/accounts",
+            "Authorization: Bearer not-the-secret\r\n",
+        ),
+        with(
+            "/tcc/branch",
+            &format!("Authorization: Bearer {}\r\n", common::ADMIN),
+        ),
+        with("/tokens/once", ""),
+        with("/lottery/draw", "Authorization: Bearer not.a.jwt\r\n"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_its_credential_is_refused_before_its_body_is_read() {
+    // The finding: every admitted route read up to 256 KiB of body before looking at the
+    // credential (4,000 unauthenticated POSTs took the server from 13 MB to 1.3 GB), and a
+    // stalled body on an admin route waited for the body timeout. Now the credential is decided
+    // from the head: 401 at once, and the connection (its body unread) closed.
+    let dir = tempfile::tempdir().unwrap();
+    let body_read_ms = 30_000;
+    let srv = server(&dir.path().join("ids.db"), |cfg| {
+        cfg.conn_limits.body_read_ms = body_read_ms;
+    })
+    .await;
+    for head in unauthenticated_heads() {
+        let mut tcp = stall(srv.addr, &head).await;
+        // Far below the body timeout: nothing waited for the body.
+        let sent = answer_within(&mut tcp, std::time::Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| {
+                panic!("no answer after 10 s of a {body_read_ms} ms body timeout: {head}")
+            });
+        assert!(sent.starts_with("HTTP/1.1 401"), "{head}\n{sent}");
+        assert!(sent.contains("\"field\":\"authorization\""), "{sent}");
+    }
+    // A refused body that does arrive is drained, not kept, and the connection serves the next
+    // request (closing it with the body still arriving would reset it, and a client whose
+    // refusal was in flight would lose it).
+    let mut tcp = stall(srv.addr, &unauthenticated_heads()[0]).await;
+    let first = answer_within(&mut tcp, std::time::Duration::from_secs(10))
+        .await
+        .expect("the refusal");
+    assert!(first.starts_with("HTTP/1.1 401"), "{first}");
+    {
+        use tokio::io::AsyncWriteExt;
+        let rest = format!("{}\"}}", "x".repeat(1000 - 4 - 2));
+        tcp.write_all(rest.as_bytes()).await.unwrap();
+        tcp.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+    }
+    let next = answer_within(&mut tcp, std::time::Duration::from_secs(10))
+        .await
+        .expect("the next answer on the same connection");
+    assert!(next.contains("HTTP/1.1 200"), "{next}");
+    // With its credential, a route reads at most its own limit: 16 KiB here.
+    let api = Api::new(srv.addr);
+    let (s, v) = api
+        .post("/admin/accounts", &json!({"pad": "x".repeat(20 * 1024)}))
+        .await;
+    assert_eq!(
+        (s, field(&v)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "body"),
+        "{v}"
+    );
+    srv.shutdown().await.unwrap();
+
+    // The control: the planted weakness `body_before_auth` (the server as it was) reads the body
+    // first, so the same requests wait for it and get 408.
+    let weak = server(&dir.path().join("weak.db"), |cfg| {
+        cfg.conn_limits.body_read_ms = 300;
+        cfg.weakness = Some(sut_server::listen::Weakness::BodyBeforeAuth);
+    })
+    .await;
+    for head in unauthenticated_heads() {
+        let mut tcp = stall(weak.addr, &head).await;
+        let sent = closed_within(&mut tcp, std::time::Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("still open after 10 s: {head}"));
+        assert!(sent.starts_with("HTTP/1.1 408"), "{head}\n{sent}");
+    }
+    weak.shutdown().await.unwrap();
 }
