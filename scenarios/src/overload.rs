@@ -11,7 +11,7 @@
 //! 500 counts) for `window`; then `clients` clients overload it for `overload_for`, each sending
 //! the request on a fresh connection and giving up after `client_timeout`: a client that gives
 //! up resets its connection (`SO_LINGER` 0, as a client does whose answer is still unread), and
-//! tries again. After `settle`, the rate is measured again, side by side with the first, up to
+//! tries again; at the end of the overload every client still waiting gives up. After `settle`, the rate is measured again, side by side with the first, up to
 //! `after_windows_max` windows: the best one is judged, since noise passes and lost capacity
 //! does not.
 //!
@@ -327,27 +327,41 @@ enum Outcome {
 }
 
 /// One overload request on a fresh connection: the answer's status, or the client gave up
-/// after `timeout` (and reset the connection), or the service refused or closed it first.
-async fn one_request(addr: SocketAddr, request: &[u8], timeout: Duration) -> (bool, Outcome) {
-    let deadline = tokio::time::Instant::now() + timeout;
+/// after `timeout` (and reset the connection), or the service refused or closed it first. A
+/// request still waiting at `until` is given up then: the overload ends as its clients go away,
+/// not as they finish.
+async fn one_request(
+    addr: SocketAddr,
+    request: &[u8],
+    timeout: Duration,
+    until: Instant,
+) -> (bool, Outcome) {
+    let deadline =
+        (tokio::time::Instant::now() + timeout).min(tokio::time::Instant::from_std(until));
     let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
         Err(_) => return (false, Outcome::GaveUp),
         Ok(Err(_)) => return (false, Outcome::NotServed),
         Ok(Ok(tcp)) => tcp,
     };
     let mut tcp = tcp;
+    // A keep-alive request, as clients send them: the service keeps the connection after its
+    // answer, and sees how the client leaves it (a close once the answer is read whole, a reset
+    // when the client gave up, whether or not the answer had been written).
     let exchange = async {
         tcp.write_all(request).await?;
-        let mut head = Vec::with_capacity(256);
+        let mut answer = Vec::with_capacity(512);
         let mut buf = [0u8; 1024];
-        // `Connection: close`: the whole answer is what comes before the service's close.
         loop {
             let n = tcp.read(&mut buf).await?;
             if n == 0 {
-                return Ok::<_, std::io::Error>(head);
+                return Ok::<_, std::io::Error>((answer, false));
             }
-            if head.len() < 64 * 1024 {
-                head.extend_from_slice(&buf[..n]);
+            answer.extend_from_slice(&buf[..n]);
+            match answer_end(&answer) {
+                Some(end) if answer.len() >= end => return Ok((answer, true)),
+                // A head without a length, or one too long: the status is what counts.
+                None if answer.len() > 64 * 1024 => return Ok((answer, false)),
+                _ => {}
             }
         }
     };
@@ -359,11 +373,32 @@ async fn one_request(addr: SocketAddr, request: &[u8], timeout: Duration) -> (bo
             (true, Outcome::GaveUp)
         }
         Ok(Err(_)) => (true, Outcome::NotServed),
-        Ok(Ok(answer)) => match status_of(&answer) {
-            Some(status) => (true, Outcome::Answered(status)),
-            None => (true, Outcome::NotServed),
-        },
+        Ok(Ok((answer, whole))) => {
+            if !whole {
+                let _ = tcp.set_zero_linger();
+            }
+            drop(tcp);
+            match status_of(&answer) {
+                Some(status) => (true, Outcome::Answered(status)),
+                None => (true, Outcome::NotServed),
+            }
+        }
     }
+}
+
+/// Where an HTTP/1.x answer in `got` ends, once its head has arrived and says its length
+/// (`Content-Length`); `None` before that, or for an answer framed otherwise.
+fn answer_end(got: &[u8]) -> Option<usize> {
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = std::str::from_utf8(&got[..head_end]).ok()?;
+    let length = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())
+            .flatten()
+    })?;
+    Some(head_end + length)
 }
 
 /// The status of an HTTP/1.x answer (`HTTP/1.1 503 …`).
@@ -389,7 +424,7 @@ async fn overload(
             let (counts, request) = (Arc::clone(&counts), Arc::clone(&request));
             tokio::spawn(async move {
                 while Instant::now() < until {
-                    let (connected, outcome) = one_request(addr, &request, timeout).await;
+                    let (connected, outcome) = one_request(addr, &request, timeout, until).await;
                     if connected {
                         counts[0].fetch_add(1, Ordering::Relaxed);
                     }
@@ -446,13 +481,8 @@ pub fn run(opts: &OverloadOptions) -> Result<OverloadRun, OverloadError> {
         .path
         .parse()
         .map_err(|e| OverloadError(format!("path {}: {e}", opts.path)))?;
-    let request = Arc::new(
-        format!(
-            "GET {} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
-            opts.path
-        )
-        .into_bytes(),
-    );
+    let request =
+        Arc::new(format!("GET {} HTTP/1.1\r\nHost: {host}\r\n\r\n", opts.path).into_bytes());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -552,6 +582,17 @@ mod tests {
         assert_eq!(status_of(b"HTTP/1.0 200 OK\r\nx: 1\r\n\r\n{}"), Some(200));
         assert_eq!(status_of(b""), None);
         assert_eq!(status_of(b"SSH-2.0-OpenSSH\r\n"), None);
+    }
+
+    #[test]
+    fn an_answer_ends_where_its_length_says() {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n";
+        assert_eq!(answer_end(head), Some(head.len() + 5));
+        assert_eq!(answer_end(b"HTTP/1.1 200 OK\r\ncontent-len"), None);
+        assert_eq!(
+            answer_end(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"),
+            None
+        );
     }
 
     #[test]

@@ -17,8 +17,10 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -333,6 +335,68 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
+/// A connection's stream that remembers whether a read or a write of it failed (a reset by the
+/// peer, a broken pipe): the connection did not end cleanly, whatever hyper answers.
+struct Watched<I> {
+    io: I,
+    failed: Arc<AtomicBool>,
+}
+
+impl<I> Watched<I> {
+    /// `result`, noting a failure.
+    fn noted<T>(&self, result: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        if let Poll::Ready(Err(_)) = &result {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let result = Pin::new(&mut self.io).poll_read(cx, buf);
+        self.noted(result)
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let result = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.noted(result)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let result = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.noted(result)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let result = Pin::new(&mut self.io).poll_flush(cx);
+        self.noted(result)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let result = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.noted(result)
+    }
+}
+
 /// The most of a request a connection buffers at once: the largest head, and the pieces a body
 /// is read in.
 pub const READ_BUFFER_MAX_BYTES: usize = 16 * 1024;
@@ -362,6 +426,11 @@ where
         },
     );
     let service = TowerToHyperService::new(app);
+    let failed = Arc::new(AtomicBool::new(false));
+    let io = Watched {
+        io,
+        failed: Arc::clone(&failed),
+    };
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -384,7 +453,8 @@ where
         }
     };
     match ended {
-        Ok(()) => true,
+        // hyper ends a connection reset before a request's first byte without an error.
+        Ok(()) => !failed.load(Ordering::Relaxed),
         Err(e) => {
             if e.is_timeout() {
                 metrics
