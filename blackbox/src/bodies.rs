@@ -336,6 +336,23 @@ async fn one(
     ended
 }
 
+/// Descriptors the check keeps beyond its connections (the runtime's, the client's own).
+const FILES_SPARE: u64 = 64;
+
+/// Makes sure this process may hold `connections` sockets, raising its soft open-file limit
+/// where the hard one allows: a connect refused for want of a descriptor would read as a
+/// service that closed it.
+fn room_for(connections: usize) -> Result<(), String> {
+    let need = connections as u64 + FILES_SPARE;
+    match chaos::raise_open_file_limit() {
+        Some(limit) if limit < need => Err(format!(
+            "--unauth-bodies {connections} needs {need} open files and this process may open \
+             {limit} (ulimit -n): give fewer, or raise the limit"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The status of an HTTP/1.x status line at the start of `got`, once it has arrived.
 fn status_of(got: &[u8]) -> Option<u16> {
     let line_end = got.windows(2).position(|w| w == b"\r\n")?;
@@ -357,6 +374,7 @@ pub fn run(
     pid: Option<u32>,
 ) -> Result<BodiesRun, String> {
     spec.validate()?;
+    room_for(spec.requests)?;
     let base = reqwest::Url::parse(url).map_err(|e| format!("--url {url}: {e}"))?;
     if base.scheme() != "http" {
         return Err(format!(

@@ -162,6 +162,20 @@ fn own_netns(name: &str, own: bool) {
     }
 }
 
+/// Raises this process's soft limit of open files to its hard limit (as Go's runtime does at
+/// start): the hostile checks hold a thousand connections and more, and the services the bench
+/// starts inherit the limit. Returns the soft limit now (`None`: it could not be read).
+pub fn raise_open_file_limit() -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    // An unlimited hard limit is not a soft one the kernel takes (it caps at `nr_open`).
+    let wanted = hard.min(1 << 20);
+    if soft < wanted && setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).is_ok() {
+        return Some(wanted);
+    }
+    Some(soft)
+}
+
 /// Installs (once) a thread that, on SIGINT, SIGTERM or SIGHUP, SIGKILLs every process group
 /// and removes every directory this crate owns, then exits with 128 + the signal.
 ///

@@ -58,6 +58,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_secret_matches_only_itself_whatever_its_length() {
+        assert!(same_secret(b"an-admin-secret", b"an-admin-secret"));
+        for other in [
+            &b""[..],
+            b"an-admin-secre",
+            b"an-admin-secret!",
+            b"An-admin-secret",
+        ] {
+            assert!(!same_secret(other, b"an-admin-secret"), "{other:?}");
+        }
+    }
+
+    #[test]
     fn the_bearer_scheme_is_matched_in_any_case() {
         let with = |v: &str| {
             let mut h = HeaderMap::new();
@@ -74,11 +87,16 @@ mod tests {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether a presented credential is the secret, in a time that tells nothing of either: both
+/// are hashed (SHA-256) and the digests compared byte by byte without an early exit, so neither
+/// a matching prefix nor the secret's length shows in the answer's timing.
+fn same_secret(presented: &[u8], secret: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    let (a, b) = (Sha256::digest(presented), Sha256::digest(secret));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 /// Requires `Authorization: Bearer <the admin secret>` (compared in constant time). A server
@@ -94,7 +112,7 @@ pub fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     };
     let presented = bearer(headers)
         .ok_or_else(|| unauthorized("missing `Authorization: Bearer <admin secret>`"))?;
-    if constant_time_eq(presented.as_bytes(), secret.as_bytes()) {
+    if same_secret(presented.as_bytes(), secret.as_bytes()) {
         Ok(())
     } else {
         Err(unauthorized("wrong admin secret"))
@@ -115,7 +133,7 @@ pub fn service(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     };
     let presented = bearer(headers)
         .ok_or_else(|| unauthorized("missing `Authorization: Bearer <service credential>`"))?;
-    if constant_time_eq(presented.as_bytes(), secret.as_bytes()) {
+    if same_secret(presented.as_bytes(), secret.as_bytes()) {
         Ok(())
     } else {
         Err(unauthorized(
@@ -162,6 +180,46 @@ pub async fn user(state: &AppState, headers: &HeaderMap) -> Result<(Claims, Stri
         }
     };
     Ok((claims, token))
+}
+
+/// Whether a user's JWT is still good where revocations are kept: a coordinator of a
+/// deployment verifies JWTs by the shared key alone, so before it answers a read it asks the
+/// token service (`POST {url}/tokens/verify`). A process with its own token service checked
+/// revocation already ([`user`]); a draw is checked by the token service when its one-time token
+/// is consumed there.
+///
+/// # Errors
+/// 401 naming `authorization` when the token service refuses the JWT (revoked), 503 when it
+/// cannot be reached or answers otherwise.
+pub async fn not_revoked(state: &AppState, jwt: &str) -> Result<(), ApiError> {
+    let (Some(Verifier::Key(_)), Some(OnceConsumer::Remote { url, client })) =
+        (&state.verifier, &state.once)
+    else {
+        return Ok(());
+    };
+    let unreachable =
+        |e: &dyn std::fmt::Display| ApiError::unavailable(format!("token service {url}: {e}"), 1);
+    let response = client
+        .post(format!("{url}/tokens/verify"))
+        .json(&serde_json::json!({ "token": jwt }))
+        .send()
+        .await
+        .map_err(|e| unreachable(&e))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        let why = body
+            .get("error")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("refused");
+        return Err(unauthorized(format!(
+            "the JWT is not accepted by the token service: {why}"
+        )));
+    }
+    Err(unreachable(&format!("answered {status}")))
 }
 
 /// The caller's user id, which must be `user` (a body naming the user it acts for).
@@ -306,6 +364,65 @@ async fn consume_remote(
 
 /// A per-user limiter of a process (draws, one-time token issues).
 pub type Limiter = Arc<Mutex<sut::gate::RateLimiter>>;
+
+/// Wrong secrets (the operator's, the service credential) per peer address: a bucket of
+/// [`WRONG_SECRETS_BURST`] refilled at [`WRONG_SECRETS_PER_S`]; an address whose bucket is
+/// empty is refused every credential, the right one included, until it refills, so that a
+/// guesser learns nothing faster than that.
+pub type SecretThrottle = Arc<Mutex<sut::gate::RateLimiter<std::net::IpAddr>>>;
+/// Wrong secrets one address may present at once.
+pub const WRONG_SECRETS_BURST: u32 = 20;
+/// Wrong secrets one address may present per second after that.
+pub const WRONG_SECRETS_PER_S: f64 = 1.0;
+/// Addresses tracked at most (the idlest half forgotten beyond).
+pub const WRONG_SECRETS_ADDRESSES_MAX: usize = 10_000;
+
+/// A new [`SecretThrottle`].
+#[must_use]
+pub fn secret_throttle() -> SecretThrottle {
+    Arc::new(Mutex::new(sut::gate::RateLimiter::new(
+        WRONG_SECRETS_PER_S,
+        WRONG_SECRETS_BURST,
+        WRONG_SECRETS_ADDRESSES_MAX,
+    )))
+}
+
+/// Refuses a peer that presented too many wrong secrets, before its credential is looked at.
+///
+/// # Errors
+/// 429 naming `authorization`, with `Retry-After`.
+pub fn not_throttled(state: &AppState, peer: Option<std::net::IpAddr>) -> Result<(), ApiError> {
+    let Some(ip) = peer else {
+        return Ok(());
+    };
+    let now_ms = state.clock.now().wall_ms;
+    match lock(&state.secret_throttle).waiting(ip, now_ms) {
+        None => Ok(()),
+        Some(wait_ms) => Err(ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            error: format!("too many wrong credentials from {ip}: next try in {wait_ms} ms"),
+            field: Some("authorization".to_owned()),
+            retry_after_s: Some(wait_ms.div_ceil(1000).max(1)),
+        }),
+    }
+}
+
+/// Counts a refused secret against `peer`. Not a guess, and not counted: no credential at all,
+/// or another of this server's secrets presented where it is not taken (the operator's on a
+/// participant's route).
+pub fn wrong_secret(state: &AppState, peer: Option<std::net::IpAddr>, headers: &HeaderMap) {
+    let (Some(ip), Some(presented)) = (peer, bearer(headers)) else {
+        return;
+    };
+    let known = [state.admin_token.as_deref(), state.service_token.as_deref()]
+        .into_iter()
+        .flatten()
+        .any(|secret| same_secret(presented.as_bytes(), secret.as_bytes()));
+    if !known {
+        let now_ms = state.clock.now().wall_ms;
+        let _ = lock(&state.secret_throttle).take(ip, now_ms);
+    }
+}
 
 /// Takes one of `user`'s `what` from `limiter`.
 ///

@@ -379,6 +379,8 @@ pub struct AppState {
     pub(crate) limiter: auth::Limiter,
     /// Per-user rate of one-time token issues.
     pub(crate) once_limiter: auth::Limiter,
+    /// Wrong secrets per peer address.
+    pub(crate) secret_throttle: auth::SecretThrottle,
     /// The planted weakness `sequential_tokens`: the last one-time token value issued, the
     /// next is one more (`None`: values are 128 random bits, as they must be).
     pub(crate) sequential_tokens: Option<Arc<Mutex<u128>>>,
@@ -500,6 +502,14 @@ pub fn check_credentials(cfg: &ServerConfig) -> Result<(), String> {
     {
         return Err(e);
     }
+    for (what, secret) in [
+        ("the operator secret", &cfg.admin_token),
+        ("the service credential", &cfg.service_token),
+    ] {
+        if let Some(why) = secret.as_deref().and_then(weak_secret) {
+            return Err(format!("{what} {why}"));
+        }
+    }
     if cfg.service_token.is_some() && cfg.service_token == cfg.admin_token {
         return Err(
             "the service credential is the operator's secret: give the participants' routes a \
@@ -519,6 +529,48 @@ pub fn check_credentials(cfg: &ServerConfig) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Bits a secret must have at least, estimated from its length and the kinds of characters it
+/// uses.
+pub const SECRET_BITS_MIN: f64 = 128.0;
+
+/// Why `secret` is too weak to be a credential, if it is: one character in more than half of
+/// its places, or fewer than [`SECRET_BITS_MIN`] bits estimated as its length times the bits of
+/// an alphabet made of the kinds it uses (26 lower-case letters, 26 upper-case, 10 digits, 33
+/// others). An estimate from above: a word or a pattern has far fewer.
+#[must_use]
+pub fn weak_secret(secret: &str) -> Option<String> {
+    let chars: Vec<char> = secret.chars().collect();
+    let most = chars
+        .iter()
+        .map(|c| chars.iter().filter(|d| *d == c).count())
+        .max()
+        .unwrap_or(0);
+    if most * 2 > chars.len() {
+        return Some(format!(
+            "repeats one character in {most} of its {} places",
+            chars.len()
+        ));
+    }
+    let kinds: [(fn(&char) -> bool, u32); 4] = [
+        (char::is_ascii_lowercase, 26),
+        (char::is_ascii_uppercase, 26),
+        (char::is_ascii_digit, 10),
+        (|c| !c.is_ascii_alphanumeric(), 33),
+    ];
+    let alphabet: u32 = kinds
+        .iter()
+        .filter(|(is, _)| chars.iter().any(is))
+        .map(|(_, n)| n)
+        .sum();
+    let bits = chars.len() as f64 * f64::from(alphabet.max(1)).log2();
+    (bits < SECRET_BITS_MIN).then(|| {
+        format!(
+            "has about {bits:.0} bits by its length and kinds of characters, fewer than \
+             {SECRET_BITS_MIN:.0}: use a random one, e.g. 32 hex digits (`openssl rand -hex 16`)"
+        )
+    })
 }
 
 /// The key of the draw handles clients see (derived from the JWT key, which every process that
@@ -765,6 +817,7 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
             cfg.draw_burst,
             DRAW_LIMITER_USERS_MAX,
         ))),
+        secret_throttle: auth::secret_throttle(),
         once_limiter: Arc::new(Mutex::new(
             if cfg.weakness == Some(listen::Weakness::NoTokenQuota) {
                 sut::gate::RateLimiter::new(f64::INFINITY, u32::MAX, DRAW_LIMITER_USERS_MAX)
@@ -1079,21 +1132,39 @@ type Guard = fn(State<AppState>, Request, Next) -> BoxedResponse;
 type BoxedResponse = std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>;
 
 fn require_service(State(state): State<AppState>, req: Request, next: Next) -> BoxedResponse {
-    Box::pin(async move {
-        match auth::service(&state, req.headers()) {
-            Ok(()) => next.run(req).await,
-            Err(refused) => refused_before_body(&state, req, refused),
-        }
-    })
+    Box::pin(require_secret(state, req, next, auth::service))
 }
 
 fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> BoxedResponse {
-    Box::pin(async move {
-        match auth::admin(&state, req.headers()) {
-            Ok(()) => next.run(req).await,
-            Err(refused) => refused_before_body(&state, req, refused),
+    Box::pin(require_secret(state, req, next, auth::admin))
+}
+
+/// A secret decided from the head: a peer that presented too many wrong ones first, then the
+/// secret, a wrong one counted against the peer.
+async fn require_secret(
+    state: AppState,
+    req: Request,
+    next: Next,
+    check: fn(&AppState, &axum::http::HeaderMap) -> Result<(), ApiError>,
+) -> Response {
+    let peer = peer_ip(&req);
+    if let Err(refused) = auth::not_throttled(&state, peer) {
+        return refused_before_body(&state, req, refused);
+    }
+    match check(&state, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(refused) => {
+            auth::wrong_secret(&state, peer, req.headers());
+            refused_before_body(&state, req, refused)
         }
-    })
+    }
+}
+
+/// The peer's address (put into every request by the accept loop).
+fn peer_ip(req: &Request) -> Option<std::net::IpAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
 }
 
 /// The caller of a route a user's JWT opens, verified from the request's head by
@@ -1916,9 +1987,13 @@ struct ActivityBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 10_000)]
     count: Option<u64>,
-    /// The ticket price every draw pays, in minor units.
+    /// The ticket price every draw pays, in minor units; 0 only with `"free": true`.
     #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     price_minor: u64,
+    /// Draws cost nothing: required with a `price_minor` of 0, refused with any other (a price
+    /// of 0 left in by mistake would give every prize away).
+    #[serde(default)]
+    free: Option<bool>,
     /// Winning draws per thousand (default: the server's `--win-per-mille`).
     #[serde(default)]
     #[schema(maximum = 1000)]
@@ -1974,6 +2049,21 @@ async fn register_activity(
     JsonBody(body): JsonBody<ActivityBody>,
 ) -> Result<(StatusCode, Json<RegisteredBody>), ApiError> {
     use sut::lottery::TermsError;
+    match (body.price_minor, body.free.unwrap_or(false)) {
+        (0, false) => {
+            return Err(ApiError::bad(
+                "price_minor",
+                "a price_minor of 0 gives every draw away: say \"free\": true if that is meant",
+            ));
+        }
+        (price, true) if price > 0 => {
+            return Err(ApiError::bad(
+                "free",
+                format!("\"free\": true with a price_minor of {price}: give one or the other"),
+            ));
+        }
+        _ => {}
+    }
     let terms = sut::lottery::Terms {
         price_minor: body.price_minor,
         win_per_mille: body.win_per_mille.unwrap_or(state.win_per_mille),
@@ -2109,7 +2199,7 @@ struct DrawBody {
         (status = 202, description = "Pending: the verdict is logged and compensation is redelivering it; follow `GET /lottery/draws/{xid}`", body = lottery::DrawAnswer),
         (status = 400, description = "Malformed JSON (`field: body`) or a value out of range (names the field)", body = ErrorBody),
         (status = 401, description = "No JWT, or one that is forged, expired, revoked, `alg: none` or malformed (`field: authorization`)", body = ErrorBody),
-        (status = 403, description = "The body names another user (`field: user`), the one-time token is another user's or another activity's (`field: once_token`), or it chooses `won` on a server that decides it (`field: won`)", body = ErrorBody),
+        (status = 403, description = "The body names another user (`field: user`), the one-time token is another user's (`field: user`) or another activity's (`field: once_token`), or it chooses `won` on a server that decides it (`field: won`)", body = ErrorBody),
         (status = 404, description = "Unknown one-time token (`field: once_token`)", body = ErrorBody),
         (status = 409, description = "The one-time token was used (`field: once_token`), or the draw was cancelled: no account, low balance, already took part (`field: user`) or no stock (`field: activity`)", body = ErrorBody),
         (status = 410, description = "The one-time token expired (`field: once_token`)", body = ErrorBody),
@@ -2205,8 +2295,11 @@ async fn draw(
 async fn draw_status(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
+    connect: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
     draw: Result<UrlPath<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<lottery::DrawStatusBody>, ApiError> {
+    let peer = connect.map(|c| c.0.0.ip());
+    auth::not_throttled(&state, peer)?;
     let text = segment(draw, "draw")?;
     let handle = sut::gate::handle::DrawHandle::parse(&text).ok_or_else(|| {
         ApiError::bad(
@@ -2219,7 +2312,13 @@ async fn draw_status(
     let owner = if auth::admin(&state, &headers).is_ok() {
         None
     } else {
-        let (claims, _) = auth::user(&state, &headers).await?;
+        // Neither the operator's secret nor a JWT: a guess of the secret, counted.
+        let (claims, jwt) = auth::user(&state, &headers).await.inspect_err(|e| {
+            if e.status == StatusCode::UNAUTHORIZED {
+                auth::wrong_secret(&state, peer, &headers);
+            }
+        })?;
+        auth::not_revoked(&state, &jwt).await?;
         Some(sut::gate::drawer(&claims, None).map_err(|r| auth::gate_error(&r))?)
     };
     let xid = state.handles.open(handle);
@@ -2315,7 +2414,7 @@ async fn ledger(State(state): State<AppState>) -> Result<Json<lottery::LedgerRep
     responses(
         (status = 200, description = "The participant's reply, durable before it is sent (its fence makes redeliveries idempotent)", body = Object),
         (status = 400, description = "Malformed JSON (`field: body`)", body = ErrorBody),
-        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
+        (status = 401, description = "No or a wrong service credential: the coordinator's, which the operator's secret is not (`field: authorization`)", body = ErrorBody),
         (status = 404, description = "This process does not host the branch (`field: branch`)", body = ErrorBody),
         (status = 413, description = "Body over 16 KiB (`field: body`)", body = ErrorBody),
         (status = 415, description = "A body that is not JSON: its Content-Type is not `application/json` (`field: content-type`)", body = ErrorBody),
@@ -2364,7 +2463,7 @@ fn hosted(state: &AppState, request: &BranchRequest) -> Result<(), ApiError> {
     responses(
         (status = 200, description = "One reply per message, in order, durable before they are sent", body = remote::BranchReplies),
         (status = 400, description = "Malformed JSON (`field: body`), or no message or more than 48 (`field: messages`)", body = ErrorBody),
-        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
+        (status = 401, description = "No or a wrong service credential: the coordinator's, which the operator's secret is not (`field: authorization`)", body = ErrorBody),
         (status = 404, description = "This process does not host a message's branch (`field: branch`); nothing ran", body = ErrorBody),
         (status = 413, description = "Body over 256 KiB (`field: body`)", body = ErrorBody),
         (status = 415, description = "A body that is not JSON: its Content-Type is not `application/json` (`field: content-type`)", body = ErrorBody),
@@ -2412,4 +2511,30 @@ async fn lottery_state(
     State(state): State<AppState>,
 ) -> Result<Json<lottery::LotteryState>, ApiError> {
     state.lottery()?.state().await.map(Json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weak_secret;
+
+    #[test]
+    fn weak_secrets_are_named_and_random_ones_pass() {
+        for weak in ["aaaaaaaaaaaaaaaa", "abababababababab", "passwordpassword1"] {
+            assert!(weak_secret(weak).is_some(), "{weak}");
+        }
+        assert!(
+            weak_secret("aaaaaaaaaaaaaaab")
+                .unwrap()
+                .contains("15 of its 16")
+        );
+        // The secrets of this repository's own runs: random hex, and long phrases.
+        for fine in [
+            "0f3c9a1b7e2d4c6a8b0e1f2d3c4b5a69",
+            "an-admin-secret-of-32-bytes-or-more",
+            "test-admin-secret-0123456789",
+            "slow-clients-test-admin-secret",
+        ] {
+            assert_eq!(weak_secret(fine), None, "{fine}");
+        }
+    }
 }

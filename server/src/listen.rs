@@ -134,13 +134,21 @@ impl Default for ConnLimits {
 
 impl ConnLimits {
     /// These limits, with `connections_max` lowered to what the process's open-file limit
-    /// leaves room for (with `reserve` descriptors kept for its stores and clients).
+    /// leaves room for (with `reserve` descriptors kept for its stores and clients), once that
+    /// limit is raised as far as the process may.
     #[must_use]
     pub fn within_open_files(self, reserve: u64) -> Self {
-        let Ok((soft, _hard)) =
-            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        else {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
             return self;
+        };
+        // The soft limit is first raised to the hard one, as Go's runtime does at start (the
+        // kernel takes at most `nr_open`, so an unlimited hard limit is not asked for).
+        let wanted = hard.min(1 << 20);
+        let soft = if soft < wanted && setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).is_ok() {
+            wanted
+        } else {
+            soft
         };
         let room = usize::try_from(soft.saturating_sub(reserve)).unwrap_or(usize::MAX);
         Self {

@@ -253,7 +253,26 @@ async fn the_operator_registers_activities_and_their_terms_never_change() {
         )
         .await;
     assert_eq!(s, StatusCode::CREATED, "the last id itself: {v}");
-    let cheaper = json!({"activity": 30, "price_minor": 0, "win_per_mille": 50});
+    // A price of 0 is said, never left in: refused without `"free": true`, and `free` with a
+    // price.
+    let silent = json!({"activity": 32, "price_minor": 0});
+    let (s, v) = api.post("/admin/activities", &silent).await;
+    assert_eq!(
+        (s, field(&v)),
+        (StatusCode::BAD_REQUEST, "price_minor"),
+        "{v}"
+    );
+    let both = json!({"activity": 32, "price_minor": 5, "free": true});
+    let (s, v) = api.post("/admin/activities", &both).await;
+    assert_eq!((s, field(&v)), (StatusCode::BAD_REQUEST, "free"), "{v}");
+    let (s, v) = api
+        .post(
+            "/admin/activities",
+            &json!({"activity": 32, "price_minor": 0, "free": true}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let cheaper = json!({"activity": 30, "price_minor": 0, "free": true, "win_per_mille": 50});
     let (s, v) = api.post("/admin/activities", &cheaper).await;
     assert_eq!((s, field(&v)), (StatusCode::CONFLICT, "activity"), "{v}");
     let odds = json!({"activity": 31, "price_minor": 1, "win_per_mille": 1001});
@@ -570,12 +589,19 @@ async fn the_operators_secret_moves_no_money_on_the_participants_routes() {
     // One secret for both, short ones, a short JWT key, a participant without a credential:
     // each a start-up error that names the credential, never its value.
     type Tune = fn(&mut ServerConfig);
-    let cases: [(&str, Tune); 4] = [
+    let cases: [(&str, Tune); 6] = [
         ("the operator's secret", |c| {
             c.service_token = c.admin_token.clone();
         }),
         ("shorter than 16", |c| {
             c.admin_token = Some("short-secret".into())
+        }),
+        // Long enough, and weak: one character repeated, or few bits for its length.
+        ("the operator secret repeats one character in 16", |c| {
+            c.admin_token = Some("a".repeat(16))
+        }),
+        ("the service credential has about 80 bits", |c| {
+            c.service_token = Some("abcdefghijklmnopq".into())
         }),
         ("JWT key", |c| c.jwt_secret = Some(b"0123456789".to_vec())),
         ("--service-token-file", |c| {
@@ -773,4 +799,166 @@ async fn a_request_without_its_credential_is_refused_before_its_body_is_read() {
         assert!(sent.starts_with("HTTP/1.1 408"), "{head}\n{sent}");
     }
     weak.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_secrets_from_one_address_are_throttled_and_no_other_address_is() {
+    // The finding: no throttle on wrong secrets. Now an address that presented 20 wrong ones is
+    // refused every credential (429 with Retry-After), the right one included, and gets one
+    // more try a second.
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |_| {}).await;
+    let from = |ip: &str| {
+        reqwest::Client::builder()
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    let (guesser, other) = (from("127.0.0.2"), from("127.0.0.3"));
+    let stock = format!("http://{}/admin/stock", srv.addr);
+    let branch = format!("http://{}/tcc/branch", srv.addr);
+    let body = json!({"activity": 1, "units": 1});
+    let post = |client: &reqwest::Client, url: &str, secret: Option<&str>| {
+        let mut req = client.post(url).json(&body);
+        if let Some(secret) = secret {
+            req = req.bearer_auth(secret);
+        }
+        req.send()
+    };
+    // Not guesses, never counted: no credential, and the operator's secret where the
+    // coordinator's is taken.
+    for _ in 0..30 {
+        let r = post(&guesser, &stock, None).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        let r = post(&guesser, &branch, Some(common::ADMIN)).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    }
+    let r = post(&guesser, &stock, Some(common::ADMIN)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    for i in 0..20 {
+        let r = post(&guesser, &stock, Some(&format!("guess-{i}")))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    let r = post(&guesser, &stock, Some("guess-20")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().contains_key("retry-after"));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(field(&v), "authorization", "{v}");
+    // The right secret too: a guesser learns nothing faster.
+    let r = post(&guesser, &stock, Some(common::ADMIN)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Reading a draw with neither the secret nor a JWT is a guess as well.
+    let status = format!("http://{}/lottery/draws/0123456789abcdef", srv.addr);
+    let r = guesser
+        .get(&status)
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Another address is not affected.
+    let r = post(&other, &stock, Some(common::ADMIN)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // One more try a second.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let r = post(&guesser, &stock, Some(common::ADMIN)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_jwt_reads_no_draw_at_the_coordinator_of_a_deployment() {
+    // The finding: the coordinator of a deployment checks a JWT's signature only, so a revoked
+    // one still read its owner's draws (new draws were refused: the token service consumes
+    // their one-time tokens). Now the coordinator asks the token service before a read.
+    let dir = tempfile::tempdir().unwrap();
+    let role = |role: sut_server::Role, tune: Box<dyn FnOnce(&mut ServerConfig)>| {
+        let mut cfg = common::config(&dir.path().join(format!("{}.db", role.name())));
+        cfg.role = role;
+        tune(&mut cfg);
+        start(cfg, "127.0.0.1:0".parse().unwrap())
+    };
+    let wallet = role(sut_server::Role::Wallet, Box::new(|_| {}))
+        .await
+        .unwrap();
+    let inventory = role(sut_server::Role::Inventory, Box::new(|_| {}))
+        .await
+        .unwrap();
+    let token = role(sut_server::Role::Token, Box::new(|_| {}))
+        .await
+        .unwrap();
+    let url = |s: &Server| format!("http://{}", s.addr);
+    let (w, i, t) = (url(&wallet), url(&inventory), url(&token));
+    let coordinator = role(
+        sut_server::Role::Coordinator,
+        Box::new(move |c| {
+            c.wallet_url = Some(w);
+            c.inventory_url = Some(i);
+            c.token_url = Some(t);
+        }),
+    )
+    .await
+    .unwrap();
+    let (wallet_api, inventory_api, token_api, coordinator_api) = (
+        Api::new(wallet.addr),
+        Api::new(inventory.addr),
+        Api::new(token.addr),
+        Api::new(coordinator.addr),
+    );
+    let (s, v) = wallet_api
+        .post(
+            "/admin/accounts",
+            &json!({"user": 1, "count": 1, "balance_minor": 100}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = inventory_api
+        .post("/admin/stock", &json!({"activity": 1, "units": 5}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let jwt = token_api.jwt(1).await;
+    let once = token_api.once_token(1, 1).await;
+    let client = reqwest::Client::new();
+    let drawn: Value = client
+        .post(format!("http://{}/lottery/draw", coordinator.addr))
+        .bearer_auth(&jwt)
+        .json(&json!({"activity": 1, "won": true, "once_token": once}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let handle = drawn["draw"].as_str().unwrap_or_else(|| panic!("{drawn}"));
+    let read = || {
+        client
+            .get(format!(
+                "http://{}/lottery/draws/{handle}",
+                coordinator.addr
+            ))
+            .bearer_auth(&jwt)
+            .send()
+    };
+    assert_eq!(read().await.unwrap().status(), StatusCode::OK);
+    let (s, v) = token_api
+        .post("/tokens/revoke", &json!({"token": jwt}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let r = read().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(field(&v), "authorization", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("revoked"), "{v}");
+    // The operator still reads it.
+    let (s, v) = coordinator_api
+        .get(&format!("/lottery/draws/{handle}"))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    drop((wallet_api, inventory_api, token_api, coordinator_api));
+    for s in [coordinator, token, inventory, wallet] {
+        s.shutdown().await.unwrap();
+    }
 }

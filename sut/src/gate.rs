@@ -216,15 +216,16 @@ pub const fn forced_outcome(won: Option<bool>, allowed: bool) -> Result<Option<b
     }
 }
 
-/// Per-user draw rate: a token bucket per user (`rate_per_s` refill, `burst` capacity), over
-/// the caller's clock. At most `users_max` users are tracked; beyond that the idlest half is
-/// forgotten (a forgotten user starts with a full bucket again).
+/// A rate per key (a user's draws, an address's wrong credentials): a token bucket per key
+/// (`rate_per_s` refill, `burst` capacity), over the caller's clock. At most `users_max` keys
+/// are tracked; beyond that the idlest half is forgotten (a forgotten key starts with a full
+/// bucket again).
 #[derive(Clone, Debug, PartialEq)]
-pub struct RateLimiter {
+pub struct RateLimiter<K = UserId> {
     rate_per_s: f64,
     burst: f64,
     users_max: usize,
-    buckets: BTreeMap<UserId, Bucket>,
+    buckets: BTreeMap<K, Bucket>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -233,7 +234,7 @@ struct Bucket {
     at_ms: u64,
 }
 
-impl RateLimiter {
+impl<K: Ord + Copy> RateLimiter<K> {
     /// A limiter; `rate_per_s` and `burst` are clamped to at least one draw.
     #[must_use]
     pub fn new(rate_per_s: f64, burst: u32, users_max: usize) -> Self {
@@ -253,7 +254,7 @@ impl RateLimiter {
     ///
     /// # Errors
     /// The user is over the rate: how long until one draw is available again.
-    pub fn take(&mut self, user: UserId, now_ms: u64) -> Result<(), u64> {
+    pub fn take(&mut self, user: K, now_ms: u64) -> Result<(), u64> {
         if !self.buckets.contains_key(&user) && self.buckets.len() >= self.users_max {
             self.forget_idlest();
         }
@@ -269,13 +270,27 @@ impl RateLimiter {
             bucket.tokens -= 1.0;
             return Ok(());
         }
-        let wait_s = (1.0 - bucket.tokens) / rate;
-        Err((wait_s * 1000.0).ceil().min(u64::MAX as f64) as u64)
+        Err(Self::wait_ms(bucket.tokens, rate))
+    }
+
+    /// How long until `key` has one draw again at `now_ms` (`None`: it has one now), taking
+    /// nothing.
+    #[must_use]
+    pub fn waiting(&self, key: K, now_ms: u64) -> Option<u64> {
+        let bucket = self.buckets.get(&key)?;
+        let elapsed_s = now_ms.saturating_sub(bucket.at_ms) as f64 / 1000.0;
+        let tokens = (bucket.tokens + elapsed_s * self.rate_per_s).min(self.burst);
+        (tokens < 1.0).then(|| Self::wait_ms(tokens, self.rate_per_s))
+    }
+
+    /// Milliseconds until a bucket holding `tokens` refills to one at `rate_per_s`.
+    fn wait_ms(tokens: f64, rate_per_s: f64) -> u64 {
+        let wait_s = (1.0 - tokens) / rate_per_s;
+        (wait_s * 1000.0).ceil().min(u64::MAX as f64) as u64
     }
 
     fn forget_idlest(&mut self) {
-        let mut by_age: Vec<(u64, UserId)> =
-            self.buckets.iter().map(|(u, b)| (b.at_ms, *u)).collect();
+        let mut by_age: Vec<(u64, K)> = self.buckets.iter().map(|(u, b)| (b.at_ms, *u)).collect();
         by_age.sort_unstable();
         for (_, user) in by_age.iter().take(by_age.len().div_ceil(2)) {
             self.buckets.remove(user);
@@ -419,6 +434,24 @@ mod tests {
         assert!(limiter.take(u, 1_500).is_err());
         // Another user has a bucket of their own.
         assert_eq!(limiter.take(UserId(2), 1_500), Ok(()));
+        // Asking how long takes nothing.
+        assert_eq!(limiter.waiting(u, 1_500), Some(500));
+        assert_eq!(limiter.waiting(u, 1_500), Some(500));
+        assert_eq!(limiter.waiting(u, 2_000), None);
+        assert_eq!(
+            limiter.waiting(UserId(9), 0),
+            None,
+            "an unknown key has a full bucket"
+        );
+    }
+
+    #[test]
+    fn the_rate_limiter_takes_any_key() {
+        let mut by_address: RateLimiter<[u8; 4]> = RateLimiter::new(1.0, 2, 100);
+        assert_eq!(by_address.take([127, 0, 0, 2], 0), Ok(()));
+        assert_eq!(by_address.take([127, 0, 0, 2], 0), Ok(()));
+        assert_eq!(by_address.take([127, 0, 0, 2], 0), Err(1_000));
+        assert_eq!(by_address.take([127, 0, 0, 3], 0), Ok(()));
     }
 
     #[test]

@@ -333,5 +333,11 @@ fn parse_activity(text: &str) -> Result<(u64, u64, Option<u32>), String> {
     if parts.next().is_some() {
         return Err(usage());
     }
+    if price == 0 {
+        return Err(format!(
+            "`{text}`: a price of 0 gives every draw away; register a free activity with `POST \
+             /admin/activities` and \"free\": true"
+        ));
+    }
     Ok((id, price, odds))
 }

@@ -323,6 +323,9 @@ fn panic_if_asked_by_a_test() {
 fn main() -> ExitCode {
     report_panics_as_bench_failures();
     panic_if_asked_by_a_test();
+    // The hostile checks hold a thousand connections and more; the services started here
+    // inherit the limit.
+    let _ = chaos::raise_open_file_limit();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
