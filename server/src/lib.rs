@@ -553,7 +553,9 @@ pub fn weak_secret(secret: &str) -> Option<String> {
             chars.len()
         ));
     }
-    let kinds: [(fn(&char) -> bool, u32); 4] = [
+    /// A kind of character, and how many there are.
+    type Kind = (fn(&char) -> bool, u32);
+    let kinds: [Kind; 4] = [
         (char::is_ascii_lowercase, 26),
         (char::is_ascii_uppercase, 26),
         (char::is_ascii_digit, 10),
@@ -1992,7 +1994,7 @@ struct ActivityBody {
     price_minor: u64,
     /// Draws cost nothing: required with a `price_minor` of 0, refused with any other (a price
     /// of 0 left in by mistake would give every prize away).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     free: Option<bool>,
     /// Winning draws per thousand (default: the server's `--win-per-mille`).
     #[serde(default)]
@@ -2156,6 +2158,7 @@ async fn list_activities(
                 activity: id.0,
                 count: None,
                 price_minor: t.price_minor,
+                free: (t.price_minor == 0).then_some(true),
                 win_per_mille: Some(t.win_per_mille),
                 opens_at_ms: Some(t.opens_at_ms),
                 closes_at_ms: Some(t.closes_at_ms),

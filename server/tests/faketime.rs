@@ -24,7 +24,10 @@ fn a_server_on_a_stepped_clock_refuses_backwards_and_stamps_ahead() {
     let dir = tempfile::tempdir().unwrap();
     let mut clock = FakeClock::new().unwrap();
     let mut env = clock.env();
-    env.push(("SUT_ADMIN_TOKEN".into(), "faketime-test-secret".into()));
+    env.push((
+        "SUT_ADMIN_TOKEN".into(),
+        "faketime-test-secret-0123456789".into(),
+    ));
     let server = Service::start(ServiceSpec {
         name: "ids".into(),
         program: env!("CARGO_BIN_EXE_sut-server").into(),
