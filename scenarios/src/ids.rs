@@ -298,10 +298,11 @@ pub fn overload_line(o: &crate::overload::OverloadRun) -> String {
         .map(|r| format!("{r:.0}"))
         .collect();
     format!(
-        "  overload: {:.0} answers/s before, {}/s after (ratio {:.3}); {}",
+        "  overload: {:.0} answers/s before, {}/s after (ratio {:.3}); {}; {}",
         o.rate_before_per_s,
         after.join(", "),
         o.ratio(),
+        o.served_line(),
         o.overload_line()
     )
 }

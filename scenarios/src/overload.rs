@@ -11,13 +11,22 @@
 //! 500 counts) for `window`; then `clients` clients overload it for `overload_for`, each sending
 //! the request on a fresh connection and giving up after `client_timeout`: a client that gives
 //! up resets its connection (`SO_LINGER` 0, as a client does whose answer is still unread), and
-//! tries again; at the end of the overload every client still waiting gives up. After `settle`, the rate is measured again, side by side with the first, up to
+//! tries again; at the end of the overload every client still waiting gives up. After
+//! `settle`, the rate is measured again, side by side with the first, up to
 //! `after_windows_max` windows: the best one is judged, since noise passes and lost capacity
 //! does not.
 //!
+//! The rate alone misses a leak that leaves the service a few free connections: a few are
+//! enough to answer as fast as before. So the check also counts the **connections served at
+//! once** before the overload and after it (`probe_connections` connections opened together and
+//! held, each sending the request: how many get an answer below 500): a service that gives every
+//! connection back serves as many after as before, whatever its limits; one that keeps what
+//! clients that gave up held serves fewer.
+//!
 //! - `service.capacity_after_overload`: the rate after is at least `ratio_min` of the rate
-//!   before. Not checked (and said so) when the overload overloaded nothing: every request of
-//!   it answered within the client timeout, so no client gave up and no limit was reached.
+//!   before, and so are the connections served at once. Not checked (and said so) when the
+//!   overload overloaded nothing: every request of it answered within the client timeout, so no
+//!   client gave up and no limit was reached.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +42,19 @@ use load::conn::{Conn, Target};
 
 /// `service.capacity_after_overload`
 pub const CAPACITY_AFTER_OVERLOAD: &str = "service.capacity_after_overload";
+
+/// The most connections the count of those served at once opens.
+pub const PROBE_CONNECTIONS_MAX: usize = 4_096;
+
+/// The pause between a window and the next count, for its connections to go.
+const PROBE_SETTLE: Duration = Duration::from_millis(250);
+
+/// How long the connections of one count wait for their answers, in all.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
+
+/// Connections opened at once while a count opens its connections (the service's listen queue
+/// must not overflow).
+const PROBE_CONNECT_BATCH: usize = 64;
 
 /// What to measure and how hard to push.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,12 +80,16 @@ pub struct OverloadOptions {
     /// Windows after the overload at most (the best is judged; the first that reaches
     /// `ratio_min` ends the measurement).
     pub after_windows_max: u32,
+    /// Connections opened together and held to count those served at once (more than the
+    /// service's limit for one address, so that the limit is what is counted).
+    pub probe_connections: usize,
 }
 
 impl OverloadOptions {
     /// `clients` overload clients against `url`, measuring `GET path`: 20 ms client timeout,
-    /// 3 s of overload, 16 workers, 2 s windows, 1 s to settle, at least 0.9 of the rate
-    /// before, up to 6 windows after (the first at or above it ends them).
+    /// 3 s of overload, 64 workers, 2 s windows, 1 s to settle, at least 0.9 of the rate
+    /// before, up to 6 windows after (the first at or above it ends them), twice `clients`
+    /// connections (at most 4,096) to count those served at once.
     #[must_use]
     pub fn new(url: &str, path: &str, clients: usize) -> Self {
         Self {
@@ -72,11 +98,12 @@ impl OverloadOptions {
             clients,
             client_timeout: Duration::from_millis(20),
             overload_for: Duration::from_secs(3),
-            workers: 16,
+            workers: 64,
             window: Duration::from_secs(2),
             settle: Duration::from_secs(1),
             ratio_min: 0.9,
             after_windows_max: 6,
+            probe_connections: clients.saturating_mul(2).clamp(1, PROBE_CONNECTIONS_MAX),
         }
     }
 
@@ -102,6 +129,12 @@ impl OverloadOptions {
             ));
         }
         let r = self.ratio_min;
+        if !(1..=PROBE_CONNECTIONS_MAX).contains(&self.probe_connections) {
+            return Err(format!(
+                "probe_connections {}: give 1 to {PROBE_CONNECTIONS_MAX}",
+                self.probe_connections
+            ));
+        }
         if !(r > 0.0 && r <= 1.0) {
             return Err(format!(
                 "--overload-ratio-min {r}: give more than 0 and at most 1 (the least rate after \
@@ -124,6 +157,12 @@ pub struct OverloadRun {
     pub after_failed: u64,
     /// The first of them, in words.
     pub after_first_failure: Option<String>,
+    /// Connections opened together to count those served at once.
+    pub probe_connections: usize,
+    /// Of them, served at once before the overload.
+    pub served_at_once_before: u64,
+    /// Served at once in each count after it.
+    pub served_at_once_after: Vec<u64>,
     /// Overload requests tried (each on a fresh connection).
     pub attempts: u64,
     /// Of them, connections the service accepted.
@@ -166,6 +205,47 @@ impl OverloadRun {
         }
     }
 
+    /// The most connections served at once after the overload.
+    #[must_use]
+    pub fn served_at_once_after_max(&self) -> u64 {
+        self.served_at_once_after.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The connections served at once after, as a share of those before; 1 when none were
+    /// counted before (nothing to compare with).
+    #[must_use]
+    pub fn served_ratio(&self) -> f64 {
+        if self.served_at_once_before > 0 {
+            self.served_at_once_after_max() as f64 / self.served_at_once_before as f64
+        } else {
+            1.0
+        }
+    }
+
+    /// Whether both measures came back to at least `ratio_min`.
+    #[must_use]
+    pub fn came_back(&self) -> bool {
+        self.ratio() >= self.ratio_min && self.served_ratio() >= self.ratio_min
+    }
+
+    /// The connections served at once, in words.
+    #[must_use]
+    pub fn served_line(&self) -> String {
+        let after: Vec<String> = self
+            .served_at_once_after
+            .iter()
+            .map(u64::to_string)
+            .collect();
+        format!(
+            "connections served at once (of {} opened together): {} before, {} after (ratio \
+             {:.3})",
+            self.probe_connections,
+            self.served_at_once_before,
+            after.join(", "),
+            self.served_ratio()
+        )
+    }
+
     /// Whether the overload reached a limit: some of its requests were refused, given up or
     /// not served.
     #[must_use]
@@ -201,13 +281,15 @@ impl OverloadRun {
             .collect();
         let detail = format!(
             "{:.0}/s before, {}/s after (best of {} window(s), ratio {ratio:.3}, at least {:.2}); \
-             {}",
+             {}; {}",
             self.rate_before_per_s,
             windows.join(", "),
             windows.len(),
             self.ratio_min,
+            self.served_line(),
             self.overload_line()
         );
+        let served = self.served_ratio();
         let (verdict, first) = if !self.overloaded() {
             (
                 Judgement::NotChecked,
@@ -218,8 +300,21 @@ impl OverloadRun {
                     self.attempts, self.client_timeout_ms
                 )),
             )
-        } else if ratio >= self.ratio_min {
+        } else if self.came_back() {
             (Judgement::Held, None)
+        } else if ratio >= self.ratio_min {
+            (
+                Judgement::Violated,
+                Some(format!(
+                    "after the overload the service served {} connections at once, {served:.2} \
+                     of the {} it served before (at least {:.2} expected): capacity lost to \
+                     clients that gave up (its rate came back, {ratio:.2}: a few free \
+                     connections answer as fast as all of them)",
+                    self.served_at_once_after_max(),
+                    self.served_at_once_before,
+                    self.ratio_min,
+                )),
+            )
         } else {
             (
                 Judgement::Violated,
@@ -319,6 +414,85 @@ async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> 
     }
 }
 
+/// How many of `n` connections opened together and held, each sending `request`, `addr`
+/// serves at once: answers below 500 within [`PROBE_WAIT`]. Every connection stays open until
+/// all have their answer or the wait is over, so the service must hold them all at once; they
+/// are then closed as clients close them when done (a connection whose answer did not come
+/// whole is reset).
+async fn served_at_once(addr: SocketAddr, request: Arc<Vec<u8>>, n: usize) -> u64 {
+    let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+    let mut open = Vec::with_capacity(n);
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(PROBE_CONNECT_BATCH);
+        left -= batch;
+        let connects: Vec<_> = (0..batch)
+            .map(|_| {
+                let request = Arc::clone(&request);
+                tokio::spawn(async move {
+                    let mut tcp = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
+                        .await
+                        .ok()?
+                        .ok()?;
+                    tcp.write_all(&request).await.ok()?;
+                    Some(tcp)
+                })
+            })
+            .collect();
+        for c in connects {
+            if let Ok(Some(tcp)) = c.await {
+                open.push(tcp);
+            }
+        }
+    }
+    let reads: Vec<_> = open
+        .into_iter()
+        .map(|mut tcp| {
+            tokio::spawn(async move {
+                let answer = tokio::time::timeout_at(deadline, read_answer(&mut tcp)).await;
+                let served = match answer {
+                    Ok(Ok((answer, true))) => status_of(&answer).is_some_and(|s| s < 500),
+                    _ => {
+                        let _ = tcp.set_zero_linger();
+                        false
+                    }
+                };
+                (served, tcp)
+            })
+        })
+        .collect();
+    let mut served = 0;
+    let mut held = Vec::with_capacity(reads.len());
+    for r in reads {
+        if let Ok((ok, tcp)) = r.await {
+            served += u64::from(ok);
+            held.push(tcp);
+        }
+    }
+    drop(held); // only now, all together
+    served
+}
+
+/// Reads one answer from `tcp`: its bytes, and whether it came whole (its length said and
+/// reached) rather than cut off by the service closing the connection.
+async fn read_answer(tcp: &mut TcpStream) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut answer = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = tcp.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((answer, false));
+        }
+        answer.extend_from_slice(&buf[..n]);
+        match answer_end(&answer) {
+            Some(end) if answer.len() >= end => return Ok((answer, true)),
+            // A head without a length, or one too long: the status is what counts.
+            None if answer.len() > 64 * 1024 => return Ok((answer, false)),
+            _ => {}
+        }
+    }
+}
+
 /// How one overload request ended.
 enum Outcome {
     Answered(u16),
@@ -349,21 +523,7 @@ async fn one_request(
     // when the client gave up, whether or not the answer had been written).
     let exchange = async {
         tcp.write_all(request).await?;
-        let mut answer = Vec::with_capacity(512);
-        let mut buf = [0u8; 1024];
-        loop {
-            let n = tcp.read(&mut buf).await?;
-            if n == 0 {
-                return Ok::<_, std::io::Error>((answer, false));
-            }
-            answer.extend_from_slice(&buf[..n]);
-            match answer_end(&answer) {
-                Some(end) if answer.len() >= end => return Ok((answer, true)),
-                // A head without a length, or one too long: the status is what counts.
-                None if answer.len() > 64 * 1024 => return Ok((answer, false)),
-                _ => {}
-            }
-        }
+        read_answer(&mut tcp).await
     };
     match tokio::time::timeout_at(deadline, exchange).await {
         Err(_) => {
@@ -488,6 +648,9 @@ pub fn run(opts: &OverloadOptions) -> Result<OverloadRun, OverloadError> {
         .build()
         .map_err(|e| OverloadError(format!("a runtime for the overload: {e}")))?;
     rt.block_on(async {
+        // Counted first: the connections of a window just closed could still hold places.
+        let served_before =
+            served_at_once(addr, Arc::clone(&request), opts.probe_connections).await;
         let before = rate(&target, &path, opts.workers, opts.window)
             .await
             .rate_per_s;
@@ -498,18 +661,33 @@ pub fn run(opts: &OverloadOptions) -> Result<OverloadRun, OverloadError> {
             )));
         }
         let until = Instant::now() + opts.overload_for;
-        let mut run = overload(addr, request, opts.clients, opts.client_timeout, until).await;
+        let mut run = overload(
+            addr,
+            Arc::clone(&request),
+            opts.clients,
+            opts.client_timeout,
+            until,
+        )
+        .await;
         tokio::time::sleep(opts.settle).await;
         run.rate_before_per_s = before;
         run.ratio_min = opts.ratio_min;
-        for _ in 0..opts.after_windows_max.max(1) {
+        run.probe_connections = opts.probe_connections;
+        run.served_at_once_before = served_before;
+        for window in 0..opts.after_windows_max.max(1) {
+            if window > 0 {
+                // The last window's connections go away first (they are not what is counted).
+                tokio::time::sleep(PROBE_SETTLE).await;
+            }
+            run.served_at_once_after
+                .push(served_at_once(addr, Arc::clone(&request), opts.probe_connections).await);
             let after = rate(&target, &path, opts.workers, opts.window).await;
             run.rates_after_per_s.push(after.rate_per_s);
             run.after_failed += after.failed;
             if run.after_first_failure.is_none() {
                 run.after_first_failure = after.first_failure;
             }
-            if run.ratio() >= opts.ratio_min {
+            if run.came_back() {
                 break;
             }
         }
@@ -552,6 +730,82 @@ mod tests {
         // A partial loss below the bound is a loss too.
         let shrunk = run_of(10_000.0, &[6_000.0, 7_000.0, 6_500.0], 900);
         assert_eq!(shrunk.check().verdict, Judgement::Violated);
+    }
+
+    #[test]
+    fn connections_kept_fire_the_check_even_when_the_rate_comes_back() {
+        // A few free connections answer as fast as all of them: the rate passes.
+        let few_left = OverloadRun {
+            probe_connections: 2_000,
+            served_at_once_before: 1_024,
+            served_at_once_after: vec![180, 181],
+            ..run_of(10_000.0, &[9_900.0, 10_100.0], 900)
+        };
+        assert!(few_left.ratio() >= 0.9);
+        let check = few_left.check();
+        assert_eq!(check.verdict, Judgement::Violated, "{check:?}");
+        let first = check.first_offending_event.unwrap();
+        assert!(
+            first.contains("served 181 connections at once, 0.18 of the 1024"),
+            "{first}"
+        );
+        assert!(
+            check
+                .detail
+                .unwrap()
+                .contains("1024 before, 180, 181 after"),
+            "the counts are reported"
+        );
+        // All of them back (the best count after is judged): held.
+        let back = OverloadRun {
+            served_at_once_after: vec![1_000, 1_024],
+            ..few_left.clone()
+        };
+        assert_eq!(back.check().verdict, Judgement::Held);
+        // Nothing counted before: only the rate is judged.
+        let uncounted = OverloadRun {
+            served_at_once_before: 0,
+            ..few_left
+        };
+        assert_eq!(uncounted.check().verdict, Judgement::Held);
+    }
+
+    /// A service that serves at most `limit` connections at once and closes the others at once.
+    async fn limited_service(limit: usize) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut kept = Vec::new();
+            loop {
+                let Ok((mut tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                if kept.len() >= limit {
+                    drop(tcp);
+                    continue;
+                }
+                let mut buf = [0u8; 1024];
+                let _ = tcp.read(&mut buf).await;
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                kept.push(tcp); // never given back: the count is the limit
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn the_count_of_connections_served_at_once_finds_the_limit() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let request = Arc::new(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec());
+            let addr = limited_service(37).await;
+            assert_eq!(served_at_once(addr, Arc::clone(&request), 100).await, 37);
+            // Fewer than the limit: every one of them.
+            let addr = limited_service(37).await;
+            assert_eq!(served_at_once(addr, request, 20).await, 20);
+        });
     }
 
     #[test]
@@ -613,5 +867,11 @@ mod tests {
         }
         o.ratio_min = 0.5;
         assert!(o.validate().is_ok());
+        o.probe_connections = 0;
+        assert!(o.validate().unwrap_err().contains("probe_connections 0"));
+        assert_eq!(
+            OverloadOptions::new("http://127.0.0.1:1", "/", 20_000).probe_connections,
+            PROBE_CONNECTIONS_MAX
+        );
     }
 }
