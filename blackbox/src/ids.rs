@@ -1960,7 +1960,7 @@ fn judge(
         .as_ref()
         .map(|n| faults_took_effect(n, &faults, &history));
     let servers: Vec<String> = (1..=opts.urls.len())
-        .map(|i| format!("server #{i}"))
+        .map(|i| format!("server {i}"))
         .collect();
     let key_word = if opts.key.is_empty() {
         "the key".to_owned()
@@ -2113,8 +2113,8 @@ fn regressions_in(ops: &[&Completed]) -> Vec<(String, u64)> {
             } => {
                 let (op, h) = (ops[answer], ops[above]);
                 format!(
-                    "ID {low} from server #{} (asked at {} ms by client {}) is not above ID {top} \
-                     (server #{}, answered at {} ms, before it was asked)",
+                    "ID {low} from server {} (asked at {} ms by client {}) is not above ID {top} \
+                     (server {}, answered at {} ms, before it was asked)",
                     op.server + 1,
                     op.invoke_ns / 1_000_000,
                     op.process,

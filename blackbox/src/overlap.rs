@@ -222,7 +222,7 @@ mod tests {
     }
 
     fn names(n: usize) -> Vec<String> {
-        (1..=n).map(|i| format!("server #{i}")).collect()
+        (1..=n).map(|i| format!("server {i}")).collect()
     }
 
     #[test]

@@ -302,7 +302,7 @@ impl TokensRun {
                 "tokens.once",
                 twice.map(|r| {
                     format!(
-                        "token #{} accepted {} times by {} consumes at once: {:?}",
+                        "token {} accepted {} times by {} consumes at once: {:?}",
                         r.index,
                         r.racing
                             .iter()
@@ -317,7 +317,7 @@ impl TokensRun {
                 "tokens.once_accepted",
                 never.map(|r| {
                     format!(
-                        "token #{}: every consume answered, none accepted: {:?}",
+                        "token {}: every consume answered, none accepted: {:?}",
                         r.index, r.racing
                     )
                 }),
@@ -326,7 +326,7 @@ impl TokensRun {
                 "tokens.stays_used",
                 reused.map(|r| {
                     format!(
-                        "token #{}: a consume after its round was answered {:?}",
+                        "token {}: a consume after its round was answered {:?}",
                         r.index, r.after
                     )
                 }),
@@ -368,7 +368,7 @@ impl TokensRun {
             };
             (!fine).then(|| {
                 format!(
-                    "token #{}: an answer of unknown outcome ({:?}, then {:?}) was not settled \
+                    "token {}: an answer of unknown outcome ({:?}, then {:?}) was not settled \
                      once every fault was over: a consume then was answered {settled:?}",
                     r.index, r.racing, r.after
                 )
@@ -383,7 +383,7 @@ impl TokensRun {
             .find(|r| r.stolen == Some(Consumed::Accepted))
             .map(|r| {
                 format!(
-                    "token #{} was accepted when the previous round's user presented it as its \
+                    "token {} was accepted when the previous round's user presented it as its \
                      own: a token is not checked against its owner",
                     r.index
                 )
@@ -404,7 +404,7 @@ impl TokensRun {
                 .find_map(|n| issued.get(n.as_str()).map(|i| (n.clone(), *i)))
             {
                 return Some(format!(
-                    "token #{other} ({value}) is a neighbour of token #{} ({}): values come \
+                    "token {other} ({value}) is a neighbour of token {} ({}): values come \
                      from a counter, and anyone holding one can name the others",
                     r.index, r.token
                 ));
@@ -1128,7 +1128,7 @@ mod tests {
             .and_then(|c| c.first_offending_event)
             .expect("tokens.unguessable names the tokens");
         assert!(
-            first.contains("token #1") && first.contains("token #0"),
+            first.contains("token 1 ") && first.contains("token 0 "),
             "{first}"
         );
         // Random values, but a neighbour is answered 403 where a stranger gets 404.

@@ -158,7 +158,7 @@ fn kill_and_restart(
         windows.push(FaultWindow {
             start_s,
             end_s: started.elapsed().as_secs_f64(),
-            label: format!("kill -9 #{} and restart", n + 1),
+            label: format!("kill -9 {} and restart", n + 1),
             process: None,
             kind: Some("kill".into()),
         });

@@ -40,7 +40,13 @@ pub fn ids_unique(space: &str, ids: &[u64]) -> InvariantResult {
         None => held(&name, format!("{} IDs, all distinct", ids.len())),
         Some((id, first, again)) => violated(
             &name,
-            format!("ID {id} received again as response #{again} (first as #{first})"),
+            // A load run keeps no history: the answers are counted from 1 in the order received.
+            format!(
+                "ID {id} received again in answer {} of the run (first in answer {}, counting \
+                 from 1 in the order received)",
+                again + 1,
+                first + 1
+            ),
             format!("{} IDs, {} repeats", ids.len(), once.repeats()),
         ),
     }
@@ -81,7 +87,12 @@ pub fn once_accepted_once(accepted: &AtMostOnce<String, u64>) -> InvariantResult
         ),
         Some((t, first, again)) => violated(
             name,
-            format!("token {t} accepted again (acceptance #{again}; first at #{first})"),
+            format!(
+                "token {t} accepted again (acceptance {} of the run; first at acceptance {}, \
+                 counting from 1)",
+                again + 1,
+                first + 1
+            ),
             format!(
                 "{} acceptances of a token accepted before",
                 accepted.repeats()
@@ -235,7 +246,7 @@ pub fn ids_monotonic_per_server(
         Some(r) => violated(
             name,
             format!(
-                "{} ID {} from server #{}{} after {} (user {})",
+                "{} ID {} from server {}{} after {} (user {})",
                 r.kind,
                 r.after,
                 r.server + 1,

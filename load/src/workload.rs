@@ -1088,7 +1088,7 @@ mod id_order_tests {
         assert_eq!(result.verdict, Judgement::Violated);
         let first = result.first_offending_event.unwrap();
         assert!(
-            first.contains("segment ID 11 from server #1 (allocator incarnation 1) after 11"),
+            first.contains("segment ID 11 from server 1 (allocator incarnation 1) after 11"),
             "{first}"
         );
         // Snowflake IDs are ordered per worker id (the `server` slot holds it).

@@ -797,7 +797,7 @@ pub struct Concurrency {
 /// One server's share of a run's concurrency.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaneConcurrency {
-    /// The server's name (`server #1`).
+    /// The server's name (`server 1`).
     pub name: String,
     /// Requests sent to it.
     pub requests: u64,

@@ -287,7 +287,7 @@ pub fn decode_records(texts: &[String]) -> Result<Vec<JournalOp>, StoreError> {
         .enumerate()
         .map(|(i, text)| {
             serde_json::from_str(text).map_err(|e| StoreError::Backend {
-                message: format!("corrupt journal record #{}: {e}", i + 1),
+                message: format!("corrupt journal record {} (from 1): {e}", i + 1),
             })
         })
         .collect()
