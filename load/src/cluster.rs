@@ -479,7 +479,7 @@ async fn run(
         chaos::Backend::MariaDb => "MariaDB (innodb_flush_log_at_trx_commit=1, sync_binlog=1)",
         chaos::Backend::Sqlite => "SQLite files (synchronous=FULL)",
     };
-    Ok(LoadReport {
+    let mut report = LoadReport {
         scenario: opts.workload.clone(),
         target: format!(
             "deployment on {database}: {}{}",
@@ -498,7 +498,9 @@ async fn run(
         verification,
         concurrency: None,
         ramp: None,
-    })
+    };
+    crate::on_measured_clock(&mut report, started, shared.measure_start);
+    Ok(report)
 }
 
 #[cfg(test)]

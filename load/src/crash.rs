@@ -105,6 +105,37 @@ struct Launcher {
 }
 
 impl Launcher {
+    /// `bin` with its database and JWT key in `dir`, configured for the crash run's load.
+    fn new(
+        bin: PathBuf,
+        dir: &std::path::Path,
+        flaw: Option<crate::Flaw>,
+    ) -> Result<Self, LoadError> {
+        let mut extra = crate::flaw_args(flaw);
+        extra.extend(["--step-max".to_owned(), CRASH_STEP_MAX.to_string()]);
+        // A closed loop draws for each of the workload's 2,000 users as often as the server
+        // answers (0.8 a second here, on 2 cores), which a faster machine takes past the
+        // per-user quotas (2 one-time tokens a second): the run is about crashes, so its server
+        // is configured for its load rather than measured refusing it.
+        for flag in QUOTA_FLAGS {
+            extra.extend([flag.to_owned(), CRASH_QUOTA_PER_USER.to_string()]);
+        }
+        // The JWT key outlives a kill, as a deployment's does: a server that drew a new key at
+        // each start refused every user's token after the first kill (91% of the draws'
+        // one-time token requests answered 401, and the run passed on the draws made before).
+        let jwt_secret = dir.join("jwt-secret");
+        std::fs::write(&jwt_secret, crate::target::random_hex())?;
+        extra.extend([
+            "--jwt-secret-file".to_owned(),
+            jwt_secret.display().to_string(),
+        ]);
+        Ok(Self {
+            bin,
+            db: dir.join("ids.db"),
+            extra,
+        })
+    }
+
     fn start(&self, listen: &str) -> Result<ServerProcess, LoadError> {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         ServerProcess::start(&self.bin, &self.db, listen, &extra)
@@ -192,18 +223,24 @@ async fn wait_settled(admin: &crate::Admin) -> Result<(), LoadError> {
     }
 }
 
+/// The per-user quotas of the server under `crash_under_load` (draws and one-time tokens a
+/// second, and their bursts).
+const CRASH_QUOTA_PER_USER: u32 = 1_000;
+
+/// `sut-server`'s flags for them.
+const QUOTA_FLAGS: [&str; 4] = [
+    "--draw-rate-per-user",
+    "--draw-burst",
+    "--once-rate-per-user",
+    "--once-burst",
+];
+
 async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadError> {
     let started = Instant::now();
     let wall_start = SystemTime::now();
     let bin = crate::target::find_server_binary()?;
     let dir = tempfile::tempdir()?;
-    let mut extra = crate::flaw_args(opts.flaw);
-    extra.extend(["--step-max".to_owned(), CRASH_STEP_MAX.to_string()]);
-    let launcher = Launcher {
-        bin,
-        db: dir.path().join("ids.db"),
-        extra,
-    };
+    let launcher = Launcher::new(bin, dir.path(), opts.flaw)?;
     let server = launcher.start("127.0.0.1:0")?;
     let base = server.base_url.clone();
     let admin_token = Some(crate::target::bench_admin_token().to_owned());
@@ -239,10 +276,11 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
     ));
     server.stop();
     let hlog_start = wall_start + shared.measure_start.duration_since(started);
-    Ok(LoadReport {
+    let mut report = LoadReport {
         scenario: "crash_under_load".to_owned(),
         target: format!(
-            "sut-server child at {base}, SIGKILLed {kills} times{}",
+            "sut-server child at {base} (per-user quotas {CRASH_QUOTA_PER_USER}/s), SIGKILLed \
+             {kills} times{}",
             opts.flaw
                 .map(|f| format!(", flaw {f} switched on"))
                 .unwrap_or_default()
@@ -257,5 +295,58 @@ async fn run_crash(opts: LoadOptions, kills: u32) -> Result<LoadReport, LoadErro
         verification,
         concurrency: None,
         ramp: None,
-    })
+    };
+    crate::on_measured_clock(&mut report, started, shared.measure_start);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `POST path` with `body` as `bearer`: the status and the answer.
+    async fn post(base: &str, path: &str, bearer: &str, body: serde_json::Value) -> (u16, String) {
+        let answer = reqwest::Client::new()
+            .post(format!("{base}{path}"))
+            .bearer_auth(bearer)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (answer.status().as_u16(), answer.text().await.unwrap())
+    }
+
+    #[test]
+    fn a_users_token_outlives_a_kill_of_the_server() {
+        crate::target::ensure_server_binary();
+        let bin = crate::target::find_server_binary().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let launcher = Launcher::new(bin, dir.path(), None).unwrap();
+        let mut server = launcher.start("127.0.0.1:0").unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let admin = crate::target::bench_admin_token();
+        let (status, issued) = rt.block_on(post(
+            &server.base_url,
+            "/tokens",
+            admin,
+            serde_json::json!({"user": 7}),
+        ));
+        assert_eq!(status, 200, "{issued}");
+        let v: serde_json::Value = serde_json::from_str(&issued).unwrap();
+        let token = v["token"].as_str().unwrap().to_owned();
+        server.kill();
+        let addr = server.addr.clone();
+        let mut server = launcher.restart(&addr).unwrap();
+        let (status, verified) = rt.block_on(post(
+            &server.base_url,
+            "/tokens/verify",
+            admin,
+            serde_json::json!({ "token": token }),
+        ));
+        assert_eq!(
+            status, 200,
+            "the restarted server refused the token: {verified}"
+        );
+        server.stop();
+    }
 }

@@ -728,7 +728,7 @@ async fn run_async(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadE
         s.stop();
     }
     let hlog_start = wall_start + shared.measure_start.duration_since(started);
-    let report = LoadReport {
+    let mut report = LoadReport {
         scenario: format!("load:{}", opts.workload),
         target: target_text(&base, opts.host.as_deref(), opts.flaw),
         duration_s: opts.duration_s as f64,
@@ -742,11 +742,32 @@ async fn run_async(opts: LoadOptions) -> Result<(LoadReport, Diagnostics), LoadE
         concurrency: None,
         ramp: None,
     };
+    on_measured_clock(&mut report, started, shared.measure_start);
     Ok((report, diagnostics(&shared)))
 }
 
 fn workload_lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Puts what was timed from `started` (the server's resource samples, the fault windows) on the
+/// clock of the endpoints' intervals, which count from `measure_start` (after the set-up and
+/// the warm-up): without it a report shades a fault seconds away from the stall it caused.
+/// Samples outside the measured `duration_s` (the set-up, the warm-up, the verification after)
+/// are left out; a window that began before the measurement is drawn from its start.
+pub(crate) fn on_measured_clock(report: &mut LoadReport, started: Instant, measure_start: Instant) {
+    let shift_s = measure_start
+        .saturating_duration_since(started)
+        .as_secs_f64();
+    let end_s = report.duration_s + stats::INTERVAL_MS as f64 / 1000.0;
+    report.server.retain_mut(|s| {
+        s.t_s -= shift_s;
+        (0.0..=end_s).contains(&s.t_s)
+    });
+    for w in &mut report.fault_windows {
+        w.start_s = (w.start_s - shift_s).max(0.0);
+        w.end_s = (w.end_s - shift_s).max(w.start_s);
+    }
 }
 
 /// A file name for an endpoint name: `POST /tokens/verify` → `POST_tokens_verify`.
@@ -761,4 +782,51 @@ pub fn file_name(endpoint: &str) -> String {
         }
     }
     out.trim_matches('_').to_owned()
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+    use reports::model::{FaultWindow, ResourceSample};
+
+    #[test]
+    fn samples_and_fault_windows_move_onto_the_endpoints_clock() {
+        let started = Instant::now();
+        // 1.5 s of set-up and warm-up before the measured 4 s.
+        let measure_start = started + Duration::from_millis(1_500);
+        let sample = |t_s| ResourceSample {
+            t_s,
+            cpu_pct: 1.0,
+            rss_bytes: 1,
+        };
+        let window = |start_s, end_s| FaultWindow {
+            start_s,
+            end_s,
+            label: "kill".into(),
+            process: None,
+            kind: None,
+        };
+        let mut report = LoadReport {
+            scenario: "load:id".into(),
+            target: "a test".into(),
+            duration_s: 4.0,
+            warmup_s: 1.0,
+            rate: None,
+            users: 1,
+            endpoints: Vec::new(),
+            server: [1.0, 2.0, 3.5, 6.5, 7.0].into_iter().map(sample).collect(),
+            fault_windows: vec![window(2.5, 3.0), window(1.0, 2.0)],
+            verification: Vec::new(),
+            concurrency: None,
+            ramp: None,
+        };
+        on_measured_clock(&mut report, started, measure_start);
+        let times: Vec<f64> = report.server.iter().map(|s| s.t_s).collect();
+        // The set-up's sample and the one after the measured seconds (and their interval) go.
+        assert_eq!(times, vec![0.5, 2.0, 5.0]);
+        let w = &report.fault_windows;
+        assert_eq!((w[0].start_s, w[0].end_s), (1.0, 1.5));
+        // Begun before the measurement: drawn from its start.
+        assert_eq!((w[1].start_s, w[1].end_s), (0.0, 0.5));
+    }
 }

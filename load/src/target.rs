@@ -66,7 +66,7 @@ pub fn find_server_binary() -> Result<PathBuf, LoadError> {
 
 /// 48 hex digits from the OS (or the clock, where there is no `/dev/urandom`: still unique
 /// per run, loopback only).
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     use std::io::Read;
     let mut bytes = [0u8; 24];
     let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
@@ -288,6 +288,30 @@ impl Sampler {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }
+}
+
+/// For tests: the `sut-server` binary, built now when it is missing. `cargo test --workspace`
+/// (and `cargo build`) build it, `cargo test -p load` does not (cargo releases its build lock
+/// before running tests, so building here is safe).
+///
+/// # Panics
+/// When the build fails.
+#[doc(hidden)]
+pub fn ensure_server_binary() {
+    if find_server_binary().is_ok() {
+        return;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let exe = std::env::current_exe().unwrap();
+    let release = exe.components().any(|c| c.as_os_str() == "release");
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "-p", "sut-server", "--bin", "sut-server"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().unwrap();
+    assert!(status.success(), "building sut-server failed");
+    find_server_binary().unwrap();
 }
 
 #[cfg(test)]
