@@ -759,7 +759,7 @@ pub(crate) fn on_measured_clock(report: &mut LoadReport, started: Instant, measu
     let shift_s = measure_start
         .saturating_duration_since(started)
         .as_secs_f64();
-    let end_s = report.duration_s + stats::INTERVAL_MS as f64 / 1000.0;
+    let end_s = report.duration_s;
     report.server.retain_mut(|s| {
         s.t_s -= shift_s;
         (0.0..=end_s).contains(&s.t_s)
@@ -814,7 +814,7 @@ mod clock_tests {
             rate: None,
             users: 1,
             endpoints: Vec::new(),
-            server: [1.0, 2.0, 3.5, 6.5, 7.0].into_iter().map(sample).collect(),
+            server: [1.0, 2.0, 3.5, 5.6, 7.0].into_iter().map(sample).collect(),
             fault_windows: vec![window(2.5, 3.0), window(1.0, 2.0)],
             verification: Vec::new(),
             concurrency: None,
@@ -822,8 +822,8 @@ mod clock_tests {
         };
         on_measured_clock(&mut report, started, measure_start);
         let times: Vec<f64> = report.server.iter().map(|s| s.t_s).collect();
-        // The set-up's sample and the one after the measured seconds (and their interval) go.
-        assert_eq!(times, vec![0.5, 2.0, 5.0]);
+        // The set-up's sample and those after the measured seconds go.
+        assert_eq!(times, vec![0.5, 2.0]);
         let w = &report.fault_windows;
         assert_eq!((w[0].start_s, w[0].end_s), (1.0, 1.5));
         // Begun before the measurement: drawn from its start.
