@@ -84,7 +84,14 @@ pub struct ParticipantOptions {
     /// The slow-clients check after the sequences, measuring `GET /ledger` (stalled bodies go
     /// to `POST /tcc/branch` unless the spec names another path).
     pub slow: Option<crate::slow::SlowSpec>,
+    /// The unauthenticated-bodies check after the sequences: requests without the service
+    /// credential to `POST /tcc/branch` whose bodies never end ([`crate::bodies`]).
+    pub bodies: Option<crate::bodies::BodiesSpec>,
 }
+
+/// Where the unauthenticated-bodies check of a participant posts: its branch route, which takes
+/// the coordinator's service credential only.
+pub const BODIES_PATH: &str = "/tcc/branch";
 
 /// A black-box contract run (`scenario tcc`, `scenario tokens`) could not be made (not a
 /// verdict).
@@ -341,6 +348,8 @@ pub struct ParticipantRun {
     pub finding: Option<Finding>,
     /// What the slow-clients check measured, and its two checks.
     pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
+    /// What the unauthenticated-bodies check measured.
+    pub bodies: Option<crate::bodies::BodiesRun>,
 }
 
 impl ParticipantRun {
@@ -370,6 +379,11 @@ impl ParticipantRun {
             })
             .chain(self.db_took_effect())
             .chain(self.slow.iter().flat_map(|(_, c)| c.iter().cloned()))
+            .chain(
+                self.bodies
+                    .iter()
+                    .flat_map(crate::bodies::BodiesRun::checks),
+            )
             .collect()
     }
 
@@ -1004,6 +1018,9 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
     if let Some(spec) = &opts.slow {
         spec.validate().map_err(ContractError::Usage)?;
     }
+    if let Some(spec) = &opts.bodies {
+        spec.validate().map_err(ContractError::Usage)?;
+    }
     let mut bench = Bench::start(opts)?;
     let base = fresh_base();
     let mut run = ParticipantRun::default();
@@ -1051,6 +1068,12 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
             .run(&opts.url, probe)
             .map_err(|e| ContractError::Usage(format!("--slow-clients: {e}")))?;
         run.slow = Some(slow);
+    }
+    if let Some(spec) = &opts.bodies {
+        let pid = bench.server.as_ref().and_then(|(s, _)| s.pid());
+        let bodies = crate::bodies::run(spec, &opts.url, BODIES_PATH, pid)
+            .map_err(|e| ContractError::Usage(format!("--unauth-bodies: {e}")))?;
+        run.bodies = Some(bodies);
     }
     run.db_faults = bench.db_faults;
     run.exits_after_db_faults = bench.exits;

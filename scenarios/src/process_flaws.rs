@@ -807,6 +807,7 @@ pub fn participant_options(
         db: None,
         db_fault: None,
         slow: None,
+        bodies: None,
     })
 }
 

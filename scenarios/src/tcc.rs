@@ -63,6 +63,14 @@ pub struct TccArgs {
     /// The slow-clients check measures `GET /ledger`; stalled bodies go to `POST /tcc/branch`.
     #[command(flatten)]
     pub slow: crate::ids::SlowArgs,
+    /// After the sequences, N connections at once each `POST /tcc/branch` with no service
+    /// credential, announcing a 256 KiB body and sending all of it but the last byte: each must
+    /// be refused from its head within 5 s (`service.refused_from_head`), and with --server-cmd
+    /// (write `exec` in it) the participant's resident memory may grow by at most half the
+    /// bytes sent meanwhile (`service.unauthenticated_memory`). Up to 8000; from 127.0.0.2,
+    /// 127.0.0.3, … (1,000 each) on a loopback URL.
+    #[arg(long, value_name = "N")]
+    pub unauth_bodies: Option<usize>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -96,6 +104,7 @@ impl TccArgs {
             db: self.db.options(),
             db_fault: self.db_fault,
             slow: self.slow.spec(),
+            bodies: self.unauth_bodies.map(blackbox::bodies::BodiesSpec::new),
         })
     }
 }
@@ -217,6 +226,9 @@ fn print_run(run: &ParticipantRun) {
     if let Some((slow, _)) = &run.slow {
         println!("{}", crate::ids::slow_line(slow));
     }
+    if let Some(bodies) = &run.bodies {
+        println!("  unauthenticated bodies: {}", bodies.answers_line());
+    }
     for check in run.checks() {
         // The breaking sequence is printed once, below, not in its check's line.
         let mut line = check.clone();
@@ -307,6 +319,7 @@ fn write_json(path: &std::path::Path, args: &TccArgs, run: &ParticipantRun) -> R
         "answers_met": run.seen.len(),
         "answers_allowed": blackbox::tcc::allowed().len(),
         "slow_clients": run.slow.as_ref().map(|(s, _)| s),
+        "unauthenticated_bodies": run.bodies,
         "invariants": run.checks(),
         "finding": run.finding.as_ref().map(|f| serde_json::json!({
             "check": f.check,

@@ -1033,6 +1033,34 @@ fn slow_clients_are_checked_by_scenario_tokens_and_tcc() {
 }
 
 #[test]
+fn unauthenticated_bodies_are_checked_by_scenario_tcc() {
+    let bodies = ["--sequences", "3", "--unauth-bodies", "200"];
+    // The participant as it is: each refused from its head, its memory as it was.
+    let correct = tcc_over_sut_server("", &bodies);
+    let all = text(&correct);
+    assert_eq!(correct.status.code(), Some(0), "{all}");
+    for check in [
+        "service.refused_from_head",
+        "service.unauthenticated_memory",
+    ] {
+        assert!(
+            all.lines()
+                .any(|l| l.trim_start().starts_with(check) && l.contains("held")),
+            "{check}: {all}"
+        );
+    }
+    assert!(all.contains("unauthenticated bodies:"), "{all}");
+    // One that reads a body before it looks at the credential waits for bodies that never end.
+    let weak = tcc_over_sut_server("--weakness body_before_auth", &bodies);
+    assert_eq!(weak.status.code(), Some(1), "{}", text(&weak));
+    assert!(
+        violated_line(&weak, "service.refused_from_head"),
+        "{}",
+        text(&weak)
+    );
+}
+
+#[test]
 #[cfg_attr(not(has_faketime), ignore = "libfaketime not installed (clock steps)")]
 #[cfg_attr(not(has_fuse), ignore = "no /dev/fuse (power losses)")]
 fn semantic_ids_of_two_sut_servers_stay_unique_under_kills_pauses_clock_steps_and_power_losses() {
