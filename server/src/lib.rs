@@ -998,6 +998,26 @@ impl Server {
     }
 }
 
+/// The routes whose credential is a secret (the operator's, the coordinator's service
+/// credential) and the draw status read, where a neither-secret-nor-JWT is a guess: an address
+/// that presented too many wrong secrets is refused on each of them (429), the right secret
+/// too. The OpenAPI description says so on each (`openapi`), and a test holds this list to what
+/// the router does (`tests/hostile.rs`).
+pub const THROTTLED_ROUTES: &[(&str, &str)] = &[
+    ("post", "/tokens"),
+    ("get", "/lottery/draws/{draw}"),
+    ("get", "/ledger"),
+    ("get", "/lottery/state"),
+    ("post", "/tcc/branch"),
+    ("post", "/tcc/branches"),
+    ("get", "/admin/dead-letters"),
+    ("post", "/admin/dead-letters/{xid}/retry"),
+    ("post", "/admin/tags"),
+    ("post", "/admin/accounts"),
+    ("post", "/admin/stock"),
+    ("post", "/admin/activities"),
+];
+
 /// Every route as (method, path), as the router below serves them: the OpenAPI description
 /// must describe exactly these (`openapi` tests), and a route added to the router belongs here.
 pub const ROUTES: &[(&str, &str)] = &[

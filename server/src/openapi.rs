@@ -42,6 +42,7 @@ use super::{
         description = "Segment/Snowflake IDs, tokens and the TCC lottery over SQLite or PostgreSQL (docs/server.md). Every non-2xx answer is `{\"error\", \"field\"?}`.",
         license(name = "MIT OR Apache-2.0"),
     ),
+    modifiers(&Throttled),
     paths(
         super::noop,
         super::next_id,
@@ -112,6 +113,52 @@ use super::{
     ))
 )]
 pub struct ApiDoc;
+
+/// The 429 of an address that presented too many wrong secrets, on every route of
+/// [`super::THROTTLED_ROUTES`].
+struct Throttled;
+
+/// Its description: the `field` names the credential.
+pub const THROTTLED_429: &str = "This address presented too many wrong secrets: every credential \
+     is refused, the right one too, for `Retry-After` seconds (one more try a second, 20 at most \
+     saved) (`field: authorization`)";
+
+impl utoipa::Modify for Throttled {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ResponseBuilder, header::HeaderBuilder};
+        for (method, path) in super::THROTTLED_ROUTES {
+            let Some(item) = openapi.paths.paths.get_mut(*path) else {
+                continue; // every_route_is_described fails on it
+            };
+            let operation = match *method {
+                "get" => item.get.as_mut(),
+                "post" => item.post.as_mut(),
+                _ => None,
+            };
+            let Some(operation) = operation else { continue };
+            let response = ResponseBuilder::new()
+                .description(THROTTLED_429)
+                .content(
+                    "application/json",
+                    utoipa::openapi::ContentBuilder::new()
+                        .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .header(
+                    "Retry-After",
+                    HeaderBuilder::new()
+                        .schema(Some(u64::schema()))
+                        .description(Some("Seconds to wait"))
+                        .build(),
+                )
+                .build();
+            operation
+                .responses
+                .responses
+                .insert("429".to_owned(), RefOr::T(response));
+        }
+    }
+}
 
 /// The description as pretty JSON with a final newline (the exact text of `docs/openapi.json`).
 ///

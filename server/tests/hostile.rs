@@ -859,6 +859,47 @@ async fn wrong_secrets_from_one_address_are_throttled_and_no_other_address_is() 
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Which routes refuse the throttled address: those the description says (and no other).
+    let description: Value = serde_json::from_str(&sut_server::openapi::openapi_json()).unwrap();
+    for (method, path) in sut_server::ROUTES {
+        let url = format!(
+            "http://{}{}",
+            srv.addr,
+            path.replace("{tag}", "orders")
+                .replace("{id}", "1")
+                .replace("{biz}", "OD")
+                .replace("{draw}", "0123456789abcdef")
+                .replace("{xid}", "1")
+        );
+        // The address regains one try a second: spend any it has, so that the throttle holds.
+        while post(&guesser, &stock, Some("guess"))
+            .await
+            .unwrap()
+            .status()
+            != StatusCode::TOO_MANY_REQUESTS
+        {}
+        let req = match *method {
+            "get" => guesser.get(&url),
+            _ => guesser.post(&url).json(&json!({})),
+        };
+        let answer = req.bearer_auth(common::ADMIN).send().await.unwrap();
+        let refused = answer.status() == StatusCode::TOO_MANY_REQUESTS;
+        let said = description["paths"][path][method]["responses"]["429"]["description"]
+            .as_str()
+            .is_some_and(|d| d == sut_server::openapi::THROTTLED_429);
+        assert_eq!(
+            refused,
+            said,
+            "{method} {path}: answered {} to the throttled address; the description {}",
+            answer.status(),
+            if said { "says 429" } else { "does not say 429" }
+        );
+        assert_eq!(
+            said,
+            sut_server::THROTTLED_ROUTES.contains(&(method, path)),
+            "{method} {path}"
+        );
+    }
     // Another address is not affected.
     let r = post(&other, &stock, Some(common::ADMIN)).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
