@@ -268,7 +268,7 @@ impl TokensRun {
     #[must_use]
     pub fn concurrency(&self) -> reports::model::Concurrency {
         let names: Vec<String> = (1..=self.instances)
-            .map(|i| format!("instance #{i}"))
+            .map(|i| format!("instance {i}"))
             .collect();
         crate::overlap::measure(&self.spans, &names, "one token")
     }
