@@ -945,6 +945,21 @@ fn overload_check(
     Ok(measured.check())
 }
 
+/// The first of up to [`PLANTED_RUNS_MAX`] runs of `check` judged `wanted` (or the last), and
+/// how many runs it took.
+fn first_judged(
+    wanted: Judgement,
+    mut check: impl FnMut() -> Result<reports::model::InvariantResult, String>,
+) -> Result<(reports::model::InvariantResult, u32), String> {
+    let mut runs = 1;
+    let mut last = check()?;
+    while last.verdict != wanted && runs < PLANTED_RUNS_MAX {
+        runs += 1;
+        last = check()?;
+    }
+    Ok((last, runs))
+}
+
 /// A capacity entry: the run's own checks on the planted server (which miss it), then the
 /// capacity check on a fresh start of the planted server and of the correct one, which must
 /// hold there (an overload that reached no limit proves nothing, and fails the control).
@@ -953,22 +968,8 @@ fn run_overload(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow,
     // Up to [`PLANTED_RUNS_MAX`] runs each: the planted server until its capacity is lost (how
     // many slots an overload leaves taken depends on when its clients give up), the correct
     // one until it holds (a machine busy with other work can take one run's windows after).
-    let mut runs = 0;
-    let planted = loop {
-        runs += 1;
-        let planted = overload_check(bug, program, true)?;
-        if planted.verdict == Judgement::Violated || runs == PLANTED_RUNS_MAX {
-            break planted;
-        }
-    };
-    let mut control_runs = 0;
-    let control = loop {
-        control_runs += 1;
-        let control = overload_check(bug, program, false)?;
-        if control.verdict == Judgement::Held || control_runs == PLANTED_RUNS_MAX {
-            break control;
-        }
-    };
+    let (planted, runs) = first_judged(Judgement::Violated, || overload_check(bug, program, true))?;
+    let (control, _) = first_judged(Judgement::Held, || overload_check(bug, program, false))?;
     // The row says only that the control failed, or that the planted server was not caught:
     // what the check measured goes with it.
     for (which, check, expected) in [
