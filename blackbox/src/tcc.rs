@@ -350,6 +350,64 @@ pub struct ParticipantRun {
     pub slow: Option<(crate::slow::SlowRun, Vec<InvariantResult>)>,
     /// What the unauthenticated-bodies check measured.
     pub bodies: Option<crate::bodies::BodiesRun>,
+    /// Whether the participant keeps an operator's price list.
+    pub registry: Registry,
+}
+
+/// Whether a participant keeps an operator's price list (`POST /admin/activities`).
+///
+/// A Seata- or DTM-style participant takes the amount from its coordinator and keeps none: it
+/// answers 404 (or 405) there, and [`PAID`] is then not applicable to it, said so in the
+/// summary and the JSON; every other promise is judged as for one that keeps it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Registry {
+    /// Not asked yet (no sequence ran).
+    #[default]
+    Unknown,
+    /// It took the operator's prices.
+    Kept,
+    /// Its first `POST /admin/activities` answered this status (404 or 405).
+    Absent(u16),
+}
+
+impl Registry {
+    /// Takes the answer of a `POST /admin/activities`: `Err` when it contradicts what the
+    /// participant answered before or is not an answer the contract allows.
+    fn after(self, status: u16) -> Result<Self, String> {
+        match (status, self) {
+            (200..=299, Self::Unknown | Self::Kept) => Ok(Self::Kept),
+            (404 | 405, Self::Unknown) => Ok(Self::Absent(status)),
+            (404 | 405, Self::Kept) => Err(format!(
+                "answered {status} after it had taken the operator's prices"
+            )),
+            _ => Err(format!("answered {status}")),
+        }
+    }
+
+    /// True when the participant keeps no price list.
+    #[must_use]
+    pub fn absent(self) -> bool {
+        matches!(self, Self::Absent(_))
+    }
+
+    /// The [`PAID`] result of a participant without a price list, said as not applicable.
+    fn not_applicable(self) -> Option<InvariantResult> {
+        let Self::Absent(status) = self else {
+            return None;
+        };
+        Some(InvariantResult {
+            name: PAID.into(),
+            verdict: Judgement::NotChecked,
+            seed: None,
+            first_offending_event: None,
+            detail: Some(format!(
+                "not applicable: the participant keeps no price list (POST /admin/activities \
+                 answered {status}), so it charges what its coordinator sends; the price is the \
+                 coordinator's to check"
+            )),
+        })
+    }
 }
 
 impl ParticipantRun {
@@ -375,6 +433,10 @@ impl ParticipantRun {
                         render(f.shrunk.as_deref().unwrap_or(&f.actions))
                     )),
                 },
+                _ if name == PAID => self
+                    .registry
+                    .not_applicable()
+                    .unwrap_or_else(|| InvariantResult::held(name)),
                 _ => InvariantResult::held(name),
             })
             .chain(self.db_took_effect())
@@ -623,6 +685,8 @@ struct Bench {
     db_faults: (u32, u32),
     /// Times the participant had stopped itself after a database fault and was started again.
     exits: u32,
+    /// Whether it keeps an operator's price list, from its first registration's answer.
+    registry: Registry,
 }
 
 impl Bench {
@@ -667,7 +731,25 @@ impl Bench {
             db_fault: opts.db_fault,
             db_faults: (0, 0),
             exits: 0,
+            registry: Registry::Unknown,
         })
+    }
+
+    /// Registers `activity` at [`PRICE_MINOR`] where the participant keeps a price list; the
+    /// first answer says whether it does.
+    fn register(&mut self, activity: ActivityId) -> Result<(), ContractError> {
+        if self.registry.absent() {
+            return Ok(());
+        }
+        let body = serde_json::json!({"activity": activity.0, "price_minor": PRICE_MINOR});
+        let (status, text) = self
+            .wire
+            .rt
+            .block_on(self.wire.ask("/admin/activities", Some(&body)))?;
+        self.registry = self.registry.after(status).map_err(|why| {
+            ContractError::Unreachable(format!("POST /admin/activities {body} {why}: {text:.300}"))
+        })?;
+        Ok(())
     }
 
     /// `e`, with the end of the participant's log when it is no longer running.
@@ -743,10 +825,7 @@ impl<'a> Sequence<'a> {
         )?;
         for activity in universe.activities() {
             // The operator's price first: the participant charges it and nothing else.
-            bench.wire.admin(
-                "/admin/activities",
-                &serde_json::json!({"activity": activity.0, "price_minor": PRICE_MINOR}),
-            )?;
+            bench.register(activity)?;
             bench.wire.admin(
                 "/admin/stock",
                 &serde_json::json!({"activity": activity.0, "units": UNITS}),
@@ -800,7 +879,7 @@ impl<'a> Sequence<'a> {
         let msg = self.universe.msg(send);
         let was = self.referee.state(msg.draw.xid, send.branch);
         self.seen.insert((send.phase, was, said.answer));
-        if let Some(broke) = off_price(send, &msg, said.answer, &outcome) {
+        if let Some(broke) = self.off_price(send, &msg, said.answer, &outcome) {
             return Ok(Some(broke));
         }
         match self.referee.judge_said(send.branch, &msg, &said) {
@@ -827,8 +906,9 @@ impl<'a> Sequence<'a> {
         let wasa = self.referee.state(ma.draw.xid, a.branch);
         let wasb = self.referee.state(mb.draw.xid, b.branch);
         let ((sa, oa), (sb, ob)) = (ra, rb);
-        if let Some(broke) =
-            off_price(a, &ma, sa.answer, &oa).or_else(|| off_price(b, &mb, sb.answer, &ob))
+        if let Some(broke) = self
+            .off_price(a, &ma, sa.answer, &oa)
+            .or_else(|| self.off_price(b, &mb, sb.answer, &ob))
         {
             return Ok(Some(broke));
         }
@@ -848,6 +928,21 @@ impl<'a> Sequence<'a> {
                 ),
             ))),
         }
+    }
+
+    /// [`off_price`] where the participant keeps a price list (without one, it charges what
+    /// its coordinator sends).
+    fn off_price(
+        &self,
+        send: Send,
+        msg: &ParticipantMsg,
+        answer: Answer,
+        outcome: &str,
+    ) -> Option<Broke> {
+        if self.bench.registry.absent() {
+            return None;
+        }
+        off_price(send, msg, answer, outcome)
     }
 
     fn books(&self, now: &View) -> Result<(), String> {
@@ -1052,6 +1147,7 @@ pub fn run(opts: &ParticipantOptions) -> Result<ParticipantRun, ContractError> {
             break;
         }
     }
+    run.registry = bench.registry;
     if let Some(spec) = &opts.slow {
         let probe = crate::slow::Probe {
             bearer: opts.admin_token.clone(),
@@ -1141,6 +1237,48 @@ mod tests {
     use super::*;
 
     const U: Universe = Universe { base: 1_000 };
+
+    #[test]
+    fn a_price_list_is_absent_only_when_the_first_registration_says_so() {
+        assert_eq!(Registry::Unknown.after(201), Ok(Registry::Kept));
+        assert_eq!(Registry::Unknown.after(404), Ok(Registry::Absent(404)));
+        assert_eq!(Registry::Unknown.after(405), Ok(Registry::Absent(405)));
+        // A registry that vanishes halfway, or a refusal, is a broken contract, not a pass.
+        assert!(Registry::Kept.after(404).is_err());
+        assert!(Registry::Unknown.after(401).is_err());
+        assert!(Registry::Unknown.after(500).is_err());
+    }
+
+    #[test]
+    fn the_price_check_says_not_applicable_only_without_a_price_list() {
+        let without = ParticipantRun {
+            registry: Registry::Absent(404),
+            ..ParticipantRun::default()
+        };
+        let paid = |run: &ParticipantRun| {
+            run.checks()
+                .into_iter()
+                .find(|c| c.name == PAID)
+                .expect("lottery.paid is reported")
+        };
+        let na = paid(&without);
+        assert_eq!(na.verdict, Judgement::NotChecked);
+        assert!(
+            na.detail
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("not applicable")
+        );
+        let with = ParticipantRun {
+            registry: Registry::Kept,
+            ..ParticipantRun::default()
+        };
+        assert_eq!(paid(&with).verdict, Judgement::Held);
+        // Every other promise is still judged.
+        for check in without.checks().iter().filter(|c| c.name != PAID) {
+            assert_eq!(check.verdict, Judgement::Held, "{}", check.name);
+        }
+    }
 
     fn view(frozen_minor: u128, stock: (u64, u64, u64, u64)) -> View {
         View {

@@ -223,6 +223,12 @@ fn print_run(run: &ParticipantRun) {
         // A run stopped at a finding met only what came before it: not worth a line.
         println!("{}", coverage_line(run));
     }
+    if let blackbox::tcc::Registry::Absent(status) = run.registry {
+        println!(
+            "  price list: none (POST /admin/activities answered {status}): the price check is \
+             not applicable, every other promise is judged"
+        );
+    }
     if let Some((slow, _)) = &run.slow {
         println!("{}", crate::ids::slow_line(slow));
     }
@@ -318,6 +324,7 @@ fn write_json(path: &std::path::Path, args: &TccArgs, run: &ParticipantRun) -> R
         "restarts": run.restarts,
         "answers_met": run.seen.len(),
         "answers_allowed": blackbox::tcc::allowed().len(),
+        "price_registry": run.registry,
         "slow_clients": run.slow.as_ref().map(|(s, _)| s),
         "unauthenticated_bodies": run.bodies,
         "invariants": run.checks(),

@@ -863,6 +863,11 @@ fn a_correct_participant_keeps_its_promises_across_restarts_and_an_unfenced_one_
 
 /// `scenario tcc` owning a `tcc-compat` participant (Seata's fence table) started with `flags`.
 fn tcc_over_tcc_compat(flags: &str) -> Output {
+    tcc_over_tcc_compat_with(flags, &[])
+}
+
+/// [`tcc_over_tcc_compat`], with `extra` arguments of `scenario tcc`.
+fn tcc_over_tcc_compat_with(flags: &str, extra: &[&str]) -> Output {
     let compat = PathBuf::from(env!("CARGO_BIN_EXE_scenario")).with_file_name("tcc-compat");
     assert!(
         compat.is_file(),
@@ -881,7 +886,7 @@ fn tcc_over_tcc_compat(flags: &str) -> Output {
         secret.display()
     );
     let secret = secret.display().to_string();
-    scenario(&[
+    let args = [
         "tcc",
         "--url",
         &url,
@@ -893,7 +898,64 @@ fn tcc_over_tcc_compat(flags: &str) -> Output {
         "30",
         "--sequences",
         "30",
-    ])
+    ];
+    scenario(&[&args[..], extra].concat())
+}
+
+/// A participant written as Seata's and DTM's samples are, taking the amount from its
+/// coordinator and keeping no price list (`POST /admin/activities` is 404), is judged on every
+/// other promise: the price check says it does not apply, and the fence bug is still caught.
+#[test]
+fn a_participant_without_a_price_list_is_judged_on_every_other_promise() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("tcc.json");
+    let json_arg = json.display().to_string();
+    let correct = tcc_over_tcc_compat_with("--no-registry", &["--json", &json_arg]);
+    let all = text(&correct);
+    assert_eq!(correct.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("price list: none (POST /admin/activities answered 404)"),
+        "{all}"
+    );
+    let paid = all
+        .lines()
+        .find(|l| l.trim_start().starts_with("lottery.paid"))
+        .unwrap_or_else(|| panic!("no lottery.paid line: {all}"));
+    assert!(
+        paid.contains("NOT CHECKED") && paid.contains("not applicable"),
+        "{paid}"
+    );
+    for check in [
+        "participant.promises",
+        "participant.unchanged",
+        "participant.books",
+    ] {
+        let line = all
+            .lines()
+            .find(|l| l.trim_start().starts_with(check))
+            .unwrap_or_else(|| panic!("no {check} line: {all}"));
+        assert!(line.contains("held"), "{line}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("json parses");
+    assert_eq!(
+        doc["price_registry"],
+        serde_json::json!({"absent": 404}),
+        "{doc}"
+    );
+    let paid = doc["invariants"]
+        .as_array()
+        .expect("invariants")
+        .iter()
+        .find(|c| c["name"] == "lottery.paid")
+        .expect("lottery.paid in the JSON");
+    assert_eq!(paid["verdict"], "not_checked", "{paid}");
+
+    let planted = tcc_over_tcc_compat("--no-registry --planted-fence-rollback");
+    let all = text(&planted);
+    assert_eq!(planted.status.code(), Some(1), "{all}");
+    assert!(violated_line(&planted, "participant.unchanged"), "{all}");
 }
 
 #[test]

@@ -17,6 +17,10 @@
 //! or at another price than its registered one, is refused before anything is touched. When the local step fails, the local transaction
 //! rolls back, the fence row with it.
 //!
+//! `--no-registry`: the participant as Seata's and DTM's samples are written, with no price list
+//! of its own. `POST /admin/activities` is not served (404) and a Try charges the amount its
+//! coordinator sends; `scenario tcc` then judges every promise but the price.
+//!
 //! `--planted-fence-rollback` (the mechanism of Seata issues #5256 and #6374): the Try then
 //! answers its failure and leaves the freeze; the Cancel that follows finds no fence row, records
 //! an empty rollback and skips the compensation: the money stays frozen for a draw that never
@@ -63,6 +67,9 @@ struct Args {
     /// Plant Seata #5256/#6374: a failed Try leaves its freeze at the payment service.
     #[arg(long)]
     planted_fence_rollback: bool,
+    /// Keep no price list: no `POST /admin/activities`, a Try charges what its coordinator says.
+    #[arg(long)]
+    no_registry: bool,
 }
 
 /// The participant's state: both connections, behind one lock.
@@ -70,6 +77,8 @@ struct Inner {
     db: Connection,
     payments: Connection,
     planted: bool,
+    /// Whether Tries are held to the operator's price list.
+    registry: bool,
 }
 
 struct App {
@@ -124,11 +133,16 @@ fn serve(args: Args) -> Result<(), String> {
             db,
             payments,
             planted: args.planted_fence_rollback,
+            registry: !args.no_registry,
         }),
         secret: secret.trim().to_owned(),
     });
-    let router = Router::new()
-        .route("/admin/activities", post(activities))
+    let router = if args.no_registry {
+        Router::new()
+    } else {
+        Router::new().route("/admin/activities", post(activities))
+    };
+    let router = router
         .route("/admin/accounts", post(accounts))
         .route("/admin/stock", post(stock))
         .route("/tcc/branch", post(branch))
@@ -392,10 +406,13 @@ fn set_fence(tx: &Transaction<'_>, branch: Branch, xid: i64, status: i64) -> rus
     .map(drop)
 }
 
-/// Try: the fence row and the business in one local transaction.
-fn try_branch(inner: &mut Inner, branch: Branch, d: &Draw) -> rusqlite::Result<Outcome> {
-    let planted = inner.planted;
-    let tx = Transaction::new_unchecked(&inner.db, TransactionBehavior::Immediate)?;
+/// The operator's terms of a Try: its activity registered, and (but for the inventory, which
+/// charges nothing) at the registered price.
+fn registered_terms(
+    tx: &Transaction<'_>,
+    branch: Branch,
+    d: &Draw,
+) -> rusqlite::Result<Result<(), String>> {
     let price: Option<i64> = tx
         .query_row(
             "SELECT price_minor FROM activities WHERE activity = ?1",
@@ -403,15 +420,24 @@ fn try_branch(inner: &mut Inner, branch: Branch, d: &Draw) -> rusqlite::Result<O
             |r| r.get(0),
         )
         .optional()?;
-    match price {
-        None => return Ok(Err(format!("activity {} is not registered", d.activity))),
-        Some(p) if p != d.price_minor && branch != Branch::Inventory => {
-            return Ok(Err(format!(
-                "activity {} costs {p}, the Try carries {}",
-                d.activity, d.price_minor
-            )));
-        }
-        Some(_) => {}
+    Ok(match price {
+        None => Err(format!("activity {} is not registered", d.activity)),
+        Some(p) if p != d.price_minor && branch != Branch::Inventory => Err(format!(
+            "activity {} costs {p}, the Try carries {}",
+            d.activity, d.price_minor
+        )),
+        Some(_) => Ok(()),
+    })
+}
+
+/// Try: the fence row and the business in one local transaction.
+fn try_branch(inner: &mut Inner, branch: Branch, d: &Draw) -> rusqlite::Result<Outcome> {
+    let planted = inner.planted;
+    let tx = Transaction::new_unchecked(&inner.db, TransactionBehavior::Immediate)?;
+    if inner.registry
+        && let Err(why) = registered_terms(&tx, branch, d)?
+    {
+        return Ok(Err(why));
     }
     if let Some(status) = fence(&tx, branch, d.xid)? {
         return Ok(Err(format!("fence: a row in status {status} exists")));
