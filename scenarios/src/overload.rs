@@ -451,26 +451,61 @@ async fn served_at_once(addr: SocketAddr, request: Arc<Vec<u8>>, n: usize) -> u6
             tokio::spawn(async move {
                 let answer = tokio::time::timeout_at(deadline, read_answer(&mut tcp)).await;
                 let served = match answer {
-                    Ok(Ok((answer, true))) => status_of(&answer).is_some_and(|s| s < 500),
+                    Ok(Ok((answer, true))) if status_of(&answer).is_some_and(|s| s < 500) => {
+                        Some(says_close(&answer))
+                    }
                     _ => {
                         let _ = tcp.set_zero_linger();
-                        false
+                        None
                     }
                 };
                 (served, tcp)
             })
         })
         .collect();
-    let mut served = 0;
-    let mut held = Vec::with_capacity(reads.len());
+    let mut answered = Vec::with_capacity(reads.len());
     for r in reads {
-        if let Ok((ok, tcp)) = r.await {
-            served += u64::from(ok);
-            held.push(tcp);
+        if let Ok(read) = r.await {
+            answered.push(read);
         }
     }
-    drop(held); // only now, all together
-    served
+    // Served at once: answered, and still held. A service that closes an answered connection
+    // to make room for another (an idle one giving way) served them one after the other; one
+    // that closes it as its answer said (`Connection: close`) served it.
+    let served = answered
+        .iter()
+        .filter(|(served, tcp)| match served {
+            Some(closes) => *closes || !closed_now(tcp),
+            None => false,
+        })
+        .count();
+    drop(answered); // only now, all together
+    served as u64
+}
+
+/// Whether an answer's head says the service closes the connection after it.
+fn says_close(answer: &[u8]) -> bool {
+    let head_end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(answer.len());
+    String::from_utf8_lossy(&answer[..head_end])
+        .to_ascii_lowercase()
+        .lines()
+        .any(|l| l.starts_with("connection:") && l.contains("close"))
+}
+
+/// Whether the service has closed `tcp` (EOF or an error), without waiting.
+fn closed_now(tcp: &TcpStream) -> bool {
+    let mut buf = [0u8; 512];
+    loop {
+        match tcp.try_read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
 }
 
 /// Reads one answer from `tcp`: its bytes, and whether it came whole (its length said and
@@ -793,6 +828,56 @@ mod tests {
             }
         });
         addr
+    }
+
+    /// A service that serves every connection but keeps at most `limit` open: at the limit,
+    /// the connection it answered first is closed for the new one (an idle one giving way);
+    /// with `limit` 0, each answer says `Connection: close` and the connection is closed.
+    async fn evicting_service(limit: usize) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut kept = std::collections::VecDeque::new();
+            loop {
+                let Ok((mut tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = [0u8; 1024];
+                let _ = tcp.read(&mut buf).await;
+                if limit == 0 {
+                    let _ = tcp
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 2\r\n\r\nok",
+                        )
+                        .await;
+                    continue; // dropped: closed, as the answer said
+                }
+                if kept.len() >= limit {
+                    drop(kept.pop_front());
+                }
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                kept.push_back(tcp);
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn connections_closed_to_make_room_were_not_served_at_once() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let request = Arc::new(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec());
+            // Every one answered, but only 37 held at the end: 37 served at once.
+            let addr = evicting_service(37).await;
+            assert_eq!(served_at_once(addr, Arc::clone(&request), 100).await, 37);
+            // Closed as each answer said: every one served.
+            let addr = evicting_service(0).await;
+            assert_eq!(served_at_once(addr, request, 50).await, 50);
+        });
+        assert!(says_close(b"HTTP/1.1 200 OK\r\nConnection: Close\r\n\r\n"));
+        assert!(!says_close(b"HTTP/1.1 200 OK\r\n\r\nconnection: close"));
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub mod activities;
 pub mod admission;
 pub mod auth;
 pub mod clock;
+pub mod conns;
 pub mod db;
 pub mod error;
 pub mod extract;
@@ -865,6 +866,7 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
             tls,
             metrics: Arc::clone(&state.metrics),
             conn_slot_leak: cfg.weakness == Some(listen::Weakness::ConnSlotLeak),
+            evict_idle: cfg.weakness != Some(listen::Weakness::NoEviction),
         },
         rx,
     ));

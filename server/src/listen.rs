@@ -3,8 +3,10 @@
 //! A connection is a resource a hostile client holds for free unless something bounds it. Here:
 //!
 //! - **at most `connections_max` connections** at once, and **at most `per_peer_max` from one
-//!   address**; a connection beyond either is closed at once (counted in
-//!   `sut_connections_refused_total{reason}`), before a byte of it is read;
+//!   address**; a new connection beyond either takes the place of an idle one ([`crate::conns`]:
+//!   the longest idle of the largest holder, counted in `sut_connections_evicted_total`), or is
+//!   closed at once when no connection is idle (`sut_connections_refused_*_total`), before a
+//!   byte of it is read;
 //! - **the request head within `header_read_ms`** of the connection becoming idle (hyper's
 //!   `header_read_timeout`, which also runs between two requests of a keep-alive connection: an
 //!   idle connection is closed after it, and a head dribbled a byte at a time is cut off by it);
@@ -15,13 +17,12 @@
 //! So stalled connections cost a file descriptor and a little memory each, up to the bounds,
 //! and never an admission slot (`crate::admission`), which only complete requests take.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -31,11 +32,11 @@ use http_body_util::{BodyExt, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::conns::{Book, Caps, Place, Refused};
 use crate::error::ApiError;
-use crate::ids::lock;
 use crate::metrics::Metrics;
 
 /// A planted weakness of the deployed server (`sut-server --weakness`): TEST ONLY, what the
@@ -87,6 +88,11 @@ pub enum Weakness {
     /// waits for the body timeout instead of an immediate 401.
     #[value(name = "body_before_auth")]
     BodyBeforeAuth,
+    /// A full server refuses every new connection, as it did: idle keep-alive connections
+    /// never give way, so clients that hold connections from a few addresses lock every other
+    /// address out (`service.new_client_when_full`).
+    #[value(name = "no_eviction")]
+    NoEviction,
 }
 
 impl Weakness {
@@ -102,6 +108,7 @@ impl Weakness {
             Self::SkipOnRefill => "skip_on_refill",
             Self::PastBlockRepeat => "past_block_repeat",
             Self::BodyBeforeAuth => "body_before_auth",
+            Self::NoEviction => "no_eviction",
         }
     }
 }
@@ -125,7 +132,7 @@ impl Default for ConnLimits {
     fn default() -> Self {
         Self {
             connections_max: 8_192,
-            per_peer_max: 1_024,
+            per_peer_max: 512,
             header_read_ms: 10_000,
             body_read_ms: 10_000,
         }
@@ -158,46 +165,6 @@ impl ConnLimits {
     }
 }
 
-/// Open connections per peer address.
-#[derive(Debug, Default)]
-struct Peers {
-    open: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One connection's place in [`Peers`]; given back when dropped.
-#[derive(Debug)]
-struct PeerSlot {
-    peers: Arc<Peers>,
-    ip: IpAddr,
-}
-
-impl Peers {
-    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
-        let mut open = lock(&self.open);
-        let n = open.entry(ip).or_default();
-        if *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(PeerSlot {
-            peers: Arc::clone(self),
-            ip,
-        })
-    }
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let mut open = lock(&self.peers.open);
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
-    }
-}
-
 /// How the accept loop serves: its limits, TLS (or plain HTTP), its counters.
 #[derive(Clone)]
 pub struct Listener {
@@ -211,6 +178,9 @@ pub struct Listener {
     /// The planted weakness `conn_slot_leak` (TEST ONLY; `false`: every connection gives its
     /// slots back however it ends).
     pub conn_slot_leak: bool,
+    /// Whether idle connections give way to new ones when the server or an address is full
+    /// (`false`: the planted weakness `no_eviction`, TEST ONLY).
+    pub evict_idle: bool,
 }
 
 impl std::fmt::Debug for Listener {
@@ -239,9 +209,13 @@ pub async fn serve(
         tls,
         metrics,
         conn_slot_leak,
+        evict_idle,
     } = how;
-    let slots = Arc::new(Semaphore::new(limits.connections_max.max(1)));
-    let peers = Arc::new(Peers::default());
+    let book = Book::new(Caps {
+        connections_max: limits.connections_max,
+        per_peer_max: limits.per_peer_max,
+        evict_idle,
+    });
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -258,18 +232,21 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            metrics
-                .connections_refused_full
-                .fetch_add(1, Ordering::Relaxed);
-            continue; // dropped: closed before anything is read
+        let closing = book.closing();
+        let place = match book.admit(peer.ip(), Instant::now()) {
+            Ok(place) => place,
+            Err(why) => {
+                let refused = match why {
+                    Refused::Full => &metrics.connections_refused_full,
+                    Refused::Peer => &metrics.connections_refused_peer,
+                };
+                refused.fetch_add(1, Ordering::Relaxed);
+                continue; // dropped: closed before anything is read
+            }
         };
-        let Some(peer_slot) = peers.take(peer.ip(), limits.per_peer_max) else {
-            metrics
-                .connections_refused_peer
-                .fetch_add(1, Ordering::Relaxed);
-            continue;
-        };
+        if book.closing() > closing {
+            metrics.connections_evicted.fetch_add(1, Ordering::Relaxed);
+        }
         // Answers go out at once: without TCP_NODELAY a response written in two parts can wait
         // for the client's delayed ACK (tens of milliseconds). A socket that refuses the option
         // still serves, only slower.
@@ -277,14 +254,11 @@ pub async fn serve(
         let (app, metrics, stop, tls) =
             (app.clone(), Arc::clone(&metrics), stop.clone(), tls.clone());
         connections.spawn(async move {
-            let held = Held {
-                slot,
-                peer_slot,
-                leak_unless_clean: conn_slot_leak,
-            };
+            let place = Arc::new(place);
             metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+            let conn = (peer, &place);
             let clean = match tls {
-                None => serve_connection(tcp, peer, app, limits, &metrics, stop).await,
+                None => serve_connection(tcp, conn, app, limits, &metrics, stop).await,
                 Some(acceptor) => {
                     // The handshake is part of the head: it must end within the head timeout.
                     let deadline = Duration::from_millis(match limits.header_read_ms {
@@ -293,7 +267,7 @@ pub async fn serve(
                     });
                     match tokio::time::timeout(deadline, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
-                            serve_connection(stream, peer, app, limits, &metrics, stop).await
+                            serve_connection(stream, conn, app, limits, &metrics, stop).await
                         }
                         Ok(Err(_)) => false,
                         Err(_) => {
@@ -305,7 +279,12 @@ pub async fn serve(
                     }
                 }
             };
-            held.release(clean);
+            // The planted weakness `conn_slot_leak` (TEST ONLY) gives the place back only when
+            // the connection ended cleanly, the way a release written at the end of the happy
+            // path, after every early return, misses the others.
+            if let Ok(place) = Arc::try_unwrap(place) {
+                place.release(conn_slot_leak && !clean);
+            }
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -315,25 +294,20 @@ pub async fn serve(
     Ok(())
 }
 
-/// What one connection holds while it is open: a place among the process's connections and
-/// one among its peer address's.
-struct Held {
-    slot: tokio::sync::OwnedSemaphorePermit,
-    peer_slot: PeerSlot,
-    /// The planted weakness `conn_slot_leak`.
-    leak_unless_clean: bool,
+/// A request of a connection in flight: the connection is busy until this is dropped (its
+/// answer made, or the request given up).
+struct InFlight(Arc<Place>);
+
+impl InFlight {
+    fn begin(place: Arc<Place>) -> Self {
+        place.request_began();
+        Self(place)
+    }
 }
 
-impl Held {
-    /// Gives both places back (dropped). Under the planted weakness `conn_slot_leak` (TEST
-    /// ONLY) they are given back only by a connection that ended `clean`, the way a release
-    /// written at the end of the happy path, after every early return, misses the others: a
-    /// connection the client broke off keeps its places, which no later connection gets.
-    fn release(self, clean: bool) {
-        if self.leak_unless_clean && !clean {
-            self.slot.forget();
-            std::mem::forget(self.peer_slot);
-        }
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.request_ended(Instant::now());
     }
 }
 
@@ -414,7 +388,7 @@ pub const READ_BUFFER_MAX_BYTES: usize = 16 * 1024;
 /// rather than in an error (a timeout, a reset, a close mid-request).
 async fn serve_connection<I>(
     io: I,
-    peer: SocketAddr,
+    (peer, place): (SocketAddr, &Arc<Place>),
     app: Router,
     limits: ConnLimits,
     metrics: &Metrics,
@@ -433,6 +407,17 @@ where
             req
         },
     );
+    // Each request marks the connection busy until its answer is made: only an idle one gives
+    // way to a newcomer ([`crate::conns`]).
+    let tracked = Arc::clone(place);
+    let app = tower::util::MapFuture::new(app, move |answer| {
+        let in_flight = InFlight::begin(Arc::clone(&tracked));
+        async move {
+            let answered = answer.await;
+            drop(in_flight);
+            answered
+        }
+    });
     let service = TowerToHyperService::new(app);
     let failed = Arc::new(AtomicBool::new(false));
     let io = Watched {
@@ -456,6 +441,16 @@ where
     let ended = tokio::select! {
         ended = conn.as_mut() => ended,
         () = stopped(&mut stop) => {
+            conn.as_mut().graceful_shutdown();
+            conn.as_mut().await
+        }
+        () = place.give_way.notified() => {
+            if !place.busy() {
+                // Idle: closed now (no request of it is running: the service is polled only
+                // inside `conn`, which this task is not polling).
+                return false;
+            }
+            // A request began meanwhile: it is answered, then the connection closes.
             conn.as_mut().graceful_shutdown();
             conn.as_mut().await
         }

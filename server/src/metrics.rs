@@ -77,6 +77,8 @@ pub struct Metrics {
     pub connections_refused_full: AtomicU64,
     /// Connections closed at once: their peer address held `per_peer_max` already.
     pub connections_refused_peer: AtomicU64,
+    /// Idle connections closed to give their place to a new one (`crate::conns`).
+    pub connections_evicted: AtomicU64,
     /// Connections closed because a request head did not arrive in time (or a keep-alive
     /// connection stayed idle too long).
     pub connections_timed_out: AtomicU64,
@@ -189,7 +191,7 @@ impl Metrics {
     }
 
     /// The plain counters: name, help, value.
-    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 20] {
+    fn plain_counters(&self) -> [(&'static str, &'static str, &AtomicU64); 21] {
         [
             (
                 "sut_connections_refused_full_total",
@@ -200,6 +202,11 @@ impl Metrics {
                 "sut_connections_refused_peer_total",
                 "Connections closed at once: their peer address held its maximum already.",
                 &self.connections_refused_peer,
+            ),
+            (
+                "sut_connections_evicted_total",
+                "Idle connections closed to give their place to a new connection.",
+                &self.connections_evicted,
             ),
             (
                 "sut_connections_timed_out_total",

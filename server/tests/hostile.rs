@@ -427,48 +427,163 @@ async fn stalled_connections_take_no_admission_slot_and_are_closed_in_time() {
     srv.shutdown().await.unwrap();
 }
 
+/// Opens a connection from `source` (a loopback address) and sends `head`.
+async fn stall_from(addr: SocketAddr, source: &str, head: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(source.parse().unwrap(), 0))
+        .unwrap();
+    let mut tcp = socket.connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
+}
+
+/// A stalled body: the head of a POST and 5 of its 1,000 bytes (a request in flight).
+const STALLED_BODY: &str = "POST /tokens/verify HTTP/1.1\r\nHost: x\r\nContent-Type: \
+                            application/json\r\nContent-Length: 1000\r\n\r\n{\"to";
+
+/// The value of the plain counter `name` on the server's `/metrics`.
+async fn counter(api: &Api, name: &str) -> u64 {
+    let (_, metrics) = api.get("/metrics").await;
+    let text = metrics.as_str().unwrap_or_default().to_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_peer_cannot_hold_every_connection() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(&dir.path().join("ids.db"), |cfg| {
         cfg.conn_limits.per_peer_max = 8;
         cfg.conn_limits.header_read_ms = 60_000;
+        cfg.conn_limits.body_read_ms = 60_000;
     })
     .await;
+    // Eight requests in flight (bodies that never come) from one address hold its cap.
     let mut held = Vec::new();
     for _ in 0..8 {
-        held.push(stall(srv.addr, "GET /noop HTTP/1.1\r\n").await);
+        held.push(stall_from(srv.addr, "127.0.0.5", STALLED_BODY).await);
     }
-    // The ninth from the same address is closed before a byte of it is read.
-    let mut ninth = stall(srv.addr, "GET /noop HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The ninth from the same address is closed before a byte of it is read: none of the
+    // eight is idle, none gives way.
+    let mut ninth = stall_from(
+        srv.addr,
+        "127.0.0.5",
+        "GET /noop HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
     let sent = closed_within(&mut ninth, std::time::Duration::from_secs(10))
         .await
         .expect("closed at once");
     assert_eq!(sent, "", "nothing answered on a refused connection");
-    // Another address is served (127.0.0.2 is loopback too).
-    let other = reqwest::Client::builder()
-        .local_address(Some("127.0.0.2".parse().unwrap()))
-        .build()
-        .unwrap();
-    let r = other
-        .get(format!("http://{}/noop", srv.addr))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    drop(held);
-    // Once they are gone, the address is served again.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Another address is served.
     let api = Api::new(srv.addr);
-    let (_, metrics) = api.get("/metrics").await;
-    assert!(
-        metrics
-            .as_str()
-            .unwrap_or_default()
-            .contains("sut_connections_refused_peer_total 1"),
-        "{metrics}"
-    );
+    let (s, _) = api.get("/noop").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(counter(&api, "sut_connections_refused_peer_total").await, 1);
+    drop(held);
     srv.shutdown().await.unwrap();
+}
+
+/// The finding of docs/hostile.md: behind one address, stalled heads dropped a client's new
+/// connections to none. Connections that have sent no whole request hold nothing a newcomer
+/// must wait for: at its address's cap, the one idle the longest gives way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_heads_behind_one_address_give_way_to_its_new_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |cfg| {
+        cfg.conn_limits.per_peer_max = 8;
+        cfg.conn_limits.header_read_ms = 60_000;
+    })
+    .await;
+    let mut heads = Vec::new();
+    for _ in 0..8 {
+        heads.push(stall_from(srv.addr, "127.0.0.6", "GET /noop HTTP/1.1\r\nX-Slow: ").await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let mut fresh = stall_from(
+        srv.addr,
+        "127.0.0.6",
+        "GET /noop HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
+    let answer = answer_within(&mut fresh, std::time::Duration::from_secs(10))
+        .await
+        .expect("the new connection is served");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The oldest stalled head gave way, closed without an answer; the others stay.
+    let sent = closed_within(&mut heads[0], std::time::Duration::from_secs(5))
+        .await
+        .expect("the oldest stalled head is closed");
+    assert_eq!(sent, "");
+    for tcp in &mut heads[1..] {
+        assert!(
+            closed_within(tcp, std::time::Duration::from_millis(50))
+                .await
+                .is_none(),
+            "only the oldest gives way"
+        );
+    }
+    let api = Api::new(srv.addr);
+    assert_eq!(counter(&api, "sut_connections_evicted_total").await, 1);
+    drop(heads);
+    srv.shutdown().await.unwrap();
+}
+
+/// The finding of docs/hostile.md: nine addresses holding keep-alive connections filled the
+/// server and every other address got no answer. A full server closes the idle connection of
+/// its largest holder for a new peer; under the planted weakness `no_eviction` it refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_serves_a_new_peer_in_the_place_of_an_idle_connection() {
+    for planted in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let srv = server(&dir.path().join("ids.db"), |cfg| {
+            cfg.conn_limits.connections_max = 11;
+            cfg.conn_limits.per_peer_max = 6;
+            cfg.conn_limits.header_read_ms = 60_000;
+            if planted {
+                cfg.weakness = Some(sut_server::listen::Weakness::NoEviction);
+            }
+        })
+        .await;
+        // Two addresses fill the server with keep-alive connections, each answered once.
+        let mut holders = Vec::new();
+        for (source, n) in [("127.0.0.7", 6), ("127.0.0.8", 5)] {
+            for _ in 0..n {
+                let mut tcp =
+                    stall_from(srv.addr, source, "GET /noop HTTP/1.1\r\nHost: x\r\n\r\n").await;
+                let answer = answer_within(&mut tcp, std::time::Duration::from_secs(10))
+                    .await
+                    .expect("a holder is served");
+                assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+                holders.push(tcp);
+            }
+        }
+        let mut newcomer = stall_from(
+            srv.addr,
+            "127.0.0.9",
+            "GET /noop HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        .await;
+        let answer = answer_within(&mut newcomer, std::time::Duration::from_secs(5)).await;
+        if planted {
+            assert_eq!(answer, None, "the planted weakness refuses a new peer");
+            continue;
+        }
+        let answer = answer.expect("a new peer is served when the server is full");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // The connection that gave way is the largest holder's idle the longest.
+        assert!(
+            closed_within(&mut holders[0], std::time::Duration::from_secs(5))
+                .await
+                .is_some()
+        );
+        srv.shutdown().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
