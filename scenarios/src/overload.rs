@@ -49,8 +49,11 @@ pub const PROBE_CONNECTIONS_MAX: usize = 4_096;
 /// The pause between a window and the next count, for its connections to go.
 const PROBE_SETTLE: Duration = Duration::from_millis(250);
 
-/// How long the connections of one count wait for their answers, in all.
+/// How long the connections of one count wait for their answers, in all, once all are open.
 const PROBE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long one connection of a count may take to open, and all of them.
+const PROBE_CONNECT_WAIT: (Duration, Duration) = (Duration::from_secs(2), Duration::from_secs(30));
 
 /// Connections opened at once while a count opens its connections (the service's listen queue
 /// must not overflow).
@@ -415,12 +418,15 @@ async fn rate(target: &Target, path: &Uri, workers: usize, window: Duration) -> 
 }
 
 /// How many of `n` connections opened together and held, each sending `request`, `addr`
-/// serves at once: answers below 500 within [`PROBE_WAIT`]. Every connection stays open until
-/// all have their answer or the wait is over, so the service must hold them all at once; they
-/// are then closed as clients close them when done (a connection whose answer did not come
-/// whole is reset).
+/// serves at once: answers below 500 within [`PROBE_WAIT`] of the last one opening, on
+/// connections the service still holds then. Every connection stays open until all have their
+/// answer or the wait is over, so the service must hold them all at once; they are then closed
+/// as clients close them when done (a connection whose answer did not come whole is reset).
+/// No connection is given up while the others open (a service that makes room for a new
+/// connection by closing an idle one would lose a place to a connection nobody holds).
 async fn served_at_once(addr: SocketAddr, request: Arc<Vec<u8>>, n: usize) -> u64 {
-    let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+    let (each, all) = PROBE_CONNECT_WAIT;
+    let connects_end = tokio::time::Instant::now() + all;
     let mut open = Vec::with_capacity(n);
     let mut left = n;
     while left > 0 {
@@ -430,7 +436,7 @@ async fn served_at_once(addr: SocketAddr, request: Arc<Vec<u8>>, n: usize) -> u6
             .map(|_| {
                 let request = Arc::clone(&request);
                 tokio::spawn(async move {
-                    let mut tcp = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
+                    let mut tcp = tokio::time::timeout(each, TcpStream::connect(addr))
                         .await
                         .ok()?
                         .ok()?;
@@ -444,7 +450,11 @@ async fn served_at_once(addr: SocketAddr, request: Arc<Vec<u8>>, n: usize) -> u6
                 open.push(tcp);
             }
         }
+        if tokio::time::Instant::now() >= connects_end {
+            break;
+        }
     }
+    let deadline = tokio::time::Instant::now() + PROBE_WAIT;
     let reads: Vec<_> = open
         .into_iter()
         .map(|mut tcp| {

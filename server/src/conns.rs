@@ -14,6 +14,10 @@
 //!   the newcomer's, so that places move from the largest holders to the smallest and never
 //!   back and forth; failing that, the newcomer's own address's connection idle the longest.
 //!
+//! Only a connection idle for at least `idle_grace` gives way: a client that has just connected,
+//! or just been answered, has that long to send its (next) request, so that newcomers replace
+//! holders rather than each other.
+//!
 //! A connection with a request in flight never gives way (its request is answered; a body that
 //! does not arrive is cut off by the body timeout). A connection told to give way closes at
 //! once when it is idle, or after answering the request it has just begun. Its place is the
@@ -24,7 +28,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -43,6 +47,8 @@ pub struct Caps {
     /// Whether idle connections give way to new ones (`false`: a new connection that finds no
     /// place is refused, the planted weakness `no_eviction`).
     pub evict_idle: bool,
+    /// How long a connection must have been idle to give way.
+    pub idle_grace: Duration,
 }
 
 /// Why a new connection got no place.
@@ -150,9 +156,11 @@ impl Book {
             if !self.caps.evict_idle || inner.closing >= CLOSING_MAX {
                 return Err(why);
             }
+            // Idle since this instant or earlier: long enough to give way.
+            let before = now.checked_sub(self.caps.idle_grace).unwrap_or(now);
             let victim = match why {
-                Refused::Peer => inner.oldest_idle_of(ip),
-                Refused::Full => inner.victim_for(ip),
+                Refused::Peer => inner.oldest_idle_of(ip, before),
+                Refused::Full => inner.victim_for(ip, before),
             };
             inner.evict(victim.ok_or(why)?);
         }
@@ -196,16 +204,18 @@ impl Book {
 }
 
 impl Inner {
-    /// `ip`'s connection idle the longest.
-    fn oldest_idle_of(&self, ip: IpAddr) -> Option<u64> {
+    /// `ip`'s connection idle the longest, if idle since `before` or earlier.
+    fn oldest_idle_of(&self, ip: IpAddr, before: Instant) -> Option<u64> {
         self.peers
             .get(&ip)
             .and_then(|p| p.idle.first())
+            .filter(|&&(since, _)| since <= before)
             .map(|&(_, id)| id)
     }
 
-    /// The connection that gives way to a newcomer from `ip` when the process is full.
-    fn victim_for(&self, ip: IpAddr) -> Option<u64> {
+    /// The connection that gives way to a newcomer from `ip` when the process is full, among
+    /// those idle since `before` or earlier.
+    fn victim_for(&self, ip: IpAddr, before: Instant) -> Option<u64> {
         let mut ranges: HashMap<IpAddr, usize> = HashMap::new();
         for (peer_ip, peer) in &self.peers {
             *ranges.entry(range_of(*peer_ip)).or_default() += peer.open;
@@ -217,7 +227,7 @@ impl Inner {
             .iter()
             .filter(|(peer_ip, peer)| {
                 let range = range_of(**peer_ip);
-                !peer.idle.is_empty()
+                peer.idle.first().is_some_and(|&(since, _)| since <= before)
                     && if range == own_range {
                         peer.open >= own_open + 2
                     } else {
@@ -225,8 +235,8 @@ impl Inner {
                     }
             })
             .max_by_key(|(peer_ip, peer)| (ranges[&range_of(**peer_ip)], peer.open, **peer_ip))
-            .and_then(|(peer_ip, _)| self.oldest_idle_of(*peer_ip))
-            .or_else(|| self.oldest_idle_of(ip))
+            .and_then(|(peer_ip, _)| self.oldest_idle_of(*peer_ip, before))
+            .or_else(|| self.oldest_idle_of(ip, before))
     }
 
     /// Tells connection `id` (idle) to give way; its place is free from now.
@@ -328,7 +338,6 @@ impl Drop for Place {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -339,6 +348,7 @@ mod tests {
             connections_max,
             per_peer_max,
             evict_idle: true,
+            idle_grace: Duration::ZERO,
         })
     }
 
@@ -391,7 +401,7 @@ mod tests {
         assert_eq!(b.admit(ip("10.0.2.1"), t0).unwrap_err(), Refused::Full);
         // One answers and is idle again: it gives way.
         busy[2].request_ended(t0 + Duration::from_millis(5));
-        assert!(b.admit(ip("10.0.2.1"), t0).is_ok());
+        assert!(b.admit(ip("10.0.2.1"), t0 + Duration::from_secs(1)).is_ok());
         assert!(told(&busy[2]));
     }
 
@@ -401,12 +411,13 @@ mod tests {
         let t0 = Instant::now();
         let mine = hold(&b, "10.0.0.1", 3, t0);
         mine[0].request_began();
-        let _new = b.admit(ip("10.0.0.1"), t0).expect("own idle gives way");
+        let late = t0 + Duration::from_secs(1);
+        let _new = b.admit(ip("10.0.0.1"), late).expect("own idle gives way");
         assert!(!told(&mine[0]) && told(&mine[1]) && !told(&mine[2]));
         // Every remaining one in flight: refused, naming the address's cap.
         mine[2].request_began();
         _new.request_began();
-        assert_eq!(b.admit(ip("10.0.0.1"), t0).unwrap_err(), Refused::Peer);
+        assert_eq!(b.admit(ip("10.0.0.1"), late).unwrap_err(), Refused::Peer);
     }
 
     #[test]
@@ -418,7 +429,9 @@ mod tests {
             .flat_map(|k| hold(&b, &format!("10.0.0.{k}"), 2, t0))
             .collect();
         let proxy = hold(&b, "172.16.0.1", 4, t0);
-        let _ = b.admit(ip("192.168.0.1"), t0).expect("admitted");
+        let _ = b
+            .admit(ip("192.168.0.1"), t0 + Duration::from_secs(1))
+            .expect("admitted");
         // 10.0.0.0/24 and 172.16.0.0/24 hold 4 each: the tie goes to the larger address.
         assert_eq!(proxy.iter().filter(|p| told(p)).count(), 1);
         assert_eq!(many.iter().filter(|p| told(p)).count(), 0);
@@ -434,11 +447,34 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_gives_way_only_after_its_grace() {
+        let b = Book::new(Caps {
+            connections_max: 2,
+            per_peer_max: 2,
+            evict_idle: true,
+            idle_grace: Duration::from_secs(1),
+        });
+        let t0 = Instant::now();
+        let held = hold(&b, "10.0.0.1", 2, t0);
+        // Just connected (or just answered): not yet.
+        let soon = t0 + Duration::from_millis(500);
+        assert_eq!(b.admit(ip("10.0.0.1"), soon).unwrap_err(), Refused::Peer);
+        assert_eq!(b.admit(ip("10.0.9.1"), soon).unwrap_err(), Refused::Full);
+        held[0].request_began();
+        held[0].request_ended(t0 + Duration::from_millis(900));
+        // A second on: the one idle since t0 gives way, not the one answered at 900 ms.
+        let later = t0 + Duration::from_millis(1_100);
+        let _new = b.admit(ip("10.0.9.1"), later).expect("admitted");
+        assert!(!told(&held[0]) && told(&held[1]));
+    }
+
+    #[test]
     fn without_eviction_a_full_server_refuses() {
         let b = Book::new(Caps {
             connections_max: 2,
             per_peer_max: 2,
             evict_idle: false,
+            idle_grace: Duration::ZERO,
         });
         let t0 = Instant::now();
         let _held = hold(&b, "10.0.0.1", 2, t0);
@@ -462,7 +498,9 @@ mod tests {
         assert_eq!(b.open(), 2);
         let second = held.next().unwrap();
         // The one left is idle: a newcomer of the same address takes its place, not the leaked.
-        let third = b.admit(ip("10.0.0.1"), t0).expect("admitted");
+        let third = b
+            .admit(ip("10.0.0.1"), t0 + Duration::from_secs(1))
+            .expect("admitted");
         assert!(told(&second));
         drop((second, third));
         assert_eq!(

@@ -126,6 +126,9 @@ pub struct ConnLimits {
     /// How long a request body may take to arrive once its head has; 0: no limit, and the body
     /// is read only after admission (the planted weakness).
     pub body_read_ms: u64,
+    /// How long a connection must have been idle (connected or answered, with no request in
+    /// flight) before it gives way to a new one when the server or its address is full.
+    pub idle_grace_ms: u64,
 }
 
 impl Default for ConnLimits {
@@ -135,6 +138,7 @@ impl Default for ConnLimits {
             per_peer_max: 512,
             header_read_ms: 10_000,
             body_read_ms: 10_000,
+            idle_grace_ms: 1_000,
         }
     }
 }
@@ -215,6 +219,7 @@ pub async fn serve(
         connections_max: limits.connections_max,
         per_peer_max: limits.per_peer_max,
         evict_idle,
+        idle_grace: Duration::from_millis(limits.idle_grace_ms),
     });
     let mut connections = JoinSet::new();
     loop {

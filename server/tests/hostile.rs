@@ -498,6 +498,7 @@ async fn stalled_heads_behind_one_address_give_way_to_its_new_connections() {
     let srv = server(&dir.path().join("ids.db"), |cfg| {
         cfg.conn_limits.per_peer_max = 8;
         cfg.conn_limits.header_read_ms = 60_000;
+        cfg.conn_limits.idle_grace_ms = 100;
     })
     .await;
     let mut heads = Vec::new();
@@ -545,6 +546,7 @@ async fn a_full_server_serves_a_new_peer_in_the_place_of_an_idle_connection() {
             cfg.conn_limits.connections_max = 11;
             cfg.conn_limits.per_peer_max = 6;
             cfg.conn_limits.header_read_ms = 60_000;
+            cfg.conn_limits.idle_grace_ms = 100;
             if planted {
                 cfg.weakness = Some(sut_server::listen::Weakness::NoEviction);
             }
@@ -563,6 +565,8 @@ async fn a_full_server_serves_a_new_peer_in_the_place_of_an_idle_connection() {
                 holders.push(tcp);
             }
         }
+        // Idle past their grace.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         let mut newcomer = stall_from(
             srv.addr,
             "127.0.0.9",
