@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use reports::model::{InvariantResult, Judgement};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpSocket;
 
 /// `service.refused_from_head`
 pub const REFUSED_FROM_HEAD: &str = "service.refused_from_head";
@@ -286,18 +285,9 @@ async fn one(
     connecting: Arc<tokio::sync::Semaphore>,
     i: usize,
 ) -> Ended {
-    let Ok(socket) = (if target.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }) else {
+    let Ok(socket) = crate::slow::socket_from(target, source(target, i)) else {
         return Ended::NotConnected;
     };
-    if let Some(ip) = source(target, i)
-        && socket.bind(SocketAddr::new(ip, 0)).is_err()
-    {
-        return Ended::NotConnected;
-    }
     let Ok(turn) = connecting.acquire_owned().await else {
         return Ended::NotConnected;
     };

@@ -16,6 +16,7 @@
 
 pub mod bodies;
 pub mod db;
+pub mod held;
 pub mod history;
 pub mod ids;
 pub mod overlap;

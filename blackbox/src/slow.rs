@@ -88,8 +88,11 @@ impl Probe {
 /// `tcc` and `tokens`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlowSpec {
-    /// Stalled connections to open.
+    /// Stalled connections to open (0: no slow-clients check).
     pub stalled: usize,
+    /// Keep-alive connections to hold from many addresses (0: no held-connections check,
+    /// [`crate::held`]).
+    pub held: usize,
     /// How long the server may keep one open.
     pub closed_within: Duration,
     /// Where the ones that stall in a body `POST` it (`None`: the measured request's path).
@@ -100,13 +103,23 @@ impl SlowSpec {
     /// Whether the spec makes a check: a message naming `--slow-clients` otherwise.
     ///
     /// # Errors
-    /// Fewer than 1 or more than 10,000 stalled connections.
+    /// More than 10,000 stalled connections, more than [`crate::held::HELD_MAX`] held ones, or
+    /// neither.
     pub fn validate(&self) -> Result<(), String> {
-        if (1..=10_000).contains(&self.stalled) {
-            Ok(())
-        } else {
-            Err(format!("--slow-clients {}: give 1 to 10000", self.stalled))
+        if self.stalled > 10_000 {
+            return Err(format!("--slow-clients {}: give 1 to 10000", self.stalled));
         }
+        if self.held > crate::held::HELD_MAX {
+            return Err(format!(
+                "--held-clients {}: give 1 to {}",
+                self.held,
+                crate::held::HELD_MAX
+            ));
+        }
+        if self.stalled == 0 && self.held == 0 {
+            return Err("--slow-clients 0 --held-clients 0: give at least one connection".into());
+        }
+        Ok(())
     }
 
     /// The check against `url` (a base URL, plain HTTP), measuring `probe`: what it measured
@@ -122,6 +135,7 @@ impl SlowSpec {
         let slow = run(&SlowOptions {
             closed_within: self.closed_within,
             stall_path: self.stall_path.clone(),
+            held: self.held,
             ..SlowOptions::new(url, probe, self.stalled)
         })?;
         let checks = slow.checks();
@@ -149,6 +163,9 @@ pub struct SlowOptions {
     pub rate_ratio_min: f64,
     /// How long the service may keep a stalled connection open.
     pub closed_within: Duration,
+    /// Keep-alive connections to hold from many addresses after the stalled ones are gone (0:
+    /// none; [`crate::held`]).
+    pub held: usize,
 }
 
 impl SlowOptions {
@@ -165,6 +182,7 @@ impl SlowOptions {
             window: Duration::from_secs(4),
             rate_ratio_min: 0.5,
             closed_within: Duration::from_secs(60),
+            held: 0,
         }
     }
 }
@@ -191,6 +209,12 @@ pub struct SlowRun {
     pub rate_ratio_min: f64,
     /// The options' bound, ms.
     pub closed_within_ms: u64,
+    /// Whether the stalled connections were opened (`false`: only the held-connections check
+    /// ran, and the rates above are not measured).
+    pub stalled_checked: bool,
+    /// What the held-connections check measured ([`crate::held`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<crate::held::HeldRun>,
 }
 
 /// Why the check could not be made (not a verdict).
@@ -224,9 +248,20 @@ impl SlowRun {
             .try_fold(0, |max, c| c.map(|ms| max.max(ms)))
     }
 
-    /// The two checks.
+    /// The checks: the slow-clients two when stalled connections were opened, the
+    /// held-connections one when connections were held.
     #[must_use]
     pub fn checks(&self) -> Vec<InvariantResult> {
+        let mut checks = if self.stalled_checked {
+            self.stalled_checks()
+        } else {
+            Vec::new()
+        };
+        checks.extend(self.held.as_ref().map(crate::held::HeldRun::check));
+        checks
+    }
+
+    fn stalled_checks(&self) -> Vec<InvariantResult> {
         let ratio = self.ratio();
         let rate = InvariantResult {
             name: SLOW_CLIENTS.into(),
@@ -299,6 +334,32 @@ pub(crate) fn loopback_source(target: SocketAddr, i: usize, per_source: usize) -
     Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)))
 }
 
+/// A socket to connect to `target` from `from` (`None`: the system picks). The port is picked
+/// at connect, not at bind (`IP_BIND_ADDRESS_NO_PORT`): a bind to port 0 searches the whole
+/// port range and slowed the opening of thousands of connections to a hundred a second.
+///
+/// # Errors
+/// The socket cannot be made or bound.
+pub(crate) fn socket_from(target: SocketAddr, from: Option<IpAddr>) -> std::io::Result<TcpSocket> {
+    let socket = if target.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(ip) = from {
+        if ip.is_ipv4() {
+            // Without it the bind still works, only slower.
+            let _ = nix::sys::socket::setsockopt(
+                &socket,
+                nix::sys::socket::sockopt::IpBindAddressNoPort,
+                &true,
+            );
+        }
+        socket.bind(SocketAddr::new(ip, 0))?;
+    }
+    Ok(socket)
+}
+
 /// Opens stalled connection `i`: part of a request (a head to `path`, or a body to
 /// `post_path`), then nothing.
 async fn stall(
@@ -307,14 +368,7 @@ async fn stall(
     (path, post_path): (&str, &str),
     i: usize,
 ) -> std::io::Result<TcpStream> {
-    let socket = if target.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    if let Some(ip) = source(target, i) {
-        socket.bind(SocketAddr::new(ip, 0))?;
-    }
+    let socket = socket_from(target, source(target, i))?;
     let mut tcp = socket.connect(target).await?;
     let part = if i.is_multiple_of(8) {
         format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nX-Slow: ")
@@ -330,7 +384,7 @@ async fn stall(
 
 /// Answers per second to `probe` (its path parsed: `path`) over `workers` closed-loop
 /// connections for `window`, and the requests that got none.
-async fn rate(
+pub(crate) async fn rate(
     target: &Target,
     (probe, path): (&Probe, &Uri),
     workers: usize,
@@ -434,51 +488,91 @@ pub fn run(opts: &SlowOptions) -> Result<SlowRun, SlowError> {
     let probe = (&opts.probe, &path);
     let rt = crate::real::runtime().map_err(|e| SlowError(e.to_string()))?;
     rt.block_on(async {
-        let (before, _) = rate(&target, probe, opts.workers, opts.window).await;
-        if before <= 0.0 {
-            return Err(SlowError(format!(
-                "{} {}{}: no answer before the stalled connections were opened",
-                opts.probe.method, opts.url, opts.probe.path
-            )));
-        }
-        let mut stalled = Vec::with_capacity(opts.stalled);
-        let mut refused = 0;
-        let post_path = opts.stall_path.as_deref().unwrap_or(&opts.probe.path);
-        for i in 0..opts.stalled {
-            match stall(addr, &host, (&opts.probe.path, post_path), i).await {
-                Ok(tcp) => stalled.push(tcp),
-                Err(_) => refused += 1,
+        let mut slow = if opts.stalled > 0 {
+            stalled(opts, &target, addr, &host, probe).await?
+        } else {
+            SlowRun {
+                rate_ratio_min: opts.rate_ratio_min,
+                ..SlowRun::default()
             }
+        };
+        if opts.held > 0 {
+            let held = crate::held::run(&crate::held::HeldOptions {
+                target: &target,
+                addr,
+                host: &host,
+                probe,
+                held: opts.held,
+                window: opts.window,
+            })
+            .await;
+            if held.rate_before_per_s <= 0.0 {
+                return Err(SlowError(format!(
+                    "{} {}{}: no answer before the connections were held",
+                    opts.probe.method, opts.url, opts.probe.path
+                )));
+            }
+            slow.held = Some(held);
         }
-        let since = Instant::now();
-        // The service takes in the new connections first (a burst of accepts, heads and
-        // bodies to read); what is measured is what they cost once open.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let mut closed_early = refused;
-        for tcp in &mut stalled {
-            closed_early += usize::from(closed_now(tcp));
+        Ok(slow)
+    })
+}
+
+/// The slow-clients part: the rates before, with and after the stalled connections, and when
+/// each was closed.
+async fn stalled(
+    opts: &SlowOptions,
+    target: &Target,
+    addr: SocketAddr,
+    host: &str,
+    probe: (&Probe, &Uri),
+) -> Result<SlowRun, SlowError> {
+    let (before, _) = rate(target, probe, opts.workers, opts.window).await;
+    if before <= 0.0 {
+        return Err(SlowError(format!(
+            "{} {}{}: no answer before the stalled connections were opened",
+            opts.probe.method, opts.url, opts.probe.path
+        )));
+    }
+    let mut stalled = Vec::with_capacity(opts.stalled);
+    let mut refused = 0;
+    let post_path = opts.stall_path.as_deref().unwrap_or(&opts.probe.path);
+    for i in 0..opts.stalled {
+        match stall(addr, host, (&opts.probe.path, post_path), i).await {
+            Ok(tcp) => stalled.push(tcp),
+            Err(_) => refused += 1,
         }
-        let (during, failed_during) = rate(&target, probe, opts.workers, opts.window).await;
-        let waits: Vec<_> = stalled
-            .into_iter()
-            .map(|tcp| tokio::spawn(until_closed(tcp, since, opts.closed_within)))
-            .collect();
-        let mut closed_after_ms = Vec::with_capacity(waits.len());
-        for w in waits {
-            closed_after_ms.push(w.await.unwrap_or(None));
-        }
-        let (after, _) = rate(&target, probe, opts.workers, opts.window).await;
-        Ok(SlowRun {
-            rate_before_per_s: before,
-            rate_after_per_s: after,
-            rate_during_per_s: during,
-            failed_during,
-            opened: opts.stalled - refused,
-            closed_early,
-            closed_after_ms,
-            rate_ratio_min: opts.rate_ratio_min,
-            closed_within_ms: u64::try_from(opts.closed_within.as_millis()).unwrap_or(u64::MAX),
-        })
+    }
+    let since = Instant::now();
+    // The service takes in the new connections first (a burst of accepts, heads and
+    // bodies to read); what is measured is what they cost once open.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut closed_early = refused;
+    for tcp in &mut stalled {
+        closed_early += usize::from(closed_now(tcp));
+    }
+    let (during, failed_during) = rate(target, probe, opts.workers, opts.window).await;
+    let waits: Vec<_> = stalled
+        .into_iter()
+        .map(|tcp| tokio::spawn(until_closed(tcp, since, opts.closed_within)))
+        .collect();
+    let mut closed_after_ms = Vec::with_capacity(waits.len());
+    for w in waits {
+        closed_after_ms.push(w.await.unwrap_or(None));
+    }
+    let (after, _) = rate(target, probe, opts.workers, opts.window).await;
+    Ok(SlowRun {
+        rate_before_per_s: before,
+        rate_after_per_s: after,
+        rate_during_per_s: during,
+        failed_during,
+        opened: opts.stalled - refused,
+        closed_early,
+        closed_after_ms,
+        rate_ratio_min: opts.rate_ratio_min,
+        closed_within_ms: u64::try_from(opts.closed_within.as_millis()).unwrap_or(u64::MAX),
+        stalled_checked: true,
+        held: None,
     })
 }
 
@@ -495,6 +589,7 @@ mod tests {
             closed_after_ms: closed,
             rate_ratio_min: 0.5,
             closed_within_ms: 60_000,
+            stalled_checked: true,
             ..SlowRun::default()
         }
     }

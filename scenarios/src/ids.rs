@@ -371,6 +371,13 @@ pub struct SlowArgs {
     /// the service whose handler reads a body; default: the path of the measured request).
     #[arg(long)]
     pub stall_path: Option<String>,
+    /// After the run, the held-connections check: N keep-alive connections from many source
+    /// addresses (127.0.0.2 on, 256 each, on a loopback URL), each sending the measured request
+    /// every 8 s; a new client's answer rate while they are held must stay at least half its
+    /// rate without (`service.new_client_when_full`; not checked when the service held them
+    /// all). Plain HTTP.
+    #[arg(long, value_name = "N")]
+    pub held_clients: Option<usize>,
 }
 
 /// The checks of what a short, gentle run hides (`--overload`, `--gaps-max`), for `scenario
@@ -445,8 +452,12 @@ impl SlowArgs {
     /// The check these options ask for (`None`: no --slow-clients).
     #[must_use]
     pub fn spec(&self) -> Option<SlowSpec> {
-        self.slow_clients.map(|stalled| SlowSpec {
-            stalled,
+        if self.slow_clients.is_none() && self.held_clients.is_none() {
+            return None;
+        }
+        Some(SlowSpec {
+            stalled: self.slow_clients.unwrap_or(0),
+            held: self.held_clients.unwrap_or(0),
             closed_within: Duration::from_secs_f64(self.stall_timeout_s.max(0.1)),
             stall_path: self.stall_path.clone(),
         })
@@ -636,10 +647,28 @@ pub fn print_run(run: &BlackBoxRun) {
     }
 }
 
-/// What the slow-clients check measured, in one line.
+/// What the slow-clients and held-connections checks measured, a line each.
 #[must_use]
 pub fn slow_line(slow: &blackbox::slow::SlowRun) -> String {
-    format!(
+    let held = slow.held.as_ref().map(|h| {
+        format!(
+            "  held connections: a new client got {:.0} answers/s before, {:.0}/s with {} \
+             keep-alive connections held ({} open at most, from {} addresses; {} refused or \
+             closed by the service), {:.0}/s after (ratio {:.3})",
+            h.rate_before_per_s,
+            h.rate_during_per_s,
+            h.asked,
+            h.connected_max,
+            h.sources.max(1),
+            h.closed_by_service,
+            h.rate_after_per_s,
+            h.ratio()
+        )
+    });
+    if !slow.stalled_checked {
+        return held.unwrap_or_default();
+    }
+    let stalled = format!(
         "  slow clients: {:.0} answers/s before, {:.0}/s with {} stalled connections open, \
          {:.0}/s after (ratio {:.3}); {}",
         slow.rate_before_per_s,
@@ -651,7 +680,11 @@ pub fn slow_line(slow: &blackbox::slow::SlowRun) -> String {
             || "some never closed".to_owned(),
             |ms| format!("the last closed after {ms} ms")
         )
-    )
+    );
+    match held {
+        Some(held) => format!("{stalled}\n{held}"),
+        None => stalled,
+    }
 }
 
 /// One check's line in a run's printout: name, verdict, first offending event, detail.

@@ -1070,6 +1070,35 @@ fn the_hostile_client_checks_of_scenario_tokens_pass_on_sut_server_and_fire_on_i
     );
 }
 
+/// The finding of docs/hostile.md: clients that hold keep-alive connections from many
+/// addresses filled the server, and a client from any other address got no answer. With 700
+/// held from three addresses against a server that holds 600, a paced new client is served as
+/// before; the planted weakness `no_eviction` (the accept loop as it was) locks it out.
+#[test]
+fn held_connections_are_checked_and_a_full_sut_server_still_serves_a_new_client() {
+    let held = ["--sequences", "3", "--held-clients", "700"];
+    let correct = tcc_over_sut_server("--connections-max 600", &held);
+    let all = text(&correct);
+    assert_eq!(correct.status.code(), Some(0), "{all}");
+    let line = all
+        .lines()
+        .find(|l| l.trim_start().starts_with("service.new_client_when_full"))
+        .unwrap_or_else(|| panic!("no held-connections check: {all}"));
+    // Held (not "not checked"): the server was full and closed some of them to make room.
+    assert!(
+        line.contains(" held ") && line.contains("refused or closed"),
+        "{line}"
+    );
+    assert!(all.contains("held connections: a new client got"), "{all}");
+    let weak = tcc_over_sut_server("--connections-max 600 --weakness no_eviction", &held);
+    let all = text(&weak);
+    assert_eq!(weak.status.code(), Some(1), "{all}");
+    assert!(
+        violated_line(&weak, "service.new_client_when_full"),
+        "{all}"
+    );
+}
+
 #[test]
 fn slow_clients_are_checked_by_scenario_tokens_and_tcc() {
     let slow = ["--slow-clients", "200", "--stall-timeout-s", "20"];

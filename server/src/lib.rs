@@ -73,7 +73,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use utoipa::ToSchema;
 
@@ -844,9 +843,7 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
         handles: handle_key(&cfg)?,
         noop_delay: cfg.noop_delay,
     };
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("bind {listen}: {e}"))?;
+    let listener = listen::bind(listen).map_err(|e| format!("bind {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let (shutdown, rx) = watch::channel(false);
     let app = router(state.clone());

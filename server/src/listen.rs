@@ -169,6 +169,27 @@ impl ConnLimits {
     }
 }
 
+/// Connections the kernel may hold for the accept loop (its listen queue; the kernel caps it
+/// at `net.core.somaxconn`). The usual 128 overflowed whenever a few hundred clients connected
+/// at once: the kernel dropped their handshakes, and each such client waited a second to try
+/// again.
+pub const LISTEN_BACKLOG: u32 = 4_096;
+
+/// A listener on `addr` with a listen queue of [`LISTEN_BACKLOG`].
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// How the accept loop serves: its limits, TLS (or plain HTTP), its counters.
 #[derive(Clone)]
 pub struct Listener {

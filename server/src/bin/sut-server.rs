@@ -87,6 +87,15 @@ struct Args {
     /// token service, whose `https://` URLs then work (role coordinator).
     #[arg(long)]
     tls_ca_file: Option<PathBuf>,
+    /// Connections open at once (lowered to what the open-file limit leaves room for). When
+    /// full, a new connection takes the place of an idle one: the longest idle of the address
+    /// range and address that hold the most.
+    #[arg(long, default_value_t = 8_192)]
+    connections_max: usize,
+    /// Connections open at once from one address; a new one beyond it takes the place of that
+    /// address's longest idle connection.
+    #[arg(long, default_value_t = 512)]
+    per_address_connections_max: usize,
     /// Requests handled at once.
     #[arg(long, default_value_t = 512)]
     in_flight_max: usize,
@@ -229,6 +238,8 @@ async fn serve(args: Args) -> Result<(), String> {
              (`won`). For tests only: never in front of real users."
         );
     }
+    cfg.conn_limits.connections_max = args.connections_max.max(1);
+    cfg.conn_limits.per_peer_max = args.per_address_connections_max.max(1);
     cfg.admission = AdmissionConfig {
         in_flight_max: args.in_flight_max,
         queue_max: args.queue_max,
