@@ -45,6 +45,9 @@ pub enum Program {
     SutServerOverload,
     /// `sut-server`, IDs from `GET /id/{key}`, gaps judged (`scenario ids --gaps-max 0`).
     SutServerGaps,
+    /// `sut-server`, IDs from `GET /id/{key}`, then [`HELD_CLIENTS`] keep-alive connections
+    /// held from many addresses (`scenario ids --held-clients`).
+    SutServerHeld,
     /// `sut-server --role id` processes on one database in contention mode (`scenario
     /// cluster_pg --contention`).
     SutServerContention(chaos::Backend),
@@ -61,6 +64,7 @@ impl Program {
             Self::SutServer
             | Self::SutServerOverload
             | Self::SutServerGaps
+            | Self::SutServerHeld
             | Self::SutServerContention(_)
             | Self::SutServerSnowflake
             | Self::SutServerSemantic
@@ -101,7 +105,7 @@ pub struct ProcessFlaw {
 }
 
 /// Every entry.
-pub const ENTRIES: [ProcessFlaw; 20] = [
+pub const ENTRIES: [ProcessFlaw; 21] = [
     ProcessFlaw {
         name: "leaf_pr156_commit_before_select",
         origin: "Meituan Leaf PR #156 (unmerged): https://github.com/Meituan-Dianping/Leaf/pull/156",
@@ -429,6 +433,26 @@ pub const ENTRIES: [ProcessFlaw; 20] = [
         monotonic: Monotonic::Server,
     },
     ProcessFlaw {
+        name: "no_eviction",
+        origin: "a planted weakness of the deployed server (`sut-server --weakness \
+                 no_eviction`): the accept loop as it was before idle connections gave way",
+        mechanism: "a full server refuses every new connection while idle keep-alive \
+                    connections keep their places: `scenario ids --held-clients 700` holds \
+                    connections from three addresses against a server of 600, each asking \
+                    every 8 s, and a new client asking 200 times a second is refused",
+        caught_by: "service.new_client_when_full",
+        program: Program::SutServerHeld,
+        servers: 1,
+        planted: "--weakness no_eviction",
+        control: "",
+        common: "--connections-max 600",
+        faults: &[],
+        every_ms: 0,
+        down_ms: 0,
+        clock_step_ms: 0,
+        monotonic: Monotonic::Server,
+    },
+    ProcessFlaw {
         name: "unguarded_fallback",
         origin: "a planted weakness of the deployed server (`sut-server --weakness \
                  unguarded_fallback`), which the default deployment catches only by chance",
@@ -594,9 +618,10 @@ pub fn options(
         let (path, args) = match bug.program {
             Program::IdCompat("uid") => ("/uid", "--api uid".to_owned()),
             Program::IdCompat(api) => ("", format!("--api {api} --tag orders --token bench")),
-            Program::SutServer | Program::SutServerOverload | Program::SutServerGaps => {
-                ("/id/{key}", "--tag orders:10".to_owned())
-            }
+            Program::SutServer
+            | Program::SutServerOverload
+            | Program::SutServerGaps
+            | Program::SutServerHeld => ("/id/{key}", "--tag orders:10".to_owned()),
             Program::SutServerSemantic => ("/semantic/{key}", String::new()),
             // (The other kinds were refused above.)
             _ => ("/snowflake", String::new()),
@@ -625,7 +650,10 @@ pub fn options(
         ),
         Program::IdCompat(_) => (Target::Http { pointer: None }, ""),
         Program::Redis => (Target::Redis, "ids"),
-        Program::SutServer | Program::SutServerOverload | Program::SutServerGaps => (
+        Program::SutServer
+        | Program::SutServerOverload
+        | Program::SutServerGaps
+        | Program::SutServerHeld => (
             Target::Http {
                 pointer: Some("/id".into()),
             },
@@ -645,7 +673,12 @@ pub fn options(
         ),
     };
     Ok(BlackBoxOptions {
-        slow_clients: None,
+        slow_clients: (bug.program == Program::SutServerHeld).then(|| blackbox::slow::SlowSpec {
+            stalled: 0,
+            held: HELD_CLIENTS,
+            closed_within: Duration::from_secs(60),
+            stall_path: None,
+        }),
         db: None,
         netns: false,
         target,
@@ -897,16 +930,20 @@ fn run_tokens(bug: &'static ProcessFlaw, program: &Path) -> Result<ProcessRow, S
     ))
 }
 
-/// Overload clients of a capacity entry (fewer than `sut-server`'s 1,024 connections per peer
-/// address: the correct server refuses none of them).
+/// Overload clients of a capacity entry.
 pub const OVERLOAD_CLIENTS: usize = 1_000;
+
+/// Keep-alive connections the held-connections entry holds, against a server that holds 600
+/// (its `--connections-max`).
+pub const HELD_CLIENTS: usize = 700;
 
 /// The least rate after the overload a capacity entry accepts, as a share of the rate before.
 /// Lower than `scenario ids --overload`'s 0.9: the catalog runs beside the rest of a test
 /// suite on a shared machine, where the correct server read 0.82-0.87x in its best window
 /// twice while other tests ran. Capacity kept by clients that gave up reads a rate of 0, or
 /// 0.29-1.00 when a few of the address's slots were free as the overload ended; its count of
-/// connections served at once reads 1-8 after, against 938-1,024 before.
+/// connections served at once reads 0 after, against 512 before (1-8 of 938-1,024 when the
+/// per-address cap was 1,024).
 pub const OVERLOAD_RATIO_MIN: f64 = 0.7;
 
 /// `caught`, saying what the run's own checks (process mode before these checks) found.

@@ -783,6 +783,7 @@ fn every_process_mode_entry_is_caught_through_its_api_and_its_control_passes() {
         ("no_token_quota", "tokens.quota"),
         ("body_before_auth", "service.refused_from_head"),
         ("conn_slot_leak", "service.capacity_after_overload"),
+        ("no_eviction", "service.new_client_when_full"),
         ("unguarded_fallback", "ids.unique"),
         ("past_block_repeat", "ids.unique"),
         ("skip_on_refill", "ids.gaps"),

@@ -63,6 +63,17 @@ fn a_server_that_keeps_the_slots_of_clients_that_gave_up_loses_its_capacity() {
 }
 
 #[test]
+fn a_full_server_that_refuses_every_new_connection_is_caught_by_held_connections() {
+    let row = entry_row("no_eviction");
+    assert_caught(&row);
+    let caught = row.caught.as_deref().unwrap();
+    assert!(
+        caught.contains("idle connections keep their places"),
+        "{caught}"
+    );
+}
+
+#[test]
 fn a_server_that_reads_the_bodies_of_unauthenticated_requests_is_caught() {
     let row = entry_row("body_before_auth");
     assert_caught(&row);
