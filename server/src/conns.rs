@@ -363,11 +363,10 @@ mod tests {
     }
 
     fn told(place: &Place) -> bool {
-        let told = lock(&place.book.inner)
+        lock(&place.book.inner)
             .conns
             .get(&place.id)
-            .is_some_and(|e| e.evicted);
-        told
+            .is_some_and(|e| e.evicted)
     }
 
     #[test]
