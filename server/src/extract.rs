@@ -101,7 +101,22 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             };
             ApiError::field(status, "body", error)
         })?;
+        object_only(&bytes)?;
         parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// Every request body of the API is a JSON object: one that is an array is refused, since serde
+/// would read a struct from one by the order of its fields (`[0]` was taken for `{"user": 0}`).
+/// An empty body is left to the parse, which names what is missing.
+fn object_only(bytes: &[u8]) -> Result<(), ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        None | Some(b'{') => Ok(()),
+        Some(_) => Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "body",
+            "invalid JSON body: a JSON object is expected",
+        )),
     }
 }
 
@@ -141,6 +156,20 @@ mod tests {
             "text/json",
         ] {
             assert!(!is_json(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_is_refused_naming_the_body() {
+        // The schemathesis finding: `[0]` was read as `{"user": 0}`.
+        assert!(parse_json::<Strict>(b"[0]").is_ok(), "serde alone takes it");
+        for bad in [&b"[0]"[..], b" [1, 2]", b"0", b"\"user\"", b"null"] {
+            let e = object_only(bad).unwrap_err();
+            assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY, "{bad:?}");
+            assert_eq!(e.field.as_deref(), Some("body"), "{bad:?}");
+        }
+        for good in [&b"{\"user\": 1}"[..], b"  {}", b""] {
+            assert!(object_only(good).is_ok(), "{good:?}");
         }
     }
 

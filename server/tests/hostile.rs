@@ -590,6 +590,25 @@ async fn a_full_server_serves_a_new_peer_in_the_place_of_an_idle_connection() {
     }
 }
 
+/// The schemathesis finding: a body that is a JSON array was read as the struct of its fields in
+/// order (`POST /tokens` with `[0]` issued a JWT for user 0). Every body is an object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_an_array_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(&dir.path().join("ids.db"), |_| {}).await;
+    let api = Api::new(srv.addr);
+    for (path, body) in [
+        ("/tokens", "[0]"),
+        ("/admin/accounts", "[1, 1, 100]"),
+        ("/admin/tags", "[\"orders\", 10]"),
+    ] {
+        let (s, v) = api.post_raw(path, body.to_owned()).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{path} {body}: {v}");
+        assert_eq!(field(&v), "body", "{v}");
+    }
+    srv.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draw_is_its_owners_to_read_and_the_ledger_the_operators() {
     let dir = tempfile::tempdir().unwrap();
