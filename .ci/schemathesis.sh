@@ -110,7 +110,7 @@ status=0
 tail -n 25 "$out/schemathesis.txt"
 
 kill -0 "$pid" 2>/dev/null || { echo "FAIL: the server is gone" >&2; cat "$work/stderr" >&2; exit 1; }
-http GET /metrics | sed '1s/^[0-9]* //' >"$out/metrics.txt"
+BEARER=$admin http GET /metrics | sed '1s/^[0-9]* //' >"$out/metrics.txt"
 BEARER=$admin http GET /ledger | sed '1s/^[0-9]* //' >"$out/ledger.json"
 
 "$py" - "$out/metrics.txt" "$out/ledger.json" <<'EOF'

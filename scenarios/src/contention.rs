@@ -590,9 +590,12 @@ fn get_page(base: &str, path: &str) -> Option<String> {
     let addr = load::conn::socket_addr(base).ok()?;
     let mut tcp = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     tcp.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    // The servers' metrics are the operator's: the bench started them with its secret.
     write!(
         tcp,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Connection: close\r\n\r\n",
+        load::target::bench_admin_token()
     )
     .ok()?;
     let mut answer = String::new();

@@ -175,6 +175,9 @@ pub struct ServerConfig {
     /// Test knob: let `GET /noop?delay_ms=` hold a request (and its admission slot) for the
     /// overload tests. Off by default: a client cannot hold slots for free.
     pub noop_delay: bool,
+    /// `GET /metrics` without a credential (off: it takes the operator's secret, since its
+    /// counters tell the business's volume).
+    pub metrics_public: bool,
     /// The token service's base URL (role `coordinator`: it consumes the draws' one-time
     /// tokens there).
     pub token_url: Option<String>,
@@ -231,6 +234,7 @@ impl ServerConfig {
             tls_ca_file: None,
             forced_outcomes: false,
             noop_delay: false,
+            metrics_public: false,
             token_url: None,
             draw_rate_per_s: 10.0,
             draw_burst: 20,
@@ -397,6 +401,8 @@ pub struct AppState {
     handles: sut::gate::handle::HandleKey,
     /// `GET /noop?delay_ms=` allowed (a test knob).
     noop_delay: bool,
+    /// `GET /metrics` without a credential.
+    metrics_public: bool,
 }
 
 fn not_served(what: &str, role: Role) -> ApiError {
@@ -842,6 +848,7 @@ pub async fn start(mut cfg: ServerConfig, listen: SocketAddr) -> Result<Server, 
         body_before_auth: cfg.weakness == Some(listen::Weakness::BodyBeforeAuth),
         handles: handle_key(&cfg)?,
         noop_delay: cfg.noop_delay,
+        metrics_public: cfg.metrics_public,
     };
     let listener = listen::bind(listen).map_err(|e| format!("bind {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -1015,6 +1022,8 @@ pub const THROTTLED_ROUTES: &[(&str, &str)] = &[
     ("post", "/admin/accounts"),
     ("post", "/admin/stock"),
     ("post", "/admin/activities"),
+    ("get", "/admin/health"),
+    ("get", "/metrics"),
 ];
 
 /// Every route as (method, path), as the router below serves them: the OpenAPI description
@@ -1045,6 +1054,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/admin/activities"),
     ("get", "/activities"),
     ("get", "/health"),
+    ("get", "/admin/health"),
     ("get", "/metrics"),
     ("get", "/openapi.json"),
 ];
@@ -1134,9 +1144,20 @@ pub fn router(state: AppState) -> Router {
             read_largest_body_first,
         ));
     }
+    // The operator's views of the process, outside admission (an overloaded server still
+    // answers them): its full health always behind the operator's secret, its metrics too
+    // unless `--metrics-public`.
+    let mut ops = Router::new().route("/admin/health", get(health_detail));
+    let mut metrics_route = Router::new().route("/metrics", get(metrics));
+    if !state.metrics_public {
+        ops = ops.merge(metrics_route);
+        metrics_route = Router::new();
+    }
+    let ops = ops.route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
     Router::new()
         .route("/health", get(health))
-        .route("/metrics", get(metrics))
+        .merge(metrics_route)
+        .merge(ops)
         .route("/openapi.json", get(openapi::openapi_route))
         .merge(admitted)
         .fallback(not_found)
@@ -1638,6 +1659,21 @@ struct HealthBody {
     wall_clock_ms: u64,
 }
 
+/// What `GET /health` tells anyone: that the process answers, its role, its load and its
+/// clock; nothing of the business's volume (the allocators' issued IDs are behind the
+/// operator's secret, at `GET /admin/health`).
+#[derive(Serialize, ToSchema)]
+struct PublicHealthBody {
+    /// What this process serves (`--role`).
+    role: Role,
+    /// Requests running now.
+    in_flight: usize,
+    /// Requests waiting for an admission slot now.
+    queued: usize,
+    /// This process's wall clock when it answered, ms since the Unix epoch.
+    wall_clock_ms: u64,
+}
+
 /// The wall clock now, ms since the Unix epoch (0 before it).
 fn wall_clock_ms() -> u64 {
     std::time::SystemTime::now()
@@ -1665,12 +1701,32 @@ async fn tag_healths(state: &AppState) -> Result<Vec<sut::segment::Health>, ApiE
     get,
     path = "/health",
     tag = "ops",
-    summary = "Instance, allocators, Snowflake worker, admission",
+    summary = "The process answers: its role, load and clock (no business figures)",
     responses(
-        (status = 200, description = "Health", body = HealthBody),
+        (status = 200, description = "Health", body = PublicHealthBody),
     )
 )]
-async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiError> {
+async fn health(State(state): State<AppState>) -> Json<PublicHealthBody> {
+    Json(PublicHealthBody {
+        role: state.role,
+        in_flight: state.admission.in_flight(),
+        queued: state.admission.queued(),
+        wall_clock_ms: wall_clock_ms(),
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/admin/health",
+    tag = "ops",
+    summary = "Instance, allocators, Snowflake worker, admission (the operator's)",
+    params(("Authorization" = String, Header, description = "`Bearer <admin secret>`")),
+    responses(
+        (status = 200, description = "Health", body = HealthBody),
+        (status = 401, description = "No or a wrong admin secret (`field: authorization`)", body = ErrorBody),
+    )
+)]
+async fn health_detail(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiError> {
     let tags = tag_healths(&state).await?;
     Ok(Json(HealthBody {
         role: state.role,
@@ -1687,9 +1743,11 @@ async fn health(State(state): State<AppState>) -> Result<Json<HealthBody>, ApiEr
     get,
     path = "/metrics",
     tag = "ops",
-    summary = "Prometheus metrics",
+    summary = "Prometheus metrics (the operator's, unless --metrics-public)",
+    params(("Authorization" = String, Header, description = "`Bearer <admin secret>` (none with `--metrics-public`)")),
     responses(
         (status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"),
+        (status = 401, description = "No or a wrong admin secret, on a server without `--metrics-public` (`field: authorization`)", body = ErrorBody),
     )
 )]
 async fn metrics(State(state): State<AppState>) -> Response {

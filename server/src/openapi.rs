@@ -31,7 +31,7 @@ use super::tokens::{
 };
 use super::{
     AccountsBody, ActivityBody, DrawBody, HealthBody, IdBody, IdsBody, Ok1, OpenedBody,
-    RegisteredBody, Role, StockBody, TagBody,
+    PublicHealthBody, RegisteredBody, Role, StockBody, TagBody,
 };
 
 /// The description (derive).
@@ -51,6 +51,7 @@ use super::{
         super::decode,
         super::semantic_id,
         super::health,
+        super::health_detail,
         super::metrics,
         super::tokens::issue,
         super::tokens::verify,
@@ -78,6 +79,7 @@ use super::{
         IdBody,
         IdsBody,
         HealthBody,
+        PublicHealthBody,
         SnowflakeView,
         TagBody,
         AccountsBody,

@@ -607,6 +607,50 @@ async fn a_body_that_is_an_array_is_refused() {
         assert_eq!(field(&v), "body", "{v}");
     }
     srv.shutdown().await.unwrap();
+
+/// The finding of docs/hostile.md: `/metrics` and `/health` told anyone the business's volume
+/// (draws made, IDs issued per tag). Both are the operator's now; `/health` without a credential
+/// says only that the process answers, and `--metrics-public` opens the metrics on purpose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_the_allocators_health_are_the_operators() {
+    for public in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let srv = server(&dir.path().join("ids.db"), |cfg| cfg.metrics_public = public).await;
+        let api = Api::new(srv.addr);
+        let (s, _) = api.get("/id/orders").await;
+        assert_eq!(s, StatusCode::OK);
+        let anyone = |path: &str| {
+            let url = format!("http://{}{path}", srv.addr);
+            async move {
+                let r = reqwest::get(url).await.unwrap();
+                let status = r.status();
+                (status, r.text().await.unwrap())
+            }
+        };
+        let (s, text) = anyone("/metrics").await;
+        if public {
+            assert_eq!(s, StatusCode::OK, "{text}");
+            assert!(text.contains("sut_ids_issued_total"), "{text}");
+        } else {
+            assert_eq!(s, StatusCode::UNAUTHORIZED, "{text}");
+            assert!(!text.contains("sut_"), "{text}");
+        }
+        let (s, text) = anyone("/health").await;
+        assert_eq!(s, StatusCode::OK, "{text}");
+        for hidden in ["tags", "instance", "snowflake", "orders"] {
+            assert!(!text.contains(hidden), "{hidden} in the public health: {text}");
+        }
+        assert!(text.contains("wall_clock_ms"), "{text}");
+        let (s, text) = anyone("/admin/health").await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{text}");
+        // The operator reads both.
+        let (s, v) = api.get("/admin/health").await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert!(v["tags"].as_array().is_some_and(|t| !t.is_empty()), "{v}");
+        let (s, _) = api.get("/metrics").await;
+        assert_eq!(s, StatusCode::OK);
+        srv.shutdown().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -97,8 +97,22 @@ async fn binary_prints_its_address_and_stops_gracefully_on_sigterm() {
     all.extend(after);
     let unique: std::collections::BTreeSet<u64> = all.iter().copied().collect();
     assert_eq!(unique.len(), all.len(), "{all:?}");
-    let health: serde_json::Value = client
+    // Its incarnation is the operator's to read; anyone learns only that it answers.
+    let public: serde_json::Value = client
         .get(format!("http://{addr}/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        public.get("instance").is_none() && public.get("tags").is_none(),
+        "{public}"
+    );
+    let health: serde_json::Value = client
+        .get(format!("http://{addr}/admin/health"))
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap()

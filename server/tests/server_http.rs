@@ -64,7 +64,7 @@ async fn every_route_answers() {
     let sf = v["id"].as_u64().unwrap();
     let (s, d) = api.get(&format!("/snowflake/decode/{sf}")).await;
     assert_eq!(s, StatusCode::OK, "{d}");
-    let (s, h) = api.get("/health").await;
+    let (s, h) = api.get("/admin/health").await;
     assert_eq!(s, StatusCode::OK, "{h}");
     assert_eq!(d["worker"], h["snowflake"]["worker_id"]);
     assert!(d["time_ms"].as_u64().unwrap() > 1_577_836_800_000);
@@ -587,7 +587,7 @@ async fn semantic_ids_have_the_designs_shape_a_per_second_limit_and_survive_rest
         cfg.semantic.per_second = 5;
         let srv = start(cfg, local()).await.unwrap();
         let api = Api::new(srv.addr);
-        let (_, h) = api.get("/health").await;
+        let (_, h) = api.get("/admin/health").await;
         let worker = h["snowflake"]["worker_id"].as_u64().unwrap();
         // Asks until the per-second limit was hit and ten IDs came (bounded): a burst of asks
         // exhausts each second's five.

@@ -65,6 +65,10 @@ struct Args {
     /// TEST ONLY: let `GET /noop?delay_ms=` hold requests (overload measurements).
     #[arg(long)]
     test_noop_delay: bool,
+    /// Serve `GET /metrics` without a credential (by default it takes the operator's secret:
+    /// its counters tell the business's volume). For a scraper on a network you trust.
+    #[arg(long)]
+    metrics_public: bool,
     /// File holding the operator's secret (or the environment variable SUT_ADMIN_TOKEN; at
     /// least 16 characters): `/admin/*`, issuing JWTs, the ledger. Required.
     #[arg(long)]
@@ -232,6 +236,7 @@ async fn serve(args: Args) -> Result<(), String> {
     cfg.once_burst = args.once_burst;
     cfg.forced_outcomes = args.test_forced_outcomes;
     cfg.noop_delay = args.test_noop_delay;
+    cfg.metrics_public = args.metrics_public;
     if args.test_forced_outcomes {
         eprintln!(
             "sut-server: WARNING: --test-forced-outcomes: draws may choose their own luck \

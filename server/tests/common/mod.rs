@@ -69,6 +69,7 @@ fn admin_route(path: &str) -> bool {
         || path == "/ledger"
         || path.starts_with("/lottery/draws/")
         || path == "/lottery/state"
+        || path == "/metrics"
 }
 
 /// Routes that take the service credential.
