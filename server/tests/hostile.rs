@@ -607,6 +607,7 @@ async fn a_body_that_is_an_array_is_refused() {
         assert_eq!(field(&v), "body", "{v}");
     }
     srv.shutdown().await.unwrap();
+}
 
 /// The finding of docs/hostile.md: `/metrics` and `/health` told anyone the business's volume
 /// (draws made, IDs issued per tag). Both are the operator's now; `/health` without a credential
@@ -615,8 +616,15 @@ async fn a_body_that_is_an_array_is_refused() {
 async fn metrics_and_the_allocators_health_are_the_operators() {
     for public in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let srv = server(&dir.path().join("ids.db"), |cfg| cfg.metrics_public = public).await;
+        let srv = server(&dir.path().join("ids.db"), |cfg| {
+            cfg.metrics_public = public
+        })
+        .await;
         let api = Api::new(srv.addr);
+        let (s, v) = api
+            .post("/admin/tags", &json!({"tag": "orders", "step": 10}))
+            .await;
+        assert!(s.is_success(), "{v}");
         let (s, _) = api.get("/id/orders").await;
         assert_eq!(s, StatusCode::OK);
         let anyone = |path: &str| {
@@ -638,7 +646,10 @@ async fn metrics_and_the_allocators_health_are_the_operators() {
         let (s, text) = anyone("/health").await;
         assert_eq!(s, StatusCode::OK, "{text}");
         for hidden in ["tags", "instance", "snowflake", "orders"] {
-            assert!(!text.contains(hidden), "{hidden} in the public health: {text}");
+            assert!(
+                !text.contains(hidden),
+                "{hidden} in the public health: {text}"
+            );
         }
         assert!(text.contains("wall_clock_ms"), "{text}");
         let (s, text) = anyone("/admin/health").await;

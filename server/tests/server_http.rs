@@ -226,6 +226,7 @@ async fn every_route_answers() {
     let r = api
         .client
         .get(format!("{}/metrics", api.base))
+        .bearer_auth(common::ADMIN)
         .send()
         .await
         .unwrap();
@@ -418,6 +419,7 @@ async fn client_mistakes_are_4xx_naming_the_field() {
     let text = api
         .client
         .get(format!("{}/metrics", api.base))
+        .bearer_auth(common::ADMIN)
         .send()
         .await
         .unwrap()
@@ -490,6 +492,7 @@ async fn overload_is_a_fast_503_with_retry_after() {
     let text = api
         .client
         .get(format!("{}/metrics", api.base))
+        .bearer_auth(common::ADMIN)
         .send()
         .await
         .unwrap()
