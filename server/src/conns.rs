@@ -10,9 +10,10 @@
 //! - its own address at `per_peer_max`: that address's connection idle the longest closes;
 //! - the process full: an idle connection of the address range (IPv4 /24, IPv6 /64) that holds
 //!   the most, from its address that holds the most, the one idle the longest — but only from a
-//!   range (or, within the newcomer's own range, an address) that holds at least two more than
-//!   the newcomer's, so that places move from the largest holders to the smallest and never
-//!   back and forth; failing that, the newcomer's own address's connection idle the longest.
+//!   range (or, within the newcomer's own range, an address) that holds more than the
+//!   newcomer's, so that places move from larger holders to smaller ones and never between two
+//!   that hold as many (a thousand addresses holding one each give way to an address holding
+//!   none); failing that, the newcomer's own address's connection idle the longest.
 //!
 //! Only a connection idle for at least `idle_grace` gives way: a client that has just connected,
 //! or just been answered, has that long to send its (next) request, so that newcomers replace
@@ -107,6 +108,8 @@ pub struct Place {
     pub give_way: Arc<Notify>,
     /// Kept taken when dropped (the planted weakness `conn_slot_leak`).
     leak: bool,
+    /// Whether an idle connection was told to give way for it.
+    pub made_room: bool,
 }
 
 /// The range an address is judged with: its IPv4 /24 or IPv6 /64.
@@ -152,6 +155,7 @@ impl Book {
         } else {
             None
         };
+        let made_room = full.is_some();
         if let Some(why) = full {
             if !self.caps.evict_idle || inner.closing >= CLOSING_MAX {
                 return Err(why);
@@ -187,6 +191,7 @@ impl Book {
             in_flight: AtomicUsize::new(0),
             give_way,
             leak: false,
+            made_room,
         })
     }
 
@@ -229,9 +234,9 @@ impl Inner {
                 let range = range_of(**peer_ip);
                 peer.idle.first().is_some_and(|&(since, _)| since <= before)
                     && if range == own_range {
-                        peer.open >= own_open + 2
+                        peer.open > own_open
                     } else {
-                        ranges[&range] >= own_range_open + 2
+                        ranges[&range] > own_range_open
                     }
             })
             .max_by_key(|(peer_ip, peer)| (ranges[&range_of(**peer_ip)], peer.open, **peer_ip))
@@ -254,6 +259,12 @@ impl Inner {
             peer.idle.remove(&(since, id));
         }
         peer.open -= 1;
+        if peer.open == 0 {
+            // No entry outlives its address's last place: addresses are many (an IPv6 /64
+            // alone), the book's memory is not theirs to grow.
+            debug_assert!(peer.idle.is_empty());
+            self.peers.remove(&ip);
+        }
         self.open -= 1;
         self.closing += 1;
     }
@@ -465,6 +476,32 @@ mod tests {
         let later = t0 + Duration::from_millis(1_100);
         let _new = b.admit(ip("10.0.9.1"), later).expect("admitted");
         assert!(!told(&held[0]) && told(&held[1]));
+    }
+
+    #[test]
+    fn addresses_holding_one_each_give_way_and_leave_no_entry() {
+        let b = book(3, 3);
+        let t0 = Instant::now();
+        // Three addresses in three ranges hold one place each: a fourth, holding none, gets
+        // the place idle the longest, and so on; no entry outlives its address's last place.
+        let mut held: Vec<Place> = (0..3u8)
+            .flat_map(|k| hold(&b, &format!("10.0.{k}.1"), 1, t0))
+            .collect();
+        for k in 0..50u64 {
+            let at = t0 + Duration::from_secs(1 + k);
+            let p = b
+                .admit(ip(&format!("10.1.{k}.1")), at)
+                .expect("a newcomer holding none gets a place");
+            assert!(p.made_room, "the server was full");
+            held.push(p);
+            held.retain(|p| !told(p));
+        }
+        assert_eq!(held.len(), 3);
+        assert_eq!(
+            lock(&b.inner).peers.len(),
+            3,
+            "one entry per address holding a place"
+        );
     }
 
     #[test]

@@ -258,7 +258,6 @@ pub async fn serve(
                 continue;
             }
         };
-        let closing = book.closing();
         let place = match book.admit(peer.ip(), Instant::now()) {
             Ok(place) => place,
             Err(why) => {
@@ -270,7 +269,7 @@ pub async fn serve(
                 continue; // dropped: closed before anything is read
             }
         };
-        if book.closing() > closing {
+        if place.made_room {
             metrics.connections_evicted.fetch_add(1, Ordering::Relaxed);
         }
         // Answers go out at once: without TCP_NODELAY a response written in two parts can wait
