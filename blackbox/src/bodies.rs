@@ -271,7 +271,7 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 
 /// The source address of connection `i` on a loopback target (127.0.0.2 on, a thousand each).
 fn source(target: SocketAddr, i: usize) -> Option<IpAddr> {
-    crate::slow::loopback_source(target, i, PER_SOURCE)
+    crate::probe::loopback_source(target, i, PER_SOURCE)
 }
 
 /// Connections being opened at once: a burst of a thousand connects overflows a listen queue
@@ -285,7 +285,7 @@ async fn one(
     connecting: Arc<tokio::sync::Semaphore>,
     i: usize,
 ) -> Ended {
-    let Ok(socket) = crate::slow::socket_from(target, source(target, i)) else {
+    let Ok(socket) = crate::probe::socket_from(target, source(target, i)) else {
         return Ended::NotConnected;
     };
     let Ok(turn) = connecting.acquire_owned().await else {

@@ -29,7 +29,7 @@ use reports::model::{InvariantResult, Judgement};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::slow::Probe;
+use crate::probe::{Probe, closed_now};
 use load::conn::Target;
 
 /// `service.new_client_when_full`
@@ -156,7 +156,7 @@ struct Counters {
 
 /// The source address of held connection `i` on a loopback target.
 fn source(target: SocketAddr, i: usize) -> Option<std::net::IpAddr> {
-    crate::slow::loopback_source(target, i, PER_SOURCE)
+    crate::probe::loopback_source(target, i, PER_SOURCE)
 }
 
 /// The request bytes of `probe` to `host`, as a keep-alive HTTP/1.1 request.
@@ -239,7 +239,7 @@ async fn hold(
                 () = tokio::time::sleep_until(next) => {}
                 // Closed by the service while idle.
                 closed = tcp.readable() => {
-                    if closed.is_err() || peer_closed(&tcp) {
+                    if closed.is_err() || closed_now(&tcp) {
                         break;
                     }
                     continue;
@@ -269,18 +269,9 @@ async fn hold(
     }
 }
 
-/// Whether the service closed `tcp` (a read now finds its end).
-fn peer_closed(tcp: &TcpStream) -> bool {
-    let mut buf = [0u8; 256];
-    match tcp.try_read(&mut buf) {
-        Ok(0) => true,
-        Ok(_) | Err(_) => false,
-    }
-}
-
 /// A connection to `target` from `from`, within 2 s; `None` when refused or closed at once.
 async fn connect(target: SocketAddr, from: Option<std::net::IpAddr>) -> Option<TcpStream> {
-    let socket = crate::slow::socket_from(target, from).ok()?;
+    let socket = crate::probe::socket_from(target, from).ok()?;
     tokio::time::timeout(Duration::from_secs(2), socket.connect(target))
         .await
         .ok()?
@@ -330,16 +321,9 @@ async fn paced_rate(
                     if turns.tick().await >= end {
                         return;
                     }
-                    let r = conn
-                        .send(
-                            &target,
-                            probe.method.clone(),
-                            &path,
-                            (probe.json.clone(), probe.bearer.as_deref()),
-                            Duration::from_secs(2),
-                        )
+                    let served = probe
+                        .ask(&mut conn, &target, &path, Duration::from_secs(2))
                         .await;
-                    let served = matches!(r, Ok((status, _)) if status < 500);
                     let counter = if served { &answered } else { &failed };
                     counter.fetch_add(1, Ordering::Relaxed);
                 }

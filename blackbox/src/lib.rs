@@ -20,6 +20,7 @@ pub mod held;
 pub mod history;
 pub mod ids;
 pub mod overlap;
+pub mod probe;
 pub mod ramp;
 pub mod real;
 pub mod slow;

@@ -25,18 +25,20 @@
 //! each), so that a per-address connection limit, which a service should have, does not refuse
 //! them before they are open: the check is about what they cost once open.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Method, Uri};
+use http::Uri;
 use reports::model::{InvariantResult, Judgement};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 use load::conn::{Conn, Target};
+
+pub use crate::probe::Probe;
+use crate::probe::{closed_now, loopback_source, socket_from};
 
 /// `service.slow_clients`
 pub const SLOW_CLIENTS: &str = "service.slow_clients";
@@ -45,44 +47,6 @@ pub const STALLED_CLOSED: &str = "service.stalled_closed";
 
 /// Stalled connections per source address on a loopback target.
 const PER_SOURCE: usize = 50;
-
-/// The request whose answer rate is measured: one the service answers without changing
-/// anything (an ID, `GET /ledger`, the consume of a token never issued).
-#[derive(Clone, Debug)]
-pub struct Probe {
-    /// Its method.
-    pub method: Method,
-    /// Its path (and query), `/id/orders`.
-    pub path: String,
-    /// Its JSON body.
-    pub json: Option<Bytes>,
-    /// Its `Authorization: Bearer` credential.
-    pub bearer: Option<String>,
-}
-
-impl Probe {
-    /// `GET path`.
-    #[must_use]
-    pub fn get(path: &str) -> Self {
-        Self {
-            method: Method::GET,
-            path: path.to_owned(),
-            json: None,
-            bearer: None,
-        }
-    }
-
-    /// `POST path` with a JSON `body` and a `bearer` credential.
-    #[must_use]
-    pub fn post(path: &str, body: &serde_json::Value, bearer: Option<&str>) -> Self {
-        Self {
-            method: Method::POST,
-            path: path.to_owned(),
-            json: Some(Bytes::from(body.to_string())),
-            bearer: bearer.map(str::to_owned),
-        }
-    }
-}
 
 /// The slow-clients check a black-box run asks for (`--slow-clients N` of `scenario ids`,
 /// `tcc` and `tokens`).
@@ -322,44 +286,6 @@ fn source(target: SocketAddr, i: usize) -> Option<IpAddr> {
     loopback_source(target, i, PER_SOURCE)
 }
 
-/// The source address of connection `i` of a hostile check on a loopback IPv4 target:
-/// 127.0.0.2 for the first `per_source`, 127.0.0.3 for the next, …, so that a per-address
-/// connection limit does not refuse them first; `None` elsewhere (the system picks).
-pub(crate) fn loopback_source(target: SocketAddr, i: usize, per_source: usize) -> Option<IpAddr> {
-    if !target.ip().is_loopback() || target.is_ipv6() {
-        return None;
-    }
-    let n = 2 + i / per_source.max(1);
-    let n = u8::try_from(n.min(254)).unwrap_or(254);
-    Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, n)))
-}
-
-/// A socket to connect to `target` from `from` (`None`: the system picks). The port is picked
-/// at connect, not at bind (`IP_BIND_ADDRESS_NO_PORT`): a bind to port 0 searches the whole
-/// port range and slowed the opening of thousands of connections to a hundred a second.
-///
-/// # Errors
-/// The socket cannot be made or bound.
-pub(crate) fn socket_from(target: SocketAddr, from: Option<IpAddr>) -> std::io::Result<TcpSocket> {
-    let socket = if target.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    if let Some(ip) = from {
-        if ip.is_ipv4() {
-            // Without it the bind still works, only slower.
-            let _ = nix::sys::socket::setsockopt(
-                &socket,
-                nix::sys::socket::sockopt::IpBindAddressNoPort,
-                &true,
-            );
-        }
-        socket.bind(SocketAddr::new(ip, 0))?;
-    }
-    Ok(socket)
-}
-
 /// Opens stalled connection `i`: part of a request (a head to `path`, or a body to
 /// `post_path`), then nothing.
 async fn stall(
@@ -405,16 +331,9 @@ pub(crate) async fn rate(
             tokio::spawn(async move {
                 let mut conn = Conn::default();
                 while !stop.load(Ordering::Relaxed) {
-                    let r = conn
-                        .send(
-                            &target,
-                            probe.method.clone(),
-                            &path,
-                            (probe.json.clone(), probe.bearer.as_deref()),
-                            Duration::from_secs(5),
-                        )
+                    let served = probe
+                        .ask(&mut conn, &target, &path, Duration::from_secs(5))
                         .await;
-                    let served = matches!(r, Ok((status, _)) if status < 500);
                     let counter = if served { &answered } else { &failed };
                     counter.fetch_add(1, Ordering::Relaxed);
                 }
@@ -431,19 +350,6 @@ pub(crate) async fn rate(
         answered.load(Ordering::Relaxed) as f64 / elapsed_s.max(1e-9),
         failed.load(Ordering::Relaxed),
     )
-}
-
-/// Whether the service closed `tcp` (EOF or an error) now, without waiting.
-fn closed_now(tcp: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 512];
-    loop {
-        match tcp.try_read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            Err(_) => return true,
-        }
-    }
 }
 
 /// Waits until the service closes `tcp`, at most `within`; how long that took.

@@ -485,7 +485,7 @@ async fn served_at_once(addr: SocketAddr, request: Arc<Vec<u8>>, n: usize) -> u6
     let served = answered
         .iter()
         .filter(|(served, tcp)| match served {
-            Some(closes) => *closes || !closed_now(tcp),
+            Some(closes) => *closes || !blackbox::probe::closed_now(tcp),
             None => false,
         })
         .count();
@@ -503,19 +503,6 @@ fn says_close(answer: &[u8]) -> bool {
         .to_ascii_lowercase()
         .lines()
         .any(|l| l.starts_with("connection:") && l.contains("close"))
-}
-
-/// Whether the service has closed `tcp` (EOF or an error), without waiting.
-fn closed_now(tcp: &TcpStream) -> bool {
-    let mut buf = [0u8; 512];
-    loop {
-        match tcp.try_read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            Err(_) => return true,
-        }
-    }
 }
 
 /// Reads one answer from `tcp`: its bytes, and whether it came whole (its length said and
